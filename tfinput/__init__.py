@@ -1,0 +1,71 @@
+"""tfinput: fixed-shape, infeed-friendly tf.data input pipelines for ranking models.
+
+``import tfinput`` is light: TensorFlow, pyarrow and Keras load only when a pipeline
+is built or a module that needs them is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tfinput.config import AUTOTUNE, PipelineConfig
+from tfinput.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
+from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AUTOTUNE",
+    "PipelineConfig",
+    "Schema",
+    "Table",
+    "Dense",
+    "Categorical",
+    "MultiHot",
+    "Label",
+    "TfinputError",
+    "ConfigError",
+    "SchemaError",
+    "SourceError",
+    "DataError",
+    # lazily imported (TensorFlow / pyarrow):
+    "Pipeline",
+    "tfrecord",
+    "parquet",
+    "wrap",
+    "infer_schema",
+    "embedding_configs",
+    "placement",
+    "testing",
+    "steps",
+]
+
+_LAZY = {
+    "Pipeline": "tfinput.pipeline",
+    "tfrecord": "tfinput.pipeline",
+    "parquet": "tfinput.pipeline",
+    "wrap": "tfinput.pipeline",
+    "infer_schema": "tfinput.inference",
+    "embedding_configs": "tfinput.tpu",
+    "placement": "tfinput.tpu",
+}
+_SUBMODULES = {"testing", "steps", "models", "tpu", "inference", "pipeline", "sources", "transforms"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput import steps, testing
+    from tfinput.inference import infer_schema
+    from tfinput.pipeline import Pipeline, parquet, tfrecord, wrap
+    from tfinput.tpu import embedding_configs, placement
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tfinput.{name}")
+    raise AttributeError(f"module 'tfinput' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | _SUBMODULES)

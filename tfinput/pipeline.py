@@ -1,0 +1,348 @@
+"""`Pipeline`: an immutable pipeline definition that builds with any `PipelineConfig`.
+
+    import tfinput
+    schema = tfinput.Schema.from_json("schema.json")
+    pipeline = tfinput.tfrecord("data/train-*.tfrecord", schema)
+    ds = pipeline.build(tfinput.PipelineConfig(batch_size=4096, map_parallelism=3))
+
+The built dataset has the layout tf.data's performance guide recommends::
+
+    files -> [shuffle files] -> interleave(read) -> [cache] -> [shuffle records]
+          -> batch(B, drop_remainder) -> map(parse + transform, parallel) -> prefetch
+
+Every method returns a new `Pipeline`; a definition is plain data, so the tuner can
+build it again and again with different configs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import tensorflow as tf
+
+from tfinput.config import AUTOTUNE, PipelineConfig
+from tfinput.errors import ConfigError, DataError, SourceError, TfinputError
+from tfinput.schema import Schema
+from tfinput.sources import (
+    DatasetSource,
+    ParquetSource,
+    PathsLike,
+    TFRecordSource,
+    _shard,
+)
+from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
+
+__all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "FileCheck", "CheckReport"]
+
+Source = TFRecordSource | ParquetSource | DatasetSource
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FileCheck:
+    """Result of reading one file completely with `Pipeline.check`."""
+
+    path: str
+    records: int
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckReport:
+    """What `Pipeline.check` found, file by file."""
+
+    files: tuple[FileCheck, ...]
+    empty_files: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(f.error is None for f in self.files)
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+    @property
+    def problems(self) -> tuple[FileCheck, ...]:
+        return tuple(f for f in self.files if f.error is not None)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Pipeline:
+    """A pipeline definition: a source, a schema and output options.
+
+    Attributes:
+      source: Where records come from (`TFRecordSource`, `ParquetSource`,
+        `DatasetSource`); use `tfrecord`, `parquet` or `wrap` to make one.
+      schema: Features, tables and labels.
+      multi_hot_format: ``dense`` (``[B, max_len]`` ids + weights, for GPU/CPU lookups
+        and XLA), ``sparse`` or ``ragged`` (same ids without padding, for TPU host
+        enqueue).
+      shuffle_files: Shuffle the file order every epoch (seeded by
+        ``PipelineConfig.shuffle_seed``).
+    """
+
+    source: Source
+    schema: Schema
+    multi_hot_format: str = "dense"
+    shuffle_files: bool = False
+
+    def __post_init__(self) -> None:
+        if self.multi_hot_format not in MULTI_HOT_FORMATS:
+            raise ConfigError(
+                f"multi_hot_format: expected one of {list(MULTI_HOT_FORMATS)}, "
+                f"got {self.multi_hot_format!r}"
+            )
+        if not isinstance(self.schema, Schema):
+            raise ConfigError(f"schema: expected a tfinput.Schema, got {type(self.schema).__name__}")
+
+    # ------------------------------------------------------------ builders
+    def with_multi_hot_format(self, fmt: str) -> Pipeline:
+        """Emit multi-hot features as ``dense``, ``sparse`` or ``ragged`` tensors."""
+        return dataclasses.replace(self, multi_hot_format=fmt)
+
+    def with_file_shuffling(self, enabled: bool = True) -> Pipeline:
+        """Shuffle the order of files every epoch."""
+        return dataclasses.replace(self, shuffle_files=enabled)
+
+    def with_schema(self, schema: Schema) -> Pipeline:
+        return dataclasses.replace(self, schema=schema)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description (recorded next to measurements)."""
+        files = self.source.files()
+        return {
+            "source": self.source.kind,
+            "files": len(files),
+            "features": len(self.schema.features),
+            "multi_hot": len(self.schema.multi_hot),
+            "multi_hot_format": self.multi_hot_format,
+        }
+
+    # --------------------------------------------------------------- build
+    def build(
+        self,
+        config: PipelineConfig | None = None,
+        input_context: tf.distribute.InputContext | None = None,
+    ) -> tf.data.Dataset:
+        """Build the `tf.data.Dataset` of ``(features, labels)`` batches.
+
+        Args:
+          config: Performance knobs; defaults to `PipelineConfig()` (AUTOTUNE).
+          input_context: Given by ``strategy.distribute_datasets_from_function``. Files
+            are sharded by input pipeline id and batches use the per-replica batch size.
+
+        Returns:
+          A dataset whose elements have fully defined static shapes when
+          ``config.drop_remainder`` is True.
+
+        Raises:
+          SourceError: no files, too few files for the input pipelines.
+          SchemaError: the files do not match the schema.
+        """
+        config = config or PipelineConfig()
+        if not isinstance(config, PipelineConfig):
+            raise ConfigError(f"config: expected a PipelineConfig, got {type(config).__name__}")
+        batch_size = config.batch_size
+        if input_context is not None:
+            batch_size = input_context.get_per_replica_batch_size(config.batch_size)
+        files = self.source.files()
+        files = _shard(files, input_context, self.source.kind) if files else files
+        self.source.validate(files, self.schema)
+        kwargs: dict[str, Any] = {"shuffle_files": self.shuffle_files}
+        if isinstance(self.source, DatasetSource):
+            kwargs["input_context"] = input_context
+        ds, decode = self.source.encoded_batches(files, self.schema, config, batch_size, **kwargs)
+        static_batch = batch_size if config.drop_remainder else None
+        schema, fmt = self.schema, self.multi_hot_format
+
+        def parse(encoded: Any) -> Any:
+            return transform_batch(
+                decode(encoded), schema, batch_size=static_batch, multi_hot_format=fmt
+            )
+
+        ds = ds.map(
+            parse,
+            num_parallel_calls=None if config.map_parallelism == 1 else config.map_parallelism,
+            deterministic=None if config.deterministic is AUTOTUNE else bool(config.deterministic),
+        )
+        if config.prefetch != 0:
+            ds = ds.prefetch(config.prefetch)
+        return ds.with_options(_options(config, sharded=input_context is not None))
+
+    # ------------------------------------------------------- diagnostics
+    def check(self, *, batch_size: int = 1024, max_files: int | None = None) -> CheckReport:
+        """Read every file alone, to the end, through the full parse and transforms.
+
+        Slow (one file at a time) but exact: a problem is reported with the file it is
+        in. `iterate` calls this when a pipeline fails, to name the culprit file.
+
+        Args:
+          batch_size: Records per batch while checking; errors name the batch's first
+            record index.
+          max_files: Stop after this many files (None: all).
+        """
+        if isinstance(self.source, DatasetSource):
+            return CheckReport(files=(self._check_one(None, batch_size),))
+        all_files = self.source.paths
+        from tfinput.sources import _drop_empty, resolve_paths
+
+        resolved = resolve_paths(all_files, what=self.source.kind)
+        files, empty = _drop_empty(resolved, "skip")
+        results = []
+        for path in files[:max_files]:
+            results.append(self._check_one(path, batch_size))
+        return CheckReport(files=tuple(results), empty_files=tuple(empty))
+
+    def _check_one(self, path: str | None, batch_size: int) -> FileCheck:
+        config = PipelineConfig.naive(batch_size=batch_size, drop_remainder=False)
+        one = self
+        if path is not None:
+            one = dataclasses.replace(
+                self, source=dataclasses.replace(self.source, paths=(path,), empty_files="skip")
+            )
+        records = 0
+        try:
+            for features, _ in one.build(config):
+                records += int(_batch_rows(features))
+        except (tf.errors.OpError, TfinputError) as e:
+            where = f"records {records}-{records + batch_size - 1}: " if path else ""
+            return FileCheck(path=path or "<dataset>", records=records, error=where + clean_error(e))
+        return FileCheck(path=path or "<dataset>", records=records)
+
+    def iterate(
+        self, config: PipelineConfig | None = None, *, diagnose: bool = True
+    ) -> Iterator[Any]:
+        """Iterate the built dataset, turning TensorFlow errors into `DataError`s that
+        name the file (found by `check`) as well as the feature."""
+        it = iter(self.build(config))
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            except tf.errors.OpError as e:
+                raise self.explain(e, diagnose=diagnose) from e
+            yield batch
+
+    def explain(self, error: BaseException, *, diagnose: bool = True) -> DataError:
+        """A `DataError` for a TensorFlow error raised while iterating this pipeline."""
+        message = clean_error(error)
+        if diagnose:
+            report = self.check()
+            if report.problems:
+                first = report.problems[0]
+                return DataError(f"{first.path}: {first.error}")
+        return DataError(message)
+
+
+def _batch_rows(features: dict[str, dict[str, Any]]) -> int:
+    for group in features.values():
+        for value in group.values():
+            if isinstance(value, tf.SparseTensor):
+                return int(value.dense_shape[0])
+            if isinstance(value, tf.RaggedTensor):
+                return int(value.nrows())
+            return int(value.shape[0])
+    return 0
+
+
+_ASSERT = re.compile(r"tfinput DataError: (.*?)(?:\]\s*\[|\]\s*$|$)", re.S)
+
+
+def clean_error(error: BaseException) -> str:
+    """The useful sentence of a TensorFlow error (our own assert messages included)."""
+    if isinstance(error, TfinputError):
+        return str(error)
+    text = getattr(error, "message", None) or str(error)
+    m = re.search(r"tfinput DataError: ([^\n]*)", text)
+    if m:
+        # Assert messages look like "[msg] [value]"; keep both, drop the brackets.
+        parts = re.findall(r"\[([^\[\]]*)\]", text[m.start() - 1 :])
+        if parts:
+            head = parts[0].replace("tfinput DataError: ", "")
+            tail = " ".join(p for p in parts[1:3] if p)
+            return (head + " " + tail).strip()
+        return m.group(1).strip()
+    for pattern in (
+        r"(corrupted record at \d+)",
+        r"(truncated record at \d+)",
+        r"(Key: [^\n]*?)(?:\s*\[\[|\s*\[Op|$)",
+        r"(Feature: [^\n]*?)(?:\s*\[\[|\s*\[Op|$)",
+        r"(Name: [^\n]*?Key: [^\n]*?)(?:\s*\[\[|\s*\[Op|$)",
+    ):
+        m = re.search(pattern, text)
+        if m:
+            kind = type(error).__name__
+            msg = m.group(1).strip()
+            if "record at" in msg:
+                return f"{msg} ({kind}: the file is corrupt or truncated)"
+            return msg
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return re.sub(r"\{\{function_node [^}]*\}\}\s*", "", first)
+
+
+def _options(config: PipelineConfig, *, sharded: bool) -> tf.data.Options:
+    opts = tf.data.Options()
+    if config.private_threadpool_size != AUTOTUNE:
+        opts.threading.private_threadpool_size = config.private_threadpool_size
+    if config.max_intra_op_parallelism != AUTOTUNE:
+        opts.threading.max_intra_op_parallelism = config.max_intra_op_parallelism
+    if config.deterministic is not AUTOTUNE:
+        opts.deterministic = bool(config.deterministic)
+    if config.autotune_ram_budget != AUTOTUNE:
+        opts.autotune.ram_budget = config.autotune_ram_budget
+    if sharded:
+        # tfinput shards files itself; stop tf.distribute from sharding again.
+        opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return opts
+
+
+# ------------------------------------------------------------------ factories
+def tfrecord(
+    paths: PathsLike,
+    schema: Schema,
+    *,
+    compression: str | None = "auto",
+    empty_files: str = "skip",
+) -> Pipeline:
+    """A pipeline over TFRecord files of ``tf.train.Example``.
+
+    Args:
+      paths: A file, glob, directory, or a list of them.
+      schema: The schema.
+      compression: ``None``, ``"GZIP"``, ``"ZLIB"`` or ``"auto"`` (by extension).
+      empty_files: ``skip`` (logged) or ``error``.
+    """
+    return Pipeline(
+        source=TFRecordSource(paths=_paths(paths), compression=compression, empty_files=empty_files),
+        schema=schema,
+    )
+
+
+def parquet(
+    paths: PathsLike, schema: Schema, *, engine: str = "pyarrow", empty_files: str = "skip"
+) -> Pipeline:
+    """A pipeline over Parquet files (pyarrow by default; see `ParquetSource`)."""
+    return Pipeline(
+        source=ParquetSource(paths=_paths(paths), engine=engine, empty_files=empty_files),
+        schema=schema,
+    )
+
+
+def wrap(dataset: Any, schema: Schema, *, batched: bool = False) -> Pipeline:
+    """Wrap a user's own ``tf.data.Dataset`` of feature dicts (see `DatasetSource`)."""
+    return Pipeline(source=DatasetSource(dataset=dataset, batched=batched), schema=schema)
+
+
+def _paths(paths: PathsLike) -> tuple[str, ...]:
+    import os
+
+    if isinstance(paths, (str, os.PathLike)):
+        return (os.fspath(paths),)
+    out = tuple(os.fspath(p) for p in paths)
+    if not out:
+        raise SourceError("no input paths given")
+    return out

@@ -1,0 +1,449 @@
+"""The feature schema: what each column is and how it becomes a fixed-shape tensor.
+
+Feature kinds:
+
+- `Dense`: a float scalar or fixed-length vector, with a default for missing values
+  and optional clipping then ``log1p``.
+- `Categorical`: one id per example. ``dtype="int64"`` ids must lie in
+  ``[0, vocabulary_size)`` of their table (or be folded with ``out_of_range="modulo"``);
+  ``dtype="string"`` values are hashed into the table's buckets with TensorFlow's own
+  ``tf.strings.to_hash_bucket_fast`` (FarmHash), so training and serving agree.
+- `MultiHot`: a variable-length list of ids (int64 or string, mapped as above), padded
+  or truncated to ``max_len``, with optional per-id weights from another column.
+- `Label`: a training target.
+
+Every categorical names a `Table` (rows, embedding dim, combiner); several features may
+share one table. Schemas round-trip through readable, hand-editable JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Union
+
+from tfinput.errors import SchemaError
+
+__all__ = [
+    "Table",
+    "Dense",
+    "Categorical",
+    "MultiHot",
+    "Label",
+    "Feature",
+    "Schema",
+    "MAX_INT32_VOCAB",
+]
+
+#: Largest table the TPU embedding path can address: ids are cast to int32.
+MAX_INT32_VOCAB = 2**31 - 1
+SCHEMA_FORMAT = "tfinput.schema/1"
+
+_COMBINERS = ("mean", "sum", "sqrtn")
+_ID_DTYPES = ("int64", "string")
+_DENSE_DTYPES = ("float32", "int64")
+_LABEL_DTYPES = ("float32", "int64")
+
+
+def _err(owner: str, field: str, expected: str, got: Any) -> SchemaError:
+    return SchemaError(f"{owner}.{field}: expected {expected}, got {got!r}")
+
+
+def _check_name(owner: str, name: Any) -> None:
+    if not isinstance(name, str) or not name or name != name.strip():
+        raise _err(owner, "name", "a non-empty string without surrounding spaces", name)
+
+
+def _check_int(owner: str, field: str, value: Any, minimum: int, maximum: int | None = None):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _err(owner, field, f"an int >= {minimum}", value)
+    if maximum is not None and value > maximum:
+        raise _err(owner, field, f"an int <= {maximum}", value)
+
+
+def _check_choice(owner: str, field: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise _err(owner, field, f"one of {list(choices)}", value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Table:
+    """An embedding table.
+
+    Attributes:
+      name: Table name; features refer to it.
+      vocabulary_size: Rows. Ids must lie in ``[0, vocabulary_size)``; for string
+        features it is the number of hash buckets. At most 2**31 - 1 (int32 ids).
+      dim: Embedding dimension.
+      combiner: How a multi-hot row's embeddings combine: ``mean``, ``sum``, ``sqrtn``.
+    """
+
+    name: str
+    vocabulary_size: int
+    dim: int
+    combiner: Literal["mean", "sum", "sqrtn"] = "mean"
+
+    def __post_init__(self) -> None:
+        owner = f"Table {self.name!r}"
+        _check_name("Table", self.name)
+        _check_int(owner, "vocabulary_size", self.vocabulary_size, 1, MAX_INT32_VOCAB)
+        _check_int(owner, "dim", self.dim, 1)
+        _check_choice(owner, "combiner", self.combiner, _COMBINERS)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Dense:
+    """A float feature: a scalar (``length=None``) or a fixed-length vector.
+
+    Attributes:
+      name: Feature name (and source column / tf.Example key unless ``column`` is set).
+      length: None for a scalar ``[B]``; an int for a vector ``[B, length]``.
+      dtype: How the value is stored in the files: ``float32`` or ``int64``. The output
+        is always float32.
+      default: Value used when the feature is missing from a record.
+      clip: Optional ``(low, high)`` bounds (either may be None) applied first.
+      log1p: Apply ``log(1 + x)`` after clipping (use ``clip=(0, None)`` for counts that
+        may be negative, as Criteo's are).
+      column: Source column name if it differs from ``name``.
+    """
+
+    kind: ClassVar[str] = "dense"
+    name: str
+    length: int | None = None
+    dtype: Literal["float32", "int64"] = "float32"
+    default: float = 0.0
+    clip: tuple[float | None, float | None] | None = None
+    log1p: bool = False
+    column: str | None = None
+
+    def __post_init__(self) -> None:
+        owner = f"Dense {self.name!r}"
+        _check_name("Dense", self.name)
+        if self.length is not None:
+            _check_int(owner, "length", self.length, 1)
+        _check_choice(owner, "dtype", self.dtype, _DENSE_DTYPES)
+        if isinstance(self.default, bool) or not isinstance(self.default, (int, float)):
+            raise _err(owner, "default", "a number", self.default)
+        if self.default != self.default or self.default in (float("inf"), float("-inf")):
+            raise _err(owner, "default", "a finite number", self.default)
+        if self.clip is not None:
+            clip = tuple(self.clip)
+            if len(clip) != 2 or not all(c is None or isinstance(c, (int, float)) for c in clip):
+                raise _err(owner, "clip", "[low, high] with numbers or nulls", self.clip)
+            if clip[0] is not None and clip[1] is not None and clip[0] > clip[1]:
+                raise _err(owner, "clip", "low <= high", self.clip)
+            object.__setattr__(self, "clip", clip)
+        if not isinstance(self.log1p, bool):
+            raise _err(owner, "log1p", "true or false", self.log1p)
+
+    @property
+    def source(self) -> str:
+        return self.column or self.name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Categorical:
+    """One categorical id per example, looked up in ``table``.
+
+    Attributes:
+      name: Feature name.
+      table: Name of the `Table` the id indexes.
+      dtype: ``int64`` ids, or ``string`` values hashed into the table's buckets.
+      default: Value used when missing (an int for int64, a string for string).
+        None makes the feature required: a record without it is an error.
+      out_of_range: For int64 ids outside ``[0, vocabulary_size)``: ``error`` (raise,
+        naming the feature and the id) or ``modulo`` (fold large ids into the table).
+        Negative ids are always an error: they usually mean a missing-value sentinel.
+      column: Source column name if it differs from ``name``.
+    """
+
+    kind: ClassVar[str] = "categorical"
+    name: str
+    table: str
+    dtype: Literal["int64", "string"] = "int64"
+    default: int | str | None = None
+    out_of_range: Literal["error", "modulo"] = "error"
+    column: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_categorical(self)
+
+    @property
+    def source(self) -> str:
+        return self.column or self.name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MultiHot:
+    """A variable-length list of ids, emitted as ``[B, max_len]`` ids plus weights.
+
+    Attributes:
+      name: Feature name.
+      table: Name of the `Table` the ids index.
+      max_len: Ids kept per example; longer lists keep their first ``max_len`` ids,
+        shorter ones are padded with id 0 and weight 0. Empty lists are legal.
+      dtype: ``int64`` ids or ``string`` values hashed into the table's buckets.
+      weights: Name of a float list column (same length as the ids, row by row) giving
+        per-id weights; None gives weight 1 to every real id.
+      out_of_range: As for `Categorical`.
+      column: Source column name if it differs from ``name``.
+    """
+
+    kind: ClassVar[str] = "multi_hot"
+    name: str
+    table: str
+    max_len: int
+    dtype: Literal["int64", "string"] = "int64"
+    weights: str | None = None
+    out_of_range: Literal["error", "modulo"] = "error"
+    column: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_categorical(self)
+        _check_int(f"MultiHot {self.name!r}", "max_len", self.max_len, 1)
+        if self.weights is not None:
+            _check_name(f"MultiHot {self.name!r}.weights", self.weights)
+
+    @property
+    def source(self) -> str:
+        return self.column or self.name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Label:
+    """A training target (``[B]``, float32 in the output).
+
+    Attributes:
+      name: Label name.
+      dtype: How it is stored: ``float32`` or ``int64``.
+      default: Value when missing; None makes it required.
+      column: Source column name if it differs from ``name``.
+    """
+
+    kind: ClassVar[str] = "label"
+    name: str
+    dtype: Literal["float32", "int64"] = "float32"
+    default: float | None = None
+    column: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_name("Label", self.name)
+        _check_choice(f"Label {self.name!r}", "dtype", self.dtype, _LABEL_DTYPES)
+
+    @property
+    def source(self) -> str:
+        return self.column or self.name
+
+
+def _check_categorical(f: Categorical | MultiHot) -> None:
+    owner = f"{type(f).__name__} {getattr(f, 'name', None)!r}"
+    _check_name(type(f).__name__, f.name)
+    _check_name(f"{owner}.table", f.table)
+    _check_choice(owner, "dtype", f.dtype, _ID_DTYPES)
+    _check_choice(owner, "out_of_range", f.out_of_range, ("error", "modulo"))
+    default = getattr(f, "default", None)
+    if default is not None:
+        if f.dtype == "string" and not isinstance(default, str):
+            raise _err(owner, "default", "a string (dtype is string)", default)
+        if f.dtype == "int64" and (isinstance(default, bool) or not isinstance(default, int)):
+            raise _err(owner, "default", "an int (dtype is int64)", default)
+        if f.dtype == "int64" and default < 0:
+            raise _err(owner, "default", "a non-negative id", default)
+
+
+Feature = Union[Dense, Categorical, MultiHot]
+_KINDS: dict[str, type] = {"dense": Dense, "categorical": Categorical, "multi_hot": MultiHot}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Schema:
+    """Features, their tables and the labels.
+
+    Attributes:
+      features: The input features, in output order.
+      tables: Embedding tables referenced by the categorical features.
+      labels: One or more labels. With one label the pipeline yields
+        ``(features, label)``; with several, ``(features, {name: label})``.
+    """
+
+    features: tuple[Feature, ...]
+    tables: tuple[Table, ...] = ()
+    labels: tuple[Label, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", tuple(self.features))
+        object.__setattr__(self, "tables", tuple(self.tables))
+        object.__setattr__(self, "labels", tuple(self.labels))
+        for f in self.features:
+            if not isinstance(f, (Dense, Categorical, MultiHot)):
+                raise SchemaError(
+                    f"Schema.features: expected Dense, Categorical or MultiHot, got {f!r}"
+                )
+        names = [f.name for f in self.features] + [lab.name for lab in self.labels]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise SchemaError(f"Schema: duplicate feature or label names {dupes}")
+        table_names = [t.name for t in self.tables]
+        dupes = sorted({n for n in table_names if table_names.count(n) > 1})
+        if dupes:
+            raise SchemaError(f"Schema: duplicate table names {dupes}")
+        for f in self.categorical:
+            if f.table not in table_names:
+                raise SchemaError(
+                    f"Schema: feature {f.name!r} uses table {f.table!r}, which is not "
+                    f"defined; tables: {table_names}"
+                )
+        unused = set(table_names) - {f.table for f in self.categorical}
+        if unused:
+            raise SchemaError(f"Schema: tables {sorted(unused)} are used by no feature")
+        if not self.features:
+            raise SchemaError("Schema: no features")
+
+    # ----------------------------------------------------------------- views
+    @property
+    def dense(self) -> tuple[Dense, ...]:
+        return tuple(f for f in self.features if isinstance(f, Dense))
+
+    @property
+    def categorical(self) -> tuple[Categorical | MultiHot, ...]:
+        return tuple(f for f in self.features if isinstance(f, (Categorical, MultiHot)))
+
+    @property
+    def multi_hot(self) -> tuple[MultiHot, ...]:
+        return tuple(f for f in self.features if isinstance(f, MultiHot))
+
+    def table(self, name: str) -> Table:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise SchemaError(f"Schema: no table {name!r}; tables: {[t.name for t in self.tables]}")
+
+    def feature(self, name: str) -> Feature:
+        for f in self.features:
+            if f.name == name:
+                return f
+        raise SchemaError(
+            f"Schema: no feature {name!r}; features: {[f.name for f in self.features]}"
+        )
+
+    def columns(self) -> list[str]:
+        """Every source column (or tf.Example key) the schema reads, in order."""
+        cols: list[str] = []
+        for f in self.features:
+            cols.append(f.source)
+            if isinstance(f, MultiHot) and f.weights:
+                cols.append(f.weights)
+        cols += [lab.source for lab in self.labels]
+        return cols
+
+    def replace(self, **changes: Any) -> Schema:
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        def strip(obj: Any, kind: str | None) -> dict[str, Any]:
+            out: dict[str, Any] = {"kind": kind} if kind else {}
+            defaults = {f.name: f.default for f in dataclasses.fields(obj)}
+            for key, value in dataclasses.asdict(obj).items():
+                if key in ("name",) or value != defaults.get(key, dataclasses.MISSING):
+                    out[key] = list(value) if isinstance(value, tuple) else value
+            return out
+
+        return {
+            "format": SCHEMA_FORMAT,
+            "tables": [strip(t, None) for t in self.tables],
+            "features": [strip(f, f.kind) for f in self.features],
+            "labels": [strip(lab, None) for lab in self.labels],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>") -> Schema:
+        if not isinstance(data, Mapping):
+            raise SchemaError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        fmt = data.get("format", SCHEMA_FORMAT)
+        if fmt != SCHEMA_FORMAT:
+            raise SchemaError(f"{source}: format {fmt!r} is not supported; expected {SCHEMA_FORMAT}")
+        unknown = set(data) - {"format", "tables", "features", "labels"}
+        if unknown:
+            raise SchemaError(f"{source}: unknown top-level keys {sorted(unknown)}")
+
+        def build(kind_cls: type, item: Any, where: str) -> Any:
+            if not isinstance(item, Mapping):
+                raise SchemaError(f"{source}: {where}: expected an object, got {item!r}")
+            item = {k: v for k, v in item.items() if k != "kind"}
+            fields = {f.name for f in dataclasses.fields(kind_cls)}
+            bad = set(item) - fields
+            if bad:
+                raise SchemaError(
+                    f"{source}: {where}: unknown keys {sorted(bad)} for {kind_cls.__name__}; "
+                    f"allowed: {sorted(fields)}"
+                )
+            try:
+                return kind_cls(**item)
+            except TypeError as e:
+                raise SchemaError(f"{source}: {where}: {e}") from e
+            except SchemaError as e:
+                raise SchemaError(f"{source}: {where}: {e}") from e
+
+        features = []
+        for i, item in enumerate(data.get("features", [])):
+            kind = item.get("kind") if isinstance(item, Mapping) else None
+            if kind not in _KINDS:
+                raise SchemaError(
+                    f"{source}: features[{i}]: kind must be one of {sorted(_KINDS)}, got {kind!r}"
+                )
+            features.append(build(_KINDS[kind], item, f"features[{i}] ({item.get('name')})"))
+        tables = [build(Table, t, f"tables[{i}]") for i, t in enumerate(data.get("tables", []))]
+        labels = [build(Label, t, f"labels[{i}]") for i, t in enumerate(data.get("labels", []))]
+        try:
+            return cls(features=tuple(features), tables=tuple(tables), labels=tuple(labels))
+        except SchemaError as e:
+            raise SchemaError(f"{source}: {e}") from e
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Readable JSON, one feature per line; with ``path`` also write the file."""
+        d = self.to_dict()
+        lines = ["{", f'  "format": {json.dumps(d["format"])},']
+        for key in ("tables", "features", "labels"):
+            items = d[key]
+            lines.append(f'  "{key}": [')
+            for i, item in enumerate(items):
+                comma = "," if i < len(items) - 1 else ""
+                lines.append(f"    {json.dumps(item)}{comma}")
+            lines.append("  ]," if key != "labels" else "  ]")
+        text = "\n".join(lines) + "\n}\n"
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, path_or_text: str | os.PathLike[str]) -> Schema:
+        """Load from a JSON file path or a JSON string."""
+        text = str(path_or_text)
+        source = "<string>"
+        if not text.lstrip().startswith("{"):
+            source = text
+            try:
+                text = Path(path_or_text).read_text()
+            except OSError as e:
+                raise SchemaError(f"cannot read schema file {source}: {e.strerror}") from e
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"{source}: not valid JSON: {e}") from e
+        return cls.from_dict(data, source=source)
+
+    @classmethod
+    def of(
+        cls,
+        features: Iterable[Feature],
+        *,
+        tables: Iterable[Table] = (),
+        labels: Iterable[Label | str] = (),
+    ) -> Schema:
+        """Convenience constructor; labels may be given by name."""
+        labs = tuple(lab if isinstance(lab, Label) else Label(name=lab) for lab in labels)
+        return cls(features=tuple(features), tables=tuple(tables), labels=labs)

@@ -1,0 +1,119 @@
+"""Training-step kinds shared by the tuner (`tuners`) and the profiler (`profiles`).
+
+A *step* consumes one batch the way training would. The tuner measures a pipeline
+against it and the profiler marks it in traces. Four kinds:
+
+- ``input_only``: consume the batch and do nothing else; measures the pipeline alone.
+- ``keras``: ``model.train_on_batch(features, labels)`` on a compiled Keras model.
+- ``function``: any user callable ``step(batch)``, for example a custom
+  ``strategy.run`` TPU/GPU step. It must block until the step is done (or return
+  something we can block on).
+- ``simulated``: a fixed device time per batch during which the host CPUs stay free
+  (the thread sleeps, releasing the GIL, while tf.data keeps producing). It lets the
+  accelerator regime be studied on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tfinput.errors import ConfigError
+
+__all__ = ["Step", "input_only", "keras_step", "function_step", "simulated_step", "STEP_KINDS"]
+
+STEP_KINDS = ("input_only", "keras", "function", "simulated")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Step:
+    """One training step over a batch.
+
+    Attributes:
+      kind: One of `STEP_KINDS`.
+      name: Human-readable description used in reports.
+      fn: Callable run on each batch; returns when the step has finished.
+      device_time_s: For simulated steps, the device time per batch, else None.
+    """
+
+    kind: str
+    name: str
+    fn: Callable[[Any], Any]
+    device_time_s: float | None = None
+
+    def __call__(self, batch: Any) -> Any:
+        return self.fn(batch)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description, recorded next to every measurement."""
+        out: dict[str, Any] = {"kind": self.kind, "name": self.name}
+        if self.device_time_s is not None:
+            out["device_time_s"] = self.device_time_s
+        return out
+
+
+def input_only() -> Step:
+    """A step that only consumes the batch (the pipeline's own throughput)."""
+    return Step(kind="input_only", name="input only", fn=lambda batch: None)
+
+
+def keras_step(model: Any) -> Step:
+    """A compiled Keras model trained with ``train_on_batch`` on ``(features, labels)``."""
+    if not hasattr(model, "train_on_batch"):
+        raise ConfigError(f"keras_step: expected a compiled Keras model, got {type(model).__name__}")
+
+    def run(batch: Any) -> Any:
+        features, labels = batch
+        return model.train_on_batch(features, labels)
+
+    return Step(kind="keras", name=f"keras {getattr(model, 'name', 'model')}", fn=run)
+
+
+def function_step(fn: Callable[[Any], Any], *, name: str | None = None) -> Step:
+    """A user step function. Values it returns are fetched (``numpy()``) so that an
+    asynchronous device step is finished before the next batch is requested."""
+    if not callable(fn):
+        raise ConfigError(f"function_step: expected a callable, got {type(fn).__name__}")
+
+    def run(batch: Any) -> Any:
+        out = fn(batch)
+        _block_on(out)
+        return out
+
+    return Step(kind="function", name=name or getattr(fn, "__name__", "step"), fn=run)
+
+
+def simulated_step(
+    device_time_s: float, *, sleep: Callable[[float], None] = time.sleep
+) -> Step:
+    """An accelerator step taking ``device_time_s`` per batch with the host idle.
+
+    Args:
+      device_time_s: Seconds of simulated device time per batch (for example 0.02:
+        20 ms per batch of 4096 is about 200k examples/s).
+      sleep: Injectable sleep function (tests pass a fake clock's sleep).
+    """
+    if not device_time_s > 0:
+        raise ConfigError(f"simulated_step: device_time_s must be > 0, got {device_time_s!r}")
+    return Step(
+        kind="simulated",
+        name=f"simulated accelerator {device_time_s * 1e3:g} ms/batch",
+        fn=lambda batch: sleep(device_time_s),
+        device_time_s=device_time_s,
+    )
+
+
+def _block_on(out: Any) -> None:
+    """Fetch tensors in ``out`` so an asynchronously dispatched step has completed."""
+    if out is None:
+        return
+    if isinstance(out, (list, tuple)):
+        for o in out:
+            _block_on(o)
+    elif isinstance(out, dict):
+        for o in out.values():
+            _block_on(o)
+    elif hasattr(out, "numpy"):
+        out.numpy()
