@@ -31,6 +31,8 @@ from tfinput.sources import (
     ParquetSource,
     PathsLike,
     TFRecordSource,
+    _deterministic,
+    _opt,
     _shard,
 )
 from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
@@ -163,10 +165,11 @@ class Pipeline:
                 decode(encoded), schema, batch_size=static_batch, multi_hot_format=fmt
             )
 
+        parallel = _opt(config.map_parallelism)
         ds = ds.map(
             parse,
-            num_parallel_calls=None if config.map_parallelism == 1 else config.map_parallelism,
-            deterministic=None if config.deterministic is AUTOTUNE else bool(config.deterministic),
+            num_parallel_calls=parallel,
+            deterministic=_deterministic(config) if parallel else None,
         )
         if config.prefetch != 0:
             ds = ds.prefetch(config.prefetch)

@@ -70,8 +70,13 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
 
 
 def _opt(value: int) -> int | None:
-    """tf.data argument for a knob: AUTOTUNE stays, 1 means sequential (None)."""
+    """``num_parallel_calls`` for a parallelism knob: AUTOTUNE stays, 1 means the
+    sequential op (None), which is cheaper than a parallel op with one thread."""
     return None if value == 1 else value
+
+
+def _deterministic(config: PipelineConfig) -> bool | None:
+    return None if config.deterministic is AUTOTUNE else bool(config.deterministic)
 
 
 def _shard(files: list[str], input_context: Any, what: str) -> list[str]:
@@ -185,7 +190,7 @@ class TFRecordSource:
             cycle_length=cycle,
             block_length=block,
             num_parallel_calls=_opt(parallel),
-            deterministic=_deterministic(config),
+            deterministic=_deterministic(config) if _opt(parallel) else None,
         )
         if config.cache:
             ds = ds.cache()
@@ -198,10 +203,6 @@ class TFRecordSource:
             return tf.io.parse_example(serialized, spec)
 
         return ds, decode
-
-
-def _deterministic(config: PipelineConfig) -> bool | None:
-    return None if config.deterministic is AUTOTUNE else bool(config.deterministic)
 
 
 _EXAMPLE_KIND = {"float32": "float_list", "int64": "int64_list", "string": "bytes_list"}
@@ -582,7 +583,7 @@ def _tfio_parquet(
         read,
         cycle_length=config.interleave_cycle_length,
         num_parallel_calls=_opt(config.interleave_parallelism),
-        deterministic=_deterministic(config),
+        deterministic=_deterministic(config) if _opt(config.interleave_parallelism) else None,
     )
     ds = ds.batch(batch_size, drop_remainder=config.drop_remainder)
 

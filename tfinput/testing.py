@@ -140,8 +140,19 @@ def _hex_tokens(ids: np.ndarray) -> np.ndarray:
     return np.array([f"{int(x):08x}".encode() for x in mixed], dtype=object)
 
 
-def generate(schema: Schema, rows: int, *, seed: int = 0) -> Columns:
-    """Generate ``rows`` rows for any schema, deterministically from ``seed``."""
+def generate(
+    schema: Schema, rows: int, *, seed: int = 0, max_list_len: int | None = None
+) -> Columns:
+    """Generate ``rows`` rows for any schema, deterministically from ``seed``.
+
+    Args:
+      schema: What to generate.
+      rows: Number of rows.
+      seed: Random seed.
+      max_list_len: Lists get 0 to ``max_list_len - 1`` values; by default each
+        multi-hot feature's ``max_len`` (so nothing is truncated). Set it higher to
+        produce lists that the pipeline must truncate.
+    """
     rng = np.random.default_rng(seed)
     tables = {t.name: t for t in schema.tables}
     values: dict[str, np.ndarray] = {}
@@ -158,7 +169,7 @@ def generate(schema: Schema, rows: int, *, seed: int = 0) -> Columns:
             ids = _zipf_ids(rng, rows, tables[f.table].vocabulary_size)
             values[f.source] = _hex_tokens(ids) if f.dtype == "string" else ids
         elif isinstance(f, MultiHot):
-            lens = rng.integers(0, f.max_len, rows).astype(np.int64)
+            lens = rng.integers(0, max_list_len or f.max_len, rows).astype(np.int64)
             ids = _zipf_ids(rng, int(lens.sum()), tables[f.table].vocabulary_size)
             values[f.source] = _hex_tokens(ids) if f.dtype == "string" else ids
             lengths[f.source] = lens

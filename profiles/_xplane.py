@@ -1,0 +1,235 @@
+"""Read profiler ``.xplane.pb`` files without importing TensorFlow.
+
+The XSpace schema (``tsl/profiler/protobuf/xplane.proto``) is small and stable, so it is
+declared here with protobuf's descriptor API, in a private descriptor pool: ``tfinput
+inspect`` then works on a machine that has xprof but not TensorFlow, and the messages
+never clash with TensorFlow's own ``xplane_pb2`` if both are loaded. The schema is
+declared as proto2 so that a stray non-UTF-8 byte in an event name does not reject a
+whole trace (proto3 would).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from profiles.errors import ProfileError
+
+__all__ = ["XSpaceFile", "load_xspace", "parse_xspace", "stat_value", "host_planes"]
+
+_PACKAGE = "tfinput_profiles.xplane"
+
+
+def _build_file_descriptor() -> Any:
+    from google.protobuf import descriptor_pb2
+
+    f = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="tfinput_profiles/xplane.proto", package=_PACKAGE, syntax="proto2"
+    )
+
+    def message(name: str, fields: list[tuple[str, int, int, int, str | None, int | None]]):
+        msg = fd.message_type.add(name=name)
+        for fname, number, label, ftype, type_name, oneof in fields:
+            field = msg.field.add(name=fname, number=number, label=label, type=ftype)
+            if type_name:
+                field.type_name = f".{_PACKAGE}.{type_name}"
+            if oneof is not None:
+                field.oneof_index = oneof
+        return msg
+
+    opt, rep = f.LABEL_OPTIONAL, f.LABEL_REPEATED
+    i64, u64, dbl = f.TYPE_INT64, f.TYPE_UINT64, f.TYPE_DOUBLE
+    string, bts, msgt = f.TYPE_STRING, f.TYPE_BYTES, f.TYPE_MESSAGE
+
+    message(
+        "XSpace",
+        [
+            ("planes", 1, rep, msgt, "XPlane", None),
+            ("errors", 2, rep, string, None, None),
+            ("warnings", 3, rep, string, None, None),
+            ("hostnames", 4, rep, string, None, None),
+        ],
+    )
+    plane = message(
+        "XPlane",
+        [
+            ("id", 1, opt, i64, None, None),
+            ("name", 2, opt, string, None, None),
+            ("lines", 3, rep, msgt, "XLine", None),
+            ("event_metadata", 4, rep, msgt, "XPlane.EventMetadataEntry", None),
+            ("stat_metadata", 5, rep, msgt, "XPlane.StatMetadataEntry", None),
+            ("stats", 6, rep, msgt, "XStat", None),
+        ],
+    )
+    for entry, value_type in (
+        ("EventMetadataEntry", "XEventMetadata"),
+        ("StatMetadataEntry", "XStatMetadata"),
+    ):
+        nested = plane.nested_type.add(name=entry)
+        nested.field.add(name="key", number=1, label=opt, type=i64)
+        nested.field.add(
+            name="value",
+            number=2,
+            label=opt,
+            type=msgt,
+            type_name=f".{_PACKAGE}.{value_type}",
+        )
+        nested.options.map_entry = True
+    message(
+        "XLine",
+        [
+            ("id", 1, opt, i64, None, None),
+            ("display_id", 10, opt, i64, None, None),
+            ("name", 2, opt, string, None, None),
+            ("display_name", 11, opt, string, None, None),
+            ("timestamp_ns", 3, opt, i64, None, None),
+            ("duration_ps", 9, opt, i64, None, None),
+            ("events", 4, rep, msgt, "XEvent", None),
+        ],
+    )
+    event = message(
+        "XEvent",
+        [
+            ("metadata_id", 1, opt, i64, None, None),
+            ("offset_ps", 2, opt, i64, None, 0),
+            ("num_occurrences", 5, opt, i64, None, 0),
+            ("duration_ps", 3, opt, i64, None, None),
+            ("stats", 4, rep, msgt, "XStat", None),
+        ],
+    )
+    event.oneof_decl.add(name="data")
+    stat = message(
+        "XStat",
+        [
+            ("metadata_id", 1, opt, i64, None, None),
+            ("double_value", 2, opt, dbl, None, 0),
+            ("uint64_value", 3, opt, u64, None, 0),
+            ("int64_value", 4, opt, i64, None, 0),
+            ("str_value", 5, opt, string, None, 0),
+            ("bytes_value", 6, opt, bts, None, 0),
+            ("ref_value", 7, opt, u64, None, 0),
+        ],
+    )
+    stat.oneof_decl.add(name="value")
+    message(
+        "XEventMetadata",
+        [
+            ("id", 1, opt, i64, None, None),
+            ("name", 2, opt, string, None, None),
+            ("display_name", 4, opt, string, None, None),
+            ("metadata", 3, opt, bts, None, None),
+            ("stats", 5, rep, msgt, "XStat", None),
+            ("child_id", 6, rep, i64, None, None),
+        ],
+    )
+    message(
+        "XStatMetadata",
+        [
+            ("id", 1, opt, i64, None, None),
+            ("name", 2, opt, string, None, None),
+            ("description", 3, opt, string, None, None),
+        ],
+    )
+    return fd
+
+
+@functools.cache
+def _xspace_class() -> type:
+    from google.protobuf import descriptor_pool, message_factory
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(_build_file_descriptor())
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.XSpace"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class XSpaceFile:
+    """One parsed ``<host>.xplane.pb`` file.
+
+    Attributes:
+      host: Host name, taken from the file name as xprof does (``<host>.xplane.pb``).
+      path: The file read.
+      space: The parsed ``XSpace`` message.
+    """
+
+    host: str
+    path: Path
+    space: Any
+
+
+def host_name_of(path: Path) -> str:
+    """``/a/b/worker-0.xplane.pb`` -> ``worker-0``."""
+    name = path.name
+    return name[: -len(".xplane.pb")] if name.endswith(".xplane.pb") else path.stem
+
+
+def parse_xspace(data: bytes, *, source: str = "<bytes>") -> Any:
+    """Parse serialized XSpace bytes, checking that they look like a profiler trace.
+
+    Raises:
+      ProfileError: The bytes are empty, truncated, or not an XSpace written by a profiler.
+    """
+    from google.protobuf.message import DecodeError
+
+    how = (
+        "Capture a new trace with `tfinput profile --logdir DIR ...` (or "
+        "tf.profiler.experimental.start(DIR) ... stop() around marked steps)."
+    )
+    if not data:
+        raise ProfileError(
+            f"{source}: the trace file is empty (0 bytes); the profiler was probably "
+            f"stopped before it finished writing. {how}"
+        )
+    space = _xspace_class()()
+    try:
+        space.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ProfileError(
+            f"{source}: cannot be read as a profiler trace ({len(data)} bytes): it is "
+            f"truncated or not an XSpace protobuf ({e}). {how}"
+        ) from e
+    names = [p.name for p in space.planes]
+    if not any(n.startswith(("/host:", "/device:")) for n in names):
+        raise ProfileError(
+            f"{source}: not a profiler trace: an XSpace has /host: or /device: planes, "
+            f"this file has {names or 'no planes'}. {how}"
+        )
+    return space
+
+
+def load_xspace(path: str | Path) -> XSpaceFile:
+    """Read and validate one ``.xplane.pb`` file.
+
+    Raises:
+      ProfileError: The file cannot be read, or is not a valid trace.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ProfileError(f"cannot read trace file {path}: {e.strerror}") from e
+    return XSpaceFile(host=host_name_of(path), path=path, space=parse_xspace(data, source=str(path)))
+
+
+def host_planes(space: Any) -> Iterator[Any]:
+    """The ``/host:...`` planes of an XSpace (where tf.data and step events are)."""
+    for plane in space.planes:
+        if plane.name.startswith("/host:"):
+            yield plane
+
+
+def stat_value(stat: Any, stat_names: Mapping[int, str]) -> Any:
+    """The Python value of an ``XStat`` (``ref_value`` resolved to its string)."""
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return None
+    value = getattr(stat, kind)
+    if kind == "ref_value":
+        return stat_names.get(value, "")
+    if kind == "bytes_value":
+        return bytes(value)
+    return value

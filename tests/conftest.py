@@ -1,0 +1,58 @@
+"""Shared fixtures: small real TFRecord and Parquet files written into tmp dirs."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Three logical CPU devices, so tf.distribute tests have several replicas. This must
+    # happen before TensorFlow initialises its devices, i.e. before any test runs.
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * 3
+        )
+    except RuntimeError:  # already initialised (e.g. by a plugin): tests adapt
+        pass
+
+
+ROWS = 1000
+
+
+@pytest.fixture(scope="session")
+def small_schema():
+    from tfinput import testing
+
+    return testing.small_schema()
+
+
+@pytest.fixture(scope="session")
+def small_columns(small_schema):
+    from tfinput import testing
+
+    return testing.generate(small_schema, ROWS, seed=7, max_list_len=8)
+
+
+@pytest.fixture(scope="session")
+def small_tfrecord(tmp_path_factory, small_schema, small_columns):
+    from tfinput import testing
+
+    d = tmp_path_factory.mktemp("tfrecord")
+    return testing.write_tfrecord(d, small_schema, rows=ROWS, files=4, columns=small_columns)
+
+
+@pytest.fixture(scope="session")
+def small_parquet(tmp_path_factory, small_schema, small_columns):
+    from tfinput import testing
+
+    d = tmp_path_factory.mktemp("parquet")
+    return testing.write_parquet(
+        d, small_schema, rows=ROWS, files=4, columns=small_columns, row_group_size=100
+    )

@@ -1,0 +1,68 @@
+"""Test helpers: the expected output of a pipeline, computed independently in numpy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfinput.schema import Categorical, Dense, MultiHot, Schema
+
+
+def expected_rows(cols: Any, schema: Schema) -> dict[str, dict[str, np.ndarray]]:
+    """{"dense": {name: [N,...]}, "ids": {...}, "weights": {...}} for all rows, in order."""
+    tables = {t.name: t for t in schema.tables}
+    out: dict[str, dict[str, np.ndarray]] = {"dense": {}, "ids": {}, "weights": {}}
+
+    def to_ids(values: np.ndarray, f: Any) -> np.ndarray:
+        vocab = tables[f.table].vocabulary_size
+        if f.dtype == "string":
+            return tf.strings.to_hash_bucket_fast(values.astype(bytes), vocab).numpy()
+        return values % vocab if f.out_of_range == "modulo" else values
+
+    for f in schema.features:
+        v = cols.values[f.source]
+        if isinstance(f, Dense):
+            x = v.astype(np.float64)
+            if f.clip:
+                lo, hi = f.clip
+                x = np.clip(x, lo if lo is not None else -np.inf, hi if hi is not None else np.inf)
+            if f.log1p:
+                x = np.log1p(x)
+            out["dense"][f.name] = x.astype(np.float32)
+        elif isinstance(f, Categorical):
+            out["ids"][f.name] = to_ids(v, f).astype(np.int32)
+        elif isinstance(f, MultiHot):
+            offsets = cols.offsets(f.source)
+            ids = np.zeros((cols.rows, f.max_len), np.int32)
+            w = np.zeros((cols.rows, f.max_len), np.float32)
+            flat_ids = to_ids(v, f) if v.size else v
+            wv = cols.values[f.weights] if f.weights else None
+            for r in range(cols.rows):
+                a, b = offsets[r], min(offsets[r + 1], offsets[r] + f.max_len)
+                ids[r, : b - a] = flat_ids[a:b]
+                w[r, : b - a] = wv[a:b] if wv is not None else 1.0
+            out["ids"][f.name] = ids
+            out["weights"][f.name] = w
+    return out
+
+
+def collect(dataset: tf.data.Dataset) -> dict[str, dict[str, np.ndarray]]:
+    """Concatenate every batch of a (features, labels) dataset into numpy arrays."""
+    parts: dict[str, dict[str, list[np.ndarray]]] = {}
+    labels: list[np.ndarray] = []
+    for features, label in dataset:
+        for group, values in features.items():
+            for name, t in values.items():
+                parts.setdefault(group, {}).setdefault(name, []).append(t.numpy())
+        labels.append(np.asarray(label))
+    out = {g: {n: np.concatenate(v) for n, v in d.items()} for g, d in parts.items()}
+    out["labels"] = {"label": np.concatenate(labels) if labels else np.array([])}
+    return out
+
+
+def by_row_id(got: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
+    """Reorder collected rows by the ``row_id`` dense feature."""
+    order = np.argsort(got["dense"]["row_id"], kind="stable")
+    return {g: {n: v[order] for n, v in d.items()} for g, d in got.items()}
