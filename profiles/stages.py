@@ -638,13 +638,23 @@ def rebuild_stages(
         for c, a, b in windows:
             visit(c, a, b, level + 1)
 
-    # A call that ended before the first recorded Produce event waited on an element
-    # whose production began before the profiler started (so was not traced): its
-    # wait cannot be split and would all be charged to the consuming stage. Skip it.
-    first_produce = min((ev.start for ev in prods), default=None)
+    # The profiler only records events that start after it started. A call that waited
+    # on an element whose production began before that has no traced producer, and its
+    # whole wait would be charged to the consuming stage: such calls (the first one or
+    # two of a trace) are left out of the split.
+    first_produce: dict[int, int] = {}
+    for (owner, _), children in produced.items():
+        start = min(c.start for c in children)
+        first_produce[owner] = min(first_produce.get(owner, start), start)
+
+    def explainable(ev: _Ev, level: int = 0) -> bool:
+        iid = _int(ev.stats.get("id"))
+        if iid in first_produce and ev.end <= first_produce[iid]:  # type: ignore[operator]
+            return False
+        return level > 200 or all(explainable(c, level + 1) for c in ev.children)
+
     for rid, events in list(roots.items()):
-        kept = [ev for ev in events if first_produce is None or ev.end > first_produce]
-        roots[rid] = kept or events
+        roots[rid] = [ev for ev in events if explainable(ev)] or events
         for ev in roots[rid]:
             visit(ev, ev.start, ev.end, 0)
 

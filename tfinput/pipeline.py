@@ -211,8 +211,14 @@ class Pipeline:
             for features, _ in one.build(config):
                 records += int(_batch_rows(features))
         except (tf.errors.OpError, TfinputError) as e:
-            where = f"records {records}-{records + batch_size - 1}: " if path else ""
-            return FileCheck(path=path or "<dataset>", records=records, error=where + clean_error(e))
+            message = clean_error(e)
+            parse = re.match(r"Key: (\S+?), Index: (\d+)\.\s*(.*)", message)
+            if parse:  # parse errors give the record's index within the batch
+                key, index, rest = parse.groups()
+                message = f"record {records + int(index)}: key {key!r}: {rest}"
+            elif not isinstance(e, TfinputError):
+                message = f"records {records}-{records + batch_size - 1}: {message}"
+            return FileCheck(path=path or "<dataset>", records=records, error=message)
         return FileCheck(path=path or "<dataset>", records=records)
 
     def iterate(
@@ -252,39 +258,34 @@ def _batch_rows(features: dict[str, dict[str, Any]]) -> int:
     return 0
 
 
-_ASSERT = re.compile(r"tfinput DataError: (.*?)(?:\]\s*\[|\]\s*$|$)", re.S)
+_ASSERT = re.compile(
+    r"assertion failed: \[tfinput DataError: (.*?)\](?: \[([^\]]*)\])?(?=\s*(?:\[\[|\n|$))", re.S
+)
+_NOISE = (
+    r"\{\{function_node [^}]*\}\}\s*",
+    r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ",
+    r"\s*\[\[\{\{node [^}]*\}\}\]\]",
+    r"\s*\{\{node [^}]*\}\}",
+    r"\s*\[Op:\w+\]( name: \S*)?",
+    r"Name: <unknown>, ",
+)
 
 
 def clean_error(error: BaseException) -> str:
-    """The useful sentence of a TensorFlow error (our own assert messages included)."""
+    """The useful sentence of a TensorFlow error (tfinput's own assert messages, parse
+    errors, corrupt-record errors), without TensorFlow's graph-node noise."""
     if isinstance(error, TfinputError):
         return str(error)
-    text = getattr(error, "message", None) or str(error)
-    m = re.search(r"tfinput DataError: ([^\n]*)", text)
+    text = (getattr(error, "message", None) or str(error)).replace("\\'", "'")
+    m = _ASSERT.search(text)
     if m:
-        # Assert messages look like "[msg] [value]"; keep both, drop the brackets.
-        parts = re.findall(r"\[([^\[\]]*)\]", text[m.start() - 1 :])
-        if parts:
-            head = parts[0].replace("tfinput DataError: ", "")
-            tail = " ".join(p for p in parts[1:3] if p)
-            return (head + " " + tail).strip()
-        return m.group(1).strip()
-    for pattern in (
-        r"(corrupted record at \d+)",
-        r"(truncated record at \d+)",
-        r"(Key: [^\n]*?)(?:\s*\[\[|\s*\[Op|$)",
-        r"(Feature: [^\n]*?)(?:\s*\[\[|\s*\[Op|$)",
-        r"(Name: [^\n]*?Key: [^\n]*?)(?:\s*\[\[|\s*\[Op|$)",
-    ):
-        m = re.search(pattern, text)
-        if m:
-            kind = type(error).__name__
-            msg = m.group(1).strip()
-            if "record at" in msg:
-                return f"{msg} ({kind}: the file is corrupt or truncated)"
-            return msg
-    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    return re.sub(r"\{\{function_node [^}]*\}\}\s*", "", first)
+        return " ".join(p.strip() for p in m.groups() if p).strip()
+    for pattern in _NOISE:
+        text = re.sub(pattern, "", text)
+    text = " ".join(text.split())
+    if re.search(r"(corrupted|truncated) record at \d+", text):
+        text += f" ({type(error).__name__}: the file is corrupt or truncated)"
+    return text or type(error).__name__
 
 
 def _options(config: PipelineConfig, *, sharded: bool) -> tf.data.Options:

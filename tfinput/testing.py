@@ -192,8 +192,45 @@ def _paths(directory: str | os.PathLike[str], prefix: str, files: int, ext: str)
     return [os.path.join(directory, f"{prefix}-{i:05d}-of-{files:05d}{ext}") for i in range(files)]
 
 
-def to_examples(cols: Columns, schema: Schema) -> list[bytes]:
-    """Serialize rows as ``tf.train.Example`` protos (per-row protobuf building)."""
+def wire_columns(cols: Columns) -> list[Any]:
+    """The columns as `tfinput._example_wire.WireColumn`s, in column order: integer
+    arrays become Int64Lists, object arrays of bytes BytesLists, anything else
+    FloatLists; 2-D arrays are fixed-length lists and list columns keep their lengths."""
+    from tfinput._example_wire import WireColumn, bytes_column
+
+    out = []
+    for col, v in cols.values.items():
+        lengths = cols.lengths.get(col)
+        if v.dtype.kind == "O":
+            out.append(bytes_column(col, v, row_lengths=lengths))
+        else:
+            kind = "int64" if v.dtype.kind in "iu" else "float"
+            out.append(WireColumn(key=col, kind=kind, values=v, row_lengths=lengths))
+    return out
+
+
+def to_examples(cols: Columns, schema: Schema | None = None) -> list[bytes]:
+    """Serialize rows as ``tf.train.Example`` records, vectorized with numpy.
+
+    Writes the protobuf wire format column by column (see `tfinput._example_wire`),
+    about 20x faster than building one protobuf message per row; `tf.io.parse_example`
+    parses the result exactly as it parses protobuf's own serialization.
+
+    Args:
+      cols: The rows (see `generate`).
+      schema: Unused; kept for compatibility (the columns carry their own types).
+
+    Returns:
+      One serialized ``tf.train.Example`` per row.
+    """
+    from tfinput._example_wire import encode_examples
+
+    return encode_examples(wire_columns(cols), cols.rows)
+
+
+def _to_examples_protobuf(cols: Columns, schema: Schema | None = None) -> list[bytes]:
+    """Reference encoder: one ``tf.train.Example`` built per row with the protobuf API
+    (about 36 µs per Criteo-like row). `to_examples` must parse identically."""
     from tensorflow.core.example import example_pb2
 
     float_cols, int_cols, bytes_cols = [], [], []
