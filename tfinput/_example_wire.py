@@ -133,11 +133,17 @@ def _pad(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 def _concat(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise concatenation of padded pieces: flat bytes and per-row lengths."""
-    blocks = [b for b, _ in pieces]
-    stacked = np.concatenate(blocks, axis=1) if len(blocks) > 1 else blocks[0]
-    masks = [np.arange(b.shape[1])[None, :] < n[:, None] for b, n in pieces]
-    mask = np.concatenate(masks, axis=1) if len(masks) > 1 else masks[0]
-    lengths = np.sum([n for _, n in pieces], axis=0).astype(np.int64)
+    rows = pieces[0][1].shape[0]
+    stacked = np.concatenate([b for b, _ in pieces], axis=1)
+    mask = np.ones(stacked.shape, dtype=bool)
+    lengths = np.zeros(rows, dtype=np.int64)
+    at = 0
+    for block, n in pieces:
+        width = block.shape[1]
+        if width and int(n.min()) < width:
+            mask[:, at : at + width] = np.arange(width)[None, :] < n[:, None]
+        lengths += n
+        at += width
     return stacked[mask], lengths
 
 
@@ -202,7 +208,6 @@ def _header(key: bytes, kind: str, packed: bool, payload_len: int) -> bytes:
     feature_len = len(feature) + payload_len
     entry = bytes([_LEN1]) + _varint_bytes(len(key)) + key + bytes([_LEN2])
     entry += _varint_bytes(feature_len) + feature
-    entry_len = len(entry) + payload_len - 1 - len(_varint_bytes(feature_len)) - len(feature)
     entry_len = len(entry) + payload_len
     return bytes([_LEN1]) + _varint_bytes(entry_len) + entry
 
@@ -212,20 +217,23 @@ def _column_pieces(col: WireColumn, rows: int) -> tuple[list, np.ndarray]:
     present = None if col.present is None else np.asarray(col.present, dtype=bool)
     payload, payload_len, packed = _payload(col, rows)
     key = col.key.encode()
-    top = int(payload_len.max())
-    # The header depends only on the body's length: look it up in a table of every
-    # length up to the longest body (bodies are short: one value or a short list).
-    table_rows = [_header(key, col.kind, packed, n) for n in range(top + 1)]
-    head_lens = np.array([len(h) for h in table_rows], dtype=np.int64)
-    table = np.zeros((top + 1, int(head_lens.max())), dtype=np.uint8)
-    for n, h in enumerate(table_rows):
-        table[n, : len(h)] = np.frombuffer(h, dtype=np.uint8)
-    lo = int(payload_len.min())
-    if lo == top:
-        head = np.broadcast_to(table[top], (rows, table.shape[1]))
+    # The header depends only on the body's length: build it once per distinct length
+    # and look it up (bodies are short: one value or a short list).
+    lo, top = int(payload_len.min()), int(payload_len.max())
+    if top - lo <= 4096:
+        lengths, index = np.arange(lo, top + 1), payload_len - lo
     else:
-        head = table[payload_len]
-    head_len = _gate(head_lens[payload_len], present)
+        lengths, index = np.unique(payload_len, return_inverse=True)
+    headers = [_header(key, col.kind, packed, int(n)) for n in lengths]
+    head_lens = np.array([len(h) for h in headers], dtype=np.int64)
+    table = np.zeros((len(headers), int(head_lens.max())), dtype=np.uint8)
+    for i, h in enumerate(headers):
+        table[i, : len(h)] = np.frombuffer(h, dtype=np.uint8)
+    if lo == top:
+        head = np.broadcast_to(table[0], (rows, table.shape[1]))
+    else:
+        head = table[index]
+    head_len = _gate(head_lens[index], present)
     pieces = [(head, head_len), (payload, _gate(payload_len, present))]
     return pieces, head_len + _gate(payload_len, present)
 

@@ -19,7 +19,10 @@ __all__ = ["main", "build_parser"]
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped or captured output gets a wide, stable layout instead of 80 columns.
+    width = None if stream.isatty() else 160
+    return Console(stderr=stderr, highlight=False, width=width)
 
 
 def _fail(message: str) -> int:

@@ -1,0 +1,81 @@
+"""`PipelineConfig`: validation messages, presets, JSON round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfinput.config import AUTOTUNE, PipelineConfig, knob_names
+from tfinput.errors import ConfigError
+
+
+def test_every_knob_is_present():
+    assert knob_names() == [
+        "batch_size", "drop_remainder", "interleave_cycle_length", "interleave_block_length",
+        "interleave_parallelism", "map_parallelism", "prefetch", "shuffle_buffer",
+        "shuffle_seed", "private_threadpool_size", "max_intra_op_parallelism",
+        "deterministic", "cache", "autotune_ram_budget",
+    ]
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"batch_size": 0}, "batch_size: expected >= 1, got 0"),
+        ({"batch_size": AUTOTUNE}, "batch_size: expected >= 1, got -1"),
+        ({"map_parallelism": 0}, "map_parallelism: expected >= 1 or AUTOTUNE"),
+        ({"prefetch": -3}, "prefetch: expected >= 0 or AUTOTUNE"),
+        ({"map_parallelism": 2.5}, "map_parallelism: expected an int or AUTOTUNE, got 2.5"),
+        ({"cache": "yes"}, "cache: expected true or false"),
+        ({"deterministic": 3}, "deterministic: expected true, false or AUTOTUNE"),
+        ({"interleave_cycle_length": True}, "interleave_cycle_length: expected an int"),
+    ],
+    ids=lambda v: str(v)[:30],
+)
+def test_validation_names_the_field(changes, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        PipelineConfig(**changes)
+
+
+def test_json_round_trip_with_autotune(tmp_path):
+    config = PipelineConfig(map_parallelism=3, prefetch=AUTOTUNE, deterministic=False, cache=True)
+    data = config.to_dict()
+    assert data["prefetch"] == "autotune" and data["map_parallelism"] == 3
+    assert PipelineConfig.from_dict(json.loads(json.dumps(data))) == config
+    path = tmp_path / "c.json"
+    config.to_json(path, fingerprint={"cpu_count": 2})
+    assert PipelineConfig.from_json(path) == config
+    assert json.loads(path.read_text())["fingerprint"] == {"cpu_count": 2}
+
+
+def test_unknown_knob_in_json():
+    with pytest.raises(ConfigError, match=r"unknown knob\(s\) \['parallelism'\]"):
+        PipelineConfig.from_dict({"parallelism": 3})
+
+
+def test_presets():
+    naive = PipelineConfig.naive()
+    assert naive.map_parallelism == 1 and naive.prefetch == 0
+    heuristic = PipelineConfig.heuristic(cpu_count=8)
+    assert heuristic.map_parallelism == 8 and heuristic.prefetch == 2
+    auto = PipelineConfig.autotune()
+    assert auto.map_parallelism == AUTOTUNE and auto.interleave_cycle_length == AUTOTUNE
+    assert PipelineConfig.preset("naive", batch_size=64).batch_size == 64
+    with pytest.raises(ConfigError, match="unknown preset 'fast'"):
+        PipelineConfig.preset("fast")
+
+
+def test_replace_validates():
+    with pytest.raises(ConfigError, match="no knob"):
+        PipelineConfig().replace(speed=3)
+    assert PipelineConfig().replace(prefetch=4).prefetch == 4
+
+
+def test_from_json_bad_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        PipelineConfig.from_json(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        PipelineConfig.from_json(bad)

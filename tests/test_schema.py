@@ -1,0 +1,71 @@
+"""The schema: kinds, validation messages, readable JSON round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfinput import testing
+from tfinput.errors import SchemaError
+from tfinput.schema import MAX_INT32_VOCAB, Categorical, Dense, MultiHot, Schema, Table
+
+
+def test_json_round_trip_is_readable_and_hand_editable(tmp_path):
+    schema = testing.small_schema()
+    path = tmp_path / "schema.json"
+    text = schema.to_json(path)
+    assert Schema.from_json(path) == schema
+    assert Schema.from_json(text) == schema
+    # one feature per line, defaults omitted
+    assert '{"kind": "categorical", "name": "user_id", "table": "user"}' in text
+    # a hand edit: raise max_len, add a feature sharing a table
+    data = json.loads(text)
+    data["features"][6]["max_len"] = 9
+    data["features"].append({"kind": "categorical", "name": "next_item", "table": "items"})
+    edited = Schema.from_dict(data)
+    assert edited.feature("history").max_len == 9
+    assert {f.name for f in edited.categorical if f.table == "items"} == {
+        "last_item", "history", "next_item"}
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: Table(name="t", vocabulary_size=MAX_INT32_VOCAB + 1, dim=4),
+         "vocabulary_size: expected an int <= 2147483647"),
+        (lambda: Table(name="t", vocabulary_size=10, dim=4, combiner="max"),
+         "combiner: expected one of"),
+        (lambda: MultiHot(name="m", table="t", max_len=0), "max_len: expected an int >= 1"),
+        (lambda: Categorical(name="c", table="t", dtype="float32"), "dtype: expected one of"),
+        (lambda: Categorical(name="c", table="t", default="x"), "default: expected an int"),
+        (lambda: Categorical(name="c", table="t", default=-1), "non-negative"),
+        (lambda: Dense(name="d", default=float("nan")), "default: expected a finite number"),
+        (lambda: Dense(name="d", clip=(3, 1)), "clip: expected low <= high"),
+        (lambda: Schema(features=(Categorical(name="c", table="nope"),)),
+         "uses table 'nope', which is not defined"),
+        (lambda: Schema(features=(Dense(name="a"), Dense(name="a"))), "duplicate"),
+        (lambda: Schema(features=()), "no features"),
+    ],
+    ids=["vocab-int32", "combiner", "max_len", "dtype", "default-type", "default-negative",
+         "nan-default", "clip", "missing-table", "duplicate", "empty"],
+)
+def test_validation_messages(build, message):
+    with pytest.raises(SchemaError, match=message):
+        build()
+
+
+def test_from_dict_errors_name_the_place():
+    with pytest.raises(SchemaError, match=r"features\[0\]: kind must be one of"):
+        Schema.from_dict({"features": [{"kind": "sparse", "name": "x"}]})
+    with pytest.raises(SchemaError, match=r"features\[0\] \(x\): unknown keys \['maxlen'\]"):
+        Schema.from_dict({"features": [{"kind": "dense", "name": "x", "maxlen": 3}]})
+    with pytest.raises(SchemaError, match="format 'other/2' is not supported"):
+        Schema.from_dict({"format": "other/2", "features": []})
+
+
+def test_columns_and_views():
+    schema = testing.small_schema()
+    assert "history_w" in schema.columns() and schema.columns()[-1] == "label"
+    assert [f.name for f in schema.multi_hot] == ["history", "tags"]
+    assert len(schema.dense) == 3
