@@ -18,7 +18,7 @@ from typing import Any
 
 from profiles.errors import ProfileError
 
-__all__ = ["XSpaceFile", "load_xspace", "parse_xspace", "stat_value", "host_planes"]
+__all__ = ["XSpaceFile", "host_planes", "load_xspace", "parse_xspace", "stat_value"]
 
 _PACKAGE = "tfinput_profiles.xplane"
 
@@ -212,7 +212,9 @@ def load_xspace(path: str | Path) -> XSpaceFile:
         data = path.read_bytes()
     except OSError as e:
         raise ProfileError(f"cannot read trace file {path}: {e.strerror}") from e
-    return XSpaceFile(host=host_name_of(path), path=path, space=parse_xspace(data, source=str(path)))
+    return XSpaceFile(
+        host=host_name_of(path), path=path, space=parse_xspace(data, source=str(path))
+    )
 
 
 def host_planes(space: Any) -> Iterator[Any]:

@@ -34,23 +34,23 @@ from profiles.errors import ProfileError, XprofLayoutError
 from profiles.stages import SLOW_CALL_US, Bottleneck, PipelineStages, rebuild_stages
 
 __all__ = [
-    "TESTED_XPROF",
-    "EXPECTED_COLUMNS",
     "CAPTURE_METADATA",
+    "EXPECTED_COLUMNS",
+    "TESTED_XPROF",
+    "Comparison",
+    "InputOp",
+    "ProfileAnalysis",
     "Spread",
     "StepTime",
-    "InputOp",
     "TraceRun",
-    "ProfileAnalysis",
-    "Comparison",
     "analyze",
-    "compare",
-    "find_trace",
-    "xprof_version",
-    "xprof_tables",
     "check_layout",
+    "compare",
     "find_table",
+    "find_trace",
     "version_in_range",
+    "xprof_tables",
+    "xprof_version",
 ]
 
 #: The xprof releases whose table layout this module is tested against. Keep in step
@@ -290,6 +290,11 @@ class ProfileAnalysis:
     capture: Mapping[str, Any] | None = None
 
     @property
+    def is_complete(self) -> bool:
+        """True when there are analysed steps and rebuilt tf.data stages."""
+        return bool(self.steps) and bool(self.pipelines)
+
+    @property
     def main_pipeline(self) -> PipelineStages | None:
         """The input pipeline the training loop waited on longest (any host)."""
         return max(self.pipelines, key=lambda p: p.input_ms, default=None)
@@ -306,6 +311,7 @@ class ProfileAnalysis:
             {
                 **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
                 "bottleneck": self.bottleneck,
+                "is_complete": self.is_complete,
                 "tested_xprof": TESTED_XPROF,
             }
         )
@@ -583,7 +589,7 @@ def _rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append(
             {
                 cid: (cell.get("v") if isinstance(cell, Mapping) else None)
-                for cid, cell in zip(ids, cells)
+                for cid, cell in zip(ids, cells, strict=False)
             }
         )
     return out
@@ -752,7 +758,9 @@ def analyze(
         )
         host_compute = sum(s.host_compute_ms for s in steps) / len(steps)
         has_device = hardware not in ("", "CPU_ONLY", "UNKNOWN_HARDWARE")
-        device_compute = sum(s.device_compute_ms for s in steps) / len(steps) if has_device else None
+        device_compute = (
+            sum(s.device_compute_ms for s in steps) / len(steps) if has_device else None
+        )
     else:
         step_time = input_wait = None
         host_compute = device_compute = None
@@ -821,9 +829,7 @@ def compare(
     """
     a = before if isinstance(before, ProfileAnalysis) else analyze(before)
     b = after if isinstance(after, ProfileAnalysis) else analyze(after)
-    wait = (
-        b.input_wait.average - a.input_wait.average if a.input_wait and b.input_wait else None
-    )
+    wait = b.input_wait.average - a.input_wait.average if a.input_wait and b.input_wait else None
     ratio = (
         b.step_time_ms.average / a.step_time_ms.average
         if a.step_time_ms and b.step_time_ms and a.step_time_ms.average > 0

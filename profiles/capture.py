@@ -128,8 +128,7 @@ def _as_step(step: Any) -> Any:
     if callable(step):
         return steps.function_step(step)
     raise ConfigError(
-        f"capture: step must be a tfinput.steps.Step, a callable or None, got "
-        f"{type(step).__name__}"
+        f"capture: step must be a tfinput.steps.Step, a callable or None, got {type(step).__name__}"
     )
 
 
@@ -197,7 +196,11 @@ def capture(
     """
     import tensorflow as tf
 
-    cfg = (config or CaptureConfig()).replace(**overrides) if overrides else (config or CaptureConfig())
+    cfg = (
+        (config or CaptureConfig()).replace(**overrides)
+        if overrides
+        else (config or CaptureConfig())
+    )
     the_step = _as_step(step)
     dataset = _as_iterable(pipeline)
     logdir = Path(logdir)
@@ -219,7 +222,7 @@ def capture(
     started = datetime.datetime.now(datetime.timezone.utc)
     try:
         tf.profiler.experimental.start(str(logdir))
-    except Exception as e:  # noqa: BLE001 - TF raises several error types here
+    except Exception as e:  # TF raises several error types here
         raise ProfileError(
             f"cannot start the profiler ({type(e).__name__}: {e}); is another profiler "
             "session running in this process? Stop it with tf.profiler.experimental.stop()"

@@ -41,11 +41,11 @@ from profiles._xplane import host_planes, stat_value
 
 __all__ = [
     "SLOW_CALL_US",
-    "Stage",
     "Bottleneck",
     "PipelineStages",
-    "rebuild_stages",
+    "Stage",
     "advise",
+    "rebuild_stages",
 ]
 
 #: A call slower than this made the consumer wait; xprof's own threshold for a "slow"
@@ -358,7 +358,7 @@ def advise(
 
 # ----------------------------------------------------------------- event assembly
 class _Ev:
-    __slots__ = ("cls", "name", "start", "end", "stats", "parent", "children", "linked")
+    __slots__ = ("children", "cls", "end", "linked", "name", "parent", "start", "stats")
 
     def __init__(self, cls: int, name: str, start: int, end: int, stats: dict[str, Any]):
         self.cls = cls
@@ -601,8 +601,9 @@ def rebuild_stages(
         acc.calls += 1
         acc.wall_ps += dur
         covered = _union_overlap(
-            (max(c.start, ev.start), min(c.end, ev.end)) for c in ev.children if c.end > ev.start
-            and c.start < ev.end
+            (max(c.start, ev.start), min(c.end, ev.end))
+            for c in ev.children
+            if c.end > ev.start and c.start < ev.end
         )
         acc.busy_ps += dur - covered
         params = {
@@ -696,10 +697,7 @@ def rebuild_stages(
 
     return tuple(
         sorted(
-            (
-                _assemble(host, root_id, events, accs, slow_ps)
-                for root_id, events in roots.items()
-            ),
+            (_assemble(host, root_id, events, accs, slow_ps) for root_id, events in roots.items()),
             key=lambda p: -p.input_ms,
         )
     )
@@ -728,9 +726,7 @@ def _assemble(
             if up in params_of:
                 enclosing.append((_kind_of(up), params_of[up]))
             up = _parent_path(up)
-        knobs, _, advice_text = advise(
-            kind, acc.params, enclosing=enclosing, cpu_budget=cpu_budget
-        )
+        knobs, _, advice_text = advise(kind, acc.params, enclosing=enclosing, cpu_budget=cpu_budget)
         fn_ps = sum(acc.ops.values())
         stages.append(
             Stage(

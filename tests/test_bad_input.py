@@ -137,7 +137,7 @@ def test_log1p_of_negative_values_asks_for_clipping(tmp_path):
     schema = Schema(features=(Dense(name="x", log1p=True),), labels=(Label(name="label"),))
     f = write_examples(tmp_path / "neg.tfrecord", [{"x": ("float", [-3.0]),
                                                     "label": ("float", [0.0])}])
-    with pytest.raises(DataError, match=r"feature 'x': log1p needs values > -1; set clip"):
+    with pytest.raises(DataError, match=r"feature 'x': log1p needs values > -1; set \"clip\": \[0, null\]"):
         drain(tfinput.tfrecord([f], schema), PipelineConfig(batch_size=1))
 
 

@@ -276,7 +276,8 @@ def clean_error(error: BaseException) -> str:
     errors, corrupt-record errors), without TensorFlow's graph-node noise."""
     if isinstance(error, TfinputError):
         return str(error)
-    text = (getattr(error, "message", None) or str(error)).replace("\\'", "'")
+    text = getattr(error, "message", None) or str(error)
+    text = text.replace("\\'", "'").replace('\\"', '"')
     m = _ASSERT.search(text)
     if m:
         return " ".join(p.strip() for p in m.groups() if p).strip()

@@ -23,6 +23,7 @@ All checks are vectorized asserts whose messages name the feature and the value 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -56,52 +57,99 @@ def parse_spec(schema: Schema) -> dict[str, Any]:
     return spec
 
 
-def _checked(value: tf.Tensor, cond: tf.Tensor, message: list[Any]) -> tf.Tensor:
-    """``value`` with a data dependency on ``Assert(cond, message)``."""
-    with tf.control_dependencies([tf.debugging.Assert(cond, message, summarize=8)]):
-        return tf.identity(value)
+def _guard(ok: tf.Tensor, explain: Callable[[], tf.Tensor]) -> tf.Tensor:
+    """Fail with ``explain()`` unless ``ok``. The message is only computed on failure,
+    so a passing check costs one scalar ``cond``."""
+
+    def fail() -> tf.Tensor:
+        message = tf.strings.join(["tfinput DataError: ", explain()])
+        with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
+            return tf.constant(False)
+
+    return tf.cond(ok, lambda: tf.constant(True), fail)
+
+
+def _s(x: tf.Tensor) -> tf.Tensor:
+    return tf.strings.as_string(x)
+
+
+def _check_ids(checks: list[tuple[Categorical | MultiHot, tf.Tensor]], tables: dict) -> list:
+    """One vectorized range check over every int64 id feature.
+
+    Single ids are stacked into one ``[B, k]`` matrix (one min and one max for all of
+    them); each multi-hot feature adds the min and max of its flat values.
+    """
+    if not checks:
+        return []
+    singles = [(f, v) for f, v in checks if isinstance(f, Categorical)]
+    lists = [(f, v) for f, v in checks if isinstance(f, MultiHot)]
+    los, his, order = [], [], []
+    if singles:
+        stacked = tf.stack([v for _, v in singles], axis=1)
+        los.append(tf.reduce_min(stacked, axis=0))
+        his.append(tf.reduce_max(stacked, axis=0))
+        order += [f for f, _ in singles]
+    for f, v in lists:
+        # On an empty tensor reduce_min/max give int64 max/min, which pass both checks.
+        los.append(tf.reshape(tf.reduce_min(v), [1]))
+        his.append(tf.reshape(tf.reduce_max(v), [1]))
+        order.append(f)
+    lo = tf.concat(los, 0) if len(los) > 1 else los[0]
+    hi = tf.concat(his, 0) if len(his) > 1 else his[0]
+    vocab = tf.constant([tables[f.table].vocabulary_size for f in order], tf.int64)
+    strict = tf.constant([f.out_of_range == "error" for f in order])
+    negative = lo < 0
+    too_big = tf.logical_and(strict, hi >= vocab)
+    bad = tf.logical_or(negative, too_big)
+    names = tf.constant([f.name for f in order])
+    table_names = tf.constant([f.table for f in order])
+
+    def explain() -> tf.Tensor:
+        i = tf.argmax(tf.cast(bad, tf.int32))
+        prefix = ["feature '", names[i], "': "]
+        bounds = ["expected ids in [0, ", _s(vocab[i]), ") (table '", table_names[i], "')"]
+        neg = tf.strings.join(prefix + ["negative id; "] + bounds + [
+            ". Smallest id found: ", _s(lo[i])])
+        big = tf.strings.join(prefix + ["id out of range; "] + bounds + [
+            ", or set out_of_range='modulo'. Largest id found: ", _s(hi[i])])
+        return tf.where(negative[i], neg, big)
+
+    return [_guard(tf.logical_not(tf.reduce_any(bad)), explain)]
+
+
+def _check_dense(checks: list[tuple[Dense, tf.Tensor]]) -> list:
+    """One vectorized finiteness check over every dense feature."""
+    if not checks:
+        return []
+    columns = [tf.reshape(v, [tf.shape(v)[0], -1]) for _, v in checks]
+    widths = [f.length or 1 for f, _ in checks]
+    finite = tf.math.is_finite(tf.concat(columns, axis=1) if len(columns) > 1 else columns[0])
+    owner = tf.constant([f.name for f, w in zip((f for f, _ in checks), widths) for _ in range(w)])
+
+    def explain() -> tf.Tensor:
+        col = tf.argmax(tf.cast(tf.logical_not(tf.reduce_all(finite, axis=0)), tf.int32))
+        return tf.strings.join([
+            "feature '", owner[col], "': NaN or inf in a dense feature; expected finite "
+            "numbers (write missing values as absent, not NaN)"])
+
+    return [_guard(tf.reduce_all(finite), explain)]
 
 
 def _to_ids(values: tf.Tensor, feature: Categorical | MultiHot, vocab: int) -> tf.Tensor:
-    """Map raw values (int64 or string, any shape) to int32 ids in ``[0, vocab)``."""
-    name = feature.name
+    """Map raw values (int64 or string, any shape) to int32 ids in ``[0, vocab)``.
+    Int ids are range-checked separately (`_check_ids`)."""
     if feature.dtype == "string":
         # FarmHash fingerprint modulo vocab: identical in training and serving graphs.
         ids = tf.strings.to_hash_bucket_fast(values, vocab)
+    elif feature.out_of_range == "modulo":
+        ids = tf.math.floormod(values, vocab)
     else:
-        values = tf.cast(values, tf.int64)
-        # On an empty tensor reduce_min/max give int64 max/min, which pass both checks.
-        lo = tf.reduce_min(values)
-        hi = tf.reduce_max(values)
-        values = _checked(
-            values,
-            lo >= 0,
-            [f"tfinput DataError: feature '{name}': negative id; expected ids in "
-             f"[0, {vocab}). Smallest id found:", lo],
-        )
-        if feature.out_of_range == "error":
-            values = _checked(
-                values,
-                hi < vocab,
-                [f"tfinput DataError: feature '{name}': id out of range; expected ids in "
-                 f"[0, {vocab}) (table '{feature.table}'), or set out_of_range='modulo'. "
-                 "Largest id found:", hi],
-            )
-            ids = values
-        else:
-            ids = tf.math.floormod(values, vocab)
+        ids = values
     # vocab <= 2**31 - 1 is enforced by Table, so the cast is exact.
     return tf.cast(ids, tf.int32)
 
 
-def _dense(x: tf.Tensor, f: Dense) -> tf.Tensor:
-    x = tf.cast(x, tf.float32)
-    x = _checked(
-        x,
-        tf.reduce_all(tf.math.is_finite(x)),
-        [f"tfinput DataError: feature '{f.name}': NaN or inf in a dense feature; "
-         "expected finite numbers (write missing values as absent, not NaN)"],
-    )
+def _dense(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
     if f.clip is not None:
         lo, hi = f.clip
         if lo is not None:
@@ -109,12 +157,12 @@ def _dense(x: tf.Tensor, f: Dense) -> tf.Tensor:
         if hi is not None:
             x = tf.minimum(x, hi)
     if f.log1p:
-        x = _checked(
-            x,
-            tf.reduce_all(x > -1.0),
-            [f"tfinput DataError: feature '{f.name}': log1p needs values > -1; set "
-             "clip=[0, null] in the schema. Smallest value found:", tf.reduce_min(x)],
-        )
+        low = f.clip[0] if f.clip is not None else None
+        if low is None or low <= -1:  # only then can log1p see a value <= -1
+            smallest = tf.reduce_min(x)
+            guards.append(_guard(smallest > -1.0, lambda f=f, smallest=smallest: tf.strings.join([
+                f"feature '{f.name}': log1p needs values > -1; set \"clip\": [0, null] in "
+                "the schema. Smallest value found: ", _s(smallest)])))
         x = tf.math.log1p(x)
     return x
 
@@ -127,18 +175,7 @@ def _multi_hot(
     batch: int | None,
     fmt: str,
 ) -> tuple[Any, Any]:
-    if weights is not None:
-        same = tf.reduce_all(tf.equal(ids.row_lengths(), weights.row_lengths()))
-        weights = weights.with_values(
-            _checked(
-                weights.values,
-                same,
-                [f"tfinput DataError: feature '{f.name}': weights column '{f.weights}' has "
-                 "a different number of values than the ids in some row"],
-            )
-        )
-        weights = weights[:, : f.max_len]
-    ids = ids[:, : f.max_len]
+    """Ids and weights (already truncated to ``max_len``) in the output format."""
     ids = ids.with_values(_to_ids(ids.values, f, vocab))
     if weights is None:
         weights = tf.ones_like(ids, dtype=tf.float32)
@@ -177,23 +214,45 @@ def transform_batch(
     dense: dict[str, Any] = {}
     ids: dict[str, Any] = {}
     weights: dict[str, Any] = {}
+    guards: list[tf.Tensor] = []
+    dense_checks: list[tuple[Dense, tf.Tensor]] = []
+    id_checks: list[tuple[Categorical | MultiHot, tf.Tensor]] = []
     for f in schema.features:
         if isinstance(f, Dense):
-            dense[f.name] = _dense(raw[f.source], f)
+            x = tf.cast(raw[f.source], tf.float32)
+            dense_checks.append((f, x))
+            dense[f.name] = _dense(x, f, guards)
         elif isinstance(f, Categorical):
-            ids[f.name] = _to_ids(raw[f.source], f, tables[f.table].vocabulary_size)
+            value = raw[f.source]
+            if f.dtype == "int64":
+                id_checks.append((f, value))
+            ids[f.name] = _to_ids(value, f, tables[f.table].vocabulary_size)
         else:
-            w = raw.get(f.weights) if f.weights else None
+            value = raw[f.source]
+            w = raw[f.weights] if f.weights else None
+            if w is not None:
+                same = tf.reduce_all(tf.equal(value.row_lengths(), w.row_lengths()))
+                guards.append(_guard(same, lambda f=f: tf.constant(
+                    f"feature '{f.name}': weights column '{f.weights}' has a different "
+                    "number of values than the ids in some row")))
+                w = w[:, : f.max_len]
+            value = value[:, : f.max_len]  # longer lists keep their first max_len ids
+            if f.dtype == "int64":
+                id_checks.append((f, value.values))
             ids[f.name], weights[f.name] = _multi_hot(
-                raw[f.source], w, f, tables[f.table].vocabulary_size, batch_size,
-                multi_hot_format,
+                value, w, f, tables[f.table].vocabulary_size, batch_size, multi_hot_format
             )
-    features: dict[str, dict[str, Any]] = {"dense": dense, "ids": ids, "weights": weights}
+    guards += _check_dense(dense_checks) + _check_ids(id_checks, tables)
     labels = {lab.name: tf.cast(raw[lab.source], tf.float32) for lab in schema.labels}
+    with tf.control_dependencies(guards):
+        # Outputs depend on every check, so no batch leaves before it passed.
+        dense, ids, weights, labels = tf.nest.map_structure(
+            tf.identity, (dense, ids, weights, labels), expand_composites=True)
+    features: dict[str, dict[str, Any]] = {"dense": dense, "ids": ids, "weights": weights}
     if batch_size is not None:
         for group in (dense, ids, weights, labels):
             for key, value in group.items():
-                if isinstance(value, tf.Tensor):
+                if isinstance(value, tf.Tensor) and not value.shape.is_fully_defined():
                     shape = [batch_size] + value.shape.as_list()[1:]
                     group[key] = tf.ensure_shape(value, shape)
     out_labels: Any = labels

@@ -1,0 +1,312 @@
+"""The ``tfinput profile`` and ``tfinput inspect`` subcommands.
+
+`add_subcommands` registers both on the ``tfinput`` argument parser. Each handler
+parses its arguments, calls the library and returns an exit code, as the other
+``tfinput`` commands do: 0 for a complete analysis; 1 when a report was printed but
+the trace lacks something essential (no step markers, no tf.data events: the
+diagnostics say how to capture it); 2 for bad usage or input that cannot be analysed
+at all (no trace, truncated or foreign file, pipeline that runs out), with a message
+on stderr and never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import inspect as _inspect
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tfinput.errors import ConfigError, TfinputError
+
+__all__ = ["add_subcommands", "resolve_pipeline", "run_inspect", "run_profile"]
+
+STEP_CHOICES = ("input_only", "simulated", "keras")
+
+
+def add_subcommands(subparsers: Any) -> None:
+    """Register ``profile`` and ``inspect`` on an argparse subparsers object.
+
+    Args:
+      subparsers: What ``ArgumentParser.add_subparsers()`` returned. Each subcommand
+        sets ``func`` (``args -> exit code``) with ``set_defaults``.
+    """
+    p = subparsers.add_parser(
+        "profile",
+        help="profile a pipeline feeding a training step and find its bottleneck",
+        description=(
+            "Run a pipeline with a training step for a warm-up, profile N marked steps, "
+            "write a TensorBoard profile log directory and analyse it."
+        ),
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--pipeline",
+        metavar="MODULE:FUNCTION",
+        help="callable returning a tf.data.Dataset or an object with .build(config) "
+        "(MODULE may be a dotted module or a path to a .py file)",
+    )
+    source.add_argument("--demo", action="store_true", help="profile the built-in demo pipeline")
+    p.add_argument("--config", metavar="PATH", help="PipelineConfig JSON passed to the pipeline")
+    p.add_argument("--logdir", default="runs/profile", help="log directory (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=10, help="profiled steps (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up steps (default: %(default)s)")
+    p.add_argument("--step", choices=STEP_CHOICES, default="input_only", help="training step kind")
+    p.add_argument(
+        "--device-time-ms",
+        type=float,
+        default=None,
+        metavar="X",
+        help="device time per batch of the simulated step (with --step simulated)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="MODULE:FUNCTION",
+        help="callable returning a compiled Keras model (with --step keras; default: a "
+        "tiny built-in model over the dense features)",
+    )
+    p.add_argument("--no-analyze", action="store_true", help="only capture the trace")
+    _output_args(p)
+    p.set_defaults(func=run_profile)
+
+    i = subparsers.add_parser(
+        "inspect",
+        help="analyse a profile log directory (step breakdown, input wait, stages)",
+        description=(
+            "Read the .xplane.pb traces of a log directory with xprof's offline "
+            "converters, rebuild the tf.data stages and name the bottleneck."
+        ),
+    )
+    i.add_argument("logdir", nargs="?", metavar="LOGDIR", help="log directory, run or file")
+    i.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("LOGDIR_A", "LOGDIR_B"),
+        help="show two runs side by side (before, after)",
+    )
+    i.add_argument("--run", help="profile run to analyse when LOGDIR holds several")
+    i.add_argument("--host", help="analyse only this host")
+    i.add_argument("--top", type=int, default=8, help="stages shown (default: %(default)s)")
+    _output_args(i)
+    i.set_defaults(func=run_inspect)
+
+
+def _output_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a report")
+    parser.add_argument("--html", metavar="PATH", help="also write an HTML report with charts")
+
+
+# ------------------------------------------------------------------ resolution
+@contextlib.contextmanager
+def _cwd_on_path() -> Iterator[None]:
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _load_object(spec: str, what: str) -> Any:
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{what}: expected MODULE:FUNCTION, got {spec!r}")
+    try:
+        if module_name.endswith(".py") or os.sep in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                raise ConfigError(f"{what}: no file {path}")
+            mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if mod_spec is None or mod_spec.loader is None:
+                raise ConfigError(f"{what}: cannot load {path}")
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
+        else:
+            with _cwd_on_path():
+                module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"{what}: cannot import {module_name!r}: {e}") from e
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{what}: {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _accepts_argument(fn: Callable[..., Any]) -> bool:
+    try:
+        params = _inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )
+
+
+def resolve_pipeline(spec: str, config: Any = None) -> Any:
+    """Build the dataset named by ``--pipeline MODULE:FUNCTION``.
+
+    The object may be a ``tf.data.Dataset``, an object with ``.build(config)`` (a
+    `tfinput.Pipeline`), or a callable returning either; a callable taking an argument
+    receives the `PipelineConfig` (``--config``), a zero-argument one is called as is.
+
+    Raises:
+      ConfigError: The object cannot be found or does not give a dataset.
+    """
+    obj = _load_object(spec, "--pipeline")
+
+    def default_config() -> Any:
+        if config is not None:
+            return config
+        from tfinput.config import PipelineConfig
+
+        return PipelineConfig()
+
+    if hasattr(obj, "build") and not isinstance(obj, type):
+        obj = obj.build(default_config())
+    elif callable(obj) and not hasattr(obj, "element_spec"):
+        if _accepts_argument(obj):
+            obj = obj(config) if config is not None else obj()
+        elif config is not None:
+            raise ConfigError(
+                f"--config was given but {spec} takes no argument to receive it; make it "
+                "accept a PipelineConfig"
+            )
+        else:
+            obj = obj()
+        if hasattr(obj, "build") and not hasattr(obj, "element_spec"):
+            obj = obj.build(default_config())
+    elif config is not None:
+        raise ConfigError(f"--config was given but {spec} is a dataset, not a factory")
+    if not hasattr(obj, "element_spec"):
+        raise ConfigError(
+            f"--pipeline {spec}: expected a tf.data.Dataset, got {type(obj).__name__}"
+        )
+    return obj
+
+
+def _make_step(args: argparse.Namespace, dataset: Any) -> Any:
+    from tfinput import steps
+
+    if args.step == "simulated":
+        return steps.simulated_step(args.device_time_ms / 1e3)
+    if args.step == "keras":
+        if args.model:
+            model_fn = _load_object(args.model, "--model")
+            model = model_fn() if callable(model_fn) and not hasattr(model_fn, "fit") else model_fn
+        else:
+            from profiles._demo import demo_keras_model
+
+            model = demo_keras_model(dataset.element_spec)
+        return steps.keras_step(model)
+    return steps.input_only()
+
+
+# -------------------------------------------------------------------- output
+def _console() -> Any:
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else max(shutil.get_terminal_size((140, 24)).columns, 120)
+    return Console(file=sys.stdout, width=width)
+
+
+def _emit(obj: Any, args: argparse.Namespace) -> None:
+    from profiles import report
+
+    if args.json:
+        print(report.to_json(obj))
+    elif hasattr(obj, "before"):
+        report.render_comparison(obj, _console())
+    else:
+        report.render(obj, _console(), top=getattr(args, "top", 8))
+    if args.html:
+        path = report.write_html(obj, args.html)
+        print(f"HTML report written to {path}", file=sys.stderr if args.json else sys.stdout)
+
+
+def _fail(command: str, message: str, code: int) -> int:
+    print(f"tfinput {command}: error: {message}", file=sys.stderr)
+    return code
+
+
+# ------------------------------------------------------------------- handlers
+def run_profile(args: argparse.Namespace) -> int:
+    """Handler of ``tfinput profile``: capture, then analyse and report."""
+    if args.step == "simulated" and (args.device_time_ms is None or args.device_time_ms <= 0):
+        return _fail("profile", "--step simulated needs --device-time-ms X (X > 0)", 2)
+    if args.device_time_ms is not None and args.step != "simulated":
+        return _fail("profile", "--device-time-ms only applies to --step simulated", 2)
+    if args.model and args.step != "keras":
+        return _fail("profile", "--model only applies to --step keras", 2)
+    if args.config and args.demo is False and args.pipeline is None:
+        return _fail("profile", "--config needs --pipeline or --demo", 2)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        from profiles.analysis import analyze
+        from profiles.capture import CaptureConfig, capture
+
+        cfg = CaptureConfig(steps=args.steps, warmup=args.warmup)
+        config = None
+        if args.config:
+            from tfinput.config import PipelineConfig
+
+            config = PipelineConfig.from_json(args.config)
+        if args.demo:
+            from profiles._demo import demo_pipeline
+
+            dataset = demo_pipeline(config)
+        else:
+            dataset = resolve_pipeline(args.pipeline, config)
+        step = _make_step(args, dataset)
+        result = capture(dataset, step, logdir=args.logdir, config=cfg)
+        print(
+            f"profile written to {result.run_dir} (open with: tensorboard --logdir "
+            f"{result.logdir})",
+            file=sys.stderr if args.json else sys.stdout,
+        )
+        if args.no_analyze:
+            return 0
+        analysis = analyze(result.run_dir)
+    except TfinputError as e:
+        return _fail("profile", str(e), 2)
+    _emit(analysis, args)
+    return 0 if analysis.is_complete else 1
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    """Handler of ``tfinput inspect``: analyse (or compare) log directories."""
+    if args.compare and args.logdir:
+        return _fail("inspect", "give either LOGDIR or --compare LOGDIR_A LOGDIR_B, not both", 2)
+    if not args.compare and not args.logdir:
+        return _fail("inspect", "give a LOGDIR to analyse, or --compare LOGDIR_A LOGDIR_B", 2)
+    if args.compare and args.run:
+        return _fail(
+            "inspect", "--run does not apply to --compare: give the two run directories", 2
+        )
+    if args.top < 1:
+        return _fail("inspect", f"--top must be >= 1, got {args.top}", 2)
+    try:
+        from profiles.analysis import analyze, compare
+
+        if args.compare:
+            before, after = (analyze(d, host=args.host) for d in args.compare)
+            result: Any = compare(before, after)
+        else:
+            result = analyze(args.logdir, run=args.run, host=args.host)
+    except TfinputError as e:
+        return _fail("inspect", str(e), 2)
+    _emit(result, args)
+    if args.compare:
+        return 0 if result.before.is_complete and result.after.is_complete else 1
+    return 0 if result.is_complete else 1

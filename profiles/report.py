@@ -1,0 +1,469 @@
+"""Reports of a profile analysis: terminal (rich), JSON and a self-contained HTML page.
+
+The HTML charts are hand-written inline SVG: a per-step stacked bar chart of xprof's
+step breakdown, and bars of each stage's self time on the critical path. SVG keeps
+the page small (a few kB, against ~4.5 MB for a page embedding plotly.js), readable
+without JavaScript or network access, stable to diff and archive next to a run, and
+adds no dependency.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from profiles.analysis import Comparison, ProfileAnalysis, StepTime
+from profiles.stages import PipelineStages
+
+__all__ = [
+    "format_text",
+    "render",
+    "render_comparison",
+    "svg_stage_times",
+    "svg_step_breakdown",
+    "to_html",
+    "to_json",
+    "write_html",
+]
+
+#: Step-breakdown categories shown in reports: (label, StepTime fields, colour).
+_CATEGORIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("Input", ("input_ms",), "#d62728"),
+    ("Host compute", ("host_compute_ms",), "#1f77b4"),
+    ("Device compute", ("device_compute_ms",), "#2ca02c"),
+    (
+        "Launch/compile/transfer",
+        (
+            "kernel_launch_ms",
+            "compile_ms",
+            "output_ms",
+            "device_to_device_ms",
+            "collectives_ms",
+        ),
+        "#9467bd",
+    ),
+    ("All others", ("other_ms",), "#b0b0b0"),
+)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f} ms"
+
+
+def _capture_line(analysis: ProfileAnalysis) -> str:
+    cap = analysis.capture
+    if not cap:
+        return "not captured by tfinput (no tfinput_capture.json): capture settings unknown"
+    cfg = cap.get("config") or {}
+    step = cap.get("step") or {}
+    return (
+        f"TF {cap.get('tensorflow', '?')}, {cap.get('cpu_count', '?')} CPUs on "
+        f"{cap.get('host', '?')}, warm-up {cfg.get('warmup', '?')}, "
+        f"{cfg.get('steps', '?')} profiled steps, step: {step.get('name', '?')}, "
+        f"{cap.get('created_utc', '')}"
+    )
+
+
+def _device_text(analysis: ProfileAnalysis) -> str:
+    if analysis.device_compute_ms is not None:
+        text = _ms(analysis.device_compute_ms) + " per step"
+    elif analysis.steps:
+        text = f"n/a (no accelerator: {analysis.hardware or 'unknown hardware'})"
+    else:
+        text = "n/a"
+    if analysis.simulated_device_ms is not None:
+        text += (
+            f"; simulated device step {analysis.simulated_device_ms:.1f} ms "
+            "(xprof counts it as 'All others')"
+        )
+    return text
+
+
+def _summary_rows(analysis: ProfileAnalysis) -> list[tuple[str, str]]:
+    rows = []
+    if analysis.step_time_ms is not None:
+        st = analysis.step_time_ms
+        rows.append(
+            (
+                "Step time",
+                f"{st.average:.2f} ms avg (min {st.minimum:.2f}, max {st.maximum:.2f}, "
+                f"sd {st.stddev:.2f}) over {len(analysis.steps)} steps",
+            )
+        )
+    else:
+        rows.append(("Step time", "n/a (no marked steps)"))
+    if analysis.input_wait is not None:
+        iw = analysis.input_wait
+        rows.append(
+            (
+                "Waiting for input",
+                f"{iw.average:.1%} of step time (per step min {iw.minimum:.1%}, "
+                f"max {iw.maximum:.1%})",
+            )
+        )
+    else:
+        rows.append(("Waiting for input", "n/a (no marked steps)"))
+    rows.append(
+        (
+            "Host compute",
+            _ms(analysis.host_compute_ms) + (" per step" if analysis.host_compute_ms else ""),
+        )
+    )
+    rows.append(("Device compute", _device_text(analysis)))
+    rows.append(("xprof says", analysis.xprof_conclusion or "-"))
+    if analysis.xprof_recommendation and analysis.xprof_recommendation != analysis.xprof_conclusion:
+        rows.append(("xprof overview", analysis.xprof_recommendation))
+    return rows
+
+
+def _setting(params: Any, kind: str) -> str:
+    keys = ("parallelism", "cycle_length", "buffer_limit", "batch_size", "buffer_size")
+    parts = [f"{k}={params[k]}" for k in keys if k in params]
+    if str(params.get("autotune", "")).lower() == "true":
+        parts.append("autotune")
+    return ", ".join(parts)
+
+
+def _stage_table(pipeline: PipelineStages, *, top: int) -> Any:
+    from rich.table import Table
+
+    title = (
+        f"Stages on host {pipeline.host}, pipeline {pipeline.pipeline}: training waited "
+        f"{pipeline.input_ms:.1f} ms in {pipeline.root_calls} next() calls "
+        f"({pipeline.slow_root_calls} slow), mean {pipeline.mean_call_ms:.3f} ms"
+    )
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for name, justify in (
+        ("Stage", "left"),
+        ("Self on critical path", "right"),
+        ("% of wait", "right"),
+        ("Calls", "right"),
+        ("Slow", "right"),
+        ("Busy", "right"),
+        ("Setting", "left"),
+        ("Knobs", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for s in pipeline.stages[:top]:
+        table.add_row(
+            s.display_name,
+            f"{s.self_ms:.2f} ms",
+            f"{s.self_fraction:.0%}",
+            str(s.calls),
+            str(s.slow_calls),
+            f"{s.busy_ms:.2f} ms",
+            _setting(s.params, s.kind),
+            ", ".join(s.knobs) or "-",
+        )
+    return table
+
+
+def _step_table(steps: Sequence[StepTime]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="Per-step breakdown (ms, xprof)", title_justify="left")
+    table.add_column("Step")
+    table.add_column("Step time", justify="right")
+    for label, _, _ in _CATEGORIES:
+        table.add_column(label, justify="right")
+    table.add_column("Input %", justify="right")
+    for s in steps:
+        table.add_row(
+            s.step,
+            f"{s.step_ms:.2f}",
+            *(f"{sum(getattr(s, f) for f in fields):.2f}" for _, fields, _ in _CATEGORIES),
+            f"{s.input_fraction:.0%}",
+        )
+    return table
+
+
+def render(analysis: ProfileAnalysis, console: Any = None, *, top: int = 8) -> None:
+    """Print a readable report to a rich console (default: stdout).
+
+    Args:
+      analysis: What `profiles.analyze` returned.
+      console: A ``rich.console.Console``; default a new one on ``sys.stdout``.
+      top: Stages shown per pipeline.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    hosts = ", ".join(analysis.hosts)
+    console.rule(f"[bold]tf.data profile: {analysis.logdir}")
+    console.print(
+        f"run [bold]{analysis.run}[/], host(s) {hosts}, {analysis.hardware or '?'}, "
+        f"xprof {analysis.xprof_version}",
+        markup=True,
+        highlight=False,
+    )
+    console.print(f"captured: {_capture_line(analysis)}", markup=False, highlight=False)
+    summary = Table(show_header=False, box=None, pad_edge=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    for key, value in _summary_rows(analysis):
+        summary.add_row(key, value)
+    console.print(summary)
+
+    bottleneck = analysis.bottleneck
+    if bottleneck is not None:
+        style = "bold red" if bottleneck.significant else "bold"
+        console.print(f"\nBottleneck: {bottleneck.summary}", style=style, markup=False)
+    for pipeline in analysis.pipelines:
+        console.print()
+        console.print(_stage_table(pipeline, top=top))
+        path = " > ".join(p.rsplit("::", 1)[-1] for p in pipeline.critical_path)
+        console.print(f"critical path: {path}", markup=False, highlight=False)
+    if analysis.steps:
+        console.print()
+        console.print(_step_table(analysis.steps))
+    if analysis.diagnostics:
+        console.print()
+        for message in analysis.diagnostics:
+            console.print(f"! {message}", style="yellow", markup=False, highlight=False)
+
+
+def _top_stages(analysis: ProfileAnalysis, n: int) -> list[str]:
+    main = analysis.main_pipeline
+    if main is None:
+        return []
+    return [f"{s.display_name} {s.self_fraction:.0%}" for s in main.stages[:n] if s.self_ms > 0]
+
+
+def render_comparison(comparison: Comparison, console: Any = None, *, top: int = 5) -> None:
+    """Print two analyses side by side (input wait, step time, top stages)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    a, b = comparison.before, comparison.after
+    console.rule("[bold]tf.data profile: before / after")
+    table = Table(show_lines=False)
+    table.add_column("")
+    table.add_column(f"A: {a.logdir} ({a.run})", overflow="fold")
+    table.add_column(f"B: {b.logdir} ({b.run})", overflow="fold")
+    table.add_column("Change")
+
+    def wait(x: ProfileAnalysis) -> str:
+        return _pct(x.input_wait.average if x.input_wait else None)
+
+    def wait_range(x: ProfileAnalysis) -> str:
+        w = x.input_wait
+        return f"{w.minimum:.1%} .. {w.maximum:.1%}" if w else "n/a"
+
+    def step(x: ProfileAnalysis) -> str:
+        return _ms(x.step_time_ms.average if x.step_time_ms else None)
+
+    change_wait = (
+        f"{comparison.input_wait_change * 100:+.1f} pts"
+        if comparison.input_wait_change is not None
+        else ""
+    )
+    ratio = comparison.step_time_ratio
+    change_step = f"x{ratio:.2f} ({1 / ratio:.2f}x faster)" if ratio else ""
+    table.add_row("Waiting for input (avg)", wait(a), wait(b), change_wait)
+    table.add_row("Waiting for input (min..max)", wait_range(a), wait_range(b), "")
+    table.add_row("Step time (avg)", step(a), step(b), change_step)
+    table.add_row("Host compute", _ms(a.host_compute_ms), _ms(b.host_compute_ms), "")
+    table.add_row("Steps analysed", str(len(a.steps)), str(len(b.steps)), "")
+    table.add_row(
+        "Bottleneck",
+        a.bottleneck.summary if a.bottleneck else "-",
+        b.bottleneck.summary if b.bottleneck else "-",
+        "",
+    )
+    sa, sb = _top_stages(a, top), _top_stages(b, top)
+    for i in range(max(len(sa), len(sb))):
+        table.add_row(
+            f"Stage #{i + 1} (self time)",
+            sa[i] if i < len(sa) else "",
+            sb[i] if i < len(sb) else "",
+            "",
+        )
+    console.print(table)
+    for tag, x in (("A", a), ("B", b)):
+        for message in x.diagnostics:
+            console.print(f"! {tag}: {message}", style="yellow", markup=False, highlight=False)
+
+
+def format_text(obj: ProfileAnalysis | Comparison, *, width: int = 120) -> str:
+    """The terminal report as plain text (no colours)."""
+    from rich.console import Console
+
+    with open(os.devnull, "w") as sink:
+        console = Console(width=width, record=True, color_system=None, file=sink)
+        if isinstance(obj, Comparison):
+            render_comparison(obj, console)
+        else:
+            render(obj, console)
+        return console.export_text()
+
+
+def to_json(obj: ProfileAnalysis | Comparison, *, indent: int | None = 2) -> str:
+    """JSON of an analysis or comparison (``to_dict``)."""
+    return json.dumps(obj.to_dict(), indent=indent, sort_keys=False)
+
+
+# ------------------------------------------------------------------------ HTML/SVG
+def _esc(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _nice_max(value: float) -> float:
+    if value <= 0:
+        return 1.0
+    magnitude = 10 ** len(str(int(value))) / 10
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * magnitude:
+            return step * magnitude
+    return value
+
+
+def svg_step_breakdown(steps: Sequence[StepTime], *, width: int = 720) -> str:
+    """Stacked bars of xprof's per-step breakdown (ms), as an inline SVG element."""
+    if not steps:
+        return "<p>No marked steps: no per-step breakdown.</p>"
+    left, top, bottom, height = 60, 30, 60, 260
+    plot_w = width - left - 20
+    vmax = _nice_max(max(s.step_ms for s in steps))
+    bar_w = plot_w / len(steps)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + height + bottom}"'
+        ' role="img" aria-label="Per-step time breakdown" font-family="sans-serif" '
+        'font-size="11">',
+        f'<text x="{left}" y="16" font-size="13" font-weight="bold">'
+        "Step time breakdown (ms)</text>",
+    ]
+    for k in range(5):
+        v = vmax * k / 4
+        y = top + height - height * k / 4
+        parts.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{v:g}</text>'
+        )
+    for i, s in enumerate(steps):
+        x = left + i * bar_w + bar_w * 0.15
+        y = top + height
+        for label, fields, colour in _CATEGORIES:
+            value = sum(getattr(s, f) for f in fields)
+            if value <= 0:
+                continue
+            h = height * value / vmax
+            y -= h
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w * 0.7:.1f}" height="{h:.1f}" '
+                f'fill="{colour}"><title>{_esc(s.step)}: {_esc(label)} {value:.2f} ms'
+                "</title></rect>"
+            )
+        parts.append(
+            f'<text x="{x + bar_w * 0.35:.1f}" y="{top + height + 14}" text-anchor="middle">'
+            f"{_esc(s.step.split()[-1])}</text>"
+        )
+    lx = left
+    for label, _, colour in _CATEGORIES:
+        parts.append(
+            f'<rect x="{lx}" y="{top + height + 30}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{lx + 14}" y="{top + height + 39}">{_esc(label)}</text>'
+        )
+        lx += 24 + 7 * len(label)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def svg_stage_times(pipeline: PipelineStages | None, *, width: int = 720, top_n: int = 10) -> str:
+    """Horizontal bars of stage self time on the critical path, as inline SVG."""
+    if pipeline is None or not pipeline.stages:
+        return "<p>No tf.data stages in the trace.</p>"
+    stages = list(pipeline.stages[:top_n])
+    label_w, row_h, top = 260, 22, 30
+    plot_w = width - label_w - 90
+    vmax = max(max(s.self_ms for s in stages), 1e-9)
+    height = top + row_h * len(stages) + 10
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img"'
+        ' aria-label="Stage self times" font-family="sans-serif" font-size="11">',
+        '<text x="4" y="16" font-size="13" font-weight="bold">'
+        f"Stage self time on the critical path (host {_esc(pipeline.host)})</text>",
+    ]
+    for i, s in enumerate(stages):
+        y = top + i * row_h
+        w = plot_w * s.self_ms / vmax
+        colour = (
+            "#d62728" if pipeline.bottleneck and s.path == pipeline.bottleneck.stage else "#1f77b4"
+        )
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">'
+            f"{_esc(s.display_name)}</text>"
+            f'<rect x="{label_w}" y="{y + 3}" width="{max(w, 0.5):.1f}" height="{row_h - 6}" '
+            f'fill="{colour}"><title>{_esc(s.path)}: {s.self_ms:.2f} ms, {s.calls} calls, '
+            f"{s.slow_calls} slow</title></rect>"
+            f'<text x="{label_w + w + 6:.1f}" y="{y + 14}">{s.self_ms:.2f} ms '
+            f"({s.self_fraction:.0%})</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+_CSS = (
+    "body{font-family:sans-serif;margin:24px;color:#222}"
+    "table{border-collapse:collapse;margin:8px 0}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}"
+    ".warn{color:#a15c00}.bn{color:#b00;font-weight:bold}"
+    ".cols{display:flex;gap:24px;flex-wrap:wrap}"
+)
+
+
+def _analysis_section(analysis: ProfileAnalysis, title: str) -> str:
+    rows = "".join(
+        f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in _summary_rows(analysis)
+    )
+    bn = analysis.bottleneck
+    diag = "".join(f'<li class="warn">{_esc(m)}</li>' for m in analysis.diagnostics)
+    return (
+        f"<section><h2>{_esc(title)}</h2>"
+        f"<p>{_esc(analysis.logdir)} &mdash; run {_esc(analysis.run)}, hosts "
+        f"{_esc(', '.join(analysis.hosts))}, xprof {_esc(analysis.xprof_version)}</p>"
+        f"<p>captured: {_esc(_capture_line(analysis))}</p>"
+        f"<table>{rows}</table>"
+        + (f'<p class="bn">Bottleneck: {_esc(bn.summary)}</p>' if bn else "")
+        + svg_step_breakdown(analysis.steps)
+        + svg_stage_times(analysis.main_pipeline)
+        + (f"<ul>{diag}</ul>" if diag else "")
+        + "</section>"
+    )
+
+
+def to_html(obj: ProfileAnalysis | Comparison) -> str:
+    """A self-contained HTML page (inline SVG charts, no scripts, no external files)."""
+    if isinstance(obj, Comparison):
+        body = (
+            '<div class="cols">'
+            + _analysis_section(obj.before, "A (before)")
+            + _analysis_section(obj.after, "B (after)")
+            + "</div>"
+        )
+        title = "tf.data profile: before / after"
+    else:
+        body = _analysis_section(obj, "tf.data profile")
+        title = f"tf.data profile: {obj.logdir}"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{_esc(title)}</h1>{body}</body></html>\n"
+    )
+
+
+def write_html(obj: ProfileAnalysis | Comparison, path: str | os.PathLike[str]) -> Path:
+    """Write `to_html` to ``path`` (parent directories created) and return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(to_html(obj), encoding="utf-8")
+    return out

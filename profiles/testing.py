@@ -1,0 +1,154 @@
+"""Pipelines with a known bottleneck, for tests and for trying the analysis.
+
+Each pipeline has one deliberately slow stage, so an analysis of its trace must name
+that stage:
+
+- `slow_map_pipeline`: a map named ``parse`` that sleeps, with parallelism 1 (answer:
+  ``ParallelMapV2 (parse)``, knob ``map_parallelism``);
+- `small_interleave_pipeline`: GZIP TFRecord files read one at a time through an
+  interleave with ``cycle_length=1, num_parallel_calls=1`` (answer: the ``TFRecord``
+  reader under ``ParallelInterleaveV4``, knobs ``interleave_cycle_length`` and
+  ``interleave_parallelism``);
+- `fast_pipeline`: nothing slow (the "after" of a before/after comparison).
+
+`cached_capture` profiles one of them once per process and returns the log
+directory, so several test modules can share a trace.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "KNOWN_PIPELINES",
+    "cached_capture",
+    "fast_pipeline",
+    "slow_map_pipeline",
+    "small_interleave_pipeline",
+    "write_gzip_records",
+]
+
+
+def slow_map_pipeline(*, delay_s: float = 0.004, batch_size: int = 4) -> Any:
+    """Batches whose map (``name="parse"``, parallelism 1) sleeps ``delay_s`` per batch."""
+    import tensorflow as tf
+
+    def parse(x: Any) -> Any:
+        def slow(v: Any) -> Any:
+            time.sleep(delay_s)
+            return v
+
+        y = tf.numpy_function(slow, [x], tf.int64)
+        y.set_shape(x.shape)
+        return tf.cast(y, tf.float32), tf.cast(y % 2, tf.float32)
+
+    return (
+        tf.data.Dataset.range(10**9)
+        .batch(batch_size, drop_remainder=True)
+        .map(parse, num_parallel_calls=1, name="parse")
+        .prefetch(1)
+    )
+
+
+def write_gzip_records(
+    directory: str | os.PathLike[str],
+    *,
+    files: int = 2,
+    records: int = 24,
+    record_bytes: int = 200_000,
+) -> list[str]:
+    """Write GZIP-compressed TFRecord files of compressible random bytes (CPU to read)."""
+    import numpy as np
+    import tensorflow as tf
+
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for k in range(files):
+        path = root / f"records-{k}.tfrecord.gz"
+        paths.append(str(path))
+        if path.is_file():
+            continue
+        with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
+            for _ in range(records):
+                writer.write(rng.integers(0, 4, size=record_bytes, dtype=np.uint8).tobytes())
+    return paths
+
+
+def small_interleave_pipeline(files: list[str], *, batch_size: int = 4) -> Any:
+    """Reads ``files`` through an interleave of cycle length 1 and parallelism 1."""
+    import tensorflow as tf
+
+    return (
+        tf.data.Dataset.from_tensor_slices(files)
+        .repeat()
+        .interleave(
+            lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
+            cycle_length=1,
+            num_parallel_calls=1,
+        )
+        .batch(batch_size, drop_remainder=True)
+        .map(lambda s: (tf.strings.length(s), tf.zeros([batch_size])))
+        .prefetch(1)
+    )
+
+
+def fast_pipeline(*, batch_size: int = 64) -> Any:
+    """An in-memory pipeline with nothing slow in it."""
+    import tensorflow as tf
+
+    return (
+        tf.data.Dataset.range(10**9)
+        .batch(batch_size, drop_remainder=True)
+        .map(
+            lambda x: (tf.cast(x, tf.float32), tf.cast(x % 2, tf.float32)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+#: Names accepted by `cached_capture`.
+KNOWN_PIPELINES = ("slow_map", "small_interleave", "fast")
+
+
+@functools.cache
+def _scratch() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="tfinput-profiles-testing-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+@functools.cache
+def cached_capture(name: str, *, steps: int = 8, warmup: int = 2) -> Path:
+    """Profile a known pipeline once per process; return its log directory.
+
+    Args:
+      name: One of `KNOWN_PIPELINES`.
+      steps: Profiled steps.
+      warmup: Warm-up steps.
+    """
+    from profiles.capture import capture
+
+    root = _scratch()
+    if name == "slow_map":
+        pipeline = slow_map_pipeline()
+    elif name == "small_interleave":
+        pipeline = small_interleave_pipeline(write_gzip_records(root / "records"))
+    elif name == "fast":
+        pipeline = fast_pipeline()
+    else:
+        from tfinput.errors import ConfigError
+
+        raise ConfigError(f"unknown pipeline {name!r}; known: {KNOWN_PIPELINES}")
+    logdir = root / f"{name}-{steps}-{warmup}"
+    capture(pipeline, logdir=logdir, steps=steps, warmup=warmup)
+    return logdir

@@ -1,0 +1,1075 @@
+"""CSV/TSV to sharded Parquet or TFRecord, streaming: ``tfinput convert``.
+
+    from tfinput.convert import convert
+    result = convert(["day_0.tsv"], "data/criteo", to="parquet", preset="criteo")
+    pipeline = tfinput.parquet(result.paths, result.schema)
+
+How it reads:
+
+- **Streaming, bounded memory.** Each input is read with pyarrow's streaming CSV
+  reader (`pyarrow.csv.open_csv`) in blocks of `BLOCK_SIZE` bytes, single-threaded so
+  that rows arrive in file order, and every column is given an explicit type (text),
+  so nothing is inferred from the first block and nothing is held beyond one block
+  plus one output row group. Inputs may be larger than RAM. ``.gz`` and ``.bz2``
+  inputs are decompressed on the fly.
+- **Layout.** The delimiter is sniffed from the first lines unless given (tab, comma,
+  semicolon or pipe, whichever splits the first lines into the same number of fields,
+  respecting quotes). ``header="auto"`` takes the first line as a header when all its
+  fields are non-numeric and a later line holds a number. Without a header, names
+  come from ``column_names``, the preset (Criteo's raw TSV has none: ``label, I1..I13,
+  C1..C26``) or default to ``f0, f1, ...``.
+- **Values.** Fields are text first and converted by tfinput, column by column, to the
+  schema's types; an empty field is a missing value (``null`` in Parquet, an absent
+  key in a tf.Example) which the pipeline fills with the feature's default. Integer
+  columns also accept integral floats (``260.0``), as CSV writers that went through
+  floats produce. A multi-valued column (``Comedy|Drama``) is split on its delimiter
+  (``list_columns``); empty items are dropped and an empty field is an empty list.
+  Quoted fields may contain the delimiter but not a line break (each record must be
+  one line, which is what keeps line numbers exact).
+
+Bad rows: a row with the wrong number of fields (a header mismatch, a truncated last
+line), a value that does not parse as its column's type, a NaN or infinite dense value,
+a missing value where the schema has no default, or an integer id outside its table.
+With ``on_bad_rows="error"`` (the default) the first one raises `DataError` naming
+the file, the line number, the column and the value. With ``"skip"`` bad rows are
+left out and counted; the result lists the first `MAX_REPORTED` with their reasons.
+Blank lines are ignored (counted as ``blank_lines``).
+
+Presets (table sizes are only schema metadata: string ids are stored as text and
+hashed by the pipeline, so a table can be resized without converting again):
+
+- ``criteo``: ``label`` (int64); ``I1..I13`` dense counts stored as int64, clipped to
+  ``[0, inf)`` then ``log1p`` (Criteo has -1s), missing = 0; ``C1..C26`` 8-hex-digit
+  strings hashed into ``hash_buckets`` rows each (default 100,000: 26 tables of dim 16
+  take 166 MB; the full data set has up to ~10M distinct values per column, and MLPerf
+  DLRM caps tables at 40M), missing = ``""`` (its own bucket).
+- ``movielens`` (the MovieLens-1M ``ratings + users + movies`` join): ``rating`` label
+  (float32); ``user_id`` and ``movie_id`` int64 ids (tables of 300,000 rows, enough for
+  every MovieLens release up to 32M); ``genres`` a string multi-hot list split on ``|``
+  (``max_len`` 6, 16,384 buckets, so the 18 genres collide with probability < 1%);
+  ``gender`` (1,024 buckets), ``zip`` and ``title`` strings (``hash_buckets``); ``age``
+  (< 100) and ``occupation`` (0-20) int ids. ``timestamp`` is not a feature and is
+  dropped (split train and test by time before converting).
+
+Without a preset or schema, kinds are inferred from the first ``infer_rows`` rows:
+float columns become `Dense`, integer columns `Dense` with ``dtype="int64"`` except
+those named like ids (``id``, ``user_id``, ``movieId``), which become int64
+`Categorical`s folded into ``hash_buckets`` rows (``out_of_range="modulo"``), text
+columns string `Categorical`s hashed into ``hash_buckets``, list columns `MultiHot`
+with ``max_len`` the longest list seen; the first column named one of `LABEL_NAMES`
+(or ``label=``) becomes the `Label`. A later value that does not fit the inferred type
+is a bad row: pass a schema (edit the written ``schema.json``) to decide otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import glob
+import io
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
+
+__all__ = [
+    "convert",
+    "ConvertResult",
+    "BadRow",
+    "preset_schema",
+    "PRESETS",
+    "LABEL_NAMES",
+    "BLOCK_SIZE",
+    "MAX_REPORTED",
+]
+
+PRESETS = ("criteo", "movielens")
+#: Column names taken as the label when inferring a schema, in order of preference.
+LABEL_NAMES = ("label", "click", "clicked", "clicks", "rating", "target", "y")
+#: Bytes of CSV parsed at a time (a record must fit in one block).
+BLOCK_SIZE = 4 << 20
+#: Bad rows listed in a `ConvertResult` (all are counted).
+MAX_REPORTED = 20
+FORMATS = ("parquet", "tfrecord")
+
+_CRITEO_COLUMNS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+_MOVIELENS_COLUMNS = [
+    "user_id", "movie_id", "rating", "timestamp", "title", "genres",
+    "gender", "age", "occupation", "zip",
+]  # fmt: skip
+_DELIMITERS = ("\t", ",", ";", "|")
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+# ------------------------------------------------------------------ results
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BadRow:
+    """A row that was not converted.
+
+    Attributes:
+      path: Input file.
+      line: 1-based line number in that file.
+      reason: What is wrong (column, value, expectation).
+    """
+
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConvertResult:
+    """What `convert` wrote.
+
+    Attributes:
+      paths: Output files, in order.
+      schema: The schema of the output (given, preset or inferred).
+      schema_path: Where the schema JSON was written (next to the data).
+      format: ``parquet`` or ``tfrecord``.
+      rows: Rows written.
+      skipped: Bad rows left out (``on_bad_rows="skip"``).
+      bad_rows: The first `MAX_REPORTED` bad rows, with line numbers and reasons.
+      blank_lines: Blank lines ignored.
+      dropped_columns: Input columns the schema does not use (not written).
+      delimiter: The field delimiter used.
+      header: Whether the first line of the first input was a header.
+    """
+
+    paths: tuple[str, ...]
+    schema: Schema
+    schema_path: str
+    format: str
+    rows: int
+    skipped: int = 0
+    bad_rows: tuple[BadRow, ...] = ()
+    blank_lines: int = 0
+    dropped_columns: tuple[str, ...] = ()
+    delimiter: str = ","
+    header: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {
+            "format": self.format,
+            "rows": self.rows,
+            "files": len(self.paths),
+            "paths": list(self.paths),
+            "schema_path": self.schema_path,
+            "skipped": self.skipped,
+            "bad_rows": [dataclasses.asdict(b) for b in self.bad_rows],
+            "blank_lines": self.blank_lines,
+            "dropped_columns": list(self.dropped_columns),
+            "delimiter": self.delimiter,
+            "header": self.header,
+        }
+
+
+# ------------------------------------------------------------------ presets
+def preset_schema(name: str, *, hash_buckets: int = 100_000, dim: int = 16) -> Schema:
+    """The schema of a conversion preset (see the module docstring).
+
+    Args:
+      name: ``criteo`` or ``movielens``.
+      hash_buckets: Rows of the tables of hashed high-cardinality string columns.
+      dim: Embedding dimension of every table.
+
+    Raises:
+      ConfigError: unknown preset.
+    """
+    if name == "criteo":
+        features: list[Any] = [
+            Dense(name=f"I{i}", dtype="int64", clip=(0.0, None), log1p=True) for i in range(1, 14)
+        ]
+        tables = [Table(name=f"C{i}", vocabulary_size=hash_buckets, dim=dim) for i in range(1, 27)]
+        features += [
+            Categorical(name=f"C{i}", table=f"C{i}", dtype="string", default="")
+            for i in range(1, 27)
+        ]
+        return Schema(
+            features=tuple(features),
+            tables=tuple(tables),
+            labels=(Label(name="label", dtype="int64"),),
+        )
+    if name == "movielens":
+        tables = (
+            Table(name="user_id", vocabulary_size=300_000, dim=dim),
+            Table(name="movie_id", vocabulary_size=300_000, dim=dim),
+            Table(name="title", vocabulary_size=hash_buckets, dim=dim),
+            Table(name="genres", vocabulary_size=16_384, dim=dim),
+            Table(name="gender", vocabulary_size=1_024, dim=dim),
+            Table(name="age", vocabulary_size=100, dim=dim),
+            Table(name="occupation", vocabulary_size=21, dim=dim),
+            Table(name="zip", vocabulary_size=hash_buckets, dim=dim),
+        )
+        features = [
+            Categorical(name="user_id", table="user_id"),
+            Categorical(name="movie_id", table="movie_id"),
+            Categorical(name="title", table="title", dtype="string", default=""),
+            MultiHot(name="genres", table="genres", max_len=6, dtype="string"),
+            Categorical(name="gender", table="gender", dtype="string", default=""),
+            Categorical(name="age", table="age", default=0),
+            Categorical(name="occupation", table="occupation", default=0),
+            Categorical(name="zip", table="zip", dtype="string", default=""),
+        ]
+        return Schema(features=tuple(features), tables=tables, labels=(Label(name="rating"),))
+    raise ConfigError(f"convert: unknown preset {name!r}; expected one of {list(PRESETS)}")
+
+
+_PRESET_COLUMNS = {"criteo": _CRITEO_COLUMNS, "movielens": _MOVIELENS_COLUMNS}
+_PRESET_LISTS = {"criteo": {}, "movielens": {"genres": "|"}}
+
+
+# ---------------------------------------------------------------- sniffing
+def _open_binary(path: str) -> Any:
+    import pyarrow as pa
+
+    try:
+        return pa.input_stream(path, compression="detect")
+    except (OSError, pa.ArrowException) as e:
+        raise SourceError(f"cannot open input {path!r}: {e}") from e
+
+
+def _first_lines(path: str, n: int = 50) -> list[str]:
+    with _open_binary(path) as f:
+        head = f.read(256 << 10)
+    lines = head.decode("utf-8", errors="replace").splitlines()
+    if len(head) == 256 << 10 and lines:
+        lines = lines[:-1]  # the last one may be cut
+    return [ln for ln in lines[:n] if ln.strip()]
+
+
+def _split(line: str, delimiter: str) -> list[str]:
+    return next(csv.reader([line], delimiter=delimiter), [])
+
+
+def _sniff_delimiter(lines: list[str], exclude: Iterable[str]) -> str:
+    best, best_fields = None, 1
+    for d in _DELIMITERS:
+        if d in exclude:
+            continue
+        counts = {len(_split(ln, d)) for ln in lines[:20]}
+        if len(counts) == 1 and (fields := counts.pop()) > best_fields:
+            best, best_fields = d, fields
+    if best is None:
+        for d in _DELIMITERS:  # ragged lines (a truncated line): most fields on line 1
+            if d not in exclude and lines and len(_split(lines[0], d)) > best_fields:
+                best, best_fields = d, len(_split(lines[0], d))
+    return best or ","
+
+
+def _is_number(text: str) -> bool:
+    t = text.strip()
+    return bool(_NUMBER.match(t)) or t.lower() in ("nan", "inf", "-inf", "+inf")
+
+
+def _sniff_header(lines: list[str], delimiter: str) -> bool:
+    if not lines:
+        return False
+    first = _split(lines[0], delimiter)
+    if not first or any(not f.strip() or _is_number(f) for f in first):
+        return False
+    if len(lines) == 1:
+        return True
+    return any(_is_number(f) for ln in lines[1:] for f in _split(ln, delimiter))
+
+
+# --------------------------------------------------------------- the plan
+@dataclasses.dataclass
+class _Column:
+    """How one input column is converted."""
+
+    name: str
+    kind: str  # float32, int64, string
+    is_list: bool = False
+    delimiter: str = "|"
+    required: bool = False
+    fixed_len: int | None = None
+    finite: bool = False
+    is_id: bool = False  # int ids: negative values are bad rows
+    vocab: int | None = None  # int ids: upper bound checked
+    feature: str = ""
+
+    @property
+    def arrow_type(self) -> Any:
+        import pyarrow as pa
+
+        base = {"float32": pa.float32(), "int64": pa.int64(), "string": pa.string()}[self.kind]
+        return pa.list_(base) if self.is_list else base
+
+
+def _plan(schema: Schema, lists: Mapping[str, str]) -> dict[str, _Column]:
+    tables = {t.name: t for t in schema.tables}
+    plan: dict[str, _Column] = {}
+
+    def add(col: _Column) -> None:
+        old = plan.get(col.name)
+        if old is not None and (old.kind, old.is_list) != (col.kind, col.is_list):
+            raise SchemaError(
+                f"convert: column {col.name!r} is used by features {old.feature!r} and "
+                f"{col.feature!r} with different types"
+            )
+        if old is not None:
+            old.required |= col.required
+            return
+        plan[col.name] = col
+
+    for f in schema.features:
+        if isinstance(f, Dense):
+            add(
+                _Column(
+                    name=f.source, kind=f.dtype, is_list=f.length is not None,
+                    delimiter=lists.get(f.source, "|"), fixed_len=f.length,
+                    finite=True, feature=f.name,
+                )
+            )  # fmt: skip
+        elif isinstance(f, Categorical):
+            vocab = None
+            if f.dtype == "int64" and f.out_of_range == "error":
+                vocab = tables[f.table].vocabulary_size
+            add(
+                _Column(
+                    name=f.source, kind=f.dtype, required=f.default is None,
+                    is_id=f.dtype == "int64", vocab=vocab, feature=f.name,
+                )
+            )  # fmt: skip
+        else:
+            vocab = None
+            if f.dtype == "int64" and f.out_of_range == "error":
+                vocab = tables[f.table].vocabulary_size
+            add(
+                _Column(
+                    name=f.source, kind=f.dtype, is_list=True, is_id=f.dtype == "int64",
+                    delimiter=lists.get(f.source, "|"), vocab=vocab, feature=f.name,
+                )
+            )  # fmt: skip
+            if f.weights:
+                add(
+                    _Column(
+                        name=f.weights, kind="float32", is_list=True,
+                        delimiter=lists.get(f.weights, "|"), finite=True, feature=f.name,
+                    )
+                )  # fmt: skip
+    for lab in schema.labels:
+        add(
+            _Column(
+                name=lab.source, kind=lab.dtype, required=lab.default is None,
+                finite=True, feature=lab.name,
+            )
+        )  # fmt: skip
+    return plan
+
+
+# ------------------------------------------------------------- conversion
+def _cast_int(arr: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        return pc.cast(arr, pa.int64())
+    except pa.ArrowInvalid:
+        return pc.cast(pc.cast(arr, pa.float64()), pa.int64())  # "260.0"; 260.5 raises
+
+
+def _caster(kind: str) -> Callable[[Any], Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if kind == "int64":
+        return _cast_int
+    if kind == "float32":
+        return lambda a: pc.cast(a, pa.float32())
+    return lambda a: a
+
+
+def _bad_positions(arr: Any, fn: Callable[[Any], Any], base: int = 0) -> list[int]:
+    """Positions where ``fn`` fails, found by bisection (a few casts per bad value)."""
+    import pyarrow as pa
+
+    try:
+        fn(arr)
+        return []
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if len(arr) == 1:
+            return [base]
+    half = len(arr) // 2
+    return _bad_positions(arr.slice(0, half), fn, base) + _bad_positions(
+        arr.slice(half), fn, base + half
+    )
+
+
+def _convert_values(values: Any, col: _Column, kind_name: str) -> tuple[Any, dict[int, str]]:
+    """Cast a text array; returns the typed array (bad entries null) and the reasons."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fn = _caster(col.kind)
+    bad: dict[int, str] = {}
+    try:
+        out = fn(values)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        positions = _bad_positions(values, fn)
+        for p in positions:
+            bad[p] = f"{kind_name} {values[p].as_py()!r} is not a valid {col.kind}"
+        mask = np.zeros(len(values), dtype=bool)
+        mask[positions] = True
+        out = fn(pc.if_else(pa.array(mask), pa.scalar(None, values.type), values))
+    if col.finite and col.kind == "float32" and len(out):
+        finite = pc.is_finite(out).fill_null(True).to_numpy(zero_copy_only=False)
+        for p in np.flatnonzero(~finite).tolist():
+            bad.setdefault(p, f"{kind_name} {values[p].as_py()!r} is not a finite number")
+    if col.is_id and len(out):
+        ints = out.fill_null(0).to_numpy(zero_copy_only=False)
+        for p in np.flatnonzero(ints < 0).tolist():
+            bad.setdefault(p, f"{kind_name} {int(ints[p])} is a negative id")
+        if col.vocab is not None:
+            for p in np.flatnonzero(ints >= col.vocab).tolist():
+                bad.setdefault(
+                    p,
+                    f"{kind_name} {int(ints[p])} is out of range: feature {col.feature!r} "
+                    f"expects ids in [0, {col.vocab}) (enlarge its table or set "
+                    "out_of_range='modulo' in the schema)",
+                )
+    return out, bad
+
+
+def _convert_column(text: Any, col: _Column) -> tuple[Any, dict[int, str]]:
+    """One column of a batch (text) to its output type; bad rows with reasons."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    where = f"column {col.name!r}:"
+    bad: dict[int, str] = {}
+    if not col.is_list:
+        out, bad = _convert_values(text, col, f"{where} value")
+        if col.required and text.null_count:
+            nulls = np.flatnonzero(text.is_null().to_numpy(zero_copy_only=False))
+            for p in nulls.tolist():
+                bad.setdefault(
+                    p, f"{where} missing value, and feature {col.feature!r} has no default"
+                )
+        return out, bad
+    parts = pc.split_pattern(text.fill_null(""), pattern=col.delimiter)
+    lengths = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(parts)
+    keep = pc.not_equal(flat, "").to_numpy(zero_copy_only=False)
+    row_of = np.repeat(np.arange(len(text)), lengths)
+    flat = flat.filter(pa.array(keep))
+    row_of = row_of[keep]
+    lengths = np.bincount(row_of, minlength=len(text)).astype(np.int32)
+    typed, value_bad = _convert_values(flat, col, f"{where} item")
+    for p, reason in value_bad.items():
+        bad.setdefault(int(row_of[p]), reason)
+    if col.fixed_len is not None:
+        for p in np.flatnonzero(lengths != col.fixed_len).tolist():
+            bad.setdefault(
+                p, f"{where} expected {col.fixed_len} values, found {int(lengths[p])}"
+            )
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, typed), bad
+
+
+# ---------------------------------------------------------------- writers
+class _Shards:
+    """Output files of at most ``rows_per_file`` rows, renamed ``-of-N`` at the end."""
+
+    def __init__(self, out_dir: Path, fmt: str, rows_per_file: int, plan: dict[str, _Column]):
+        self.out_dir, self.fmt, self.rows_per_file, self.plan = out_dir, fmt, rows_per_file, plan
+        self.paths: list[str] = []
+        self.writer: Any = None
+        self.in_file = 0
+        self.pending: list[Any] = []
+        self.pending_rows = 0
+        self.row_group = min(rows_per_file, 128 * 1024)
+
+    def write(self, table: Any) -> None:
+        while table.num_rows:
+            if self.writer is None or self.in_file >= self.rows_per_file:
+                self._roll()
+            take = min(table.num_rows, self.rows_per_file - self.in_file)
+            self.pending.append(table.slice(0, take))
+            self.pending_rows += take
+            self.in_file += take
+            table = table.slice(take)
+            if self.pending_rows >= self.row_group or self.in_file >= self.rows_per_file:
+                self._flush()
+
+    def _roll(self) -> None:
+        self._flush()
+        if self.writer is not None:
+            self.writer.close()
+        ext = ".parquet" if self.fmt == "parquet" else ".tfrecord"
+        path = str(self.out_dir / f"part-{len(self.paths):05d}{ext}")
+        self.paths.append(path)
+        if self.fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            arrow_schema = pa.schema([(c.name, c.arrow_type) for c in self.plan.values()])
+            self.writer = pq.ParquetWriter(path, arrow_schema)
+        else:
+            import tensorflow as tf
+
+            self.writer = tf.io.TFRecordWriter(path)
+        self.in_file = 0
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        import pyarrow as pa
+
+        table = pa.concat_tables(self.pending)
+        self.pending, self.pending_rows = [], 0
+        if self.fmt == "parquet":
+            self.writer.write_table(table, row_group_size=table.num_rows)
+        else:
+            for record in _examples(table, self.plan):
+                self.writer.write(record)
+
+    def close(self) -> list[str]:
+        self._flush()
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        n = len(self.paths)
+        final = []
+        for i, path in enumerate(self.paths):
+            stem, ext = path.rsplit(".", 1)
+            new = f"{stem}-of-{n:05d}.{ext}"
+            os.replace(path, new)
+            final.append(new)
+        return final
+
+
+def _string_buffers(arr: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Flat UTF-8 bytes and per-value byte lengths of a string array (nulls: empty)."""
+    import pyarrow as pa
+
+    arr = pa.concat_arrays([arr]) if arr.offset else arr
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1)
+    data = arr.buffers()[2]
+    flat = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return flat[offsets[0] : offsets[-1]], np.diff(offsets).astype(np.int64)
+
+
+def _examples(table: Any, plan: dict[str, _Column]) -> list[bytes]:
+    """A table of converted columns as tf.Example records (missing values: absent)."""
+    import pyarrow.compute as pc
+
+    from tfinput._example_wire import WireColumn, encode_examples
+
+    columns = []
+    for name, col in plan.items():
+        arr = table.column(name).combine_chunks()
+        kind = {"float32": "float", "int64": "int64", "string": "bytes"}[col.kind]
+        row_lengths = None
+        present = None
+        if col.is_list:
+            row_lengths = pc.list_value_length(arr).fill_null(0).to_numpy().astype(np.int64)
+            values = pc.list_flatten(arr)
+        else:
+            values = arr
+            if arr.null_count:
+                present = arr.is_valid().to_numpy(zero_copy_only=False)
+        if kind == "bytes":
+            flat, lengths = _string_buffers(values)
+            columns.append(
+                WireColumn(
+                    key=name, kind="bytes", values=flat, value_lengths=lengths,
+                    row_lengths=row_lengths, present=present,
+                )
+            )  # fmt: skip
+        else:
+            dtype = np.float32 if kind == "float" else np.int64
+            nums = values.fill_null(0).to_numpy(zero_copy_only=False).astype(dtype)
+            columns.append(
+                WireColumn(
+                    key=name, kind=kind, values=nums, row_lengths=row_lengths, present=present
+                )
+            )
+    return encode_examples(columns, table.num_rows)
+
+
+# ---------------------------------------------------------------- reading
+class _Counting(io.RawIOBase):
+    """A binary file that counts the bytes read (for progress)."""
+
+    def __init__(self, path: str, on_read: Callable[[int], None] | None):
+        self._f = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._on_read = on_read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self._f.readinto(b)
+        if n and self._on_read is not None:
+            self._on_read(n)
+        return n
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def _stream(path: str, on_read: Callable[[int], None] | None) -> Any:
+    import pyarrow as pa
+
+    raw = _Counting(path, on_read)
+    lower = path.lower()
+    if lower.endswith((".gz", ".gzip")):
+        return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "gzip")
+    if lower.endswith(".bz2"):
+        return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "bz2")
+    return pa.PythonFile(raw, mode="r")
+
+
+@dataclasses.dataclass
+class _Layout:
+    delimiter: str
+    names: list[str]
+    header: bool
+    names_from: str
+
+
+class _Reader:
+    """Streams one CSV file as text batches, each row tagged with its line number."""
+
+    def __init__(self, path: str, layout: _Layout, on_read: Callable[[int], None] | None):
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        self.path = path
+        self.layout = layout
+        self.invalid: list[tuple[int, str]] = []  # (line, reason), in line order
+        self.next_line = 2 if layout.header else 1
+        n = len(layout.names)
+
+        def on_invalid(row: Any) -> str:
+            text = (row.text or "")[:80]
+            self.invalid.append(
+                (
+                    int(row.number) if row.number is not None else -1,
+                    f"expected {n} fields ({layout.names_from}), found "
+                    f"{row.actual_columns}: {text!r}",
+                )
+            )
+            return "skip"
+
+        self.stream = _stream(path, on_read)
+        self.reader = pacsv.open_csv(
+            self.stream,
+            read_options=pacsv.ReadOptions(
+                use_threads=False,
+                block_size=BLOCK_SIZE,
+                column_names=layout.names,
+                skip_rows=1 if layout.header else 0,
+            ),
+            parse_options=pacsv.ParseOptions(
+                delimiter=layout.delimiter,
+                newlines_in_values=False,
+                ignore_empty_lines=False,
+                invalid_row_handler=on_invalid,
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.string() for name in layout.names},
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+                null_values=[""],
+            ),
+        )
+
+    def batches(self) -> Iterable[tuple[Any, np.ndarray]]:
+        """``(batch, line numbers)``; structural bad rows go to ``self.invalid``."""
+        import pyarrow as pa
+
+        while True:
+            try:
+                batch = self.reader.read_next_batch()
+            except StopIteration:
+                break
+            except pa.ArrowInvalid as e:
+                raise DataError(f"{self.path}: cannot parse as CSV: {e}") from e
+            n = batch.num_rows
+            skip = {line for line, _ in self.invalid if line >= self.next_line}
+            lines = np.empty(n, dtype=np.int64)
+            line, i = self.next_line, 0
+            if not skip:
+                lines[:] = np.arange(line, line + n)
+                line += n
+            else:
+                while i < n:
+                    if line not in skip:
+                        lines[i] = line
+                        i += 1
+                    line += 1
+            self.next_line = line
+            yield batch, lines
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+# ------------------------------------------------------------------ convert
+def _resolve(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    if not items:
+        raise SourceError("convert: no input files given")
+    out: list[str] = []
+    for item in items:
+        p = os.fspath(item)
+        if any(ch in p for ch in "*?["):
+            matches = sorted(glob.glob(p))
+            if not matches:
+                raise SourceError(f"convert: input pattern {p!r} matches no files")
+            out += matches
+        elif os.path.isfile(p):
+            out.append(p)
+        else:
+            raise SourceError(f"convert: input file {p!r} does not exist")
+    return out
+
+
+def _layout(
+    path: str,
+    *,
+    delimiter: str | None,
+    header: bool | str,
+    column_names: Sequence[str] | None,
+    preset: str | None,
+    list_delimiters: Iterable[str],
+) -> _Layout:
+    lines = _first_lines(path)
+    if not lines:
+        raise SourceError(f"convert: input {path!r} is empty")
+    if delimiter is None:
+        delimiter = _sniff_delimiter(lines, exclude=list_delimiters)
+    if header == "auto":
+        has_header = _sniff_header(lines, delimiter)
+        if preset and not has_header:
+            has_header = _split(lines[0], delimiter) == _PRESET_COLUMNS[preset]
+    elif isinstance(header, bool):
+        has_header = header
+    else:
+        raise ConfigError(f"convert: header must be 'auto', True or False, got {header!r}")
+    if column_names is not None:
+        names, names_from = list(column_names), "as in column_names"
+    elif has_header:
+        names, names_from = _split(lines[0], delimiter), "as in the header on line 1"
+    elif preset:
+        names = list(_PRESET_COLUMNS[preset])
+        names_from = f"the {preset} preset's columns"
+    else:
+        count = len(_split(lines[0], delimiter))
+        names, names_from = [f"f{i}" for i in range(count)], "as on line 1"
+    names = [n.strip() for n in names]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes or not all(names):
+        raise SchemaError(f"{path}: column names must be unique and non-empty; got {names}")
+    return _Layout(delimiter=delimiter, names=names, header=has_header, names_from=names_from)
+
+
+def _infer(
+    path: str,
+    layout: _Layout,
+    *,
+    lists: Mapping[str, str],
+    label: str | None,
+    hash_buckets: int,
+    infer_rows: int,
+) -> Schema:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    reader = _Reader(path, layout, None)
+    batches = []
+    rows = 0
+    try:
+        for batch, _ in reader.batches():
+            batches.append(batch)
+            rows += batch.num_rows
+            if rows >= infer_rows:
+                break
+    finally:
+        reader.close()
+    table = pa.Table.from_batches(batches, schema=reader.reader.schema).slice(0, infer_rows)
+
+    def kind(values: Any) -> str:
+        values = values.drop_null()
+        if len(values) == 0:
+            return "string"
+        for k, fn in (("int64", _cast_int), ("float32", lambda a: pc.cast(a, pa.float64()))):
+            try:
+                fn(values)
+                return k
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+        return "string"
+
+    label_name = label
+    if label_name is None:
+        lowered = {n.lower(): n for n in layout.names}
+        label_name = next((lowered[c] for c in LABEL_NAMES if c in lowered), None)
+    elif label_name not in layout.names:
+        raise SchemaError(f"convert: label column {label_name!r} not in columns {layout.names}")
+    features: list[Any] = []
+    tables: list[Table] = []
+    labels: list[Label] = []
+    for name in layout.names:
+        text = table.column(name).combine_chunks()
+        if name in lists:
+            parts = pc.split_pattern(text.drop_null(), pattern=lists[name])
+            flat = pc.list_flatten(parts)
+            flat = flat.filter(pc.not_equal(flat, ""))
+            k = "int64" if kind(flat) == "int64" else "string"
+            lengths = [len([x for x in p if x]) for p in parts.to_pylist()]
+            tables.append(Table(name=name, vocabulary_size=hash_buckets, dim=16))
+            features.append(
+                MultiHot(
+                    name=name, table=name, dtype=k, max_len=max([1, *lengths]),
+                    out_of_range="modulo" if k == "int64" else "error",
+                )
+            )  # fmt: skip
+            continue
+        k = kind(text)
+        if name == label_name:
+            labels.append(Label(name=name, dtype="int64" if k == "int64" else "float32"))
+        elif k == "string":
+            tables.append(Table(name=name, vocabulary_size=hash_buckets, dim=16))
+            features.append(Categorical(name=name, table=name, dtype="string", default=""))
+        elif k == "int64" and _looks_like_id(name):
+            tables.append(Table(name=name, vocabulary_size=hash_buckets, dim=16))
+            features.append(Categorical(name=name, table=name, default=0, out_of_range="modulo"))
+        else:
+            features.append(Dense(name=name, dtype=k))
+    if label_name is not None and not labels:
+        raise SchemaError(f"convert: label column {label_name!r} cannot be a list column")
+    return Schema(features=tuple(features), tables=tuple(tables), labels=tuple(labels))
+
+
+def _looks_like_id(name: str) -> bool:
+    """``user_id``, ``movieId``, ``id``: integer columns taken as categorical ids."""
+    return bool(re.search(r"(^|[_\W])id$|[a-z]Id$", name) or name.lower() == "id")
+
+
+def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SourceError(f"convert: output {str(out_dir)!r} exists and is not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ours = [p for p in out_dir.iterdir() if p.name.startswith("part-") or p.name == "schema.json"]
+    others = [p for p in out_dir.iterdir() if p not in ours]
+    if (ours or others) and not overwrite:
+        raise SourceError(
+            f"convert: output directory {str(out_dir)!r} is not empty; choose a new "
+            "directory or pass overwrite=True (--overwrite) to replace its part-* files"
+        )
+    for p in ours:
+        p.unlink()
+
+
+def convert(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    *,
+    to: str = "parquet",
+    schema: Schema | None = None,
+    preset: str | None = None,
+    delimiter: str | None = None,
+    header: bool | str = "auto",
+    column_names: Sequence[str] | None = None,
+    list_columns: Mapping[str, str] | None = None,
+    label: str | None = None,
+    hash_buckets: int = 100_000,
+    rows_per_file: int = 1_000_000,
+    on_bad_rows: str = "error",
+    infer_rows: int = 10_000,
+    overwrite: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> ConvertResult:
+    """Convert CSV/TSV files into sharded Parquet or TFRecord files plus ``schema.json``.
+
+    Args:
+      inputs: Files or glob patterns, read in order (``.gz``/``.bz2`` decompressed).
+      out_dir: Output directory; it must be empty unless ``overwrite``.
+      to: ``parquet`` (columnar; what `tfinput.parquet` reads fastest) or ``tfrecord``
+        (``tf.train.Example`` records, for `tfinput.tfrecord` and tf.data service).
+      schema: The schema to write; its source columns must exist in the input.
+        Overrides ``preset`` kinds and inference.
+      preset: ``criteo`` or ``movielens`` (see the module docstring).
+      delimiter: Field delimiter; None sniffs it from the first lines.
+      header: ``"auto"`` (sniffed), True or False.
+      column_names: Names of the columns, for files without a header (or to rename).
+      list_columns: ``{column: item delimiter}`` for multi-valued columns, for example
+        ``{"genres": "|"}``. Multi-hot columns of a schema default to ``|``.
+      label: The label column when inferring (default: the first of `LABEL_NAMES`).
+      hash_buckets: Table rows for hashed string columns (presets and inference).
+        More rows mean fewer collisions and a bigger embedding table.
+      rows_per_file: Rows per output file. Several files let readers interleave and
+        shard across input pipelines; each should still hold many batches.
+      on_bad_rows: ``error`` (raise at the first bad row) or ``skip`` (leave bad rows
+        out and count them).
+      infer_rows: Rows sampled from the first input to infer kinds (no schema/preset).
+      overwrite: Replace the ``part-*`` files and ``schema.json`` of ``out_dir``.
+      progress: Called as ``progress(bytes_read, total_bytes)`` (compressed bytes for
+        compressed inputs) as blocks are read.
+
+    Returns:
+      A `ConvertResult` with counts, the output paths and the schema.
+
+    Raises:
+      SourceError: an input is missing or empty, or ``out_dir`` is not empty.
+      SchemaError: the schema's columns are not in the input.
+      DataError: a bad row with ``on_bad_rows="error"``, or no valid row at all.
+      ConfigError: an invalid argument.
+    """
+    if to not in FORMATS:
+        raise ConfigError(f"convert: to must be one of {list(FORMATS)}, got {to!r}")
+    if on_bad_rows not in ("error", "skip"):
+        raise ConfigError(f"convert: on_bad_rows must be 'error' or 'skip', got {on_bad_rows!r}")
+    if preset is not None and preset not in PRESETS:
+        raise ConfigError(f"convert: unknown preset {preset!r}; expected one of {list(PRESETS)}")
+    for name, value in (("rows_per_file", rows_per_file), ("infer_rows", infer_rows)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"convert: {name} must be an int >= 1, got {value!r}")
+    if delimiter is not None and len(delimiter) != 1:
+        raise ConfigError(f"convert: delimiter must be one character, got {delimiter!r}")
+    paths = _resolve(inputs)
+    lists = dict(_PRESET_LISTS.get(preset or "", {}))
+    lists.update(list_columns or {})
+    layout_args = dict(
+        delimiter=delimiter,
+        header=header,
+        column_names=column_names,
+        preset=preset,
+        list_delimiters=set(lists.values()),
+    )
+    first = _layout(paths[0], **layout_args)
+    if schema is None and preset is not None:
+        schema = preset_schema(preset, hash_buckets=hash_buckets)
+    if schema is None:
+        schema = _infer(
+            paths[0], first, lists=lists, label=label, hash_buckets=hash_buckets,
+            infer_rows=infer_rows,
+        )  # fmt: skip
+    plan = _plan(schema, lists)
+    missing = [c for c in plan if c not in first.names]
+    if missing:
+        import difflib
+
+        hints = {m: difflib.get_close_matches(m, first.names, n=1) for m in missing}
+        hint = "; ".join(f"{m!r} -> did you mean {h[0]!r}?" for m, h in hints.items() if h)
+        raise SchemaError(
+            f"{paths[0]}: the schema needs column(s) {missing} which the input does not "
+            f"have; columns ({first.names_from}): {first.names}" + (f"; {hint}" if hint else "")
+        )
+    dropped = tuple(n for n in first.names if n not in plan)
+
+    out = Path(out_dir)
+    _prepare_out_dir(out, overwrite)
+    schema_path = str(out / "schema.json")
+    shards = _Shards(out, to, rows_per_file, plan)
+    total_bytes = sum(os.path.getsize(p) for p in paths)
+    done = [0]
+
+    def on_read(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(done[0], total_bytes)
+
+    rows = skipped = blank = 0
+    reported: list[BadRow] = []
+
+    def bad_row(path: str, line: int, reason: str) -> None:
+        nonlocal skipped
+        if on_bad_rows == "error":
+            raise DataError(
+                f"{path}:{line}: {reason} (pass on_bad_rows='skip' / --on-bad-rows skip "
+                "to leave bad rows out and count them)"
+            )
+        skipped += 1
+        if len(reported) < MAX_REPORTED:
+            reported.append(BadRow(path=path, line=line, reason=reason))
+
+    try:
+        for i, path in enumerate(paths):
+            layout = first if i == 0 else _layout(path, **layout_args)
+            if layout.names != first.names:
+                raise SchemaError(
+                    f"{path}: columns {layout.names} differ from those of {paths[0]}: "
+                    f"{first.names}"
+                )
+            reader = _Reader(path, layout, on_read)
+            try:
+                for batch, lines in reader.batches():
+                    last = int(lines[-1]) if len(lines) else reader.next_line - 1
+                    events = []
+                    while reader.invalid and reader.invalid[0][0] <= last:
+                        events.append(reader.invalid.pop(0))
+                    table, bad, n_blank = _convert_batch(batch, lines, plan)
+                    blank += n_blank
+                    events += [(int(lines[row]), reason) for row, reason in bad.items()]
+                    for line, reason in sorted(events):
+                        bad_row(path, line, reason)
+                    if table.num_rows:
+                        shards.write(table)
+                        rows += table.num_rows
+                for line, reason in reader.invalid:
+                    bad_row(path, line, reason)
+            finally:
+                reader.close()
+        files = shards.close()
+    except BaseException:
+        shards.close()
+        raise
+    if rows == 0:
+        first_bad = f"; first bad row: {reported[0]}" if reported else ""
+        raise DataError(f"convert: no valid rows in {paths}" + first_bad)
+    schema.to_json(schema_path)
+    return ConvertResult(
+        paths=tuple(files),
+        schema=schema,
+        schema_path=schema_path,
+        format=to,
+        rows=rows,
+        skipped=skipped,
+        bad_rows=tuple(reported),
+        blank_lines=blank,
+        dropped_columns=dropped,
+        delimiter=first.delimiter,
+        header=first.header,
+    )
+
+
+def _convert_batch(
+    batch: Any, lines: np.ndarray, plan: dict[str, _Column]
+) -> tuple[Any, dict[int, str], int]:
+    """Convert one text batch: the good rows' table, bad rows' reasons, blank count."""
+    import pyarrow as pa
+
+    n = batch.num_rows
+    valid = np.zeros(n, dtype=bool)
+    for col in batch.columns:
+        valid |= col.is_valid().to_numpy(zero_copy_only=False)
+    blank = ~valid
+    bad: dict[int, str] = {}
+    arrays = {}
+    for name, col in plan.items():
+        arrays[name], col_bad = _convert_column(batch.column(name), col)
+        for row, reason in col_bad.items():
+            if not blank[row]:
+                bad.setdefault(row, reason)
+    keep = ~blank
+    if bad:
+        keep[list(bad)] = False
+    table = pa.table(arrays)
+    if not keep.all():
+        table = table.filter(pa.array(keep))
+    return table, bad, int(blank.sum())
