@@ -177,8 +177,10 @@ class PipelineStages:
     Attributes:
       host: Host the trace came from.
       pipeline: The root dataset op (``PrefetchDataset:4``, ``OptionsDataset:16``).
-      root_calls: ``next()`` calls of the training loop on this pipeline in the trace.
+      root_calls: ``next()`` calls of the training loop on this pipeline analysed.
       slow_root_calls: Calls that took longer than the slow-call threshold.
+      skipped_root_calls: Calls left out because they waited on an element whose
+        production started before the profiler did (usually the first one or two).
       input_ms: Total time the training loop spent in those calls (waiting for input).
       mean_call_ms: ``input_ms / root_calls``.
       max_call_ms: Longest single call.
@@ -193,6 +195,7 @@ class PipelineStages:
     pipeline: str
     root_calls: int
     slow_root_calls: int
+    skipped_root_calls: int
     input_ms: float
     mean_call_ms: float
     max_call_ms: float
@@ -219,6 +222,7 @@ class PipelineStages:
             "pipeline": self.pipeline,
             "root_calls": self.root_calls,
             "slow_root_calls": self.slow_root_calls,
+            "skipped_root_calls": self.skipped_root_calls,
             "input_ms": self.input_ms,
             "mean_call_ms": self.mean_call_ms,
             "max_call_ms": self.max_call_ms,
@@ -358,7 +362,17 @@ def advise(
 
 # ----------------------------------------------------------------- event assembly
 class _Ev:
-    __slots__ = ("children", "cls", "end", "linked", "name", "parent", "start", "stats")
+    __slots__ = (
+        "children",
+        "cls",
+        "end",
+        "linked",
+        "name",
+        "parent",
+        "start",
+        "stats",
+        "unmatched",
+    )
 
     def __init__(self, cls: int, name: str, start: int, end: int, stats: dict[str, Any]):
         self.cls = cls
@@ -369,6 +383,7 @@ class _Ev:
         self.parent: _Ev | None = None
         self.children: list[_Ev] = []
         self.linked = False
+        self.unmatched = False
 
 
 def _fold_path(name: str) -> str:
@@ -571,7 +586,10 @@ def rebuild_stages(
         if owner_ev is None or element is None:
             continue
         owner = _int(owner_ev.stats.get("id"))
-        for child in produced.get((owner, element), ()):  # type: ignore[arg-type]
+        children = produced.get((owner, element), ())  # type: ignore[arg-type]
+        if not children:
+            owner_ev.unmatched = True
+        for child in children:
             if not child.linked:
                 child.linked = True
                 owner_ev.children.append(child)
@@ -607,7 +625,9 @@ def rebuild_stages(
         )
         acc.busy_ps += dur - covered
         params = {
-            k: str(v) for k, v in ev.stats.items() if k and k not in _IGNORED_PARAMS and k != "name"
+            k: str(v)
+            for k, v in ev.stats.items()
+            if k and k not in _IGNORED_PARAMS and k != "name" and str(v) != "unavailable"
         }
         acc.params.update(params)
         if not acc.dataset_op:
@@ -640,22 +660,19 @@ def rebuild_stages(
             visit(c, a, b, level + 1)
 
     # The profiler only records events that start after it started. A call that waited
-    # on an element whose production began before that has no traced producer, and its
-    # whole wait would be charged to the consuming stage: such calls (the first one or
-    # two of a trace) are left out of the split.
-    first_produce: dict[int, int] = {}
-    for (owner, _), children in produced.items():
-        start = min(c.start for c in children)
-        first_produce[owner] = min(first_produce.get(owner, start), start)
-
+    # on an element whose production began before that has no traced producer (its
+    # Consume event matches no Produce event), and its whole wait would be charged to
+    # the consuming stage: such slow calls (the first one or two of a trace) are left
+    # out of the split. Fast unmatched calls (elements buffered ahead) are kept.
     def explainable(ev: _Ev, level: int = 0) -> bool:
-        iid = _int(ev.stats.get("id"))
-        if iid in first_produce and ev.end <= first_produce[iid]:  # type: ignore[operator]
+        if ev.unmatched and ev.end - ev.start > slow_ps:
             return False
         return level > 200 or all(explainable(c, level + 1) for c in ev.children)
 
+    skipped: dict[int, int] = {}
     for rid, events in list(roots.items()):
         roots[rid] = [ev for ev in events if explainable(ev)] or events
+        skipped[rid] = len(events) - len(roots[rid])
         for ev in roots[rid]:
             visit(ev, ev.start, ev.end, 0)
 
@@ -697,7 +714,10 @@ def rebuild_stages(
 
     return tuple(
         sorted(
-            (_assemble(host, root_id, events, accs, slow_ps) for root_id, events in roots.items()),
+            (
+                _assemble(host, root_id, events, accs, slow_ps, skipped[root_id])
+                for root_id, events in roots.items()
+            ),
             key=lambda p: -p.input_ms,
         )
     )
@@ -709,6 +729,7 @@ def _assemble(
     root_events: list[_Ev],
     accs: Mapping[tuple[int, str], _Acc],
     slow_ps: int,
+    skipped: int,
 ) -> PipelineStages:
     durations = [ev.end - ev.start for ev in root_events]
     input_ps = sum(durations)
@@ -769,6 +790,7 @@ def _assemble(
         host=host,
         pipeline=str(root_stats.get("name", "")),
         root_calls=len(durations),
+        skipped_root_calls=skipped,
         slow_root_calls=sum(d > slow_ps for d in durations),
         input_ms=input_ps / _PS_PER_MS,
         mean_call_ms=input_ps / len(durations) / _PS_PER_MS,

@@ -534,6 +534,17 @@ class _Shards:
             for record in _examples(table, self.plan):
                 self.writer.write(record)
 
+    def abort(self) -> None:
+        """Close and delete every file written so far (after an error)."""
+        self.pending = []
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        for path in self.paths:
+            if os.path.exists(path):
+                os.unlink(path)
+        self.paths = []
+
     def close(self) -> list[str]:
         self._flush()
         if self.writer is not None:
@@ -1027,7 +1038,7 @@ def convert(
                 reader.close()
         files = shards.close()
     except BaseException:
-        shards.close()
+        shards.abort()
         raise
     if rows == 0:
         first_bad = f"; first bad row: {reported[0]}" if reported else ""

@@ -261,6 +261,7 @@ def _batch_rows(features: dict[str, dict[str, Any]]) -> int:
 _ASSERT = re.compile(
     r"assertion failed: \[tfinput DataError: (.*?)\](?: \[([^\]]*)\])?(?=\s*(?:\[\[|\n|$))", re.S
 )
+_NUMERICS = re.compile(r"tfinput DataError: (.*?) : Tensor had (\w+) values")
 _NOISE = (
     r"\{\{function_node [^}]*\}\}\s*",
     r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ",
@@ -281,6 +282,9 @@ def clean_error(error: BaseException) -> str:
     m = _ASSERT.search(text)
     if m:
         return " ".join(p.strip() for p in m.groups() if p).strip()
+    m = _NUMERICS.search(text)
+    if m:  # tf.debugging.check_numerics: "<message> : Tensor had NaN values"
+        return f"{m.group(1).strip()} {m.group(2)} values"
     for pattern in _NOISE:
         text = re.sub(pattern, "", text)
     text = " ".join(text.split())

@@ -76,63 +76,58 @@ def _s(x: tf.Tensor) -> tf.Tensor:
 def _check_ids(checks: list[tuple[Categorical | MultiHot, tf.Tensor]], tables: dict) -> list:
     """One vectorized range check over every int64 id feature.
 
-    Single ids are stacked into one ``[B, k]`` matrix (one min and one max for all of
-    them); each multi-hot feature adds the min and max of its flat values.
+    Ids are reinterpreted as uint64, so a negative id becomes a value >= 2**63 and one
+    max-reduction finds both negative and too-large ids. Single ids are stacked into one
+    ``[B, k]`` matrix (one reduction for all of them); each multi-hot feature adds the
+    max of its flat values. The exact values are computed only to explain a failure.
     """
     if not checks:
         return []
     singles = [(f, v) for f, v in checks if isinstance(f, Categorical)]
     lists = [(f, v) for f, v in checks if isinstance(f, MultiHot)]
-    los, his, order = [], [], []
+    maxima, order = [], []
     if singles:
         stacked = tf.stack([v for _, v in singles], axis=1)
-        los.append(tf.reduce_min(stacked, axis=0))
-        his.append(tf.reduce_max(stacked, axis=0))
+        maxima.append(tf.reduce_max(tf.bitcast(stacked, tf.uint64), axis=0))
         order += [f for f, _ in singles]
     for f, v in lists:
-        # On an empty tensor reduce_min/max give int64 max/min, which pass both checks.
-        los.append(tf.reshape(tf.reduce_min(v), [1]))
-        his.append(tf.reshape(tf.reduce_max(v), [1]))
+        # On an empty tensor reduce_max gives 0, which passes.
+        maxima.append(tf.reshape(tf.reduce_max(tf.bitcast(v, tf.uint64)), [1]))
         order.append(f)
-    lo = tf.concat(los, 0) if len(los) > 1 else los[0]
-    hi = tf.concat(his, 0) if len(his) > 1 else his[0]
-    vocab = tf.constant([tables[f.table].vocabulary_size for f in order], tf.int64)
-    strict = tf.constant([f.out_of_range == "error" for f in order])
-    negative = lo < 0
-    too_big = tf.logical_and(strict, hi >= vocab)
-    bad = tf.logical_or(negative, too_big)
+    top = tf.concat(maxima, 0) if len(maxima) > 1 else maxima[0]
+    limit = tf.constant(
+        [tables[f.table].vocabulary_size if f.out_of_range == "error" else 2**63
+         for f in order],
+        tf.uint64,
+    )
+    bad = top >= limit
+    values = [v for _, v in singles] + [v for _, v in lists]
     names = tf.constant([f.name for f in order])
     table_names = tf.constant([f.table for f in order])
+    vocab = tf.constant([tables[f.table].vocabulary_size for f in order], tf.int64)
 
     def explain() -> tf.Tensor:
         i = tf.argmax(tf.cast(bad, tf.int32))
+        lo = tf.stack([tf.reduce_min(v) for v in values])[i]
+        hi = tf.stack([tf.reduce_max(v) for v in values])[i]
         prefix = ["feature '", names[i], "': "]
         bounds = ["expected ids in [0, ", _s(vocab[i]), ") (table '", table_names[i], "')"]
         neg = tf.strings.join(prefix + ["negative id; "] + bounds + [
-            ". Smallest id found: ", _s(lo[i])])
+            ". Smallest id found: ", _s(lo)])
         big = tf.strings.join(prefix + ["id out of range; "] + bounds + [
-            ", or set out_of_range='modulo'. Largest id found: ", _s(hi[i])])
-        return tf.where(negative[i], neg, big)
+            ", or set out_of_range='modulo'. Largest id found: ", _s(hi)])
+        return tf.where(lo < 0, neg, big)
 
     return [_guard(tf.logical_not(tf.reduce_any(bad)), explain)]
 
 
-def _check_dense(checks: list[tuple[Dense, tf.Tensor]]) -> list:
-    """One vectorized finiteness check over every dense feature."""
-    if not checks:
-        return []
-    columns = [tf.reshape(v, [tf.shape(v)[0], -1]) for _, v in checks]
-    widths = [f.length or 1 for f, _ in checks]
-    finite = tf.math.is_finite(tf.concat(columns, axis=1) if len(columns) > 1 else columns[0])
-    owner = tf.constant([f.name for f, w in zip((f for f, _ in checks), widths) for _ in range(w)])
-
-    def explain() -> tf.Tensor:
-        col = tf.argmax(tf.cast(tf.logical_not(tf.reduce_all(finite, axis=0)), tf.int32))
-        return tf.strings.join([
-            "feature '", owner[col], "': NaN or inf in a dense feature; expected finite "
-            "numbers (write missing values as absent, not NaN)"])
-
-    return [_guard(tf.reduce_all(finite), explain)]
+def _finite(x: tf.Tensor, f: Dense) -> tf.Tensor:
+    """``x``, checked for NaN and inf by one fused op."""
+    return tf.debugging.check_numerics(
+        x,
+        f"tfinput DataError: feature '{f.name}': NaN or inf in a dense feature; expected "
+        "finite numbers (write missing values as absent, not NaN). Found",
+    )
 
 
 def _to_ids(values: tf.Tensor, feature: Categorical | MultiHot, vocab: int) -> tf.Tensor:
@@ -215,12 +210,10 @@ def transform_batch(
     ids: dict[str, Any] = {}
     weights: dict[str, Any] = {}
     guards: list[tf.Tensor] = []
-    dense_checks: list[tuple[Dense, tf.Tensor]] = []
     id_checks: list[tuple[Categorical | MultiHot, tf.Tensor]] = []
     for f in schema.features:
         if isinstance(f, Dense):
-            x = tf.cast(raw[f.source], tf.float32)
-            dense_checks.append((f, x))
+            x = _finite(tf.cast(raw[f.source], tf.float32), f)
             dense[f.name] = _dense(x, f, guards)
         elif isinstance(f, Categorical):
             value = raw[f.source]
@@ -242,12 +235,12 @@ def transform_batch(
             ids[f.name], weights[f.name] = _multi_hot(
                 value, w, f, tables[f.table].vocabulary_size, batch_size, multi_hot_format
             )
-    guards += _check_dense(dense_checks) + _check_ids(id_checks, tables)
+    guards += _check_ids(id_checks, tables)
     labels = {lab.name: tf.cast(raw[lab.source], tf.float32) for lab in schema.labels}
-    with tf.control_dependencies(guards):
-        # Outputs depend on every check, so no batch leaves before it passed.
-        dense, ids, weights, labels = tf.nest.map_structure(
-            tf.identity, (dense, ids, weights, labels), expand_composites=True)
+    # The guards are stateful ops: a tf.function (and so a tf.data map) runs them as
+    # control outputs and returns only after they pass, so no identity ops are needed
+    # to hold a bad batch back (tests/test_bad_input.py proves it).
+    del guards
     features: dict[str, dict[str, Any]] = {"dense": dense, "ids": ids, "weights": weights}
     if batch_size is not None:
         for group in (dense, ids, weights, labels):

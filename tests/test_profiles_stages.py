@@ -1,0 +1,457 @@
+"""profiles.stages: tf.data stage self times and the bottleneck, from iterator events.
+
+Hand-built traces check the arithmetic exactly (times in microseconds); captured traces
+of pipelines with a deliberately slow stage check that the analysis names that stage.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from profiles import stages
+from profiles._xplane import _xspace_class, load_xspace
+from profiles.analysis import find_trace
+from profiles.testing import cached_capture
+
+# ------------------------------------------------------------------ trace builder
+
+
+def it(path, start, end, iid, parent=None, **params):
+    stats = {"id": iid, "name": params.pop("name", f"{path.rsplit('::', 1)[-1]}Dataset:{iid}")}
+    if parent is not None:
+        stats["parent_id"] = parent
+    stats.update(params)
+    return ("Iterator::" + path, start, end, stats)
+
+
+def ev(name, start, end, **stats):
+    return (name, start, end, stats)
+
+
+def make_space(*threads):
+    """An XSpace with one /host:CPU plane; each thread is a list of (name, start_us,
+    end_us, stats) events."""
+    space = _xspace_class()()
+    plane = space.planes.add(id=1, name="/host:CPU")
+    events: dict[str, int] = {}
+    stats: dict[str, int] = {}
+
+    def md(table, ids, name):
+        if name not in ids:
+            ids[name] = len(ids) + 1
+            table[ids[name]].id = ids[name]
+            table[ids[name]].name = name
+        return ids[name]
+
+    for n, thread in enumerate(threads):
+        line = plane.lines.add(id=n + 1, name=f"thread-{n}", timestamp_ns=1_000)
+        for name, start, end, event_stats in thread:
+            e = line.events.add(
+                metadata_id=md(plane.event_metadata, events, name),
+                offset_ps=int(start * 1e6),
+                duration_ps=int((end - start) * 1e6),
+            )
+            for key, value in event_stats.items():
+                s = e.stats.add(metadata_id=md(plane.stat_metadata, stats, key))
+                if isinstance(value, str):
+                    s.ref_value = md(plane.stat_metadata, stats, value)
+                else:
+                    s.int64_value = value
+    space.planes.add(id=2, name="Task Environment")
+    return space
+
+
+def only_pipeline(space):
+    (pipeline,) = stages.rebuild_stages(space, host="test")
+    return pipeline
+
+
+# ------------------------------------------------------------- exact arithmetic
+
+
+def test_synchronous_chain_splits_wait_by_nesting():
+    space = make_space(
+        [
+            it("Root", 0, 100, 1),
+            it("Root::Map", 5, 95, 2, parent=1),
+            it("Root::Map::Range", 10, 20, 3, parent=2),
+        ]
+    )
+    p = only_pipeline(space)
+    assert p.root_calls == 1 and p.input_ms == pytest.approx(0.1)
+    got = {s.kind: (round(s.self_ms * 1e3, 3), round(s.self_fraction, 3)) for s in p.stages}
+    assert got == {"Root": (10, 0.1), "Map": (80, 0.8), "Range": (10, 0.1)}
+    assert p.critical_path == (
+        "Iterator::Root",
+        "Iterator::Root::Map",
+        "Iterator::Root::Map::Range",
+    )
+    assert p.bottleneck.display_name == "Map"
+    assert p.bottleneck.knobs == ("map_parallelism",)
+    assert p.bottleneck.summary.startswith("Map: self time 80%, sequential: parallelize the map")
+
+
+def test_async_producer_is_charged_only_while_the_consumer_waits():
+    space = make_space(
+        [
+            it("Root", 100, 200, 1),
+            it("Root::Prefetch", 102, 198, 2, parent=1, buffer_limit=1),
+            ev("PrefetchConsume", 197, 198, element_id=7),
+        ],
+        [
+            ev("PrefetchProduce", 80, 190, element_id=7),
+            it("Root::Prefetch::ParallelMapV2", 81, 189, 3, parent=2, parallelism=1),
+        ],
+    )
+    p = only_pipeline(space)
+    by_kind = {s.kind: s for s in p.stages}
+    # The map ran 81..189; the consumer waited 102..198: 87 us of the wait are the map's.
+    assert by_kind["ParallelMapV2"].self_ms == pytest.approx(0.087)
+    assert by_kind["ParallelMapV2"].busy_ms == pytest.approx(0.108)
+    assert by_kind["Prefetch"].self_ms == pytest.approx(0.009)
+    assert by_kind["Root"].self_ms == pytest.approx(0.004)
+    assert p.bottleneck.stage == "Iterator::Root::Prefetch::ParallelMapV2"
+    assert p.bottleneck.summary == (
+        "ParallelMapV2: self time 87%, parallelism 1: raise map parallelism (map_parallelism)"
+    )
+
+
+def test_element_produced_ahead_is_off_the_critical_path():
+    space = make_space(
+        [
+            it("Root", 100, 200, 1),
+            it("Root::Prefetch", 102, 198, 2, parent=1, buffer_limit=2),
+            ev("PrefetchConsume", 197, 198, element_id=7),
+        ],
+        [
+            ev("PrefetchProduce", 20, 60, element_id=7),
+            it("Root::Prefetch::ParallelMapV2", 21, 59, 3, parent=2, parallelism=4),
+        ],
+    )
+    p = only_pipeline(space)
+    mapped = p.stage("ParallelMapV2")
+    assert mapped.calls == 1 and mapped.critical_calls == 0 and mapped.self_ms == 0
+    assert mapped.busy_ms == pytest.approx(0.038)
+    assert p.bottleneck.display_name == "Prefetch"
+    assert set(p.bottleneck.knobs) == {"prefetch", "private_threadpool_size"}
+
+
+def test_call_waiting_on_untraced_production_is_skipped():
+    space = make_space(
+        [
+            it("Root", 0, 50, 1),
+            it("Root::Prefetch", 1, 49, 2, parent=1),
+            ev("PrefetchConsume", 48, 49, element_id=6),
+            it("Root", 100, 200, 1),
+            it("Root::Prefetch", 102, 198, 2, parent=1),
+            ev("PrefetchConsume", 197, 198, element_id=7),
+        ],
+        [
+            ev("PrefetchProduce", 80, 190, element_id=7),
+            it("Root::Prefetch::ParallelMapV2", 81, 189, 3, parent=2, parallelism=1),
+        ],
+    )
+    p = only_pipeline(space)
+    assert (p.root_calls, p.skipped_root_calls) == (1, 1)
+    assert p.stage("Prefetch").self_ms == pytest.approx(0.009)
+    assert p.stage("Prefetch").calls == 2
+
+
+def test_interleave_elements_fold_into_one_stage_controlled_by_the_interleave():
+    interleave = dict(cycle_length=1, parallelism=1, name="ParallelInterleaveDatasetV4:2")
+    space = make_space(
+        [
+            it("Root", 0, 100, 1),
+            it("Root::ParallelInterleaveV4", 2, 98, 2, parent=1, **interleave),
+            ev("ParallelInterleaveConsume", 97, 98, element_id=5),
+            it("Root", 100, 200, 1),
+            it("Root::ParallelInterleaveV4", 102, 198, 2, parent=1, **interleave),
+            ev("ParallelInterleaveConsume", 197, 198, element_id=6),
+        ],
+        [
+            ev("ParallelInterleaveProduce", 1, 96, element_id=5),
+            it("Root::ParallelInterleaveV4[0]::TFRecord", 2, 95, 3, parent=2),
+            ev("ParallelInterleaveProduce", 100, 196, element_id=6),
+            it("Root::ParallelInterleaveV4[1]::TFRecord", 101, 195, 4, parent=2),
+        ],
+    )
+    p = only_pipeline(space)
+    reader = p.stage("TFRecord")
+    assert reader.path == "Iterator::Root::ParallelInterleaveV4[*]::TFRecord"
+    assert reader.calls == 2 and reader.critical_calls == 2 and reader.slow_calls == 2
+    assert p.critical_path[-1] == reader.path
+    assert p.bottleneck.display_name == "TFRecord"
+    assert p.bottleneck.knobs == ("interleave_cycle_length", "interleave_parallelism")
+    assert "cycle_length 1, parallelism 1" in p.bottleneck.setting
+
+
+def test_function_ops_label_an_unnamed_map():
+    space = make_space(
+        [
+            it("Root", 100, 200, 1),
+            it("Root::ParallelMapV2", 101, 199, 2, parent=1, parallelism=2),
+            ev("ParallelMapConsume", 198, 199, element_id=3),
+        ],
+        [
+            ev("ParallelMapProduce", 90, 110, element_id=3),
+            it("Root::ParallelMapV2::Range", 91, 92, 3, parent=2),
+            ev("FunctionRun", 93, 94, _p=9, _pt=2),
+        ],
+        [
+            ev("ExecutorState::Process", 95, 190, _c=9, _ct=2),
+            ev("ParseExampleV2:ParseExampleV2", 96, 180),
+            ev("Cast:Cast", 181, 185),
+        ],
+    )
+    p = only_pipeline(space)
+    mapped = p.stage("ParallelMapV2")
+    assert mapped.label == "ParseExampleV2"
+    assert mapped.display_name == "ParallelMapV2 (ParseExampleV2)"
+    assert mapped.function_ms == pytest.approx(0.088)
+    assert mapped.function_ops[0] == ("ParseExampleV2", pytest.approx(0.084))
+    # The input was read before the wait: the whole wait is the map's.
+    assert mapped.self_ms == pytest.approx(0.098)
+
+
+@pytest.mark.parametrize(
+    ("dataset_op", "label"),
+    [
+        ("parse", "parse"),
+        ("fused(parse,BatchDatasetV2:3)", "parse"),
+        ("ParallelMapDatasetV2:1", ""),
+        ("fused(ParallelMapDatasetV2:2,BatchDatasetV2:3)", ""),
+    ],
+    ids=["named", "named-fused", "auto", "auto-fused"],
+)
+def test_label_prefers_the_users_name(dataset_op, label):
+    space = make_space(
+        [
+            it("Root", 0, 100, 1),
+            it("Root::ParallelMapV2", 1, 99, 2, parent=1, name=dataset_op, parallelism=1),
+        ]
+    )
+    assert only_pipeline(space).stage("ParallelMapV2").label == label
+
+
+@pytest.mark.parametrize(
+    ("name", "folded"),
+    [
+        ("Iterator::Root::Zip[0]::Map", "Iterator::Root::Zip[0]::Map"),
+        ("Iterator::Root::FlatMap[3]::TFRecord", "Iterator::Root::FlatMap[*]::TFRecord"),
+        (
+            "Iterator::Root::ParallelInterleaveV4[12]::FlatMap[0]::TFRecord",
+            "Iterator::Root::ParallelInterleaveV4[*]::FlatMap[*]::TFRecord",
+        ),
+    ],
+    ids=["zip-input-kept", "flat-map-element", "nested-interleave"],
+)
+def test_element_indices_are_folded_but_input_positions_kept(name, folded):
+    assert stages._fold_path(name) == folded
+
+
+def test_trace_without_iterator_events_has_no_pipelines():
+    space = make_space([ev("train", 0, 100, step_num=1, _r=1)])
+    assert stages.rebuild_stages(space, host="test") == ()
+
+
+def test_slow_call_threshold_is_configurable():
+    space = make_space([it("Root", 0, 100, 1), it("Root::Map", 1, 99, 2, parent=1)])
+    (default,) = stages.rebuild_stages(space, host="t")
+    (strict,) = stages.rebuild_stages(space, host="t", slow_call_us=200)
+    assert default.stage("Map").slow_calls == 1 and strict.stage("Map").slow_calls == 0
+    assert default.slow_root_calls == 1 and strict.slow_root_calls == 0
+
+
+# -------------------------------------------------------------------- knob advice
+
+
+_ADVICE_CASES = {
+    "parallel-map-below-cores": (
+        "ParallelMapV2",
+        {"parallelism": "1"},
+        (),
+        ("map_parallelism",),
+        "parallelism 1",
+        "raise map parallelism",
+    ),
+    "parallel-map-at-cores": (
+        "ParallelMapV2",
+        {"parallelism": "2", "autotune": "true"},
+        (),
+        ("map_parallelism", "batch_size"),
+        "parallelism 2 autotuned",
+        "make the map cheaper",
+    ),
+    "map-and-batch": (
+        "MapAndBatch",
+        {"parallelism": "1"},
+        (),
+        ("map_parallelism",),
+        "parallelism 1",
+        "raise map parallelism",
+    ),
+    "sequential-map": ("Map", {}, (), ("map_parallelism",), "sequential", "parallelize the map"),
+    "parallel-interleave": (
+        "ParallelInterleaveV4",
+        {"cycle_length": "1", "parallelism": "1"},
+        (),
+        ("interleave_cycle_length", "interleave_parallelism"),
+        "cycle_length 1, parallelism 1",
+        "read more files concurrently",
+    ),
+    "interleave": (
+        "Interleave",
+        {"cycle_length": "2"},
+        (),
+        ("interleave_cycle_length", "interleave_parallelism"),
+        "cycle_length 2, parallelism 1",
+        "read more files concurrently",
+    ),
+    "tfrecord-in-interleave": (
+        "TFRecord",
+        {},
+        (("FlatMap", {}), ("ParallelInterleaveV4", {"cycle_length": "1"})),
+        ("interleave_cycle_length", "interleave_parallelism"),
+        "read by ParallelInterleaveV4 with cycle_length 1, parallelism 1",
+        "file reading is the bottleneck",
+    ),
+    "tfrecord-alone": (
+        "TFRecord",
+        {},
+        (),
+        ("interleave_cycle_length", "interleave_parallelism"),
+        "files read one at a time",
+        "read the files through an interleave",
+    ),
+    "flat-map-reading": (
+        "FlatMap",
+        {},
+        (),
+        ("interleave_cycle_length", "interleave_parallelism"),
+        "files read one at a time",
+        "read the files through an interleave",
+    ),
+    "prefetch": (
+        "Prefetch",
+        {"buffer_limit": "1"},
+        (),
+        ("prefetch", "private_threadpool_size"),
+        "buffer 1",
+        "raise prefetch",
+    ),
+    "batch": (
+        "BatchV2",
+        {"batch_size": "4096"},
+        (),
+        ("batch_size",),
+        "batch_size 4096",
+        "batch before parsing",
+    ),
+    "padded-batch": (
+        "PaddedBatchV2",
+        {"batch_size": "8"},
+        (),
+        ("batch_size",),
+        "batch_size 8",
+        "batch before parsing",
+    ),
+    "shuffle": (
+        "ShuffleAndRepeat",
+        {"buffer_size": "16"},
+        (),
+        ("shuffle_buffer",),
+        "buffer_size 16",
+        "lower shuffle_buffer",
+    ),
+    "cache": ("MemoryCache", {}, (), ("cache",), "", "first pass through the cache"),
+    "intra-op": (
+        "MaxIntraOpParallelism",
+        {},
+        (),
+        ("max_intra_op_parallelism",),
+        "",
+        "max_intra_op_parallelism",
+    ),
+    "private-pool": (
+        "PrivateThreadPool",
+        {},
+        (),
+        ("private_threadpool_size",),
+        "",
+        "private_threadpool_size",
+    ),
+    "in-memory-source": ("Range", {}, (), (), "", "in-memory source"),
+    "no-knob": ("Zip", {}, (), (), "", "no tfinput knob controls Zip"),
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "enclosing", "knobs", "setting", "advice"),
+    list(_ADVICE_CASES.values()),
+    ids=list(_ADVICE_CASES),
+)
+def test_advise_names_the_knob(kind, params, enclosing, knobs, setting, advice):
+    got_knobs, got_setting, got_advice = stages.advise(
+        kind, params, enclosing=enclosing, cpu_budget=2
+    )
+    assert got_knobs == knobs
+    assert got_setting == setting
+    assert advice in got_advice
+
+
+# ------------------------------------------------------ known answers on real traces
+
+
+@pytest.fixture(scope="module")
+def slow_map_stages():
+    trace = find_trace(cached_capture("slow_map"))
+    x = load_xspace(trace.paths[0])
+    return stages.rebuild_stages(x.space, host=x.host)
+
+
+@pytest.fixture(scope="module")
+def small_interleave_stages():
+    trace = find_trace(cached_capture("small_interleave"))
+    x = load_xspace(trace.paths[0])
+    return stages.rebuild_stages(x.space, host=x.host)
+
+
+def test_slow_map_is_named_with_its_knob(slow_map_stages):
+    main = slow_map_stages[0]
+    b = main.bottleneck
+    assert b.stage == "Iterator::Root::Prefetch::ParallelMapV2"
+    assert b.display_name == "ParallelMapV2 (parse)"
+    assert b.knobs == ("map_parallelism",)
+    assert b.setting == "parallelism 1"
+    assert b.significant
+    assert b.summary.startswith("ParallelMapV2 (parse): self time ")
+    assert b.summary.endswith(", parallelism 1: raise map parallelism (map_parallelism)")
+    assert b.self_fraction > 0.5
+    assert main.critical_path[-1] == b.stage
+    parse = main.stage("ParallelMapV2")
+    assert parse.calls >= main.root_calls and parse.slow_calls >= 1
+    assert parse.function_ops and parse.function_ops[0][0] == "PyFunc"
+
+
+def test_small_interleave_is_named_with_its_knob(small_interleave_stages):
+    b = small_interleave_stages[0].bottleneck
+    assert b.display_name == "TFRecord"
+    assert b.stage.endswith("ParallelInterleaveV4[*]::FlatMap[*]::TFRecord")
+    assert b.knobs == ("interleave_cycle_length", "interleave_parallelism")
+    assert b.setting == "read by ParallelInterleaveV4 with cycle_length 1, parallelism 1"
+    assert "raise interleave_cycle_length and interleave_parallelism" in b.summary
+    # Reading and the interleave itself (switching files) share the wait; both are
+    # controlled by the interleave knobs.
+    main = small_interleave_stages[0]
+    by_interleave = sum(
+        s.self_fraction for s in main.stages if "interleave_cycle_length" in s.knobs
+    )
+    assert by_interleave > 0.6
+
+
+def test_results_are_json_ready(slow_map_stages):
+    import json
+
+    data = json.loads(json.dumps(slow_map_stages[0].to_dict()))
+    assert data["bottleneck"]["knobs"] == ["map_parallelism"]
+    assert {s["kind"] for s in data["stages"]} >= {"Root", "Prefetch", "ParallelMapV2"}
