@@ -246,8 +246,8 @@ class ProfileAnalysis:
       trace_files: The ``.xplane.pb`` files read.
       xprof_version: xprof used for the conversion.
       hardware: xprof's hardware type (``CPU_ONLY``, ``GPU``, ``TPU``).
-      steps: xprof's per-step breakdown (xprof leaves out the first and last marked
-        step of a trace, which are usually cut by the profiler start and stop).
+      steps: xprof's per-step breakdown (xprof may leave out a step cut by the
+        profiler's start or stop).
       step_time_ms: Spread of step time, or None without steps.
       input_wait: Fraction of step time spent waiting for input: ``average`` is total
         input time over total step time (xprof's own figure), ``minimum`` and
@@ -490,7 +490,8 @@ def xprof_tables(paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]) 
         is included).
     """
     try:
-        from xprof.convert import raw_to_tool_data
+        with _stderr_captured():  # loading xprof's library logs to stderr once
+            from xprof.convert import raw_to_tool_data
     except ImportError as e:
         raise ProfileError(
             f"xprof is needed to analyse traces: pip install 'xprof{TESTED_XPROF}' ({e})"
@@ -727,8 +728,8 @@ def analyze(
     if not steps and all(n > 0 for n in markers.values()):
         diagnostics.append(
             f"the trace has step markers ({sum(markers.values())}) but xprof found no "
-            "complete step: xprof leaves out the first and last marked step, so profile "
-            "at least 3 steps (10 is a good number) after a warm-up."
+            "complete step (it leaves out steps cut by the profiler's start or stop): "
+            "profile at least 3 steps (10 is a good number) after a warm-up."
         )
     for row in _rows(find_table_or_none(ipa, ("severity", "message")) or {}):
         message = str(row.get("message", ""))

@@ -45,10 +45,10 @@ class CaptureConfig:
     """How many steps to run and profile.
 
     Attributes:
-      steps: Steps profiled. xprof leaves out the first and last marked step of a
-        trace, so ``steps`` yields ``steps - 2`` analysed steps: at least 3, about 10
-        is a good number. More steps give steadier averages but larger traces (a few
-        MB per step for a Keras model) and a slower analysis.
+      steps: Steps profiled. xprof may leave out a step cut by the profiler's start
+        or stop, so profile at least 3; about 10 is a good number. More steps give
+        steadier averages but larger traces (up to a few MB per step for a Keras
+        model) and a slower analysis.
       warmup: Steps run before the profiler starts, so that function tracing, file
         opening and buffer filling are not profiled. Too few and the first profiled
         steps show start-up costs; too many only cost time.

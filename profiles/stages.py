@@ -187,7 +187,7 @@ class PipelineStages:
       cpu_budget: CPU cores tf.data believed it had (from the root iterator), if traced.
       stages: Every stage, largest critical-path self time first.
       critical_path: Stage paths from the root down, following at each level the child
-        the training loop waited on longest.
+        the training loop waited on longest, while that wait exceeds the stage's own.
       bottleneck: The bottleneck stage, or None when no call was traced.
     """
 
@@ -774,14 +774,19 @@ def _assemble(
         )
     stages.sort(key=lambda s: (-s.self_ms, s.depth))
 
-    # Critical path: from the root, follow the child waited on longest.
+    # Critical path: from the root, follow the child waited on longest, as long as the
+    # wait under that child is longer than the wait on the stage itself.
     crit_wall = {path: acc.crit_wall_ps for path, acc in mine.items()}
     chain = [_fold_path(root_events[0].name)]
     while True:
         children = [p for p, ps in crit_wall.items() if ps > 0 and _parent_path(p) == chain[-1]]
         if not children:
             break
-        chain.append(max(children, key=lambda p: crit_wall[p]))
+        best = max(children, key=lambda p: crit_wall[p])
+        here = mine.get(chain[-1])
+        if here is not None and crit_wall[best] <= here.self_ps:
+            break
+        chain.append(best)
 
     bottleneck = _bottleneck(
         stages, input_ps=input_ps, calls=len(durations), slow_ps=slow_ps, cpu_budget=cpu_budget

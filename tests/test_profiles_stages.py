@@ -139,9 +139,9 @@ def test_element_produced_ahead_is_off_the_critical_path():
 def test_call_waiting_on_untraced_production_is_skipped():
     space = make_space(
         [
-            it("Root", 0, 50, 1),
-            it("Root::Prefetch", 1, 49, 2, parent=1),
-            ev("PrefetchConsume", 48, 49, element_id=6),
+            it("Root", 0, 90, 1),
+            it("Root::Prefetch", 1, 89, 2, parent=1),
+            ev("PrefetchConsume", 88, 89, element_id=6),
             it("Root", 100, 200, 1),
             it("Root::Prefetch", 102, 198, 2, parent=1),
             ev("PrefetchConsume", 197, 198, element_id=7),

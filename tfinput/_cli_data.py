@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -305,22 +304,26 @@ def print_bench(result: Any, console: Any) -> None:
     console.print(t)
     rl = result.roofline
     if rl is not None:
-        cost = rl.cost_us()
-        console.print(
-            f"roofline: {_fmt_rate(rl.bound)} examples/s ({rl.limited_by}-bound: "
-            f"{rl.cores} cores x {_fmt_rate(rl.stage('full').examples_per_s)}/s single-core "
-            f"= {_fmt_rate(rl.cpu_bound)}; read {min(rl.cores, rl.files)} stream(s) x "
-            f"{_fmt_rate(rl.stage('read').examples_per_s)}/s = {_fmt_rate(rl.read_bound)})",
-            markup=False,
-        )
-        console.print(
-            f"single-core cost per example: read {cost['read']:.2f} us, parse "
-            f"{cost['parse']:.2f} us, transforms {cost['transform']:.2f} us, total "
-            f"{cost['total']:.2f} us",
-            markup=False,
-        )
+        for line in roofline_lines(rl):
+            console.print(line, markup=False)
     best = result.best
     console.print(f"best: {best.name} ({_fmt_rate(best.median)} examples/s)", markup=False)
+
+
+def roofline_lines(rl: Any) -> list[str]:
+    """Two lines explaining a `tfinput.bench.Roofline`."""
+    cost = rl.cost_us()
+    full, read = rl.stage("full"), rl.stage("read")
+    return [
+        f"roofline: {_fmt_rate(rl.bound)} examples/s, {rl.limited_by}-bound "
+        f"(CPU: {rl.cores} cores x {_fmt_rate(full.examples_per_cpu_s)} examples per "
+        f"CPU-second = {_fmt_rate(rl.cpu_bound)}; read: {max(1, min(rl.cores, rl.files))} "
+        f"stream(s) x {_fmt_rate(read.examples_per_cpu_s)} = {_fmt_rate(rl.read_bound)})",
+        f"CPU cost per example on one core: read {cost['read']:.2f} us + parse "
+        f"{cost['parse']:.2f} us + transforms {cost['transform']:.2f} us = "
+        f"{cost['total']:.2f} us (stages ran at {full.cores_busy:.2f}/"
+        f"{rl.stage('parse').cores_busy:.2f}/{read.cores_busy:.2f} cores busy: full/parse/read)",
+    ]
 
 
 # --------------------------------------------------------------- registration
@@ -395,7 +398,7 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=_count, help="override every config's batch size")
     p.add_argument("--windows", type=int, default=5, help="windows per config (default 5)")
     p.add_argument("--window-batches", type=int, default=20, help="timed batches per window")
-    p.add_argument("--warmup-batches", type=int, default=5, help="untimed batches per window")
+    p.add_argument("--warmup-batches", type=int, default=8, help="untimed batches per window")
     p.add_argument("--roofline", action="store_true", help="also measure the roofline")
     p.add_argument("--roofline-windows", type=int, default=3)
     p.add_argument("--cpu-count", type=int, help="cores to assume (default: affinity mask)")
@@ -404,7 +407,3 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the JSON result (tfinput.bench/1)")
     p.set_defaults(func=_handler(_cmd_bench))
 
-
-def _env_cpu_count() -> int | None:  # pragma: no cover - convenience for scripts
-    value = os.environ.get("TFINPUT_CPU_COUNT")
-    return int(value) if value else None

@@ -23,7 +23,7 @@ How a measurement is taken (and recorded in ``result.method``):
   latency p50/p99 (the time between consecutive batches as the consumer sees it,
   step included), the fraction of time the consumer waited for input (``stall``),
   CPU use of the whole process during windows (``cores_busy``: CPU-seconds per
-  second, from `os.times`) and the peak resident memory sampled after every batch.
+  second, from `time.process_time`) and the peak resident memory sampled after every batch.
   Runs of one config on a 2-core machine vary by 10-20%: differences smaller than
   the spread are not differences.
 - **Step.** Each batch is handed to a `tfinput.steps.Step` (default ``input_only``),
@@ -83,9 +83,8 @@ Progress = Callable[[int, int, "Window"], None]
 
 # --------------------------------------------------------------------- probes
 def process_cpu_seconds() -> float:
-    """User + system CPU time of this process, all threads (`os.times`)."""
-    t = os.times()
-    return t.user + t.system
+    """User + system CPU time of this process, all threads (`time.process_time`)."""
+    return time.process_time()
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -496,21 +495,44 @@ class Stage:
     Attributes:
       name: ``read``, ``parse`` or ``full``.
       description: What the stage runs.
-      examples_per_s: Median single-core rate.
-      cores_busy: Median CPU-seconds per second while it ran (about 1 if it truly
-        used one core).
+      examples_per_s: Median wall-clock rate.
+      examples_per_cpu_s: Median examples per CPU-second of the process: the inverse
+        of the per-example CPU cost, whatever threads did the work. This is the rate
+        the bound uses; it equals the wall rate when the stage kept exactly one core
+        busy, and is not disturbed by other processes taking the CPU.
+      cores_busy: Median CPU-seconds per second while it ran (about 1 when the
+        single-thread settings held).
       windows: Its windows.
     """
 
     name: str
     description: str
     examples_per_s: float
+    examples_per_cpu_s: float
     cores_busy: float
     windows: tuple[Window, ...] = ()
 
     @property
     def us_per_example(self) -> float:
-        return 1e6 / self.examples_per_s if self.examples_per_s > 0 else float("inf")
+        """CPU cost per example, microseconds."""
+        rate = self.examples_per_cpu_s
+        return 1e6 / rate if rate > 0 else float("inf")
+
+    @classmethod
+    def from_windows(cls, name: str, description: str, windows: Sequence[Window]) -> Stage:
+        """Medians over windows; the CPU rate falls back to the wall rate when the CPU
+        clock did not advance (fake clocks)."""
+        wall = [w.examples_per_s for w in windows]
+        cpu = [w.examples / w.cpu_seconds if w.cpu_seconds > 0 else w.examples_per_s
+               for w in windows]  # fmt: skip
+        return cls(
+            name=name,
+            description=description,
+            examples_per_s=float(np.median(wall)),
+            examples_per_cpu_s=float(np.median(cpu)),
+            cores_busy=float(np.median([w.cores_busy for w in windows])),
+            windows=tuple(windows),
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -522,8 +544,8 @@ class Roofline:
       cores: CPUs assumed.
       files: Input files (reads of one file are sequential).
       bytes_per_example: Average serialized size (TFRecord) or on-disk size (Parquet).
-      cpu_bound: ``cores`` x the single-core rate of the full pipeline.
-      read_bound: ``min(cores, files)`` x the single-core read rate.
+      cpu_bound: ``cores`` x the full pipeline's examples per CPU-second.
+      read_bound: ``min(cores, files)`` x the read stage's examples per CPU-second.
       bound: ``min(cpu_bound, read_bound)``, examples/s.
       limited_by: ``cpu`` or ``read``.
     """
@@ -541,7 +563,7 @@ class Roofline:
         return next(s for s in self.stages if s.name == name)
 
     def cost_us(self) -> dict[str, float]:
-        """Single-core CPU cost per example of each part, microseconds."""
+        """CPU cost per example of each part, microseconds (stage differences)."""
         read = self.stage("read").us_per_example
         parse = self.stage("parse").us_per_example
         full = self.stage("full").us_per_example
@@ -564,6 +586,7 @@ class Roofline:
                     "name": s.name,
                     "description": s.description,
                     "examples_per_s": round(s.examples_per_s, 1),
+                    "examples_per_cpu_s": round(s.examples_per_cpu_s, 1),
                     "us_per_example": round(s.us_per_example, 3),
                     "cores_busy": round(s.cores_busy, 3),
                     "windows": [w.to_dict() for w in s.windows],
@@ -581,13 +604,14 @@ class Roofline:
 def roofline_from_stages(
     stages: Sequence[Stage], *, cores: int, files: int, bytes_per_example: float | None = None
 ) -> Roofline:
-    """The bound from measured stages: ``min(cores x full, min(cores, files) x read)``."""
+    """The bound from measured stages: ``min(cores x full, min(cores, files) x read)``,
+    with per-CPU-second rates."""
     by = {s.name: s for s in stages}
     missing = {"read", "parse", "full"} - set(by)
     if missing:
         raise ConfigError(f"roofline: stages {sorted(missing)} are missing")
-    cpu_bound = cores * by["full"].examples_per_s
-    read_bound = max(1, min(cores, files)) * by["read"].examples_per_s
+    cpu_bound = cores * by["full"].examples_per_cpu_s
+    read_bound = max(1, min(cores, files)) * by["read"].examples_per_cpu_s
     bound = min(cpu_bound, read_bound)
     return Roofline(
         stages=tuple(by[n] for n in ("read", "parse", "full")),
@@ -667,13 +691,18 @@ def _stage_factories(pipeline: Any, batch_size: int) -> tuple[dict, dict, dict, 
         columns = schema.columns()
 
         def read() -> Iterable[Any]:
+            import pyarrow.dataset as pads
+
             def gen() -> Iterator[Any]:
-                while True:
-                    for path in files:
-                        f = pq.ParquetFile(path)
-                        yield from f.iter_batches(
-                            batch_size=batch_size, columns=columns, use_threads=False
-                        )
+                while True:  # the scan tfinput's reader does, without conversion
+                    scanner = pads.dataset(files, format="parquet").scanner(
+                        columns=columns,
+                        batch_size=max(batch_size, 1 << 14),
+                        use_threads=False,
+                        fragment_readahead=1,
+                        batch_readahead=4,
+                    )
+                    yield from scanner.to_batches()
 
             return gen()
 
@@ -699,7 +728,7 @@ def _stage_factories(pipeline: Any, batch_size: int) -> tuple[dict, dict, dict, 
         rows = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
         size = sum(os.path.getsize(p) for p in files)
         descriptions = {
-            "read": "pyarrow ParquetFile.iter_batches, one thread, the schema's columns",
+            "read": "pyarrow dataset scan of the schema's columns, one thread",
             "parse": "read + conversion to numpy (tfinput's Parquet reader, one thread)",
             "full": "the tfinput pipeline, naive config, private thread pool of 1",
         }
@@ -738,10 +767,12 @@ def roofline(
       read + conversion to numpy).
     - ``full``: the whole tfinput pipeline (read + parse + transforms).
 
-    The model: every example costs ``1 / full`` core-seconds wherever it is
-    processed, so ``cores`` cores cannot exceed ``cores x full`` examples/s; and one
-    file is read by one thread at a time, so reading cannot exceed
-    ``min(cores, files) x read``. The bound is the smaller of the two. It is an upper
+    The model: every example costs ``c = cpu_seconds / examples`` of the full stage
+    (measured with the process CPU clock, so the work of any helper thread counts and
+    other processes' use of the CPU does not), wherever it is processed; ``cores``
+    cores cannot exceed ``cores / c`` examples/s. One file is read by one thread at a
+    time, so reading cannot exceed ``min(cores, files)`` x the read stage's rate. The
+    bound is the smaller of the two. It is an upper
     bound, not a forecast: coordination between threads, the GIL (Parquet's reader
     runs Python), memory bandwidth and other processes keep real pipelines below it.
 
@@ -777,16 +808,7 @@ def roofline(
         )
 
     measured = _interleave({n: runner(n) for n in factories}, windows, progress)
-    stages = [
-        Stage(
-            name=name,
-            description=descriptions[name],
-            examples_per_s=float(np.median([w.examples_per_s for w in ws])),
-            cores_busy=float(np.median([w.cores_busy for w in ws])),
-            windows=tuple(ws),
-        )
-        for name, ws in measured.items()
-    ]
+    stages = [Stage.from_windows(n, descriptions[n], ws) for n, ws in measured.items()]
     return roofline_from_stages(stages, cores=cores, files=files, bytes_per_example=per_example)
 
 
@@ -907,7 +929,7 @@ def measure(
     step: Callable[[Any], Any] | None = None,
     windows: int = 5,
     window_batches: int = 20,
-    warmup_batches: int = 5,
+    warmup_batches: int = 8,
     baseline: str | None = None,
     clock: Clock = time.perf_counter,
     cpu_clock: Clock = process_cpu_seconds,
@@ -928,7 +950,9 @@ def measure(
       window_batches: Timed batches per window. Longer windows average out jitter
         but cost time; a window should last at least about a second.
       warmup_batches: Untimed batches at the start of each window (thread start,
-        file opening, buffers filling).
+        file opening, buffers filling). Keep it at least ``map_parallelism +
+        prefetch``: batches made while the consumer waited for the first one sit in
+        buffers, and timing them would flatter parallel configs.
       baseline: Config the ratios refer to (default: the first).
       clock, cpu_clock, rss: Injectable probes (tests pass fakes).
       cpu_count: CPUs, for utilisation and the record (None: affinity mask).
@@ -1006,7 +1030,7 @@ def measure(
         "examples_per_s": "median over windows; spread = min-max and CV over windows",
         "latency": "time between consecutive batches seen by the consumer, step included; "
         "all windows pooled",
-        "cpu": "process user+system CPU seconds per wall second (os.times), median",
+        "cpu": "process user+system CPU seconds per wall second (time.process_time), median",
         "memory": "resident set size sampled after every batch (/proc/self/statm), max",
         "ratio": "median over rounds of (config / baseline) in the same round",
         "step": describe() if callable(describe) else {"name": str(step)},

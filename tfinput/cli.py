@@ -183,6 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=_cmd_check)
 
+    from profiles import cli as profiles_cli
+    from tfinput import _cli_data
+    from tuners import cli as tuners_cli
+
+    tuners_cli.add_subcommands(sub)
+    _cli_data.add_subcommands(sub)
+    profiles_cli.add_subcommands(sub)
     return parser
 
 

@@ -654,7 +654,13 @@ class _Layout:
 class _Reader:
     """Streams one CSV file as text batches, each row tagged with its line number."""
 
-    def __init__(self, path: str, layout: _Layout, on_read: Callable[[int], None] | None):
+    def __init__(
+        self,
+        path: str,
+        layout: _Layout,
+        on_read: Callable[[int], None] | None,
+        block_size: int = BLOCK_SIZE,
+    ):
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
@@ -680,7 +686,7 @@ class _Reader:
             self.stream,
             read_options=pacsv.ReadOptions(
                 use_threads=False,
-                block_size=BLOCK_SIZE,
+                block_size=block_size,
                 column_names=layout.names,
                 skip_rows=1 if layout.header else 0,
             ),
@@ -903,6 +909,7 @@ def convert(
     on_bad_rows: str = "error",
     infer_rows: int = 10_000,
     overwrite: bool = False,
+    block_size: int = BLOCK_SIZE,
     progress: Callable[[int, int], None] | None = None,
 ) -> ConvertResult:
     """Convert CSV/TSV files into sharded Parquet or TFRecord files plus ``schema.json``.
@@ -929,6 +936,8 @@ def convert(
         out and count them).
       infer_rows: Rows sampled from the first input to infer kinds (no schema/preset).
       overwrite: Replace the ``part-*`` files and ``schema.json`` of ``out_dir``.
+      block_size: Bytes of CSV parsed at a time. Memory grows with it; a record must
+        fit in one block; smaller blocks mean more Python work per byte.
       progress: Called as ``progress(bytes_read, total_bytes)`` (compressed bytes for
         compressed inputs) as blocks are read.
 
@@ -947,7 +956,11 @@ def convert(
         raise ConfigError(f"convert: on_bad_rows must be 'error' or 'skip', got {on_bad_rows!r}")
     if preset is not None and preset not in PRESETS:
         raise ConfigError(f"convert: unknown preset {preset!r}; expected one of {list(PRESETS)}")
-    for name, value in (("rows_per_file", rows_per_file), ("infer_rows", infer_rows)):
+    for name, value in (
+        ("rows_per_file", rows_per_file),
+        ("infer_rows", infer_rows),
+        ("block_size", block_size),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"convert: {name} must be an int >= 1, got {value!r}")
     if delimiter is not None and len(delimiter) != 1:
@@ -1017,7 +1030,7 @@ def convert(
                     f"{path}: columns {layout.names} differ from those of {paths[0]}: "
                     f"{first.names}"
                 )
-            reader = _Reader(path, layout, on_read)
+            reader = _Reader(path, layout, on_read, block_size)
             try:
                 for batch, lines in reader.batches():
                     last = int(lines[-1]) if len(lines) else reader.next_line - 1

@@ -109,11 +109,11 @@ def _chunk_seed(seed: int, chunk: int) -> int:
     return int(np.random.SeedSequence([seed, chunk]).generate_state(1, np.uint64)[0] >> 1)
 
 
-def _chunk(schema: Schema, seed: int, k: int, rows: int) -> Any:
+def _chunk(schema: Schema, seed: int, k: int, rows: int, chunk_rows: int) -> Any:
     from tfinput import testing
 
-    start = k * CHUNK_ROWS
-    n = min(CHUNK_ROWS, rows - start)
+    start = k * chunk_rows
+    n = min(chunk_rows, rows - start)
     cols = testing.generate(schema, n, seed=_chunk_seed(seed, k))
     if "row_id" in cols.values:
         cols.values["row_id"] = cols.values["row_id"] + start
@@ -130,6 +130,7 @@ def generate_files(
     format: str = "tfrecord",
     seed: int = 0,
     prefix: str = "part",
+    chunk_rows: int = CHUNK_ROWS,
     progress: Callable[[int, int], None] | None = None,
 ) -> DatagenResult:
     """Write ``rows`` synthetic rows as ``files`` TFRecord or Parquet files.
@@ -145,6 +146,8 @@ def generate_files(
       format: ``tfrecord`` (tf.train.Example records) or ``parquet``.
       seed: Random seed; the same arguments always write the same rows.
       prefix: File name prefix (``{prefix}-00000-of-00008.tfrecord``).
+      chunk_rows: Rows generated at a time (part of the data's identity: the same
+        seed with another chunk size gives other rows). Memory grows with it.
       progress: Called as ``progress(rows_done, rows)`` after each chunk.
 
     Returns:
@@ -157,7 +160,7 @@ def generate_files(
 
     if format not in FORMATS:
         raise ConfigError(f"datagen: format must be one of {list(FORMATS)}, got {format!r}")
-    for name, value in (("rows", rows), ("files", files)):
+    for name, value in (("rows", rows), ("files", files), ("chunk_rows", chunk_rows)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"datagen: {name} must be an int >= 1, got {value!r}")
     if files > rows:
@@ -184,7 +187,7 @@ def generate_files(
             return tf.io.TFRecordWriter(paths[i])
         import pyarrow.parquet as pq
 
-        first = testing.to_arrow(_chunk(schema, seed, 0, min(rows, 16)))
+        first = testing.to_arrow(_chunk(schema, seed, 0, min(rows, 16), chunk_rows))
         return pq.ParquetWriter(paths[i], first.schema)
 
     def write(cols: Any) -> None:
@@ -192,12 +195,12 @@ def generate_files(
             for record in testing.to_examples(cols):
                 writer.write(record)
         else:
-            writer.write_table(testing.to_arrow(cols), row_group_size=CHUNK_ROWS)
+            writer.write_table(testing.to_arrow(cols), row_group_size=chunk_rows)
 
     try:
-        for k in range((rows + CHUNK_ROWS - 1) // CHUNK_ROWS):
-            cols = _chunk(schema, seed, k, rows)
-            lo, hi = k * CHUNK_ROWS, k * CHUNK_ROWS + cols.rows
+        for k in range((rows + chunk_rows - 1) // chunk_rows):
+            cols = _chunk(schema, seed, k, rows, chunk_rows)
+            lo, hi = k * chunk_rows, k * chunk_rows + cols.rows
             for i in range(files):
                 a, b = max(lo, bounds[i]), min(hi, bounds[i + 1])
                 if a >= b:

@@ -1,0 +1,39 @@
+"""tuners: Optuna search of tf.data settings against a real training step.
+
+    import tuners
+    result = tuners.tune(pipeline, step=tfinput.steps.simulated_step(0.02), n_trials=30)
+    result.best_config.to_json("best.json", **result.record())
+
+``import tuners`` is light: Optuna and TensorFlow load when a study runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["tune", "TuneResult", "SearchSpace", "Measurement", "measure", "make_storage"]
+
+_LAZY = {
+    "tune": "tuners.study",
+    "TuneResult": "tuners.study",
+    "make_storage": "tuners.study",
+    "SearchSpace": "tuners.space",
+    "Measurement": "tuners.objective",
+    "measure": "tuners.objective",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tuners.objective import Measurement, measure
+    from tuners.space import SearchSpace
+    from tuners.study import TuneResult, make_storage, tune
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tuners' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,101 @@
+"""Helpers shared by every ``tfinput`` subcommand: consoles, progress bars, errors,
+and loading ``MODULE:FUNCTION`` objects named on the command line."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tfinput.errors import ConfigError
+
+__all__ = ["console", "progress", "fail", "load_object"]
+
+
+def console(stderr: bool = False) -> Any:
+    """A rich console; piped or captured output gets a wide, stable layout."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
+
+
+def progress() -> Any:
+    """A rich progress display on stderr (silent when stderr is not a terminal)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console(stderr=True),
+        transient=False,
+        disable=not sys.stderr.isatty(),
+    )
+
+
+def fail(message: str, command: str | None = None) -> int:
+    """Print a one-line error on stderr; return the usage/input error code 2."""
+    where = f"tfinput {command}" if command else "tfinput"
+    print(f"{where}: error: {message}", file=sys.stderr)
+    return 2
+
+
+@contextlib.contextmanager
+def _cwd_on_path() -> Iterator[None]:
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def load_object(spec: str, what: str) -> Any:
+    """The object named by ``MODULE:ATTR`` (MODULE dotted, or a path to a .py file).
+
+    Raises:
+      ConfigError: malformed spec, module not importable, attribute missing.
+    """
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{what}: expected MODULE:FUNCTION, got {spec!r}")
+    try:
+        if module_name.endswith(".py") or os.sep in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                raise ConfigError(f"{what}: no file {path}")
+            mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if mod_spec is None or mod_spec.loader is None:
+                raise ConfigError(f"{what}: cannot load {path}")
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
+        else:
+            with _cwd_on_path():
+                module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"{what}: cannot import {module_name!r}: {e}") from e
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{what}: {module_name!r} has no attribute {attr!r}") from None
+    return obj

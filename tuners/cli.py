@@ -1,0 +1,325 @@
+"""``tfinput tune`` and ``tfinput demo``: thin handlers over `tuners.tune`.
+
+Exit codes: 0 done; 2 bad usage or input (unknown knob, empty range, unreachable
+storage, missing files...), reported on one line of stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tfinput._cli_util import console, fail, load_object, progress
+from tfinput.errors import ConfigError, TfinputError
+
+__all__ = ["add_subcommands", "demo_pipeline", "DEMO"]
+
+STEPS = ("input_only", "ranking", "keras", "function", "simulated")
+
+#: The built-in default the README's main job runs: small enough to finish in a few
+#: minutes on 2 cores, big enough that the input pipeline matters.
+DEMO = {
+    "rows": 200_000,
+    "files": 8,
+    "batch_size": 4096,
+    "vocabulary_size": 10_000,
+    "dim": 8,
+    "n_trials": 14,
+    "windows": 3,
+    "window_batches": 8,
+    "warmup_batches": 3,
+    "confirm_top": 2,
+    "confirm_windows": 3,
+}
+
+
+def demo_pipeline(data_dir: str | os.PathLike[str] | None = None, *, rows: int = DEMO["rows"],
+                  say: Any = None) -> Any:
+    """The demo pipeline: criteo-like TFRecord data (13 dense, 26 single ids, 4
+    multi-hot lists), generated once into ``data_dir`` (default
+    ``$TFINPUT_DATA_DIR`` or ``~/.cache/tfinput``) and reused."""
+    import tfinput
+    from tfinput import testing
+
+    schema = testing.criteo_like_schema(vocabulary_size=DEMO["vocabulary_size"], dim=DEMO["dim"])
+    root = Path(data_dir or os.environ.get("TFINPUT_DATA_DIR")
+                or Path.home() / ".cache" / "tfinput")
+    directory = root / f"demo-criteo-like-{rows}-v1"
+    done = directory / "_COMPLETE"
+    if not done.exists():
+        if say:
+            say(f"generating {rows:,} criteo-like rows into {directory} (once)")
+        testing.write_tfrecord(directory, schema, rows=rows, files=DEMO["files"], seed=0)
+        schema.to_json(directory / "schema.json")
+        done.write_text("ok\n")
+    files = sorted(str(p) for p in directory.glob("part-*.tfrecord"))
+    return tfinput.tfrecord(files, schema)
+
+
+def add_subcommands(subparsers: Any) -> None:
+    """Register ``tune`` and ``demo``."""
+    p = subparsers.add_parser(
+        "tune",
+        help="search tf.data settings against a training step and save the best config",
+        description="Search prefetch, interleave, parallelism (and optionally batch size) "
+        "against a real or simulated training step with Optuna; confirm the winner against "
+        "autotune; write best_config.json, result.json and report.html.",
+    )
+    src = p.add_argument_group("pipeline (one of)")
+    src.add_argument("paths", nargs="*", help="data files, globs or directories (with --schema)")
+    src.add_argument("--schema", help="schema JSON for PATHS")
+    src.add_argument("--format", choices=["tfrecord", "parquet"], default=None)
+    src.add_argument("--pipeline", metavar="MODULE:FUNCTION",
+                     help="callable returning a tfinput.Pipeline")
+    src.add_argument("--demo", action="store_true", help="the built-in criteo-like data")
+    st = p.add_argument_group("step")
+    st.add_argument("--step", choices=STEPS, default="input_only",
+                    help="input_only, ranking (built-in DCN-style Keras model), keras "
+                    "(--model), function (--step-fn), simulated (--device-time-ms)")
+    st.add_argument("--model", metavar="MODULE:FUNCTION",
+                    help="callable(schema or nothing) returning a compiled Keras model")
+    st.add_argument("--step-fn", metavar="MODULE:FUNCTION", help="callable step(batch)")
+    st.add_argument("--device-time-ms", type=float, help="simulated device time per batch")
+    _search_args(p)
+    p.set_defaults(func=run_tune)
+
+    d = subparsers.add_parser(
+        "demo",
+        help="the main job on a built-in default: tune criteo-like data against a small "
+        "ranking step (a few minutes)",
+    )
+    d.add_argument("--out", default="runs/demo", help="output directory (default: %(default)s)")
+    d.add_argument("--data-dir", help="where the demo data are generated (default: "
+                   "$TFINPUT_DATA_DIR or ~/.cache/tfinput)")
+    d.add_argument("--n-trials", type=int, default=DEMO["n_trials"])
+    d.add_argument("--step", choices=["ranking", "input_only", "simulated"], default="ranking")
+    d.add_argument("--device-time-ms", type=float, default=20.0)
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=run_demo)
+
+
+def _search_args(p: argparse.ArgumentParser) -> None:
+    s = p.add_argument_group("search")
+    s.add_argument("--n-trials", type=int, default=30)
+    s.add_argument("--timeout", type=float, help="seconds of search at most")
+    s.add_argument("--storage", help="postgresql:// or sqlite:/// URL, or a .db / .log file")
+    s.add_argument("--study-name", help="study name in the storage (required with --storage)")
+    s.add_argument("--no-resume", action="store_true",
+                   help="fail if the study exists instead of resuming it")
+    s.add_argument("--batch-size", type=int, default=None, help="global batch size")
+    s.add_argument("--current", metavar="CONFIG.json", help="your current config (a baseline)")
+    s.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
+                   help="pin a knob (repeatable)")
+    s.add_argument("--narrow", action="append", default=[], metavar="KNOB=V1,V2",
+                   help="candidate values of a knob (repeatable)")
+    s.add_argument("--tune-batch-size", action="store_true",
+                   help="also search the batch size (prints learning-rate advice)")
+    s.add_argument("--windows", type=int, default=5)
+    s.add_argument("--window-batches", type=int, default=20)
+    s.add_argument("--warmup-batches", type=int, default=5)
+    s.add_argument("--confirm-top", type=int, default=3)
+    s.add_argument("--confirm-windows", type=int, default=5)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", help="output directory (default: runs/tune-<time>)")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+# ----------------------------------------------------------------- helpers
+def _pipeline(args: argparse.Namespace, say: Any) -> Any:
+    chosen = [bool(args.paths), bool(args.pipeline), bool(args.demo)]
+    if sum(chosen) != 1:
+        raise ConfigError("give exactly one pipeline: PATHS with --schema, --pipeline or --demo")
+    if args.demo:
+        return demo_pipeline(say=say)
+    if args.pipeline:
+        obj = load_object(args.pipeline, "--pipeline")
+        pipeline = obj() if callable(obj) and not hasattr(obj, "build") else obj
+        if not hasattr(pipeline, "build"):
+            raise ConfigError(f"--pipeline {args.pipeline}: expected a tfinput.Pipeline, got "
+                              f"{type(pipeline).__name__}")
+        return pipeline
+    if not args.schema:
+        raise ConfigError("PATHS need --schema (see `tfinput schema infer`)")
+    import tfinput
+    from tfinput.sources import resolve_paths
+
+    schema = tfinput.Schema.from_json(args.schema)
+    fmt = args.format or ("parquet" if resolve_paths(args.paths)[0].lower().endswith(
+        (".parquet", ".pq")) else "tfrecord")
+    return (tfinput.parquet if fmt == "parquet" else tfinput.tfrecord)(args.paths, schema)
+
+
+def make_step(kind: str, *, pipeline: Any = None, model: str | None = None,
+              step_fn: str | None = None, device_time_ms: float | None = None) -> Any:
+    """A `tfinput.steps.Step` from command-line choices."""
+    from tfinput import steps
+
+    if kind == "input_only":
+        return steps.input_only()
+    if kind == "simulated":
+        if not device_time_ms or device_time_ms <= 0:
+            raise ConfigError("--step simulated needs --device-time-ms > 0")
+        return steps.simulated_step(device_time_ms / 1e3)
+    if kind == "ranking":
+        from tfinput import models
+
+        return steps.keras_step(models.ranking_model(pipeline.schema))
+    if kind == "keras":
+        if not model:
+            raise ConfigError("--step keras needs --model MODULE:FUNCTION")
+        fn = load_object(model, "--model")
+        try:
+            built = fn(pipeline.schema)
+        except TypeError:
+            built = fn()
+        return steps.keras_step(built)
+    if kind == "function":
+        if not step_fn:
+            raise ConfigError("--step function needs --step-fn MODULE:FUNCTION")
+        return steps.function_step(load_object(step_fn, "--step-fn"))
+    raise ConfigError(f"unknown step {kind!r}; choose from {STEPS}")
+
+
+def _space_and_base(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any, Any]:
+    from tfinput import bench
+    from tfinput.config import PipelineConfig
+    from tuners.space import SearchSpace, parse_assignment
+
+    current = PipelineConfig.from_json(args.current) if args.current else None
+    base = current or PipelineConfig()
+    if args.batch_size:
+        base = base.replace(batch_size=args.batch_size)
+    files = len(pipeline.source.files()) if hasattr(pipeline, "source") else None
+    space = SearchSpace.default(cpu_count=bench.available_cpus(), files=files or None,
+                                batch_size=base.batch_size, tune_batch_size=args.tune_batch_size)
+    for text in args.narrow:
+        knob, values = parse_assignment(text)
+        space = space.narrow(**{knob: values})
+    for text in args.fix:
+        knob, values = parse_assignment(text)
+        if len(values) != 1:
+            raise ConfigError(f"--fix {text}: give one value (use --narrow for several)")
+        space = space.fix(**{knob: values[0]})
+    return space, base, current
+
+
+class _Display:
+    """Progress bar over trials, then over confirmation windows."""
+
+    def __init__(self, total: int) -> None:
+        self.bar = progress()
+        self.total = total
+        self.task = None
+        self.confirm_task = None
+
+    def __enter__(self) -> _Display:
+        self.bar.__enter__()
+        self.task = self.bar.add_task("tuning", total=self.total)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.__exit__(*exc)
+
+    def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if event == "trial":
+            best = f"best {info['best']:,.0f}/s" if info.get("best") else ""
+            label = info.get("baseline") or f"trial {info['number']}"
+            self.bar.update(self.task, completed=min(info["done"], self.total),
+                            description=f"tuning ({label}: {info['state']}) {best}")
+            if not self.bar.disable:
+                return
+            value = f"{info['value']:,.0f}/s" if info.get("value") else info.get("error") or ""
+            print(f"trial {info['number']} [{label}] {info['state']} {value} "
+                  f"({info['done']}/{self.total}) {best}", file=sys.stderr)
+        elif event == "confirm":
+            self.confirm_task = self.bar.add_task(
+                "confirming against autotune", total=len(info["configs"]) * info["windows"])
+            if self.bar.disable:
+                print(f"confirming {', '.join(info['configs'])} ({info['windows']} windows "
+                      "each, interleaved)", file=sys.stderr)
+        elif event == "confirm_window":
+            self.bar.update(self.confirm_task, completed=info["done"])
+
+
+def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
+    from tuners.report import print_summary, write_outputs
+
+    paths = write_outputs(result, out)
+    if args.json:
+        print(json.dumps({**result.to_dict(), "outputs": {k: str(v) for k, v in paths.items()}},
+                         indent=2, default=str))
+        return 0
+    c = console()
+    print_summary(result, c)
+    c.print(f"best config: {paths['best_config']}  (PipelineConfig.from_json(...) → "
+            "pipeline.build(config))")
+    c.print(f"report: {paths['report']}   details: {paths['result']}")
+    return 0
+
+
+# ---------------------------------------------------------------- handlers
+def run_tune(args: argparse.Namespace) -> int:
+    """Handler of ``tfinput tune``."""
+    from tuners.study import tune
+
+    try:
+        if args.n_trials < 1:
+            raise ConfigError(f"--n-trials must be >= 1, got {args.n_trials}")
+        if args.storage and not args.study_name:
+            raise ConfigError("--storage needs --study-name (to share or resume the study)")
+        say = console(stderr=True).print
+        pipeline = _pipeline(args, say)
+        space, base, current = _space_and_base(args, pipeline)
+        step = make_step(args.step, pipeline=pipeline, model=args.model, step_fn=args.step_fn,
+                         device_time_ms=args.device_time_ms)
+        out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
+        with _Display(args.n_trials) as display:
+            result = tune(
+                pipeline, step=step, n_trials=args.n_trials, timeout=args.timeout,
+                storage=args.storage, study_name=args.study_name,
+                load_if_exists=not args.no_resume, space=space, base=base, current=current,
+                windows=args.windows, window_batches=args.window_batches,
+                warmup_batches=args.warmup_batches, confirm_top=args.confirm_top,
+                confirm_windows=args.confirm_windows, seed=args.seed, progress=display,
+            )
+        return _finish(result, args, out)
+    except TfinputError as e:
+        return fail(str(e), "tune")
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Handler of ``tfinput demo``: the tuner end to end on built-in data."""
+    from tfinput.config import PipelineConfig
+    from tuners.space import SearchSpace
+    from tuners.study import tune
+
+    from tfinput import bench
+
+    try:
+        say = console(stderr=True).print
+        t0 = time.time()
+        pipeline = demo_pipeline(args.data_dir, say=say)
+        step = make_step(args.step, pipeline=pipeline, device_time_ms=args.device_time_ms)
+        base = PipelineConfig(batch_size=DEMO["batch_size"])
+        space = SearchSpace.default(cpu_count=bench.available_cpus(), files=DEMO["files"])
+        say(f"tuning {DEMO['files']} TFRecord files ({DEMO['rows']:,} criteo-like rows, batch "
+            f"{DEMO['batch_size']}) against step '{step.name}': {args.n_trials} trials, "
+            "baselines first, then confirmation against autotune")
+        with _Display(args.n_trials) as display:
+            result = tune(
+                pipeline, step=step, n_trials=args.n_trials, base=base, space=space,
+                windows=DEMO["windows"], window_batches=DEMO["window_batches"],
+                warmup_batches=DEMO["warmup_batches"], confirm_top=DEMO["confirm_top"],
+                confirm_windows=DEMO["confirm_windows"], progress=display,
+            )
+        code = _finish(result, args, args.out)
+        if not args.json:
+            say(f"demo finished in {time.time() - t0:.0f} s")
+        return code
+    except TfinputError as e:
+        return fail(str(e), "demo")

@@ -1,0 +1,136 @@
+"""Tuning reports: a terminal table, a self-contained HTML page, and JSON files.
+
+`write_outputs` writes, into one directory:
+
+- ``best_config.json``: ``{"config": {...}, "fingerprint": ..., "method": ..., ...}``,
+  loadable with ``PipelineConfig.from_json`` and so by ``build(config=...)``;
+- ``result.json``: everything in `TuneResult` plus every trial;
+- ``report.html``: optimisation history, parameter importances and the confirmed
+  throughput of each config with its spread (plotly, inlined: no network needed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tuners.study import TuneResult, summarize_trials
+
+__all__ = ["print_summary", "write_html", "write_outputs"]
+
+
+def _fmt_rate(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def print_summary(result: TuneResult, console: Any) -> None:
+    """The before/after table and what changed, on a rich console."""
+    from rich.table import Table
+
+    t = Table(title=f"Confirmed throughput (step: {result.step.get('name')}), examples/s")
+    for col in ("config", "median", "min-max", "CV", "vs autotune (range)"):
+        t.add_column(col, justify="left" if col == "config" else "right")
+    for c in result.confirmed:
+        ratio = "" if c.ratio is None else f"{c.ratio:.2f}x ({c.ratio_min:.2f}-{c.ratio_max:.2f})"
+        name = f"[bold]{c.name}[/]" if c.name == result.best_name else c.name
+        t.add_row(name, _fmt_rate(c.median), f"{_fmt_rate(c.minimum)}-{_fmt_rate(c.maximum)}",
+                  f"{c.cv:.1%}", ratio)
+    console.print(t)
+    auto = next((c for c in result.confirmed if c.name == "autotune"), None)
+    if auto is not None:
+        changed = {k: v for k, v in result.best_config.to_dict().items()
+                   if auto.config.to_dict().get(k) != v}
+        console.print(f"best: {result.best_name}; knobs changed from autotune: "
+                      + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none"))
+    trials = ", ".join(f"{n} {k}" for k, n in sorted(result.trials.items()))
+    console.print(f"study {result.study_name}: {trials}; search {result.seconds['search']:.0f} s, "
+                  f"confirmation {result.seconds['confirm']:.0f} s")
+    for line in result.advice:
+        console.print(f"[yellow]advice:[/] {line}")
+
+
+def _figures(result: TuneResult) -> list[tuple[str, Any]]:
+    import plotly.graph_objects as go
+
+    figs: list[tuple[str, Any]] = []
+    names = [c.name for c in result.confirmed]
+    medians = [c.median for c in result.confirmed]
+    bar = go.Figure(go.Bar(
+        x=names, y=medians,
+        error_y={"type": "data", "symmetric": False,
+                 "array": [c.maximum - c.median for c in result.confirmed],
+                 "arrayminus": [c.median - c.minimum for c in result.confirmed]},
+        text=[f"{c.ratio:.2f}x" if c.ratio else "" for c in result.confirmed],
+    ))
+    bar.update_layout(title="Confirmed throughput (median, min-max over interleaved windows)",
+                      yaxis_title="examples/s")
+    figs.append(("confirmed", bar))
+    study = result.study
+    if study is not None:
+        import optuna
+
+        try:
+            figs.append(("history", optuna.visualization.plot_optimization_history(study)))
+        except Exception:  # noqa: S110 - a plot that cannot be drawn is left out
+            pass
+        try:
+            figs.append(("importances", optuna.visualization.plot_param_importances(study)))
+        except Exception:  # too few complete trials, or a single searched knob
+            pass
+        rows = [r for r in summarize_trials(study) if r["median"] is not None]
+        if rows:
+            spread = go.Figure(go.Scatter(
+                x=[r["number"] for r in rows], y=[r["median"] for r in rows], mode="markers",
+                error_y={"type": "data", "symmetric": False,
+                         "array": [r["max"] - r["median"] for r in rows],
+                         "arrayminus": [r["median"] - r["min"] for r in rows]},
+                marker={"color": ["#888" if r["state"] == "pruned" else "#1f77b4" for r in rows]},
+                text=[r["baseline"] or r["state"] for r in rows],
+            ))
+            spread.update_layout(title="Every trial: median examples/s and window spread "
+                                       "(grey: pruned)", xaxis_title="trial",
+                                 yaxis_title="examples/s")
+            figs.append(("trials", spread))
+    return figs
+
+
+def write_html(result: TuneResult, path: str | Path) -> Path:
+    """A self-contained HTML report (plotly.js inlined once)."""
+    path = Path(path)
+    parts = []
+    for i, (_, fig) in enumerate(_figures(result)):
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
+    best = json.dumps(result.best_config.to_dict(), indent=2)
+    fp = json.dumps(result.fingerprint, indent=2)
+    html = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>tfinput tune report</title>"
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
+        "pre{background:#f4f4f4;padding:1em}</style></head><body>"
+        f"<h1>tfinput tune: {result.study_name}</h1>"
+        f"<p>Best: <b>{result.best_name}</b>, confirmed "
+        f"{result.confirmed[0].median:,.0f} examples/s"
+        + (f", {result.ratio_vs_autotune:.2f}x autotune" if result.ratio_vs_autotune else "")
+        + f". Step: {result.step.get('name')}. Trials: {result.trials}. "
+        f"Search {result.seconds['search']:.0f} s, confirmation {result.seconds['confirm']:.0f} s.</p>"
+        + "".join(parts)
+        + f"<h2>Best config</h2><pre>{best}</pre><h2>Machine</h2><pre>{fp}</pre>"
+        f"<h2>Method</h2><pre>{json.dumps(result.method, indent=2)}</pre></body></html>"
+    )
+    path.write_text(html)
+    return path
+
+
+def write_outputs(result: TuneResult, out_dir: str | Path, *, html: bool = True) -> dict[str, Path]:
+    """Write ``best_config.json``, ``result.json`` and (optionally) ``report.html``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"best_config": out / "best_config.json", "result": out / "result.json"}
+    result.best_config.to_json(paths["best_config"], **result.record())
+    data = result.to_dict()
+    if result.study is not None:
+        data["trials_detail"] = summarize_trials(result.study)
+    paths["result"].write_text(json.dumps(data, indent=2, default=str) + "\n")
+    if html:
+        paths["report"] = write_html(result, out / "report.html")
+    return paths

@@ -1,0 +1,233 @@
+"""The search space: which values of each `PipelineConfig` knob the tuner may try.
+
+Every knob is a categorical choice over a short list of values derived from the CPU
+count (and the number of files); ``AUTOTUNE`` is one of the choices wherever tf.data
+can tune the knob, so tf.data's own tuning competes on equal terms. Categorical
+choices keep the space honest for TPE and GP alike: the values are few and not on a
+meaningful numeric scale (``AUTOTUNE`` is -1).
+
+    space = SearchSpace.default(cpu_count=2, files=8)
+    space = space.fix(batch_size=4096).narrow(map_parallelism=[2, 3, 4])
+    config = space.suggest(trial, base=PipelineConfig(batch_size=4096))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tfinput.config import AUTOTUNE, PipelineConfig, knob_names
+from tfinput.errors import ConfigError
+
+__all__ = ["SearchSpace", "TUNABLE", "encode", "decode"]
+
+#: Knobs the tuner searches by default. ``batch_size`` joins only when allowed;
+#: ``shuffle_buffer``/``shuffle_seed``/``drop_remainder`` change what is trained on and
+#: ``autotune_ram_budget`` is a memory cap, so they stay as the user set them.
+TUNABLE = (
+    "interleave_cycle_length",
+    "interleave_block_length",
+    "interleave_parallelism",
+    "map_parallelism",
+    "prefetch",
+    "private_threadpool_size",
+    "max_intra_op_parallelism",
+    "deterministic",
+    "cache",
+)
+
+
+#: Values that build the same pipeline as another value of the space.
+_EQUIVALENT: dict[tuple[str, Any], Any] = {
+    ("deterministic", "autotune"): True,  # tf.data's default is deterministic
+    ("interleave_block_length", "autotune"): 1,
+    ("private_threadpool_size", 0): AUTOTUNE,  # 0 and unset both mean the shared pool
+}
+
+
+def encode(value: Any) -> Any:
+    """Optuna-storable form of a knob value (``AUTOTUNE`` is stored as "autotune")."""
+    if value is AUTOTUNE or (isinstance(value, int) and not isinstance(value, bool)
+                             and value == AUTOTUNE):
+        return "autotune"
+    return value
+
+
+def decode(value: Any) -> Any:
+    return AUTOTUNE if value == "autotune" else value
+
+
+def _uniq(values: Sequence[Any]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """Candidate values per knob; knobs absent from ``choices`` keep the base config's
+    value.
+
+    Attributes:
+      choices: ``{knob: (value, ...)}`` with ``AUTOTUNE`` allowed where tf.data allows it.
+    """
+
+    choices: Mapping[str, tuple[Any, ...]]
+
+    def __post_init__(self) -> None:
+        known = set(knob_names())
+        fixed: dict[str, tuple[Any, ...]] = {}
+        for knob, values in self.choices.items():
+            if knob not in known:
+                raise ConfigError(f"search space: unknown knob {knob!r}; knobs: {knob_names()}")
+            values = _uniq(tuple(values))
+            if not values:
+                raise ConfigError(f"search space: knob {knob!r} has an empty range")
+            for v in values:  # each value must make a valid config on its own
+                try:
+                    PipelineConfig().replace(**{knob: v})
+                except ConfigError as e:
+                    raise ConfigError(f"search space: knob {knob!r}: {e}") from None
+            fixed[knob] = values
+        object.__setattr__(self, "choices", fixed)
+
+    @classmethod
+    def default(
+        cls,
+        *,
+        cpu_count: int | None = None,
+        files: int | None = None,
+        batch_size: int | None = None,
+        tune_batch_size: bool = False,
+        data_bytes: int | None = None,
+        ram_bytes: int | None = None,
+    ) -> SearchSpace:
+        """Ranges derived from the machine and the data.
+
+        Args:
+          cpu_count: Cores available to the input pipeline (default: this process's).
+          files: Number of input files (caps the interleave cycle length).
+          batch_size: The user's batch size (needed when ``tune_batch_size``).
+          tune_batch_size: Also try half, double and four times the batch size.
+          data_bytes: Size of the data; ``cache`` is searched only if it fits in a
+            quarter of ``ram_bytes``.
+          ram_bytes: Machine memory (default: from ``os.sysconf``).
+        """
+        c = max(1, cpu_count or _cpus())
+        max_files = files or 64
+        cycle = [AUTOTUNE] + [v for v in (1, 2, 4, 8, 16) if v <= max(1, min(max_files, 4 * c))]
+        choices: dict[str, tuple[Any, ...]] = {
+            "interleave_cycle_length": tuple(cycle),
+            "interleave_block_length": (1, 4, 16),
+            "interleave_parallelism": _uniq([AUTOTUNE, 1, 2, c]),
+            "map_parallelism": _uniq([AUTOTUNE, *range(1, 2 * c + 1)]),
+            "prefetch": (AUTOTUNE, 1, 2, 4, 8),
+            "private_threadpool_size": _uniq([AUTOTUNE, c, 2 * c]),
+            "max_intra_op_parallelism": (AUTOTUNE, 1),
+            "deterministic": (True, False),
+        }
+        ram = ram_bytes or _ram()
+        if data_bytes is not None and ram and data_bytes < ram // 4:
+            choices["cache"] = (False, True)
+        if tune_batch_size:
+            if not batch_size:
+                raise ConfigError("tune_batch_size needs the current batch_size")
+            choices["batch_size"] = _uniq(
+                [max(1, batch_size // 2), batch_size, 2 * batch_size, 4 * batch_size]
+            )
+        return cls(choices=choices)
+
+    def fix(self, **values: Any) -> SearchSpace:
+        """Pin knobs to one value each (they are then not searched)."""
+        return self.narrow(**{k: (v,) for k, v in values.items()})
+
+    def narrow(self, **values: Sequence[Any]) -> SearchSpace:
+        """Replace the candidate values of some knobs."""
+        return SearchSpace(choices={**self.choices, **{k: tuple(v) for k, v in values.items()}})
+
+    @property
+    def searched(self) -> dict[str, tuple[Any, ...]]:
+        """Knobs with more than one candidate."""
+        return {k: v for k, v in self.choices.items() if len(v) > 1}
+
+    def size(self) -> int:
+        n = 1
+        for v in self.choices.values():
+            n *= len(v)
+        return n
+
+    def suggest(self, trial: Any, base: PipelineConfig) -> PipelineConfig:
+        """Ask an Optuna trial for one value per searched knob."""
+        values = {}
+        for knob, options in self.choices.items():
+            if len(options) == 1:
+                values[knob] = options[0]
+            else:
+                picked = trial.suggest_categorical(knob, [encode(v) for v in options])
+                values[knob] = decode(picked)
+        return base.replace(**values)
+
+    def params(self, config: PipelineConfig) -> dict[str, Any]:
+        """The trial parameters that reproduce ``config`` (for enqueueing baselines).
+        Knob values outside the space are left out (Optuna then samples them)."""
+        out = {}
+        for knob, options in self.searched.items():
+            value = getattr(config, knob)
+            if value not in options:
+                value = _EQUIVALENT.get((knob, encode(value)), value)
+            if value in options:
+                out[knob] = encode(value)
+        return out
+
+    def contains(self, config: PipelineConfig) -> bool:
+        return all(getattr(config, k) in v for k, v in self.choices.items())
+
+    def to_dict(self) -> dict[str, list[Any]]:
+        return {k: [encode(v) for v in vs] for k, vs in self.choices.items()}
+
+
+def parse_assignment(text: str) -> tuple[str, list[Any]]:
+    """Parse ``knob=v1,v2`` from the command line (``autotune``, true/false, ints)."""
+    if "=" not in text:
+        raise ConfigError(f"expected knob=value[,value...], got {text!r}")
+    knob, _, raw = text.partition("=")
+    knob = knob.strip()
+    if knob not in knob_names():
+        raise ConfigError(f"unknown knob {knob!r}; knobs: {knob_names()}")
+    values: list[Any] = []
+    for item in raw.split(","):
+        item = item.strip().lower()
+        if not item:
+            continue
+        if item == "autotune":
+            values.append(AUTOTUNE)
+        elif item in ("true", "false"):
+            values.append(item == "true")
+        else:
+            try:
+                values.append(int(item))
+            except ValueError:
+                raise ConfigError(
+                    f"knob {knob!r}: {item!r} is not an int, true/false or autotune"
+                ) from None
+    if not values:
+        raise ConfigError(f"knob {knob!r}: empty range in {text!r}")
+    return knob, values
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _ram() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return None
