@@ -283,8 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny data and windows (smoke)")
     parser.add_argument("--workdir", default=str(ROOT / ".tfinput-cache" / "benchmarks"))
     parser.add_argument("--criteo-sample", default=DEFAULT_SAMPLE)
-    parser.add_argument("--out", help="markdown file whose bench section is replaced "
-                        "(default: benchmarks/RESULTS.md; --quick: WORKDIR/RESULTS-quick.md)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        help="markdown file whose bench section is replaced "
+        "(default: benchmarks/RESULTS.md; --quick: WORKDIR/RESULTS-quick.md)",
+    )
     parser.add_argument(
         "--only", action="append", help="run only workloads whose name contains this"
     )
@@ -316,8 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, make, fmt in plans:
         data = make()
         runs.append(run_workload(name, data, fmt, s, console))
-    out = Path(args.out) if args.out else (
-        workdir / "RESULTS-quick.md" if args.quick else ROOT / "benchmarks" / "RESULTS.md"
+    out = (
+        Path(args.out)
+        if args.out
+        else (workdir / "RESULTS-quick.md" if args.quick else ROOT / "benchmarks" / "RESULTS.md")
     )
     write_section(out, results_markdown(runs, s, args.quick))
     raw = out.parent / ("results-bench-quick.json" if args.quick else "results-bench.json")

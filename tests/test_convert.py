@@ -43,9 +43,7 @@ def _examples(result) -> list[tf.train.Example]:
 def test_criteo_sample_converts_and_builds(tmp_path, to):
     result = convert(CRITEO, tmp_path / "out", to=to, preset="criteo", rows_per_file=64)
     assert (result.rows, result.skipped, result.header, result.delimiter) == (200, 0, True, ",")
-    assert [Path(p).name for p in result.paths] == [
-        f"part-0000{i}-of-00004.{to}" for i in range(4)
-    ]
+    assert [Path(p).name for p in result.paths] == [f"part-0000{i}-of-00004.{to}" for i in range(4)]
     assert Schema.from_json(result.schema_path) == result.schema == preset_schema("criteo")
     reader = tfinput.parquet if to == "parquet" else tfinput.tfrecord
     pipeline = reader(str(tmp_path / "out"), result.schema)
@@ -99,9 +97,7 @@ def test_quoted_fields(tmp_path):
 @pytest.mark.parametrize("to", ["parquet", "tfrecord"])
 def test_empty_fields_are_missing(tmp_path, to):
     text = "label,x,city,tags\n1,,,\n0,2.5,paris,a|b\n"
-    result = convert(
-        _write(tmp_path, text), tmp_path / "out", to=to, list_columns={"tags": "|"}
-    )
+    result = convert(_write(tmp_path, text), tmp_path / "out", to=to, list_columns={"tags": "|"})
     if to == "parquet":
         table = _table(result)
         assert table["x"] == [None, 2.5] and table["city"] == [None, "paris"]
@@ -110,7 +106,7 @@ def test_empty_fields_are_missing(tmp_path, to):
         first, second = (e.features.feature for e in _examples(result))
         assert "x" not in first and "city" not in first and len(first["tags"].bytes_list.value) == 0
         assert second["x"].float_list.value[0] == 2.5
-    features, labels = next(
+    features, _ = next(
         iter(
             (tfinput.parquet if to == "parquet" else tfinput.tfrecord)(
                 result.paths, result.schema
@@ -154,9 +150,7 @@ def test_line_numbers_stay_exact_across_blocks(tmp_path):
     lines = ["id,v,label"] + [bad_at.get(i, ln) for i, ln in enumerate(good)]
     schema = Schema.of([Dense(name="id", dtype="int64"), Dense(name="v")], labels=["label"])
     path = _write(tmp_path, "\n".join(lines) + "\n")
-    result = convert(
-        path, tmp_path / "out", schema=schema, on_bad_rows="skip", block_size=1 << 12
-    )
+    result = convert(path, tmp_path / "out", schema=schema, on_bad_rows="skip", block_size=1 << 12)
     assert [b.line for b in result.bad_rows] == [i + 2 for i in sorted(bad_at)]
     assert result.rows == 2997
     ids = _table(result)["id"]
@@ -187,8 +181,7 @@ def test_bad_values_name_line_and_column(tmp_path, text, message):
 
 def test_inferred_schema(tmp_path):
     text = "user_id,price,count,city,tags,nums,click\n" + "".join(
-        f"{i},{i / 2},{i * 3},c{i % 3},a|b{'|c' * (i % 3)},{i}|{i + 1},{i % 2}\n"
-        for i in range(20)
+        f"{i},{i / 2},{i * 3},c{i % 3},a|b{'|c' * (i % 3)},{i}|{i + 1},{i % 2}\n" for i in range(20)
     )
     result = convert(
         _write(tmp_path, text), tmp_path / "out", list_columns={"tags": "|", "nums": "|"}
@@ -208,8 +201,12 @@ def test_header_and_column_names(tmp_path):
     result = convert(path, tmp_path / "a", column_names=["label", "v", "s"])
     assert (result.header, _table(result)["s"]) == (False, ["x", "y"])
     with pytest.raises(SchemaError, match="did you mean 'labels'"):
-        convert(path, tmp_path / "b", column_names=["labels", "v", "s"], schema=Schema.of(
-            [Dense(name="v")], labels=["label"]))  # fmt: skip
+        convert(
+            path,
+            tmp_path / "b",
+            column_names=["labels", "v", "s"],
+            schema=Schema.of([Dense(name="v")], labels=["label"]),
+        )
 
 
 def test_gzip_input_and_sharding(tmp_path):
@@ -258,8 +255,19 @@ def _cli(argv):
 
 
 def test_cli_convert_json(tmp_path, capsys):
-    code = _cli(["convert", str(MOVIELENS), "--out", str(tmp_path / "o"), "--preset",
-                 "movielens", "--to", "tfrecord", "--json"])  # fmt: skip
+    code = _cli(
+        [
+            "convert",
+            str(MOVIELENS),
+            "--out",
+            str(tmp_path / "o"),
+            "--preset",
+            "movielens",
+            "--to",
+            "tfrecord",
+            "--json",
+        ]
+    )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["rows"], out["files"], out["skipped"]) == (200, 1, 0)
@@ -268,8 +276,18 @@ def test_cli_convert_json(tmp_path, capsys):
 
 def test_cli_convert_skip_reports_lines(tmp_path, capsys):
     path = _write(tmp_path, "a,label\n1,0\n2\n3,1\n")
-    code = _cli(["convert", str(path), "--out", str(tmp_path / "o"), "--on-bad-rows", "skip",
-                 "--list-column", "x=;"])  # fmt: skip
+    code = _cli(
+        [
+            "convert",
+            str(path),
+            "--out",
+            str(tmp_path / "o"),
+            "--on-bad-rows",
+            "skip",
+            "--list-column",
+            "x=;",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "1 bad row(s) skipped" in out and f"{path}:3: expected 2" in out
 

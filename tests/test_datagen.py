@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ def _assert_same(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for key in a:
         if isinstance(a[key], tuple):
-            for x, y in zip(a[key], b[key]):
+            for x, y in zip(a[key], b[key], strict=True):
                 np.testing.assert_array_equal(x, y, err_msg=key)
         else:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -150,7 +151,7 @@ def test_datagen_parquet_holds_the_same_rows_as_tfrecord(tmp_path):
     rows_t, rows_p = _all_rows(tfr), _all_rows(pq)
     for key in ("label", "I1", "C1", "C26", "M1", "M4"):
         np.testing.assert_allclose(rows_t[key], rows_p[key], err_msg=key)
-    assert json.loads(open(pq.schema_path).read())["format"] == "tfinput.schema/1"
+    assert json.loads(Path(pq.schema_path).read_text())["format"] == "tfinput.schema/1"
 
 
 def test_criteo_like_preset_shape(tmp_path):
@@ -182,8 +183,21 @@ def _cli(argv):
 
 
 def test_cli_datagen_json(tmp_path, capsys):
-    code = _cli(["datagen", str(tmp_path), "--preset", "small", "--rows", "1.5k", "--files",
-                 "2", "--format", "parquet", "--json"])  # fmt: skip
+    code = _cli(
+        [
+            "datagen",
+            str(tmp_path),
+            "--preset",
+            "small",
+            "--rows",
+            "1.5k",
+            "--files",
+            "2",
+            "--format",
+            "parquet",
+            "--json",
+        ]
+    )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["rows"], out["files"], out["format"]) == (1500, 2, "parquet")

@@ -276,8 +276,18 @@ def print_bench(result: Any, console: Any) -> None:
         f"{m['windows']} windows x {m['window_batches']} batches after {m['warmup_batches']} "
         "warm-up, interleaved"
     )
-    cols = ["config", "examples/s", "min-max", "CV", "p50 ms", "p99 ms", "stall",
-            "cores busy", "RSS MiB", f"x {result.baseline}"]  # fmt: skip
+    cols = [
+        "config",
+        "examples/s",
+        "min-max",
+        "CV",
+        "p50 ms",
+        "p99 ms",
+        "stall",
+        "cores busy",
+        "RSS MiB",
+        f"x {result.baseline}",
+    ]
     if result.roofline is not None:
         cols.append("of roofline")
     for c in cols:
@@ -353,11 +363,19 @@ def add_subcommands(subparsers: Any) -> None:
         help="a multi-valued column and its item delimiter (default |); repeatable",
     )
     p.add_argument("--label", help="label column when inferring the schema")
-    p.add_argument("--hash-buckets", type=_count, default=100_000,
-                   help="table rows of hashed string columns (default 100k)")  # fmt: skip
+    p.add_argument(
+        "--hash-buckets",
+        type=_count,
+        default=100_000,
+        help="table rows of hashed string columns (default 100k)",
+    )
     p.add_argument("--rows-per-file", type=_count, default=1_000_000)
-    p.add_argument("--on-bad-rows", choices=["error", "skip"], default="error",
-                   help="stop at the first bad row, or skip and count bad rows")  # fmt: skip
+    p.add_argument(
+        "--on-bad-rows",
+        choices=["error", "skip"],
+        default="error",
+        help="stop at the first bad row, or skip and count bad rows",
+    )
     p.add_argument("--infer-rows", type=_count, default=10_000)
     p.add_argument("--overwrite", action="store_true", help="replace part-* files in --out")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
@@ -406,4 +424,3 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--json", action="store_true", help="print the JSON result (tfinput.bench/1)")
     p.set_defaults(func=_handler(_cmd_bench))
-

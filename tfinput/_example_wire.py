@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["WireColumn", "encode_examples", "bytes_column"]
+__all__ = ["WireColumn", "bytes_column", "encode_examples"]
 
 _KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
 _LEN1 = 0x0A  # field 1, wire type 2 (length-delimited)
@@ -170,9 +170,7 @@ def _payload(col: WireColumn, rows: int) -> tuple[np.ndarray, np.ndarray, bool]:
         head, head_lens = _varints(vlens)
         head = np.concatenate([np.full((vlens.shape[0], 1), _LEN1, np.uint8), head], axis=1)
         flat, per_value = _concat([(head, head_lens + 1), (_pad(col.values, vlens), vlens)])
-        row_lengths = (
-            np.ones(rows, np.int64) if col.row_lengths is None else col.row_lengths
-        )
+        row_lengths = np.ones(rows, np.int64) if col.row_lengths is None else col.row_lengths
         lengths = _segment_sums(per_value, row_lengths)
         return _pad(flat, lengths), lengths, False
     values = np.asarray(col.values)
@@ -277,7 +275,7 @@ def _chunk(columns: Sequence[WireColumn], rows: int) -> list[bytes]:
     data = flat.tobytes()
     ends = np.cumsum(lengths).tolist()
     starts = [0, *ends[:-1]]
-    return [data[a:b] for a, b in zip(starts, ends)]
+    return [data[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
 def encode_examples(
@@ -317,6 +315,6 @@ def encode_examples(
     out: list[bytes] = []
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        part = [_row_slice(c, start, stop, o) for c, o in zip(columns, offsets)]
+        part = [_row_slice(c, start, stop, o) for c, o in zip(columns, offsets, strict=True)]
         out += _chunk(part, stop - start)
     return out

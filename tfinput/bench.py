@@ -58,21 +58,21 @@ from tfinput.errors import ConfigError, DataError, SourceError
 
 __all__ = [
     "BENCH_FORMAT",
-    "Window",
-    "ConfigStats",
-    "Stage",
-    "Roofline",
     "BenchResult",
-    "measure_window",
-    "run_window",
-    "measure",
-    "roofline",
-    "summarize",
-    "preset_configs",
+    "ConfigStats",
+    "Roofline",
+    "Stage",
+    "Window",
+    "current_rss_bytes",
     "load_configs",
     "machine",
+    "measure",
+    "measure_window",
+    "preset_configs",
     "process_cpu_seconds",
-    "current_rss_bytes",
+    "roofline",
+    "run_window",
+    "summarize",
 ]
 
 BENCH_FORMAT = "tfinput.bench/1"
@@ -523,8 +523,9 @@ class Stage:
         """Medians over windows; the CPU rate falls back to the wall rate when the CPU
         clock did not advance (fake clocks)."""
         wall = [w.examples_per_s for w in windows]
-        cpu = [w.examples / w.cpu_seconds if w.cpu_seconds > 0 else w.examples_per_s
-               for w in windows]  # fmt: skip
+        cpu = [
+            w.examples / w.cpu_seconds if w.cpu_seconds > 0 else w.examples_per_s for w in windows
+        ]
         return cls(
             name=name,
             description=description,
@@ -710,9 +711,12 @@ def _stage_factories(pipeline: Any, batch_size: int) -> tuple[dict, dict, dict, 
             def gen() -> Iterator[Any]:
                 while True:
                     batches = _ParquetBatches(
-                        files=files, schema=schema, config=single, batch_size=batch_size,
+                        files=files,
+                        schema=schema,
+                        config=single,
+                        batch_size=batch_size,
                         shuffle_files=False,
-                    )  # fmt: skip
+                    )
                     yield from batches()
 
             return gen()
@@ -739,9 +743,7 @@ def _stage_factories(pipeline: Any, batch_size: int) -> tuple[dict, dict, dict, 
             len(files),
             size / rows if rows else None,
         )
-    raise SourceError(
-        f"roofline: supported for tfrecord and parquet sources, not {source.kind!r}"
-    )
+    raise SourceError(f"roofline: supported for tfrecord and parquet sources, not {source.kind!r}")
 
 
 def roofline(
@@ -791,9 +793,7 @@ def roofline(
       SourceError: the pipeline reads neither TFRecord nor Parquet.
     """
     cores = cpu_count or available_cpus()
-    factories, descriptions, counters, files, per_example = _stage_factories(
-        pipeline, batch_size
-    )
+    factories, descriptions, counters, files, per_example = _stage_factories(pipeline, batch_size)
 
     def runner(name: str) -> Callable[[], Window]:
         return lambda: run_window(
@@ -840,7 +840,9 @@ class BenchResult:
         for r in self.results:
             if r.name == name:
                 return r
-        raise ConfigError(f"benchmark: no config {name!r}; configs: {[r.name for r in self.results]}")
+        raise ConfigError(
+            f"benchmark: no config {name!r}; configs: {[r.name for r in self.results]}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict in the ``tfinput.bench/1`` format (see docs/bench.md)."""

@@ -79,14 +79,14 @@ from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
 __all__ = [
-    "convert",
-    "ConvertResult",
-    "BadRow",
-    "preset_schema",
-    "PRESETS",
-    "LABEL_NAMES",
     "BLOCK_SIZE",
+    "LABEL_NAMES",
     "MAX_REPORTED",
+    "PRESETS",
+    "BadRow",
+    "ConvertResult",
+    "convert",
+    "preset_schema",
 ]
 
 PRESETS = ("criteo", "movielens")
@@ -100,9 +100,17 @@ FORMATS = ("parquet", "tfrecord")
 
 _CRITEO_COLUMNS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
 _MOVIELENS_COLUMNS = [
-    "user_id", "movie_id", "rating", "timestamp", "title", "genres",
-    "gender", "age", "occupation", "zip",
-]  # fmt: skip
+    "user_id",
+    "movie_id",
+    "rating",
+    "timestamp",
+    "title",
+    "genres",
+    "gender",
+    "age",
+    "occupation",
+    "zip",
+]
 _DELIMITERS = ("\t", ",", ";", "|")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -326,45 +334,65 @@ def _plan(schema: Schema, lists: Mapping[str, str]) -> dict[str, _Column]:
         if isinstance(f, Dense):
             add(
                 _Column(
-                    name=f.source, kind=f.dtype, is_list=f.length is not None,
-                    delimiter=lists.get(f.source, "|"), fixed_len=f.length,
-                    finite=True, feature=f.name,
+                    name=f.source,
+                    kind=f.dtype,
+                    is_list=f.length is not None,
+                    delimiter=lists.get(f.source, "|"),
+                    fixed_len=f.length,
+                    finite=True,
+                    feature=f.name,
                 )
-            )  # fmt: skip
+            )
         elif isinstance(f, Categorical):
             vocab = None
             if f.dtype == "int64" and f.out_of_range == "error":
                 vocab = tables[f.table].vocabulary_size
             add(
                 _Column(
-                    name=f.source, kind=f.dtype, required=f.default is None,
-                    is_id=f.dtype == "int64", vocab=vocab, feature=f.name,
+                    name=f.source,
+                    kind=f.dtype,
+                    required=f.default is None,
+                    is_id=f.dtype == "int64",
+                    vocab=vocab,
+                    feature=f.name,
                 )
-            )  # fmt: skip
+            )
         else:
             vocab = None
             if f.dtype == "int64" and f.out_of_range == "error":
                 vocab = tables[f.table].vocabulary_size
             add(
                 _Column(
-                    name=f.source, kind=f.dtype, is_list=True, is_id=f.dtype == "int64",
-                    delimiter=lists.get(f.source, "|"), vocab=vocab, feature=f.name,
+                    name=f.source,
+                    kind=f.dtype,
+                    is_list=True,
+                    is_id=f.dtype == "int64",
+                    delimiter=lists.get(f.source, "|"),
+                    vocab=vocab,
+                    feature=f.name,
                 )
-            )  # fmt: skip
+            )
             if f.weights:
                 add(
                     _Column(
-                        name=f.weights, kind="float32", is_list=True,
-                        delimiter=lists.get(f.weights, "|"), finite=True, feature=f.name,
+                        name=f.weights,
+                        kind="float32",
+                        is_list=True,
+                        delimiter=lists.get(f.weights, "|"),
+                        finite=True,
+                        feature=f.name,
                     )
-                )  # fmt: skip
+                )
     for lab in schema.labels:
         add(
             _Column(
-                name=lab.source, kind=lab.dtype, required=lab.default is None,
-                finite=True, feature=lab.name,
+                name=lab.source,
+                kind=lab.dtype,
+                required=lab.default is None,
+                finite=True,
+                feature=lab.name,
             )
-        )  # fmt: skip
+        )
     return plan
 
 
@@ -470,9 +498,7 @@ def _convert_column(text: Any, col: _Column) -> tuple[Any, dict[int, str]]:
         bad.setdefault(int(row_of[p]), reason)
     if col.fixed_len is not None:
         for p in np.flatnonzero(lengths != col.fixed_len).tolist():
-            bad.setdefault(
-                p, f"{where} expected {col.fixed_len} values, found {int(lengths[p])}"
-            )
+            bad.setdefault(p, f"{where} expected {col.fixed_len} values, found {int(lengths[p])}")
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     return pa.ListArray.from_arrays(offsets, typed), bad
 
@@ -552,7 +578,7 @@ class _Shards:
             self.writer = None
         n = len(self.paths)
         final = []
-        for i, path in enumerate(self.paths):
+        for path in self.paths:
             stem, ext = path.rsplit(".", 1)
             new = f"{stem}-of-{n:05d}.{ext}"
             os.replace(path, new)
@@ -594,10 +620,14 @@ def _examples(table: Any, plan: dict[str, _Column]) -> list[bytes]:
             flat, lengths = _string_buffers(values)
             columns.append(
                 WireColumn(
-                    key=name, kind="bytes", values=flat, value_lengths=lengths,
-                    row_lengths=row_lengths, present=present,
+                    key=name,
+                    kind="bytes",
+                    values=flat,
+                    value_lengths=lengths,
+                    row_lengths=row_lengths,
+                    present=present,
                 )
-            )  # fmt: skip
+            )
         else:
             dtype = np.float32 if kind == "float" else np.int64
             nums = values.fill_null(0).to_numpy(zero_copy_only=False).astype(dtype)
@@ -851,10 +881,13 @@ def _infer(
             tables.append(Table(name=name, vocabulary_size=hash_buckets, dim=16))
             features.append(
                 MultiHot(
-                    name=name, table=name, dtype=k, max_len=max([1, *lengths]),
+                    name=name,
+                    table=name,
+                    dtype=k,
+                    max_len=max([1, *lengths]),
                     out_of_range="modulo" if k == "int64" else "error",
                 )
-            )  # fmt: skip
+            )
             continue
         k = kind(text)
         if name == label_name:
@@ -980,9 +1013,13 @@ def convert(
         schema = preset_schema(preset, hash_buckets=hash_buckets)
     if schema is None:
         schema = _infer(
-            paths[0], first, lists=lists, label=label, hash_buckets=hash_buckets,
+            paths[0],
+            first,
+            lists=lists,
+            label=label,
+            hash_buckets=hash_buckets,
             infer_rows=infer_rows,
-        )  # fmt: skip
+        )
     plan = _plan(schema, lists)
     missing = [c for c in plan if c not in first.names]
     if missing:
@@ -1027,8 +1064,7 @@ def convert(
             layout = first if i == 0 else _layout(path, **layout_args)
             if layout.names != first.names:
                 raise SchemaError(
-                    f"{path}: columns {layout.names} differ from those of {paths[0]}: "
-                    f"{first.names}"
+                    f"{path}: columns {layout.names} differ from those of {paths[0]}: {first.names}"
                 )
             reader = _Reader(path, layout, on_read, block_size)
             try:

@@ -27,7 +27,7 @@ import numpy as np
 from tfinput.errors import ConfigError
 from tfinput.schema import Schema
 
-__all__ = ["PRESETS", "CHUNK_ROWS", "DatagenResult", "preset_schema", "generate_files"]
+__all__ = ["CHUNK_ROWS", "PRESETS", "DatagenResult", "generate_files", "preset_schema"]
 
 #: Rows generated (and encoded) at a time; also the Parquet row-group size.
 CHUNK_ROWS = 65_536

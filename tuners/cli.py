@@ -111,6 +111,8 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--study-name", help="study name in the storage (required with --storage)")
     s.add_argument("--no-resume", action="store_true",
                    help="fail if the study exists instead of resuming it")
+    s.add_argument("--heartbeat-interval", type=int, default=5, help=argparse.SUPPRESS)
+    s.add_argument("--grace-period", type=int, default=15, help=argparse.SUPPRESS)
     s.add_argument("--batch-size", type=int, default=None, help="global batch size")
     s.add_argument("--current", metavar="CONFIG.json", help="your current config (a baseline)")
     s.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
@@ -286,6 +288,7 @@ def run_tune(args: argparse.Namespace) -> int:
                 windows=args.windows, window_batches=args.window_batches,
                 warmup_batches=args.warmup_batches, confirm_top=args.confirm_top,
                 confirm_windows=args.confirm_windows, seed=args.seed, progress=display,
+                heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period,
             )
         return _finish(result, args, out)
     except TfinputError as e:

@@ -35,6 +35,7 @@ import dataclasses
 import fcntl
 import logging
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -44,7 +45,7 @@ from typing import Any
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, TfinputError
 from tuners.objective import measure
-from tuners.space import SearchSpace, decode
+from tuners.space import SearchSpace
 
 __all__ = ["tune", "TuneResult", "Confirmed", "make_storage", "host_lock", "baseline_configs"]
 
@@ -274,6 +275,8 @@ def tune(
     cpu_count: int | None = None,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
     lock_path: str | None = None,
+    heartbeat_interval: int = HEARTBEAT_INTERVAL,
+    grace_period: int = GRACE_PERIOD,
 ) -> TuneResult:
     """Search pipeline configs against a training step and confirm the winner.
 
@@ -301,6 +304,8 @@ def tune(
       cpu_count: Cores for the default space and the heuristic baseline.
       progress: ``progress(event, info)`` for display (events: ``trial``, ``confirm``).
       lock_path: Host lock file (default: one per user in the temp directory).
+      heartbeat_interval, grace_period: Seconds between a running trial's heartbeats,
+        and of silence after which another worker fails and retries it (RDB storages).
 
     Returns:
       A `TuneResult`.
@@ -324,7 +329,8 @@ def tune(
         files = len(pipeline.source.files()) if hasattr(pipeline, "source") else None
         space = SearchSpace.default(cpu_count=cores, files=files or None)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage_obj = make_storage(storage)
+    storage_obj = make_storage(storage, heartbeat_interval=heartbeat_interval,
+                               grace_period=grace_period)
     if study_name is None:
         if storage_obj is not None:
             raise ConfigError("a study stored in a file or database needs a study_name")
@@ -361,10 +367,10 @@ def tune(
     def objective(trial: optuna.Trial) -> float:
         config = space.suggest(trial, base)
         name = trial.user_attrs.get("baseline")
-        if name in baselines:  # knobs outside the space keep the baseline's own values
-            config = baselines[name].replace(
-                **{k: decode(v) for k, v in trial.params.items()})
+        if name in baselines:  # measure the baseline exactly as the user has it
+            config = baselines[name]
         trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
 
         def report(i: int, rate: float) -> bool:
             trial.report(rate, i)
