@@ -1,0 +1,103 @@
+"""Several workers tune one study through a real PostgreSQL server; one is killed
+mid-study and the study still completes with no lost or duplicated trials.
+
+Needs TFINPUT_TEST_POSTGRES_URL (``./dev test`` and CI start a throwaway server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import optuna
+import pytest
+
+URL = os.environ.get("TFINPUT_TEST_POSTGRES_URL")
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(not URL, reason="TFINPUT_TEST_POSTGRES_URL not set (./dev test sets it)"),
+]
+
+N_TRIALS = 14
+
+
+def worker(args, log_path, lock_path):
+    env = {**os.environ, "TMPDIR": os.path.dirname(lock_path)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tfinput.cli", "tune", *args],
+        stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=env,
+    )
+
+
+def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
+    schema = tmp_path / "schema.json"
+    small_schema.to_json(schema)
+    study_name = f"pg-{uuid.uuid4().hex[:8]}"
+    args = [*small_tfrecord, "--schema", str(schema), "--batch-size", "50",
+            "--storage", URL, "--study-name", study_name, "--n-trials", str(N_TRIALS),
+            "--windows", "3", "--window-batches", "6", "--warmup-batches", "2",
+            "--step", "simulated", "--device-time-ms", "25",
+            "--confirm-top", "1", "--confirm-windows", "1",
+            "--heartbeat-interval", "1", "--grace-period", "4"]
+    lock = str(tmp_path / "lock")
+    a = worker([*args, "--out", str(tmp_path / "a")], tmp_path / "a.log", lock)
+    b = worker([*args, "--out", str(tmp_path / "b")], tmp_path / "b.log", lock)
+    storage = optuna.storages.RDBStorage(URL)
+    try:
+        # Wait until worker A owns a running trial, then kill it without warning.
+        deadline = time.time() + 120
+        victim = None
+        while time.time() < deadline and victim is None:
+            time.sleep(0.3)
+            try:
+                study = optuna.load_study(study_name=study_name, storage=storage)
+            except KeyError:
+                continue
+            for t in study.get_trials(deepcopy=False):
+                done = sum(1 for x in study.get_trials(deepcopy=False)
+                           if x.state.is_finished())
+                if (t.state == optuna.trial.TrialState.RUNNING and done >= 2
+                        and t.user_attrs.get("worker", "").endswith(f":{a.pid}")):
+                    victim = t.number
+        assert victim is not None, "worker A never ran a trial:\n" + (tmp_path / "a.log").read_text()
+        a.send_signal(signal.SIGKILL)
+        a.wait(timeout=30)
+        assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    trials = study.get_trials()
+    states = [t.state for t in trials]
+    finished = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                 optuna.trial.TrialState.PRUNED)]
+    # nothing left hanging
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert optuna.trial.TrialState.WAITING not in states
+    # the killed trial was failed by the heartbeat and retried exactly once
+    killed = trials[victim]
+    assert killed.state == optuna.trial.TrialState.FAIL
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == victim]
+    assert len(retries) == 1 and retries[0].state.is_finished()
+    assert retries[0].params == killed.params
+    # every failed trial is a killed one with its retry: no other losses
+    for t in trials:
+        if t.state == optuna.trial.TrialState.FAIL:
+            assert [r for r in trials if r.system_attrs.get("failed_trial") == t.number]
+    # the study completed: exactly N finished trials counted by the stop rule... at
+    # most one more if both workers finished a trial at the same moment
+    assert N_TRIALS <= len(finished) <= N_TRIALS + 1
+    # baselines enqueued once, measured once (a retry carries the same baseline name)
+    for name in ("autotune", "heuristic"):
+        runs = [t for t in trials if t.user_attrs.get("baseline") == name
+                and "failed_trial" not in t.system_attrs]
+        assert len(runs) == 1, name
+    # trial numbers are unique and contiguous
+    assert [t.number for t in trials] == list(range(len(trials)))
+    # both workers took part
+    workers = {t.user_attrs.get("worker", "").rsplit(":", 1)[-1] for t in trials}
+    assert {str(a.pid), str(b.pid)} <= workers
