@@ -308,7 +308,7 @@ def test_several_hosts_are_analysed_with_a_note(two_hosts):
 def test_one_host_of_several(two_hosts):
     result = analyze(two_hosts, host="worker-1")
     assert result.hosts == ("worker-1",)
-    assert result.bottleneck.display_name == "TFRecord"
+    assert result.bottleneck.knobs == ("interleave_cycle_length", "interleave_parallelism")
     assert not [d for d in result.diagnostics if "hosts" in d]
     with pytest.raises(ProfileError, match=r"no host 'worker-9'.*worker-0"):
         analyze(two_hosts, host="worker-9")

@@ -514,7 +514,8 @@ class _Shards:
         self.in_file = 0
         self.pending: list[Any] = []
         self.pending_rows = 0
-        self.row_group = min(rows_per_file, 128 * 1024)
+        # Rows buffered before writing: one Parquet row group, or one encoding batch.
+        self.row_group = min(rows_per_file, 64 * 1024 if fmt == "parquet" else 16 * 1024)
 
     def write(self, table: Any) -> None:
         while table.num_rows:
