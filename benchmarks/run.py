@@ -235,7 +235,9 @@ def results_markdown(runs: list[dict[str, Any]], s: Settings, quick: bool) -> st
     for run in runs:
         final, screen = run["final"], run["screen"]
         rl = final.roofline
-        out += [f"### {run['name']}", "", f"Data: `{run['data']}` ({run['format']}).", ""]
+        data = Path(run["data"])
+        shown = data.relative_to(ROOT) if data.is_relative_to(ROOT) else data
+        out += [f"### {run['name']}", "", f"Data: `{shown}` ({run['format']}).", ""]
         out += [
             "| config | examples/s | min-max | CV | p50 ms | p99 ms | cores busy | RSS MiB | "
             "x autotune (range) | of roofline |",

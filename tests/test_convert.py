@@ -209,6 +209,21 @@ def test_header_and_column_names(tmp_path):
         )
 
 
+@pytest.mark.parametrize(
+    ("text", "header"),
+    [
+        ("city,country\nparis,france\nlyon,france\n", True),
+        ("paris,france\nlyon,france\nparis,spain\n", False),
+        ("label,v\n1,2\n", True),
+        ("0,a\n1,b\n", False),
+    ],
+    ids=["text-header", "text-no-header", "numeric-below", "numbers-first"],
+)
+def test_header_sniffing(tmp_path, text, header):
+    result = convert(_write(tmp_path, text), tmp_path / "out")
+    assert result.header is header
+
+
 def test_gzip_input_and_sharding(tmp_path):
     path = tmp_path / "in.csv.gz"
     with gzip.open(path, "wt") as f:

@@ -648,7 +648,7 @@ def _stage_factories(pipeline: Any, batch_size: int) -> tuple[dict, dict, dict, 
     )
 
     def full() -> Iterable[Any]:
-        return pipeline.build(single).repeat()
+        return pipeline.build(single).repeat().with_options(_single_core_options())
 
     if isinstance(source, TFRecordSource):
         import tensorflow as tf
@@ -675,7 +675,7 @@ def _stage_factories(pipeline: Any, batch_size: int) -> tuple[dict, dict, dict, 
         descriptions = {
             "read": "TFRecordDataset over the files in order, batch(B)",
             "parse": "read + tf.io.parse_example (no tfinput transforms)",
-            "full": "the tfinput pipeline, naive config, private thread pool of 1",
+            "full": "the tfinput pipeline: naive config, one private thread, autotune off",
         }
         return (
             {"read": read, "parse": parse, "full": full},
@@ -734,7 +734,7 @@ def _stage_factories(pipeline: Any, batch_size: int) -> tuple[dict, dict, dict, 
         descriptions = {
             "read": "pyarrow dataset scan of the schema's columns, one thread",
             "parse": "read + conversion to numpy (tfinput's Parquet reader, one thread)",
-            "full": "the tfinput pipeline, naive config, private thread pool of 1",
+            "full": "the tfinput pipeline: naive config, one private thread, autotune off",
         }
         return (
             {"read": read, "parse": parse, "full": full},

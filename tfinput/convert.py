@@ -15,7 +15,9 @@ How it reads:
 - **Layout.** The delimiter is sniffed from the first lines unless given (tab, comma,
   semicolon or pipe, whichever splits the first lines into the same number of fields,
   respecting quotes). ``header="auto"`` takes the first line as a header when all its
-  fields are non-numeric and a later line holds a number. Without a header, names
+  fields are non-numeric and a later line holds a number (or, in an all-text file,
+  when its fields look like names that do not recur in their columns); pass
+  ``header=True/False`` when a file is ambiguous. Without a header, names
   come from ``column_names``, the preset (Criteo's raw TSV has none: ``label, I1..I13,
   C1..C26``) or default to ``f0, f1, ...``.
 - **Values.** Fields are text first and converted by tfinput, column by column, to the
@@ -112,6 +114,7 @@ _MOVIELENS_COLUMNS = [
     "zip",
 ]
 _DELIMITERS = ("\t", ",", ";", "|")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_ .:/-]*$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
@@ -287,7 +290,12 @@ def _sniff_header(lines: list[str], delimiter: str) -> bool:
         return False
     if len(lines) == 1:
         return True
-    return any(_is_number(f) for ln in lines[1:] for f in _split(ln, delimiter))
+    rows = [_split(ln, delimiter) for ln in lines[1:]]
+    if any(_is_number(f) for row in rows for f in row):
+        return True
+    # All text: a header names its columns, so its values do not recur below them.
+    below = [{row[i] for row in rows if i < len(row)} for i in range(len(first))]
+    return all(_IDENTIFIER.match(f) and f not in seen for f, seen in zip(first, below, strict=True))
 
 
 # --------------------------------------------------------------- the plan

@@ -77,7 +77,9 @@ def criteo_like_schema(
         name = f"M{i + 1}"
         tables.append(Table(name=name, vocabulary_size=vocabulary_size, dim=dim, combiner="sum"))
         features.append(
-            MultiHot(name=name, table=name, max_len=max_len, weights=f"{name}_w" if weights else None)
+            MultiHot(
+                name=name, table=name, max_len=max_len, weights=f"{name}_w" if weights else None
+            )
         )
     return Schema(features=tuple(features), tables=tuple(tables), labels=(Label(name="label"),))
 
@@ -247,13 +249,25 @@ def _to_examples_protobuf(cols: Columns, schema: Schema | None = None) -> list[b
         ex = example_pb2.Example()
         fmap = ex.features.feature
         for col in float_cols:
-            v = lists[col][offsets[col][r] : offsets[col][r + 1]] if col in list_cols else scalars[col][r]
+            v = (
+                lists[col][offsets[col][r] : offsets[col][r + 1]]
+                if col in list_cols
+                else scalars[col][r]
+            )
             fmap[col].float_list.value.extend(v if isinstance(v, list) else [v])
         for col in int_cols:
-            v = lists[col][offsets[col][r] : offsets[col][r + 1]] if col in list_cols else scalars[col][r]
+            v = (
+                lists[col][offsets[col][r] : offsets[col][r + 1]]
+                if col in list_cols
+                else scalars[col][r]
+            )
             fmap[col].int64_list.value.extend(v if isinstance(v, list) else [v])
         for col in bytes_cols:
-            v = lists[col][offsets[col][r] : offsets[col][r + 1]] if col in list_cols else scalars[col][r]
+            v = (
+                lists[col][offsets[col][r] : offsets[col][r + 1]]
+                if col in list_cols
+                else scalars[col][r]
+            )
             fmap[col].bytes_list.value.extend(v if isinstance(v, list) else [v])
         out.append(ex.SerializeToString())
     return out
@@ -306,7 +320,9 @@ def to_arrow(cols: Columns) -> Any:
     for col, v in cols.values.items():
         if col in cols.lengths:
             values = pa.array(v, type=pa.string() if v.dtype.kind == "O" else None)
-            arrays[col] = pa.ListArray.from_arrays(pa.array(cols.offsets(col).astype(np.int32)), values)
+            arrays[col] = pa.ListArray.from_arrays(
+                pa.array(cols.offsets(col).astype(np.int32)), values
+            )
         elif v.dtype.kind == "O":
             arrays[col] = pa.array(v, type=pa.string())
         elif v.ndim == 2:
