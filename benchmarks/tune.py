@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,8 +52,9 @@ def grid(pipeline: Any, base: Any, windows: int, window_batches: int, warmup: in
     t0 = time.time()
     for i, values in enumerate(combos):
         config = base.replace(**dict(zip(keys, values)))
-        m = measure(pipeline, config, windows=windows, window_batches=window_batches,
-                    warmup_batches=warmup)
+        m = measure(
+            pipeline, config, windows=windows, window_batches=window_batches, warmup_batches=warmup
+        )
         out.append((m.median, config))
         if i % 20 == 0:
             print(f"grid {i + 1}/{len(combos)} ({time.time() - t0:.0f} s)", file=sys.stderr)
@@ -70,12 +70,13 @@ def study(pipeline: Any, base: Any, step: Any, n_trials: int, **kw: Any) -> Any:
 
     def show(event: str, info: dict) -> None:
         if event == "trial":
-            print(f"  trial {info['number']} {info['state']} "
-                  f"{(info['value'] or 0):,.0f}/s best {(info['best'] or 0):,.0f}/s",
-                  file=sys.stderr)
+            print(
+                f"  trial {info['number']} {info['state']} "
+                f"{(info['value'] or 0):,.0f}/s best {(info['best'] or 0):,.0f}/s",
+                file=sys.stderr,
+            )
 
-    return tune(pipeline, step=step, n_trials=n_trials, base=base, space=space,
-                progress=show, **kw)
+    return tune(pipeline, step=step, n_trials=n_trials, base=base, space=space, progress=show, **kw)
 
 
 def fmt(x: float) -> str:
@@ -90,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--final-windows", type=int, default=7)
     p.add_argument("--window-batches", type=int, default=10)
     p.add_argument("--n-trials", type=int, default=30)
-    p.add_argument("--skip", action="append", default=[],
-                   choices=["grid", "ranking", "simulated"])
+    p.add_argument("--skip", action="append", default=[], choices=["grid", "ranking", "simulated"])
     p.add_argument("--write", action="store_true")
     args = p.parse_args(argv)
 
@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Machine: {core.machine()}.",
         f"Workload: criteo-like {args.rows:,} rows, {len(tf_files)} TFRecord files, batch "
         f"{core.BATCH}. Benchmark space (the grid and the tuner search the same values): "
-        + "; ".join(f"`{k}` {list(v)}" for k, v in SPACE.items()) + " (-1 = AUTOTUNE).",
+        + "; ".join(f"`{k}` {list(v)}" for k, v in SPACE.items())
+        + " (-1 = AUTOTUNE).",
         "",
     ]
 
@@ -121,20 +122,40 @@ def main(argv: list[str] | None = None) -> int:
         ranked = grid(pipeline, base, args.grid_windows, wb, warm)
         grid_s = time.time() - t0
         t1 = time.time()
-        res = study(pipeline, base, steps.input_only(), args.n_trials, windows=3,
-                    window_batches=wb, warmup_batches=warm, confirm_top=3, confirm_windows=5)
+        res = study(
+            pipeline,
+            base,
+            steps.input_only(),
+            args.n_trials,
+            windows=3,
+            window_batches=wb,
+            warmup_batches=warm,
+            confirm_top=3,
+            confirm_windows=5,
+        )
         tune_s = time.time() - t1
         final = {"autotune": autotune, "tuned": res.best_config}
         for i, (_, config) in enumerate(ranked[:3]):
             if config not in final.values():
                 final[f"grid #{i + 1}"] = config
-        fin = bench.measure(pipeline, final, windows=args.final_windows, window_batches=wb,
-                            warmup_batches=warm, baseline="autotune")
+        fin = bench.measure(
+            pipeline,
+            final,
+            windows=args.final_windows,
+            window_batches=wb,
+            warmup_batches=warm,
+            baseline="autotune",
+        )
         by = {s.name: s for s in fin.results}
-        grid_best = max((s for n, s in by.items() if n.startswith("grid") or n == "tuned"),
-                        key=lambda s: s.median)
-        best_grid_only = max((s for n, s in by.items() if n.startswith("grid")),
-                             key=lambda s: s.median, default=by["tuned"])
+        grid_best = max(
+            (s for n, s in by.items() if n.startswith("grid") or n == "tuned"),
+            key=lambda s: s.median,
+        )
+        best_grid_only = max(
+            (s for n, s in by.items() if n.startswith("grid")),
+            key=lambda s: s.median,
+            default=by["tuned"],
+        )
         tuned = by["tuned"]
         lines += [
             "#### Input only",
@@ -149,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
             "|---|---:|---:|---:|---:|",
         ]
         for s in sorted(fin.results, key=lambda s: s.median, reverse=True):
-            lines.append(f"| {s.name} | {fmt(s.median)} | {fmt(s.minimum)}-{fmt(s.maximum)} | "
-                         f"{s.cv:.1%} | {s.ratio:.2f}x ({s.ratio_min:.2f}-{s.ratio_max:.2f}) |")
+            lines.append(
+                f"| {s.name} | {fmt(s.median)} | {fmt(s.minimum)}-{fmt(s.maximum)} | "
+                f"{s.cv:.1%} | {s.ratio:.2f}x ({s.ratio_min:.2f}-{s.ratio_max:.2f}) |"
+            )
         lines += [
             "",
             f"- tuned / autotune: **{tuned.ratio:.2f}x** (target >= 2.5x).",
@@ -168,27 +191,50 @@ def main(argv: list[str] | None = None) -> int:
         rpipe = tfinput.tfrecord(tf_files, rschema)
         model = models.ranking_model(rschema)
         t0 = time.time()
-        res = study(rpipe, base, steps.keras_step(model), 12, windows=3, window_batches=5,
-                    warmup_batches=2, confirm_top=2, confirm_windows=5)
+        res = study(
+            rpipe,
+            base,
+            steps.keras_step(model),
+            12,
+            windows=3,
+            window_batches=5,
+            warmup_batches=2,
+            confirm_top=2,
+            confirm_windows=5,
+        )
         lines += _confirmed_table(
             "Keras DCN-style ranking step",
             f"`tfinput.models.ranking_model`: 13 dense, 26 + 4 tables of 100k x 16, Adam, "
             f"XLA; 12 trials of 3 windows x 5 batches, confirmation 5 interleaved windows "
-            f"per config. Study took {time.time() - t0:.0f} s; trials: {res.trials}.", res)
+            f"per config. Study took {time.time() - t0:.0f} s; trials: {res.trials}.",
+            res,
+        )
 
     # ------------------------------------------------------- simulated step
     if "simulated" not in args.skip:
         t0 = time.time()
-        res = study(pipeline, base, steps.simulated_step(0.020), 20, windows=3,
-                    window_batches=wb, warmup_batches=warm, confirm_top=2, confirm_windows=5)
+        res = study(
+            pipeline,
+            base,
+            steps.simulated_step(0.020),
+            20,
+            windows=3,
+            window_batches=wb,
+            warmup_batches=warm,
+            confirm_top=2,
+            confirm_windows=5,
+        )
         bound = core.BATCH / 0.020
         lines += _confirmed_table(
             "Simulated accelerator step, 20 ms per batch",
             f"Step-bound rate {fmt(bound)} examples/s. 20 trials of 3 windows x {wb} "
             f"batches, confirmation 5 interleaved windows per config. Study took "
-            f"{time.time() - t0:.0f} s; trials: {res.trials}.", res)
-        lines.append(f"- tuned / step-bound rate: **{res.confirmed[0].median / bound:.1%}** "
-                     "(target >= 90%).")
+            f"{time.time() - t0:.0f} s; trials: {res.trials}.",
+            res,
+        )
+        lines.append(
+            f"- tuned / step-bound rate: **{res.confirmed[0].median / bound:.1%}** (target >= 90%)."
+        )
         auto = next(c for c in res.confirmed if c.name == "autotune")
         lines.append(f"- autotune / step-bound rate: {auto.median / bound:.1%}.")
         lines.append("")
@@ -212,17 +258,27 @@ def _diff(config: Any, ref: Any) -> str:
 
 
 def _confirmed_table(title: str, method: str, res: Any) -> list[str]:
-    out = [f"#### {title}", "", method, "",
-           "| config | median examples/s | min-max | CV | vs autotune (per-round range) |",
-           "|---|---:|---:|---:|---:|"]
+    out = [
+        f"#### {title}",
+        "",
+        method,
+        "",
+        "| config | median examples/s | min-max | CV | vs autotune (per-round range) |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for c in res.confirmed:
         ratio = f"{c.ratio:.2f}x ({c.ratio_min:.2f}-{c.ratio_max:.2f})" if c.ratio else ""
-        out.append(f"| {c.name} | {fmt(c.median)} | {fmt(c.minimum)}-{fmt(c.maximum)} | "
-                   f"{c.cv:.1%} | {ratio} |")
+        out.append(
+            f"| {c.name} | {fmt(c.median)} | {fmt(c.minimum)}-{fmt(c.maximum)} | "
+            f"{c.cv:.1%} | {ratio} |"
+        )
     auto = next(c for c in res.confirmed if c.name == "autotune")
-    out += ["", f"- confirmed best ({res.best_name}) / autotune: "
-            f"**{res.confirmed[0].median / auto.median:.2f}x**; best config: "
-            f"`{_diff(res.best_config, auto.config)}`."]
+    out += [
+        "",
+        f"- confirmed best ({res.best_name}) / autotune: "
+        f"**{res.confirmed[0].median / auto.median:.2f}x**; best config: "
+        f"`{_diff(res.best_config, auto.config)}`.",
+    ]
     return out
 
 

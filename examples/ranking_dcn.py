@@ -36,12 +36,22 @@ def main() -> None:
         # Tune the input pipeline against the real training step (a throwaway copy of
         # the model: tuning trains it on the data).
         probe = models.ranking_model(pipeline.schema, jit_compile=True)
-        result = tuners.tune(pipeline, step=steps.keras_step(probe), n_trials=trials,
-                             base=base, windows=2, window_batches=4, warmup_batches=2,
-                             confirm_top=1, confirm_windows=2)
-        print(f"tuned config ({result.best_name}), confirmed "
-              f"{result.confirmed[0].median:,.0f} examples/s, "
-              f"{result.ratio_vs_autotune or 1:.2f}x autotune")
+        result = tuners.tune(
+            pipeline,
+            step=steps.keras_step(probe),
+            n_trials=trials,
+            base=base,
+            windows=2,
+            window_batches=4,
+            warmup_batches=2,
+            confirm_top=1,
+            confirm_windows=2,
+        )
+        print(
+            f"tuned config ({result.best_name}), confirmed "
+            f"{result.confirmed[0].median:,.0f} examples/s, "
+            f"{result.ratio_vs_autotune or 1:.2f}x autotune"
+        )
 
         # Train a fresh model with it: every batch has static shapes, so XLA compiles
         # once. (The synthetic labels are random clicks: expect an AUC near 0.5.)
@@ -50,8 +60,10 @@ def main() -> None:
         t = time.perf_counter()
         history = model.fit(ds, epochs=1, verbose=0)
         seconds = time.perf_counter() - t
-        print(f"one epoch: loss {history.history['loss'][-1]:.4f}, "
-              f"AUC {history.history['auc'][-1]:.3f}, {rows / seconds:,.0f} examples/s")
+        print(
+            f"one epoch: loss {history.history['loss'][-1]:.4f}, "
+            f"AUC {history.history['auc'][-1]:.3f}, {rows / seconds:,.0f} examples/s"
+        )
 
 
 if __name__ == "__main__":

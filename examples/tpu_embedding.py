@@ -23,7 +23,7 @@ def main() -> None:
         files = testing.write_tfrecord(d, schema, rows=4_000, files=4)
         for p in tpu.placement(schema)[:3]:
             print(f"table {p.table}: {p.rows:,} rows -> {p.decision} ({p.reason})")
-        tables, feature_configs = tpu.embedding_configs(schema, per_replica_batch_size=per_replica)
+        _, feature_configs = tpu.embedding_configs(schema, per_replica_batch_size=per_replica)
 
         strategy = tf.distribute.get_strategy()  # TPUStrategy on a TPU
         pipeline = tfinput.tfrecord(files, schema).with_multi_hot_format("sparse")
@@ -33,7 +33,8 @@ def main() -> None:
             options=tf.distribute.InputOptions(experimental_fetch_to_device=False),
         )
         embedding = tf.tpu.experimental.embedding.TPUEmbeddingForServing(
-            feature_configs, tf.tpu.experimental.embedding.Adagrad(0.1))
+            feature_configs, tf.tpu.experimental.embedding.Adagrad(0.1)
+        )
         embedding.build()
         for features, labels in dist:
             activations = embedding(features["ids"], weights=tpu.enqueue_weights(schema, features))

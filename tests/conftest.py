@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import pytest  # noqa: E402
+import pytest
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -15,12 +16,11 @@ def pytest_configure(config: pytest.Config) -> None:
     import tensorflow as tf
 
     cpus = tf.config.list_physical_devices("CPU")
-    try:
+    # RuntimeError: already initialised (e.g. by a plugin); the tests adapt.
+    with contextlib.suppress(RuntimeError):
         tf.config.set_logical_device_configuration(
             cpus[0], [tf.config.LogicalDeviceConfiguration()] * 3
         )
-    except RuntimeError:  # already initialised (e.g. by a plugin): tests adapt
-        pass
 
 
 ROWS = 1000

@@ -58,14 +58,20 @@ def write_examples(path, rows):
 
 
 def good_row(i=0, c=1, x=1.0, m=(1, 2)):
-    return {"x": ("float", [x]), "c": ("int", [c]), "m": ("int", list(m)),
-            "label": ("float", [0.0])}
+    return {
+        "x": ("float", [x]),
+        "c": ("int", [c]),
+        "m": ("int", list(m)),
+        "label": ("float", [0.0]),
+    }
 
 
 @pytest.fixture
 def good_files(tmp_path):
-    return [write_examples(tmp_path / f"good{i}.tfrecord", [good_row() for _ in range(100)])
-            for i in range(2)]
+    return [
+        write_examples(tmp_path / f"good{i}.tfrecord", [good_row() for _ in range(100)])
+        for i in range(2)
+    ]
 
 
 # --------------------------------------------------------------- corrupt bytes
@@ -92,7 +98,9 @@ def test_corrupt_or_truncated_tfrecord_names_the_file(tmp_path, tiny_schema, goo
 
 # ---------------------------------------------------------------- ids, values
 def test_negative_id_names_feature_file_and_value(tmp_path, tiny_schema, good_files):
-    bad = write_examples(tmp_path / "neg.tfrecord", [good_row()] * 5 + [good_row(c=-4)] + [good_row()] * 60)
+    bad = write_examples(
+        tmp_path / "neg.tfrecord", [good_row()] * 5 + [good_row(c=-4)] + [good_row()] * 60
+    )
     with pytest.raises(DataError) as e:
         drain(tfinput.tfrecord([*good_files, bad], tiny_schema))
     msg = str(e.value)
@@ -109,12 +117,14 @@ def test_id_out_of_range_errors_or_folds_by_policy(tmp_path, tiny_schema):
     f = write_examples(tmp_path / "big.tfrecord", [good_row(c=150)] * 50)
     with pytest.raises(DataError, match=r"big.tfrecord.*'c': id out of range.*\[0, 100\).*150"):
         drain(tfinput.tfrecord([f], tiny_schema))
-    folded = tiny_schema.replace(features=(
-        tiny_schema.features[0],
-        Categorical(name="c", table="t", out_of_range="modulo"),
-        tiny_schema.features[2],
-    ))
-    (features, _), = tfinput.tfrecord([f], folded).build(CONFIG)
+    folded = tiny_schema.replace(
+        features=(
+            tiny_schema.features[0],
+            Categorical(name="c", table="t", out_of_range="modulo"),
+            tiny_schema.features[2],
+        )
+    )
+    ((features, _),) = tfinput.tfrecord([f], folded).build(CONFIG)
     assert (features["ids"]["c"].numpy() == 50).all()
 
 
@@ -127,17 +137,21 @@ def test_nan_or_inf_in_dense_feature(tmp_path, tiny_schema, value):
 
 def test_nan_in_parquet_dense_feature(tmp_path, tiny_schema):
     path = tmp_path / "nan.parquet"
-    pq.write_table(pa.table({
-        "x": [1.0, float("nan")], "c": [1, 2], "m": [[1], []], "label": [0.0, 1.0]}), path)
+    pq.write_table(
+        pa.table({"x": [1.0, float("nan")], "c": [1, 2], "m": [[1], []], "label": [0.0, 1.0]}), path
+    )
     with pytest.raises(DataError, match=r"nan.parquet.*feature 'x': NaN or inf"):
         drain(tfinput.parquet([str(path)], tiny_schema), PipelineConfig(batch_size=2))
 
 
 def test_log1p_of_negative_values_asks_for_clipping(tmp_path):
     schema = Schema(features=(Dense(name="x", log1p=True),), labels=(Label(name="label"),))
-    f = write_examples(tmp_path / "neg.tfrecord", [{"x": ("float", [-3.0]),
-                                                    "label": ("float", [0.0])}])
-    with pytest.raises(DataError, match=r"feature 'x': log1p needs values > -1; set \"clip\": \[0, null\]"):
+    f = write_examples(
+        tmp_path / "neg.tfrecord", [{"x": ("float", [-3.0]), "label": ("float", [0.0])}]
+    )
+    with pytest.raises(
+        DataError, match=r"feature 'x': log1p needs values > -1; set \"clip\": \[0, null\]"
+    ):
         drain(tfinput.tfrecord([f], schema), PipelineConfig(batch_size=1))
 
 
@@ -172,8 +186,10 @@ def test_required_key_missing_from_records(tmp_path, tiny_schema):
 
 
 def test_schema_that_does_not_match_the_data(tmp_path, small_schema, small_tfrecord):
-    wrong = Schema(features=(Dense(name="price"), Categorical(name="user", table="t")),
-                   tables=(Table(name="t", vocabulary_size=10, dim=2),))
+    wrong = Schema(
+        features=(Dense(name="price"), Categorical(name="user", table="t")),
+        tables=(Table(name="t", vocabulary_size=10, dim=2),),
+    )
     with pytest.raises(SchemaError) as e:
         tfinput.tfrecord(small_tfrecord, wrong).build(CONFIG)
     assert "part-00000" in str(e.value) and "'user'" in str(e.value)
@@ -183,7 +199,8 @@ def test_schema_that_does_not_match_the_data(tmp_path, small_schema, small_tfrec
 # --------------------------------------------------------------------- Parquet
 def test_parquet_missing_or_renamed_column(tmp_path, small_schema, small_columns):
     table = testing.to_arrow(small_columns).rename_columns(
-        ["user" if c == "user_id" else c for c in testing.to_arrow(small_columns).column_names])
+        ["user" if c == "user_id" else c for c in testing.to_arrow(small_columns).column_names]
+    )
     path = tmp_path / "renamed.parquet"
     pq.write_table(table, path)
     with pytest.raises(SchemaError) as e:
@@ -203,20 +220,26 @@ def test_parquet_wrong_type(tmp_path, tiny_schema):
 
 def test_parquet_null_in_required_column(tmp_path, tiny_schema):
     path = tmp_path / "nulls.parquet"
-    pq.write_table(pa.table({"x": [1.0, None], "c": [1, None], "m": [[1], None],
-                             "label": [0.0, 1.0]}), path)
+    pq.write_table(
+        pa.table({"x": [1.0, None], "c": [1, None], "m": [[1], None], "label": [0.0, 1.0]}), path
+    )
     with pytest.raises(DataError, match=r"nulls.parquet: column 'c': 1 null value"):
         drain(tfinput.parquet([str(path)], tiny_schema), PipelineConfig(batch_size=2))
 
 
 def test_parquet_nulls_with_defaults_are_filled(tmp_path, tiny_schema):
     path = tmp_path / "nulls.parquet"
-    schema = tiny_schema.replace(features=(
-        Dense(name="x", default=-1.0), Categorical(name="c", table="t", default=7),
-        tiny_schema.features[2]))
-    pq.write_table(pa.table({"x": [1.0, None], "c": [1, None], "m": [[1], None],
-                             "label": [0.0, 1.0]}), path)
-    (f, _), = tfinput.parquet([str(path)], schema).build(PipelineConfig(batch_size=2))
+    schema = tiny_schema.replace(
+        features=(
+            Dense(name="x", default=-1.0),
+            Categorical(name="c", table="t", default=7),
+            tiny_schema.features[2],
+        )
+    )
+    pq.write_table(
+        pa.table({"x": [1.0, None], "c": [1, None], "m": [[1], None], "label": [0.0, 1.0]}), path
+    )
+    ((f, _),) = tfinput.parquet([str(path)], schema).build(PipelineConfig(batch_size=2))
     assert f["dense"]["x"].numpy().tolist() == [1.0, -1.0]
     assert f["ids"]["c"].numpy().tolist() == [1, 7]
     assert f["weights"]["m"].numpy().tolist() == [[1, 0, 0], [0, 0, 0]]
@@ -283,16 +306,21 @@ def test_weights_of_a_different_length_than_ids(tmp_path):
         features=(MultiHot(name="m", table="t", max_len=3, weights="w"),),
         tables=(Table(name="t", vocabulary_size=10, dim=2),),
     )
-    f = write_examples(tmp_path / "w.tfrecord",
-                       [{"m": ("int", [1, 2]), "w": ("float", [0.5])}])
+    f = write_examples(tmp_path / "w.tfrecord", [{"m": ("int", [1, 2]), "w": ("float", [0.5])}])
     with pytest.raises(DataError, match=r"feature 'm': weights column 'w' has a different"):
         drain(tfinput.tfrecord([f], schema), PipelineConfig(batch_size=1))
 
 
 def test_error_surfaces_without_hanging_under_parallelism(tmp_path, tiny_schema, good_files):
     bad = write_examples(tmp_path / "neg.tfrecord", [good_row(c=-1)] * 100)
-    config = PipelineConfig(batch_size=10, interleave_cycle_length=3, interleave_parallelism=3,
-                            map_parallelism=4, prefetch=8, deterministic=False)
+    config = PipelineConfig(
+        batch_size=10,
+        interleave_cycle_length=3,
+        interleave_parallelism=3,
+        map_parallelism=4,
+        prefetch=8,
+        deterministic=False,
+    )
     with pytest.raises(DataError, match="negative id"):
         drain(tfinput.tfrecord([*good_files, bad], tiny_schema).with_file_shuffling(), config)
     assert np.isfinite(1.0)

@@ -26,11 +26,11 @@ def test_check_ok(small_tfrecord, schema_file, capsys):
 
 def test_check_reports_bad_file_and_exits_1(small_tfrecord, schema_file, tmp_path, capsys):
     bad = tmp_path / "bad.tfrecord"
-    data = bytearray(open(small_tfrecord[0], "rb").read())
+    with open(small_tfrecord[0], "rb") as f:
+        data = bytearray(f.read())
     data[200] ^= 0xFF
     bad.write_bytes(bytes(data))
-    assert cli.main(["check", small_tfrecord[1], str(bad), "--schema", schema_file,
-                     "--json"]) == 1
+    assert cli.main(["check", small_tfrecord[1], str(bad), "--schema", schema_file, "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False
     assert report["files"][0]["error"] is None
@@ -51,8 +51,9 @@ def test_bad_schema_file(small_tfrecord, tmp_path, capsys):
 
 
 def test_schema_tpu(schema_file, capsys):
-    assert cli.main(["schema", "tpu", schema_file, "--per-replica-batch-size", "128",
-                     "--json"]) == 0
+    assert (
+        cli.main(["schema", "tpu", schema_file, "--per-replica-batch-size", "128", "--json"]) == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["features"]["history"]["table"] == "items"
     assert data["features"]["history"]["output_shape"] == [128]
@@ -62,8 +63,9 @@ def test_schema_tpu(schema_file, capsys):
 
 
 def test_usage_error_exit_code():
-    proc = subprocess.run([sys.executable, "-m", "tfinput.cli", "nope"], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfinput.cli", "nope"], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
 
 

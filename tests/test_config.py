@@ -12,10 +12,20 @@ from tfinput.errors import ConfigError
 
 def test_every_knob_is_present():
     assert knob_names() == [
-        "batch_size", "drop_remainder", "interleave_cycle_length", "interleave_block_length",
-        "interleave_parallelism", "map_parallelism", "prefetch", "shuffle_buffer",
-        "shuffle_seed", "private_threadpool_size", "max_intra_op_parallelism",
-        "deterministic", "cache", "autotune_ram_budget",
+        "batch_size",
+        "drop_remainder",
+        "interleave_cycle_length",
+        "interleave_block_length",
+        "interleave_parallelism",
+        "map_parallelism",
+        "prefetch",
+        "shuffle_buffer",
+        "shuffle_seed",
+        "private_threadpool_size",
+        "max_intra_op_parallelism",
+        "deterministic",
+        "cache",
+        "autotune_ram_budget",
     ]
 
 

@@ -29,7 +29,7 @@ def test_distribute_datasets_from_function_with_per_replica_batches(small_tfreco
         dataset_fn, options=tf.distribute.InputOptions(experimental_fetch_to_device=False)
     )
     rows = []
-    for features, labels in dist:
+    for features, _ in dist:
         for replica_features in strategy.experimental_local_results(features):
             assert replica_features["dense"]["row_id"].shape == (32,)
             ids = replica_features["ids"]["history"]
@@ -44,7 +44,8 @@ def test_distribute_datasets_from_function_with_per_replica_batches(small_tfreco
 
 def test_too_few_files_for_the_input_pipelines(small_tfrecord, small_schema):
     pipeline = tfinput.tfrecord(small_tfrecord[:2], small_schema)
-    ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=0,
-                                     num_replicas_in_sync=3)
+    ctx = tf.distribute.InputContext(
+        num_input_pipelines=3, input_pipeline_id=0, num_replicas_in_sync=3
+    )
     with pytest.raises(SourceError, match="3 input pipelines but only 2"):
         pipeline.build(PipelineConfig(batch_size=96), ctx)

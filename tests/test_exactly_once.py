@@ -66,21 +66,22 @@ def test_two_epochs_deliver_each_example_twice(
     kind, small_schema, small_columns, small_tfrecord, small_parquet
 ):
     pipeline = make(kind, small_schema, small_columns, small_tfrecord, small_parquet)
-    ds = pipeline.with_file_shuffling().build(
-        PipelineConfig(batch_size=100, shuffle_buffer=64, shuffle_seed=1, cache=True)
-    ).repeat(2)
+    ds = (
+        pipeline.with_file_shuffling()
+        .build(PipelineConfig(batch_size=100, shuffle_buffer=64, shuffle_seed=1, cache=True))
+        .repeat(2)
+    )
     rows = collect(ds)["dense"]["row_id"].astype(int)
     assert np.bincount(rows, minlength=1000).tolist() == [2] * 1000
 
 
-def test_drop_remainder_drops_at_most_one_partial_batch_per_pipeline(
-    small_schema, small_tfrecord
-):
+def test_drop_remainder_drops_at_most_one_partial_batch_per_pipeline(small_schema, small_tfrecord):
     pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
     seen = []
     for i in range(3):
-        ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=i,
-                                         num_replicas_in_sync=3)
+        ctx = tf.distribute.InputContext(
+            num_input_pipelines=3, input_pipeline_id=i, num_replicas_in_sync=3
+        )
         seen.append(collect(pipeline.build(PipelineConfig(batch_size=96), ctx))["dense"]["row_id"])
     rows = np.concatenate(seen).astype(int)
     assert len(set(rows.tolist())) == len(rows), "no duplicates"

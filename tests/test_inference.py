@@ -34,17 +34,19 @@ def foreign_parquet(tmp_path):
     weights = pa.LargeListArray.from_arrays(
         pa.array(offsets), pa.array(rng.random(offsets[-1]), pa.float32())
     )
-    table = pa.table({
-        "clicked": pa.array(rng.integers(0, 2, n), pa.int8()),
-        "user_id": pa.array(rng.integers(0, 1000, n), pa.int32()),
-        "country": pa.array(rng.choice(["de", "fr", "us"], n)).dictionary_encode(),
-        "age": pa.array([None if i % 7 == 0 else float(i % 90) for i in range(n)]),
-        "visits": pa.array(rng.integers(0, 100_000, n), pa.int64()),
-        "genres": genres,
-        "genres_w": weights,
-        "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 4), pa.float32()), 4),
-        "ts": pa.array(np.arange(n).astype("datetime64[s]")),
-    })
+    table = pa.table(
+        {
+            "clicked": pa.array(rng.integers(0, 2, n), pa.int8()),
+            "user_id": pa.array(rng.integers(0, 1000, n), pa.int32()),
+            "country": pa.array(rng.choice(["de", "fr", "us"], n)).dictionary_encode(),
+            "age": pa.array([None if i % 7 == 0 else float(i % 90) for i in range(n)]),
+            "visits": pa.array(rng.integers(0, 100_000, n), pa.int64()),
+            "genres": genres,
+            "genres_w": weights,
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 4), pa.float32()), 4),
+            "ts": pa.array(np.arange(n).astype("datetime64[s]")),
+        }
+    )
     path = tmp_path / "foreign.parquet"
     pq.write_table(table, path)
     return str(path)
@@ -93,17 +95,22 @@ def test_infer_tfrecord_written_by_hand(tmp_path):
     rng = np.random.default_rng(1)
     with tf.io.TFRecordWriter(str(path), "GZIP") as w:
         for i in range(300):
-            feats = {"label": [float(i % 2)], "price": [float(rng.random())],
-                     "item_id": [int(rng.integers(0, 77))],
-                     "tags": [b"t%d" % k for k in range(i % 4)] or [b"x"],
-                     "hist": [int(x) for x in rng.integers(0, 9, i % 7)]}
+            feats = {
+                "label": [float(i % 2)],
+                "price": [float(rng.random())],
+                "item_id": [int(rng.integers(0, 77))],
+                "tags": [b"t%d" % k for k in range(i % 4)] or [b"x"],
+                "hist": [int(x) for x in rng.integers(0, 9, i % 7)],
+            }
             if not feats["hist"]:
                 del feats["hist"]  # absent key = empty list
             w.write(_example(feats))
     result = infer_schema(str(path))
     s = result.schema
     assert isinstance(s.feature("price"), Dense)
-    assert isinstance(s.feature("item_id"), Categorical) and s.table("item_id").vocabulary_size <= 77
+    assert (
+        isinstance(s.feature("item_id"), Categorical) and s.table("item_id").vocabulary_size <= 77
+    )
     tags = s.feature("tags")
     assert isinstance(tags, MultiHot) and tags.dtype == "string" and tags.max_len == 3
     hist = s.feature("hist")

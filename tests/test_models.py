@@ -20,7 +20,10 @@ def test_ranking_model_trains_with_jit_compile(small_tfrecord):
     before = [w.numpy().copy() for w in model.trainable_weights]
     losses = [float(model.train_on_batch(f, y)[0]) for f, y in ds.repeat(3)]
     assert len(losses) == 30 and all(np.isfinite(losses))
-    changed = [not np.array_equal(a, w.numpy()) for a, w in zip(before, model.trainable_weights)]
+    changed = [
+        not np.array_equal(a, w.numpy())
+        for a, w in zip(before, model.trainable_weights, strict=True)
+    ]
     assert all(changed), "every weight, every embedding table included, was trained"
 
 
@@ -52,5 +55,4 @@ def test_embedding_bag_combiners_and_empty_rows():
     for combiner, norm in (("sum", 1.0), ("sqrtn", np.sqrt(10.0))):
         layer2 = models.PaddedEmbeddingBag(10, 2, combiner)
         t2 = layer2.embeddings.numpy()
-        np.testing.assert_allclose(layer2(ids, w).numpy()[0], (t2[1] + 3 * t2[2]) / norm,
-                                   rtol=1e-5)
+        np.testing.assert_allclose(layer2(ids, w).numpy()[0], (t2[1] + 3 * t2[2]) / norm, rtol=1e-5)

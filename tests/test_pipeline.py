@@ -118,9 +118,9 @@ def test_sparse_and_ragged_formats_hold_the_same_ids(pipeline, small_schema, fmt
 
 def test_parsing_is_vectorized_batch_then_parse(small_tfrecord, small_schema):
     ds = tfinput.tfrecord(small_tfrecord, small_schema).build(PipelineConfig(batch_size=32))
-    graph = ds._graph_def() if hasattr(ds, "_graph_def") else None  # noqa: SLF001
+    graph = ds._graph_def() if hasattr(ds, "_graph_def") else None
     if graph is None:
-        graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())  # noqa: SLF001
+        graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
     ops = [n.op for n in graph.node]
     assert "BatchDatasetV2" in ops and "ParallelMapDatasetV2" in ops
     fn_ops = {n.op for f in graph.library.function for n in f.node_def}
@@ -133,10 +133,15 @@ def test_parsing_is_vectorized_batch_then_parse(small_tfrecord, small_schema):
 
 @pytest.mark.parametrize("compression", ["GZIP", "ZLIB"], ids=["gzip", "zlib"])
 def test_compressed_tfrecord(tmp_path, small_schema, compression):
-    files = testing.write_tfrecord(tmp_path, small_schema, rows=200, files=2, compression=compression)
+    files = testing.write_tfrecord(
+        tmp_path, small_schema, rows=200, files=2, compression=compression
+    )
     for comp in ("auto", compression):
-        got = collect(tfinput.tfrecord(files, small_schema, compression=comp).build(
-            PipelineConfig(batch_size=50)))
+        got = collect(
+            tfinput.tfrecord(files, small_schema, compression=comp).build(
+                PipelineConfig(batch_size=50)
+            )
+        )
         assert sorted(got["dense"]["row_id"].tolist()) == list(range(200))
 
 
@@ -155,11 +160,21 @@ def test_same_definition_builds_with_any_config(small_tfrecord, small_schema):
         PipelineConfig.naive(batch_size=100),
         PipelineConfig.heuristic(batch_size=100, cpu_count=2),
         PipelineConfig.autotune(batch_size=100),
-        PipelineConfig(batch_size=100, interleave_cycle_length=2, interleave_block_length=8,
-                       interleave_parallelism=2, map_parallelism=3, prefetch=4,
-                       shuffle_buffer=256, shuffle_seed=1, private_threadpool_size=2,
-                       max_intra_op_parallelism=1, deterministic=False, cache=True,
-                       autotune_ram_budget=2**28),
+        PipelineConfig(
+            batch_size=100,
+            interleave_cycle_length=2,
+            interleave_block_length=8,
+            interleave_parallelism=2,
+            map_parallelism=3,
+            prefetch=4,
+            shuffle_buffer=256,
+            shuffle_seed=1,
+            private_threadpool_size=2,
+            max_intra_op_parallelism=1,
+            deterministic=False,
+            cache=True,
+            autotune_ram_budget=2**28,
+        ),
     ]
     for config in configs:
         got = collect(pipeline.build(config))
@@ -168,7 +183,8 @@ def test_same_definition_builds_with_any_config(small_tfrecord, small_schema):
 
 def test_drop_remainder_false_keeps_the_tail(small_tfrecord, small_schema):
     ds = tfinput.tfrecord(small_tfrecord, small_schema).build(
-        PipelineConfig(batch_size=300, drop_remainder=False))
+        PipelineConfig(batch_size=300, drop_remainder=False)
+    )
     sizes = [int(f["dense"]["row_id"].shape[0]) for f, _ in ds]
     assert sum(sizes) == 1000 and sizes.count(300) == 3
 

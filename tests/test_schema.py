@@ -26,29 +26,49 @@ def test_json_round_trip_is_readable_and_hand_editable(tmp_path):
     edited = Schema.from_dict(data)
     assert edited.feature("history").max_len == 9
     assert {f.name for f in edited.categorical if f.table == "items"} == {
-        "last_item", "history", "next_item"}
+        "last_item",
+        "history",
+        "next_item",
+    }
 
 
 @pytest.mark.parametrize(
     "build, message",
     [
-        (lambda: Table(name="t", vocabulary_size=MAX_INT32_VOCAB + 1, dim=4),
-         "vocabulary_size: expected an int <= 2147483647"),
-        (lambda: Table(name="t", vocabulary_size=10, dim=4, combiner="max"),
-         "combiner: expected one of"),
+        (
+            lambda: Table(name="t", vocabulary_size=MAX_INT32_VOCAB + 1, dim=4),
+            "vocabulary_size: expected an int <= 2147483647",
+        ),
+        (
+            lambda: Table(name="t", vocabulary_size=10, dim=4, combiner="max"),
+            "combiner: expected one of",
+        ),
         (lambda: MultiHot(name="m", table="t", max_len=0), "max_len: expected an int >= 1"),
         (lambda: Categorical(name="c", table="t", dtype="float32"), "dtype: expected one of"),
         (lambda: Categorical(name="c", table="t", default="x"), "default: expected an int"),
         (lambda: Categorical(name="c", table="t", default=-1), "non-negative"),
         (lambda: Dense(name="d", default=float("nan")), "default: expected a finite number"),
         (lambda: Dense(name="d", clip=(3, 1)), "clip: expected low <= high"),
-        (lambda: Schema(features=(Categorical(name="c", table="nope"),)),
-         "uses table 'nope', which is not defined"),
+        (
+            lambda: Schema(features=(Categorical(name="c", table="nope"),)),
+            "uses table 'nope', which is not defined",
+        ),
         (lambda: Schema(features=(Dense(name="a"), Dense(name="a"))), "duplicate"),
         (lambda: Schema(features=()), "no features"),
     ],
-    ids=["vocab-int32", "combiner", "max_len", "dtype", "default-type", "default-negative",
-         "nan-default", "clip", "missing-table", "duplicate", "empty"],
+    ids=[
+        "vocab-int32",
+        "combiner",
+        "max_len",
+        "dtype",
+        "default-type",
+        "default-negative",
+        "nan-default",
+        "clip",
+        "missing-table",
+        "duplicate",
+        "empty",
+    ],
 )
 def test_validation_messages(build, message):
     with pytest.raises(SchemaError, match=message):

@@ -26,8 +26,10 @@ def test_configs_share_tables_and_pin_output_shape(small_schema):
 
 
 def test_bad_batch_size():
-    schema = Schema(features=(Categorical(name="c", table="t"),),
-                    tables=(Table(name="t", vocabulary_size=3, dim=2),))
+    schema = Schema(
+        features=(Categorical(name="c", table="t"),),
+        tables=(Table(name="t", vocabulary_size=3, dim=2),),
+    )
     with pytest.raises(ConfigError, match="per_replica_batch_size"):
         tpu.embedding_configs(schema, per_replica_batch_size=0)
 
@@ -35,9 +37,11 @@ def test_bad_batch_size():
 def test_placement_by_size():
     schema = Schema(
         features=tuple(Categorical(name=n, table=n) for n in ("s", "m", "l")),
-        tables=(Table(name="s", vocabulary_size=5_000, dim=8),
-                Table(name="m", vocabulary_size=50_000, dim=8),
-                Table(name="l", vocabulary_size=5_000_000, dim=32)),
+        tables=(
+            Table(name="s", vocabulary_size=5_000, dim=8),
+            Table(name="m", vocabulary_size=50_000, dim=8),
+            Table(name="l", vocabulary_size=5_000_000, dim=32),
+        ),
     )
     got = {p.table: p for p in tpu.placement(schema)}
     assert got["s"].decision == "mirror" and got["l"].decision == "shard"
@@ -50,7 +54,8 @@ def test_batches_are_accepted_by_tpu_embedding_for_serving(small_tfrecord, small
     batch = 50
     _, features_cfg = tpu.embedding_configs(small_schema, per_replica_batch_size=batch)
     embedding = tf.tpu.experimental.embedding.TPUEmbeddingForServing(
-        features_cfg, tf.tpu.experimental.embedding.SGD(0.1))
+        features_cfg, tf.tpu.experimental.embedding.SGD(0.1)
+    )
     embedding.build()
     pipeline = tfinput.tfrecord(small_tfrecord, small_schema).with_multi_hot_format(fmt)
     features, _ = next(iter(pipeline.build(PipelineConfig(batch_size=batch))))
@@ -58,8 +63,9 @@ def test_batches_are_accepted_by_tpu_embedding_for_serving(small_tfrecord, small
     for name, cfg in features_cfg.items():
         assert out[name].shape == (batch, cfg.table.dim), name
     # The combined multi-hot activation equals a manual weighted mean over real ids.
-    dense_features, _ = next(iter(tfinput.tfrecord(small_tfrecord, small_schema).build(
-        PipelineConfig(batch_size=batch))))
+    dense_features, _ = next(
+        iter(tfinput.tfrecord(small_tfrecord, small_schema).build(PipelineConfig(batch_size=batch)))
+    )
     table = embedding.embedding_tables[features_cfg["history"].table].numpy()
     ids = dense_features["ids"]["history"].numpy()
     w = dense_features["weights"]["history"].numpy()

@@ -28,7 +28,9 @@ def worker(args, log_path, lock_path):
     env = {**os.environ, "TMPDIR": os.path.dirname(lock_path)}
     return subprocess.Popen(
         [sys.executable, "-m", "tfinput.cli", "tune", *args],
-        stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=env,
+        stdout=open(log_path, "w"),
+        stderr=subprocess.STDOUT,
+        env=env,
     )
 
 
@@ -36,12 +38,37 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
     schema = tmp_path / "schema.json"
     small_schema.to_json(schema)
     study_name = f"pg-{uuid.uuid4().hex[:8]}"
-    args = [*small_tfrecord, "--schema", str(schema), "--batch-size", "50",
-            "--storage", URL, "--study-name", study_name, "--n-trials", str(N_TRIALS),
-            "--windows", "3", "--window-batches", "6", "--warmup-batches", "2",
-            "--step", "simulated", "--device-time-ms", "25",
-            "--confirm-top", "1", "--confirm-windows", "1",
-            "--heartbeat-interval", "1", "--grace-period", "4"]
+    args = [
+        *small_tfrecord,
+        "--schema",
+        str(schema),
+        "--batch-size",
+        "50",
+        "--storage",
+        URL,
+        "--study-name",
+        study_name,
+        "--n-trials",
+        str(N_TRIALS),
+        "--windows",
+        "3",
+        "--window-batches",
+        "6",
+        "--warmup-batches",
+        "2",
+        "--step",
+        "simulated",
+        "--device-time-ms",
+        "25",
+        "--confirm-top",
+        "1",
+        "--confirm-windows",
+        "1",
+        "--heartbeat-interval",
+        "1",
+        "--grace-period",
+        "4",
+    ]
     lock = str(tmp_path / "lock")
     a = worker([*args, "--out", str(tmp_path / "a")], tmp_path / "a.log", lock)
     b = worker([*args, "--out", str(tmp_path / "b")], tmp_path / "b.log", lock)
@@ -57,12 +84,16 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
             except KeyError:
                 continue
             for t in study.get_trials(deepcopy=False):
-                done = sum(1 for x in study.get_trials(deepcopy=False)
-                           if x.state.is_finished())
-                if (t.state == optuna.trial.TrialState.RUNNING and done >= 2
-                        and t.user_attrs.get("worker", "").endswith(f":{a.pid}")):
+                done = sum(1 for x in study.get_trials(deepcopy=False) if x.state.is_finished())
+                if (
+                    t.state == optuna.trial.TrialState.RUNNING
+                    and done >= 2
+                    and t.user_attrs.get("worker", "").endswith(f":{a.pid}")
+                ):
                     victim = t.number
-        assert victim is not None, "worker A never ran a trial:\n" + (tmp_path / "a.log").read_text()
+        assert victim is not None, (
+            "worker A never ran a trial:\n" + (tmp_path / "a.log").read_text()
+        )
         a.send_signal(signal.SIGKILL)
         a.wait(timeout=30)
         assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()
@@ -73,8 +104,11 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
     study = optuna.load_study(study_name=study_name, storage=storage)
     trials = study.get_trials()
     states = [t.state for t in trials]
-    finished = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE,
-                                                 optuna.trial.TrialState.PRUNED)]
+    finished = [
+        t
+        for t in trials
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    ]
     # nothing left hanging
     assert optuna.trial.TrialState.RUNNING not in states
     assert optuna.trial.TrialState.WAITING not in states
@@ -93,8 +127,11 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
     assert N_TRIALS <= len(finished) <= N_TRIALS + 1
     # baselines enqueued once, measured once (a retry carries the same baseline name)
     for name in ("autotune", "heuristic"):
-        runs = [t for t in trials if t.user_attrs.get("baseline") == name
-                and "failed_trial" not in t.system_attrs]
+        runs = [
+            t
+            for t in trials
+            if t.user_attrs.get("baseline") == name and "failed_trial" not in t.system_attrs
+        ]
         assert len(runs) == 1, name
     # trial numbers are unique and contiguous
     assert [t.number for t in trials] == list(range(len(trials)))

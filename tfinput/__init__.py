@@ -50,7 +50,19 @@ _LAZY = {
     "embedding_configs": "tfinput.tpu",
     "placement": "tfinput.tpu",
 }
-_SUBMODULES = {"testing", "steps", "models", "tpu", "inference", "pipeline", "sources", "transforms"}
+_SUBMODULES = {
+    "testing",
+    "steps",
+    "models",
+    "tpu",
+    "inference",
+    "pipeline",
+    "sources",
+    "transforms",
+    "bench",
+    "convert",
+    "datagen",
+}
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput import steps, testing

@@ -48,18 +48,37 @@ def _cmd_schema_infer(args: argparse.Namespace) -> int:
         return "" if v is None else fmt.format(v)
 
     t = RichTable(title=f"{len(result.files)} file(s), {result.sampled_rows:,} rows sampled")
-    for col in ("column", "kind", "dtype", "list", "missing", "len p50/p90/p99/max", "min..max",
-                "distinct", "note"):
+    for col in (
+        "column",
+        "kind",
+        "dtype",
+        "list",
+        "missing",
+        "len p50/p90/p99/max",
+        "min..max",
+        "distinct",
+        "note",
+    ):
         t.add_column(col, overflow="fold")
     for c in result.columns:
         lengths = (
             f"{num(c.length_p50)}/{num(c.length_p90)}/{num(c.length_p99)}/{c.length_max}"
-            if c.is_list and c.length_max is not None else ""
+            if c.is_list and c.length_max is not None
+            else ""
         )
         span = f"{num(c.min_value)}..{num(c.max_value)}" if c.min_value is not None else ""
         missing = f"{100 * c.missing / max(c.rows, 1):.1f}%"
-        t.add_row(c.name, c.kind, c.dtype, "yes" if c.is_list else "", missing, lengths, span,
-                  num(c.distinct, "{:,}"), c.note)
+        t.add_row(
+            c.name,
+            c.kind,
+            c.dtype,
+            "yes" if c.is_list else "",
+            missing,
+            lengths,
+            span,
+            num(c.distinct, "{:,}"),
+            c.note,
+        )
     console = _console()
     console.print(t)
     if args.out:
@@ -77,14 +96,30 @@ def _cmd_schema_tpu(args: argparse.Namespace) -> int:
     tables, features = embedding_configs(schema, per_replica_batch_size=args.per_replica_batch_size)
     places = placement(schema)
     if args.json:
-        print(json.dumps({
-            "tables": {n: {"vocabulary_size": t.vocabulary_size, "dim": t.dim,
-                           "combiner": t.combiner} for n, t in tables.items()},
-            "features": {n: {"table": f.table.name, "output_shape": list(f.output_shape),
-                             "max_sequence_length": f.max_sequence_length}
-                         for n, f in features.items()},
-            "placement": [p.__dict__ for p in places],
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "tables": {
+                        n: {
+                            "vocabulary_size": t.vocabulary_size,
+                            "dim": t.dim,
+                            "combiner": t.combiner,
+                        }
+                        for n, t in tables.items()
+                    },
+                    "features": {
+                        n: {
+                            "table": f.table.name,
+                            "output_shape": list(f.output_shape),
+                            "max_sequence_length": f.max_sequence_length,
+                        }
+                        for n, f in features.items()
+                    },
+                    "placement": [p.__dict__ for p in places],
+                },
+                indent=2,
+            )
+        )
         return 0
     from rich.table import Table as RichTable
 
@@ -94,8 +129,16 @@ def _cmd_schema_tpu(args: argparse.Namespace) -> int:
     for p in places:
         cfg = tables[p.table]
         users = ", ".join(n for n, f in features.items() if f.table is cfg)
-        t.add_row(p.table, f"{p.rows:,}", str(cfg.dim), cfg.combiner, f"{p.bytes / 2**20:.1f}",
-                  users, p.decision, p.reason)
+        t.add_row(
+            p.table,
+            f"{p.rows:,}",
+            str(cfg.dim),
+            cfg.combiner,
+            f"{p.bytes / 2**20:.1f}",
+            users,
+            p.decision,
+            p.reason,
+        )
     _console().print(t)
     return 0
 
@@ -121,12 +164,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
     pipeline = _pipeline(args)
     report = pipeline.check(batch_size=args.batch_size)
     if args.json:
-        print(json.dumps({
-            "ok": report.ok,
-            "records": report.records,
-            "empty_files": list(report.empty_files),
-            "files": [f.__dict__ for f in report.files],
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "records": report.records,
+                    "empty_files": list(report.empty_files),
+                    "files": [f.__dict__ for f in report.files],
+                },
+                indent=2,
+            )
+        )
     else:
         console = _console()
         for f in report.files:
@@ -145,10 +193,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", help="data files, globs or directories")
     p.add_argument("--schema", required=True, help="schema JSON (see `tfinput schema infer`)")
-    p.add_argument("--format", choices=["tfrecord", "parquet"], default=None,
-                   help="input format (default: by file extension)")
-    p.add_argument("--compression", default="auto",
-                   help="TFRecord compression: none, GZIP, ZLIB or auto (by extension)")
+    p.add_argument(
+        "--format",
+        choices=["tfrecord", "parquet"],
+        default=None,
+        help="input format (default: by file extension)",
+    )
+    p.add_argument(
+        "--compression",
+        default="auto",
+        help="TFRecord compression: none, GZIP, ZLIB or auto (by extension)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -110,8 +110,7 @@ class PipelineConfig:
         for name in ("drop_remainder", "cache"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
-                    f"PipelineConfig.{name}: expected true or false, "
-                    f"got {getattr(self, name)!r}"
+                    f"PipelineConfig.{name}: expected true or false, got {getattr(self, name)!r}"
                 )
         if self.deterministic is not AUTOTUNE and not isinstance(self.deterministic, bool):
             raise ConfigError(

@@ -33,7 +33,9 @@ from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
 __all__ = ["infer_schema", "Inference", "ColumnStats"]
 
-_LABEL_NAMES = re.compile(r"^(label|labels|click|clicked|target|y|rating|is_click|conversion)$", re.I)
+_LABEL_NAMES = re.compile(
+    r"^(label|labels|click|clicked|target|y|rating|is_click|conversion)$", re.I
+)
 _ID_NAMES = re.compile(r"(^id$|_id$|Id$|ID$|^c\d+$|^cat)", re.I)
 
 
@@ -104,7 +106,7 @@ def infer_schema(
     *,
     sample_rows: int = 10_000,
     labels: Sequence[str] | None = None,
-    format: str | None = None,  # noqa: A002 - mirrors the CLI flag
+    format: str | None = None,
 ) -> Inference:
     """Infer a schema from Parquet or TFRecord files.
 
@@ -155,8 +157,10 @@ def _sample_parquet(files: list[str], limit: int) -> tuple[list[_Col], int]:
                 if pa.types.is_dictionary(t):
                     arr = arr.dictionary_decode()
                     t = arr.type
-                is_list = pa.types.is_list(t) or pa.types.is_large_list(t) or (
-                    pa.types.is_fixed_size_list(t)
+                is_list = (
+                    pa.types.is_list(t)
+                    or pa.types.is_large_list(t)
+                    or (pa.types.is_fixed_size_list(t))
                 )
                 vt = t.value_type if is_list else t
                 if pa.types.is_dictionary(vt):
@@ -165,8 +169,10 @@ def _sample_parquet(files: list[str], limit: int) -> tuple[list[_Col], int]:
                     dtype = "int64"
                 elif pa.types.is_floating(vt) or pa.types.is_decimal(vt):
                     dtype = "float32"
-                elif pa.types.is_string(vt) or pa.types.is_large_string(vt) or (
-                    pa.types.is_binary(vt) or pa.types.is_large_binary(vt)
+                elif (
+                    pa.types.is_string(vt)
+                    or pa.types.is_large_string(vt)
+                    or (pa.types.is_binary(vt) or pa.types.is_large_binary(vt))
                 ):
                     dtype = "string"
                 else:
@@ -225,7 +231,9 @@ def _sample_tfrecord(files: list[str], limit: int) -> tuple[list[_Col], int]:
                     entry["rows"][rows] = values
                 rows += 1
         except tf.errors.OpError as e:
-            raise DataError(f"{path}: not a readable TFRecord file ({e.message.splitlines()[0]})") from e
+            raise DataError(
+                f"{path}: not a readable TFRecord file ({e.message.splitlines()[0]})"
+            ) from e
         if rows >= limit:
             break
     cols = []
@@ -256,15 +264,15 @@ def _decide(
     tables: list[Table] = []
     labels: list[Label] = []
     finished = {c.name: (c, *c.finish()) for c in cols}
-    list_lengths = {
-        name: lengths for name, (c, _, lengths) in finished.items() if c.is_list
-    }
+    list_lengths = {name: lengths for name, (c, _, lengths) in finished.items() if c.is_list}
     weights_of: dict[str, str] = {}
     for name, (c, _, lengths) in finished.items():
         if c.is_list and c.dtype == "float32":
             for other, other_len in list_lengths.items():
-                if other != name and finished[other][0].dtype != "float32" and np.array_equal(
-                    np.maximum(lengths, 0), np.maximum(other_len, 0)
+                if (
+                    other != name
+                    and finished[other][0].dtype != "float32"
+                    and np.array_equal(np.maximum(lengths, 0), np.maximum(other_len, 0))
                 ):
                     weights_of[name] = other
                     break
@@ -273,7 +281,10 @@ def _decide(
         present = lengths[lengths >= 0]
         missing = int((lengths < 0).sum())
         s: dict[str, Any] = {
-            "name": name, "dtype": c.dtype, "is_list": c.is_list, "rows": rows,
+            "name": name,
+            "dtype": c.dtype,
+            "is_list": c.is_list,
+            "rows": rows,
             "missing": missing,
         }
         if c.is_list and present.size:
@@ -286,15 +297,20 @@ def _decide(
         if values.size and c.dtype != "string":
             s.update(min_value=float(values.min()), max_value=float(values.max()))
         if values.size:
-            s["distinct"] = int(len(np.unique(values)))
-        is_label = (name in label_names) if label_names is not None else bool(
-            _LABEL_NAMES.match(name)
+            s["distinct"] = len(np.unique(values))
+        is_label = (
+            (name in label_names) if label_names is not None else bool(_LABEL_NAMES.match(name))
         )
         note = ""
         if is_label and not c.is_list:
             kind = "label"
-            labels.append(Label(name=name, dtype="int64" if c.dtype == "int64" else "float32",
-                                default=0.0 if missing else None))
+            labels.append(
+                Label(
+                    name=name,
+                    dtype="int64" if c.dtype == "int64" else "float32",
+                    default=0.0 if missing else None,
+                )
+            )
         elif name in weights_of:
             kind = f"weights of {weights_of[name]}"
         elif c.dtype == "float32" and c.is_list:
@@ -304,8 +320,10 @@ def _decide(
             else:
                 kind = "dense"
                 features.append(Dense(name=name, length=int(present[0])))
-        elif c.dtype in ("float32", "int64") and not c.is_list and not (
-            c.dtype == "int64" and _ID_NAMES.search(name)
+        elif (
+            c.dtype in ("float32", "int64")
+            and not c.is_list
+            and not (c.dtype == "int64" and _ID_NAMES.search(name))
         ):
             kind = "dense"
             negative = values.size and values.min() < 0
@@ -340,11 +358,16 @@ def _decide(
             tables.append(Table(name=name, vocabulary_size=max(vocab, 1), dim=_dim(vocab)))
             dtype = "string" if is_string else "int64"
             if c.is_list:
-                p99 = int(math.ceil(s.get("length_p99") or 1))
+                p99 = math.ceil(s.get("length_p99") or 1)
                 kind = "multi_hot"
                 features.append(
-                    MultiHot(name=name, table=name, dtype=dtype, max_len=max(p99, 1),
-                             weights=weights_for.get(name))
+                    MultiHot(
+                        name=name,
+                        table=name,
+                        dtype=dtype,
+                        max_len=max(p99, 1),
+                        weights=weights_for.get(name),
+                    )
                 )
                 note = f"max_len {max(p99, 1)} (p99); " + vnote
             else:

@@ -98,7 +98,9 @@ class Pipeline:
                 f"got {self.multi_hot_format!r}"
             )
         if not isinstance(self.schema, Schema):
-            raise ConfigError(f"schema: expected a tfinput.Schema, got {type(self.schema).__name__}")
+            raise ConfigError(
+                f"schema: expected a tfinput.Schema, got {type(self.schema).__name__}"
+            )
 
     # ------------------------------------------------------------ builders
     def with_multi_hot_format(self, fmt: str) -> Pipeline:
@@ -326,7 +328,9 @@ def tfrecord(
       empty_files: ``skip`` (logged) or ``error``.
     """
     return Pipeline(
-        source=TFRecordSource(paths=_paths(paths), compression=compression, empty_files=empty_files),
+        source=TFRecordSource(
+            paths=_paths(paths), compression=compression, empty_files=empty_files
+        ),
         schema=schema,
     )
 

@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
 from tfinput.errors import SchemaError
 
@@ -254,7 +254,7 @@ def _check_categorical(f: Categorical | MultiHot) -> None:
             raise _err(owner, "default", "a non-negative id", default)
 
 
-Feature = Union[Dense, Categorical, MultiHot]
+Feature = Dense | Categorical | MultiHot
 _KINDS: dict[str, type] = {"dense": Dense, "categorical": Categorical, "multi_hot": MultiHot}
 
 
@@ -365,7 +365,9 @@ class Schema:
             raise SchemaError(f"{source}: expected a JSON object, got {type(data).__name__}")
         fmt = data.get("format", SCHEMA_FORMAT)
         if fmt != SCHEMA_FORMAT:
-            raise SchemaError(f"{source}: format {fmt!r} is not supported; expected {SCHEMA_FORMAT}")
+            raise SchemaError(
+                f"{source}: format {fmt!r} is not supported; expected {SCHEMA_FORMAT}"
+            )
         unknown = set(data) - {"format", "tables", "features", "labels"}
         if unknown:
             raise SchemaError(f"{source}: unknown top-level keys {sorted(unknown)}")

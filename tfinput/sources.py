@@ -54,7 +54,8 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
             matches = sorted(
                 os.path.join(p, n)
                 for n in os.listdir(p)
-                if not n.startswith((".", "_")) and os.path.isfile(os.path.join(p, n))
+                if not n.startswith((".", "_"))
+                and os.path.isfile(os.path.join(p, n))
                 and not n.endswith(".json")
             )
         elif os.path.exists(p):
@@ -128,9 +129,7 @@ class TFRecordSource:
     kind = "tfrecord"
 
     def __post_init__(self) -> None:
-        if self.compression != "auto" and (
-            (self.compression or "").lower() not in _COMPRESSION
-        ):
+        if self.compression != "auto" and ((self.compression or "").lower() not in _COMPRESSION):
             raise SourceError(
                 f"TFRecord compression {self.compression!r} unknown; expected one of "
                 "None, 'GZIP', 'ZLIB', 'auto'"
@@ -184,7 +183,9 @@ class TFRecordSource:
         parallel = config.interleave_parallelism
         if cycle != AUTOTUNE and parallel != AUTOTUNE:
             parallel = min(parallel, cycle)
-        block = None if config.interleave_block_length == AUTOTUNE else config.interleave_block_length
+        block = (
+            None if config.interleave_block_length == AUTOTUNE else config.interleave_block_length
+        )
         ds = ds.interleave(
             read,
             cycle_length=cycle,
@@ -274,8 +275,11 @@ def _arrow_kind(t: Any) -> str:
         return "float"
     if pa.types.is_boolean(t):
         return "bool"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or (
-        pa.types.is_large_binary(t)
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or (pa.types.is_large_binary(t))
     ):
         return "string"
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
@@ -329,8 +333,11 @@ class ParquetSource:
         import pyarrow.parquet as pq
 
         wanted = [(f.name, f.source, f) for f in schema.features]
-        wanted += [(f.name, f.weights, Dense(name=f.weights, length=1)) for f in schema.multi_hot
-                   if f.weights]
+        wanted += [
+            (f.name, f.weights, Dense(name=f.weights, length=1))
+            for f in schema.multi_hot
+            if f.weights
+        ]
         wanted += [(lab.name, lab.source, lab) for lab in schema.labels]
         for path in files:
             try:
@@ -368,7 +375,10 @@ class ParquetSource:
             return _tfio_parquet(files, schema, config, batch_size)
         signature = _parquet_signature(schema)
         reader = _ParquetBatches(
-            files=files, schema=schema, config=config, batch_size=batch_size,
+            files=files,
+            schema=schema,
+            config=config,
+            batch_size=batch_size,
             shuffle_files=shuffle_files,
         )
         ds = tf.data.Dataset.from_generator(reader, output_signature=signature)
@@ -619,7 +629,9 @@ class DatasetSource:
     def make(self) -> tf.data.Dataset:
         ds = self.dataset() if callable(self.dataset) else self.dataset
         if not isinstance(ds, tf.data.Dataset):
-            raise SourceError(f"wrapped source: expected a tf.data.Dataset, got {type(ds).__name__}")
+            raise SourceError(
+                f"wrapped source: expected a tf.data.Dataset, got {type(ds).__name__}"
+            )
         return ds
 
     def validate(self, files: list[str], schema: Schema) -> None:

@@ -62,7 +62,9 @@ def input_only() -> Step:
 def keras_step(model: Any) -> Step:
     """A compiled Keras model trained with ``train_on_batch`` on ``(features, labels)``."""
     if not hasattr(model, "train_on_batch"):
-        raise ConfigError(f"keras_step: expected a compiled Keras model, got {type(model).__name__}")
+        raise ConfigError(
+            f"keras_step: expected a compiled Keras model, got {type(model).__name__}"
+        )
 
     def run(batch: Any) -> Any:
         features, labels = batch
@@ -85,9 +87,7 @@ def function_step(fn: Callable[[Any], Any], *, name: str | None = None) -> Step:
     return Step(kind="function", name=name or getattr(fn, "__name__", "step"), fn=run)
 
 
-def simulated_step(
-    device_time_s: float, *, sleep: Callable[[float], None] = time.sleep
-) -> Step:
+def simulated_step(device_time_s: float, *, sleep: Callable[[float], None] = time.sleep) -> Step:
     """An accelerator step taking ``device_time_s`` per batch with the host idle.
 
     Args:

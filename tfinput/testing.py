@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,9 @@ __all__ = [
     "Columns",
     "write_tfrecord",
     "write_parquet",
+    "to_examples",
+    "to_arrow",
+    "wire_columns",
 ]
 
 
@@ -353,14 +355,3 @@ def write_parquet(
         pq.write_table(to_arrow(cols.row_slice(a, b)), path, row_group_size=row_group_size)
     return paths
 
-
-def expected_rows(cols: Columns, schema: Schema) -> dict[str, Sequence[Any]]:  # noqa: D401
-    """Per-row python values of the generated columns (for small test data sets)."""
-    out: dict[str, Sequence[Any]] = {}
-    for col, v in cols.values.items():
-        if col in cols.lengths:
-            offs = cols.offsets(col)
-            out[col] = [v[offs[i] : offs[i + 1]] for i in range(cols.rows)]
-        else:
-            out[col] = v
-    return out

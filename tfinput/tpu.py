@@ -90,9 +90,7 @@ def enqueue_weights(schema: Schema, features: dict[str, Any]) -> dict[str, Any]:
     """The ``weights`` argument matching ``features["ids"]``: multi-hot weights where
     the pipeline produced them, None for single ids."""
     return {
-        name: features["weights"].get(name)
-        if isinstance(schema.feature(name), MultiHot)
-        else None
+        name: features["weights"].get(name) if isinstance(schema.feature(name), MultiHot) else None
         for name in features["ids"]
     }
 
@@ -139,6 +137,9 @@ def placement(
                 f"between {mirror_threshold:,} and {shard_threshold:,} rows: either works; "
                 "shard to save HBM, mirror if lookups dominate"
             )
-        out.append(Placement(table=t.name, rows=t.vocabulary_size, bytes=size,
-                             decision=decision, reason=reason))
+        out.append(
+            Placement(
+                table=t.name, rows=t.vocabulary_size, bytes=size, decision=decision, reason=reason
+            )
+        )
     return out

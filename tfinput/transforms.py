@@ -96,8 +96,7 @@ def _check_ids(checks: list[tuple[Categorical | MultiHot, tf.Tensor]], tables: d
         order.append(f)
     top = tf.concat(maxima, 0) if len(maxima) > 1 else maxima[0]
     limit = tf.constant(
-        [tables[f.table].vocabulary_size if f.out_of_range == "error" else 2**63
-         for f in order],
+        [tables[f.table].vocabulary_size if f.out_of_range == "error" else 2**63 for f in order],
         tf.uint64,
     )
     bad = top >= limit
@@ -112,10 +111,15 @@ def _check_ids(checks: list[tuple[Categorical | MultiHot, tf.Tensor]], tables: d
         hi = tf.stack([tf.reduce_max(v) for v in values])[i]
         prefix = ["feature '", names[i], "': "]
         bounds = ["expected ids in [0, ", _s(vocab[i]), ") (table '", table_names[i], "')"]
-        neg = tf.strings.join(prefix + ["negative id; "] + bounds + [
-            ". Smallest id found: ", _s(lo)])
-        big = tf.strings.join(prefix + ["id out of range; "] + bounds + [
-            ", or set out_of_range='modulo'. Largest id found: ", _s(hi)])
+        neg = tf.strings.join(
+            prefix + ["negative id; "] + bounds + [". Smallest id found: ", _s(lo)]
+        )
+        big = tf.strings.join(
+            prefix
+            + ["id out of range; "]
+            + bounds
+            + [", or set out_of_range='modulo'. Largest id found: ", _s(hi)]
+        )
         return tf.where(lo < 0, neg, big)
 
     return [_guard(tf.logical_not(tf.reduce_any(bad)), explain)]
@@ -155,9 +159,18 @@ def _dense(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
         low = f.clip[0] if f.clip is not None else None
         if low is None or low <= -1:  # only then can log1p see a value <= -1
             smallest = tf.reduce_min(x)
-            guards.append(_guard(smallest > -1.0, lambda f=f, smallest=smallest: tf.strings.join([
-                f"feature '{f.name}': log1p needs values > -1; set \"clip\": [0, null] in "
-                "the schema. Smallest value found: ", _s(smallest)])))
+            guards.append(
+                _guard(
+                    smallest > -1.0,
+                    lambda f=f, smallest=smallest: tf.strings.join(
+                        [
+                            f"feature '{f.name}': log1p needs values > -1; set \"clip\": [0, null] in "
+                            "the schema. Smallest value found: ",
+                            _s(smallest),
+                        ]
+                    ),
+                )
+            )
         x = tf.math.log1p(x)
     return x
 
@@ -225,9 +238,15 @@ def transform_batch(
             w = raw[f.weights] if f.weights else None
             if w is not None:
                 same = tf.reduce_all(tf.equal(value.row_lengths(), w.row_lengths()))
-                guards.append(_guard(same, lambda f=f: tf.constant(
-                    f"feature '{f.name}': weights column '{f.weights}' has a different "
-                    "number of values than the ids in some row")))
+                guards.append(
+                    _guard(
+                        same,
+                        lambda f=f: tf.constant(
+                            f"feature '{f.name}': weights column '{f.weights}' has a different "
+                            "number of values than the ids in some row"
+                        ),
+                    )
+                )
                 w = w[:, : f.max_len]
             value = value[:, : f.max_len]  # longer lists keep their first max_len ids
             if f.dtype == "int64":
@@ -252,4 +271,3 @@ def transform_batch(
     if len(schema.labels) == 1:
         out_labels = labels[schema.labels[0].name]
     return features, out_labels
-

@@ -38,8 +38,9 @@ DEMO = {
 }
 
 
-def demo_pipeline(data_dir: str | os.PathLike[str] | None = None, *, rows: int = DEMO["rows"],
-                  say: Any = None) -> Any:
+def demo_pipeline(
+    data_dir: str | os.PathLike[str] | None = None, *, rows: int = DEMO["rows"], say: Any = None
+) -> Any:
     """The demo pipeline: criteo-like TFRecord data (13 dense, 26 single ids, 4
     multi-hot lists), generated once into ``data_dir`` (default
     ``$TFINPUT_DATA_DIR`` or ``~/.cache/tfinput``) and reused."""
@@ -47,8 +48,9 @@ def demo_pipeline(data_dir: str | os.PathLike[str] | None = None, *, rows: int =
     from tfinput import testing
 
     schema = testing.criteo_like_schema(vocabulary_size=DEMO["vocabulary_size"], dim=DEMO["dim"])
-    root = Path(data_dir or os.environ.get("TFINPUT_DATA_DIR")
-                or Path.home() / ".cache" / "tfinput")
+    root = Path(
+        data_dir or os.environ.get("TFINPUT_DATA_DIR") or Path.home() / ".cache" / "tfinput"
+    )
     directory = root / f"demo-criteo-like-{rows}-v1"
     done = directory / "_COMPLETE"
     if not done.exists():
@@ -74,15 +76,23 @@ def add_subcommands(subparsers: Any) -> None:
     src.add_argument("paths", nargs="*", help="data files, globs or directories (with --schema)")
     src.add_argument("--schema", help="schema JSON for PATHS")
     src.add_argument("--format", choices=["tfrecord", "parquet"], default=None)
-    src.add_argument("--pipeline", metavar="MODULE:FUNCTION",
-                     help="callable returning a tfinput.Pipeline")
+    src.add_argument(
+        "--pipeline", metavar="MODULE:FUNCTION", help="callable returning a tfinput.Pipeline"
+    )
     src.add_argument("--demo", action="store_true", help="the built-in criteo-like data")
     st = p.add_argument_group("step")
-    st.add_argument("--step", choices=STEPS, default="input_only",
-                    help="input_only, ranking (built-in DCN-style Keras model), keras "
-                    "(--model), function (--step-fn), simulated (--device-time-ms)")
-    st.add_argument("--model", metavar="MODULE:FUNCTION",
-                    help="callable(schema or nothing) returning a compiled Keras model")
+    st.add_argument(
+        "--step",
+        choices=STEPS,
+        default="input_only",
+        help="input_only, ranking (built-in DCN-style Keras model), keras "
+        "(--model), function (--step-fn), simulated (--device-time-ms)",
+    )
+    st.add_argument(
+        "--model",
+        metavar="MODULE:FUNCTION",
+        help="callable(schema or nothing) returning a compiled Keras model",
+    )
     st.add_argument("--step-fn", metavar="MODULE:FUNCTION", help="callable step(batch)")
     st.add_argument("--device-time-ms", type=float, help="simulated device time per batch")
     _search_args(p)
@@ -94,8 +104,10 @@ def add_subcommands(subparsers: Any) -> None:
         "ranking step (a few minutes)",
     )
     d.add_argument("--out", default="runs/demo", help="output directory (default: %(default)s)")
-    d.add_argument("--data-dir", help="where the demo data are generated (default: "
-                   "$TFINPUT_DATA_DIR or ~/.cache/tfinput)")
+    d.add_argument(
+        "--data-dir",
+        help="where the demo data are generated (default: $TFINPUT_DATA_DIR or ~/.cache/tfinput)",
+    )
     d.add_argument("--n-trials", type=int, default=DEMO["n_trials"])
     d.add_argument("--step", choices=["ranking", "input_only", "simulated"], default="ranking")
     d.add_argument("--device-time-ms", type=float, default=20.0)
@@ -109,18 +121,28 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--timeout", type=float, help="seconds of search at most")
     s.add_argument("--storage", help="postgresql:// or sqlite:/// URL, or a .db / .log file")
     s.add_argument("--study-name", help="study name in the storage (required with --storage)")
-    s.add_argument("--no-resume", action="store_true",
-                   help="fail if the study exists instead of resuming it")
+    s.add_argument(
+        "--no-resume", action="store_true", help="fail if the study exists instead of resuming it"
+    )
     s.add_argument("--heartbeat-interval", type=int, default=5, help=argparse.SUPPRESS)
     s.add_argument("--grace-period", type=int, default=15, help=argparse.SUPPRESS)
     s.add_argument("--batch-size", type=int, default=None, help="global batch size")
     s.add_argument("--current", metavar="CONFIG.json", help="your current config (a baseline)")
-    s.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
-                   help="pin a knob (repeatable)")
-    s.add_argument("--narrow", action="append", default=[], metavar="KNOB=V1,V2",
-                   help="candidate values of a knob (repeatable)")
-    s.add_argument("--tune-batch-size", action="store_true",
-                   help="also search the batch size (prints learning-rate advice)")
+    s.add_argument(
+        "--fix", action="append", default=[], metavar="KNOB=VALUE", help="pin a knob (repeatable)"
+    )
+    s.add_argument(
+        "--narrow",
+        action="append",
+        default=[],
+        metavar="KNOB=V1,V2",
+        help="candidate values of a knob (repeatable)",
+    )
+    s.add_argument(
+        "--tune-batch-size",
+        action="store_true",
+        help="also search the batch size (prints learning-rate advice)",
+    )
     s.add_argument("--windows", type=int, default=5)
     s.add_argument("--window-batches", type=int, default=20)
     s.add_argument("--warmup-batches", type=int, default=5)
@@ -142,8 +164,10 @@ def _pipeline(args: argparse.Namespace, say: Any) -> Any:
         obj = load_object(args.pipeline, "--pipeline")
         pipeline = obj() if callable(obj) and not hasattr(obj, "build") else obj
         if not hasattr(pipeline, "build"):
-            raise ConfigError(f"--pipeline {args.pipeline}: expected a tfinput.Pipeline, got "
-                              f"{type(pipeline).__name__}")
+            raise ConfigError(
+                f"--pipeline {args.pipeline}: expected a tfinput.Pipeline, got "
+                f"{type(pipeline).__name__}"
+            )
         return pipeline
     if not args.schema:
         raise ConfigError("PATHS need --schema (see `tfinput schema infer`)")
@@ -151,13 +175,22 @@ def _pipeline(args: argparse.Namespace, say: Any) -> Any:
     from tfinput.sources import resolve_paths
 
     schema = tfinput.Schema.from_json(args.schema)
-    fmt = args.format or ("parquet" if resolve_paths(args.paths)[0].lower().endswith(
-        (".parquet", ".pq")) else "tfrecord")
+    fmt = args.format or (
+        "parquet"
+        if resolve_paths(args.paths)[0].lower().endswith((".parquet", ".pq"))
+        else "tfrecord"
+    )
     return (tfinput.parquet if fmt == "parquet" else tfinput.tfrecord)(args.paths, schema)
 
 
-def make_step(kind: str, *, pipeline: Any = None, model: str | None = None,
-              step_fn: str | None = None, device_time_ms: float | None = None) -> Any:
+def make_step(
+    kind: str,
+    *,
+    pipeline: Any = None,
+    model: str | None = None,
+    step_fn: str | None = None,
+    device_time_ms: float | None = None,
+) -> Any:
     """A `tfinput.steps.Step` from command-line choices."""
     from tfinput import steps
 
@@ -197,8 +230,12 @@ def _space_and_base(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any, 
     if args.batch_size:
         base = base.replace(batch_size=args.batch_size)
     files = len(pipeline.source.files()) if hasattr(pipeline, "source") else None
-    space = SearchSpace.default(cpu_count=bench.available_cpus(), files=files or None,
-                                batch_size=base.batch_size, tune_batch_size=args.tune_batch_size)
+    space = SearchSpace.default(
+        cpu_count=bench.available_cpus(),
+        files=files or None,
+        batch_size=base.batch_size,
+        tune_batch_size=args.tune_batch_size,
+    )
     for text in args.narrow:
         knob, values = parse_assignment(text)
         space = space.narrow(**{knob: values})
@@ -231,19 +268,29 @@ class _Display:
         if event == "trial":
             best = f"best {info['best']:,.0f}/s" if info.get("best") else ""
             label = info.get("baseline") or f"trial {info['number']}"
-            self.bar.update(self.task, completed=min(info["done"], self.total),
-                            description=f"tuning ({label}: {info['state']}) {best}")
+            self.bar.update(
+                self.task,
+                completed=min(info["done"], self.total),
+                description=f"tuning ({label}: {info['state']}) {best}",
+            )
             if not self.bar.disable:
                 return
             value = f"{info['value']:,.0f}/s" if info.get("value") else info.get("error") or ""
-            print(f"trial {info['number']} [{label}] {info['state']} {value} "
-                  f"({info['done']}/{self.total}) {best}", file=sys.stderr)
+            print(
+                f"trial {info['number']} [{label}] {info['state']} {value} "
+                f"({info['done']}/{self.total}) {best}",
+                file=sys.stderr,
+            )
         elif event == "confirm":
             self.confirm_task = self.bar.add_task(
-                "confirming against autotune", total=len(info["configs"]) * info["windows"])
+                "confirming against autotune", total=len(info["configs"]) * info["windows"]
+            )
             if self.bar.disable:
-                print(f"confirming {', '.join(info['configs'])} ({info['windows']} windows "
-                      "each, interleaved)", file=sys.stderr)
+                print(
+                    f"confirming {', '.join(info['configs'])} ({info['windows']} windows "
+                    "each, interleaved)",
+                    file=sys.stderr,
+                )
         elif event == "confirm_window":
             self.bar.update(self.confirm_task, completed=info["done"])
 
@@ -253,13 +300,20 @@ def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
 
     paths = write_outputs(result, out)
     if args.json:
-        print(json.dumps({**result.to_dict(), "outputs": {k: str(v) for k, v in paths.items()}},
-                         indent=2, default=str))
+        print(
+            json.dumps(
+                {**result.to_dict(), "outputs": {k: str(v) for k, v in paths.items()}},
+                indent=2,
+                default=str,
+            )
+        )
         return 0
     c = console()
     print_summary(result, c)
-    c.print(f"best config: {paths['best_config']}  (PipelineConfig.from_json(...) → "
-            "pipeline.build(config))")
+    c.print(
+        f"best config: {paths['best_config']}  (PipelineConfig.from_json(...) → "
+        "pipeline.build(config))"
+    )
     c.print(f"report: {paths['report']}   details: {paths['result']}")
     return 0
 
@@ -277,18 +331,35 @@ def run_tune(args: argparse.Namespace) -> int:
         say = console(stderr=True).print
         pipeline = _pipeline(args, say)
         space, base, current = _space_and_base(args, pipeline)
-        step = make_step(args.step, pipeline=pipeline, model=args.model, step_fn=args.step_fn,
-                         device_time_ms=args.device_time_ms)
+        step = make_step(
+            args.step,
+            pipeline=pipeline,
+            model=args.model,
+            step_fn=args.step_fn,
+            device_time_ms=args.device_time_ms,
+        )
         out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
         with _Display(args.n_trials) as display:
             result = tune(
-                pipeline, step=step, n_trials=args.n_trials, timeout=args.timeout,
-                storage=args.storage, study_name=args.study_name,
-                load_if_exists=not args.no_resume, space=space, base=base, current=current,
-                windows=args.windows, window_batches=args.window_batches,
-                warmup_batches=args.warmup_batches, confirm_top=args.confirm_top,
-                confirm_windows=args.confirm_windows, seed=args.seed, progress=display,
-                heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period,
+                pipeline,
+                step=step,
+                n_trials=args.n_trials,
+                timeout=args.timeout,
+                storage=args.storage,
+                study_name=args.study_name,
+                load_if_exists=not args.no_resume,
+                space=space,
+                base=base,
+                current=current,
+                windows=args.windows,
+                window_batches=args.window_batches,
+                warmup_batches=args.warmup_batches,
+                confirm_top=args.confirm_top,
+                confirm_windows=args.confirm_windows,
+                seed=args.seed,
+                progress=display,
+                heartbeat_interval=args.heartbeat_interval,
+                grace_period=args.grace_period,
             )
         return _finish(result, args, out)
     except TfinputError as e:
@@ -297,11 +368,10 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Handler of ``tfinput demo``: the tuner end to end on built-in data."""
+    from tfinput import bench
     from tfinput.config import PipelineConfig
     from tuners.space import SearchSpace
     from tuners.study import tune
-
-    from tfinput import bench
 
     try:
         say = console(stderr=True).print
@@ -310,15 +380,24 @@ def run_demo(args: argparse.Namespace) -> int:
         step = make_step(args.step, pipeline=pipeline, device_time_ms=args.device_time_ms)
         base = PipelineConfig(batch_size=DEMO["batch_size"])
         space = SearchSpace.default(cpu_count=bench.available_cpus(), files=DEMO["files"])
-        say(f"tuning {DEMO['files']} TFRecord files ({DEMO['rows']:,} criteo-like rows, batch "
+        say(
+            f"tuning {DEMO['files']} TFRecord files ({DEMO['rows']:,} criteo-like rows, batch "
             f"{DEMO['batch_size']}) against step '{step.name}': {args.n_trials} trials, "
-            "baselines first, then confirmation against autotune")
+            "baselines first, then confirmation against autotune"
+        )
         with _Display(args.n_trials) as display:
             result = tune(
-                pipeline, step=step, n_trials=args.n_trials, base=base, space=space,
-                windows=DEMO["windows"], window_batches=DEMO["window_batches"],
-                warmup_batches=DEMO["warmup_batches"], confirm_top=DEMO["confirm_top"],
-                confirm_windows=DEMO["confirm_windows"], progress=display,
+                pipeline,
+                step=step,
+                n_trials=args.n_trials,
+                base=base,
+                space=space,
+                windows=DEMO["windows"],
+                window_batches=DEMO["window_batches"],
+                warmup_batches=DEMO["warmup_batches"],
+                confirm_top=DEMO["confirm_top"],
+                confirm_windows=DEMO["confirm_windows"],
+                progress=display,
             )
         code = _finish(result, args, args.out)
         if not args.json:

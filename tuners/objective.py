@@ -112,8 +112,14 @@ def measure(
     stopped = False
     try:
         if warmup_batches:
-            warm = bench.measure_window(iterator, batches=warmup_batches, step=step,
-                                        batch_size=size, clock=clock, cpu_clock=cpu_clock)
+            warm = bench.measure_window(
+                iterator,
+                batches=warmup_batches,
+                step=step,
+                batch_size=size,
+                clock=clock,
+                cpu_clock=cpu_clock,
+            )
             if warm.batches < warmup_batches:
                 from tfinput.errors import DataError
 
@@ -122,8 +128,14 @@ def measure(
                     f"more than {warmup_batches} batches of {config.batch_size}"
                 )
         for i in range(windows):
-            w = bench.measure_window(iterator, batches=window_batches, step=step,
-                                     batch_size=size, clock=clock, cpu_clock=cpu_clock)
+            w = bench.measure_window(
+                iterator,
+                batches=window_batches,
+                step=step,
+                batch_size=size,
+                clock=clock,
+                cpu_clock=cpu_clock,
+            )
             rates.append(w.examples_per_s)
             waits += w.wait_seconds
             seconds += w.seconds

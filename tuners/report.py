@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -34,18 +35,30 @@ def print_summary(result: TuneResult, console: Any) -> None:
     for c in result.confirmed:
         ratio = "" if c.ratio is None else f"{c.ratio:.2f}x ({c.ratio_min:.2f}-{c.ratio_max:.2f})"
         name = f"[bold]{c.name}[/]" if c.name == result.best_name else c.name
-        t.add_row(name, _fmt_rate(c.median), f"{_fmt_rate(c.minimum)}-{_fmt_rate(c.maximum)}",
-                  f"{c.cv:.1%}", ratio)
+        t.add_row(
+            name,
+            _fmt_rate(c.median),
+            f"{_fmt_rate(c.minimum)}-{_fmt_rate(c.maximum)}",
+            f"{c.cv:.1%}",
+            ratio,
+        )
     console.print(t)
     auto = next((c for c in result.confirmed if c.name == "autotune"), None)
     if auto is not None:
-        changed = {k: v for k, v in result.best_config.to_dict().items()
-                   if auto.config.to_dict().get(k) != v}
-        console.print(f"best: {result.best_name}; knobs changed from autotune: "
-                      + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none"))
+        changed = {
+            k: v
+            for k, v in result.best_config.to_dict().items()
+            if auto.config.to_dict().get(k) != v
+        }
+        console.print(
+            f"best: {result.best_name}; knobs changed from autotune: "
+            + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none")
+        )
     trials = ", ".join(f"{n} {k}" for k, n in sorted(result.trials.items()))
-    console.print(f"study {result.study_name}: {trials}; search {result.seconds['search']:.0f} s, "
-                  f"confirmation {result.seconds['confirm']:.0f} s")
+    console.print(
+        f"study {result.study_name}: {trials}; search {result.seconds['search']:.0f} s, "
+        f"confirmation {result.seconds['confirm']:.0f} s"
+    )
     for line in result.advice:
         console.print(f"[yellow]advice:[/] {line}")
 
@@ -56,41 +69,58 @@ def _figures(result: TuneResult) -> list[tuple[str, Any]]:
     figs: list[tuple[str, Any]] = []
     names = [c.name for c in result.confirmed]
     medians = [c.median for c in result.confirmed]
-    bar = go.Figure(go.Bar(
-        x=names, y=medians,
-        error_y={"type": "data", "symmetric": False,
-                 "array": [c.maximum - c.median for c in result.confirmed],
-                 "arrayminus": [c.median - c.minimum for c in result.confirmed]},
-        text=[f"{c.ratio:.2f}x" if c.ratio else "" for c in result.confirmed],
-    ))
-    bar.update_layout(title="Confirmed throughput (median, min-max over interleaved windows)",
-                      yaxis_title="examples/s")
+    bar = go.Figure(
+        go.Bar(
+            x=names,
+            y=medians,
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [c.maximum - c.median for c in result.confirmed],
+                "arrayminus": [c.median - c.minimum for c in result.confirmed],
+            },
+            text=[f"{c.ratio:.2f}x" if c.ratio else "" for c in result.confirmed],
+        )
+    )
+    bar.update_layout(
+        title="Confirmed throughput (median, min-max over interleaved windows)",
+        yaxis_title="examples/s",
+    )
     figs.append(("confirmed", bar))
     study = result.study
     if study is not None:
         import optuna
 
-        try:
+        # A plot that cannot be drawn (too few complete trials, a single searched knob)
+        # is left out of the report.
+        with contextlib.suppress(Exception):
             figs.append(("history", optuna.visualization.plot_optimization_history(study)))
-        except Exception:  # noqa: S110 - a plot that cannot be drawn is left out
-            pass
-        try:
+        with contextlib.suppress(Exception):
             figs.append(("importances", optuna.visualization.plot_param_importances(study)))
-        except Exception:  # too few complete trials, or a single searched knob
-            pass
         rows = [r for r in summarize_trials(study) if r["median"] is not None]
         if rows:
-            spread = go.Figure(go.Scatter(
-                x=[r["number"] for r in rows], y=[r["median"] for r in rows], mode="markers",
-                error_y={"type": "data", "symmetric": False,
-                         "array": [r["max"] - r["median"] for r in rows],
-                         "arrayminus": [r["median"] - r["min"] for r in rows]},
-                marker={"color": ["#888" if r["state"] == "pruned" else "#1f77b4" for r in rows]},
-                text=[r["baseline"] or r["state"] for r in rows],
-            ))
-            spread.update_layout(title="Every trial: median examples/s and window spread "
-                                       "(grey: pruned)", xaxis_title="trial",
-                                 yaxis_title="examples/s")
+            spread = go.Figure(
+                go.Scatter(
+                    x=[r["number"] for r in rows],
+                    y=[r["median"] for r in rows],
+                    mode="markers",
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": [r["max"] - r["median"] for r in rows],
+                        "arrayminus": [r["median"] - r["min"] for r in rows],
+                    },
+                    marker={
+                        "color": ["#888" if r["state"] == "pruned" else "#1f77b4" for r in rows]
+                    },
+                    text=[r["baseline"] or r["state"] for r in rows],
+                )
+            )
+            spread.update_layout(
+                title="Every trial: median examples/s and window spread (grey: pruned)",
+                xaxis_title="trial",
+                yaxis_title="examples/s",
+            )
             figs.append(("trials", spread))
     return figs
 

@@ -49,8 +49,9 @@ _EQUIVALENT: dict[tuple[str, Any], Any] = {
 
 def encode(value: Any) -> Any:
     """Optuna-storable form of a knob value (``AUTOTUNE`` is stored as "autotune")."""
-    if value is AUTOTUNE or (isinstance(value, int) and not isinstance(value, bool)
-                             and value == AUTOTUNE):
+    if value is AUTOTUNE or (
+        isinstance(value, int) and not isinstance(value, bool) and value == AUTOTUNE
+    ):
         return "autotune"
     return value
 
@@ -148,6 +149,21 @@ class SearchSpace:
     def narrow(self, **values: Sequence[Any]) -> SearchSpace:
         """Replace the candidate values of some knobs."""
         return SearchSpace(choices={**self.choices, **{k: tuple(v) for k, v in values.items()}})
+
+    def including(self, *configs: PipelineConfig) -> SearchSpace:
+        """The space widened so that each searched knob also offers the value each of
+        ``configs`` uses, so enqueued baselines are points of the space (and the sampler
+        learns from them what was really measured)."""
+        widened = dict(self.choices)
+        for knob, options in self.searched.items():
+            extra = []
+            for config in configs:
+                value = getattr(config, knob)
+                value = _EQUIVALENT.get((knob, encode(value)), value)
+                if value not in options and value not in extra:
+                    extra.append(value)
+            widened[knob] = options + tuple(extra)
+        return SearchSpace(choices=widened)
 
     @property
     def searched(self) -> dict[str, tuple[Any, ...]]:

@@ -85,8 +85,9 @@ class Confirmed:
             "max": round(self.maximum, 1),
             "cv": round(self.cv, 4),
             "ratio_vs_autotune": None if self.ratio is None else round(self.ratio, 3),
-            "ratio_range": None if self.ratio is None else
-            [round(self.ratio_min, 3), round(self.ratio_max, 3)],
+            "ratio_range": None
+            if self.ratio is None
+            else [round(self.ratio_min, 3), round(self.ratio_max, 3)],
         }
 
 
@@ -153,8 +154,9 @@ class TuneResult:
 
 
 # ------------------------------------------------------------------ storage
-def make_storage(storage: Any, *, heartbeat_interval: int = HEARTBEAT_INTERVAL,
-                 grace_period: int = GRACE_PERIOD) -> Any:
+def make_storage(
+    storage: Any, *, heartbeat_interval: int = HEARTBEAT_INTERVAL, grace_period: int = GRACE_PERIOD
+) -> Any:
     """An Optuna storage from a URL or path (see the module docstring); other objects
     (an Optuna storage) are returned unchanged."""
     import optuna
@@ -176,11 +178,15 @@ def make_storage(storage: Any, *, heartbeat_interval: int = HEARTBEAT_INTERVAL,
             raise ConfigError(f"cannot open storage {_redact(text)}: {_first_line(e)}") from e
     if text.startswith("sqlite:///") or text.endswith((".db", ".sqlite", ".sqlite3")):
         url = text if text.startswith("sqlite:///") else f"sqlite:///{os.path.abspath(text)}"
-        path = url[len("sqlite:///"):]
+        path = url[len("sqlite:///") :]
         if path and not Path(path).parent.exists():
-            raise ConfigError(f"cannot open storage {url}: directory {Path(path).parent} does not exist")
+            raise ConfigError(
+                f"cannot open storage {url}: directory {Path(path).parent} does not exist"
+            )
         return optuna.storages.RDBStorage(
-            url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+            url,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
             heartbeat_stale_trial_callback=retry,
         )
     if text.endswith((".log", ".journal", ".jsonl")):
@@ -227,8 +233,16 @@ def baseline_configs(
     base: PipelineConfig, *, cpu_count: int, current: PipelineConfig | None = None
 ) -> dict[str, PipelineConfig]:
     """``autotune``, ``heuristic`` (and ``current``) with the user's batch settings."""
-    keep = {k: getattr(base, k) for k in ("batch_size", "drop_remainder", "shuffle_buffer",
-                                          "shuffle_seed", "autotune_ram_budget")}
+    keep = {
+        k: getattr(base, k)
+        for k in (
+            "batch_size",
+            "drop_remainder",
+            "shuffle_buffer",
+            "shuffle_seed",
+            "autotune_ram_budget",
+        )
+    }
     out = {
         "autotune": PipelineConfig.autotune(**keep),
         "heuristic": PipelineConfig.heuristic(cpu_count=cpu_count, **keep),
@@ -245,8 +259,11 @@ def fingerprint(cpu_count: int) -> dict[str, Any]:
     from tfinput import bench
 
     info = dict(bench.machine(cpu_count=cpu_count))
-    accelerators = [d.device_type + ":" + d.name.rsplit(":", 1)[-1]
-                    for d in tf.config.list_physical_devices() if d.device_type != "CPU"]
+    accelerators = [
+        d.device_type + ":" + d.name.rsplit(":", 1)[-1]
+        for d in tf.config.list_physical_devices()
+        if d.device_type != "CPU"
+    ]
     info["accelerators"] = accelerators or None
     return info
 
@@ -329,8 +346,9 @@ def tune(
         files = len(pipeline.source.files()) if hasattr(pipeline, "source") else None
         space = SearchSpace.default(cpu_count=cores, files=files or None)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage_obj = make_storage(storage, heartbeat_interval=heartbeat_interval,
-                               grace_period=grace_period)
+    storage_obj = make_storage(
+        storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period
+    )
     if study_name is None:
         if storage_obj is not None:
             raise ConfigError("a study stored in a file or database needs a study_name")
@@ -338,17 +356,20 @@ def tune(
     sampler = sampler or optuna.samplers.TPESampler(
         seed=seed, multivariate=True, constant_liar=True, n_startup_trials=8
     )
-    pruner = pruner or optuna.pruners.PercentilePruner(
-        25.0, n_startup_trials=4, n_warmup_steps=1
-    )
+    pruner = pruner or optuna.pruners.PercentilePruner(25.0, n_startup_trials=4, n_warmup_steps=1)
     baselines = baseline_configs(base, cpu_count=cores, current=current)
+    space = space.including(*baselines.values())
     # Creating the study and enqueueing the baselines under the host lock keeps two
     # workers on one host from enqueueing the baselines twice.
     with host_lock(lock_path):
         try:
             study = optuna.create_study(
-                storage=storage_obj, study_name=study_name, direction="maximize",
-                sampler=sampler, pruner=pruner, load_if_exists=load_if_exists,
+                storage=storage_obj,
+                study_name=study_name,
+                direction="maximize",
+                sampler=sampler,
+                pruner=pruner,
+                load_if_exists=load_if_exists,
             )
         except optuna.exceptions.DuplicatedStudyError as e:
             raise ConfigError(
@@ -356,13 +377,15 @@ def tune(
                 "(load_if_exists=True) or choose another name"
             ) from e
         except Exception as e:  # unreachable database, bad credentials...
-            raise ConfigError(f"cannot open storage {_redact(str(storage))}: "
-                              f"{_first_line(e)}") from e
+            raise ConfigError(
+                f"cannot open storage {_redact(str(storage))}: {_first_line(e)}"
+            ) from e
         study.set_user_attr("space", space.to_dict())
         study.set_user_attr("step", _describe(step))
         for name, config in baselines.items():
-            study.enqueue_trial(space.params(config), user_attrs={"baseline": name},
-                                skip_if_exists=True)
+            study.enqueue_trial(
+                space.params(config), user_attrs={"baseline": name}, skip_if_exists=True
+            )
 
     def objective(trial: optuna.Trial) -> float:
         config = space.suggest(trial, base)
@@ -378,9 +401,15 @@ def tune(
 
         try:
             with host_lock(lock_path):
-                m = measure(pipeline, config, step, windows=windows,
-                            window_batches=window_batches, warmup_batches=warmup_batches,
-                            report=report)
+                m = measure(
+                    pipeline,
+                    config,
+                    step,
+                    windows=windows,
+                    window_batches=window_batches,
+                    warmup_batches=warmup_batches,
+                    report=report,
+                )
         except (TfinputError, MemoryError, Exception) as e:
             reason = _explain_failure(pipeline, e)
             trial.set_user_attr("error", reason)
@@ -399,8 +428,13 @@ def tune(
         callbacks.append(lambda s, t: progress("trial", _trial_info(s, t, n_trials)))
     t0 = time.time()
     if finished < n_trials:
-        study.optimize(objective, n_trials=None if storage_obj is not None else n_trials - finished,
-                       timeout=timeout, catch=(Exception,), callbacks=callbacks)
+        study.optimize(
+            objective,
+            n_trials=None if storage_obj is not None else n_trials - finished,
+            timeout=timeout,
+            catch=(Exception,),
+            callbacks=callbacks,
+        )
     search_seconds = time.time() - t0
 
     t1 = time.time()
@@ -416,19 +450,44 @@ def tune(
 
     def confirm_progress(done: int, total: int, window: Any) -> None:
         if progress is not None:
-            progress("confirm_window", {"done": done, "total": total, "name": window.name,
-                                        "examples_per_s": window.examples_per_s})
+            progress(
+                "confirm_window",
+                {
+                    "done": done,
+                    "total": total,
+                    "name": window.name,
+                    "examples_per_s": window.examples_per_s,
+                },
+            )
 
     bench_result = bench.measure(
-        pipeline, to_confirm, step=step, windows=confirm_windows,
-        window_batches=window_batches, warmup_batches=warmup_batches, baseline="autotune",
-        cpu_count=cores, progress=confirm_progress,
+        pipeline,
+        to_confirm,
+        step=step,
+        windows=confirm_windows,
+        window_batches=window_batches,
+        warmup_batches=warmup_batches,
+        baseline="autotune",
+        cpu_count=cores,
+        progress=confirm_progress,
     )
     confirmed = sorted(
-        (Confirmed(name=s.name, config=s.config, median=s.median, minimum=s.minimum,
-                   maximum=s.maximum, cv=s.cv, ratio=s.ratio, ratio_min=s.ratio_min,
-                   ratio_max=s.ratio_max) for s in bench_result.results),
-        key=lambda c: c.median, reverse=True,
+        (
+            Confirmed(
+                name=s.name,
+                config=s.config,
+                median=s.median,
+                minimum=s.minimum,
+                maximum=s.maximum,
+                cv=s.cv,
+                ratio=s.ratio,
+                ratio_min=s.ratio_min,
+                ratio_max=s.ratio_max,
+            )
+            for s in bench_result.results
+        ),
+        key=lambda c: c.median,
+        reverse=True,
     )
     confirm_seconds = time.time() - t1
     best = confirmed[0]
@@ -453,13 +512,13 @@ def tune(
         fingerprint=fingerprint(cores),
         method={
             "trial": f"fresh iterator, {warmup_batches} warm-up batches excluded, "
-                     f"{windows} windows of {window_batches} batches; objective = median "
-                     "examples/s over windows",
+            f"{windows} windows of {window_batches} batches; objective = median "
+            "examples/s over windows",
             "pruning": "25th-percentile pruner on per-window examples/s after one window",
             "sampler": type(study.sampler).__name__,
             "confirmation": f"top {confirm_top} configs, autotune (and current) re-measured "
-                            f"interleaved, {confirm_windows} windows each, fresh iterator "
-                            "per window; ratio = median of per-round ratios",
+            f"interleaved, {confirm_windows} windows each, fresh iterator "
+            "per window; ratio = median of per-round ratios",
             "one trial per host": "exclusive host file lock during measurement",
         },
         step=_describe(step),
@@ -477,22 +536,35 @@ def _describe(step: Any) -> dict[str, Any]:
 def _trial_info(study: Any, trial: Any, n_trials: int) -> dict[str, Any]:
     import optuna
 
-    done = [t for t in study.get_trials(deepcopy=False)
-            if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    ]
     try:
         best = study.best_value
     except ValueError:
         best = None
-    return {"number": trial.number, "state": trial.state.name.lower(), "value": trial.value,
-            "done": len(done), "total": n_trials, "best": best,
-            "baseline": trial.user_attrs.get("baseline"), "error": trial.user_attrs.get("error")}
+    return {
+        "number": trial.number,
+        "state": trial.state.name.lower(),
+        "value": trial.value,
+        "done": len(done),
+        "total": n_trials,
+        "best": best,
+        "baseline": trial.user_attrs.get("baseline"),
+        "error": trial.user_attrs.get("error"),
+    }
 
 
 def _top_configs(study: Any, k: int) -> list[tuple[str, PipelineConfig]]:
     import optuna
 
-    complete = [t for t in study.get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE and "config" in t.user_attrs]
+    complete = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE and "config" in t.user_attrs
+    ]
     complete.sort(key=lambda t: t.value, reverse=True)
     out: list[tuple[str, PipelineConfig]] = []
     for t in complete:
@@ -525,19 +597,20 @@ def summarize_trials(study: Any) -> list[dict[str, Any]]:
     """Every trial as a JSON-ready row (number, state, value, config, spread, error)."""
     rows = []
     for t in study.get_trials(deepcopy=False):
-        rows.append({
-            "number": t.number,
-            "state": t.state.name.lower(),
-            "value": t.value,
-            "baseline": t.user_attrs.get("baseline"),
-            "params": dict(t.params),
-            "median": t.user_attrs.get("median_examples_per_s"),
-            "min": t.user_attrs.get("min_examples_per_s"),
-            "max": t.user_attrs.get("max_examples_per_s"),
-            "cv": t.user_attrs.get("cv"),
-            "error": t.user_attrs.get("error"),
-            "retried_from": t.system_attrs.get("failed_trial"),
-            "duration_s": t.duration.total_seconds() if t.duration else None,
-        })
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name.lower(),
+                "value": t.value,
+                "baseline": t.user_attrs.get("baseline"),
+                "params": dict(t.params),
+                "median": t.user_attrs.get("median_examples_per_s"),
+                "min": t.user_attrs.get("min_examples_per_s"),
+                "max": t.user_attrs.get("max_examples_per_s"),
+                "cv": t.user_attrs.get("cv"),
+                "error": t.user_attrs.get("error"),
+                "retried_from": t.system_attrs.get("failed_trial"),
+                "duration_s": t.duration.total_seconds() if t.duration else None,
+            }
+        )
     return rows
-
