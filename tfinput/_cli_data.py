@@ -11,19 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tfinput._cli_util import console as _console
+from tfinput._cli_util import fail as _fail
+from tfinput._cli_util import progress
 from tfinput.errors import ConfigError, TfinputError
 
 __all__ = ["add_subcommands"]
-
-
-def _fail(message: str) -> int:
-    print(f"tfinput: error: {message}", file=sys.stderr)
-    return 2
 
 
 def _handler(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -36,38 +33,6 @@ def _handler(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__
     return run
-
-
-def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(
-        file=stream, highlight=False, width=None if stream.isatty() else 160, soft_wrap=False
-    )
-
-
-def _progress(description: str) -> Any:
-    """A rich progress bar on stderr (silent when stderr is not a terminal)."""
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TaskProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=_console(stderr=True),
-        transient=True,
-        disable=not sys.stderr.isatty(),
-    )
 
 
 _SUFFIX = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
@@ -103,7 +68,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         lists[name] = _delimiter(delim) if delim else "|"
     header: bool | str = {"auto": "auto", "yes": True, "no": False}[args.header]
     schema = Schema.from_json(args.schema) if args.schema else None
-    with _progress("converting") as bar:
+    with progress() as bar:
         task = bar.add_task("converting", total=None)
         result = convert(
             args.inputs,
@@ -156,7 +121,7 @@ def _cmd_datagen(args: argparse.Namespace) -> int:
     from tfinput.schema import Schema
 
     schema = Schema.from_json(args.schema) if args.schema else None
-    with _progress(f"generating {args.format}") as bar:
+    with progress() as bar:
         task = bar.add_task(f"datagen {args.format}", total=args.rows)
         result = datagen.generate_files(
             args.out,
@@ -225,7 +190,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     )
     step = steps.simulated_step(args.step_ms / 1e3) if args.step_ms else steps.input_only()
     rl = None
-    with _progress("benchmark") as bar:
+    with progress() as bar:
         if args.roofline:
             sizes = {c.batch_size for c in configs.values()}
             task = bar.add_task("roofline", total=3 * args.roofline_windows)

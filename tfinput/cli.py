@@ -11,23 +11,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from tfinput._cli_util import console as _console
+from tfinput._cli_util import fail as _fail
 from tfinput.errors import TfinputError
 
 __all__ = ["main", "build_parser"]
-
-
-def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    # Piped or captured output gets a wide, stable layout instead of 80 columns.
-    width = None if stream.isatty() else 160
-    return Console(stderr=stderr, highlight=False, width=width)
-
-
-def _fail(message: str) -> int:
-    print(f"tfinput: error: {message}", file=sys.stderr)
-    return 2
 
 
 # ------------------------------------------------------------------- schema
