@@ -15,8 +15,6 @@ the median over rounds; the spread is min-max and the coefficient of variation.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import re
 import statistics
 import sys
@@ -107,19 +105,14 @@ def summarize(values: list[float]) -> dict[str, float]:
 
 
 def machine() -> str:
-    import tensorflow as tf
+    """One line for the results table, from `tfinput.bench.machine`."""
+    from tfinput import bench
 
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    m = bench.machine()
     return (
-        f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, "
-        f"TensorFlow {tf.__version__}, {platform.system()} {platform.release()}"
+        f"{m['cpu_model']}, {m['cpu_count']} cores; Python {m['python']}, TensorFlow "
+        f"{m['tensorflow']}, pyarrow {m['pyarrow']}, {m['platform']}; load average at start "
+        f"{m['load_average']}"
     )
 
 

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from tfinput.schema import Categorical, Dense, MultiHot, Schema
+
+#: The project's real sample data (Criteo, MovieLens): ``shared/data`` beside the
+#: repository, as CI lays it out, or ``$TFINPUT_SHARED_DATA``.
+SHARED_DATA = Path(
+    os.environ.get("TFINPUT_SHARED_DATA")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "data"
+)
 
 
 def expected_rows(cols: Any, schema: Schema) -> dict[str, dict[str, np.ndarray]]:

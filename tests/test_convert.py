@@ -13,14 +13,19 @@ import pytest
 import tensorflow as tf
 
 import tfinput
+from tests.helpers import SHARED_DATA
 from tfinput._cli_data import add_subcommands
 from tfinput.convert import convert, preset_schema
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
-DATA = Path("/work/shared/data")
+DATA = SHARED_DATA
 CRITEO = DATA / "criteo_sample.txt"
 MOVIELENS = DATA / "movielens_sample.txt"
+needs_samples = pytest.mark.skipif(
+    not (CRITEO.exists() and MOVIELENS.exists()),
+    reason=f"sample data not found in {DATA} (set TFINPUT_SHARED_DATA)",
+)
 
 
 def _write(tmp_path: Path, text: str, name: str = "in.csv") -> Path:
@@ -40,6 +45,7 @@ def _examples(result) -> list[tf.train.Example]:
 
 # ------------------------------------------------------------------ samples
 @pytest.mark.parametrize("to", ["parquet", "tfrecord"])
+@needs_samples
 def test_criteo_sample_converts_and_builds(tmp_path, to):
     result = convert(CRITEO, tmp_path / "out", to=to, preset="criteo", rows_per_file=64)
     assert (result.rows, result.skipped, result.header, result.delimiter) == (200, 0, True, ",")
@@ -53,6 +59,7 @@ def test_criteo_sample_converts_and_builds(tmp_path, to):
     assert float(tf.reduce_min(features["dense"]["I2"])) >= 0.0  # -1 clipped, then log1p
 
 
+@needs_samples
 def test_criteo_raw_tsv_layout_matches_csv(tmp_path):
     lines = CRITEO.read_text().splitlines()
     raw = _write(tmp_path, "\n".join(ln.replace(",", "\t") for ln in lines[1:]) + "\n", "d.tsv")
@@ -65,6 +72,7 @@ def test_criteo_raw_tsv_layout_matches_csv(tmp_path):
     assert table["C19"][0] is None and table["C1"][0] == "05db9164"
 
 
+@needs_samples
 def test_movielens_sample(tmp_path):
     result = convert(MOVIELENS, tmp_path / "out", preset="movielens")
     table = _table(result)
@@ -79,6 +87,7 @@ def test_movielens_sample(tmp_path):
     np.testing.assert_array_equal(features["weights"]["genres"].numpy()[0], [1, 1, 0, 0, 0, 0])
 
 
+@needs_samples
 def test_movielens_tfrecord_lists(tmp_path):
     result = convert(MOVIELENS, tmp_path / "out", preset="movielens", to="tfrecord")
     first = _examples(result)[0].features.feature
@@ -269,6 +278,7 @@ def _cli(argv):
     return args.func(args)
 
 
+@needs_samples
 def test_cli_convert_json(tmp_path, capsys):
     code = _cli(
         [
