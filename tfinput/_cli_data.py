@@ -385,7 +385,13 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--roofline", action="store_true", help="also measure the roofline")
     p.add_argument("--roofline-windows", type=int, default=3)
     p.add_argument("--cpu-count", type=int, help="cores to assume (default: affinity mask)")
-    p.add_argument("--step-ms", type=float, help="simulate an accelerator step of this many ms")
+    p.add_argument(
+        "--device-time-ms",
+        "--step-ms",
+        dest="step_ms",
+        type=float,
+        help="simulate an accelerator step of this many ms per batch (as in tune and profile)",
+    )
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--json", action="store_true", help="print the JSON result (tfinput.bench/1)")
     p.set_defaults(func=_handler(_cmd_bench))
