@@ -17,7 +17,8 @@ if [ -z "${TFINPUT_TEST_POSTGRES_URL:-}" ]; then
   fi
   if [ -n "$pg_bin" ]; then
     pg_dir=$(mktemp -d /tmp/tfinput-pg.XXXXXX)
-    pg_port=${TFINPUT_TEST_PG_PORT:-55432}
+    # A free loopback port (another server, or a previous run's, may hold a fixed one).
+    pg_port=${TFINPUT_TEST_PG_PORT:-$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
     run_as=()
     if [ "$(id -u)" = "0" ]; then
       id postgres >/dev/null 2>&1 || useradd -r -M postgres 2>/dev/null || true
@@ -37,5 +38,9 @@ if [ -z "${TFINPUT_TEST_POSTGRES_URL:-}" ]; then
     else
       echo "dev: PostgreSQL did not start (see $pg_dir/log); its tests will be skipped" >&2
     fi
+  fi
+  if [ -z "${TFINPUT_TEST_POSTGRES_URL:-}" ] && [ "${CI:-}" = "true" ]; then
+    echo "dev: CI needs PostgreSQL for the multi-worker tuner test, and none could be started" >&2
+    exit 1
   fi
 fi

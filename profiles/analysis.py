@@ -327,12 +327,15 @@ class Comparison:
       input_wait_change: Change of the average input-wait fraction (after - before,
         in fraction points), or None when either run has no steps.
       step_time_ratio: ``after / before`` of the average step time, or None.
+      caveats: Differences in how the two runs were captured (machine, TensorFlow,
+        step kind, steps) that make the numbers not directly comparable.
     """
 
     before: ProfileAnalysis
     after: ProfileAnalysis
     input_wait_change: float | None
     step_time_ratio: float | None
+    caveats: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -341,6 +344,7 @@ class Comparison:
             "after": self.after.to_dict(),
             "input_wait_change": self.input_wait_change,
             "step_time_ratio": self.step_time_ratio,
+            "caveats": list(self.caveats),
         }
 
 
@@ -614,12 +618,13 @@ def _step_markers(xfile: XSpaceFile) -> int:
             continue
         for line in plane.lines:
             for e in line.events:
-                if not e.stats:
-                    continue
-                sids = {s.metadata_id: s for s in e.stats}
-                if step_ids & sids.keys() and any(
-                    stat_value(sids[k], names) == 1 for k in r_ids & sids.keys()
-                ):
+                has_step = is_root = False
+                for stat in e.stats:
+                    if stat.metadata_id in step_ids:
+                        has_step = True
+                    elif stat.metadata_id in r_ids and stat_value(stat, names) == 1:
+                        is_root = True
+                if has_step and is_root:
                     count += 1
     return count
 
@@ -660,7 +665,15 @@ def analyze(
       XprofLayoutError: xprof's tables lack the expected column ids.
     """
     trace = find_trace(logdir, run=run, host=host)
-    xfiles = [load_xspace(p) for p in trace.paths]
+    try:
+        xfiles = [load_xspace(p) for p in trace.paths]
+    except ProfileError as e:
+        if not trace.other_runs:
+            raise
+        raise ProfileError(
+            f"{e} Other profile runs under {trace.logdir}: {', '.join(trace.other_runs)}; "
+            "pick one with --run NAME (run=...)."
+        ) from e
     diagnostics: list[str] = []
 
     version = xprof_version() or "not installed"
@@ -669,7 +682,7 @@ def analyze(
             f"xprof {version} is outside the tested range {TESTED_XPROF}; the analysis "
             "checks xprof's column ids but its numbers may mean something else."
         )
-    if trace.other_runs:
+    if trace.other_runs and run is None:
         diagnostics.append(
             f"{len(trace.other_runs) + 1} profile runs under {trace.logdir}; analysed the "
             f"newest, {trace.run} (others: {', '.join(trace.other_runs)}). Pick one with "
@@ -731,7 +744,7 @@ def analyze(
             "complete step (it leaves out steps cut by the profiler's start or stop): "
             "profile at least 3 steps (10 is a good number) after a warm-up."
         )
-    for row in _rows(find_table_or_none(ipa, ("severity", "message")) or {}):
+    for row in _rows(_find_table_or_none(ipa, ("severity", "message")) or {}):
         message = str(row.get("message", ""))
         if message and "No step marker" not in message:
             diagnostics.append(f"xprof {str(row.get('severity', '')).lower()}: {message}")
@@ -808,7 +821,7 @@ def analyze(
     )
 
 
-def find_table_or_none(tables: Any, columns: Sequence[str]) -> Mapping[str, Any] | None:
+def _find_table_or_none(tables: Any, columns: Sequence[str]) -> Mapping[str, Any] | None:
     """The first table holding all ``columns`` (ids), or None."""
     if not isinstance(tables, list):
         return None
@@ -836,4 +849,33 @@ def compare(
         if a.step_time_ms and b.step_time_ms and a.step_time_ms.average > 0
         else None
     )
-    return Comparison(before=a, after=b, input_wait_change=wait, step_time_ratio=ratio)
+    return Comparison(
+        before=a,
+        after=b,
+        input_wait_change=wait,
+        step_time_ratio=ratio,
+        caveats=_capture_differences(a.capture, b.capture),
+    )
+
+
+def _capture_differences(
+    a: Mapping[str, Any] | None, b: Mapping[str, Any] | None
+) -> tuple[str, ...]:
+    if not a or not b:
+        missing = [tag for tag, cap in (("A", a), ("B", b)) if not cap]
+        return (
+            f"run {' and '.join(missing)} has no tfinput_capture.json: how it was captured is "
+            "unknown, compare with care",
+        )
+    fields = {
+        "host": lambda c: c.get("host"),
+        "CPUs": lambda c: c.get("cpu_count"),
+        "TensorFlow": lambda c: c.get("tensorflow"),
+        "step": lambda c: (c.get("step") or {}).get("name"),
+        "profiled steps": lambda c: (c.get("config") or {}).get("steps"),
+        "warm-up": lambda c: (c.get("config") or {}).get("warmup"),
+    }
+    diffs = [f"{name} {get(a)} vs {get(b)}" for name, get in fields.items() if get(a) != get(b)]
+    if not diffs:
+        return ()
+    return (f"A and B were captured differently ({'; '.join(diffs)}): compare with care",)

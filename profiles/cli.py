@@ -277,7 +277,7 @@ def run_profile(args: argparse.Namespace) -> int:
         )
         if args.no_analyze:
             return 0
-        analysis = analyze(result.run_dir)
+        analysis = analyze(result.logdir, run=result.run_dir.name)
     except TfinputError as e:
         return _fail("profile", str(e), 2)
     _emit(analysis, args)

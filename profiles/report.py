@@ -129,7 +129,7 @@ def _setting(params: Any, kind: str) -> str:
     parts = [f"{k}={params[k]}" for k in keys if k in params]
     if str(params.get("autotune", "")).lower() == "true":
         parts.append("autotune")
-    return ", ".join(parts)
+    return "\n".join(parts)
 
 
 def _stage_table(pipeline: PipelineStages, *, top: int) -> Any:
@@ -161,7 +161,7 @@ def _stage_table(pipeline: PipelineStages, *, top: int) -> Any:
             str(s.slow_calls),
             f"{s.busy_ms:.2f} ms",
             _setting(s.params, s.kind),
-            ", ".join(s.knobs) or "-",
+            "\n".join(s.knobs) or "-",
         )
     return table
 
@@ -268,12 +268,19 @@ def render_comparison(comparison: Comparison, console: Any = None, *, top: int =
         else ""
     )
     ratio = comparison.step_time_ratio
-    change_step = f"x{ratio:.2f} ({1 / ratio:.2f}x faster)" if ratio else ""
+    change_step = ""
+    if ratio:
+        change_step = (
+            f"x{ratio:.2f} ({1 / ratio:.2f}x faster)"
+            if ratio < 1
+            else f"x{ratio:.2f} ({ratio:.2f}x slower)"
+        )
     table.add_row("Waiting for input (avg)", wait(a), wait(b), change_wait)
     table.add_row("Waiting for input (min..max)", wait_range(a), wait_range(b), "")
     table.add_row("Step time (avg)", step(a), step(b), change_step)
     table.add_row("Host compute", _ms(a.host_compute_ms), _ms(b.host_compute_ms), "")
     table.add_row("Steps analysed", str(len(a.steps)), str(len(b.steps)), "")
+    table.add_row("Captured", _capture_line(a), _capture_line(b), "")
     table.add_row(
         "Bottleneck",
         a.bottleneck.summary if a.bottleneck else "-",
@@ -289,6 +296,8 @@ def render_comparison(comparison: Comparison, console: Any = None, *, top: int =
             "",
         )
     console.print(table)
+    for caveat in comparison.caveats:
+        console.print(f"! {caveat}", style="yellow", markup=False, highlight=False)
     for tag, x in (("A", a), ("B", b)):
         for message in x.diagnostics:
             console.print(f"! {tag}: {message}", style="yellow", markup=False, highlight=False)
@@ -444,8 +453,10 @@ def _analysis_section(analysis: ProfileAnalysis, title: str) -> str:
 def to_html(obj: ProfileAnalysis | Comparison) -> str:
     """A self-contained HTML page (inline SVG charts, no scripts, no external files)."""
     if isinstance(obj, Comparison):
+        caveats = "".join(f'<p class="warn">{_esc(c)}</p>' for c in obj.caveats)
         body = (
-            '<div class="cols">'
+            caveats
+            + '<div class="cols">'
             + _analysis_section(obj.before, "A (before)")
             + _analysis_section(obj.after, "B (after)")
             + "</div>"

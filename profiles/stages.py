@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -53,6 +54,9 @@ __all__ = [
 SLOW_CALL_US = 50.0
 
 _PS_PER_MS = 1e9
+# A stage called this many times per batch, each call this cheap, costs per element.
+_MANY_CALLS = 64
+_CHEAP_CALL_US = 20.0
 
 # Event classes.
 _IT, _PROD, _CONS, _FCALL, _FEXEC, _OP, _STEP = range(7)
@@ -255,6 +259,7 @@ def advise(
     *,
     enclosing: Sequence[tuple[str, Mapping[str, str]]] = (),
     cpu_budget: int | None = None,
+    input_batched: bool = False,
 ) -> tuple[tuple[str, ...], str, str]:
     """Which knobs control a stage, its current setting, and what to change.
 
@@ -264,6 +269,8 @@ def advise(
       enclosing: ``(kind, params)`` of the stages above it, nearest first; a file
         reader inside an interleave is controlled by that interleave.
       cpu_budget: Cores available to tf.data, if known.
+      input_batched: The stage's input is already batched (a batch stage below it),
+        so a map over it is already vectorized.
 
     Returns:
       ``(knobs, setting, advice)``: tfinput `PipelineConfig` knob names, a short text
@@ -275,14 +282,25 @@ def advise(
     cores = f" on {cpu_budget} cores" if cpu_budget else ""
 
     if base in ("ParallelMap", "MapAndBatch", "ParseExample", "Map"):
-        if base == "Map" or par is None:
+        if base == "Map":
             return ("map_parallelism",), "sequential", "parallelize the map (map_parallelism)"
+        if par is None:
+            setting = "parallelism autotuned" if auto else "parallelism not traced"
+            return ("map_parallelism",), setting, "raise map parallelism (map_parallelism)"
         setting = f"parallelism {par}{auto}"
         if cpu_budget and (_int(par) or 0) >= cpu_budget:
+            if input_batched:
+                return (
+                    ("map_parallelism", "batch_size"),
+                    setting,
+                    f"map already uses {par} threads{cores} on batches: make the map itself "
+                    "cheaper (fewer ops per feature, larger batches, cache the parsed "
+                    "batches, precompute offline) or add cores",
+                )
             return (
                 ("map_parallelism", "batch_size"),
                 setting,
-                f"map already uses {par} threads{cores}: make the map cheaper (batch before "
+                f"map already uses {par} threads{cores}: make it cheaper (batch before "
                 "parsing so parse_example is vectorized, cache, precompute offline)",
             )
         return ("map_parallelism",), setting, "raise map parallelism (map_parallelism)"
@@ -386,6 +404,7 @@ class _Ev:
         self.unmatched = False
 
 
+@functools.lru_cache(maxsize=4096)
 def _fold_path(name: str) -> str:
     def repl(m: re.Match[str]) -> str:
         return m.group(0) if m.group(1) in _POSITIONAL else f"{m.group(1)}[*]"
@@ -491,6 +510,7 @@ class _Acc:
     params: dict[str, str] = dataclasses.field(default_factory=dict)
     dataset_op: str = ""
     ops: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    last_events: list[_Ev] = dataclasses.field(default_factory=list)
 
 
 def _int(value: Any) -> int | None:
@@ -532,7 +552,6 @@ def rebuild_stages(
     """
     slow_ps = int(slow_call_us * 1e6)
     its: list[_Ev] = []
-    prods: list[_Ev] = []
     conss: list[_Ev] = []
     fcalls: list[_Ev] = []
     fexecs: list[_Ev] = []
@@ -542,8 +561,6 @@ def rebuild_stages(
             for ev in evs:
                 if ev.cls == _IT:
                     its.append(ev)
-                elif ev.cls == _PROD:
-                    prods.append(ev)
                 elif ev.cls == _CONS:
                     conss.append(ev)
                 elif ev.cls == _FCALL:
@@ -604,11 +621,16 @@ def rebuild_stages(
 
     accs: dict[tuple[int, str], _Acc] = collections.defaultdict(_Acc)
 
+    key_of: dict[tuple[int, str], tuple[int, str]] = {}
+
     def acc_of(ev: _Ev) -> _Acc | None:
         iid = _int(ev.stats.get("id"))
         if iid is None:
             return None
-        return accs[(root_of(iid), _fold_path(ev.name))]
+        key = key_of.get((iid, ev.name))
+        if key is None:
+            key = key_of[(iid, ev.name)] = (root_of(iid), _fold_path(ev.name))
+        return accs[key]
 
     # All calls: count, wall and busy (self over the whole span) time, latest params.
     for ev in its:
@@ -624,14 +646,23 @@ def rebuild_stages(
             if c.end > ev.start and c.start < ev.end
         )
         acc.busy_ps += dur - covered
-        params = {
-            k: str(v)
-            for k, v in ev.stats.items()
-            if k and k not in _IGNORED_PARAMS and k != "name" and str(v) != "unavailable"
-        }
-        acc.params.update(params)
+        acc.last_events.append(ev)
         if not acc.dataset_op:
             acc.dataset_op = str(ev.stats.get("name", ""))
+    # Settings as last traced (autotuning changes them); "unavailable" values are
+    # taken from an earlier call.
+    for acc in accs.values():
+        for ev in reversed(acc.last_events[-8:]):
+            for k, v in ev.stats.items():
+                if (
+                    k
+                    and k not in _IGNORED_PARAMS
+                    and k != "name"
+                    and k not in acc.params
+                    and str(v) != "unavailable"
+                ):
+                    acc.params[k] = str(v)
+        acc.last_events = []
 
     # Critical path: split each root call's duration down the tree.
     roots: dict[int, list[_Ev]] = collections.defaultdict(list)
@@ -747,7 +778,13 @@ def _assemble(
             if up in params_of:
                 enclosing.append((_kind_of(up), params_of[up]))
             up = _parent_path(up)
-        knobs, _, advice_text = advise(kind, acc.params, enclosing=enclosing, cpu_budget=cpu_budget)
+        knobs, _, advice_text = advise(
+            kind,
+            acc.params,
+            enclosing=enclosing,
+            cpu_budget=cpu_budget,
+            input_batched=_batched_below(path, mine),
+        )
         fn_ps = sum(acc.ops.values())
         stages.append(
             Stage(
@@ -821,11 +858,19 @@ def _bottleneck(
         top.params,
         enclosing=_enclosing(top, stages),
         cpu_budget=cpu_budget,
+        input_batched=_batched_below(top.path, {s.path: s for s in stages}),
     )
     significant = calls > 0 and input_ps / calls > slow_ps
     head = f"{top.display_name}: self time {top.self_fraction:.0%}"
     if setting:
         head += f", {setting}"
+    per_batch = top.critical_calls / calls if calls else 0.0
+    per_call_us = top.self_ms * 1e3 / top.critical_calls if top.critical_calls else 0.0
+    if per_batch >= _MANY_CALLS and per_call_us < _CHEAP_CALL_US:
+        advice_text += (
+            f"; the cost is per element ({per_batch:.0f} calls per batch, {per_call_us:.0f} µs "
+            "each): batch before this stage so each call moves more data"
+        )
     if significant:
         summary = f"{head}: {advice_text}"
     else:
@@ -842,6 +887,16 @@ def _bottleneck(
         advice=advice_text,
         significant=significant,
         summary=summary,
+    )
+
+
+def _batched_below(path: str, paths: Iterable[str]) -> bool:
+    """Whether a batch stage feeds ``path`` (is below it in the iterator tree)."""
+    prefix = path + "::"
+    return any(
+        p.startswith(prefix)
+        and _base_kind(_kind_of(p)) in ("Batch", "PaddedBatch", "ParallelBatch")
+        for p in paths
     )
 
 

@@ -11,8 +11,9 @@ that stage:
   ``interleave_parallelism``);
 - `fast_pipeline`: nothing slow (the "after" of a before/after comparison).
 
-`cached_capture` profiles one of them once per process and returns the log
-directory, so several test modules can share a trace.
+`cached_capture` profiles one of them once per process, with a simulated 2 ms
+accelerator step, and returns the log directory, so several test modules can share
+a trace.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def _scratch() -> Path:
 
 @functools.cache
 def cached_capture(name: str, *, steps: int = 8, warmup: int = 2) -> Path:
-    """Profile a known pipeline once per process; return its log directory.
+    """Profile a known pipeline once per process (simulated 2 ms step); return its logdir.
 
     Args:
       name: One of `KNOWN_PIPELINES`.
@@ -150,6 +151,7 @@ def cached_capture(name: str, *, steps: int = 8, warmup: int = 2) -> Path:
       warmup: Warm-up steps.
     """
     from profiles.capture import capture
+    from tfinput.steps import simulated_step
 
     root = _scratch()
     if name == "slow_map":
@@ -163,5 +165,5 @@ def cached_capture(name: str, *, steps: int = 8, warmup: int = 2) -> Path:
 
         raise ConfigError(f"unknown pipeline {name!r}; known: {KNOWN_PIPELINES}")
     logdir = root / f"{name}-{steps}-{warmup}"
-    capture(pipeline, logdir=logdir, steps=steps, warmup=warmup)
+    capture(pipeline, simulated_step(0.002), logdir=logdir, steps=steps, warmup=warmup)
     return logdir

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from profiles import ProfileError, XprofLayoutError, analyze, compare
+from profiles import ProfileError, XprofLayoutError, analyze, capture, compare
 from profiles import analysis as an
 from profiles._xplane import _xspace_class
 from profiles.testing import cached_capture, fast_pipeline
@@ -344,4 +344,34 @@ def test_compare_before_after(slow_map):
         "after",
         "input_wait_change",
         "step_time_ratio",
+        "caveats",
     }
+    # Both captured by profiles.capture with the same settings on this machine.
+    assert comparison.caveats == ()
+
+
+def test_compare_warns_about_different_captures(slow_map, tmp_path):
+    result = capture(fast_pipeline(), logdir=tmp_path, steps=3, warmup=1)
+    comparison = compare(slow_map, analyze(result.logdir))
+    (caveat,) = comparison.caveats
+    assert "captured differently" in caveat
+    assert "profiled steps 8 vs 3" in caveat and "warm-up 2 vs 1" in caveat
+
+
+def test_compare_warns_about_unknown_capture(slow_map, trace_file, tmp_path):
+    shutil.copy(trace_file, tmp_path / "host.xplane.pb")  # no tfinput_capture.json
+    (caveat,) = compare(slow_map, tmp_path).caveats
+    assert caveat.startswith("run B has no tfinput_capture.json")
+
+
+def test_broken_newest_run_points_to_the_others(tmp_path, trace_file):
+    good = tmp_path / "plugins" / "profile" / "2026_01_01_00_00_00"
+    bad = tmp_path / "plugins" / "profile" / "2026_01_02_00_00_00"
+    good.mkdir(parents=True)
+    bad.mkdir(parents=True)
+    shutil.copy(trace_file, good / "host.xplane.pb")
+    os.utime(good / "host.xplane.pb", (1_000_000, 1_000_000))
+    (bad / "host.xplane.pb").write_bytes(trace_file.read_bytes()[:100])
+    with pytest.raises(ProfileError, match=r"Other profile runs.*2026_01_01_00_00_00.*--run"):
+        analyze(tmp_path)
+    assert analyze(tmp_path, run="2026_01_01_00_00_00").is_complete

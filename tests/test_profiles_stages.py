@@ -277,7 +277,7 @@ _ADVICE_CASES = {
         (),
         ("map_parallelism", "batch_size"),
         "parallelism 2 autotuned",
-        "make the map cheaper",
+        "batch before parsing",
     ),
     "map-and-batch": (
         "MapAndBatch",
@@ -288,6 +288,14 @@ _ADVICE_CASES = {
         "raise map parallelism",
     ),
     "sequential-map": ("Map", {}, (), ("map_parallelism",), "sequential", "parallelize the map"),
+    "autotuned-map-unknown": (
+        "ParallelMapV2",
+        {"autotune": "true"},
+        (),
+        ("map_parallelism",),
+        "parallelism autotuned",
+        "raise map parallelism",
+    ),
     "parallel-interleave": (
         "ParallelInterleaveV4",
         {"cycle_length": "1", "parallelism": "1"},
@@ -455,3 +463,24 @@ def test_results_are_json_ready(slow_map_stages):
     data = json.loads(json.dumps(slow_map_stages[0].to_dict()))
     assert data["bottleneck"]["knobs"] == ["map_parallelism"]
     assert {s["kind"] for s in data["stages"]} >= {"Root", "Prefetch", "ParallelMapV2"}
+
+
+def test_many_cheap_calls_are_reported_as_per_element_cost():
+    calls = [it("Root", 0, 2000, 1)]
+    for k in range(100):
+        calls.append(it("Root::ParallelInterleaveV4", 10 + 19 * k, 25 + 19 * k, 2, parent=1))
+    p = only_pipeline(make_space(calls))
+    assert p.bottleneck.display_name == "ParallelInterleaveV4"
+    assert "the cost is per element (100 calls per batch, 15 µs each)" in p.bottleneck.summary
+
+
+@pytest.mark.parametrize(
+    ("input_batched", "advice"),
+    [(False, "batch before parsing"), (True, "make the map itself cheaper")],
+    ids=["per-element-map", "map-over-batches"],
+)
+def test_map_at_the_core_budget_advice_depends_on_batching(input_batched, advice):
+    _, _, text = stages.advise(
+        "ParallelMapV2", {"parallelism": "2"}, cpu_budget=2, input_batched=input_batched
+    )
+    assert advice in text

@@ -33,6 +33,7 @@ __all__ = [
     "Pipeline",
     "tfrecord",
     "parquet",
+    "columnar",
     "wrap",
     "infer_schema",
     "embedding_configs",
@@ -45,6 +46,7 @@ _LAZY = {
     "Pipeline": "tfinput.pipeline",
     "tfrecord": "tfinput.pipeline",
     "parquet": "tfinput.pipeline",
+    "columnar": "tfinput.columnar_records",
     "wrap": "tfinput.pipeline",
     "infer_schema": "tfinput.inference",
     "embedding_configs": "tfinput.tpu",
@@ -62,10 +64,14 @@ _SUBMODULES = {
     "bench",
     "convert",
     "datagen",
+    "columnar_records",
+    "graph",
+    "service",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput import steps, testing
+    from tfinput.columnar_records import columnar
     from tfinput.inference import infer_schema
     from tfinput.pipeline import Pipeline, parquet, tfrecord, wrap
     from tfinput.tpu import embedding_configs, placement

@@ -220,6 +220,9 @@ class Pipeline:
                 message = f"record {records + int(index)}: key {key!r}: {rest}"
             elif not isinstance(e, TfinputError):
                 message = f"records {records}-{records + batch_size - 1}: {message}"
+            explain = getattr(self.source, "explain_error", None)
+            if explain is not None and path is not None:  # e.g. name the columnar chunk
+                message = explain(path, message)
             return FileCheck(path=path or "<dataset>", records=records, error=message)
         return FileCheck(path=path or "<dataset>", records=records)
 

@@ -31,6 +31,7 @@ __all__ = [
     "Columns",
     "write_tfrecord",
     "write_parquet",
+    "write_columnar",
     "to_examples",
     "to_arrow",
     "wire_columns",
@@ -355,3 +356,36 @@ def write_parquet(
         pq.write_table(to_arrow(cols.row_slice(a, b)), path, row_group_size=row_group_size)
     return paths
 
+
+
+def write_columnar(
+    directory: str | os.PathLike[str],
+    schema: Schema,
+    *,
+    rows: int,
+    files: int = 1,
+    seed: int = 0,
+    chunk_rows: int = 1024,
+    columns: Columns | None = None,
+    prefix: str = "part",
+) -> list[str]:
+    """Write ``rows`` generated rows as columnar pre-batched records plus their
+    ``manifest.json`` (same rows, same order as `write_tfrecord` with the same seed).
+
+    Files hold whole chunks (``ceil(rows / files)`` rounded up to ``chunk_rows``), so
+    fewer than ``files`` files are written when chunks are large. Other arguments as
+    in `write_tfrecord`.
+
+    Returns:
+      The data file paths, in order.
+    """
+    from tfinput.columnar_records import ColumnarWriter
+
+    cols = columns or generate(schema, rows, seed=seed)
+    per_file = max(1, -(-cols.rows // files))
+    with ColumnarWriter(
+        directory, schema, chunk_rows=chunk_rows, rows_per_file=per_file, prefix=prefix
+    ) as writer:
+        writer.write(to_arrow(cols))
+    assert writer.manifest is not None
+    return writer.manifest.paths
