@@ -12,22 +12,18 @@ on stderr and never a traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
-import importlib.util
 import inspect as _inspect
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
+from tfinput._cli_util import load_object
 from tfinput.errors import ConfigError, TfinputError
+from tfinput.steps import CLI_STEPS
 
 __all__ = ["add_subcommands", "resolve_pipeline", "run_inspect", "run_profile"]
-
-STEP_CHOICES = ("input_only", "simulated", "keras")
 
 
 def add_subcommands(subparsers: Any) -> None:
@@ -57,7 +53,7 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--logdir", default="runs/profile", help="log directory (default: %(default)s)")
     p.add_argument("--steps", type=int, default=10, help="profiled steps (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up steps (default: %(default)s)")
-    p.add_argument("--step", choices=STEP_CHOICES, default="input_only", help="training step kind")
+    p.add_argument("--step", choices=CLI_STEPS, default="input_only", help="training step kind")
     p.add_argument(
         "--device-time-ms",
         type=float,
@@ -68,9 +64,10 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument(
         "--model",
         metavar="MODULE:FUNCTION",
-        help="callable returning a compiled Keras model (with --step keras; default: a "
-        "tiny built-in model over the dense features)",
+        help="callable returning a compiled Keras model (with --step keras; default: the "
+        "built-in ranking model for tfinput pipelines, a tiny dense model otherwise)",
     )
+    p.add_argument("--step-fn", metavar="MODULE:FUNCTION", help="step(batch) (--step function)")
     p.add_argument("--no-analyze", action="store_true", help="only capture the trace")
     _output_args(p)
     p.set_defaults(func=run_profile)
@@ -103,47 +100,6 @@ def _output_args(parser: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------ resolution
-@contextlib.contextmanager
-def _cwd_on_path() -> Iterator[None]:
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        yield
-    finally:
-        if added and cwd in sys.path:
-            sys.path.remove(cwd)
-
-
-def _load_object(spec: str, what: str) -> Any:
-    module_name, sep, attr = spec.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"{what}: expected MODULE:FUNCTION, got {spec!r}")
-    try:
-        if module_name.endswith(".py") or os.sep in module_name:
-            path = Path(module_name)
-            if not path.is_file():
-                raise ConfigError(f"{what}: no file {path}")
-            mod_spec = importlib.util.spec_from_file_location(path.stem, path)
-            if mod_spec is None or mod_spec.loader is None:
-                raise ConfigError(f"{what}: cannot load {path}")
-            module = importlib.util.module_from_spec(mod_spec)
-            mod_spec.loader.exec_module(module)
-        else:
-            with _cwd_on_path():
-                module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"{what}: cannot import {module_name!r}: {e}") from e
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(f"{what}: {module_name!r} has no attribute {attr!r}") from None
-    return obj
-
-
 def _accepts_argument(fn: Callable[..., Any]) -> bool:
     try:
         params = _inspect.signature(fn).parameters.values()
@@ -154,17 +110,19 @@ def _accepts_argument(fn: Callable[..., Any]) -> bool:
     )
 
 
-def resolve_pipeline(spec: str, config: Any = None) -> Any:
+def resolve_pipeline(spec: str, config: Any = None, *, with_schema: bool = False) -> Any:
     """Build the dataset named by ``--pipeline MODULE:FUNCTION``.
 
     The object may be a ``tf.data.Dataset``, an object with ``.build(config)`` (a
-    `tfinput.Pipeline`), or a callable returning either; a callable taking an argument
-    receives the `PipelineConfig` (``--config``), a zero-argument one is called as is.
+    `tfinput.Pipeline`, built with ``--config`` and repeated), or a callable returning
+    either; a callable taking an argument receives the `PipelineConfig` (``--config``),
+    a zero-argument one is called as is. With ``with_schema`` returns ``(dataset,
+    schema)``, the schema being the pipeline's (None for a plain dataset).
 
     Raises:
       ConfigError: The object cannot be found or does not give a dataset.
     """
-    obj = _load_object(spec, "--pipeline")
+    obj = load_object(spec, "--pipeline")
 
     def default_config() -> Any:
         if config is not None:
@@ -173,8 +131,10 @@ def resolve_pipeline(spec: str, config: Any = None) -> Any:
 
         return PipelineConfig()
 
+    schema = None
     if hasattr(obj, "build") and not isinstance(obj, type):
-        obj = obj.build(default_config())
+        schema = getattr(obj, "schema", None)
+        obj = obj.build(default_config()).repeat()
     elif callable(obj) and not hasattr(obj, "element_spec"):
         if _accepts_argument(obj):
             obj = obj(config) if config is not None else obj()
@@ -186,31 +146,36 @@ def resolve_pipeline(spec: str, config: Any = None) -> Any:
         else:
             obj = obj()
         if hasattr(obj, "build") and not hasattr(obj, "element_spec"):
-            obj = obj.build(default_config())
+            schema = getattr(obj, "schema", None)
+            obj = obj.build(default_config()).repeat()
     elif config is not None:
         raise ConfigError(f"--config was given but {spec} is a dataset, not a factory")
     if not hasattr(obj, "element_spec"):
         raise ConfigError(
             f"--pipeline {spec}: expected a tf.data.Dataset, got {type(obj).__name__}"
         )
-    return obj
+    return (obj, schema) if with_schema else obj
 
 
-def _make_step(args: argparse.Namespace, dataset: Any) -> Any:
+def _make_step(args: argparse.Namespace, dataset: Any, schema: Any) -> Any:
+    """The step kinds of the tuner (`tfinput.steps.make`); ``--step keras`` without
+    ``--model`` uses the built-in ranking model for tfinput pipelines and a tiny dense
+    model for any other dataset."""
     from tfinput import steps
 
-    if args.step == "simulated":
-        return steps.simulated_step(args.device_time_ms / 1e3)
-    if args.step == "keras":
-        if args.model:
-            model_fn = _load_object(args.model, "--model")
-            model = model_fn() if callable(model_fn) and not hasattr(model_fn, "fit") else model_fn
-        else:
-            from profiles._demo import demo_keras_model
+    if args.step == "keras" and not args.model:
+        if schema is not None:
+            return steps.make("ranking", schema=schema)
+        from profiles._demo import demo_keras_model
 
-            model = demo_keras_model(dataset.element_spec)
-        return steps.keras_step(model)
-    return steps.input_only()
+        return steps.keras_step(demo_keras_model(dataset.element_spec))
+    return steps.make(
+        args.step,
+        schema=schema,
+        model=args.model,
+        step_fn=args.step_fn,
+        device_time_ms=args.device_time_ms,
+    )
 
 
 # -------------------------------------------------------------------- output
@@ -249,8 +214,8 @@ def run_profile(args: argparse.Namespace) -> int:
         return _fail("profile", "--device-time-ms only applies to --step simulated", 2)
     if args.model and args.step != "keras":
         return _fail("profile", "--model only applies to --step keras", 2)
-    if args.config and args.demo is False and args.pipeline is None:
-        return _fail("profile", "--config needs --pipeline or --demo", 2)
+    if args.step_fn and args.step != "function":
+        return _fail("profile", "--step-fn only applies to --step function", 2)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         from profiles.analysis import analyze
@@ -262,13 +227,18 @@ def run_profile(args: argparse.Namespace) -> int:
             from tfinput.config import PipelineConfig
 
             config = PipelineConfig.from_json(args.config)
+        schema = None
         if args.demo:
-            from profiles._demo import demo_pipeline
+            from tfinput._demo import DEMO, demo_pipeline
+            from tfinput.config import PipelineConfig
 
-            dataset = demo_pipeline(config)
+            pipeline = demo_pipeline()
+            schema = pipeline.schema
+            dataset = pipeline.build(config or PipelineConfig(batch_size=DEMO["batch_size"]))
+            dataset = dataset.repeat()
         else:
-            dataset = resolve_pipeline(args.pipeline, config)
-        step = _make_step(args, dataset)
+            dataset, schema = resolve_pipeline(args.pipeline, config, with_schema=True)
+        step = _make_step(args, dataset, schema)
         result = capture(dataset, step, logdir=args.logdir, config=cfg)
         print(
             f"profile written to {result.run_dir} (open with: tensorboard --logdir "

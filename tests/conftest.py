@@ -56,3 +56,14 @@ def small_parquet(tmp_path_factory, small_schema, small_columns):
     return testing.write_parquet(
         d, small_schema, rows=ROWS, files=4, columns=small_columns, row_group_size=100
     )
+
+
+@pytest.fixture(scope="session")
+def small_columnar(tmp_path_factory, small_schema, small_columns):
+    """The same rows as columnar records: chunks of 100 rows, files of 300, 300, 300, 100."""
+    from tfinput import testing
+
+    d = tmp_path_factory.mktemp("columnar")
+    return testing.write_columnar(
+        d, small_schema, rows=ROWS, files=4, chunk_rows=100, columns=small_columns
+    )

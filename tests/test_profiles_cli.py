@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import tempfile
 import textwrap
 import xml.etree.ElementTree as ET
 
@@ -372,7 +371,7 @@ def test_profile_config_with_zero_arg_factory(capsys, tmp_path, pipeline_module)
 
 
 def test_profile_demo(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the demo writes its files here
+    monkeypatch.setenv("TFINPUT_DATA_DIR", str(tmp_path))  # the demo writes its data here
     config = tmp_path / "demo.json"
     config.write_text(json.dumps({"batch_size": 256, "map_parallelism": 1, "prefetch": 1}))
     code, out, err = run(
@@ -394,4 +393,4 @@ def test_profile_demo(capsys, tmp_path, monkeypatch):
     assert "Bottleneck:" in out and "Stages on host" in out
     assert "parse" in out  # the demo's map is named "parse"
     assert (tmp_path / "demo.html").is_file()
-    assert list(tmp_path.glob("tfinput-profile-demo-*/part-*.tfrecord"))
+    assert list(tmp_path.glob("demo-criteo-like-*/part-*.tfrecord"))

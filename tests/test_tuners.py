@@ -11,9 +11,9 @@ import tensorflow as tf
 
 import tfinput
 from tfinput import steps
+from tfinput._demo import demo_pipeline
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError
-from tuners import cli as tuners_cli
 from tuners.objective import measure
 from tuners.report import write_outputs
 from tuners.space import SearchSpace, parse_assignment
@@ -375,8 +375,8 @@ def test_cli_tune_end_to_end(cli_args, capsys, tmp_path):
 
 
 def test_demo_pipeline_is_generated_once(tmp_path):
-    p1 = tuners_cli.demo_pipeline(tmp_path, rows=3000)
+    p1 = demo_pipeline(tmp_path, rows=3000)
     stamp = (tmp_path / "demo-criteo-like-3000-v1" / "_COMPLETE").stat().st_mtime
-    p2 = tuners_cli.demo_pipeline(tmp_path, rows=3000)
+    p2 = demo_pipeline(tmp_path, rows=3000)
     assert p1.source.files() == p2.source.files() and len(p1.source.files()) == 8
     assert (tmp_path / "demo-criteo-like-3000-v1" / "_COMPLETE").stat().st_mtime == stamp

@@ -747,7 +747,57 @@ def _stage_factories(pipeline: Any, batch_size: int) -> tuple[dict, dict, dict, 
             len(files),
             size / rows if rows else None,
         )
-    raise SourceError(f"roofline: supported for tfrecord and parquet sources, not {source.kind!r}")
+    if source.kind == "columnar":
+        return _columnar_stages(pipeline, batch_size, full, files)
+    raise SourceError(
+        f"roofline: supported for tfrecord, parquet and columnar sources, not {source.kind!r}"
+    )
+
+
+def _columnar_stages(
+    pipeline: Any, batch_size: int, full: Callable[[], Iterable[Any]], files: list[str]
+) -> tuple[dict, dict, dict, int, float | None]:
+    """Roofline stages of a `tfinput.columnar_records.ColumnarSource`."""
+    import tensorflow as tf
+
+    from tfinput.columnar_records import _assembler, storage_columns
+
+    source = pipeline.source
+    manifest = source.manifest()
+    chunk = manifest.chunk_rows
+    k = max(1, batch_size // chunk)
+    opts = _single_core_options()
+    assemble = _assembler(
+        storage_columns(pipeline.schema), manifest.columns, verify=False, uniform=False
+    )
+
+    def read() -> Iterable[Any]:
+        ds = tf.data.TFRecordDataset(files, buffer_size=source.buffer_size)
+        return ds.batch(k, drop_remainder=True).repeat().with_options(opts)
+
+    def parse() -> Iterable[Any]:
+        ds = tf.data.TFRecordDataset(files, buffer_size=source.buffer_size)
+        return ds.batch(k, drop_remainder=True).map(assemble).repeat().with_options(opts)
+
+    def chunk_rows(batch: Any) -> int:
+        return int(batch.shape[0]) * chunk  # whole chunks (a partial last one counts full)
+
+    entries = [e for _, _, e in source.resolve()]
+    rows = sum(e.rows for e in entries)
+    size = sum(e.bytes for e in entries)
+    descriptions = {
+        "read": f"TFRecordDataset over the files in order, batch({k} chunks of {chunk} rows)",
+        "parse": "read + parse_example + decode_raw + ragged assembly (no verification, no "
+        "tfinput transforms)",
+        "full": "the tfinput pipeline: naive config, one private thread, autotune off",
+    }
+    return (
+        {"read": read, "parse": parse, "full": full},
+        descriptions,
+        {"read": chunk_rows},
+        len(files),
+        size / rows if rows else None,
+    )
 
 
 def roofline(
@@ -783,7 +833,7 @@ def roofline(
     runs Python), memory bandwidth and other processes keep real pipelines below it.
 
     Args:
-      pipeline: A `tfinput.Pipeline` over TFRecord or Parquet files.
+      pipeline: A `tfinput.Pipeline` over TFRecord, Parquet or columnar files.
       batch_size: Batch size of every stage (use the configs' batch size).
       windows, window_batches, warmup_batches: As in `measure`, per stage.
       cpu_count: Cores to scale to (None: the process's affinity mask).
@@ -794,7 +844,7 @@ def roofline(
       A `Roofline`.
 
     Raises:
-      SourceError: the pipeline reads neither TFRecord nor Parquet.
+      SourceError: the pipeline reads none of TFRecord, Parquet, columnar files.
     """
     cores = cpu_count or available_cpus()
     factories, descriptions, counters, files, per_example = _stage_factories(pipeline, batch_size)

@@ -85,7 +85,7 @@ import numpy as np
 
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
-from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema
+from tfinput.schema import Categorical, Dense, MultiHot, Schema
 
 __all__ = [
     "FORMAT",
@@ -143,8 +143,7 @@ class Column:
             )
         if self.dtype not in ("float32", "int64", "string"):
             raise SchemaError(
-                f"column {self.name!r}: dtype must be float32, int64 or string, got "
-                f"{self.dtype!r}"
+                f"column {self.name!r}: dtype must be float32, int64 or string, got {self.dtype!r}"
             )
 
     @property
@@ -327,9 +326,7 @@ class Manifest:
                 for f in data["files"]
             )
             columns = tuple(
-                Column(
-                    name=c["name"], layout=c["layout"], dtype=c["dtype"], width=c.get("width")
-                )
+                Column(name=c["name"], layout=c["layout"], dtype=c["dtype"], width=c.get("width"))
                 for c in data["columns"]
             )
             chunk_rows = int(data["chunk_rows"])
@@ -339,17 +336,13 @@ class Manifest:
                 raise
             raise SourceError(f"{path}: malformed manifest ({type(e).__name__}: {e})") from e
         for f in files:
-            if len(f.offsets) != len(f.digests) or len(f.offsets) != math.ceil(
-                f.rows / chunk_rows
-            ):
+            if len(f.offsets) != len(f.digests) or len(f.offsets) != math.ceil(f.rows / chunk_rows):
                 raise SourceError(
                     f"{path}: malformed manifest: file {f.name!r} has {f.rows} rows, "
                     f"{len(f.offsets)} offsets and {len(f.digests)} digests for chunks of "
                     f"{chunk_rows} rows"
                 )
-        return cls(
-            path=path, chunk_rows=chunk_rows, schema=schema, columns=columns, files=files
-        )
+        return cls(path=path, chunk_rows=chunk_rows, schema=schema, columns=columns, files=files)
 
 
 @functools.lru_cache(maxsize=64)
@@ -1212,9 +1205,7 @@ def verify_files(
         offset = 0
         try:
             for record in tf.data.TFRecordDataset(path):
-                reason = _verify_record(
-                    record.numpy(), m, entry, index, offset, keys, strings
-                )
+                reason = _verify_record(record.numpy(), m, entry, index, offset, keys, strings)
                 if reason:
                     problems.append(ChunkProblem(path=path, chunk=index, reason=reason))
                 offset += len(record.numpy()) + _FRAME

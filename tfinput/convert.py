@@ -65,13 +65,14 @@ is a bad row: pass a schema (edit the written ``schema.json``) to decide otherwi
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import glob
 import io
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,10 @@ LABEL_NAMES = ("label", "click", "clicked", "clicks", "rating", "target", "y")
 BLOCK_SIZE = 4 << 20
 #: Bad rows listed in a `ConvertResult` (all are counted).
 MAX_REPORTED = 20
-FORMATS = ("parquet", "tfrecord")
+FORMATS = ("parquet", "tfrecord", "columnar")
+INPUT_FORMATS = ("auto", "csv", "parquet", "tfrecord")
+#: Rows read at a time from Parquet and TFRecord inputs.
+TYPED_BLOCK_ROWS = 65_536
 
 _CRITEO_COLUMNS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
 _MOVIELENS_COLUMNS = [
@@ -125,16 +129,20 @@ class BadRow:
 
     Attributes:
       path: Input file.
-      line: 1-based line number in that file.
+      line: 1-based line number (CSV) or row number (Parquet, TFRecord) in that file.
       reason: What is wrong (column, value, expectation).
+      unit: ``line`` (CSV/TSV inputs) or ``row`` (Parquet, TFRecord inputs).
     """
 
     path: str
     line: int
     reason: str
+    unit: str = "line"
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.reason}"
+        if self.unit == "line":
+            return f"{self.path}:{self.line}: {self.reason}"
+        return f"{self.path}: {self.unit} {self.line}: {self.reason}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -145,14 +153,16 @@ class ConvertResult:
       paths: Output files, in order.
       schema: The schema of the output (given, preset or inferred).
       schema_path: Where the schema JSON was written (next to the data).
-      format: ``parquet`` or ``tfrecord``.
+      format: ``parquet``, ``tfrecord`` or ``columnar``.
       rows: Rows written.
       skipped: Bad rows left out (``on_bad_rows="skip"``).
       bad_rows: The first `MAX_REPORTED` bad rows, with line numbers and reasons.
       blank_lines: Blank lines ignored.
       dropped_columns: Input columns the schema does not use (not written).
-      delimiter: The field delimiter used.
+      delimiter: The field delimiter used (CSV inputs; empty otherwise).
       header: Whether the first line of the first input was a header.
+      input_format: ``csv``, ``parquet`` or ``tfrecord``.
+      manifest_path: The columnar ``manifest.json`` (``columnar`` output only).
     """
 
     paths: tuple[str, ...]
@@ -166,6 +176,8 @@ class ConvertResult:
     dropped_columns: tuple[str, ...] = ()
     delimiter: str = ","
     header: bool = False
+    input_format: str = "csv"
+    manifest_path: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
@@ -181,6 +193,8 @@ class ConvertResult:
             "dropped_columns": list(self.dropped_columns),
             "delimiter": self.delimiter,
             "header": self.header,
+            "input_format": self.input_format,
+            "manifest_path": self.manifest_path,
         }
 
 
@@ -595,6 +609,26 @@ class _Shards:
         return final
 
 
+class _ColumnarShards:
+    """`_Shards` for the columnar format: a `tfinput.columnar_records.ColumnarWriter`."""
+
+    def __init__(self, out_dir: Path, schema: Schema, rows_per_file: int, chunk_rows: int):
+        from tfinput.columnar_records import ColumnarWriter
+
+        self.writer = ColumnarWriter(
+            out_dir, schema, chunk_rows=chunk_rows, rows_per_file=rows_per_file
+        )
+
+    def write(self, table: Any) -> None:
+        self.writer.write(table)
+
+    def close(self) -> list[str]:
+        return self.writer.close().paths
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+
 def _string_buffers(arr: Any) -> tuple[np.ndarray, np.ndarray]:
     """Flat UTF-8 bytes and per-value byte lengths of a string array (nulls: empty)."""
     import pyarrow as pa
@@ -923,12 +957,17 @@ def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise SourceError(f"convert: output {str(out_dir)!r} exists and is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
-    ours = [p for p in out_dir.iterdir() if p.name.startswith("part-") or p.name == "schema.json"]
+    ours = [
+        p
+        for p in out_dir.iterdir()
+        if p.name.startswith("part-") or p.name in ("schema.json", "manifest.json")
+    ]
     others = [p for p in out_dir.iterdir() if p not in ours]
     if (ours or others) and not overwrite:
         raise SourceError(
             f"convert: output directory {str(out_dir)!r} is not empty; choose a new "
-            "directory or pass overwrite=True (--overwrite) to replace its part-* files"
+            "directory or pass overwrite=True (--overwrite) to replace its part-* files "
+            "(and schema.json, manifest.json)"
         )
     for p in ours:
         p.unlink()
@@ -941,6 +980,7 @@ def convert(
     to: str = "parquet",
     schema: Schema | None = None,
     preset: str | None = None,
+    input_format: str = "auto",
     delimiter: str | None = None,
     header: bool | str = "auto",
     column_names: Sequence[str] | None = None,
@@ -948,36 +988,47 @@ def convert(
     label: str | None = None,
     hash_buckets: int = 100_000,
     rows_per_file: int = 1_000_000,
+    chunk_rows: int = 1024,
     on_bad_rows: str = "error",
     infer_rows: int = 10_000,
     overwrite: bool = False,
     block_size: int = BLOCK_SIZE,
     progress: Callable[[int, int], None] | None = None,
 ) -> ConvertResult:
-    """Convert CSV/TSV files into sharded Parquet or TFRecord files plus ``schema.json``.
+    """Convert CSV/TSV, Parquet or tf.Example TFRecord files into sharded Parquet,
+    TFRecord or columnar files plus ``schema.json``.
 
     Args:
-      inputs: Files or glob patterns, read in order (``.gz``/``.bz2`` decompressed).
+      inputs: Files or glob patterns, read in order (``.gz``/``.bz2`` CSV decompressed,
+        ``.tfrecord.gz``/``.zz`` TFRecord too).
       out_dir: Output directory; it must be empty unless ``overwrite``.
-      to: ``parquet`` (columnar; what `tfinput.parquet` reads fastest) or ``tfrecord``
-        (``tf.train.Example`` records, for `tfinput.tfrecord` and tf.data service).
+      to: ``parquet`` (what `tfinput.parquet` reads), ``tfrecord`` (``tf.train.Example``
+        records, for `tfinput.tfrecord`) or ``columnar`` (pre-batched columnar records
+        plus ``manifest.json``, for `tfinput.columnar`: the fastest to read, and native).
       schema: The schema to write; its source columns must exist in the input.
         Overrides ``preset`` kinds and inference.
       preset: ``criteo`` or ``movielens`` (see the module docstring).
-      delimiter: Field delimiter; None sniffs it from the first lines.
-      header: ``"auto"`` (sniffed), True or False.
-      column_names: Names of the columns, for files without a header (or to rename).
-      list_columns: ``{column: item delimiter}`` for multi-valued columns, for example
-        ``{"genres": "|"}``. Multi-hot columns of a schema default to ``|``.
+      input_format: ``auto`` (by extension: ``.parquet``/``.pq`` is Parquet,
+        ``.tfrecord[s]``/``.tfr`` (optionally ``.gz``/``.zz``) is TFRecord, anything
+        else CSV/TSV), ``csv``, ``parquet`` or ``tfrecord``.
+      delimiter: Field delimiter; None sniffs it from the first lines (CSV only).
+      header: ``"auto"`` (sniffed), True or False (CSV only).
+      column_names: Names of the columns, for files without a header (CSV only).
+      list_columns: ``{column: item delimiter}`` for multi-valued CSV columns, for
+        example ``{"genres": "|"}``. Multi-hot columns of a schema default to ``|``.
       label: The label column when inferring (default: the first of `LABEL_NAMES`).
-      hash_buckets: Table rows for hashed string columns (presets and inference).
+      hash_buckets: Table rows for hashed string columns (presets and CSV inference).
         More rows mean fewer collisions and a bigger embedding table.
-      rows_per_file: Rows per output file. Several files let readers interleave and
-        shard across input pipelines; each should still hold many batches.
+      rows_per_file: Rows per output file (columnar: rounded up to whole chunks).
+        Several files let readers interleave and shard across input pipelines; each
+        should still hold many batches.
+      chunk_rows: Columnar only: rows per record. Batch sizes that are a multiple of
+        it are assembled without per-row work; smaller chunks shuffle at a finer grain.
       on_bad_rows: ``error`` (raise at the first bad row) or ``skip`` (leave bad rows
         out and count them).
       infer_rows: Rows sampled from the first input to infer kinds (no schema/preset).
-      overwrite: Replace the ``part-*`` files and ``schema.json`` of ``out_dir``.
+      overwrite: Replace the ``part-*`` files, ``schema.json`` and ``manifest.json`` of
+        ``out_dir``.
       block_size: Bytes of CSV parsed at a time. Memory grows with it; a record must
         fit in one block; smaller blocks mean more Python work per byte.
       progress: Called as ``progress(bytes_read, total_bytes)`` (compressed bytes for
@@ -1000,6 +1051,7 @@ def convert(
         raise ConfigError(f"convert: unknown preset {preset!r}; expected one of {list(PRESETS)}")
     for name, value in (
         ("rows_per_file", rows_per_file),
+        ("chunk_rows", chunk_rows),
         ("infer_rows", infer_rows),
         ("block_size", block_size),
     ):
@@ -1008,44 +1060,72 @@ def convert(
     if delimiter is not None and len(delimiter) != 1:
         raise ConfigError(f"convert: delimiter must be one character, got {delimiter!r}")
     paths = _resolve(inputs)
+    kind = _input_format(paths, input_format)
     lists = dict(_PRESET_LISTS.get(preset or "", {}))
     lists.update(list_columns or {})
-    layout_args = dict(
-        delimiter=delimiter,
-        header=header,
-        column_names=column_names,
-        preset=preset,
-        list_delimiters=set(lists.values()),
-    )
-    first = _layout(paths[0], **layout_args)
     if schema is None and preset is not None:
         schema = preset_schema(preset, hash_buckets=hash_buckets)
-    if schema is None:
-        schema = _infer(
-            paths[0],
-            first,
-            lists=lists,
-            label=label,
-            hash_buckets=hash_buckets,
-            infer_rows=infer_rows,
+    if kind == "csv":
+        layout_args = dict(
+            delimiter=delimiter,
+            header=header,
+            column_names=column_names,
+            preset=preset,
+            list_delimiters=set(lists.values()),
         )
+        first = _layout(paths[0], **layout_args)
+        if schema is None:
+            schema = _infer(
+                paths[0],
+                first,
+                lists=lists,
+                label=label,
+                hash_buckets=hash_buckets,
+                infer_rows=infer_rows,
+            )
+        names, names_from = first.names, first.names_from
+    else:
+        csv_only = [
+            n
+            for n, v, default in (
+                ("delimiter", delimiter, None),
+                ("header", header, "auto"),
+                ("column_names", column_names, None),
+            )
+            if v != default
+        ]
+        if csv_only:
+            raise ConfigError(
+                f"convert: {', '.join(csv_only)} apply to CSV/TSV inputs only; the inputs "
+                f"are {kind} ({paths[0]})"
+            )
+        if schema is None:
+            from tfinput.inference import infer_schema
+
+            schema = infer_schema(
+                paths, sample_rows=infer_rows, labels=[label] if label else None, format=kind
+            ).schema
+        names, names_from = _typed_names(paths[0], kind, schema)
     plan = _plan(schema, lists)
-    missing = [c for c in plan if c not in first.names]
+    missing = [c for c in plan if c not in names]
     if missing:
         import difflib
 
-        hints = {m: difflib.get_close_matches(m, first.names, n=1) for m in missing}
+        hints = {m: difflib.get_close_matches(m, names, n=1) for m in missing}
         hint = "; ".join(f"{m!r} -> did you mean {h[0]!r}?" for m, h in hints.items() if h)
         raise SchemaError(
             f"{paths[0]}: the schema needs column(s) {missing} which the input does not "
-            f"have; columns ({first.names_from}): {first.names}" + (f"; {hint}" if hint else "")
+            f"have; columns ({names_from}): {names}" + (f"; {hint}" if hint else "")
         )
-    dropped = tuple(n for n in first.names if n not in plan)
+    dropped = tuple(n for n in names if n not in plan)
 
     out = Path(out_dir)
     _prepare_out_dir(out, overwrite)
     schema_path = str(out / "schema.json")
-    shards = _Shards(out, to, rows_per_file, plan)
+    if to == "columnar":
+        shards: Any = _ColumnarShards(out, schema, rows_per_file, chunk_rows)
+    else:
+        shards = _Shards(out, to, rows_per_file, plan)
     total_bytes = sum(os.path.getsize(p) for p in paths)
     done = [0]
 
@@ -1056,44 +1136,33 @@ def convert(
 
     rows = skipped = blank = 0
     reported: list[BadRow] = []
+    unit = "line" if kind == "csv" else "row"
 
     def bad_row(path: str, line: int, reason: str) -> None:
         nonlocal skipped
         if on_bad_rows == "error":
+            where = f"{path}:{line}" if unit == "line" else f"{path}: row {line}"
             raise DataError(
-                f"{path}:{line}: {reason} (pass on_bad_rows='skip' / --on-bad-rows skip "
+                f"{where}: {reason} (pass on_bad_rows='skip' / --on-bad-rows skip "
                 "to leave bad rows out and count them)"
             )
         skipped += 1
         if len(reported) < MAX_REPORTED:
-            reported.append(BadRow(path=path, line=line, reason=reason))
+            reported.append(BadRow(path=path, line=line, reason=reason, unit=unit))
 
+    if kind == "csv":
+        batches = _csv_batches(paths, first, layout_args, plan, block_size, on_read)
+    else:
+        batches = _typed_batches(paths, kind, schema, plan, on_read)
     try:
-        for i, path in enumerate(paths):
-            layout = first if i == 0 else _layout(path, **layout_args)
-            if layout.names != first.names:
-                raise SchemaError(
-                    f"{path}: columns {layout.names} differ from those of {paths[0]}: {first.names}"
-                )
-            reader = _Reader(path, layout, on_read, block_size)
-            try:
-                for batch, lines in reader.batches():
-                    last = int(lines[-1]) if len(lines) else reader.next_line - 1
-                    events = []
-                    while reader.invalid and reader.invalid[0][0] <= last:
-                        events.append(reader.invalid.pop(0))
-                    table, bad, n_blank = _convert_batch(batch, lines, plan)
-                    blank += n_blank
-                    events += [(int(lines[row]), reason) for row, reason in bad.items()]
-                    for line, reason in sorted(events):
-                        bad_row(path, line, reason)
-                    if table.num_rows:
-                        shards.write(table)
-                        rows += table.num_rows
-                for line, reason in reader.invalid:
+        with contextlib.closing(batches):
+            for path, table, events, n_blank in batches:
+                blank += n_blank
+                for line, reason in sorted(events):
                     bad_row(path, line, reason)
-            finally:
-                reader.close()
+                if table is not None and table.num_rows:
+                    shards.write(table)
+                    rows += table.num_rows
         files = shards.close()
     except BaseException:
         shards.abort()
@@ -1112,9 +1181,315 @@ def convert(
         bad_rows=tuple(reported),
         blank_lines=blank,
         dropped_columns=dropped,
-        delimiter=first.delimiter,
-        header=first.header,
+        delimiter=first.delimiter if kind == "csv" else "",
+        header=first.header if kind == "csv" else False,
+        input_format=kind,
+        manifest_path=str(out / "manifest.json") if to == "columnar" else None,
     )
+
+
+def _csv_batches(
+    paths: list[str],
+    first: _Layout,
+    layout_args: dict[str, Any],
+    plan: dict[str, _Column],
+    block_size: int,
+    on_read: Callable[[int], None],
+) -> Iterator[tuple[str, Any, list[tuple[int, str]], int]]:
+    """``(path, converted table, bad rows as (line, reason), blank lines)`` per block."""
+    for i, path in enumerate(paths):
+        layout = first if i == 0 else _layout(path, **layout_args)
+        if layout.names != first.names:
+            raise SchemaError(
+                f"{path}: columns {layout.names} differ from those of {paths[0]}: {first.names}"
+            )
+        reader = _Reader(path, layout, on_read, block_size)
+        try:
+            for batch, lines in reader.batches():
+                last = int(lines[-1]) if len(lines) else reader.next_line - 1
+                events = []
+                while reader.invalid and reader.invalid[0][0] <= last:
+                    events.append(reader.invalid.pop(0))
+                table, bad, n_blank = _convert_batch(batch, lines, plan)
+                events += [(int(lines[row]), reason) for row, reason in bad.items()]
+                yield path, table, events, n_blank
+            yield path, None, list(reader.invalid), 0
+        finally:
+            reader.close()
+
+
+# ------------------------------------------------- Parquet and TFRecord inputs
+_PARQUET_EXT = (".parquet", ".pq", ".parq")
+_TFRECORD_EXT = re.compile(r"\.(tfrecords?|tfr)(\.(gz|gzip|zz|zlib))?$", re.I)
+
+
+def _input_format(paths: list[str], requested: str) -> str:
+    if requested not in INPUT_FORMATS:
+        raise ConfigError(
+            f"convert: input_format must be one of {list(INPUT_FORMATS)}, got {requested!r}"
+        )
+    if requested != "auto":
+        return requested
+
+    def kind(p: str) -> str:
+        if p.lower().endswith(_PARQUET_EXT):
+            return "parquet"
+        return "tfrecord" if _TFRECORD_EXT.search(p) else "csv"
+
+    kinds = {p: kind(p) for p in paths}
+    found = sorted(set(kinds.values()))
+    if len(found) > 1:
+        example = {k: next(p for p, v in kinds.items() if v == k) for k in found}
+        raise ConfigError(
+            f"convert: inputs mix formats {found} (for example {example}); convert each "
+            "format separately, or pass input_format / --input-format"
+        )
+    return found[0]
+
+
+def _tfrecord_compression(path: str) -> str:
+    lower = path.lower()
+    if lower.endswith((".gz", ".gzip")):
+        return "GZIP"
+    return "ZLIB" if lower.endswith((".zz", ".zlib")) else ""
+
+
+def _typed_names(path: str, kind: str, schema: Schema) -> tuple[list[str], str]:
+    """Column names of a Parquet file, or keys of a TFRecord file's first record (whose
+    types are checked against the schema); and where they come from."""
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            names = list(pq.read_schema(path).names)
+        except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
+            raise DataError(f"{path}: not a readable Parquet file ({e})") from e
+        return names, "in the Parquet schema"
+    import tensorflow as tf
+
+    from tfinput.sources import _check_first_example
+
+    compression = _tfrecord_compression(path)
+    _check_first_example(path, compression, schema)
+    first = next(iter(tf.data.TFRecordDataset(path, compression).take(1)), None)
+    if first is None:
+        raise SourceError(f"convert: input {path!r} holds no records")
+    keys = list(tf.train.Example.FromString(first.numpy()).features.feature)
+    # A key absent from the first record may only be missing there: accept schema keys.
+    extra = [c for c in schema.columns() if c not in keys]
+    return keys + extra, "keys of the first tf.Example"
+
+
+def _typed_batches(
+    paths: list[str],
+    kind: str,
+    schema: Schema,
+    plan: dict[str, _Column],
+    on_read: Callable[[int], None],
+) -> Iterator[tuple[str, Any, list[tuple[int, str]], int]]:
+    """``(path, converted table, bad rows as (row, reason), 0)`` per block of rows."""
+    read = _parquet_blocks if kind == "parquet" else _tfrecord_blocks
+    for path in paths:
+        row = 1
+        for raw in read(path, plan, on_read):
+            table, bad = _convert_typed(raw, plan, path)
+            yield path, table, [(row + r, reason) for r, reason in bad.items()], 0
+            row += raw.num_rows
+
+
+def _parquet_blocks(
+    path: str, plan: dict[str, _Column], on_read: Callable[[int], None]
+) -> Iterator[Any]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
+        raise DataError(f"{path}: not a readable Parquet file ({e})") from e
+    arrow_schema = pf.schema_arrow
+    for name, col in plan.items():
+        if name not in arrow_schema.names:
+            raise SchemaError(
+                f"{path}: the schema needs column {name!r}, which this file does not have; "
+                f"columns: {arrow_schema.names[:40]}"
+            )
+        t = arrow_schema.field(name).type
+        is_list = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+        if is_list != col.is_list:
+            want = "a list column" if col.is_list else "a scalar column"
+            raise SchemaError(
+                f"{path}: column {name!r} (feature {col.feature!r}) has type {t}; the schema "
+                f"expects {want}"
+            )
+    size, rows = os.path.getsize(path), max(1, pf.metadata.num_rows)
+    for batch in pf.iter_batches(batch_size=TYPED_BLOCK_ROWS, columns=list(plan)):
+        on_read(int(size * batch.num_rows / rows))
+        yield batch
+
+
+def _tfrecord_blocks(
+    path: str, plan: dict[str, _Column], on_read: Callable[[int], None]
+) -> Iterator[Any]:
+    """Blocks of tf.Example records as Arrow tables: every key parsed as a ragged
+    feature, so a missing key is a null (scalar) or an empty list, never a default."""
+    import pyarrow as pa
+    import tensorflow as tf
+
+    dtypes = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}
+    spec = {
+        name: tf.io.RaggedFeature(dtypes[col.kind], row_splits_dtype=tf.int64)
+        for name, col in plan.items()
+    }
+
+    def parse(serialized: tf.Tensor) -> Any:
+        size = tf.reduce_sum(tf.strings.length(serialized)) + 16 * tf.size(serialized, tf.int32)
+        return tf.io.parse_example(serialized, spec), size
+
+    ds = tf.data.TFRecordDataset(path, _tfrecord_compression(path))
+    ds = ds.batch(TYPED_BLOCK_ROWS).map(parse).prefetch(1)
+    row = 1
+    it = iter(ds)
+    while True:
+        try:
+            parsed, size = next(it)
+        except StopIteration:
+            return
+        except tf.errors.OpError as e:
+            from tfinput.pipeline import clean_error
+
+            raise DataError(
+                f"{path}: rows {row}-{row + TYPED_BLOCK_ROWS - 1}: {clean_error(e)}"
+            ) from e
+        on_read(int(size))
+        arrays = {}
+        n = 0
+        for name, col in plan.items():
+            ragged = parsed[name]
+            n = int(ragged.nrows())
+            splits = ragged.row_splits.numpy()
+            values = ragged.values.numpy()
+            arrow_values = pa.array(values, type=pa.binary() if col.kind == "string" else None)
+            lengths = np.diff(splits)
+            if col.is_list:
+                # A vector with no values is a missing value: null, filled by its default.
+                mask = pa.array(lengths == 0) if col.fixed_len is not None else None
+                arrays[name] = pa.ListArray.from_arrays(
+                    pa.array(splits.astype(np.int32)), arrow_values, mask=mask
+                )
+            else:
+                # Scalars: no value is null (missing); several values stay a list so
+                # that `_convert_typed` reports the row.
+                arrays[name] = (
+                    pa.ListArray.from_arrays(pa.array(splits.astype(np.int32)), arrow_values)
+                    if (lengths > 1).any()
+                    else _scalars(arrow_values, splits, lengths)
+                )
+        row += n
+        yield pa.table(arrays)
+
+
+def _scalars(values: Any, splits: np.ndarray, lengths: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    present = lengths == 1
+    if present.all():
+        return values
+    take = np.where(present, splits[:-1], 0)
+    if len(values) == 0:
+        return pa.nulls(len(lengths), type=values.type)
+    return pa.array(
+        values.take(pa.array(take)).to_numpy(zero_copy_only=False),
+        type=values.type,
+        mask=~present,
+    )
+
+
+def _convert_typed(raw: Any, plan: dict[str, _Column], path: str) -> tuple[Any, dict[int, str]]:
+    """Cast and check typed columns (Parquet or parsed TFRecord) like CSV text columns:
+    the good rows' table, and bad rows (0-based within ``raw``) with reasons."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = raw.num_rows
+    bad: dict[int, str] = {}
+    arrays = {}
+    for name, col in plan.items():
+        where = f"column {name!r}:"
+        arr = raw.column(name)
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        listed = (
+            pa.types.is_list(arr.type)
+            or pa.types.is_large_list(arr.type)
+            or pa.types.is_fixed_size_list(arr.type)
+        )
+        if not col.is_list and listed:  # TFRecord: several values for a scalar key
+            lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+            for p in np.flatnonzero(lengths > 1).tolist():
+                bad.setdefault(p, f"{where} expected one value, found {int(lengths[p])}")
+            arr = pc.list_element(
+                pc.if_else(pa.array(lengths == 1), arr, pa.scalar(None, arr.type)), 0
+            )
+        if not col.is_list:
+            values = _as_text_if_string(arr, col, path)
+            out, col_bad = _convert_values(values, col, f"{where} value")
+            for p, reason in col_bad.items():
+                bad.setdefault(p, reason)
+            if col.required and arr.null_count:
+                nulls = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
+                for p in nulls.tolist():
+                    bad.setdefault(
+                        p, f"{where} missing value, and feature {col.feature!r} has no default"
+                    )
+            arrays[name] = out
+            continue
+        null_rows = arr.is_null().to_numpy(zero_copy_only=False)
+        lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+        flat = _as_text_if_string(pc.list_flatten(arr), col, path)
+        row_of = np.repeat(np.arange(n), lengths)
+        typed, value_bad = _convert_values(flat, col, f"{where} item")
+        for p, reason in value_bad.items():
+            bad.setdefault(int(row_of[p]), reason)
+        if typed.null_count:
+            for p in np.flatnonzero(typed.is_null().to_numpy(zero_copy_only=False)).tolist():
+                bad.setdefault(int(row_of[p]), f"{where} null item in a list")
+        if col.fixed_len is not None:
+            wrong = (lengths != col.fixed_len) & ~null_rows
+            for p in np.flatnonzero(wrong).tolist():
+                bad.setdefault(
+                    p, f"{where} expected {col.fixed_len} values, found {int(lengths[p])}"
+                )
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+        mask = pa.array(null_rows) if null_rows.any() else None
+        arrays[name] = pa.ListArray.from_arrays(offsets, typed, mask=mask)
+    table = pa.table(arrays)
+    if bad:
+        keep = np.ones(n, dtype=bool)
+        keep[list(bad)] = False
+        table = table.filter(pa.array(keep))
+    return table, bad
+
+
+def _as_text_if_string(arr: Any, col: _Column, path: str) -> Any:
+    """String columns as Arrow strings (binary must be UTF-8); others unchanged."""
+    import pyarrow as pa
+
+    if col.kind != "string":
+        return arr
+    if pa.types.is_string(arr.type):
+        return arr
+    if pa.types.is_null(arr.type):
+        return arr.cast(pa.string())
+    try:
+        return arr.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise DataError(
+            f"{path}: column {col.name!r}: values of type {arr.type} cannot be stored as text "
+            f"({e}); the schema declares dtype string"
+        ) from e
 
 
 def _convert_batch(

@@ -192,6 +192,7 @@ class TFRecordSource:
             block_length=block,
             num_parallel_calls=_opt(parallel),
             deterministic=_deterministic(config) if _opt(parallel) else None,
+            name="read",
         )
         if config.cache:
             ds = ds.cache()

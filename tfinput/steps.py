@@ -22,9 +22,21 @@ from typing import Any
 
 from tfinput.errors import ConfigError
 
-__all__ = ["Step", "input_only", "keras_step", "function_step", "simulated_step", "STEP_KINDS"]
+__all__ = [
+    "Step",
+    "input_only",
+    "keras_step",
+    "function_step",
+    "simulated_step",
+    "make",
+    "STEP_KINDS",
+    "CLI_STEPS",
+]
 
 STEP_KINDS = ("input_only", "keras", "function", "simulated")
+#: Step names accepted on the command line: the kinds, plus ``ranking`` (the built-in
+#: DCN-style Keras model of `tfinput.models`, a ``keras`` step).
+CLI_STEPS = ("input_only", "ranking", "keras", "function", "simulated")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -103,6 +115,62 @@ def simulated_step(device_time_s: float, *, sleep: Callable[[float], None] = tim
         fn=lambda batch: sleep(device_time_s),
         device_time_s=device_time_s,
     )
+
+
+def make(
+    kind: str,
+    *,
+    schema: Any = None,
+    model: str | None = None,
+    step_fn: str | None = None,
+    device_time_ms: float | None = None,
+) -> Step:
+    """A step from command-line choices (shared by ``tfinput tune`` and ``profile``).
+
+    Args:
+      kind: One of `CLI_STEPS`.
+      schema: The pipeline's `tfinput.Schema` (for ``ranking``, and passed to a
+        ``--model`` factory that accepts it).
+      model: ``MODULE:FUNCTION`` returning a compiled Keras model (``keras``).
+      step_fn: ``MODULE:FUNCTION`` of a step function (``function``).
+      device_time_ms: Device time per batch (``simulated``).
+
+    Raises:
+      ConfigError: a missing or invalid companion option.
+    """
+    from tfinput._cli_util import load_object
+
+    if kind == "input_only":
+        return input_only()
+    if kind == "simulated":
+        if not device_time_ms or device_time_ms <= 0:
+            raise ConfigError("the simulated step needs --device-time-ms > 0")
+        return simulated_step(device_time_ms / 1e3)
+    if kind == "ranking":
+        if schema is None:
+            raise ConfigError(
+                "the ranking step needs a tfinput pipeline (it builds its model from the "
+                "schema); use --step keras --model MODULE:FUNCTION for other datasets"
+            )
+        from tfinput import models
+
+        return keras_step(models.ranking_model(schema))
+    if kind == "keras":
+        if not model:
+            raise ConfigError("--step keras needs --model MODULE:FUNCTION")
+        factory = load_object(model, "--model")
+        if hasattr(factory, "train_on_batch"):
+            return keras_step(factory)
+        try:
+            built = factory(schema) if schema is not None else factory()
+        except TypeError:
+            built = factory()
+        return keras_step(built)
+    if kind == "function":
+        if not step_fn:
+            raise ConfigError("--step function needs --step-fn MODULE:FUNCTION")
+        return function_step(load_object(step_fn, "--step-fn"))
+    raise ConfigError(f"unknown step {kind!r}; choose from {list(CLI_STEPS)}")
 
 
 def _block_on(out: Any) -> None:

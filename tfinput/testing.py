@@ -357,7 +357,6 @@ def write_parquet(
     return paths
 
 
-
 def write_columnar(
     directory: str | os.PathLike[str],
     schema: Schema,

@@ -8,59 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from tfinput import steps
 from tfinput._cli_util import console, fail, load_object, progress
+from tfinput._demo import DEMO, demo_pipeline
 from tfinput.errors import ConfigError, TfinputError
+from tfinput.steps import CLI_STEPS
 
-__all__ = ["add_subcommands", "demo_pipeline", "DEMO"]
-
-STEPS = ("input_only", "ranking", "keras", "function", "simulated")
-
-#: The built-in default the README's main job runs: small enough to finish in a few
-#: minutes on 2 cores, big enough that the input pipeline matters.
-DEMO = {
-    "rows": 200_000,
-    "files": 8,
-    "batch_size": 4096,
-    "vocabulary_size": 10_000,
-    "dim": 8,
-    "n_trials": 14,
-    "windows": 3,
-    "window_batches": 8,
-    "warmup_batches": 3,
-    "confirm_top": 2,
-    "confirm_windows": 3,
-}
-
-
-def demo_pipeline(
-    data_dir: str | os.PathLike[str] | None = None, *, rows: int = DEMO["rows"], say: Any = None
-) -> Any:
-    """The demo pipeline: criteo-like TFRecord data (13 dense, 26 single ids, 4
-    multi-hot lists), generated once into ``data_dir`` (default
-    ``$TFINPUT_DATA_DIR`` or ``~/.cache/tfinput``) and reused."""
-    import tfinput
-    from tfinput import testing
-
-    schema = testing.criteo_like_schema(vocabulary_size=DEMO["vocabulary_size"], dim=DEMO["dim"])
-    root = Path(
-        data_dir or os.environ.get("TFINPUT_DATA_DIR") or Path.home() / ".cache" / "tfinput"
-    )
-    directory = root / f"demo-criteo-like-{rows}-v1"
-    done = directory / "_COMPLETE"
-    if not done.exists():
-        if say:
-            say(f"generating {rows:,} criteo-like rows into {directory} (once)")
-        testing.write_tfrecord(directory, schema, rows=rows, files=DEMO["files"], seed=0)
-        schema.to_json(directory / "schema.json")
-        done.write_text("ok\n")
-    files = sorted(str(p) for p in directory.glob("part-*.tfrecord"))
-    return tfinput.tfrecord(files, schema)
+__all__ = ["add_subcommands"]
 
 
 def add_subcommands(subparsers: Any) -> None:
@@ -75,7 +33,7 @@ def add_subcommands(subparsers: Any) -> None:
     src = p.add_argument_group("pipeline (one of)")
     src.add_argument("paths", nargs="*", help="data files, globs or directories (with --schema)")
     src.add_argument("--schema", help="schema JSON for PATHS")
-    src.add_argument("--format", choices=["tfrecord", "parquet"], default=None)
+    src.add_argument("--format", choices=["tfrecord", "parquet", "columnar"], default=None)
     src.add_argument(
         "--pipeline", metavar="MODULE:FUNCTION", help="callable returning a tfinput.Pipeline"
     )
@@ -83,7 +41,7 @@ def add_subcommands(subparsers: Any) -> None:
     st = p.add_argument_group("step")
     st.add_argument(
         "--step",
-        choices=STEPS,
+        choices=CLI_STEPS,
         default="input_only",
         help="input_only, ranking (built-in DCN-style Keras model), keras "
         "(--model), function (--step-fn), simulated (--device-time-ms)",
@@ -169,10 +127,16 @@ def _pipeline(args: argparse.Namespace, say: Any) -> Any:
                 f"{type(pipeline).__name__}"
             )
         return pipeline
+    import tfinput
+    from tfinput.columnar_records import is_columnar
+    from tfinput.sources import resolve_paths
+
+    if args.format == "columnar" or (args.format is None and is_columnar(args.paths[0])):
+        # A columnar data set carries its schema in manifest.json.
+        schema = tfinput.Schema.from_json(args.schema) if args.schema else None
+        return tfinput.columnar(args.paths, schema)
     if not args.schema:
         raise ConfigError("PATHS need --schema (see `tfinput schema infer`)")
-    import tfinput
-    from tfinput.sources import resolve_paths
 
     schema = tfinput.Schema.from_json(args.schema)
     fmt = args.format or (
@@ -181,43 +145,6 @@ def _pipeline(args: argparse.Namespace, say: Any) -> Any:
         else "tfrecord"
     )
     return (tfinput.parquet if fmt == "parquet" else tfinput.tfrecord)(args.paths, schema)
-
-
-def make_step(
-    kind: str,
-    *,
-    pipeline: Any = None,
-    model: str | None = None,
-    step_fn: str | None = None,
-    device_time_ms: float | None = None,
-) -> Any:
-    """A `tfinput.steps.Step` from command-line choices."""
-    from tfinput import steps
-
-    if kind == "input_only":
-        return steps.input_only()
-    if kind == "simulated":
-        if not device_time_ms or device_time_ms <= 0:
-            raise ConfigError("--step simulated needs --device-time-ms > 0")
-        return steps.simulated_step(device_time_ms / 1e3)
-    if kind == "ranking":
-        from tfinput import models
-
-        return steps.keras_step(models.ranking_model(pipeline.schema))
-    if kind == "keras":
-        if not model:
-            raise ConfigError("--step keras needs --model MODULE:FUNCTION")
-        fn = load_object(model, "--model")
-        try:
-            built = fn(pipeline.schema)
-        except TypeError:
-            built = fn()
-        return steps.keras_step(built)
-    if kind == "function":
-        if not step_fn:
-            raise ConfigError("--step function needs --step-fn MODULE:FUNCTION")
-        return steps.function_step(load_object(step_fn, "--step-fn"))
-    raise ConfigError(f"unknown step {kind!r}; choose from {STEPS}")
 
 
 def _space_and_base(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any, Any]:
@@ -331,9 +258,9 @@ def run_tune(args: argparse.Namespace) -> int:
         say = console(stderr=True).print
         pipeline = _pipeline(args, say)
         space, base, current = _space_and_base(args, pipeline)
-        step = make_step(
+        step = steps.make(
             args.step,
-            pipeline=pipeline,
+            schema=getattr(pipeline, "schema", None),
             model=args.model,
             step_fn=args.step_fn,
             device_time_ms=args.device_time_ms,
@@ -377,7 +304,7 @@ def run_demo(args: argparse.Namespace) -> int:
         say = console(stderr=True).print
         t0 = time.time()
         pipeline = demo_pipeline(args.data_dir, say=say)
-        step = make_step(args.step, pipeline=pipeline, device_time_ms=args.device_time_ms)
+        step = steps.make(args.step, schema=pipeline.schema, device_time_ms=args.device_time_ms)
         base = PipelineConfig(batch_size=DEMO["batch_size"])
         space = SearchSpace.default(cpu_count=bench.available_cpus(), files=DEMO["files"])
         say(
