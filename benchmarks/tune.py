@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             confirm_top=2,
             confirm_windows=5,
         )
+        res.best_config.to_json(Path(args.data_dir) / "tuned-ranking.json", **res.record())
         lines += _confirmed_table(
             "Keras DCN-style ranking step",
             f"`tfinput.models.ranking_model`: 13 dense, 26 + 4 tables of 100k x 16, Adam, "
@@ -224,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             confirm_top=2,
             confirm_windows=5,
         )
+        res.best_config.to_json(Path(args.data_dir) / "tuned-simulated.json", **res.record())
         bound = core.BATCH / 0.020
         lines += _confirmed_table(
             "Simulated accelerator step, 20 ms per batch",

@@ -105,7 +105,7 @@ def test_schema_comes_from_the_manifest_and_shapes_are_static(small_schema, smal
 
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "nondeterministic"])
 @pytest.mark.parametrize("pipelines", [1, 3], ids=["1-pipeline", "3-pipelines"])
-@pytest.mark.parametrize("batch", [200, 96], ids=["whole-chunks", "rebatch"])
+@pytest.mark.parametrize("batch", [300, 96], ids=["whole-chunks", "rebatch"])
 def test_every_example_exactly_once(
     batch, pipelines, deterministic, small_schema, small_columns, small_columnar
 ):
