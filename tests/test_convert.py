@@ -322,3 +322,136 @@ def test_cli_convert_error_is_one_line_exit_2(tmp_path, capsys):
     assert _cli(["convert", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"tfinput: error: {path}:3: expected 2 fields") and err.count("\n") == 1
+
+
+# ------------------------------------- columnar output; Parquet/TFRecord input
+SEQUENTIAL = tfinput.PipelineConfig.naive(batch_size=100)
+
+
+def _reader(fmt):
+    return {"parquet": tfinput.parquet, "tfrecord": tfinput.tfrecord}.get(fmt)
+
+
+def _pipeline(result):
+    if result.format == "columnar":
+        return tfinput.columnar(str(Path(result.paths[0]).parent))
+    return _reader(result.format)(result.paths, result.schema)
+
+
+def _batches(pipeline, config=SEQUENTIAL):
+    out = []
+    for features, labels in pipeline.build(config):
+        flat = {f"{g}/{n}": t.numpy() for g, d in features.items() for n, t in d.items()}
+        flat["label"] = np.asarray(labels)
+        out.append(flat)
+    return out
+
+
+def _assert_same(got, want):
+    assert len(got) == len(want) and len(got) > 0
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@needs_samples
+@pytest.mark.parametrize(("sample", "preset"), [(CRITEO, "criteo"), (MOVIELENS, "movielens")])
+def test_csv_to_columnar_reads_like_parquet(tmp_path, sample, preset):
+    col = convert(
+        sample, tmp_path / "col", to="columnar", preset=preset, chunk_rows=50, rows_per_file=120
+    )
+    pq_ = convert(sample, tmp_path / "pq", preset=preset)
+    assert col.rows == pq_.rows == 200 and col.format == "columnar"
+    assert [Path(p).name for p in col.paths] == [f"part-0000{i}-of-00002.tfcol" for i in range(2)]
+    assert Path(col.manifest_path).is_file() and Path(col.schema_path).is_file()
+    _assert_same(_batches(_pipeline(col)), _batches(_pipeline(pq_)))
+
+
+@pytest.mark.parametrize("to", ["columnar", "parquet", "tfrecord"])
+@pytest.mark.parametrize("source", ["parquet", "tfrecord"])
+def test_parquet_and_tfrecord_inputs(
+    tmp_path, source, to, small_schema, small_parquet, small_tfrecord
+):
+    inputs = small_parquet if source == "parquet" else small_tfrecord
+    result = convert(inputs, tmp_path / "out", to=to, schema=small_schema, chunk_rows=100)
+    assert (result.rows, result.input_format, result.skipped) == (1000, source, 0)
+    want = _batches(_reader(source)(inputs, small_schema))
+    _assert_same(_batches(_pipeline(result)), want)
+
+
+def test_typed_input_schema_is_inferred(tmp_path, small_parquet):
+    result = convert(small_parquet, tmp_path / "out", to="columnar")
+    assert result.schema.feature("history").dtype == "int64"
+    assert [lab.name for lab in result.schema.labels] == ["label"]
+    assert next(iter(_pipeline(result).build(SEQUENTIAL)))[1].shape == (100,)
+
+
+def test_parquet_bad_rows_name_the_row(tmp_path):
+    import pyarrow as pa
+
+    schema = Schema(
+        features=(Dense(name="x"), Categorical(name="c", table="t")),
+        tables=(Table(name="t", vocabulary_size=10, dim=4),),
+        labels=(Label(name="label"),),
+    )
+    table = pa.table(
+        {
+            "x": pa.array([1.0, float("nan"), 3.0, 4.0], pa.float64()),
+            "c": pa.array([1, 2, -3, None], pa.int32()),
+            "label": pa.array([0, 1, 0, 1], pa.int64()),
+        }
+    )
+    path = tmp_path / "in.parquet"
+    pq.write_table(table, path)
+    with pytest.raises(DataError) as err:
+        convert(path, tmp_path / "a", schema=schema, to="columnar")
+    assert str(err.value).startswith(f"{path}: row 2: column 'x': value nan is not a finite")
+    result = convert(path, tmp_path / "b", schema=schema, to="columnar", on_bad_rows="skip")
+    assert (result.rows, result.skipped) == (1, 3)
+    assert [str(b) for b in result.bad_rows] == [
+        f"{path}: row 2: column 'x': value nan is not a finite number",
+        f"{path}: row 3: column 'c': value -3 is a negative id",
+        f"{path}: row 4: column 'c': missing value, and feature 'c' has no default",
+    ]
+
+
+def test_tfrecord_scalar_with_several_values_is_a_bad_row(tmp_path):
+    schema = Schema.of([Dense(name="x")], labels=["label"])
+    path = tmp_path / "in.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for xs in ([1.0], [2.0, 3.0], []):
+            ex = tf.train.Example()
+            ex.features.feature["x"].float_list.value.extend(xs)
+            ex.features.feature["label"].float_list.value.append(1.0)
+            w.write(ex.SerializeToString())
+    result = convert(path, tmp_path / "out", schema=schema, to="columnar", on_bad_rows="skip")
+    assert [str(b) for b in result.bad_rows] == [
+        f"{path}: row 2: column 'x': expected one value, found 2"
+    ]
+    features, _ = next(iter(_pipeline(result).build(tfinput.PipelineConfig.naive(batch_size=2))))
+    assert features["dense"]["x"].numpy().tolist() == [1.0, 0.0]  # missing: the default
+
+
+def test_input_format_errors(tmp_path, small_parquet):
+    csv_path = _write(tmp_path, "a,label\n1,0\n")
+    with pytest.raises(ConfigError, match=r"inputs mix formats \['csv', 'parquet'\]"):
+        convert([small_parquet[0], csv_path], tmp_path / "a")
+    with pytest.raises(ConfigError, match="delimiter apply to CSV/TSV inputs only"):
+        convert(small_parquet, tmp_path / "b", delimiter=";")
+    with pytest.raises(ConfigError, match="chunk_rows must be an int >= 1"):
+        convert(csv_path, tmp_path / "c", to="columnar", chunk_rows=0)
+
+
+def test_cli_convert_parquet_to_columnar(tmp_path, small_parquet, capsys):
+    out = tmp_path / "col"
+    code = _cli(["convert", *small_parquet, "--out", str(out), "--to", "columnar",
+                 "--chunk-rows", "200", "--json"])  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["rows"], data["input_format"], data["format"]) == (1000, "parquet", "columnar")
+    assert data["manifest_path"] == str(out / "manifest.json")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["chunk_rows"] == 200 and manifest["rows"] == 1000
+    code = _cli(["convert", *small_parquet, "--out", str(out), "--to", "columnar", "--overwrite"])
+    assert code == 0 and "manifest:" in capsys.readouterr().out

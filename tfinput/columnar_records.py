@@ -511,14 +511,19 @@ class ColumnarWriter:
             return
         self._pending.append(table.select([c.name for c in self.columns]))
         self._pending_rows += table.num_rows
-        if self._pending_rows >= self.chunk_rows:
-            merged = pa.concat_tables(self._pending, promote_options="permissive")
-            full = (merged.num_rows // self.chunk_rows) * self.chunk_rows
+        if self._pending_rows < self.chunk_rows:
+            return
+        merged = pa.concat_tables(self._pending, promote_options="permissive")
+        full = (merged.num_rows // self.chunk_rows) * self.chunk_rows
+        try:
             for start in range(0, full, self.chunk_rows):
                 self._write_chunk(merged.slice(start, self.chunk_rows))
-            rest = merged.slice(full)
-            self._pending = [rest] if rest.num_rows else []
-            self._pending_rows = rest.num_rows
+        except BaseException:
+            self.abort()
+            raise
+        rest = merged.slice(full)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
 
     def close(self) -> Manifest:
         """Write the last (partial) chunk, name the files ``-of-N`` and write the manifest."""
@@ -528,8 +533,12 @@ class ColumnarWriter:
             if self.manifest is None:
                 raise ConfigError("columnar writer: closed after an error")
             return self.manifest
-        if self._pending_rows:
-            self._write_chunk(pa.concat_tables(self._pending, promote_options="permissive"))
+        try:
+            if self._pending_rows:
+                self._write_chunk(pa.concat_tables(self._pending, promote_options="permissive"))
+        except BaseException:
+            self.abort()
+            raise
         self._pending, self._pending_rows = [], 0
         self._finish_file()
         self._closed = True
