@@ -8,6 +8,7 @@ from typing import Any
 
 __all__ = ["demo_keras_model"]
 
+
 def demo_keras_model(element_spec: Any) -> Any:
     """A tiny compiled Keras model accepting any batch of dense numeric features.
 

@@ -79,6 +79,30 @@ def test_batches_identical_to_tfrecord_and_parquet(
     assert len(got) == (1000 // batch if drop else -(-1000 // batch))
 
 
+def test_rows_identical_to_tfrecord_and_parquet_in_any_order(
+    small_schema, small_tfrecord, small_parquet, small_columnar
+):
+    parallel = PipelineConfig(
+        batch_size=300,
+        drop_remainder=False,
+        interleave_cycle_length=2,
+        interleave_parallelism=2,
+        map_parallelism=2,
+        deterministic=False,
+        shuffle_buffer=500,
+    )
+    got = by_row_id(collect(tfinput.columnar(small_columnar).with_file_shuffling().build(parallel)))
+    naive = PipelineConfig.naive(batch_size=100, drop_remainder=False)
+    for other in (
+        tfinput.tfrecord(small_tfrecord, small_schema),
+        tfinput.parquet(small_parquet, small_schema),
+    ):
+        want = by_row_id(collect(other.build(naive)))
+        for group in want:
+            for name, expected in want[group].items():
+                np.testing.assert_array_equal(got[group][name], expected, err_msg=name)
+
+
 @pytest.mark.parametrize("fmt", ["sparse", "ragged"])
 def test_sparse_and_ragged_outputs_match_tfrecord(
     fmt, small_schema, small_tfrecord, small_columnar

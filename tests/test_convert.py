@@ -445,8 +445,8 @@ def test_input_format_errors(tmp_path, small_parquet):
 
 def test_cli_convert_parquet_to_columnar(tmp_path, small_parquet, capsys):
     out = tmp_path / "col"
-    code = _cli(["convert", *small_parquet, "--out", str(out), "--to", "columnar",
-                 "--chunk-rows", "200", "--json"])  # fmt: skip
+    argv = ["--out", str(out), "--to", "columnar", "--chunk-rows", "200", "--json"]
+    code = _cli(["convert", *small_parquet, *argv])
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["rows"], data["input_format"], data["format"]) == (1000, "parquet", "columnar")

@@ -100,7 +100,9 @@ __all__ = [
     "columnar",
     "storage_columns",
     "read_manifest",
+    "is_columnar",
     "verify_files",
+    "ChunkProblem",
 ]
 
 #: Format name and version, written into every manifest and (as ``@format``) record.
@@ -376,6 +378,22 @@ def _stat(path: str) -> tuple[int, int] | None:
     return st.st_mtime_ns, st.st_size
 
 
+def _isdir(path: str) -> bool:
+    if "://" in path:
+        import tensorflow as tf
+
+        return not any(ch in path for ch in "*?[") and tf.io.gfile.isdir(path)
+    return os.path.isdir(path)
+
+
+def _manifest_path(p: str) -> str:
+    if _isdir(p):
+        return os.path.join(p, MANIFEST)
+    if p.endswith(".json"):
+        return p
+    return os.path.join(os.path.dirname(p) or ".", MANIFEST)
+
+
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     """Read the manifest of a columnar data set.
 
@@ -386,12 +404,7 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
       SourceError: no manifest there, or one of another format version.
     """
     p = os.fspath(path)
-    if os.path.isdir(p) or ("://" in p and not p.endswith((".json", EXTENSION))):
-        candidate = os.path.join(p, MANIFEST)
-    elif p.endswith(".json"):
-        candidate = p
-    else:
-        candidate = os.path.join(os.path.dirname(p) or ".", MANIFEST)
+    candidate = _manifest_path(p)
     stat = _stat(candidate)
     if stat is None:
         raise SourceError(
@@ -403,12 +416,19 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
 
 
 def is_columnar(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a columnar directory, manifest or data file."""
+    """Whether ``path`` is a columnar directory, manifest or data file: a
+    ``manifest.json`` of any ``tfinput.columnar/*`` version is there (so that reading
+    it then reports a version mismatch instead of trying another format)."""
     try:
         read_manifest(path)
+        return True
     except SourceError:
+        pass
+    try:
+        data = json.loads(Path(_manifest_path(os.fspath(path))).read_text())
+    except (OSError, ValueError):
         return False
-    return True
+    return isinstance(data, dict) and str(data.get("format", "")).startswith("tfinput.columnar/")
 
 
 # ------------------------------------------------------------------- writer
@@ -526,7 +546,8 @@ class ColumnarWriter:
         self._pending_rows = rest.num_rows
 
     def close(self) -> Manifest:
-        """Write the last (partial) chunk, name the files ``-of-N`` and write the manifest."""
+        """Write the last (partial) chunk, name the files ``-of-N`` and write the manifest
+        (not when no row was written)."""
         import pyarrow as pa
 
         if self._closed:
@@ -563,7 +584,8 @@ class ColumnarWriter:
             columns=self.columns,
             files=tuple(entries),
         )
-        self.manifest.write()
+        if entries:  # nothing written: leave no manifest describing an empty data set
+            self.manifest.write()
         return self.manifest
 
     def abort(self) -> None:
@@ -594,7 +616,7 @@ class ColumnarWriter:
             self._files.append({"name": name, "rows": 0, "offsets": [], "digests": []})
             self._writer = tf.io.TFRecordWriter(str(self.out_dir / name))
             self._offset = 0
-        record, digest = encode_chunk(table, self.columns, self.fill)
+        record, digest = _encode_chunk(table, self.columns, self.fill)
         f = self._files[-1]
         f["offsets"].append(self._offset)
         f["digests"].append(digest)
@@ -648,7 +670,7 @@ def _binary_values(arr: Any, where: str) -> list[bytes]:
     return arr.cast(pa.binary()).to_pylist()
 
 
-def encode_chunk(
+def _encode_chunk(
     table: Any, columns: Sequence[Column], fill: Mapping[str, Any]
 ) -> tuple[bytes, str]:
     """One chunk of rows as a serialized record, plus its manifest digest (hex).
@@ -759,7 +781,7 @@ class ColumnarSource:
 
         for p in self.paths:
             p = os.fspath(p)
-            if os.path.isdir(p) or p.endswith(".json"):
+            if _isdir(p) or p.endswith(".json"):
                 m = read_manifest(p)
                 for entry, path in zip(m.files, m.paths):
                     add(path, m, entry)
@@ -791,7 +813,8 @@ class ColumnarSource:
         (a truncated file names its first incomplete chunk).
 
         Raises:
-          SourceError: a file is missing or not in its manifest, chunk sizes differ.
+          SourceError: a file is missing or not in its manifest; manifests differ in
+            chunk size or stored columns.
           SchemaError: the schema needs a column that is not stored, or stored otherwise.
           DataError: a file's size differs from its manifest's record.
         """
@@ -802,8 +825,14 @@ class ColumnarSource:
                 f"columnar data sets with different chunk sizes {sorted(chunk_sizes)} cannot "
                 "be read by one pipeline; convert them with the same --chunk-rows"
             )
-        for m in {id(m): m for _, m, _ in chosen}.values():
+        manifests = list({id(m): m for _, m, _ in chosen}.values())
+        for m in manifests:
             _check_schema(m, schema)
+            if m.columns != manifests[0].columns:
+                raise SourceError(
+                    f"{m.path} and {manifests[0].path} store different columns (or in another "
+                    "order); read them with separate pipelines or convert them with one schema"
+                )
         for path, m, entry in chosen:
             _check_size(path, m, entry)
 
@@ -880,7 +909,9 @@ class ColumnarSource:
             {
                 "path": tf.constant(paths),
                 "take": tf.constant(takes, tf.int64),
-                "digests": tf.ragged.constant(digests, dtype=tf.int64, ragged_rank=1),
+                "digests": tf.RaggedTensor.from_row_lengths(
+                    np.concatenate(digests), np.asarray(takes, np.int64)
+                ),
             }
         )
         if shuffle_files and len(paths) > 1:

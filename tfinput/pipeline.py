@@ -77,7 +77,8 @@ class Pipeline:
 
     Attributes:
       source: Where records come from (`TFRecordSource`, `ParquetSource`,
-        `DatasetSource`); use `tfrecord`, `parquet` or `wrap` to make one.
+        `DatasetSource`, `tfinput.columnar_records.ColumnarSource`); use `tfrecord`,
+        `parquet`, `wrap` or `tfinput.columnar` to make one.
       schema: Features, tables and labels.
       multi_hot_format: ``dense`` (``[B, max_len]`` ids + weights, for GPU/CPU lookups
         and XLA), ``sparse`` or ``ragged`` (same ids without padding, for TPU host
