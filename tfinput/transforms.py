@@ -73,23 +73,25 @@ def _s(x: tf.Tensor) -> tf.Tensor:
     return tf.strings.as_string(x)
 
 
-def _check_ids(checks: list[tuple[Categorical | MultiHot, tf.Tensor]], tables: dict) -> list:
+def _check_ids(
+    stacked: tf.Tensor | None,
+    singles: list[Categorical],
+    lists: list[tuple[MultiHot, tf.Tensor]],
+    tables: dict,
+) -> list:
     """One vectorized range check over every int64 id feature.
 
     Ids are reinterpreted as uint64, so a negative id becomes a value >= 2**63 and one
-    max-reduction finds both negative and too-large ids. Single ids are stacked into one
+    max-reduction finds both negative and too-large ids. Single ids come stacked as one
     ``[B, k]`` matrix (one reduction for all of them); each multi-hot feature adds the
     max of its flat values. The exact values are computed only to explain a failure.
     """
-    if not checks:
+    if stacked is None and not lists:
         return []
-    singles = [(f, v) for f, v in checks if isinstance(f, Categorical)]
-    lists = [(f, v) for f, v in checks if isinstance(f, MultiHot)]
     maxima, order = [], []
-    if singles:
-        stacked = tf.stack([v for _, v in singles], axis=1)
+    if stacked is not None:
         maxima.append(tf.reduce_max(tf.bitcast(stacked, tf.uint64), axis=0))
-        order += [f for f, _ in singles]
+        order += singles
     for f, v in lists:
         # On an empty tensor reduce_max gives 0, which passes.
         maxima.append(tf.reshape(tf.reduce_max(tf.bitcast(v, tf.uint64)), [1]))
@@ -100,29 +102,128 @@ def _check_ids(checks: list[tuple[Categorical | MultiHot, tf.Tensor]], tables: d
         tf.uint64,
     )
     bad = top >= limit
-    values = [v for _, v in singles] + [v for _, v in lists]
     names = tf.constant([f.name for f in order])
     table_names = tf.constant([f.table for f in order])
     vocab = tf.constant([tables[f.table].vocabulary_size for f in order], tf.int64)
 
     def explain() -> tf.Tensor:
+        los, his = [], []
+        if stacked is not None:
+            los.append(tf.reduce_min(stacked, axis=0))
+            his.append(tf.reduce_max(stacked, axis=0))
+        for _, v in lists:
+            los.append(tf.reshape(tf.reduce_min(v), [1]))
+            his.append(tf.reshape(tf.reduce_max(v), [1]))
         i = tf.argmax(tf.cast(bad, tf.int32))
-        lo = tf.stack([tf.reduce_min(v) for v in values])[i]
-        hi = tf.stack([tf.reduce_max(v) for v in values])[i]
+        lo, hi = tf.concat(los, 0)[i], tf.concat(his, 0)[i]
         prefix = ["feature '", names[i], "': "]
         bounds = ["expected ids in [0, ", _s(vocab[i]), ") (table '", table_names[i], "')"]
-        neg = tf.strings.join(
-            prefix + ["negative id; "] + bounds + [". Smallest id found: ", _s(lo)]
-        )
+        neg = tf.strings.join([*prefix, "negative id; ", *bounds, ". Smallest id found: ", _s(lo)])
         big = tf.strings.join(
-            prefix
-            + ["id out of range; "]
-            + bounds
-            + [", or set out_of_range='modulo'. Largest id found: ", _s(hi)]
+            [
+                *prefix,
+                "id out of range; ",
+                *bounds,
+                ", or set out_of_range='modulo'. Largest id found: ",
+                _s(hi),
+            ]
         )
         return tf.where(lo < 0, neg, big)
 
     return [_guard(tf.logical_not(tf.reduce_any(bad)), explain)]
+
+
+def _stack(values: list[tf.Tensor]) -> tf.Tensor:
+    return tf.stack(values, axis=1) if len(values) > 1 else tf.expand_dims(values[0], 1)
+
+
+def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[str, tf.Tensor]:
+    """Scalar dense features as one ``[B, n]`` matrix: one finiteness check, one clip
+    and one log1p for all of them (a per-feature op each would cost more than the
+    arithmetic on small batches), then split again."""
+    if not feats:
+        return {}
+    x = _stack([v for _, v in feats])
+    names = tf.constant([f.name for f, _ in feats])
+    finite = tf.math.is_finite(x)
+
+    def explain_finite() -> tf.Tensor:
+        col = tf.argmin(tf.cast(tf.reduce_all(finite, axis=0), tf.int32))
+        return tf.strings.join(
+            [
+                "feature '",
+                names[col],
+                "': NaN or inf in a dense feature; expected finite "
+                "numbers (write missing values as absent, not NaN)",
+            ]
+        )
+
+    guards.append(_guard(tf.reduce_all(finite), explain_finite))
+    inf = float("inf")
+    lows = [f.clip[0] if f.clip and f.clip[0] is not None else None for f, _ in feats]
+    highs = [f.clip[1] if f.clip and f.clip[1] is not None else None for f, _ in feats]
+    if any(v is not None for v in lows):
+        x = tf.maximum(x, tf.constant([-inf if v is None else v for v in lows], tf.float32))
+    if any(v is not None for v in highs):
+        x = tf.minimum(x, tf.constant([inf if v is None else v for v in highs], tf.float32))
+    logs = [f.log1p for f, _ in feats]
+    if any(logs):
+        # log1p can only see a value <= -1 where nothing clips below at > -1.
+        risky = [f.log1p and (low is None or low <= -1) for (f, _), low in zip(feats, lows)]
+        if any(risky):
+            smallest = tf.reduce_min(x, axis=0)
+            bad = tf.logical_and(tf.constant(risky), smallest <= -1.0)
+
+            def explain_log() -> tf.Tensor:
+                col = tf.argmax(tf.cast(bad, tf.int32))
+                return tf.strings.join(
+                    [
+                        "feature '",
+                        names[col],
+                        '\': log1p needs values > -1; set "clip": '
+                        "[0, null] in the schema. Smallest value found: ",
+                        _s(smallest[col]),
+                    ]
+                )
+
+            guards.append(_guard(tf.logical_not(tf.reduce_any(bad)), explain_log))
+        x = tf.math.log1p(x) if all(logs) else tf.where(tf.constant(logs), tf.math.log1p(x), x)
+    columns = tf.unstack(x, axis=1)
+    return {f.name: c for (f, _), c in zip(feats, columns)}
+
+
+def _single_ids(
+    feats: list[tuple[Categorical, tf.Tensor]], tables: dict
+) -> tuple[dict[str, tf.Tensor], tf.Tensor | None, list[Categorical]]:
+    """Single-id features stacked per kind: int64 ids are folded and cast as one
+    ``[B, k]`` matrix; strings sharing a bucket count are hashed by one op.
+
+    Returns:
+      ``(ids by name, the stacked int64 matrix or None, its features)``; the caller
+      range-checks the matrix together with the multi-hot ids (`_check_ids`).
+    """
+    out: dict[str, tf.Tensor] = {}
+    ints = [(f, v) for f, v in feats if f.dtype == "int64"]
+    stacked = None
+    if ints:
+        stacked = _stack([tf.cast(v, tf.int64) for _, v in ints])
+        ids = stacked
+        if any(f.out_of_range == "modulo" for f, _ in ints):
+            vocab = tf.constant([tables[f.table].vocabulary_size for f, _ in ints], tf.int64)
+            ids = tf.math.floormod(stacked, vocab)  # identity on the checked strict columns
+        # vocab <= 2**31 - 1 is enforced by Table, so the cast is exact.
+        for (f, _), c in zip(ints, tf.unstack(tf.cast(ids, tf.int32), axis=1)):
+            out[f.name] = c
+    by_vocab: dict[int, list[tuple[Categorical, tf.Tensor]]] = {}
+    for f, v in feats:
+        if f.dtype == "string":
+            by_vocab.setdefault(tables[f.table].vocabulary_size, []).append((f, v))
+    for vocab, group in by_vocab.items():
+        # FarmHash fingerprint modulo vocab: identical in training and serving graphs.
+        hashed = tf.strings.to_hash_bucket_fast(_stack([v for _, v in group]), vocab)
+        for (f, _), c in zip(group, tf.unstack(tf.cast(hashed, tf.int32), axis=1)):
+            out[f.name] = c
+    return out, stacked, [f for f, _ in ints]
 
 
 def _finite(x: tf.Tensor, f: Dense) -> tf.Tensor:
@@ -148,7 +249,9 @@ def _to_ids(values: tf.Tensor, feature: Categorical | MultiHot, vocab: int) -> t
     return tf.cast(ids, tf.int32)
 
 
-def _dense(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
+def _dense_vector(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
+    """A vector dense feature ``[B, length]`` (rare enough to be handled alone)."""
+    x = _finite(x, f)
     if f.clip is not None:
         lo, hi = f.clip
         if lo is not None:
@@ -162,7 +265,7 @@ def _dense(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
             guards.append(
                 _guard(
                     smallest > -1.0,
-                    lambda f=f, smallest=smallest: tf.strings.join(
+                    lambda: tf.strings.join(
                         [
                             f"feature '{f.name}': log1p needs values > -1; set \"clip\": [0, null] in "
                             "the schema. Smallest value found: ",
@@ -219,42 +322,41 @@ def transform_batch(
       multi_hot_format: ``dense``, ``sparse`` or ``ragged`` for multi-hot outputs.
     """
     tables = {t.name: t for t in schema.tables}
-    dense: dict[str, Any] = {}
-    ids: dict[str, Any] = {}
     weights: dict[str, Any] = {}
     guards: list[tf.Tensor] = []
-    id_checks: list[tuple[Categorical | MultiHot, tf.Tensor]] = []
-    for f in schema.features:
-        if isinstance(f, Dense):
-            x = _finite(tf.cast(raw[f.source], tf.float32), f)
-            dense[f.name] = _dense(x, f, guards)
-        elif isinstance(f, Categorical):
-            value = raw[f.source]
-            if f.dtype == "int64":
-                id_checks.append((f, value))
-            ids[f.name] = _to_ids(value, f, tables[f.table].vocabulary_size)
-        else:
-            value = raw[f.source]
-            w = raw[f.weights] if f.weights else None
-            if w is not None:
-                same = tf.reduce_all(tf.equal(value.row_lengths(), w.row_lengths()))
-                guards.append(
-                    _guard(
-                        same,
-                        lambda f=f: tf.constant(
-                            f"feature '{f.name}': weights column '{f.weights}' has a different "
-                            "number of values than the ids in some row"
-                        ),
-                    )
+    scalars = [(f, tf.cast(raw[f.source], tf.float32)) for f in schema.dense if f.length is None]
+    dense = _dense_scalars(scalars, guards)
+    for f in schema.dense:
+        if f.length is not None:
+            dense[f.name] = _dense_vector(tf.cast(raw[f.source], tf.float32), f, guards)
+    singles = [(f, raw[f.source]) for f in schema.features if isinstance(f, Categorical)]
+    ids, stacked, int_singles = _single_ids(singles, tables)
+    list_checks: list[tuple[MultiHot, tf.Tensor]] = []
+    for f in schema.multi_hot:
+        value = raw[f.source]
+        w = raw[f.weights] if f.weights else None
+        if w is not None:
+            same = tf.reduce_all(tf.equal(value.row_lengths(), w.row_lengths()))
+            guards.append(
+                _guard(
+                    same,
+                    lambda f=f: tf.constant(
+                        f"feature '{f.name}': weights column '{f.weights}' has a different "
+                        "number of values than the ids in some row"
+                    ),
                 )
-                w = w[:, : f.max_len]
-            value = value[:, : f.max_len]  # longer lists keep their first max_len ids
-            if f.dtype == "int64":
-                id_checks.append((f, value.values))
-            ids[f.name], weights[f.name] = _multi_hot(
-                value, w, f, tables[f.table].vocabulary_size, batch_size, multi_hot_format
             )
-    guards += _check_ids(id_checks, tables)
+            w = w[:, : f.max_len]
+        value = value[:, : f.max_len]  # longer lists keep their first max_len ids
+        if f.dtype == "int64":
+            list_checks.append((f, value.values))
+        ids[f.name], weights[f.name] = _multi_hot(
+            value, w, f, tables[f.table].vocabulary_size, batch_size, multi_hot_format
+        )
+    guards += _check_ids(stacked, int_singles, list_checks, tables)
+    # Outputs in schema order, whatever order the stacked groups produced them in.
+    dense = {f.name: dense[f.name] for f in schema.dense}
+    ids = {f.name: ids[f.name] for f in schema.categorical}
     labels = {lab.name: tf.cast(raw[lab.source], tf.float32) for lab in schema.labels}
     # The guards are stateful ops: a tf.function (and so a tf.data map) runs them as
     # control outputs and returns only after they pass, so no identity ops are needed
