@@ -30,7 +30,6 @@ figure and >= 800k examples/s.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import time
@@ -41,6 +40,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks._results import write_section  # noqa: E402
 from benchmarks.core import FILES, data, machine, summarize  # noqa: E402
 
 ROWS = 400_000
@@ -265,15 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     section = "\n".join(lines)
     print(section)
     if args.write:
-        path = HERE / "RESULTS.md"
-        text = path.read_text() if path.exists() else "# Benchmark results\n"
-        if "<!-- columnar:begin" in text:
-            text = re.sub(
-                r"<!-- columnar:begin.*?<!-- columnar:end -->", lambda _: section, text, flags=re.S
-            )
-        else:
-            text = text.rstrip() + "\n\n" + section + "\n"
-        path.write_text(text)
+        write_section("columnar", section)
     return 0
 
 

@@ -15,7 +15,6 @@ the median over rounds; the spread is min-max and the coefficient of variation.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import time
@@ -24,6 +23,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from benchmarks._results import write_section  # noqa: E402
 
 ROWS = 400_000
 FILES = 8
@@ -192,13 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     section = "\n".join(lines)
     print(section)
     if args.write:
-        path = HERE / "RESULTS.md"
-        text = path.read_text() if path.exists() else "# Benchmark results\n"
-        if "<!-- core:begin" in text:
-            text = re.sub(r"<!-- core:begin.*?<!-- core:end -->", section, text, flags=re.S)
-        else:
-            text = text.rstrip() + "\n\n" + section + "\n"
-        path.write_text(text)
+        write_section("core", section)
     return 0
 
 

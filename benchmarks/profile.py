@@ -19,7 +19,6 @@ analysed offline through xprof (`profiles.analyze`), compared with `profiles.com
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +29,8 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import core  # noqa: E402
+
+from benchmarks._results import write_section  # noqa: E402
 
 
 def analyse(pipeline: Any, config: Any, step: Any, logdir: Path, steps: int, warmup: int) -> Any:
@@ -134,13 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     section = "\n".join(lines)
     print(section)
     if args.write:
-        path = HERE / "RESULTS.md"
-        text = path.read_text() if path.exists() else "# Benchmark results\n"
-        if "<!-- profile:begin" in text:
-            text = re.sub(r"<!-- profile:begin.*?<!-- profile:end -->", section, text, flags=re.S)
-        else:
-            text = text.rstrip() + "\n\n" + section + "\n"
-        path.write_text(text)
+        write_section("profile", section)
     return 0
 
 

@@ -272,13 +272,9 @@ def results_markdown(runs: list[dict[str, Any]], s: Settings, quick: bool) -> st
 
 def write_section(path: Path, section: str) -> None:
     """Replace this script's section of ``path`` (other sections are kept)."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.write_text(text)
+    from benchmarks._results import write_section as replace
+
+    replace("bench", section, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import re
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,8 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import core  # noqa: E402
+
+from benchmarks._results import write_section  # noqa: E402
 
 SPACE = {
     "interleave_cycle_length": (1, 2, 4),
@@ -244,13 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     section = "\n".join(lines)
     print(section)
     if args.write:
-        path = HERE / "RESULTS.md"
-        text = path.read_text() if path.exists() else "# Benchmark results\n"
-        if "<!-- tune:begin" in text:
-            text = re.sub(r"<!-- tune:begin.*?<!-- tune:end -->", section, text, flags=re.S)
-        else:
-            text = text.rstrip() + "\n\n" + section + "\n"
-        path.write_text(text)
+        write_section("tune", section)
     return 0
 
 

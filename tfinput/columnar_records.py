@@ -83,7 +83,7 @@ from typing import Any
 
 import numpy as np
 
-from tfinput.config import AUTOTUNE, PipelineConfig
+from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
 from tfinput.schema import Categorical, Dense, MultiHot, Schema
 
@@ -878,7 +878,7 @@ class ColumnarSource:
     ) -> tuple[Any, Any]:
         import tensorflow as tf
 
-        from tfinput.sources import _deterministic, _opt
+        from tfinput.sources import _deterministic, _opt, interleave_files
 
         chosen = self._chosen(files)
         chunk = chosen[0][1].chunk_rows
@@ -936,20 +936,7 @@ class ColumnarSource:
                 }
             )
 
-        cycle = config.interleave_cycle_length
-        parallel = config.interleave_parallelism
-        if cycle != AUTOTUNE and parallel != AUTOTUNE:
-            parallel = min(parallel, cycle)
-        block = (
-            None if config.interleave_block_length == AUTOTUNE else config.interleave_block_length
-        )
-        ds = file_ds.interleave(
-            read,
-            cycle_length=cycle,
-            block_length=block,
-            num_parallel_calls=_opt(parallel),
-            deterministic=_deterministic(config) if _opt(parallel) else None,
-        )
+        ds = interleave_files(file_ds, read, config)
         if config.cache:
             ds = ds.cache()
         if config.shuffle_buffer:

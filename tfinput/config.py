@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tfinput import _json
 from tfinput.errors import ConfigError
 
 __all__ = ["AUTOTUNE", "PipelineConfig"]
@@ -210,18 +211,7 @@ class PipelineConfig:
     @classmethod
     def from_json(cls, path_or_text: str | os.PathLike[str]) -> PipelineConfig:
         """Load from a JSON file path or a JSON string."""
-        text = str(path_or_text)
-        source = "<string>"
-        if not text.lstrip().startswith("{"):
-            source = text
-            try:
-                text = Path(path_or_text).read_text()
-            except OSError as e:
-                raise ConfigError(f"cannot read config file {source}: {e.strerror}") from e
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{source}: not valid JSON: {e}") from e
+        data, _ = _json.load(path_or_text, ConfigError, "config")
         return cls.from_dict(data)
 
 

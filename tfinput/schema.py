@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from tfinput import _json
 from tfinput.errors import SchemaError
 
 __all__ = [
@@ -424,18 +425,7 @@ class Schema:
     @classmethod
     def from_json(cls, path_or_text: str | os.PathLike[str]) -> Schema:
         """Load from a JSON file path or a JSON string."""
-        text = str(path_or_text)
-        source = "<string>"
-        if not text.lstrip().startswith("{"):
-            source = text
-            try:
-                text = Path(path_or_text).read_text()
-            except OSError as e:
-                raise SchemaError(f"cannot read schema file {source}: {e.strerror}") from e
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"{source}: not valid JSON: {e}") from e
+        data, source = _json.load(path_or_text, SchemaError, "schema")
         return cls.from_dict(data, source=source)
 
     @classmethod

@@ -80,6 +80,26 @@ def _deterministic(config: PipelineConfig) -> bool | None:
     return None if config.deterministic is AUTOTUNE else bool(config.deterministic)
 
 
+def interleave_files(
+    files: tf.data.Dataset, read: Callable[[Any], tf.data.Dataset], config: PipelineConfig
+) -> tf.data.Dataset:
+    """``files.interleave(read)`` with the config's interleave knobs (parallelism is
+    capped at the cycle length; 1 means the sequential op). Named ``read`` in traces."""
+    cycle = config.interleave_cycle_length
+    parallel = config.interleave_parallelism
+    if cycle != AUTOTUNE and parallel != AUTOTUNE:
+        parallel = min(parallel, cycle)
+    block = None if config.interleave_block_length == AUTOTUNE else config.interleave_block_length
+    return files.interleave(
+        read,
+        cycle_length=cycle,
+        block_length=block,
+        num_parallel_calls=_opt(parallel),
+        deterministic=_deterministic(config) if _opt(parallel) else None,
+        name="read",
+    )
+
+
 def _shard(files: list[str], input_context: Any, what: str) -> list[str]:
     if input_context is None or input_context.num_input_pipelines == 1:
         return files
@@ -179,21 +199,7 @@ class TFRecordSource:
         def read(path: tf.Tensor) -> tf.data.Dataset:
             return tf.data.TFRecordDataset(path, compression, buffer_size=buffer_size)
 
-        cycle = config.interleave_cycle_length
-        parallel = config.interleave_parallelism
-        if cycle != AUTOTUNE and parallel != AUTOTUNE:
-            parallel = min(parallel, cycle)
-        block = (
-            None if config.interleave_block_length == AUTOTUNE else config.interleave_block_length
-        )
-        ds = ds.interleave(
-            read,
-            cycle_length=cycle,
-            block_length=block,
-            num_parallel_calls=_opt(parallel),
-            deterministic=_deterministic(config) if _opt(parallel) else None,
-            name="read",
-        )
+        ds = interleave_files(ds, read, config)
         if config.cache:
             ds = ds.cache()
         if config.shuffle_buffer:
