@@ -83,14 +83,14 @@ def _check_ids(
 
     Ids are reinterpreted as uint64, so a negative id becomes a value >= 2**63 and one
     max-reduction finds both negative and too-large ids. Single ids come stacked as one
-    ``[B, k]`` matrix (one reduction for all of them); each multi-hot feature adds the
+    ``[k, B]`` matrix (one reduction for all of them); each multi-hot feature adds the
     max of its flat values. The exact values are computed only to explain a failure.
     """
     if stacked is None and not lists:
         return []
     maxima, order = [], []
     if stacked is not None:
-        maxima.append(tf.reduce_max(tf.bitcast(stacked, tf.uint64), axis=0))
+        maxima.append(tf.reduce_max(tf.bitcast(stacked, tf.uint64), axis=1))
         order += singles
     for f, v in lists:
         # On an empty tensor reduce_max gives 0, which passes.
@@ -109,8 +109,8 @@ def _check_ids(
     def explain() -> tf.Tensor:
         los, his = [], []
         if stacked is not None:
-            los.append(tf.reduce_min(stacked, axis=0))
-            his.append(tf.reduce_max(stacked, axis=0))
+            los.append(tf.reduce_min(stacked, axis=1))
+            his.append(tf.reduce_max(stacked, axis=1))
         for _, v in lists:
             los.append(tf.reshape(tf.reduce_min(v), [1]))
             his.append(tf.reshape(tf.reduce_max(v), [1]))
@@ -134,13 +134,15 @@ def _check_ids(
 
 
 def _stack(values: list[tf.Tensor]) -> tf.Tensor:
-    return tf.stack(values, axis=1) if len(values) > 1 else tf.expand_dims(values[0], 1)
+    """``[n, B]``: one feature per row, so stacking and splitting again are contiguous
+    copies and per-feature reductions run along rows (the ``[B, n]`` layout made both
+    strided and cost more than the per-feature ops it replaced)."""
+    return tf.stack(values, axis=0) if len(values) > 1 else tf.expand_dims(values[0], 0)
 
 
 def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[str, tf.Tensor]:
-    """Scalar dense features as one ``[B, n]`` matrix: one finiteness check, one clip
-    and one log1p for all of them (a per-feature op each would cost more than the
-    arithmetic on small batches), then split again."""
+    """Scalar dense features as one ``[n, B]`` matrix: one finiteness check, one clip
+    and one log1p for all of them, then split again."""
     if not feats:
         return {}
     x = _stack([v for _, v in feats])
@@ -148,7 +150,7 @@ def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[s
     finite = tf.math.is_finite(x)
 
     def explain_finite() -> tf.Tensor:
-        col = tf.argmin(tf.cast(tf.reduce_all(finite, axis=0), tf.int32))
+        col = tf.argmin(tf.cast(tf.reduce_all(finite, axis=1), tf.int32))
         return tf.strings.join(
             [
                 "feature '",
@@ -163,15 +165,15 @@ def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[s
     lows = [f.clip[0] if f.clip and f.clip[0] is not None else None for f, _ in feats]
     highs = [f.clip[1] if f.clip and f.clip[1] is not None else None for f, _ in feats]
     if any(v is not None for v in lows):
-        x = tf.maximum(x, tf.constant([-inf if v is None else v for v in lows], tf.float32))
+        x = tf.maximum(x, tf.constant([[-inf if v is None else v] for v in lows], tf.float32))
     if any(v is not None for v in highs):
-        x = tf.minimum(x, tf.constant([inf if v is None else v for v in highs], tf.float32))
+        x = tf.minimum(x, tf.constant([[inf if v is None else v] for v in highs], tf.float32))
     logs = [f.log1p for f, _ in feats]
     if any(logs):
         # log1p can only see a value <= -1 where nothing clips below at > -1.
         risky = [f.log1p and (low is None or low <= -1) for (f, _), low in zip(feats, lows)]
         if any(risky):
-            smallest = tf.reduce_min(x, axis=0)
+            smallest = tf.reduce_min(x, axis=1)
             bad = tf.logical_and(tf.constant(risky), smallest <= -1.0)
 
             def explain_log() -> tf.Tensor:
@@ -187,8 +189,9 @@ def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[s
                 )
 
             guards.append(_guard(tf.logical_not(tf.reduce_any(bad)), explain_log))
-        x = tf.math.log1p(x) if all(logs) else tf.where(tf.constant(logs), tf.math.log1p(x), x)
-    columns = tf.unstack(x, axis=1)
+        mask = tf.constant([[v] for v in logs])
+        x = tf.math.log1p(x) if all(logs) else tf.where(mask, tf.math.log1p(x), x)
+    columns = tf.unstack(x, axis=0)
     return {f.name: c for (f, _), c in zip(feats, columns)}
 
 
@@ -196,7 +199,7 @@ def _single_ids(
     feats: list[tuple[Categorical, tf.Tensor]], tables: dict
 ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None, list[Categorical]]:
     """Single-id features stacked per kind: int64 ids are folded and cast as one
-    ``[B, k]`` matrix; strings sharing a bucket count are hashed by one op.
+    ``[k, B]`` matrix; strings sharing a bucket count are hashed by one op.
 
     Returns:
       ``(ids by name, the stacked int64 matrix or None, its features)``; the caller
@@ -209,10 +212,10 @@ def _single_ids(
         stacked = _stack([tf.cast(v, tf.int64) for _, v in ints])
         ids = stacked
         if any(f.out_of_range == "modulo" for f, _ in ints):
-            vocab = tf.constant([tables[f.table].vocabulary_size for f, _ in ints], tf.int64)
-            ids = tf.math.floormod(stacked, vocab)  # identity on the checked strict columns
+            vocab = tf.constant([[tables[f.table].vocabulary_size] for f, _ in ints], tf.int64)
+            ids = tf.math.floormod(stacked, vocab)  # identity on the checked strict rows
         # vocab <= 2**31 - 1 is enforced by Table, so the cast is exact.
-        for (f, _), c in zip(ints, tf.unstack(tf.cast(ids, tf.int32), axis=1)):
+        for (f, _), c in zip(ints, tf.unstack(tf.cast(ids, tf.int32), axis=0)):
             out[f.name] = c
     by_vocab: dict[int, list[tuple[Categorical, tf.Tensor]]] = {}
     for f, v in feats:
@@ -221,7 +224,7 @@ def _single_ids(
     for vocab, group in by_vocab.items():
         # FarmHash fingerprint modulo vocab: identical in training and serving graphs.
         hashed = tf.strings.to_hash_bucket_fast(_stack([v for _, v in group]), vocab)
-        for (f, _), c in zip(group, tf.unstack(tf.cast(hashed, tf.int32), axis=1)):
+        for (f, _), c in zip(group, tf.unstack(tf.cast(hashed, tf.int32), axis=0)):
             out[f.name] = c
     return out, stacked, [f for f, _ in ints]
 
