@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -74,3 +75,14 @@ def test_console_script_help():
     assert proc.returncode == 0
     for command in ("schema", "check"):
         assert command in proc.stdout
+
+
+def test_check_columnar_without_schema(small_columnar, capsys):
+    directory = os.path.dirname(small_columnar[0])
+    assert cli.main(["check", directory]) == 0
+    assert "1,000 records" in capsys.readouterr().out
+
+
+def test_check_without_schema_says_where_it_looked(small_tfrecord, capsys):
+    assert cli.main(["check", *small_tfrecord]) == 2
+    assert "no --schema given and no schema.json next to" in capsys.readouterr().err

@@ -12,12 +12,11 @@ import argparse
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from tfinput._cli_util import console as _console
 from tfinput._cli_util import fail as _fail
-from tfinput._cli_util import progress
+from tfinput._cli_util import pipeline_from_paths, progress
 from tfinput.errors import ConfigError, TfinputError
 
 __all__ = ["add_subcommands"]
@@ -150,35 +149,9 @@ def _cmd_datagen(args: argparse.Namespace) -> int:
 
 
 # -------------------------------------------------------------------- bench
-def _find_schema(paths: list[str]) -> str:
-    first = Path(paths[0])
-    candidates = [first / "schema.json"] if first.is_dir() else []
-    candidates.append((first if first.is_dir() else first.parent) / "schema.json")
-    for c in candidates:
-        if c.is_file():
-            return str(c)
-    raise ConfigError(
-        f"no --schema given and no schema.json next to {paths[0]!r} "
-        "(`tfinput convert` and `tfinput datagen` write one)"
-    )
-
-
 def bench_pipeline(paths: list[str], *, schema_path: str | None, fmt: str | None) -> Any:
-    """The pipeline ``tfinput bench`` measures: columnar when a ``manifest.json`` is
-    there (schema from the manifest unless given), else by extension unless given."""
-    import tfinput
-    from tfinput.columnar_records import is_columnar
-    from tfinput.schema import Schema
-    from tfinput.sources import resolve_paths
-
-    if fmt == "columnar" or (fmt is None and is_columnar(paths[0])):
-        schema = Schema.from_json(schema_path) if schema_path else None
-        return tfinput.columnar(paths, schema)
-    schema = Schema.from_json(schema_path or _find_schema(paths))
-    files = resolve_paths(paths)
-    if fmt is None:
-        fmt = "parquet" if files[0].lower().endswith((".parquet", ".pq", ".parq")) else "tfrecord"
-    return tfinput.parquet(files, schema) if fmt == "parquet" else tfinput.tfrecord(files, schema)
+    """The pipeline ``tfinput bench`` measures (see `_cli_util.pipeline_from_paths`)."""
+    return pipeline_from_paths(paths, schema_path=schema_path, fmt=fmt)
 
 
 def _fmt_rate(x: float | None) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tfinput.errors import ConfigError
 
-__all__ = ["console", "progress", "fail", "load_object"]
+__all__ = ["console", "progress", "fail", "load_object", "pipeline_from_paths"]
 
 
 def console(stderr: bool = False) -> Any:
@@ -99,3 +99,44 @@ def load_object(spec: str, what: str) -> Any:
         except AttributeError:
             raise ConfigError(f"{what}: {module_name!r} has no attribute {attr!r}") from None
     return obj
+
+
+def _find_schema(paths: list[str]) -> str:
+    first = Path(paths[0])
+    candidates = [first / "schema.json"] if first.is_dir() else []
+    candidates.append((first if first.is_dir() else first.parent) / "schema.json")
+    for c in candidates:
+        if c.is_file():
+            return str(c)
+    raise ConfigError(
+        f"no --schema given and no schema.json next to {paths[0]!r} "
+        "(`tfinput convert`, `tfinput datagen` and `tfinput schema infer -o` write one)"
+    )
+
+
+def pipeline_from_paths(
+    paths: list[str],
+    *,
+    schema_path: str | None = None,
+    fmt: str | None = None,
+    compression: str | None = "auto",
+) -> Any:
+    """The pipeline a command runs over data files: columnar when a ``manifest.json``
+    is there (schema from the manifest unless given), else Parquet or TFRecord by
+    extension unless ``fmt`` says; the schema is ``schema_path`` or a ``schema.json``
+    next to the data."""
+    import tfinput
+    from tfinput.columnar_records import is_columnar
+    from tfinput.schema import Schema
+    from tfinput.sources import resolve_paths
+
+    if fmt == "columnar" or (fmt is None and is_columnar(paths[0])):
+        schema = Schema.from_json(schema_path) if schema_path else None
+        return tfinput.columnar(paths, schema)
+    schema = Schema.from_json(schema_path or _find_schema(paths))
+    files = resolve_paths(paths)
+    if fmt is None:
+        fmt = "parquet" if files[0].lower().endswith((".parquet", ".pq", ".parq")) else "tfrecord"
+    if fmt == "parquet":
+        return tfinput.parquet(files, schema)
+    return tfinput.tfrecord(files, schema, compression=compression)

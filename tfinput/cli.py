@@ -133,19 +133,11 @@ def _cmd_schema_tpu(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- check
 def _pipeline(args: argparse.Namespace) -> Any:
-    import tfinput
-    from tfinput.schema import Schema
+    from tfinput._cli_util import pipeline_from_paths
 
-    schema = Schema.from_json(args.schema)
-    fmt = args.format
-    if fmt is None:
-        from tfinput.sources import resolve_paths
-
-        first = resolve_paths(args.paths)[0].lower()
-        fmt = "parquet" if first.endswith((".parquet", ".pq", ".parq")) else "tfrecord"
-    if fmt == "parquet":
-        return tfinput.parquet(args.paths, schema)
-    return tfinput.tfrecord(args.paths, schema, compression=args.compression)
+    return pipeline_from_paths(
+        args.paths, schema_path=args.schema, fmt=args.format, compression=args.compression
+    )
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -180,12 +172,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------- parser
 def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", help="data files, globs or directories")
-    p.add_argument("--schema", required=True, help="schema JSON (see `tfinput schema infer`)")
+    p.add_argument(
+        "--schema",
+        help="schema JSON (default: schema.json next to the data; a columnar data set "
+        "carries its own)",
+    )
     p.add_argument(
         "--format",
-        choices=["tfrecord", "parquet"],
+        choices=["tfrecord", "parquet", "columnar"],
         default=None,
-        help="input format (default: by file extension)",
+        help="input format (default: columnar if there is a manifest.json, else by extension)",
     )
     p.add_argument(
         "--compression",

@@ -1056,11 +1056,28 @@ def _assembler(
             return tf.reshape(tf.io.decode_raw(x, dtype), [-1])
         return tf.io.decode_raw(tf.strings.reduce_join(x), dtype)
 
+    # Scalar fixed-width numeric columns of one dtype decode together: one decode_raw
+    # of the stacked [n, k] strings instead of n ops (per-op overhead, not bytes,
+    # dominates at ~1M examples/s).
+    groups: dict[str, list[Column]] = {}
+    if uniform:
+        for c in columns:
+            if c.dtype != "string" and c.layout == "fixed" and c.width is None:
+                groups.setdefault(c.dtype, []).append(c)
+    grouped = {c.name for cs in groups.values() for c in cs if len(cs) > 1}
+
     def assemble(encoded: Any) -> dict[str, Any]:
         records = encoded["record"] if isinstance(encoded, dict) else encoded
         parsed = tf.io.parse_example(records, spec)
         raw: dict[str, Any] = {}
+        for dtype, cs in groups.items():
+            if len(cs) > 1:
+                stacked = tf.stack([parsed[c.name] for c in cs])  # [n, k]
+                decoded = tf.reshape(tf.io.decode_raw(stacked, dtypes[dtype]), [len(cs), -1])
+                raw.update(zip((c.name for c in cs), tf.unstack(decoded)))
         for c in columns:
+            if c.name in grouped:
+                continue
             value = parsed[c.name]
             if c.dtype == "string":
                 values = value.flat_values
@@ -1083,13 +1100,16 @@ def _assembler(
         k = tf.shape(parsed[_CHECK])[0]
         stored_check = tf.reshape(tf.io.decode_raw(parsed[_CHECK], tf.uint8), [k, -1, 8])
         expected = tf.gather(stored_check, slots, axis=1)  # [k, keys, 8]
-        computed = []
+        # One fingerprint op over every payload string ([keys, k] -> [keys * k, 8]).
+        payloads = []
         for key in keys:
             value = parsed[key]
             if key in string_keys:
                 value = tf.strings.reduce_join(value, axis=1)
-            computed.append(tf.fingerprint(value))
-        same = tf.reduce_all(tf.equal(tf.stack(computed, axis=1), expected), axis=2)  # [k, keys]
+            payloads.append(value)
+        prints = tf.fingerprint(tf.reshape(tf.stack(payloads), [-1]))
+        computed = tf.transpose(tf.reshape(prints, [len(keys), k, 8]), [1, 0, 2])
+        same = tf.reduce_all(tf.equal(computed, expected), axis=2)  # [k, keys]
         digest = tf.bitcast(tf.fingerprint(parsed[_CHECK]), tf.int64)
         version_ok = tf.equal(parsed[_VERSION], FORMAT_VERSION)
         digest_ok = tf.equal(digest, encoded["digest"])

@@ -349,13 +349,29 @@ def transform_batch(
                     ),
                 )
             )
+        vocab = tables[f.table].vocabulary_size
+        if multi_hot_format == "dense":
+            # to_tensor(shape=[B, max_len]) pads and truncates in one op: longer lists keep
+            # their first max_len ids. (Slicing the ragged tensor first costs more than
+            # everything else in the transform.) Every id is range-checked, kept or not.
+            if f.dtype == "int64":
+                list_checks.append((f, value.values))
+            shape = [batch_size, f.max_len]
+            ids[f.name] = value.with_values(_to_ids(value.values, f, vocab)).to_tensor(
+                0, shape=shape
+            )
+            if w is None:
+                mask = tf.sequence_mask(value.row_lengths(), f.max_len, dtype=tf.float32)
+                weights[f.name] = mask if batch_size is None else tf.ensure_shape(mask, shape)
+            else:
+                weights[f.name] = w.to_tensor(0.0, shape=shape)
+            continue
+        if w is not None:
             w = w[:, : f.max_len]
         value = value[:, : f.max_len]  # longer lists keep their first max_len ids
         if f.dtype == "int64":
             list_checks.append((f, value.values))
-        ids[f.name], weights[f.name] = _multi_hot(
-            value, w, f, tables[f.table].vocabulary_size, batch_size, multi_hot_format
-        )
+        ids[f.name], weights[f.name] = _multi_hot(value, w, f, vocab, batch_size, multi_hot_format)
     guards += _check_ids(stacked, int_singles, list_checks, tables)
     # Outputs in schema order, whatever order the stacked groups produced them in.
     dense = {f.name: dense[f.name] for f in schema.dense}

@@ -32,7 +32,7 @@ def add_subcommands(subparsers: Any) -> None:
     )
     src = p.add_argument_group("pipeline (one of)")
     src.add_argument("paths", nargs="*", help="data files, globs or directories (with --schema)")
-    src.add_argument("--schema", help="schema JSON for PATHS")
+    src.add_argument("--schema", help="schema JSON for PATHS (default: schema.json beside them)")
     src.add_argument("--format", choices=["tfrecord", "parquet", "columnar"], default=None)
     src.add_argument(
         "--pipeline", metavar="MODULE:FUNCTION", help="callable returning a tfinput.Pipeline"
@@ -127,24 +127,9 @@ def _pipeline(args: argparse.Namespace, say: Any) -> Any:
                 f"{type(pipeline).__name__}"
             )
         return pipeline
-    import tfinput
-    from tfinput.columnar_records import is_columnar
-    from tfinput.sources import resolve_paths
+    from tfinput._cli_util import pipeline_from_paths
 
-    if args.format == "columnar" or (args.format is None and is_columnar(args.paths[0])):
-        # A columnar data set carries its schema in manifest.json.
-        schema = tfinput.Schema.from_json(args.schema) if args.schema else None
-        return tfinput.columnar(args.paths, schema)
-    if not args.schema:
-        raise ConfigError("PATHS need --schema (see `tfinput schema infer`)")
-
-    schema = tfinput.Schema.from_json(args.schema)
-    fmt = args.format or (
-        "parquet"
-        if resolve_paths(args.paths)[0].lower().endswith((".parquet", ".pq"))
-        else "tfrecord"
-    )
-    return (tfinput.parquet if fmt == "parquet" else tfinput.tfrecord)(args.paths, schema)
+    return pipeline_from_paths(args.paths, schema_path=args.schema, fmt=args.format)
 
 
 def _space_and_base(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any, Any]:
