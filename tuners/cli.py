@@ -141,10 +141,9 @@ def _space_and_base(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any, 
     base = current or PipelineConfig()
     if args.batch_size:
         base = base.replace(batch_size=args.batch_size)
-    files = len(pipeline.source.files()) if hasattr(pipeline, "source") else None
-    space = SearchSpace.default(
+    space = SearchSpace.for_pipeline(
+        pipeline,
         cpu_count=bench.available_cpus(),
-        files=files or None,
         batch_size=base.batch_size,
         tune_batch_size=args.tune_batch_size,
     )
@@ -291,7 +290,7 @@ def run_demo(args: argparse.Namespace) -> int:
         pipeline = demo_pipeline(args.data_dir, say=say)
         step = steps.make(args.step, schema=pipeline.schema, device_time_ms=args.device_time_ms)
         base = PipelineConfig(batch_size=DEMO["batch_size"])
-        space = SearchSpace.default(cpu_count=bench.available_cpus(), files=DEMO["files"])
+        space = SearchSpace.for_pipeline(pipeline, cpu_count=bench.available_cpus())
         say(
             f"tuning {DEMO['files']} TFRecord files ({DEMO['rows']:,} criteo-like rows, batch "
             f"{DEMO['batch_size']}) against step '{step.name}': {args.n_trials} trials, "

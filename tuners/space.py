@@ -142,6 +142,33 @@ class SearchSpace:
             )
         return cls(choices=choices)
 
+    @classmethod
+    def for_pipeline(
+        cls,
+        pipeline: Any,
+        *,
+        cpu_count: int | None = None,
+        batch_size: int | None = None,
+        tune_batch_size: bool = False,
+    ) -> SearchSpace:
+        """`default` with the file count and data size read from a tfinput pipeline's
+        files (``cache`` is searched only when the files fit in a quarter of RAM)."""
+        files: list[str] = []
+        source = getattr(pipeline, "source", None)
+        if source is not None and hasattr(source, "files"):
+            files = source.files()
+        local = [f for f in files if "://" not in f and os.path.exists(f)]
+        size = (
+            sum(os.path.getsize(f) for f in local) if local and len(local) == len(files) else None
+        )
+        return cls.default(
+            cpu_count=cpu_count,
+            files=len(files) or None,
+            batch_size=batch_size,
+            tune_batch_size=tune_batch_size,
+            data_bytes=size,
+        )
+
     def fix(self, **values: Any) -> SearchSpace:
         """Pin knobs to one value each (they are then not searched)."""
         return self.narrow(**{k: (v,) for k, v in values.items()})

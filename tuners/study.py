@@ -343,8 +343,7 @@ def tune(
     cores = cpu_count or bench.available_cpus()
     base = base or current or PipelineConfig()
     if space is None:
-        files = len(pipeline.source.files()) if hasattr(pipeline, "source") else None
-        space = SearchSpace.default(cpu_count=cores, files=files or None)
+        space = SearchSpace.for_pipeline(pipeline, cpu_count=cores)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage_obj = make_storage(
         storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period
