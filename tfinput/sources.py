@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import glob
 import logging
 import os
@@ -303,6 +304,20 @@ def _expected_arrow(f: Dense | Categorical | MultiHot | Label) -> tuple[str, ...
     return (base,) if isinstance(f, Categorical) else (f"list<{base}>",)
 
 
+@functools.lru_cache(maxsize=4096)
+def _parquet_columns(path: str, mtime_ns: int | None, size: int | None) -> dict[str, tuple]:
+    """``{column: (kind, arrow type)}`` from a Parquet footer, cached per file version
+    (the tuner and bench build the same pipeline many times)."""
+    import pyarrow.parquet as pq
+
+    del mtime_ns, size  # part of the cache key only
+    try:
+        arrow_schema = pq.read_schema(path)
+    except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
+        raise DataError(f"{path}: not a readable Parquet file ({_first_line(e)})") from e
+    return {field.name: (_arrow_kind(field.type), str(field.type)) for field in arrow_schema}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ParquetSource:
     """Parquet files read column by column with pyarrow record batches.
@@ -336,37 +351,28 @@ class ParquetSource:
         return _drop_empty(files, self.empty_files)[0]
 
     def validate(self, files: list[str], schema: Schema) -> None:
-        """Check every file's Parquet schema against the tfinput schema (footers only)."""
-        import pyarrow.parquet as pq
-
-        wanted = [(f.name, f.source, f) for f in schema.features]
+        """Check every file's Parquet schema against the tfinput schema (footers only;
+        a footer already read is not read again until the file changes)."""
+        wanted = [(f.name, f.source, _expected_arrow(f)) for f in schema.features]
         wanted += [
-            (f.name, f.weights, Dense(name=f.weights, length=1))
-            for f in schema.multi_hot
-            if f.weights
+            (f.name, f.weights, ("list<float>", "list<int>")) for f in schema.multi_hot if f.weights
         ]
-        wanted += [(lab.name, lab.source, lab) for lab in schema.labels]
+        wanted += [(lab.name, lab.source, _expected_arrow(lab)) for lab in schema.labels]
         for path in files:
-            try:
-                arrow_schema = pq.read_schema(path)
-            except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
-                raise DataError(f"{path}: not a readable Parquet file ({_first_line(e)})") from e
-            names = arrow_schema.names
-            for name, column, f in wanted:
-                if column not in names:
+            stat = os.stat(path) if "://" not in path else None
+            columns = _parquet_columns(path, stat and stat.st_mtime_ns, stat and stat.st_size)
+            for name, column, expected in wanted:
+                if column not in columns:
+                    names = list(columns)
                     raise SchemaError(
                         f"{path}: feature {name!r}: column {column!r} is missing; columns: "
                         f"{names[:40]}" + _did_you_mean(column, names)
                     )
-                found = _arrow_kind(arrow_schema.field(column).type)
-                expected = _expected_arrow(f)
-                if isinstance(f, Dense) and f.name == column and f.length == 1:
-                    expected = ("list<float>", "list<int>")  # weights column
+                found, arrow_type = columns[column]
                 if found not in expected:
                     raise SchemaError(
                         f"{path}: feature {name!r}: column {column!r} has type {found} "
-                        f"({arrow_schema.field(column).type}); the schema expects "
-                        f"{' or '.join(expected)}"
+                        f"({arrow_type}); the schema expects {' or '.join(expected)}"
                     )
 
     def encoded_batches(

@@ -40,55 +40,22 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, TfinputError
 from tuners.objective import measure
 from tuners.space import SearchSpace
 
-__all__ = ["tune", "TuneResult", "Confirmed", "make_storage", "host_lock", "baseline_configs"]
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput.bench import ConfigStats
+
+__all__ = ["tune", "TuneResult", "make_storage", "host_lock", "baseline_configs"]
 
 log = logging.getLogger("tfinput.tuners")
 
 HEARTBEAT_INTERVAL = 5
 GRACE_PERIOD = 15
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Confirmed:
-    """One config re-measured in the confirmation round.
-
-    Attributes:
-      name: ``autotune``, ``current`` or ``trial N``.
-      config: The config.
-      median, minimum, maximum, cv: Examples/s over the confirmation windows.
-      ratio, ratio_min, ratio_max: Versus ``autotune``: median of per-round ratios, range.
-    """
-
-    name: str
-    config: PipelineConfig
-    median: float
-    minimum: float
-    maximum: float
-    cv: float
-    ratio: float | None
-    ratio_min: float | None
-    ratio_max: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "config": self.config.to_dict(),
-            "median": round(self.median, 1),
-            "min": round(self.minimum, 1),
-            "max": round(self.maximum, 1),
-            "cv": round(self.cv, 4),
-            "ratio_vs_autotune": None if self.ratio is None else round(self.ratio, 3),
-            "ratio_range": None
-            if self.ratio is None
-            else [round(self.ratio_min, 3), round(self.ratio_max, 3)],
-        }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -98,7 +65,8 @@ class TuneResult:
     Attributes:
       best_config: The winner of the confirmation round.
       best_name: Its name there (``trial N``, ``autotune`` or ``current``).
-      confirmed: Every config of the confirmation round, best first.
+      confirmed: Every config of the confirmation round (`tfinput.bench.ConfigStats`:
+        median, spread, ratio to autotune per round), best first.
       study_name: Optuna study name.
       trials: Counts by state (``complete``, ``pruned``, ``fail``, ``running``...).
       seconds: Wall time of the search and of the confirmation.
@@ -111,7 +79,7 @@ class TuneResult:
 
     best_config: PipelineConfig
     best_name: str
-    confirmed: tuple[Confirmed, ...]
+    confirmed: tuple[ConfigStats, ...]
     study_name: str
     trials: dict[str, int]
     seconds: dict[str, float]
@@ -470,24 +438,7 @@ def tune(
         cpu_count=cores,
         progress=confirm_progress,
     )
-    confirmed = sorted(
-        (
-            Confirmed(
-                name=s.name,
-                config=s.config,
-                median=s.median,
-                minimum=s.minimum,
-                maximum=s.maximum,
-                cv=s.cv,
-                ratio=s.ratio,
-                ratio_min=s.ratio_min,
-                ratio_max=s.ratio_max,
-            )
-            for s in bench_result.results
-        ),
-        key=lambda c: c.median,
-        reverse=True,
-    )
+    confirmed = sorted(bench_result.results, key=lambda c: c.median, reverse=True)
     confirm_seconds = time.time() - t1
     best = confirmed[0]
     advice = []
