@@ -106,7 +106,8 @@ class DatagenResult:
 
 
 def _chunk_seed(seed: int, chunk: int) -> int:
-    return int(np.random.SeedSequence([seed, chunk]).generate_state(1, np.uint64)[0] >> 1)
+    # int() first: numpy 1.x refuses to shift a numpy uint64 by a Python int.
+    return int(np.random.SeedSequence([seed, chunk]).generate_state(1, np.uint64)[0]) >> 1
 
 
 def _chunk(schema: Schema, seed: int, k: int, rows: int, chunk_rows: int) -> Any:
