@@ -29,7 +29,7 @@ _CORE = {
 
 #: Optional parts: (what tfinput uses it for, distributions that provide it, the extra).
 _OPTIONAL = {
-    "jax": ("Keras on the JAX backend", ("jax",), None),
+    "jax": ("Keras on the JAX backend, device prefetch to JAX", ("jax",), "jax"),
     "plotly": ("charts in the tuner's HTML report", ("plotly",), "plots"),
     "xprof": ("offline profile analysis (tfinput inspect)", ("xprof",), "profile"),
     "psycopg": ("PostgreSQL storage for multi-host studies", ("psycopg",), "postgres"),

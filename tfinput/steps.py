@@ -4,7 +4,9 @@ A *step* consumes one batch the way training would. The tuner measures a pipelin
 against it and the profiler marks it in traces. Four kinds:
 
 - ``input_only``: consume the batch and do nothing else; measures the pipeline alone.
-- ``keras``: ``model.train_on_batch(features, labels)`` on a compiled Keras model.
+- ``keras``: ``model.train_on_batch(features, labels)`` on a compiled Keras model, on
+  the backend Keras runs on (``KERAS_BACKEND``: TensorFlow tensors are passed as they
+  are to the TensorFlow backend and as numpy arrays to JAX and torch).
 - ``function``: any user callable ``step(batch)``, for example a custom
   ``strategy.run`` TPU/GPU step. It must block until the step is done (or return
   something we can block on).
@@ -78,11 +80,28 @@ def keras_step(model: Any) -> Step:
             f"keras_step: expected a compiled Keras model, got {type(model).__name__}"
         )
 
-    def run(batch: Any) -> Any:
-        features, labels = batch
-        return model.train_on_batch(features, labels)
+    import keras
 
-    return Step(kind="keras", name=f"keras {getattr(model, 'name', 'model')}", fn=run)
+    backend = keras.config.backend()
+    if backend == "tensorflow":
+
+        def run(batch: Any) -> Any:
+            features, labels = batch
+            return model.train_on_batch(features, labels)
+
+    else:
+        # JAX and torch cannot take TensorFlow tensors: hand them numpy arrays (one
+        # zero-copy view per tensor; the packed layout makes that a handful per batch).
+        import tensorflow as tf
+
+        def to_numpy(t: Any) -> Any:
+            return t.numpy() if hasattr(t, "numpy") else t
+
+        def run(batch: Any) -> Any:
+            features, labels = tf.nest.map_structure(to_numpy, batch)
+            return model.train_on_batch(features, labels)
+
+    return Step(kind="keras", name=f"keras {getattr(model, 'name', 'model')} ({backend})", fn=run)
 
 
 def function_step(fn: Callable[[Any], Any], *, name: str | None = None) -> Step:
