@@ -455,3 +455,88 @@ def test_cli_convert_parquet_to_columnar(tmp_path, small_parquet, capsys):
     assert manifest["chunk_rows"] == 200 and manifest["rows"] == 1000
     code = _cli(["convert", *small_parquet, "--out", str(out), "--to", "columnar", "--overwrite"])
     assert code == 0 and "manifest:" in capsys.readouterr().out
+
+
+# ------------------------------------------------ data nobody prepared for
+def _id_csv(tmp_path, lines_by_index, rows=5000, name="q.csv"):
+    lines = ["id,name,label"] + [f"{i},n{i},{i % 2}" for i in range(rows)]
+    for i, text in lines_by_index.items():
+        lines[i + 1] = text
+    return _write(tmp_path, "\n".join(lines) + "\n", name)
+
+
+@pytest.mark.parametrize(
+    "later",
+    [{}, {300: '300,"quoted, closed",0', 4000: '4000,"n""4000",0'}],
+    ids=["no-later-quote", "later-quotes-close-it"],
+)
+def test_unbalanced_quote_loses_only_its_line(tmp_path, later):
+    path = _id_csv(tmp_path, {100: '100,"oops,0', **later})
+    schema = Schema.of([Dense(name="id", dtype="int64")], labels=["label"])
+    result = convert(path, tmp_path / "out", schema=schema, on_bad_rows="skip", block_size=1 << 14)
+    assert (result.rows, result.skipped) == (4999, 1)
+    assert [b.line for b in result.bad_rows] == [102]
+    assert "unbalanced quote" in result.bad_rows[0].reason
+    ids = _table(result)["id"]
+    assert 100 not in ids and ids[100:102] == [101, 102] and ids[-1] == 4999
+    with pytest.raises(DataError, match=rf"{path}:102: unbalanced quote"):
+        convert(path, tmp_path / "err", schema=schema)
+
+
+@pytest.mark.parametrize(
+    ("line", "bad"),
+    [
+        ('"a""b",1', False),
+        ('a"b,1', False),
+        ('"ab"c,1', False),
+        ('1,"x', True),
+        ('"a""b,1', True),
+        ('1,2,"', True),
+        ('"a"",b",1', False),
+        ('ab",",', True),
+    ],
+    ids=[
+        "doubled-quote",
+        "quote-inside-field",
+        "text-after-quote",
+        "open",
+        "open-doubled",
+        "last",
+        "escaped-then-closed",
+        "literal-quote-then-open",
+    ],
+)
+def test_quote_balance_follows_the_csv_parser(tmp_path, line, bad):
+    path = _write(tmp_path, f"a,label\n{line}\n1,0\n")
+    result = convert(path, tmp_path / "out", on_bad_rows="skip", header=True)
+    assert [b.line for b in result.bad_rows] == ([2] if bad else [])
+    assert result.rows == (1 if bad else 2)
+
+
+def test_truncated_gzip_is_a_clean_error(tmp_path, capsys):
+    data = gzip.compress(("label,v\n" + "".join(f"{i % 2},{i}\n" for i in range(300_000))).encode())
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(data[: len(data) * 3 // 4])
+    with pytest.raises(DataError, match=rf"{path}: cannot read .*truncated or corrupt"):
+        convert(path, tmp_path / "out", block_size=1 << 16)
+    assert not list((tmp_path / "out").glob("part-*"))
+    assert _cli(["convert", str(path), "--out", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tfinput: error: {path}: cannot read") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (bytes(range(256)) * 40, "NUL byte at offset 0"),
+        (b"label,v\n1,\xff\xfe\x80\n" * 100, "byte 0xff at offset 10 is not valid UTF-8"),
+    ],
+    ids=["binary", "not-utf8"],
+)
+def test_binary_input_is_a_clean_error(tmp_path, capsys, content, message):
+    path = tmp_path / "blob.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=rf"{path}: not a (UTF-8 )?text CSV/TSV file"):
+        convert(path, tmp_path / "out")
+    assert _cli(["convert", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err

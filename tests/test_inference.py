@@ -140,3 +140,166 @@ def test_cli_schema_infer_writes_json_and_prints_table(foreign_parquet, tmp_path
 def test_cli_schema_infer_on_missing_files(tmp_path, capsys):
     assert cli.main(["schema", "infer", str(tmp_path / "none-*.parquet")]) == 2
     assert "matches no files" in capsys.readouterr().err
+
+
+# ------------------------------------------------ data nobody prepared for
+def _csv(tmp_path, header, rows, name="x.csv"):
+    path = tmp_path / name
+    path.write_text(",".join(header) + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("base", "dtype"),
+    [(2**62, "int64"), (18_446_744_073_709_551_000, "string")],
+    ids=["beyond-2**53", "beyond-int64"],
+)
+def test_huge_integer_ids_never_become_floats(tmp_path, base, dtype):
+    ids = [base + 7 * i for i in range(100)]
+    path = _csv(tmp_path, ["event", "label"], [(v, i % 2) for i, v in enumerate(ids)])
+    result = infer_schema(str(path))
+    event = result.schema.feature("event")
+    assert isinstance(event, Categorical) and event.dtype == dtype
+    stats = {c.name: c for c in result.columns}
+    assert stats["event"].distinct == 100
+    assert ("beyond int64" if dtype == "string" else "beyond 2**53") in stats["event"].note
+    from tfinput.convert import convert
+
+    out = convert(path, tmp_path / "out")
+    values = pq.read_table(out.paths[0]).column("event").to_pylist()
+    assert [int(v) for v in values] == ids  # exact, 100 distinct
+
+
+def test_one_non_numeric_value_is_counted_not_silent(tmp_path):
+    rows = [(i % 2, i * 3) for i in range(10_000)]
+    rows[4321] = (1, "abc")
+    path = _csv(tmp_path, ["label", "count"], rows)
+    result = infer_schema(str(path))
+    count = result.schema.feature("count")
+    assert isinstance(count, Dense) and count.dtype == "int64"
+    note = {c.name: c for c in result.columns}["count"].note
+    assert f"1 of 10,000 values non-numeric, e.g. 'abc' at {path}:4323" in note
+    from tfinput.convert import convert
+
+    out = convert(path, tmp_path / "out", on_bad_rows="skip")
+    assert (out.rows, out.skipped, [b.line for b in out.bad_rows]) == (9_999, 1, [4323])
+    many = [(i % 2, "abc" if i % 100 == 0 else i) for i in range(10_000)]  # 1%: text
+    result = infer_schema(str(_csv(tmp_path, ["label", "count"], many, "many.csv")))
+    assert result.schema.feature("count").dtype == "string"
+    assert "100 of 10,000 values non-numeric" in result.columns[1].note
+
+
+def test_tfrecord_inference_is_deterministic(tmp_path):
+    records = [
+        {"zeta": [1.0], "label": [1.0]},
+        {"mid_id": [3], "alpha": [2.0], "zeta": [0.5], "label": [0.0]},
+        {"beta": [b"x", b"y"], "alpha": [1.0], "label": [1.0]},
+    ]
+    outputs = []
+    for name, order in (("a", records), ("b", records[::-1])):
+        path = tmp_path / f"{name}.tfrecord"
+        with tf.io.TFRecordWriter(str(path)) as w:
+            for r in order:
+                w.write(_example(r))
+        outputs.append(infer_schema(str(path)).schema.to_json())
+    assert outputs[0] == outputs[1]
+    names = [f["name"] for f in json.loads(outputs[0])["features"]]
+    assert names == sorted(names) == ["alpha", "beta", "mid_id", "zeta"]
+
+
+def _mixed_csv(tmp_path):
+    rng = np.random.default_rng(3)
+    rows = [
+        (
+            int(rng.integers(0, 500)),
+            int(rng.integers(0, 50_000)),
+            round(float(rng.random()), 3),
+            ["paris", "lyon", "", "nice"][i % 4],
+            "|".join(f"g{k}" for k in range(i % 4)),
+            -1 if i % 9 == 0 else int(rng.integers(0, 30)),
+            i % 2,
+        )
+        for i in range(3000)
+    ]
+    header = ["user_id", "visits", "price", "city", "genres", "shop_id", "click"]
+    return _csv(tmp_path, header, rows)
+
+
+def test_schema_infer_and_convert_give_the_same_schema(tmp_path, capsys):
+    path = _mixed_csv(tmp_path)
+    out = tmp_path / "inferred.json"
+    argv = ["schema", "infer", str(path), "--list-column", "genres", "--out", str(out)]
+    assert cli.main(argv) == 0
+    argv = ["convert", str(path), "--out", str(tmp_path / "c"), "--list-column", "genres"]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert out.read_bytes() == (tmp_path / "c" / "schema.json").read_bytes()
+    s = tfinput.Schema.from_json(out)
+    assert isinstance(s.feature("visits"), Dense) and s.feature("visits").log1p
+    assert s.table("city").vocabulary_size == 1024  # 4 x distinct, as for Parquet
+
+
+def test_inferred_schema_passes_check_on_negative_ids(tmp_path, capsys):
+    """A -1 missing marker is folded into a reserved id (never a schema that check
+    rejects); other negative ids: hashed strings (CSV) or left out with a note."""
+    n = 1000
+    table = pa.table(
+        {
+            "shop_id": pa.array([-1 if i % 9 == 0 else i % 30 for i in range(n)], pa.int64()),
+            "other_id": pa.array([-5 if i % 7 == 0 else i % 40 for i in range(n)], pa.int64()),
+            "item_id": pa.array([i % 50 for i in range(n)], pa.int64()),
+            "label": pa.array([i % 2 for i in range(n)], pa.int64()),
+        }
+    )
+    path = tmp_path / "neg.parquet"
+    pq.write_table(table, path)
+    schema_path = tmp_path / "schema.json"
+    assert cli.main(["schema", "infer", str(path), "-o", str(schema_path), "--json"]) == 0
+    notes = {c["name"]: c["note"] for c in json.loads(capsys.readouterr().out)["columns"]}
+    assert "-1 seen 112 times, taken as a missing marker" in notes["shop_id"]
+    assert "reserved" in notes["shop_id"]
+    assert "negative ids seen (min -5" in notes["other_id"]
+    schema = tfinput.Schema.from_json(schema_path)
+    shop = schema.feature("shop_id")
+    assert (shop.dtype, shop.out_of_range) == ("int64", "modulo")
+    assert schema.table("shop_id").vocabulary_size == 31  # ids 0..29, and 30 for -1
+    assert "other_id" not in {f.name for f in schema.features}
+    assert cli.main(["check", str(path), "--schema", str(schema_path)]) == 0
+    features, _ = next(
+        iter(tfinput.parquet([str(path)], schema).build(PipelineConfig(batch_size=n)))
+    )
+    ids = features["ids"]["shop_id"].numpy()
+    np.testing.assert_array_equal(ids[::9], 30)  # every -1 on the reserved id
+    assert (np.delete(ids, np.s_[::9]) < 30).all()
+    # CSV: the converter writes the data; the -1 marker folds the same way.
+    csv_path = _mixed_csv(tmp_path)
+    assert cli.main(["convert", str(csv_path), "--out", str(tmp_path / "c")]) == 0
+    converted = tfinput.Schema.from_json(tmp_path / "c" / "schema.json")
+    assert converted.feature("shop_id").out_of_range == "modulo"
+    capsys.readouterr()
+    assert cli.main(["check", str(tmp_path / "c")]) == 0
+
+
+def test_converted_raw_magnitudes_train_with_finite_loss(tmp_path):
+    from tfinput import models
+    from tfinput.convert import convert
+
+    rng = np.random.default_rng(5)
+    rows = [
+        (
+            f"{rng.uniform(1e18, 1e19):.6e}",
+            int(rng.integers(14_000_000, 14_010_000)),
+            round(float(rng.normal(0, 1e9)), 1),
+            int(rng.integers(0, 20)),
+            i % 2,
+        )
+        for i in range(640)
+    ]
+    path = _csv(tmp_path, ["big", "hour", "delta", "cat_id", "label"], rows)
+    result = convert(path, tmp_path / "out")
+    hour = result.schema.feature("hour")
+    assert (hour.clip, hour.log1p) == ((0.0, None), True)
+    ds = tfinput.parquet(result.paths, result.schema).build(PipelineConfig(batch_size=64))
+    model = models.ranking_model(result.schema, jit_compile=True)
+    losses = [float(model.train_on_batch(f, y)[0]) for f, y in ds]
+    assert len(losses) == 10 and all(np.isfinite(losses)), losses

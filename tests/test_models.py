@@ -56,3 +56,51 @@ def test_embedding_bag_combiners_and_empty_rows():
         layer2 = models.PaddedEmbeddingBag(10, 2, combiner)
         t2 = layer2.embeddings.numpy()
         np.testing.assert_allclose(layer2(ids, w).numpy()[0], (t2[1] + 3 * t2[2]) / norm, rtol=1e-5)
+
+
+def _raw_magnitudes(tmp_path, n=512):
+    """Parquet with unscaled dense columns: ids near 1e19 stored as floats, hour stamps
+    near 1.4e7, signed values of 1e9, plus one categorical and a label."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "raw.parquet"
+    table = pa.table(
+        {
+            "big_id": pa.array(rng.uniform(1e18, 1e19, n), pa.float32()),
+            "hour": pa.array(rng.integers(14_000_000, 14_010_000, n), pa.int64()),
+            "delta": pa.array(rng.normal(0, 1e9, n), pa.float32()),
+            "cat": pa.array(rng.integers(0, 10, n), pa.int64()),
+            "label": pa.array(rng.integers(0, 2, n), pa.int64()),
+        }
+    )
+    pq.write_table(table, path)
+    return str(path)
+
+
+def test_ranking_model_loss_stays_finite_on_raw_dense_magnitudes(tmp_path):
+    from tfinput.schema import Categorical, Dense, Label, Schema, Table
+
+    schema = Schema(
+        features=(
+            Dense(name="big_id"),
+            Dense(name="hour", dtype="int64"),
+            Dense(name="delta"),
+            Categorical(name="cat", table="cat"),
+        ),
+        tables=(Table(name="cat", vocabulary_size=10, dim=4),),
+        labels=(Label(name="label", dtype="int64"),),
+    )
+    ds = tfinput.parquet(_raw_magnitudes(tmp_path), schema).build(PipelineConfig(batch_size=64))
+    model = models.ranking_model(schema, jit_compile=True)
+    losses = [float(model.train_on_batch(f, y)[0]) for f, y in ds.repeat(2)]
+    assert len(losses) == 16 and all(np.isfinite(losses)), losses
+
+
+def test_signed_log1p_is_finite_and_odd():
+    x = np.array([-3.4e38, -1e19, -1.0, 0.0, 1.0, 1e19, 3.4e38], np.float32)
+    y = np.asarray(models.signed_log1p(tf.constant(x)))
+    assert np.isfinite(y).all() and y[3] == 0.0
+    np.testing.assert_allclose(y, -y[::-1], rtol=1e-6)
+    np.testing.assert_allclose(y[4], np.log1p(1.0), rtol=1e-6)

@@ -197,3 +197,25 @@ def test_keras_fit_accepts_batches(small_tfrecord):
     model = models.ranking_model(schema)
     history = model.fit(ds, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_large_padded_multi_hot_batch_warns_at_build(tmp_path, caplog):
+    import logging
+
+    from tfinput.schema import Label, MultiHot, Schema, Table
+
+    schema = Schema(
+        features=(MultiHot(name="m", table="t", max_len=65_536),),
+        tables=(Table(name="t", vocabulary_size=10, dim=2),),
+        labels=(Label(name="y"),),
+    )
+    ds = tf.data.Dataset.from_tensor_slices({"m": np.ones((4, 1), np.int64), "y": [0.0] * 4})
+    with caplog.at_level(logging.WARNING, logger="tfinput"):
+        tfinput.wrap(ds, schema).build(PipelineConfig(batch_size=1024))
+    assert "'m'" in caplog.text and "max_len 65536" in caplog.text and "MiB" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tfinput"):
+        tfinput.wrap(ds, schema).with_multi_hot_format("ragged").build(
+            PipelineConfig(batch_size=1024)
+        )
+    assert "max_len" not in caplog.text

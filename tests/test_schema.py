@@ -89,3 +89,38 @@ def test_columns_and_views():
     assert "history_w" in schema.columns() and schema.columns()[-1] == "label"
     assert [f.name for f in schema.multi_hot] == ["history", "tags"]
     assert len(schema.dense) == 3
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: Dense(name="d", clip=(float("nan"), 1.0)), r"Dense 'd'.clip: expected.*not NaN"),
+        (lambda: Dense(name="d", clip=(0.0, float("nan"))), r"Dense 'd'.clip: expected.*not NaN"),
+        (
+            lambda: Schema(
+                features=(Categorical(name="c", table="t", default=10),),
+                tables=(Table(name="t", vocabulary_size=10, dim=2),),
+            ),
+            r"feature 'c': default 10 is outside table 't' \(ids in \[0, 10\)\)",
+        ),
+        (
+            lambda: MultiHot(name="m", table="t", max_len=2_000_000),
+            r"MultiHot 'm'.max_len: expected an int <= 65536",
+        ),
+    ],
+    ids=["clip-nan-low", "clip-nan-high", "default-outside-vocab", "max_len-cap"],
+)
+def test_validation_of_values_nobody_meant(build, message):
+    with pytest.raises(SchemaError, match=message):
+        build()
+
+
+def test_out_of_vocabulary_default_from_json_names_the_feature():
+    data = {
+        "tables": [{"name": "t", "vocabulary_size": 5, "dim": 2}],
+        "features": [{"kind": "categorical", "name": "c", "table": "t", "default": 7}],
+    }
+    with pytest.raises(SchemaError, match=r"feature 'c': default 7 is outside table 't'"):
+        Schema.from_dict(data)
+    data["features"][0]["out_of_range"] = "modulo"  # folded like any other id: allowed
+    assert Schema.from_dict(data).feature("c").default == 7

@@ -71,3 +71,12 @@ def test_batches_are_accepted_by_tpu_embedding_for_serving(small_tfrecord, small
     w = dense_features["weights"]["history"].numpy()
     rows = (table[ids] * w[..., None]).sum(1) / np.maximum(w.sum(1, keepdims=True), 1e-12)
     np.testing.assert_allclose(out["history"].numpy(), rows, rtol=1e-5, atol=1e-6)
+
+
+def test_enqueue_weights_refuses_the_dense_multi_hot_format(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    features, _ = next(iter(pipeline.build(PipelineConfig(batch_size=8))))
+    with pytest.raises(ConfigError) as e:
+        tpu.enqueue_weights(small_schema, features)
+    msg = str(e.value)
+    assert "'history'" in msg and 'with_multi_hot_format("sparse")' in msg and "ragged" in msg

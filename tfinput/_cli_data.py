@@ -54,17 +54,23 @@ def _delimiter(text: str) -> str:
 
 
 # ------------------------------------------------------------------ convert
+def list_columns(specs: list[str] | None) -> dict[str, str]:
+    """``--list-column NAME[=DELIM]`` values as ``{name: delimiter}`` (default ``|``)."""
+    lists: dict[str, str] = {}
+    for spec in specs or []:
+        name, sep, delim = spec.partition("=")
+        if not name or (sep and not delim):
+            raise ConfigError(f"--list-column: expected NAME or NAME=DELIMITER, got {spec!r}")
+        lists[name] = _delimiter(delim) if delim else "|"
+    return lists
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
     """Convert CSV/TSV, Parquet or TFRecord to Parquet, TFRecord or columnar records."""
     from tfinput.convert import convert
     from tfinput.schema import Schema
 
-    lists: dict[str, str] = {}
-    for spec in args.list_column or []:
-        name, sep, delim = spec.partition("=")
-        if not name or (sep and not delim):
-            raise ConfigError(f"--list-column: expected NAME or NAME=DELIMITER, got {spec!r}")
-        lists[name] = _delimiter(delim) if delim else "|"
+    lists = list_columns(args.list_column)
     header: bool | str = {"auto": "auto", "yes": True, "no": False}[args.header]
     schema = Schema.from_json(args.schema) if args.schema else None
     with progress() as bar:
@@ -337,8 +343,9 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument(
         "--hash-buckets",
         type=_count,
-        default=100_000,
-        help="table rows of hashed string columns (default 100k)",
+        default=None,
+        help="table rows of hashed string columns (default: 100k with a preset; as "
+        "`tfinput schema infer` when inferring: 4x the distinct values seen)",
     )
     p.add_argument("--rows-per-file", type=_count, default=1_000_000)
     p.add_argument(

@@ -846,6 +846,14 @@ class ColumnarSource:
             out.append(item)
         return out
 
+    def count_records(self, path: str) -> int | None:
+        """Rows in one file, from the manifest (`Pipeline.check` reports it)."""
+        try:
+            entry = read_manifest(path).entry(path)
+        except SourceError:
+            return None
+        return None if entry is None else entry.rows
+
     def explain_error(self, path: str, message: str) -> str:
         """Name the chunk in a TFRecord corruption message (``corrupted record at N``)."""
         m = re.search(r"(corrupted|truncated) record at (\d+)", message)

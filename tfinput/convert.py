@@ -53,14 +53,19 @@ hashed by the pipeline, so a table can be resized without converting again):
   (< 100) and ``occupation`` (0-20) int ids. ``timestamp`` is not a feature and is
   dropped (split train and test by time before converting).
 
-Without a preset or schema, kinds are inferred from the first ``infer_rows`` rows:
-float columns become `Dense`, integer columns `Dense` with ``dtype="int64"`` except
-those named like ids (``id``, ``user_id``, ``movieId``), which become int64
-`Categorical`s folded into ``hash_buckets`` rows (``out_of_range="modulo"``), text
-columns string `Categorical`s hashed into ``hash_buckets``, list columns `MultiHot`
-with ``max_len`` the longest list seen; the first column named one of `LABEL_NAMES`
-(or ``label=``) becomes the `Label`. A later value that does not fit the inferred type
-is a bad row: pass a schema (edit the written ``schema.json``) to decide otherwise.
+Without a preset or schema, the schema is inferred from the first ``infer_rows`` rows
+by `tfinput.infer_schema`, the engine behind ``tfinput schema infer``, so both give the
+same schema for the same file (its module docstring has the rules: integers stay int64
+and become `Categorical` ids when named like ids or beyond 2**53, text becomes hashed
+string `Categorical`, large non-negative counts get ``clip`` + ``log1p``, a column with
+fewer than 0.1% non-numeric values stays numeric, ...). A later value that does not fit
+the inferred type is a bad row: pass a schema (edit the written ``schema.json``) to
+decide otherwise.
+
+Unbalanced quotes: a line that opens a quoted field and does not close it is a bad row
+on its own (reason ``unbalanced quote``); it cannot swallow the lines after it.
+Unreadable inputs (a truncated ``.gz``, a binary or non-UTF-8 file) raise `DataError`
+naming the file; nothing is written.
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ from typing import Any
 import numpy as np
 
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput.inference import LABEL_NAMES
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
 __all__ = [
@@ -93,8 +99,6 @@ __all__ = [
 ]
 
 PRESETS = ("criteo", "movielens")
-#: Column names taken as the label when inferring a schema, in order of preference.
-LABEL_NAMES = ("label", "click", "clicked", "clicks", "rating", "target", "y")
 #: Bytes of CSV parsed at a time (a record must fit in one block).
 BLOCK_SIZE = 4 << 20
 #: Bad rows listed in a `ConvertResult` (all are counted).
@@ -264,12 +268,154 @@ def _open_binary(path: str) -> Any:
 
 
 def _first_lines(path: str, n: int = 50) -> list[str]:
-    with _open_binary(path) as f:
-        head = f.read(256 << 10)
+    import pyarrow as pa
+
+    try:
+        with _open_binary(path) as f:
+            head = f.read(256 << 10)
+    except (OSError, pa.ArrowException) as e:
+        raise DataError(f"{path}: cannot read ({e}); is the file truncated or corrupt?") from e
+    _check_text(path, head)
     lines = head.decode("utf-8", errors="replace").splitlines()
     if len(head) == 256 << 10 and lines:
         lines = lines[:-1]  # the last one may be cut
     return [ln for ln in lines[:n] if ln.strip()]
+
+
+def _check_text(path: str, head: bytes) -> None:
+    """Raise `DataError` if the first bytes of an input are not UTF-8 text."""
+    nul = head.find(b"\0")
+    if nul >= 0:
+        raise DataError(
+            f"{path}: not a text CSV/TSV file: NUL byte at offset {nul} (binary data); "
+            "expected UTF-8 text (Parquet and TFRecord inputs need a .parquet / .tfrecord "
+            "name or input_format)"
+        )
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:  # not just a character cut at the end of the sample
+            raise DataError(
+                f"{path}: not a UTF-8 text CSV/TSV file: byte {head[e.start]:#04x} at offset "
+                f"{e.start} is not valid UTF-8; expected UTF-8 text (re-encode the file, "
+                "for example with iconv)"
+            ) from e
+
+
+def _unclosed_quote(line: str, delimiter: str, quote: str = '"') -> bool:
+    """Whether a field of ``line`` opens a quote that the line does not close.
+
+    Follows the CSV parser: a quote is special only at the start of a field, ``""``
+    inside a quoted field is a literal quote, and after the closing quote the field
+    goes on unquoted (where quotes are literal) up to the next delimiter.
+    """
+    i, n = 0, len(line)
+    while i < n:
+        if line[i] == quote:
+            j = i + 1
+            while True:
+                j = line.find(quote, j)
+                if j < 0:
+                    return True
+                if j + 1 < n and line[j + 1] == quote:
+                    j += 2
+                    continue
+                break
+            i = j + 1
+        k = line.find(delimiter, i)
+        if k < 0:
+            return False
+        i = k + 1
+    return False
+
+
+#: A quoted span: a quote, then anything but a quote or a line break, or a doubled
+#: quote, up to the closing quote.
+_QUOTED_SPAN = re.compile(rb'"[^"\n]*(?:""[^"\n]*)*"')
+
+
+class _QuoteGuard(io.RawIOBase):
+    """The text of a CSV file, checked line by line before the CSV parser sees it.
+
+    The parser lets a quoted field run over line breaks, so one unbalanced quote would
+    swallow every line up to the next quote or the end of the block as one record.
+    Records must be one line, so a line that opens a quote it does not close is
+    replaced by a line the parser rejects (``fields + 1`` empty fields) and recorded
+    in `bad` (line number -> reason): it alone is a bad row, line numbers stay exact.
+    Blocks without a quote character pass through untouched.
+    """
+
+    def __init__(self, source: Any, *, delimiter: str, fields: int):
+        self.source = source
+        self.delimiter = delimiter
+        self.replacement = (delimiter * fields).encode()
+        self.bad: dict[int, str] = {}
+        self.delimiter_byte = ord(delimiter) if len(delimiter.encode()) == 1 else None
+        self.line = 1  # number of the first line of the next chunk checked
+        self.pending = b""  # a line not yet complete
+        self.out = b""
+        self.pos = 0
+        self.eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while self.pos >= len(self.out) and not self.eof:
+            self._fill()
+        n = min(len(b), len(self.out) - self.pos)
+        b[:n] = memoryview(self.out)[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+    def _fill(self) -> None:
+        chunk = self.source.read(1 << 20)
+        if not chunk:
+            self.eof = True
+            data, self.pending = self.pending, b""
+        else:
+            data = self.pending + bytes(chunk)
+            cut = data.rfind(b"\n") + 1
+            data, self.pending = data[:cut], data[cut:]
+        self.out, self.pos = self._check(data), 0
+
+    def _suspects(self, data: bytes) -> list[int]:
+        """Indices of the lines of ``data`` that may open a quote they do not close.
+
+        One regex pass replaces every ``"..."`` span (``""`` inside) by a NUL byte; a
+        line is certainly balanced when no quote is left and each span starts at a
+        field start and ends at a field end. The others (few in well-formed files) are
+        checked exactly by `_unclosed_quote`.
+        """
+        if self.delimiter_byte is None:  # a multi-byte delimiter: check every quote line
+            return [i for i, ln in enumerate(data.split(b"\n")) if b'"' in ln]
+        rest = np.frombuffer(_QUOTED_SPAN.sub(b"\0", data), dtype=np.uint8)
+        breaks = np.flatnonzero(rest == 10)
+        marks = np.flatnonzero(rest == 0)
+        before = np.where(marks > 0, rest[np.maximum(marks - 1, 0)], 10)
+        after = np.where(marks + 1 < rest.size, rest[np.minimum(marks + 1, rest.size - 1)], 10)
+        fields = (self.delimiter_byte, 10)
+        misplaced = ~np.isin(before, fields) | ~np.isin(after, (*fields, 13))
+        odd = np.concatenate([np.flatnonzero(rest == 34), marks[misplaced]])
+        return np.unique(np.searchsorted(breaks, odd)).tolist()
+
+    def _check(self, data: bytes) -> bytes:
+        first, self.line = self.line, self.line + data.count(b"\n")
+        if b'"' not in data:
+            return data
+        suspects = self._suspects(data)
+        if not suspects:
+            return data
+        lines = data.split(b"\n")
+        for i in suspects:
+            text = lines[i].decode("utf-8", errors="replace").rstrip("\r")
+            if _unclosed_quote(text, self.delimiter):
+                self.bad[first + i] = (
+                    "unbalanced quote: a quoted field is not closed on this line (records "
+                    f"must be one line; the line alone is left out): {text[:80]!r}"
+                )
+                lines[i] = self.replacement
+        return b"\n".join(lines)
 
 
 def _split(line: str, delimiter: str) -> list[str]:
@@ -324,7 +470,7 @@ class _Column:
     required: bool = False
     fixed_len: int | None = None
     finite: bool = False
-    is_id: bool = False  # int ids: negative values are bad rows
+    is_id: bool = False  # strict int ids: negative values are bad rows (modulo folds them)
     vocab: int | None = None  # int ids: upper bound checked
     feature: str = ""
 
@@ -374,7 +520,7 @@ def _plan(schema: Schema, lists: Mapping[str, str]) -> dict[str, _Column]:
                     name=f.source,
                     kind=f.dtype,
                     required=f.default is None,
-                    is_id=f.dtype == "int64",
+                    is_id=f.dtype == "int64" and f.out_of_range == "error",
                     vocab=vocab,
                     feature=f.name,
                 )
@@ -388,7 +534,7 @@ def _plan(schema: Schema, lists: Mapping[str, str]) -> dict[str, _Column]:
                     name=f.source,
                     kind=f.dtype,
                     is_list=True,
-                    is_id=f.dtype == "int64",
+                    is_id=f.dtype == "int64" and f.out_of_range == "error",
                     delimiter=lists.get(f.source, "|"),
                     vocab=vocab,
                     feature=f.name,
@@ -745,17 +891,34 @@ class _Reader:
 
         def on_invalid(row: Any) -> str:
             text = (row.text or "")[:80]
-            self.invalid.append(
-                (
-                    int(row.number) if row.number is not None else -1,
-                    f"expected {n} fields ({layout.names_from}), found "
-                    f"{row.actual_columns}: {text!r}",
-                )
+            number = int(row.number) if row.number is not None else -1
+            reason = self.guard.bad.get(number) or (
+                f"expected {n} fields ({layout.names_from}), found {row.actual_columns}: {text!r}"
             )
+            self.invalid.append((number, reason))
             return "skip"
 
-        self.stream = _stream(path, on_read)
-        self.reader = pacsv.open_csv(
+        self.raw = _stream(path, on_read)
+        self.guard = _QuoteGuard(self.raw, delimiter=layout.delimiter, fields=n)
+        self.stream = pa.PythonFile(self.guard, mode="r")
+        try:  # the reader reads the first block now
+            self.reader = self._open_csv(pa, pacsv, block_size, on_invalid)
+        except (OSError, pa.ArrowException) as e:
+            self.close()
+            raise self._read_error(e) from e
+        except BaseException:
+            self.close()
+            raise
+
+    def _read_error(self, e: Exception) -> DataError:
+        """A read failure (a truncated .gz, corrupt bytes) as a `DataError` naming the file."""
+        if isinstance(e, OSError) or "compress" in str(e).lower():
+            return DataError(f"{self.path}: cannot read ({e}); is the file truncated or corrupt?")
+        return DataError(f"{self.path}: cannot parse as CSV: {e}")
+
+    def _open_csv(self, pa: Any, pacsv: Any, block_size: int, on_invalid: Any) -> Any:
+        layout = self.layout
+        return pacsv.open_csv(
             self.stream,
             read_options=pacsv.ReadOptions(
                 use_threads=False,
@@ -786,8 +949,8 @@ class _Reader:
                 batch = self.reader.read_next_batch()
             except StopIteration:
                 break
-            except pa.ArrowInvalid as e:
-                raise DataError(f"{self.path}: cannot parse as CSV: {e}") from e
+            except (OSError, pa.ArrowException) as e:
+                raise self._read_error(e) from e
             n = batch.num_rows
             skip = {line for line, _ in self.invalid if line >= self.next_line}
             lines = np.empty(n, dtype=np.int64)
@@ -806,6 +969,7 @@ class _Reader:
 
     def close(self) -> None:
         self.stream.close()
+        self.raw.close()
 
 
 # ------------------------------------------------------------------ convert
@@ -867,90 +1031,20 @@ def _layout(
     return _Layout(delimiter=delimiter, names=names, header=has_header, names_from=names_from)
 
 
-def _infer(
-    path: str,
-    layout: _Layout,
-    *,
-    lists: Mapping[str, str],
-    label: str | None,
-    hash_buckets: int,
-    infer_rows: int,
+def _inferred(
+    paths: list[str], kind: str, *, infer_rows: int, label: str | None, **kwargs: Any
 ) -> Schema:
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    """The schema `tfinput.infer_schema` (``tfinput schema infer``) infers: one engine,
+    one answer."""
+    from tfinput.inference import infer_schema
 
-    reader = _Reader(path, layout, None)
-    batches = []
-    rows = 0
-    try:
-        for batch, _ in reader.batches():
-            batches.append(batch)
-            rows += batch.num_rows
-            if rows >= infer_rows:
-                break
-    finally:
-        reader.close()
-    table = pa.Table.from_batches(batches, schema=reader.reader.schema).slice(0, infer_rows)
-
-    def kind(values: Any) -> str:
-        values = values.drop_null()
-        if len(values) == 0:
-            return "string"
-        for k, fn in (("int64", _cast_int), ("float32", lambda a: pc.cast(a, pa.float64()))):
-            try:
-                fn(values)
-                return k
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                continue
-        return "string"
-
-    label_name = label
-    if label_name is None:
-        lowered = {n.lower(): n for n in layout.names}
-        label_name = next((lowered[c] for c in LABEL_NAMES if c in lowered), None)
-    elif label_name not in layout.names:
-        raise SchemaError(f"convert: label column {label_name!r} not in columns {layout.names}")
-    features: list[Any] = []
-    tables: list[Table] = []
-    labels: list[Label] = []
-    for name in layout.names:
-        text = table.column(name).combine_chunks()
-        if name in lists:
-            parts = pc.split_pattern(text.drop_null(), pattern=lists[name])
-            flat = pc.list_flatten(parts)
-            flat = flat.filter(pc.not_equal(flat, ""))
-            k = "int64" if kind(flat) == "int64" else "string"
-            lengths = [len([x for x in p if x]) for p in parts.to_pylist()]
-            tables.append(Table(name=name, vocabulary_size=hash_buckets, dim=16))
-            features.append(
-                MultiHot(
-                    name=name,
-                    table=name,
-                    dtype=k,
-                    max_len=max([1, *lengths]),
-                    out_of_range="modulo" if k == "int64" else "error",
-                )
-            )
-            continue
-        k = kind(text)
-        if name == label_name:
-            labels.append(Label(name=name, dtype="int64" if k == "int64" else "float32"))
-        elif k == "string":
-            tables.append(Table(name=name, vocabulary_size=hash_buckets, dim=16))
-            features.append(Categorical(name=name, table=name, dtype="string", default=""))
-        elif k == "int64" and _looks_like_id(name):
-            tables.append(Table(name=name, vocabulary_size=hash_buckets, dim=16))
-            features.append(Categorical(name=name, table=name, default=0, out_of_range="modulo"))
-        else:
-            features.append(Dense(name=name, dtype=k))
-    if label_name is not None and not labels:
-        raise SchemaError(f"convert: label column {label_name!r} cannot be a list column")
-    return Schema(features=tuple(features), tables=tuple(tables), labels=tuple(labels))
-
-
-def _looks_like_id(name: str) -> bool:
-    """``user_id``, ``movieId``, ``id``: integer columns taken as categorical ids."""
-    return bool(re.search(r"(^|[_\W])id$|[a-z]Id$", name) or name.lower() == "id")
+    return infer_schema(
+        paths,
+        sample_rows=infer_rows,
+        labels=[label] if label else None,
+        format=kind,
+        **kwargs,
+    ).schema
 
 
 def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -986,7 +1080,7 @@ def convert(
     column_names: Sequence[str] | None = None,
     list_columns: Mapping[str, str] | None = None,
     label: str | None = None,
-    hash_buckets: int = 100_000,
+    hash_buckets: int | None = None,
     rows_per_file: int = 1_000_000,
     chunk_rows: int = 1024,
     on_bad_rows: str = "error",
@@ -1016,9 +1110,12 @@ def convert(
       column_names: Names of the columns, for files without a header (CSV only).
       list_columns: ``{column: item delimiter}`` for multi-valued CSV columns, for
         example ``{"genres": "|"}``. Multi-hot columns of a schema default to ``|``.
-      label: The label column when inferring (default: the first of `LABEL_NAMES`).
-      hash_buckets: Table rows for hashed string columns (presets and CSV inference).
-        More rows mean fewer collisions and a bigger embedding table.
+      label: The label column when inferring (default: every column named one of
+        `LABEL_NAMES`, in any case).
+      hash_buckets: Table rows for hashed string columns (and folded int id tables)
+        of presets (default 100,000) and of inferred schemas (default: 4 x distinct
+        values seen, rounded up to a power of two, as ``tfinput schema infer``). More
+        rows mean fewer collisions and a bigger embedding table.
       rows_per_file: Rows per output file (columnar: rounded up to whole chunks).
         Several files let readers interleave and shard across input pipelines; each
         should still hold many batches.
@@ -1064,7 +1161,7 @@ def convert(
     lists = dict(_PRESET_LISTS.get(preset or "", {}))
     lists.update(list_columns or {})
     if schema is None and preset is not None:
-        schema = preset_schema(preset, hash_buckets=hash_buckets)
+        schema = preset_schema(preset, hash_buckets=hash_buckets or 100_000)
     if kind == "csv":
         layout_args = dict(
             delimiter=delimiter,
@@ -1075,13 +1172,18 @@ def convert(
         )
         first = _layout(paths[0], **layout_args)
         if schema is None:
-            schema = _infer(
-                paths[0],
-                first,
-                lists=lists,
+            if label is not None and label not in first.names:
+                raise SchemaError(f"convert: label column {label!r} not in columns {first.names}")
+            schema = _inferred(
+                paths,
+                "csv",
+                infer_rows=infer_rows,
                 label=label,
                 hash_buckets=hash_buckets,
-                infer_rows=infer_rows,
+                list_columns=lists or None,
+                delimiter=delimiter,
+                header=header,
+                column_names=column_names,
             )
         names, names_from = first.names, first.names_from
     else:
@@ -1100,11 +1202,9 @@ def convert(
                 f"are {kind} ({paths[0]})"
             )
         if schema is None:
-            from tfinput.inference import infer_schema
-
-            schema = infer_schema(
-                paths, sample_rows=infer_rows, labels=[label] if label else None, format=kind
-            ).schema
+            schema = _inferred(
+                paths, kind, infer_rows=infer_rows, label=label, hash_buckets=hash_buckets
+            )
         names, names_from = _typed_names(paths[0], kind, schema)
     plan = _plan(schema, lists)
     missing = [c for c in plan if c not in names]

@@ -17,8 +17,9 @@ build it again and again with different configs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -40,11 +41,22 @@ from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
 __all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "FileCheck", "CheckReport"]
 
 Source = TFRecordSource | ParquetSource | DatasetSource
+log = logging.getLogger("tfinput")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FileCheck:
-    """Result of reading one file completely with `Pipeline.check`."""
+    """Result of reading one file completely with `Pipeline.check`.
+
+    Attributes:
+      path: The file (``<dataset>`` for a wrapped dataset).
+      records: Records in the file: all of them when it reads cleanly; for a file with
+        a problem, all of them when the source can count them, else those read before
+        the first error.
+      error: None, or every problem found, one per failing feature, joined by ``"; "``;
+        each starts with the record (``record 60``) or the batch's records
+        (``records 0-39``) where it was found.
+    """
 
     path: str
     records: int
@@ -162,6 +174,8 @@ class Pipeline:
         ds, decode = self.source.encoded_batches(files, self.schema, config, batch_size, **kwargs)
         static_batch = batch_size if config.drop_remainder else None
         schema, fmt = self.schema, self.multi_hot_format
+        if fmt == "dense":
+            _warn_large_padded_batches(schema, batch_size)
 
         def parse(encoded: Any) -> Any:
             return transform_batch(
@@ -185,6 +199,11 @@ class Pipeline:
 
         Slow (one file at a time) but exact: a problem is reported with the file it is
         in. `iterate` calls this when a pipeline fails, to name the culprit file.
+        A file with a problem is read again once per feature and label (and its
+        records counted), so that every failing feature is named, each with the
+        records it was found in; files that read cleanly are read once. Problems
+        between files (Parquet column types that differ) are reported on the file
+        that differs from the first.
 
         Args:
           batch_size: Records per batch while checking; errors name the batch's first
@@ -198,35 +217,86 @@ class Pipeline:
 
         resolved = resolve_paths(all_files, what=self.source.kind)
         files, empty = _drop_empty(resolved, "skip")
+        across = self._problems_across_files(files)
         results = []
         for path in files[:max_files]:
-            results.append(self._check_one(path, batch_size))
+            result = self._check_one(path, batch_size)
+            if result.error is None and path in across:
+                result = dataclasses.replace(result, error=across[path])
+            results.append(result)
         return CheckReport(files=tuple(results), empty_files=tuple(empty))
 
+    def _problems_across_files(self, files: list[str]) -> dict[str, str]:
+        """Problems no file has alone: Parquet column types that differ between files."""
+        if not isinstance(self.source, ParquetSource) or len(files) < 2:
+            return {}
+        try:
+            self.source.validate(files, self.schema)
+        except TfinputError as e:
+            message = str(e)
+            for path in files:
+                if message.startswith(path + ": "):
+                    return {path: message[len(path) + 2 :]}
+        return {}
+
     def _check_one(self, path: str | None, batch_size: int) -> FileCheck:
-        config = PipelineConfig.naive(batch_size=batch_size, drop_remainder=False)
+        """Read one file; on a problem, read it again once per feature and label so
+        that every failing feature is named (in schema order, whatever order the
+        checks ran in), each with the records it was found in."""
         one = self
         if path is not None:
             one = dataclasses.replace(
                 self, source=dataclasses.replace(self.source, paths=(path,), empty_files="skip")
             )
+        records, error = one._read_all(path, batch_size)
+        if error is None:
+            return FileCheck(path=path or "<dataset>", records=records)
+        count = getattr(self.source, "count_records", None)
+        total = count(path) if count is not None and path is not None else None
+        messages: list[str] = []
+        schema = self.schema
+        if len(schema.features) + len(schema.labels) > 1:
+            clean = None
+            for f in schema.features:
+                _, sub = one._alone(f)._read_all(path, batch_size)
+                if sub is None:
+                    clean = clean or f
+                elif _where(sub, batch_size, total) not in messages:
+                    messages.append(_where(sub, batch_size, total))
+            for lab in schema.labels if clean is not None else ():
+                _, sub = one._alone(clean, (lab,))._read_all(path, batch_size)
+                if sub is not None and _where(sub, batch_size, total) not in messages:
+                    messages.append(_where(sub, batch_size, total))
+        return FileCheck(
+            path=path or "<dataset>",
+            records=total if total is not None else records,
+            error="; ".join(messages) if messages else _where(error, batch_size, total),
+        )
+
+    def _alone(self, feature: Any, labels: tuple = ()) -> Pipeline:
+        """This pipeline with one feature (and the given labels) only."""
+        name = getattr(feature, "table", None)
+        tables = tuple(t for t in self.schema.tables if t.name == name)
+        return self.with_schema(Schema(features=(feature,), tables=tables, labels=labels))
+
+    def _read_all(self, path: str | None, batch_size: int) -> tuple[int, Any]:
+        """``(records, None)``, or ``(records read before the error, problem)`` where
+        the problem goes through `_where` to become a message."""
+        config = PipelineConfig.naive(batch_size=batch_size, drop_remainder=False)
         records = 0
         try:
-            for features, _ in one.build(config):
+            for features, _ in self.build(config):
                 records += int(_batch_rows(features))
         except (tf.errors.OpError, TfinputError) as e:
-            message = clean_error(e)
-            parse = re.match(r"Key: (\S+?), Index: (\d+)\.\s*(.*)", message)
-            if parse:  # parse errors give the record's index within the batch
-                key, index, rest = parse.groups()
-                message = f"record {records + int(index)}: key {key!r}: {rest}"
-            elif not isinstance(e, TfinputError):
-                message = f"records {records}-{records + batch_size - 1}: {message}"
+            message = explained = clean_error(e)
+            if path is not None and message.startswith(path + ": "):
+                message = explained = message[len(path) + 2 :]  # FileCheck names the path
             explain = getattr(self.source, "explain_error", None)
             if explain is not None and path is not None:  # e.g. name the columnar chunk
-                message = explain(path, message)
-            return FileCheck(path=path or "<dataset>", records=records, error=message)
-        return FileCheck(path=path or "<dataset>", records=records)
+                explained = explain(path, message)
+            ours = isinstance(e, TfinputError) or explained != message
+            return records, (records, explained, ours)
+        return records, None
 
     def iterate(
         self, config: PipelineConfig | None = None, *, diagnose: bool = True
@@ -252,6 +322,45 @@ class Pipeline:
                 first = report.problems[0]
                 return DataError(f"{first.path}: {first.error}")
         return DataError(message)
+
+
+#: One padded dense multi-hot batch above this many bytes is logged at build.
+LARGE_BATCH_BYTES = 256 * 2**20
+
+
+def _warn_large_padded_batches(schema: Schema, batch_size: int) -> None:
+    """The dense format pads every list to ``max_len``: ``batch * max_len`` int32 ids
+    plus float32 weights per feature, whatever the real list lengths."""
+    for f in schema.multi_hot:
+        size = 8 * batch_size * f.max_len
+        if size > LARGE_BATCH_BYTES:
+            log.warning(
+                "tfinput: feature %r: max_len %d pads each batch of %d to %.0f MiB of ids "
+                "and weights; lower max_len (most lists are shorter?) or use "
+                'with_multi_hot_format("ragged"/"sparse")',
+                f.name,
+                f.max_len,
+                batch_size,
+                size / 2**20,
+            )
+
+
+def _where(problem: tuple[int, str, bool], batch_size: int, total: int | None) -> str:
+    """A problem's message, starting with the record (parse errors give the index in
+    the batch) or the batch's records, which stop at the file's last record."""
+    records, message, ours = problem
+    parse = re.match(r"Key: (\S+?), Index: (\d+)\.\s*(.*)", message)
+    if parse:
+        key, index, rest = parse.groups()
+        return f"record {records + int(index)}: key {key!r}: {rest}"
+    if ours:
+        return message
+    last = records + batch_size - 1
+    if total is not None and records < total:
+        last = min(last, total - 1)
+    return f"{'record' if last == records else 'records'} {records}" + (
+        f"-{last}: {message}" if last != records else f": {message}"
+    )
 
 
 def _batch_rows(features: dict[str, dict[str, Any]]) -> int:
@@ -323,6 +432,7 @@ def tfrecord(
     *,
     compression: str | None = "auto",
     empty_files: str = "skip",
+    allow_absent: Sequence[str] = (),
 ) -> Pipeline:
     """A pipeline over TFRecord files of ``tf.train.Example``.
 
@@ -331,10 +441,16 @@ def tfrecord(
       schema: The schema.
       compression: ``None``, ``"GZIP"``, ``"ZLIB"`` or ``"auto"`` (by extension).
       empty_files: ``skip`` (logged) or ``error``.
+      allow_absent: Keys that may be absent from all of the first records checked at
+        build (very sparse features); any other schema key absent from all of them is
+        a `SchemaError` (see `TFRecordSource.validate`).
     """
     return Pipeline(
         source=TFRecordSource(
-            paths=_paths(paths), compression=compression, empty_files=empty_files
+            paths=_paths(paths),
+            compression=compression,
+            empty_files=empty_files,
+            allow_absent=tuple(allow_absent),
         ),
         schema=schema,
     )

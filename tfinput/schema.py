@@ -37,10 +37,15 @@ __all__ = [
     "Feature",
     "Schema",
     "MAX_INT32_VOCAB",
+    "MAX_LEN",
 ]
 
 #: Largest table the TPU embedding path can address: ids are cast to int32.
 MAX_INT32_VOCAB = 2**31 - 1
+#: Largest ``MultiHot.max_len``: a dense batch holds ``batch * max_len`` ids and weights
+#: (8 bytes each), so 2,000,000 would be 4 GB for a batch of 256. The pipeline also
+#: logs a warning at build when one padded batch of a feature exceeds 256 MiB.
+MAX_LEN = 65_536
 SCHEMA_FORMAT = "tfinput.schema/1"
 
 _COMBINERS = ("mean", "sum", "sqrtn")
@@ -134,6 +139,8 @@ class Dense:
             clip = tuple(self.clip)
             if len(clip) != 2 or not all(c is None or isinstance(c, (int, float)) for c in clip):
                 raise _err(owner, "clip", "[low, high] with numbers or nulls", self.clip)
+            if any(c is not None and c != c for c in clip):
+                raise _err(owner, "clip", "[low, high] with numbers (not NaN) or nulls", self.clip)
             if clip[0] is not None and clip[1] is not None and clip[0] > clip[1]:
                 raise _err(owner, "clip", "low <= high", self.clip)
             object.__setattr__(self, "clip", clip)
@@ -156,8 +163,10 @@ class Categorical:
       default: Value used when missing (an int for int64, a string for string).
         None makes the feature required: a record without it is an error.
       out_of_range: For int64 ids outside ``[0, vocabulary_size)``: ``error`` (raise,
-        naming the feature and the id) or ``modulo`` (fold large ids into the table).
-        Negative ids are always an error: they usually mean a missing-value sentinel.
+        naming the feature and the id) or ``modulo`` (fold every id into the table
+        with a floor modulo: large ids wrap around, and a ``-1`` missing-value marker
+        becomes ``vocabulary_size - 1``, which inference reserves for it). Under
+        ``error``, negative ids are an error naming the feature.
       column: Source column name if it differs from ``name``.
     """
 
@@ -186,6 +195,8 @@ class MultiHot:
       table: Name of the `Table` the ids index.
       max_len: Ids kept per example; longer lists keep their first ``max_len`` ids,
         shorter ones are padded with id 0 and weight 0. Empty lists are legal.
+        At most `MAX_LEN` (65,536); the dense format costs ``8 * batch * max_len``
+        bytes per batch, and the pipeline warns at build above 256 MiB.
       dtype: ``int64`` ids or ``string`` values hashed into the table's buckets.
       weights: Name of a float list column (same length as the ids, row by row) giving
         per-id weights; None gives weight 1 to every real id.
@@ -204,7 +215,7 @@ class MultiHot:
 
     def __post_init__(self) -> None:
         _check_categorical(self)
-        _check_int(f"MultiHot {self.name!r}", "max_len", self.max_len, 1)
+        _check_int(f"MultiHot {self.name!r}", "max_len", self.max_len, 1, MAX_LEN)
         if self.weights is not None:
             _check_name(f"MultiHot {self.name!r}.weights", self.weights)
 
@@ -296,6 +307,15 @@ class Schema:
                 raise SchemaError(
                     f"Schema: feature {f.name!r} uses table {f.table!r}, which is not "
                     f"defined; tables: {table_names}"
+                )
+        vocab = {t.name: t.vocabulary_size for t in self.tables}
+        for f in self.categorical:
+            default = getattr(f, "default", None)
+            if isinstance(default, int) and f.out_of_range == "error" and default >= vocab[f.table]:
+                raise SchemaError(
+                    f"Schema: feature {f.name!r}: default {default} is outside table "
+                    f"{f.table!r} (ids in [0, {vocab[f.table]})); use an id in range or "
+                    "out_of_range='modulo'"
                 )
         unused = set(table_names) - {f.table for f in self.categorical}
         if unused:

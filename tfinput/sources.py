@@ -15,6 +15,7 @@ import functools
 import glob
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -140,12 +141,16 @@ class TFRecordSource:
       empty_files: ``skip`` (default; logged) or ``error``. Sharded writers such as
         Spark often leave empty part files.
       buffer_size: Read buffer per open file, bytes (None: TensorFlow's default).
+      allow_absent: tf.Example keys that may be absent from every one of the first
+        `SAMPLE_RECORDS` records (very sparse features) without a `SchemaError` at
+        build; they take their defaults.
     """
 
     paths: tuple[str, ...]
     compression: str | None = "auto"
     empty_files: str = "skip"
     buffer_size: int | None = None
+    allow_absent: tuple[str, ...] = ()
 
     kind = "tfrecord"
 
@@ -173,8 +178,36 @@ class TFRecordSource:
         return _drop_empty(files, self.empty_files)[0]
 
     def validate(self, files: list[str], schema: Schema) -> None:
-        """Compare the first record of the first file with the schema (cheap)."""
-        _check_first_example(files[0], self.compression_of(files[0]), schema)
+        """Cheap checks at build time, before any record is parsed.
+
+        - Every uncompressed local file must end with a whole record. TensorFlow treats a
+          file cut inside a record's 12-byte header as a clean end of file and silently
+          drops the rest; tfinput reads each file's last bytes (16 KiB, up to 1 MiB when
+          the last record is larger), finds the last record header by its length CRC
+          and raises `DataError` naming the file and the offset where the cut header
+          starts. A cut inside a record's data is TensorFlow's own ``DataLossError``
+          while reading, which `Pipeline.iterate` / `check` turn into a `DataError`.
+        - The first records of the first file (up to `SAMPLE_RECORDS`) are compared with
+          the schema: a key of the wrong kind, a required key missing from the first
+          record, or a key absent from every sampled record (usually a typo) is a
+          `SchemaError`. List ``allow_absent`` keys that may legitimately be absent
+          from that many records.
+        """
+        for path in files:
+            if "://" not in path and not self.compression_of(path):
+                _check_tail_once(path)
+        _check_first_examples(
+            files[0], self.compression_of(files[0]), schema, allow_absent=self.allow_absent
+        )
+
+    def count_records(self, path: str) -> int | None:
+        """Records in one file, counted natively (`Pipeline.check` reports it); None
+        when the file cannot be read to its end."""
+        ds = tf.data.TFRecordDataset(path, self.compression_of(path)).batch(4096)
+        try:
+            return int(ds.reduce(tf.constant(0, tf.int64), lambda n, b: n + tf.size(b, tf.int64)))
+        except tf.errors.OpError:
+            return None
 
     def encoded_batches(
         self,
@@ -204,7 +237,8 @@ class TFRecordSource:
         if config.cache:
             ds = ds.cache()
         if config.shuffle_buffer:
-            ds = ds.shuffle(config.shuffle_buffer, seed=config.shuffle_seed)
+            buffer = _capped_shuffle_buffer(config.shuffle_buffer, files, bool(compression))
+            ds = ds.shuffle(buffer, seed=config.shuffle_seed)
         ds = ds.batch(batch_size, drop_remainder=config.drop_remainder)
         spec = parse_spec(schema)
 
@@ -214,6 +248,129 @@ class TFRecordSource:
         return ds, decode
 
 
+#: Records of the first file compared with the schema at build (`TFRecordSource.validate`).
+SAMPLE_RECORDS = 256
+#: Bytes of a record besides its data: length (8), length CRC (4), data CRC (4).
+_RECORD_OVERHEAD = 16
+#: DEFLATE's largest compression ratio: a bound on what a compressed file can hold.
+_DEFLATE_MAX_RATIO = 1032
+
+
+def _capped_shuffle_buffer(requested: int, files: list[str], compressed: bool) -> int:
+    """``shuffle_buffer`` capped at the most records the files can hold.
+
+    TensorFlow's shuffle allocates about 24 bytes per slot up front, whatever the data
+    size (a buffer of 1e9 took 24 GB), so a buffer larger than the data only costs
+    memory. Every record takes at least 16 bytes of file (its framing), so an
+    uncompressed data set of S bytes holds at most S // 16 records; a GZIP/ZLIB one at
+    most ``S * 1032 // 16`` (DEFLATE's largest ratio). Remote files are not measured.
+    A capped value is logged with the requested and the used value.
+    """
+    if any("://" in f for f in files):
+        return requested
+    total = sum(os.path.getsize(f) for f in files)
+    most = max(1, total * (_DEFLATE_MAX_RATIO if compressed else 1) // _RECORD_OVERHEAD)
+    if requested <= most:
+        return requested
+    log.warning(
+        "tfinput: shuffle_buffer %d is larger than the %d record(s) the %d file(s) can hold "
+        "(%d bytes, at least %d bytes per record); using %d",
+        requested,
+        most,
+        len(files),
+        total,
+        _RECORD_OVERHEAD,
+        most,
+    )
+    return most
+
+
+def _masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C (Castagnoli) of a few bytes (the length field)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+_WHOLE_FILES: set[tuple[str, int, int]] = set()  # (path, mtime_ns, size) found whole
+
+
+def _check_tail_once(path: str) -> None:
+    """`_check_tail`, skipped for a file version already found whole (the tuner and
+    bench build the same pipeline many times)."""
+    stat = os.stat(path)
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _WHOLE_FILES:
+        _check_tail(path)
+        _WHOLE_FILES.add(key)
+
+
+def _check_tail(path: str, windows: Sequence[int] = (1 << 14, 1 << 17, 1 << 20)) -> None:
+    """Raise `DataError` if an uncompressed TFRecord file ends inside a record header.
+
+    Reads the file's last bytes and looks for the last record's header: 8 bytes of
+    length L at offset q whose masked CRC follows, with the record ending at EOF
+    (q + 16 + L == size: the file is whole) or 1-11 bytes before it (a cut header).
+    Cost: one read of the tail per file (numpy, no per-record Python). A last record
+    larger than the largest window cannot be located and is not judged.
+    """
+    size = os.path.getsize(path)
+    if 0 < size < 12:
+        raise DataError(
+            f"{path}: truncated TFRecord: {size} byte(s), less than one record header at "
+            "offset 0 (the file was cut while being copied or written?)"
+        )
+    with open(path, "rb") as fh:
+        for window in windows:
+            start = max(0, size - window)
+            fh.seek(start)
+            tail = fh.read(size - start)
+            found = _tail_boundary(tail)
+            if found is not None:
+                whole, end = found
+                if whole:
+                    return
+                raise DataError(
+                    f"{path}: truncated TFRecord: the file ends {size - start - end} byte(s) "
+                    f"into a record header at offset {start + end} (the file was cut while "
+                    "being copied or written?); records after that offset are lost"
+                )
+            if start == 0:
+                return
+
+
+def _tail_boundary(tail: bytes) -> tuple[bool, int] | None:
+    """``(True, n)`` when a record ends exactly at the end of ``tail``; ``(False, end)``
+    when one ends 1-11 bytes before it; None when no record boundary was found."""
+    n = len(tail)
+    buf = np.frombuffer(tail, np.uint8)
+    best: tuple[bool, int] | None = None
+    for align in range(8):
+        count = (n - align - _RECORD_OVERHEAD) // 8 + 1
+        if count <= 0:
+            continue
+        lengths = np.frombuffer(buf, "<u8", count=count, offset=align)
+        q = align + 8 * np.arange(count, dtype=np.int64)
+        room = n - _RECORD_OVERHEAD - q  # data bytes that fit between header and EOF
+        ok = lengths <= np.uint64(1 << 62)
+        gap = np.where(ok, room - lengths.astype(np.int64, copy=False), -1)
+        for i in np.flatnonzero((gap >= 0) & (gap <= 11)):
+            pos = int(q[i])
+            crc = int.from_bytes(tail[pos + 8 : pos + 12], "little")
+            if crc != _masked_crc32c(tail[pos : pos + 8]):
+                continue
+            end = n - int(gap[i])
+            if gap[i] == 0:
+                return True, n
+            if best is None or end > best[1]:
+                best = (False, end)
+    return best
+
+
 _EXAMPLE_KIND = {"float32": "float_list", "int64": "int64_list", "string": "bytes_list"}
 
 
@@ -221,17 +378,57 @@ def _expected_kind(f: Dense | Categorical | MultiHot | Label) -> str:
     return _EXAMPLE_KIND[f.dtype]
 
 
-def _check_first_example(path: str, compression: str, schema: Schema) -> None:
+def _check_first_examples(
+    path: str, compression: str, schema: Schema, *, allow_absent: Sequence[str] = ()
+) -> None:
+    """Compare the first `SAMPLE_RECORDS` records of ``path`` with the schema."""
+    records: list[bytes] = []
     try:
-        first = next(iter(tf.data.TFRecordDataset(path, compression).take(1)), None)
+        for record in tf.data.TFRecordDataset(path, compression).take(SAMPLE_RECORDS):
+            records.append(record.numpy())
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-        raise DataError(f"{path}: not a readable TFRecord file ({_first_line(e)})") from e
-    if first is None:
+        if not records:
+            raise DataError(f"{path}: not a readable TFRecord file ({_tf_message(e, path)})") from e
+        # Damage after the first records is reported while reading, with its offset.
+    if not records:
         return
-    try:
-        example = tf.train.Example.FromString(first.numpy())
-    except Exception as e:  # protobuf's DecodeError has no stable import path
-        raise DataError(f"{path}: first record is not a tf.train.Example ({e})") from e
+    examples = []
+    for i, record in enumerate(records):
+        try:
+            examples.append(tf.train.Example.FromString(record))
+        except Exception as e:  # protobuf's DecodeError has no stable import path
+            raise DataError(f"{path}: record {i} is not a tf.train.Example ({e})") from e
+    _check_example_kinds(path, examples[0], schema)
+    seen: set[str] = set()
+    for example in examples:
+        seen.update(example.features.feature.keys())
+    keys = [(f.name, f.source) for f in schema.features]
+    keys += [(f.name, f.weights) for f in schema.multi_hot if f.weights]
+    keys += [(lab.name, lab.source) for lab in schema.labels]
+    for name, key in keys:
+        if key not in seen and key not in allow_absent:
+            raise SchemaError(
+                f"{path}: feature {name!r}: key {key!r} is absent from all of the first "
+                f"{len(examples)} record(s), so every value would be the default; keys "
+                f"present: {sorted(seen)[:40]}" + _did_you_mean(key, seen) + " (fix the "
+                "schema, or list the key in allow_absent if it is that sparse)"
+            )
+
+
+def _check_first_example(path: str, compression: str, schema: Schema) -> None:
+    """Kinds and required keys of the first record only (`tfinput.convert` uses it)."""
+    _check_first_examples(path, compression, schema, allow_absent=schema.columns())
+
+
+def _tf_message(e: BaseException, path: str) -> str:
+    """A TensorFlow error's sentence without graph-node noise or the path again."""
+    from tfinput.pipeline import clean_error
+
+    text = clean_error(e).replace(path, "").strip(" :")
+    return re.sub(r"\s*\(\w+Error: the file is corrupt or truncated\)$", "", text)
+
+
+def _check_example_kinds(path: str, example: Any, schema: Schema) -> None:
     present = example.features.feature
     checks: list[tuple[str, str, Any, bool]] = []
     for f in schema.features:
@@ -315,7 +512,45 @@ def _parquet_columns(path: str, mtime_ns: int | None, size: int | None) -> dict[
         arrow_schema = pq.read_schema(path)
     except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
         raise DataError(f"{path}: not a readable Parquet file ({_first_line(e)})") from e
-    return {field.name: (_arrow_kind(field.type), str(field.type)) for field in arrow_schema}
+    return {
+        field.name: (_arrow_kind(field.type), str(field.type), _arrow_type_key(field.type))
+        for field in arrow_schema
+    }
+
+
+_INT_BITS = {f"{u}int{n}": (u == "u", n) for u in ("", "u") for n in (8, 16, 32, 64)}
+_FLOAT_BITS = {"halffloat": 16, "float": 32, "double": 64}
+
+
+def _reads_as(later: str, first: str) -> bool:
+    """Whether every value of Arrow type ``later`` converts exactly (or, for ints read
+    as floats, as pyarrow always has) into type ``first`` (type keys)."""
+    if later == first:
+        return True
+    if later.startswith("list<") and first.startswith("list<"):
+        return _reads_as(later[5:-1], first[5:-1])
+    if first in _FLOAT_BITS:
+        if later in _FLOAT_BITS:
+            return _FLOAT_BITS[later] <= _FLOAT_BITS[first]
+        return later in _INT_BITS or later == "bool"
+    if first in _INT_BITS and later in _INT_BITS:
+        (l_unsigned, l_bits), (f_unsigned, f_bits) = _INT_BITS[later], _INT_BITS[first]
+        if l_unsigned == f_unsigned:
+            return l_bits <= f_bits
+        return l_unsigned and l_bits < f_bits  # uintN fits in a wider signed int
+    return later == "bool" and first in _INT_BITS
+
+
+def _arrow_type_key(t: Any) -> str:
+    """An Arrow type without the names of list item fields and dictionary encoding, so
+    files that store the same values compare equal whoever wrote them."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        return _arrow_type_key(t.value_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return f"list<{_arrow_type_key(t.value_type)}>"
+    return str(t)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -350,14 +585,25 @@ class ParquetSource:
         files = resolve_paths(self.paths, what="Parquet")
         return _drop_empty(files, self.empty_files)[0]
 
+    def count_records(self, path: str) -> int | None:
+        """Rows in one file, from its footer (`Pipeline.check` reports it)."""
+        import pyarrow.parquet as pq
+
+        try:
+            return int(pq.ParquetFile(path).metadata.num_rows)
+        except Exception:  # unreadable: the check reports why
+            return None
+
     def validate(self, files: list[str], schema: Schema) -> None:
         """Check every file's Parquet schema against the tfinput schema (footers only;
-        a footer already read is not read again until the file changes)."""
+        a footer already read is not read again until the file changes). A column
+        whose type differs between files is a `SchemaError` naming both files."""
         wanted = [(f.name, f.source, _expected_arrow(f)) for f in schema.features]
         wanted += [
             (f.name, f.weights, ("list<float>", "list<int>")) for f in schema.multi_hot if f.weights
         ]
         wanted += [(lab.name, lab.source, _expected_arrow(lab)) for lab in schema.labels]
+        first: dict[str, tuple[str, str, str]] = {}  # column -> (path, type, type key)
         for path in files:
             stat = os.stat(path) if "://" not in path else None
             columns = _parquet_columns(path, stat and stat.st_mtime_ns, stat and stat.st_size)
@@ -368,11 +614,21 @@ class ParquetSource:
                         f"{path}: feature {name!r}: column {column!r} is missing; columns: "
                         f"{names[:40]}" + _did_you_mean(column, names)
                     )
-                found, arrow_type = columns[column]
+                found, arrow_type, key = columns[column]
                 if found not in expected:
                     raise SchemaError(
                         f"{path}: feature {name!r}: column {column!r} has type {found} "
                         f"({arrow_type}); the schema expects {' or '.join(expected)}"
+                    )
+                seen = first.setdefault(column, (path, arrow_type, key))
+                if not _reads_as(key, seen[2]):
+                    # pyarrow reads every file with the first file's column types; a later
+                    # file whose values may not fit fails with a bare ArrowInvalid.
+                    raise SchemaError(
+                        f"{path}: feature {name!r}: column {column!r} has type {arrow_type} "
+                        f"but {seen[0]} has {seen[1]}, and every file is read with the first "
+                        "file's types; store the column with one type in every file (or a "
+                        "narrower one in later files), or read the files as separate pipelines"
                     )
 
     def encoded_batches(
@@ -499,6 +755,16 @@ def _fill_nulls(rb: Any, schema: Schema, path: str) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    lists = [f.source for f in schema.dense if f.length is not None]
+    for f in schema.multi_hot:
+        lists += [f.source, f.weights] if f.weights else [f.source]
+    for name in lists:  # a null *inside* a list has no default: say so, naming the file
+        inner = pc.list_flatten(rb.column(name)).null_count
+        if inner:
+            raise DataError(
+                f"{path}: column {name!r}: {inner} null value(s) inside lists; nulls inside "
+                "a list have no default (a null list is an empty list); fix the data"
+            )
     if not any(col.null_count for col in rb.columns):
         return rb
     arrays = dict(zip(rb.schema.names, rb.columns))
@@ -509,7 +775,7 @@ def _fill_nulls(rb: Any, schema: Schema, path: str) -> Any:
             if f.weights:
                 defaults[f.weights] = "empty"
         elif isinstance(f, Dense):
-            defaults[f.source] = None if f.length else f.default
+            defaults[f.source] = [f.default] * f.length if f.length else f.default
         else:
             defaults[f.source] = f.default
     for lab in schema.labels:
@@ -526,6 +792,9 @@ def _fill_nulls(rb: Any, schema: Schema, path: str) -> Any:
         if default == "empty":
             # A null list is an empty list: keep the offsets, drop the validity bitmap.
             arrays[name] = pc.if_else(pc.is_null(arr), pa.scalar([], arr.type), arr)
+        elif isinstance(default, list):  # a null vector is the default vector
+            fill = pa.scalar(default, pa.list_(pa.float64())).cast(arr.type, safe=False)
+            arrays[name] = pc.if_else(pc.is_null(arr), fill, arr)
         else:
             arrays[name] = pc.fill_null(arr, pa.scalar(default).cast(arr.type))
     return pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
@@ -617,6 +886,24 @@ def _tfio_parquet(
 
 
 # ------------------------------------------------------------ wrapped datasets
+def _check_wrapped_shape(name: str, key: str, f: Any, shape: tf.TensorShape, batched: bool) -> None:
+    """Scalars may come as ``[]`` or ``[1]`` per example (``FixedLenFeature([1])``),
+    vectors as ``[length]``; batched elements add a leading batch dimension."""
+    dims = shape.as_list() if shape.rank is not None else None
+    if dims is None:
+        return  # unknown rank: checked by the transforms' ops at run time
+    if batched:
+        dims = dims[1:]
+    length = getattr(f, "length", None)
+    allowed = ([length],) if length is not None else ([], [1])
+    if dims not in allowed and not (length is not None and dims == [None]):
+        kind = f"vectors of length {length}" if length is not None else "scalars ([] or [1])"
+        raise SchemaError(
+            f"wrapped dataset: feature {name!r}: key {key!r} has shape {dims} per example; "
+            f"the schema expects {kind}"
+        )
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DatasetSource:
     """A user's own ``tf.data.Dataset`` of feature dicts, wrapped so every tfinput
@@ -662,6 +949,8 @@ class DatasetSource:
                     f"{sorted(spec)}" + _did_you_mean(key, spec)
                 )
             dtype = spec[key].dtype
+            if not isinstance(f, MultiHot):
+                _check_wrapped_shape(name, key, f, spec[key].shape, self.batched)
             want_string = getattr(f, "dtype", None) == "string"
             if want_string != (dtype == tf.string):
                 raise SchemaError(
@@ -686,17 +975,45 @@ class DatasetSource:
             ds = ds.cache()
         if not self.batched:
             if config.shuffle_buffer:
-                ds = ds.shuffle(config.shuffle_buffer, seed=config.shuffle_seed)
+                buffer = config.shuffle_buffer
+                known = int(ds.cardinality())  # -1 infinite, -2 unknown
+                if 0 <= known < buffer:  # a larger buffer only costs ~24 bytes a slot
+                    log.warning(
+                        "tfinput: shuffle_buffer %d is larger than the wrapped dataset's %d "
+                        "element(s); using %d",
+                        buffer,
+                        known,
+                        max(known, 1),
+                    )
+                    buffer = max(known, 1)
+                ds = ds.shuffle(buffer, seed=config.shuffle_seed)
             ds = ds.ragged_batch(batch_size, drop_remainder=config.drop_remainder)
         lists = {f.source for f in schema.multi_hot} | {f.weights for f in schema.multi_hot}
+        scalars = [
+            f.source
+            for f in schema.features
+            if not isinstance(f, MultiHot) and getattr(f, "length", None) is None
+        ] + [lab.source for lab in schema.labels]
 
         def decode(batch: dict[str, Any]) -> dict[str, Any]:
             out = dict(batch)
+            for key in scalars:  # FixedLenFeature([1]) gives [B, 1]: squeeze to [B]
+                value = out[key]
+                if isinstance(value, tf.Tensor) and value.shape.rank == 2 and value.shape[1] == 1:
+                    out[key] = tf.squeeze(value, axis=1)
             for key in lists:
                 if key and key in out and isinstance(out[key], tf.Tensor):
                     out[key] = tf.RaggedTensor.from_tensor(out[key])
             for f in schema.dense:
                 out[f.source] = tf.cast(out[f.source], tf.float32)
+            for f in schema.categorical:  # int32 ids (Python ints, numpy) become int64
+                value = out[f.source]
+                if f.dtype == "int64" and value.dtype != tf.int64:
+                    out[f.source] = (
+                        value.with_values(tf.cast(value.values, tf.int64))
+                        if isinstance(value, tf.RaggedTensor)
+                        else tf.cast(value, tf.int64)
+                    )
             return out
 
         return ds, decode

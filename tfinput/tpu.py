@@ -88,7 +88,28 @@ def embedding_configs(
 
 def enqueue_weights(schema: Schema, features: dict[str, Any]) -> dict[str, Any]:
     """The ``weights`` argument matching ``features["ids"]``: multi-hot weights where
-    the pipeline produced them, None for single ids."""
+    the pipeline produced them, None for single ids.
+
+    Raises:
+      ConfigError: the multi-hot features are in the default ``dense`` format, which
+        TPUEmbedding refuses with weights ("Weight specified for X, but input is
+        dense"); build the pipeline with ``with_multi_hot_format("sparse")`` or
+        ``"ragged"``.
+    """
+    import tensorflow as tf
+
+    dense = [
+        name
+        for name in features["ids"]
+        if isinstance(schema.feature(name), MultiHot)
+        and isinstance(features["ids"][name], tf.Tensor)
+    ]
+    if dense:
+        raise ConfigError(
+            f"enqueue_weights: multi-hot feature(s) {dense} are dense [B, max_len] tensors; "
+            "TPUEmbedding accepts weights only with sparse or ragged ids. Build the pipeline "
+            'with .with_multi_hot_format("sparse") (or "ragged") for TPU enqueue'
+        )
     return {
         name: features["weights"].get(name) if isinstance(schema.feature(name), MultiHot) else None
         for name in features["ids"]

@@ -97,11 +97,11 @@ def _check_ids(
         maxima.append(tf.reshape(tf.reduce_max(tf.bitcast(v, tf.uint64)), [1]))
         order.append(f)
     top = tf.concat(maxima, 0) if len(maxima) > 1 else maxima[0]
-    limit = tf.constant(
-        [tables[f.table].vocabulary_size if f.out_of_range == "error" else 2**63 for f in order],
-        tf.uint64,
-    )
+    limit = tf.constant([tables[f.table].vocabulary_size for f in order], tf.uint64)
     bad = top >= limit
+    if any(f.out_of_range == "modulo" for f in order):
+        # modulo folds every id into the table, negative ones too (-1 -> vocab - 1).
+        bad = tf.logical_and(bad, tf.constant([f.out_of_range == "error" for f in order]))
     names = tf.constant([f.name for f in order])
     table_names = tf.constant([f.table for f in order])
     vocab = tf.constant([tables[f.table].vocabulary_size for f in order], tf.int64)
@@ -193,6 +193,20 @@ def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[s
         x = tf.math.log1p(x) if all(logs) else tf.where(mask, tf.math.log1p(x), x)
     columns = tf.unstack(x, axis=0)
     return {f.name: c for (f, _), c in zip(feats, columns)}
+
+
+def _finite_labels(labels: dict[str, tf.Tensor]) -> tf.Tensor:
+    """One finiteness check over every label (stacked ``[n, B]``)."""
+    finite = tf.math.is_finite(_stack(list(labels.values())))
+    names = tf.constant(list(labels))
+
+    def explain() -> tf.Tensor:
+        col = tf.argmin(tf.cast(tf.reduce_all(finite, axis=1), tf.int32))
+        return tf.strings.join(
+            ["label '", names[col], "': NaN or inf in a label; expected finite numbers"]
+        )
+
+    return _guard(tf.reduce_all(finite), explain)
 
 
 def _single_ids(
@@ -339,6 +353,15 @@ def transform_batch(
         value = raw[f.source]
         w = raw[f.weights] if f.weights else None
         if w is not None:
+            guards.append(
+                _guard(
+                    tf.reduce_all(tf.math.is_finite(w.values)),
+                    lambda f=f: tf.constant(
+                        f"feature '{f.name}': NaN or inf in weights column '{f.weights}'; "
+                        "expected finite numbers"
+                    ),
+                )
+            )
             same = tf.reduce_all(tf.equal(value.row_lengths(), w.row_lengths()))
             guards.append(
                 _guard(
@@ -377,6 +400,8 @@ def transform_batch(
     dense = {f.name: dense[f.name] for f in schema.dense}
     ids = {f.name: ids[f.name] for f in schema.categorical}
     labels = {lab.name: tf.cast(raw[lab.source], tf.float32) for lab in schema.labels}
+    if labels:
+        guards.append(_finite_labels(labels))
     # The guards are stateful ops: a tf.function (and so a tf.data map) runs them as
     # control outputs and returns only after they pass, so no identity ops are needed
     # to hold a bad batch back (tests/test_bad_input.py proves it).
