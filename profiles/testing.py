@@ -37,8 +37,11 @@ __all__ = [
 ]
 
 
-def slow_map_pipeline(*, delay_s: float = 0.015, batch_size: int = 4) -> Any:
-    """Batches whose map (``name="parse"``, parallelism 1) sleeps ``delay_s`` per batch."""
+def slow_map_pipeline(*, delay_s: float = 0.06, batch_size: int = 4) -> Any:
+    """Batches whose map (``name="parse"``, parallelism 1) sleeps ``delay_s`` per batch.
+
+    The default (60 ms, thirty times the 2 ms simulated step of `cached_capture`) keeps
+    the map the bottleneck however busy the machine is: tests assert on it."""
     import tensorflow as tf
 
     def parse(x: Any) -> Any:

@@ -86,3 +86,97 @@ def test_check_columnar_without_schema(small_columnar, capsys):
 def test_check_without_schema_says_where_it_looked(small_tfrecord, capsys):
     assert cli.main(["check", *small_tfrecord]) == 2
     assert "no --schema given and no schema.json next to" in capsys.readouterr().err
+
+
+# ------------------------------------------------------ TensorFlow's log lines
+TF_NOISE = ("cpu_feature_guard", "oneDNN", "absl::InitializeLog", "XLA service")
+
+
+def _without_tf_log_level():
+    return {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+def _tfinput(*args, env):
+    return subprocess.run(
+        [sys.executable, "-m", "tfinput.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_commands_do_not_print_tensorflow_log_lines(small_tfrecord, schema_file):
+    proc = _tfinput("check", *small_tfrecord, "--schema", schema_file, env=_without_tf_log_level())
+    assert proc.returncode == 0, proc.stderr
+    assert "1,000 records" in proc.stdout
+    noise = [line for line in proc.stderr.splitlines() if any(n in line for n in TF_NOISE)]
+    assert noise == []
+
+
+def test_verbose_shows_tensorflow_log_lines(small_tfrecord, schema_file):
+    env = _without_tf_log_level()
+    plain = subprocess.run(
+        [sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, env=env
+    )
+    proc = _tfinput("--verbose", "check", *small_tfrecord, "--schema", schema_file, env=env)
+    assert proc.returncode == 0, proc.stderr
+    for marker in ("oneDNN", "cpu_feature_guard"):
+        # whatever this TensorFlow build prints by itself comes back with --verbose
+        assert (marker in proc.stderr) == (marker in plain.stderr), marker
+
+
+@pytest.mark.parametrize(
+    "verbose, preset, expected",
+    [(False, None, "2"), (True, None, None), (False, "0", "0")],
+    ids=["quiet", "verbose", "user-set"],
+)
+def test_quiet_tensorflow_sets_the_log_level_unless_asked(monkeypatch, verbose, preset, expected):
+    import logging
+    import warnings
+
+    from tfinput._cli_util import quiet_tensorflow
+
+    if preset is None:
+        monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    else:
+        monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", preset)
+    levels = {n: logging.getLogger(n).level for n in ("tensorflow", "absl")}
+    try:
+        with warnings.catch_warnings():
+            changed = quiet_tensorflow(verbose=verbose)
+        assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") == expected
+        assert changed is (expected == "2")
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+@pytest.mark.parametrize(
+    "argv, verbose",
+    [
+        (["--verbose", "check", "x"], True),
+        (["check", "x", "--verbose"], False),  # a global option: before the subcommand
+        (["check", "--", "--verbose"], False),
+        ([], False),
+    ],
+    ids=["global", "after-subcommand", "after-dashes", "empty"],
+)
+def test_wants_verbose(argv, verbose):
+    from tfinput._cli_util import wants_verbose
+
+    assert wants_verbose(argv) is verbose
+
+
+def test_the_parser_does_not_load_tensorflow():
+    # main() quiets TensorFlow before anything imports it: importing the CLI and building
+    # its parser (every subcommand's module) must not load TensorFlow.
+    code = (
+        "import sys\n"
+        "from tfinput import cli\n"
+        "cli.build_parser().parse_args(['check', 'x'])\n"
+        "print(sorted(m for m in ('tensorflow', 'keras', 'optuna', 'plotly') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

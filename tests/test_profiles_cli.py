@@ -27,8 +27,23 @@ def run(capsys, *argv):
 
 
 @pytest.fixture(scope="module")
-def slow_map_logdir():
-    return cached_capture("slow_map")
+def slow_map_logdir(tmp_path_factory):
+    # The known answer must not depend on the machine's load: the map sleeps 60 ms per
+    # batch (a wait, not CPU work, so a busy machine only makes the rest relatively
+    # cheaper), against a 2 ms step and a few microseconds for every other stage.
+    from profiles.capture import capture
+    from profiles.testing import slow_map_pipeline
+    from tfinput.steps import simulated_step
+
+    logdir = tmp_path_factory.mktemp("slow_map_60ms")
+    capture(
+        slow_map_pipeline(delay_s=0.06),
+        simulated_step(0.002),
+        logdir=logdir,
+        steps=8,
+        warmup=2,
+    )
+    return logdir
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import time
 
 import optuna
@@ -196,7 +200,9 @@ class SlowMapPipeline:
 def test_clearly_worse_trials_are_pruned(base, tmp_path):
     space = SearchSpace(choices={"map_parallelism": (1, 2)})
     slow = SlowMapPipeline()
-    study_pruner = optuna.pruners.PercentilePruner(25.0, n_startup_trials=2, n_warmup_steps=0)
+    from tuners.pruning import NoiseAwarePruner
+
+    study_pruner = NoiseAwarePruner(n_startup_trials=2, n_warmup_steps=0)
     result = tune(
         slow,
         n_trials=8,
@@ -223,11 +229,19 @@ def test_clearly_worse_trials_are_pruned(base, tmp_path):
 
 
 def test_failed_trials_are_recorded_and_the_study_goes_on(pipeline, tmp_path):
-    # 1000 rows: batch 50 works, batch 400 works, batch 800 leaves too few batches
-    # for the warm-up: those trials fail with the reason and the study continues.
+    # Batches of 800 rows run "out of memory" in the step, by construction (not by
+    # timing): those trials fail with the reason and the study continues; only batch
+    # 50 completes, so it wins whatever the load on the machine.
+    from tfinput.bench import batch_rows
+
+    def step(batch):
+        if batch_rows(batch) == 800:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating 800 rows")
+
     space = SearchSpace(choices={"batch_size": (50, 800), "map_parallelism": (1, 2)})
     result = tune(
         pipeline,
+        step=step,
         n_trials=6,
         base=PipelineConfig(batch_size=50, drop_remainder=True),
         space=space,
@@ -238,18 +252,18 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(pipeline, tmp_path):
         confirm_top=1,
         confirm_windows=1,
         lock_path=str(tmp_path / "lock"),
+        sampler=optuna.samplers.RandomSampler(seed=0),
         pruner=optuna.pruners.NopPruner(),
     )
-    ds_repeat_fails = [
-        t for t in result.study.get_trials() if t.state == optuna.trial.TrialState.FAIL
-    ]
-    completed = [
-        t for t in result.study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE
-    ]
-    assert completed and result.best_config.batch_size == 50
-    for t in ds_repeat_fails:
+    trials = result.study.get_trials()
+    fails = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    completed = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert fails and completed and result.best_config.batch_size == 50
+    for t in fails:
         assert t.params["batch_size"] == 800
-        assert t.user_attrs.get("error")
+        assert "out of memory" in t.user_attrs["error"]
+    assert all(t.params["batch_size"] == 50 for t in completed)
+    assert len(trials) == 6, "failed trials count towards n_trials"
 
 
 def test_resume_from_a_storage_file(pipeline, base, tmp_path):
@@ -386,3 +400,477 @@ def test_demo_pipeline_is_generated_once(tmp_path):
     p2 = demo_pipeline(tmp_path, rows=3000)
     assert p1.source.files() == p2.source.files() and len(p1.source.files()) == 8
     assert (tmp_path / "demo-criteo-like-3000-v1" / "_COMPLETE").stat().st_mtime == stamp
+
+
+# ------------------------------------------- deterministic fakes (no timing)
+class FakeClock:
+    """Wall and CPU clock that only the fake step moves: every measurement is exact."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class FakeWorkload:
+    """A pipeline ``config -> batches`` and a step, on a `FakeClock`.
+
+    Each batch costs ``batch_size / rate(config)`` seconds of fake time, times a
+    deterministic window-to-window wobble of up to ``wobble`` (the measured noise).
+    The step can be made to raise: always, only on some configs, or only during the
+    confirmation (armed by the ``confirm`` progress event).
+    """
+
+    def __init__(self, rate, *, wobble=0.05, fail=None):
+        self.clock = FakeClock()
+        self.rate = rate
+        self.wobble = wobble
+        self.fail = fail or (lambda batch: None)
+        self.confirming = False
+        self.steps = 0
+
+    def __call__(self, config):
+        def batches():
+            i = 0
+            while True:
+                factor = 1.0 + self.wobble * [0.0, 1.0, -1.0, 0.5, -0.5][(i // 2) % 5]
+                cost = config.batch_size / self.rate(config) * factor
+                yield {"cost": cost, "config": config, "rows": config.batch_size}
+                i += 1
+
+        return batches()
+
+    def step(self, batch):
+        self.steps += 1
+        self.fail(batch)
+        self.clock.t += batch["cost"]
+
+    def progress(self, event, info):
+        if event == "confirm":
+            self.confirming = True
+
+    def tune(self, **kwargs):
+        options = dict(
+            step=self.step,
+            base=PipelineConfig(batch_size=100, drop_remainder=True),
+            space=SearchSpace(choices={"map_parallelism": (1, 2, 3, 4)}),
+            cpu_count=2,
+            windows=4,
+            window_batches=2,
+            warmup_batches=1,
+            confirm_top=2,
+            confirm_windows=2,
+            clock=self.clock,
+            cpu_clock=lambda: 0.0,
+            progress=self.progress,
+            sampler=optuna.samplers.RandomSampler(seed=0),
+        )
+        options.update(kwargs)
+        return tune(self, **options)
+
+
+def _rate_by_parallelism(config):
+    # map_parallelism 1 is a clear loser; every other value is a near-tie.
+    return {1: 80_000.0, 2: 250_000.0, 3: 255_000.0, 4: 256_000.0}.get(
+        config.map_parallelism, 252_000.0
+    )
+
+
+class Runaway(BaseException):
+    """Raised by a test step that ran far more often than the test allows (the study
+    would otherwise never end); not caught by Optuna's ``catch=(Exception,)``."""
+
+
+def _always_raise(limit=500):
+    calls = []
+
+    def fail(batch):
+        calls.append(1)
+        if len(calls) > limit:
+            raise Runaway("the study did not stop")
+        raise RuntimeError("device lost: the accelerator went away")
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    "storage", [None, "study.db", "study.log"], ids=["memory", "sqlite", "journal"]
+)
+def test_a_step_that_always_raises_ends_the_study_with_its_error(tmp_path, storage):
+    from tuners.study import MAX_CONSECUTIVE_FAILURES, TrialsFailedError
+
+    work = FakeWorkload(_rate_by_parallelism, fail=_always_raise())
+    kwargs = {"lock_path": str(tmp_path / "lock"), "n_trials": 20}
+    if storage:
+        kwargs.update(storage=str(tmp_path / storage), study_name="always-fails")
+    with pytest.raises(TrialsFailedError, match="device lost") as raised:
+        work.tune(**kwargs)
+    trials = raised.value.study.get_trials()
+    assert len(trials) == MAX_CONSECUTIVE_FAILURES
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in trials)
+    assert all("device lost" in t.user_attrs["error"] for t in trials)
+
+
+def test_failed_trials_count_towards_n_trials_with_a_storage(tmp_path):
+    def oom(batch):
+        if batch["config"].map_parallelism == 3:
+            raise MemoryError
+
+    work = FakeWorkload(_rate_by_parallelism, fail=oom)
+    result = work.tune(
+        n_trials=8,
+        storage=str(tmp_path / "s.db"),
+        study_name="counted",
+        lock_path=str(tmp_path / "lock"),
+    )
+    trials = result.study.get_trials()
+    assert len(trials) == 8 and result.trials.get("fail")
+    assert all(t.params["map_parallelism"] == 3 for t in trials if t.user_attrs.get("error"))
+
+
+def test_too_many_failures_in_a_row_stop_the_search_with_a_warning(tmp_path):
+    # Only the baselines (autotune, heuristic) work; every searched config fails.
+    def fail(batch):
+        if batch["config"].map_parallelism in (1, 2, 3, 4):
+            raise RuntimeError("kernel not supported")
+
+    work = FakeWorkload(_rate_by_parallelism, fail=fail)
+    result = work.tune(
+        n_trials=30,
+        max_consecutive_failures=3,
+        base=PipelineConfig(batch_size=100, drop_remainder=True),
+        lock_path=str(tmp_path / "lock"),
+        cpu_count=6,  # heuristic map_parallelism outside 1-4
+    )
+    assert len(result.study.get_trials()) < 30
+    assert any(
+        "3 failed trials in a row" in w and "kernel not supported" in w for w in result.warnings
+    )
+    assert result.confirmed  # the baselines were confirmed
+
+
+def test_one_transient_error_in_the_confirmation_is_retried(tmp_path):
+    failed = []
+
+    def once_in_confirmation(batch):
+        if work.confirming and not failed:
+            failed.append(1)
+            raise RuntimeError("transient: connection reset")
+
+    work = FakeWorkload(_rate_by_parallelism, fail=once_in_confirmation)
+    result = work.tune(n_trials=6, lock_path=str(tmp_path / "lock"))
+    assert failed and result.confirmed and result.confirmation_error is None
+    assert any("confirmation attempt 1 of 2 failed" in w for w in result.warnings)
+    assert result.best_config.map_parallelism != 1
+
+
+def test_a_failed_confirmation_reports_the_search_result(tmp_path):
+    def in_confirmation(batch):
+        if work.confirming:
+            raise RuntimeError("device lost in confirmation")
+
+    work = FakeWorkload(_rate_by_parallelism, fail=in_confirmation)
+    result = work.tune(n_trials=6, lock_path=str(tmp_path / "lock"))
+    assert result.confirmed == () and "device lost" in result.confirmation_error
+    best = max(
+        (t for t in result.study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE),
+        key=lambda t: t.value,
+    )
+    assert result.best_config == PipelineConfig.from_dict(best.user_attrs["config"])
+    paths = write_outputs(result, tmp_path / "out")
+    data = json.loads(paths["result"].read_text())
+    assert "device lost" in data["confirmation_error"] and data["ratio_vs_autotune"] is None
+    assert PipelineConfig.from_json(paths["best_config"]) == result.best_config
+    assert "not confirmed" in paths["report"].read_text()
+
+
+def test_cli_a_step_that_always_raises_exits_with_its_error_and_writes_result_json(
+    cli_args, capsys, tmp_path
+):
+    module = tmp_path / "broken_step.py"
+    module.write_text("def step(batch):\n    raise RuntimeError('device lost: broken step')\n")
+    out_dir = tmp_path / "out"
+    code, _, err = _run(
+        [
+            "tune",
+            *cli_args,
+            "--n-trials",
+            "3",
+            "--step",
+            "function",
+            "--step-fn",
+            f"{module}:step",
+            "--out",
+            str(out_dir),
+        ],
+        capsys,
+    )
+    assert code == 2 and "device lost: broken step" in err and "Traceback" not in err
+    data = json.loads((out_dir / "result.json").read_text())
+    assert len(data["trials_detail"]) == 3 and data["best_config"] is None
+    assert all(t["state"] == "fail" for t in data["trials_detail"])
+
+
+# ----------------------------------------------------------- no plotly
+def test_report_without_plotly(cli_args, capsys, tmp_path, monkeypatch):
+    for name in [m for m in list(sys.modules) if m.split(".")[0] == "plotly"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    out_dir = tmp_path / "out"
+    code, _, err = _run(
+        ["tune", *cli_args, "--n-trials", "3", "--out", str(out_dir)],
+        capsys,
+    )
+    assert code == 0, err
+    assert "Traceback" not in err and "pip install 'tfinput[plots]'" in err
+    for name in ("best_config.json", "result.json", "report.html"):
+        assert (out_dir / name).exists(), name
+    html = (out_dir / "report.html").read_text()
+    assert "pip install 'tfinput[plots]'" in html and "Best config" in html
+    assert "Confirmed throughput" in html
+
+
+# -------------------------------------------------------------- pruning
+def _finished(study, rates, state=optuna.trial.TrialState.COMPLETE):
+    reported = rates[:-1]  # `measure` reports every window but the last
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=state,
+            value=None
+            if state == optuna.trial.TrialState.PRUNED
+            else sorted(rates)[len(rates) // 2],
+            intermediate_values=dict(enumerate(reported)),
+            user_attrs={"window_rates": list(rates)},
+        )
+    )
+
+
+def _should_prune(study, rates):
+    trial = study.ask()
+    for i, r in enumerate(rates):
+        trial.report(r, i)
+    return trial.should_prune()
+
+
+@pytest.fixture
+def noisy_study():
+    """Ten finished trials from 200k to 260k examples/s, windows +-8% (a busy host)."""
+    from tuners.pruning import NoiseAwarePruner
+
+    study = optuna.create_study(
+        direction="maximize", pruner=NoiseAwarePruner(n_startup_trials=4, n_warmup_steps=1)
+    )
+    for k in range(10):
+        m = 200_000 + k * 6_000
+        _finished(study, [m, m * 1.08, m * 0.92, m * 1.04, m])
+    return study
+
+
+@pytest.mark.parametrize(
+    "rates, pruned",
+    [
+        ([80_000, 81_000], True),  # a clear loser
+        ([150_000, 160_000], True),  # below the bottom quarter by more than the noise
+        ([256_000, 254_000], False),  # near the top
+        ([205_000, 200_000], False),  # in the bottom quarter, but within the noise
+        ([80_000], False),  # warm-up: one window is never enough
+    ],
+    ids=["clear-loser", "loser-beyond-noise", "near-top", "near-tie-in-noise", "warm-up"],
+)
+def test_pruner_prunes_clear_losers_and_keeps_near_ties(noisy_study, rates, pruned):
+    assert _should_prune(noisy_study, rates) is pruned
+
+
+def test_pruner_margin_follows_the_measured_spread():
+    from tuners.pruning import NoiseAwarePruner
+
+    def study_with(noise):
+        study = optuna.create_study(direction="maximize", pruner=NoiseAwarePruner())
+        for k in range(8):
+            m = 200_000 + k * 5_000
+            _finished(study, [m * (1 - noise), m * (1 + noise), m])
+        return study
+
+    quiet, noisy = study_with(0.01), study_with(0.15)
+    # 190k is 10% under the bottom quarter (~211k): a loser on a quiet host; 23% under
+    # it on a noisy one (~240k), yet a possible near-tie there (windows vary by 30%).
+    assert _should_prune(quiet, [180_000, 190_000]) is True
+    assert _should_prune(noisy, [180_000, 190_000]) is False
+    _, margin = noisy.pruner.threshold(noisy, 1)
+    assert margin == pytest.approx(0.30, rel=0.01)
+
+
+def _pruned_in_a_noisy_study(pruner):
+    """31 trials, true rates spread evenly from 100k to 260k examples/s in a fixed
+    shuffled order, windows +-10%: how many does ``pruner`` prune?"""
+    import random
+
+    rates = [100_000 + k * (160_000 / 30) for k in range(31)]
+    random.Random(0).shuffle(rates)
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    pruned = 0
+    for k, m in enumerate(rates):
+        noise = [1.0, 1.1, 0.9, 1.05, 0.95][k % 5]
+        if _should_prune(study, [m * noise, m / noise]):
+            pruned += 1
+            study.tell(study.trials[-1].number, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(study.trials[-1].number, m)
+    return pruned
+
+
+def test_pruner_prunes_at_most_the_bottom_quarter_of_a_noisy_study():
+    from tuners.pruning import NoiseAwarePruner
+
+    # Optuna's PercentilePruner(25.0) keeps the *top* quarter when maximizing: the
+    # rule the tuner used to have pruned most of such a study (22 of 31 in one).
+    assert _pruned_in_a_noisy_study(optuna.pruners.PercentilePruner(25.0, 4, 1)) > 31 // 2
+    pruned = _pruned_in_a_noisy_study(NoiseAwarePruner())
+    assert 1 <= pruned <= 31 // 4
+
+
+def test_default_pruner_keeps_near_ties_and_prunes_the_clear_loser(tmp_path):
+    work = FakeWorkload(_rate_by_parallelism, wobble=0.05)
+    result = work.tune(
+        n_trials=16,
+        current=PipelineConfig(batch_size=100, drop_remainder=True, map_parallelism=2),
+        lock_path=str(tmp_path / "lock"),
+    )
+    trials = result.study.get_trials()
+    started = trials[4:]  # after the pruner's startup trials
+    losers = [t for t in started if t.params["map_parallelism"] == 1]
+    near_ties = [t for t in trials if t.params["map_parallelism"] != 1]
+    assert losers, "the sampler should try the slow value after the startup trials"
+    assert all(t.state == optuna.trial.TrialState.PRUNED for t in losers)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in near_ties)
+    assert result.best_config.map_parallelism == 4
+    assert "measured" in result.method["pruning"] or "spread" in result.method["pruning"]
+
+
+# --------------------------------------------- trials left RUNNING by dead workers
+def _dead_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("storage", ["study.db", "study.log"], ids=["sqlite", "journal"])
+def test_a_trial_left_running_by_a_dead_worker_is_failed_and_retried(tmp_path, storage):
+    from tuners.study import make_storage
+
+    work = FakeWorkload(_rate_by_parallelism)
+    kwargs = dict(
+        storage=str(tmp_path / storage), study_name="restart", lock_path=str(tmp_path / "lock")
+    )
+    work.tune(n_trials=4, **kwargs)
+    # A worker (on this host) was killed mid-trial: its trial stays RUNNING, and the
+    # restart comes well within the heartbeat grace period (or there is no heartbeat).
+    study = optuna.load_study(study_name="restart", storage=make_storage(kwargs["storage"]))
+    study.enqueue_trial({"map_parallelism": 3})
+    victim = study.ask()
+    choices = study.trials[0].distributions["map_parallelism"].choices
+    assert victim.suggest_categorical("map_parallelism", choices) == 3
+    victim.set_user_attr("worker", f"{socket.gethostname()}:{_dead_pid()}")
+    study.enqueue_trial({"map_parallelism": 4})
+    early = study.ask()  # killed before it suggested anything: retried as enqueued
+    early.set_user_attr("worker", f"{socket.gethostname()}:{_dead_pid()}")
+    alive = study.ask()  # a live process of this host (this one) is left alone
+    alive.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+    other = study.ask()  # so is a process of another container with the same host name
+    other.set_user_attr("worker", f"{socket.gethostname()}:{_dead_pid()}")
+    other.set_user_attr("worker_pid_namespace", "pid:[1]")
+
+    result = work.tune(n_trials=8, **kwargs)
+    trials = {t.number: t for t in result.study.get_trials()}
+    killed = trials[victim.number]
+    assert killed.state == optuna.trial.TrialState.FAIL
+    assert "died" in killed.user_attrs["error"]
+    retries = [t for t in trials.values() if t.user_attrs.get("retried_from") == victim.number]
+    assert len(retries) == 1 and retries[0].state.is_finished()
+    assert retries[0].params == {"map_parallelism": 3}
+    (early_retry,) = [
+        t for t in trials.values() if t.user_attrs.get("retried_from") == early.number
+    ]
+    assert trials[early.number].state == optuna.trial.TrialState.FAIL
+    assert early_retry.params == {"map_parallelism": 4}
+    assert trials[alive.number].state == optuna.trial.TrialState.RUNNING
+    assert trials[other.number].state == optuna.trial.TrialState.RUNNING
+    killed_numbers = (victim.number, early.number)
+    counted = [
+        t for t in trials.values() if t.state.is_finished() and t.number not in killed_numbers
+    ]
+    assert len(counted) == 8, "the killed trials do not count; their retries do"
+
+
+def test_cli_resumes_a_journal_study_whose_worker_was_killed(cli_args, capsys, tmp_path):
+    # A real `tfinput tune` worker is killed mid-trial (SIGKILL: no cleanup); the
+    # journal storage has no heartbeat, so only the restart can fail and retry it.
+    import signal
+
+    journal = str(tmp_path / "study.log")
+    study_args = ["--storage", journal, "--study-name", "killed", "--n-trials", "4"]
+    with open(tmp_path / "worker.log", "w") as log:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tfinput.cli",
+                "tune",
+                *cli_args,
+                *study_args,
+                "--step",
+                "simulated",
+                "--device-time-ms",
+                "500",  # every trial runs for seconds: it is caught RUNNING
+                "--out",
+                str(tmp_path / "killed"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    from tuners.study import make_storage
+
+    victim = None
+    try:
+        deadline = time.monotonic() + 180
+        while victim is None and time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.1)
+            try:
+                study = optuna.load_study(study_name="killed", storage=make_storage(journal))
+            except KeyError:
+                continue
+            for t in study.get_trials(deepcopy=False):
+                if (
+                    t.state == optuna.trial.TrialState.RUNNING
+                    and t.user_attrs.get("worker", "").endswith(f":{worker.pid}")
+                    and "config" in t.user_attrs  # measuring, not still suggesting
+                ):
+                    victim = t.number
+        assert victim is not None, (tmp_path / "worker.log").read_text()
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=60)
+    code, _, err = _run(
+        [
+            "tune",
+            *cli_args,
+            *study_args,
+            "--step",
+            "simulated",
+            "--device-time-ms",
+            "1",
+            "--out",
+            str(tmp_path / "resumed"),
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    study = optuna.load_study(study_name="killed", storage=make_storage(journal))
+    trials = study.get_trials()
+    assert optuna.trial.TrialState.RUNNING not in [t.state for t in trials]
+    assert trials[victim].state == optuna.trial.TrialState.FAIL
+    assert "died" in trials[victim].user_attrs["error"]
+    retries = [t for t in trials if t.user_attrs.get("retried_from") == victim]
+    assert len(retries) == 1 and retries[0].state.is_finished()
+    assert retries[0].params == trials[victim].params

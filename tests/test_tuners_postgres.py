@@ -72,7 +72,10 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
     lock = str(tmp_path / "lock")
     a = worker([*args, "--out", str(tmp_path / "a")], tmp_path / "a.log", lock)
     b = worker([*args, "--out", str(tmp_path / "b")], tmp_path / "b.log", lock)
-    storage = optuna.storages.RDBStorage(URL)
+    # The URL as users write it (postgresql://): make_storage names the psycopg driver.
+    from tuners.study import make_storage
+
+    storage = make_storage(URL)
     try:
         # Wait until worker A owns a running trial, then kill it without warning.
         deadline = time.time() + 120

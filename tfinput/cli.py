@@ -13,6 +13,8 @@ from typing import Any
 
 from tfinput._cli_util import console as _console
 from tfinput._cli_util import fail as _fail
+from tfinput._cli_util import quiet_tensorflow as _quiet_tensorflow
+from tfinput._cli_util import wants_verbose as _wants_verbose
 from tfinput.errors import TfinputError
 
 __all__ = ["main", "build_parser"]
@@ -20,10 +22,15 @@ __all__ = ["main", "build_parser"]
 
 # ------------------------------------------------------------------- schema
 def _cmd_schema_infer(args: argparse.Namespace) -> int:
+    from tfinput._cli_data import list_columns
     from tfinput.inference import infer_schema
 
     result = infer_schema(
-        args.paths, sample_rows=args.sample_rows, labels=args.label, format=args.format
+        args.paths,
+        sample_rows=args.sample_rows,
+        labels=args.label,
+        format=args.format,
+        list_columns=list_columns(args.list_column) or None,
     )
     if args.out:
         result.schema.to_json(args.out)
@@ -169,6 +176,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+# ------------------------------------------------------------------- doctor
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from tfinput.doctor import report
+
+    rep = report()
+    if args.json:
+        print(json.dumps(rep.to_dict(), indent=2))
+    else:
+        print("\n".join(rep.lines()))
+    return 0
+
+
 # ------------------------------------------------------------------- parser
 def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", help="data files, globs or directories")
@@ -196,16 +215,33 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fixed-shape tf.data input pipelines for ranking models: build, "
         "measure, tune and profile.",
     )
+    from tfinput.doctor import summary
+
+    parser.add_argument("--version", action="version", version=summary())
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's own log lines and warnings (hidden by default unless "
+        "TF_CPP_MIN_LOG_LEVEL is set)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     schema = sub.add_parser("schema", help="infer a schema, or derive TPU embedding configs")
     schema_sub = schema.add_subparsers(dest="schema_command", required=True, metavar="ACTION")
-    infer = schema_sub.add_parser("infer", help="infer a schema from Parquet or TFRecord files")
+    infer = schema_sub.add_parser(
+        "infer", help="infer a schema from Parquet, TFRecord or CSV/TSV files"
+    )
     infer.add_argument("paths", nargs="+", help="files, globs or directories")
     infer.add_argument("--out", "-o", help="write the schema JSON here")
     infer.add_argument("--sample-rows", type=int, default=10_000, help="rows to sample")
     infer.add_argument("--label", action="append", help="label column (repeatable)")
-    infer.add_argument("--format", choices=["tfrecord", "parquet"], default=None)
+    infer.add_argument("--format", choices=["tfrecord", "parquet", "csv"], default=None)
+    infer.add_argument(
+        "--list-column",
+        action="append",
+        metavar="NAME[=DELIM]",
+        help="CSV: a multi-valued column and its item delimiter (default |); repeatable",
+    )
     infer.add_argument("--json", action="store_true", help="machine-readable output")
     infer.set_defaults(func=_cmd_schema_infer)
     tpu = schema_sub.add_parser("tpu", help="TPU embedding tables and placement for a schema")
@@ -222,6 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=_cmd_check)
 
+    doctor = sub.add_parser(
+        "doctor",
+        help="versions of TensorFlow, Keras (and backend), numpy, pyarrow, optuna, Python "
+        "and the optional parts: paste it into a bug report",
+    )
+    doctor.add_argument("--json", action="store_true")
+    doctor.set_defaults(func=_cmd_doctor)
+
     from profiles import cli as profiles_cli
     from tfinput import _cli_data
     from tuners import cli as tuners_cli
@@ -233,6 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Before anything imports TensorFlow: its C++ log lines stay out of the output
+    # unless --verbose (or the user's own TF_CPP_MIN_LOG_LEVEL).
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    _quiet_tensorflow(verbose=_wants_verbose(tokens))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -12,12 +12,23 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["tune", "TuneResult", "SearchSpace", "Measurement", "measure", "make_storage"]
+__all__ = [
+    "tune",
+    "TuneResult",
+    "TrialsFailedError",
+    "SearchSpace",
+    "Measurement",
+    "measure",
+    "make_storage",
+    "NoiseAwarePruner",
+]
 
 _LAZY = {
     "tune": "tuners.study",
     "TuneResult": "tuners.study",
     "make_storage": "tuners.study",
+    "TrialsFailedError": "tuners.study",
+    "NoiseAwarePruner": "tuners.pruning",
     "SearchSpace": "tuners.space",
     "Measurement": "tuners.objective",
     "measure": "tuners.objective",
@@ -25,8 +36,9 @@ _LAZY = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from tuners.objective import Measurement, measure
+    from tuners.pruning import NoiseAwarePruner
     from tuners.space import SearchSpace
-    from tuners.study import TuneResult, make_storage, tune
+    from tuners.study import TrialsFailedError, TuneResult, make_storage, tune
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,10 @@
 """``tfinput tune`` and ``tfinput demo``: thin handlers over `tuners.tune`.
 
-Exit codes: 0 done; 2 bad usage or input (unknown knob, empty range, unreachable
-storage, missing files...), reported on one line of stderr.
+Exit codes: 0 done (also when the confirmation failed twice: the search's best config
+is written, marked unconfirmed, with a warning); 2 bad usage or input (unknown knob,
+empty range, unreachable storage, missing files, a step or pipeline that fails on
+every config...), reported on one line of stderr. ``result.json`` is written whenever
+trials ran, with every trial's state and error.
 """
 
 from __future__ import annotations
@@ -207,9 +210,11 @@ class _Display:
 
 
 def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
-    from tuners.report import print_summary, write_outputs
+    from tuners.report import NO_PLOTLY, has_plotly, print_summary, write_outputs
 
     paths = write_outputs(result, out)
+    if not has_plotly():
+        print(f"tfinput: report.html has no charts ({NO_PLOTLY})", file=sys.stderr)
     if args.json:
         print(
             json.dumps(
@@ -229,11 +234,30 @@ def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
     return 0
 
 
+def _write_failed(error: Any, out: str) -> None:
+    """``result.json`` for a search in which no trial completed: the error and every trial."""
+    from pathlib import Path
+
+    from tuners.study import summarize_trials
+
+    path = Path(out) / "result.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "format": "tfinput.tune/1",
+        "error": str(error),
+        "best_config": None,
+        "trials_detail": summarize_trials(error.study),
+    }
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(f"tfinput tune: trials written to {path}", file=sys.stderr)
+
+
 # ---------------------------------------------------------------- handlers
 def run_tune(args: argparse.Namespace) -> int:
     """Handler of ``tfinput tune``."""
-    from tuners.study import tune
+    from tuners.study import TrialsFailedError, tune
 
+    out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         if args.n_trials < 1:
             raise ConfigError(f"--n-trials must be >= 1, got {args.n_trials}")
@@ -249,7 +273,6 @@ def run_tune(args: argparse.Namespace) -> int:
             step_fn=args.step_fn,
             device_time_ms=args.device_time_ms,
         )
-        out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
         with _Display(args.n_trials) as display:
             result = tune(
                 pipeline,
@@ -273,6 +296,10 @@ def run_tune(args: argparse.Namespace) -> int:
                 grace_period=args.grace_period,
             )
         return _finish(result, args, out)
+    except TrialsFailedError as e:
+        if e.study is not None:
+            _write_failed(e, out)
+        return fail(str(e), "tune")
     except TfinputError as e:
         return fail(str(e), "tune")
 
@@ -282,7 +309,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from tfinput import bench
     from tfinput.config import PipelineConfig
     from tuners.space import SearchSpace
-    from tuners.study import tune
+    from tuners.study import TrialsFailedError, tune
 
     try:
         say = console(stderr=True).print
@@ -314,5 +341,9 @@ def run_demo(args: argparse.Namespace) -> int:
         if not args.json:
             say(f"demo finished in {time.time() - t0:.0f} s")
         return code
+    except TrialsFailedError as e:
+        if e.study is not None:
+            _write_failed(e, args.out)
+        return fail(str(e), "demo")
     except TfinputError as e:
         return fail(str(e), "demo")

@@ -7,6 +7,8 @@
 - ``result.json``: everything in `TuneResult` plus every trial;
 - ``report.html``: optimisation history, parameter importances and the confirmed
   throughput of each config with its spread (plotly, inlined: no network needed).
+  Without plotly (an optional extra) the page has the tables and text, no charts,
+  and says how to get them: ``pip install 'tfinput[plots]'``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,18 @@ from typing import Any
 
 from tuners.study import TuneResult, summarize_trials
 
-__all__ = ["print_summary", "write_html", "write_outputs"]
+__all__ = ["print_summary", "write_html", "write_outputs", "has_plotly", "NO_PLOTLY"]
+
+NO_PLOTLY = "charts need plotly, not installed: pip install 'tfinput[plots]'"
+
+
+def has_plotly() -> bool:
+    """Whether plotly (the ``plots`` extra) can be imported."""
+    try:
+        import plotly.graph_objects  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _fmt_rate(x: float) -> str:
@@ -61,6 +74,13 @@ def print_summary(result: TuneResult, console: Any) -> None:
     )
     for line in result.advice:
         console.print(f"[yellow]advice:[/] {line}")
+    for line in result.warnings:
+        console.print(f"[yellow]warning:[/] {line}")
+    if result.confirmation_error:
+        console.print(
+            f"[red]confirmation failed:[/] {result.confirmation_error}; the best config is "
+            f"the search's best trial ({result.best_name}), not confirmed against autotune"
+        )
 
 
 def _figures(result: TuneResult) -> list[tuple[str, Any]]:
@@ -127,10 +147,16 @@ def _figures(result: TuneResult) -> list[tuple[str, Any]]:
 
 def write_html(result: TuneResult, path: str | Path) -> Path:
     """A self-contained HTML report (plotly.js inlined once)."""
+    from html import escape
+
     path = Path(path)
     parts = []
-    for i, (_, fig) in enumerate(_figures(result)):
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
+    if has_plotly():
+        for i, (_, fig) in enumerate(_figures(result)):
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
+    else:
+        parts.append(f"<p class='note'><b>No charts:</b> {NO_PLOTLY}</p>")
+        parts.append(_trials_table(result))
     best = json.dumps(result.best_config.to_dict(), indent=2)
     fp = json.dumps(result.fingerprint, indent=2)
     html = (
@@ -138,17 +164,39 @@ def write_html(result: TuneResult, path: str | Path) -> Path:
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
         "pre{background:#f4f4f4;padding:1em}</style></head><body>"
         f"<h1>tfinput tune: {result.study_name}</h1>"
-        f"<p>Best: <b>{result.best_name}</b>, confirmed "
-        f"{result.confirmed[0].median:,.0f} examples/s"
+        f"<p>Best: <b>{escape(result.best_name)}</b>, "
+        + (
+            f"confirmed {result.confirmed[0].median:,.0f} examples/s"
+            if result.confirmed
+            else "<b>not confirmed</b> (the confirmation failed: "
+            f"{escape(str(result.confirmation_error))})"
+        )
         + (f", {result.ratio_vs_autotune:.2f}x autotune" if result.ratio_vs_autotune else "")
         + f". Step: {result.step.get('name')}. Trials: {result.trials}. "
         f"Search {result.seconds['search']:.0f} s, confirmation {result.seconds['confirm']:.0f} s.</p>"
+        + "".join(f"<p class='note'>Warning: {escape(w)}</p>" for w in result.warnings)
         + "".join(parts)
         + f"<h2>Best config</h2><pre>{best}</pre><h2>Machine</h2><pre>{fp}</pre>"
         f"<h2>Method</h2><pre>{json.dumps(result.method, indent=2)}</pre></body></html>"
     )
     path.write_text(html)
     return path
+
+
+def _trials_table(result: TuneResult) -> str:
+    """The confirmation as an HTML table (the report's content when there are no charts)."""
+    from html import escape
+
+    rows = "".join(
+        f"<tr><td>{escape(c.name)}</td><td>{c.median:,.0f}</td>"
+        f"<td>{c.minimum:,.0f}-{c.maximum:,.0f}</td>"
+        f"<td>{'' if c.ratio is None else f'{c.ratio:.2f}x'}</td></tr>"
+        for c in result.confirmed
+    )
+    return (
+        "<h2>Confirmed throughput</h2><table><tr><th>config</th><th>median examples/s</th>"
+        f"<th>min-max</th><th>vs autotune</th></tr>{rows}</table>"
+    )
 
 
 def write_outputs(result: TuneResult, out_dir: str | Path, *, html: bool = True) -> dict[str, Path]:

@@ -10,34 +10,47 @@ What happens:
    enqueued as the first trials, so the result is never worse than what the user had.
 2. **Search.** TPE (multivariate, constant liar; seeded) proposes configs from the
    `SearchSpace`; each trial is `objective.measure` — fresh iterator, warm-up, several
-   windows — and reports every window, so a trial whose best window so far is in the
-   bottom quarter of earlier trials at that window is pruned. A trial that raises
-   (bad config, out of memory) is recorded as failed with the reason; the study goes on.
+   windows — and reports every window; a trial whose best window so far is below the
+   bottom quarter of the finished trials at that window by more than the study's
+   measured window-to-window spread is pruned (`tuners.pruning.NoiseAwarePruner`):
+   clear losers stop early, near-ties are measured to the end. A trial that raises
+   (bad config, out of memory) is recorded as failed with the reason and counts
+   towards ``n_trials``; the study goes on, but stops after
+   ``max_consecutive_failures`` failures in a row, and `TrialsFailedError` (naming
+   the error) is raised when no trial at all completed.
 3. **One trial per host at a time.** Trials hold an exclusive host-wide file lock while
    they measure, so several workers on one machine never fight for the CPUs they
    measure; workers on other hosts share the study through the storage.
 4. **Confirmation.** The top configs are measured again, interleaved window by window
    with ``autotune`` (and the current config) by `tfinput.bench.measure`, and the
    winner is the best *confirmed* median. The reported ratio is that of the confirmed
-   medians, per round, so noise in the search does not inflate it.
+   medians, per round, so noise in the search does not inflate it. If the
+   confirmation raises, it is run once more; if it fails again, the result is the
+   best trial of the search, marked unconfirmed (``confirmation_error``).
 
 Storage: None (in memory); a path ending in ``.db``/``.sqlite`` or a ``sqlite:///`` URL
 (one host, resumable); a path ending in ``.log``/``.journal`` (a journal file, several
 processes on one host, resumable); a ``postgresql://`` URL (several hosts). RDB storages
 get heartbeats: a trial whose worker died is failed after the grace period and retried
-once by another worker.
+once by another worker. Every trial records its worker (``host:pid``, and the PID
+namespace: containers may share a host name); when a study is
+opened, a RUNNING trial of a process of this host that no longer exists (a restart
+within the grace period, or the journal storage, which has no heartbeats) is failed
+and its parameters are enqueued again, once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import fcntl
 import logging
 import os
 import socket
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,12 +63,29 @@ from tuners.space import SearchSpace
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.bench import ConfigStats
 
-__all__ = ["tune", "TuneResult", "make_storage", "host_lock", "baseline_configs"]
+__all__ = [
+    "tune",
+    "TuneResult",
+    "TrialsFailedError",
+    "make_storage",
+    "host_lock",
+    "baseline_configs",
+]
 
 log = logging.getLogger("tfinput.tuners")
 
 HEARTBEAT_INTERVAL = 5
 GRACE_PERIOD = 15
+MAX_CONSECUTIVE_FAILURES = 5
+
+
+class TrialsFailedError(TfinputError):
+    """No trial of the search completed: the step or the pipeline raises whatever the
+    config. The message names the last error; ``study`` holds the failed trials."""
+
+    def __init__(self, message: str, *, study: Any = None) -> None:
+        super().__init__(message)
+        self.study = study
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,6 +105,11 @@ class TuneResult:
       step: Description of the step.
       space: The search space.
       advice: Extra advice (learning-rate scaling when the batch size changed).
+      confirmation_error: Why the confirmation failed (twice) when it did: then
+        ``confirmed`` is empty and the winner is the best trial of the search, not
+        confirmed against autotune; None when the confirmation ran.
+      warnings: What went wrong without stopping the run (a search stopped after too
+        many failed trials in a row, a confirmation retried after an error).
     """
 
     best_config: PipelineConfig
@@ -88,6 +123,8 @@ class TuneResult:
     step: dict[str, Any]
     space: dict[str, list[Any]]
     advice: tuple[str, ...] = ()
+    confirmation_error: str | None = None
+    warnings: tuple[str, ...] = ()
     study: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -101,6 +138,7 @@ class TuneResult:
             "method": self.method,
             "step": self.step,
             "confirmed": self.confirmed[0].to_dict() if self.confirmed else None,
+            "confirmation_error": self.confirmation_error,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,6 +156,8 @@ class TuneResult:
             "step": self.step,
             "space": self.space,
             "advice": list(self.advice),
+            "confirmation_error": self.confirmation_error,
+            "warnings": list(self.warnings),
         }
 
 
@@ -134,6 +174,7 @@ def make_storage(
     text = os.fspath(storage)
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
     if text.startswith(("postgresql", "mysql")):
+        text = _with_psycopg(text)
         try:
             return optuna.storages.RDBStorage(
                 text,
@@ -167,6 +208,16 @@ def make_storage(
         f"storage {text!r}: expected a postgresql:// or sqlite:/// URL, or a file path "
         "ending in .db (SQLite) or .log (journal)"
     )
+
+
+def _with_psycopg(url: str) -> str:
+    """``postgresql://`` with the driver tfinput installs (psycopg 3, the ``postgres``
+    extra): SQLAlchemy 2.0 would pick psycopg2 for a bare ``postgresql://`` and 2.1
+    picks psycopg, so name it. An explicit ``postgresql+driver://`` is kept."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        return f"postgresql+psycopg://{rest}"
+    return url
 
 
 def _connect_args(url: str) -> dict[str, Any]:
@@ -262,14 +313,18 @@ def tune(
     lock_path: str | None = None,
     heartbeat_interval: int = HEARTBEAT_INTERVAL,
     grace_period: int = GRACE_PERIOD,
+    max_consecutive_failures: int = MAX_CONSECUTIVE_FAILURES,
+    clock: Callable[[], float] | None = None,
+    cpu_clock: Callable[[], float] | None = None,
 ) -> TuneResult:
     """Search pipeline configs against a training step and confirm the winner.
 
     Args:
       pipeline: A `tfinput.Pipeline` (anything with ``build(config)``).
       step: A `tfinput.steps.Step` or callable run on every batch (default: input only).
-      n_trials: Trials to finish (complete or pruned), baselines included, summed over
-        every worker of a shared study. Each trial costs about
+      n_trials: Trials to finish (complete, pruned, or failed because the step or
+        pipeline raised), baselines included, summed over every worker of a shared
+        study. Each trial costs about
         ``warmup_batches + windows * window_batches`` steps.
       timeout: Stop searching after this many seconds (None: no limit).
       storage: None, a path or a URL (see the module docstring), or an Optuna storage.
@@ -283,20 +338,28 @@ def tune(
       windows, window_batches, warmup_batches: The measurement (see `measure`).
       confirm_top: Distinct best configs re-measured against ``autotune`` at the end.
       confirm_windows: Interleaved windows per config in the confirmation.
-      sampler, pruner: Optuna overrides (default: seeded multivariate TPE; a 25th
-        percentile pruner after one window).
+      sampler, pruner: Optuna overrides (default: seeded multivariate TPE;
+        `tuners.pruning.NoiseAwarePruner`: bottom quarter beyond the measured noise,
+        after one window).
       seed: Sampler seed.
       cpu_count: Cores for the default space and the heuristic baseline.
       progress: ``progress(event, info)`` for display (events: ``trial``, ``confirm``).
       lock_path: Host lock file (default: one per user in the temp directory).
       heartbeat_interval, grace_period: Seconds between a running trial's heartbeats,
         and of silence after which another worker fails and retries it (RDB storages).
+      max_consecutive_failures: Stop searching after this many failed trials in a
+        row (by every worker together): a step or pipeline that always raises ends the
+        study instead of failing forever. Higher tolerates search spaces with many
+        configs that do not fit (out of memory); lower gives up sooner.
+      clock, cpu_clock: Injectable wall and process CPU clocks for every measurement
+        (tests pass fakes; default: the real ones).
 
     Returns:
       A `TuneResult`.
 
     Raises:
       ConfigError: bad space, storage or counts.
+      TrialsFailedError: no trial completed (the step or pipeline always raises).
     """
     import optuna
 
@@ -304,7 +367,11 @@ def tune(
 
     if n_trials < 1:
         raise ConfigError(f"n_trials must be >= 1, got {n_trials}")
-    for name, value in (("windows", windows), ("window_batches", window_batches)):
+    for name, value in (
+        ("windows", windows),
+        ("window_batches", window_batches),
+        ("max_consecutive_failures", max_consecutive_failures),
+    ):
         if value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     step = step or steps.input_only()
@@ -313,9 +380,11 @@ def tune(
     if space is None:
         space = SearchSpace.for_pipeline(pipeline, cpu_count=cores)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage_obj = make_storage(
-        storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period
-    )
+    with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage_obj = make_storage(
+            storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period
+        )
     if study_name is None:
         if storage_obj is not None:
             raise ConfigError("a study stored in a file or database needs a study_name")
@@ -323,7 +392,10 @@ def tune(
     sampler = sampler or optuna.samplers.TPESampler(
         seed=seed, multivariate=True, constant_liar=True, n_startup_trials=8
     )
-    pruner = pruner or optuna.pruners.PercentilePruner(25.0, n_startup_trials=4, n_warmup_steps=1)
+    if pruner is None:
+        from tuners.pruning import NoiseAwarePruner
+
+        pruner = NoiseAwarePruner(quantile=0.25, n_startup_trials=4, n_warmup_steps=1)
     baselines = baseline_configs(base, cpu_count=cores, current=current)
     space = space.including(*baselines.values())
     # Creating the study and enqueueing the baselines under the host lock keeps two
@@ -347,6 +419,7 @@ def tune(
             raise ConfigError(
                 f"cannot open storage {_redact(str(storage))}: {_first_line(e)}"
             ) from e
+        _requeue_dead_workers(study)
         study.set_user_attr("space", space.to_dict())
         study.set_user_attr("step", _describe(step))
         for name, config in baselines.items():
@@ -354,19 +427,27 @@ def tune(
                 space.params(config), user_attrs={"baseline": name}, skip_if_exists=True
             )
 
+    clocks: dict[str, Any] = {}
+    if clock is not None:
+        clocks["clock"] = clock
+    if cpu_clock is not None:
+        clocks["cpu_clock"] = cpu_clock
+
     def objective(trial: optuna.Trial) -> float:
-        config = space.suggest(trial, base)
-        name = trial.user_attrs.get("baseline")
-        if name in baselines:  # measure the baseline exactly as the user has it
-            config = baselines[name]
-        trial.set_user_attr("config", config.to_dict())
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        # First, so that a trial left RUNNING by a killed worker can be recognised.
+        trial.set_user_attr("worker", _worker_id())
+        trial.set_user_attr("worker_pid_namespace", _pid_namespace())
 
         def report(i: int, rate: float) -> bool:
             trial.report(rate, i)
             return trial.should_prune()
 
         try:
+            config = space.suggest(trial, base)
+            name = trial.user_attrs.get("baseline")
+            if name in baselines:  # measure the baseline exactly as the user has it
+                config = baselines[name]
+            trial.set_user_attr("config", config.to_dict())
             with host_lock(lock_path):
                 m = measure(
                     pipeline,
@@ -376,6 +457,7 @@ def tune(
                     window_batches=window_batches,
                     warmup_batches=warmup_batches,
                     report=report,
+                    **clocks,
                 )
         except (TfinputError, MemoryError, Exception) as e:
             reason = _explain_failure(pipeline, e)
@@ -385,15 +467,31 @@ def tune(
         for key, value in m.to_attrs().items():
             trial.set_user_attr(key, value)
         if m.stopped_early:
-            raise optuna.TrialPruned(f"window medians below the 25th percentile: {m.rates}")
+            raise optuna.TrialPruned(f"window rates {m.rates} pruned: a clear loser")
         return m.median
 
-    done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    finished = sum(1 for t in study.get_trials(deepcopy=False) if t.state in done_states)
-    callbacks: list[Any] = [optuna.study.MaxTrialsCallback(n_trials, states=done_states)]
+    stop_reason: list[str] = []
+
+    def stop_rule(study: optuna.Study, trial: Any) -> None:
+        trials = study.get_trials(deepcopy=False)
+        if sum(1 for t in trials if _counts(t)) >= n_trials:
+            study.stop()
+            return
+        failed = _trailing_failures(trials, since=opened)
+        if len(failed) >= max_consecutive_failures:
+            stop_reason.append(
+                f"the search stopped after {len(failed)} failed trials in a row; the last "
+                f"error: {failed[-1].user_attrs.get('error')}"
+            )
+            study.stop()
+
+    finished = sum(1 for t in study.get_trials(deepcopy=False) if _counts(t))
+    callbacks: list[Any] = [stop_rule]
     if progress is not None:
         callbacks.append(lambda s, t: progress("trial", _trial_info(s, t, n_trials)))
     t0 = time.time()
+    # Failures in a row count from now on: a resumed study whose step was fixed searches.
+    opened = datetime.datetime.now()
     if finished < n_trials:
         study.optimize(
             objective,
@@ -403,6 +501,19 @@ def tune(
             callbacks=callbacks,
         )
     search_seconds = time.time() - t0
+    notes: list[str] = []
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not complete:
+        errors = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error")]
+        last = errors[-1].user_attrs["error"] if errors else "no trial finished"
+        raise TrialsFailedError(
+            f"tune: no trial completed ({len(errors)} failed); every config failed, so the "
+            f"step or the pipeline is broken. The last error: {last}",
+            study=study,
+        )
+    if stop_reason:
+        log.warning("%s", stop_reason[0])
+        notes.append(stop_reason[0])
 
     t1 = time.time()
     candidates = _top_configs(study, confirm_top)
@@ -427,25 +538,41 @@ def tune(
                 },
             )
 
-    bench_result = bench.measure(
-        pipeline,
-        to_confirm,
-        step=step,
-        windows=confirm_windows,
-        window_batches=window_batches,
-        warmup_batches=warmup_batches,
-        baseline="autotune",
-        cpu_count=cores,
-        progress=confirm_progress,
-    )
-    confirmed = sorted(bench_result.results, key=lambda c: c.median, reverse=True)
+    confirmed: list[Any] = []
+    confirmation_error = None
+    for attempt in (1, 2):
+        try:
+            bench_result = bench.measure(
+                pipeline,
+                to_confirm,
+                step=step,
+                windows=confirm_windows,
+                window_batches=window_batches,
+                warmup_batches=warmup_batches,
+                baseline="autotune",
+                cpu_count=cores,
+                progress=confirm_progress,
+                **clocks,
+            )
+        except Exception as e:  # a transient step error, out of memory...
+            confirmation_error = _explain_failure(pipeline, e)
+            note = f"confirmation attempt {attempt} of 2 failed: {confirmation_error}"
+            log.warning("%s", note)
+            notes.append(note)
+            continue
+        confirmed = sorted(bench_result.results, key=lambda c: c.median, reverse=True)
+        confirmation_error = None
+        break
     confirm_seconds = time.time() - t1
-    best = confirmed[0]
+    if confirmed:
+        best_config, best_name = confirmed[0].config, confirmed[0].name
+    else:  # the search's best trial, unconfirmed
+        best_name, best_config = (candidates or [("autotune", baselines["autotune"])])[0]
     advice = []
-    if best.config.batch_size != base.batch_size:
-        k = best.config.batch_size / base.batch_size
+    if best_config.batch_size != base.batch_size:
+        k = best_config.batch_size / base.batch_size
         advice.append(
-            f"The batch size changed from {base.batch_size} to {best.config.batch_size}: scale "
+            f"The batch size changed from {base.batch_size} to {best_config.batch_size}: scale "
             f"the learning rate linearly (x{k:g}) and warm it up over the first epochs "
             "(Goyal et al., 2017), and check the model's quality, not only its speed."
         )
@@ -453,8 +580,8 @@ def tune(
     for t in study.get_trials(deepcopy=False):
         states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
     return TuneResult(
-        best_config=best.config,
-        best_name=best.name,
+        best_config=best_config,
+        best_name=best_name,
         confirmed=tuple(confirmed),
         study_name=study_name,
         trials=states,
@@ -464,7 +591,7 @@ def tune(
             "trial": f"fresh iterator, {warmup_batches} warm-up batches excluded, "
             f"{windows} windows of {window_batches} batches; objective = median "
             "examples/s over windows",
-            "pruning": "25th-percentile pruner on per-window examples/s after one window",
+            "pruning": _describe_pruner(study.pruner),
             "sampler": type(study.sampler).__name__,
             "confirmation": f"top {confirm_top} configs, autotune (and current) re-measured "
             f"interleaved, {confirm_windows} windows each, fresh iterator "
@@ -474,8 +601,106 @@ def tune(
         step=_describe(step),
         space=space.to_dict(),
         advice=tuple(advice),
+        confirmation_error=confirmation_error,
+        warnings=tuple(notes),
         study=study,
     )
+
+
+def _describe_pruner(pruner: Any) -> str:
+    describe = getattr(pruner, "describe", None)
+    return describe() if callable(describe) else type(pruner).__name__
+
+
+def _counts(trial: Any) -> bool:
+    """Whether a trial counts towards ``n_trials``: finished, or failed by its config
+    (a trial failed because its worker died is retried instead)."""
+    import optuna
+
+    state = trial.state
+    if state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
+        return True
+    return (
+        state == optuna.trial.TrialState.FAIL
+        and bool(trial.user_attrs.get("error"))
+        and not trial.user_attrs.get("worker_died")
+    )
+
+
+def _trailing_failures(trials: list[Any], *, since: datetime.datetime) -> list[Any]:
+    """The failed trials (failed by their config) started since ``since``, after the
+    last finished one."""
+    import optuna
+
+    out: list[Any] = []
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.datetime_start is None or t.datetime_start < since:
+            continue
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
+            out = []
+        elif _counts(t):
+            out.append(t)
+    return out
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace (containers sharing a host name have different ones,
+    and a pid means nothing outside its namespace); "" where unknown."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _requeue_dead_workers(study: Any) -> list[int]:
+    """Fail the RUNNING trials of dead processes of this host; enqueue their params again.
+
+    Returns the numbers of the trials failed. Trials of other hosts are left to the
+    storage's heartbeat (RDB storages).
+    """
+    import optuna
+
+    host, namespace = socket.gethostname(), _pid_namespace()
+    storage = study._storage
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker_host, _, pid = str(t.user_attrs.get("worker", "")).rpartition(":")
+        if worker_host != host or not pid.isdigit():
+            continue
+        if t.user_attrs.get("worker_pid_namespace", namespace) != namespace:
+            continue  # another container with the same host name
+        if _pid_alive(int(pid)):
+            continue
+        reason = f"worker {worker_host}:{pid} died while the trial was running; retried"
+        try:
+            storage.set_trial_user_attr(t._trial_id, "error", reason)
+            storage.set_trial_user_attr(t._trial_id, "worker_died", True)
+            if not storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.FAIL):
+                continue
+        except RuntimeError:  # finished meanwhile (another process got there first)
+            continue
+        failed.append(t.number)
+        log.warning("trial %d: %s", t.number, reason)
+        attrs = {k: t.user_attrs[k] for k in ("baseline",) if k in t.user_attrs}
+        # The params it was enqueued with (a baseline), then those it had suggested (a
+        # trial killed mid-suggestion keeps those; the rest are sampled again).
+        params = {**t.system_attrs.get("fixed_params", {}), **t.params}
+        study.enqueue_trial(params, user_attrs={**attrs, "retried_from": t.number})
+    return failed
 
 
 def _describe(step: Any) -> dict[str, Any]:
@@ -559,7 +784,9 @@ def summarize_trials(study: Any) -> list[dict[str, Any]]:
                 "max": t.user_attrs.get("max_examples_per_s"),
                 "cv": t.user_attrs.get("cv"),
                 "error": t.user_attrs.get("error"),
-                "retried_from": t.system_attrs.get("failed_trial"),
+                "retried_from": t.system_attrs.get(
+                    "failed_trial", t.user_attrs.get("retried_from")
+                ),
                 "duration_s": t.duration.total_seconds() if t.duration else None,
             }
         )
