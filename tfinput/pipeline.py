@@ -257,16 +257,17 @@ class Pipeline:
         schema = self.schema
         if len(schema.features) + len(schema.labels) > 1:
             clean = None
+            subsets = []
             for f in schema.features:
                 _, sub = one._alone(f)._read_all(path, batch_size)
-                if sub is None:
-                    clean = clean or f
-                elif _where(sub, batch_size, total) not in messages:
-                    messages.append(_where(sub, batch_size, total))
+                clean = clean or (f if sub is None else None)
+                subsets.append(sub)
             for lab in schema.labels if clean is not None else ():
-                _, sub = one._alone(clean, (lab,))._read_all(path, batch_size)
-                if sub is not None and _where(sub, batch_size, total) not in messages:
-                    messages.append(_where(sub, batch_size, total))
+                subsets.append(one._alone(clean, (lab,))._read_all(path, batch_size)[1])
+            for sub in subsets:
+                text = None if sub is None else _where(sub, batch_size, total)
+                if text is not None and text not in messages:
+                    messages.append(text)
         return FileCheck(
             path=path or "<dataset>",
             records=total if total is not None else records,
