@@ -20,7 +20,10 @@ from typing import Any
 from tfinput import _json
 from tfinput.errors import ConfigError
 
-__all__ = ["AUTOTUNE", "PipelineConfig"]
+__all__ = ["AUTOTUNE", "LAYOUTS", "PipelineConfig"]
+
+#: Batch layouts (`PipelineConfig.layout`, `Pipeline.with_layout`).
+LAYOUTS = ("per_feature", "packed")
 
 #: Same value as `tf.data.AUTOTUNE`, importable without TensorFlow.
 AUTOTUNE = -1
@@ -80,6 +83,16 @@ class PipelineConfig:
         decompressing from the second epoch on; needs the data to fit in RAM.
       autotune_ram_budget: Bytes tf.data's autotuner may use for buffers; AUTOTUNE
         leaves tf.data's default (half of the machine's RAM).
+      layout: ``"per_feature"`` (one tensor per feature, grouped as ``dense``/``ids``/
+        ``weights``) or ``"packed"`` (a few large tensors plus a
+        `tfinput.layout.PackedLayout` that slices them back); None keeps the
+        pipeline's own (`Pipeline.with_layout`, ``per_feature`` by default). Packing
+        makes a host-to-device transfer a handful of arrays instead of one per feature.
+      steps_per_execution: Training steps run per call into the compiled step
+        (Keras ``compile(steps_per_execution=...)``), read by the ``keras_fit`` step.
+        More steps per call amortise the host's dispatch overhead.
+      device_prefetch: Batches moved onto the device ahead of the step by the step's
+        feeder (`tfinput.device_prefetch`); 0 feeds each batch when the step asks.
     """
 
     batch_size: int = 4096
@@ -96,6 +109,9 @@ class PipelineConfig:
     deterministic: bool | int = AUTOTUNE
     cache: bool = False
     autotune_ram_budget: int = AUTOTUNE
+    layout: str | None = None
+    steps_per_execution: int = 1
+    device_prefetch: int = 0
 
     def __post_init__(self) -> None:
         _check_knob("batch_size", self.batch_size, minimum=1, autotune=False)
@@ -108,6 +124,13 @@ class PipelineConfig:
         _check_knob("private_threadpool_size", self.private_threadpool_size, minimum=0)
         _check_knob("max_intra_op_parallelism", self.max_intra_op_parallelism, minimum=1)
         _check_knob("autotune_ram_budget", self.autotune_ram_budget, minimum=1)
+        _check_knob("steps_per_execution", self.steps_per_execution, minimum=1, autotune=False)
+        _check_knob("device_prefetch", self.device_prefetch, minimum=0, autotune=False)
+        if self.layout not in LAYOUTS + (None,):
+            raise ConfigError(
+                f"PipelineConfig.layout: expected one of {list(LAYOUTS)} or null, "
+                f"got {self.layout!r}"
+            )
         for name in ("drop_remainder", "cache"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
