@@ -29,7 +29,11 @@ from profiles.analysis import (
 from profiles.capture import CaptureConfig, CaptureResult, capture
 from profiles.errors import ProfileError, XprofLayoutError
 from profiles.report import format_text, render, render_comparison, to_html, to_json, write_html
-from profiles.stages import Bottleneck, PipelineStages, Stage, rebuild_stages
+from profiles.stages import Bottleneck, PipelineStages, StageTiming, rebuild_stages
+
+#: Former name of `StageTiming` (renamed so as not to clash with `tfinput.bench.Stage`);
+#: kept because it is public API.
+Stage = StageTiming
 
 __all__ = [
     "TESTED_XPROF",
@@ -43,6 +47,7 @@ __all__ = [
     "ProfileError",
     "Spread",
     "Stage",
+    "StageTiming",
     "StepTime",
     "TraceRun",
     "XprofLayoutError",

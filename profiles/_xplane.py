@@ -18,9 +18,106 @@ from typing import Any
 
 from profiles.errors import ProfileError
 
-__all__ = ["XSpaceFile", "host_planes", "load_xspace", "parse_xspace", "stat_value"]
+__all__ = [
+    "XSpaceFile",
+    "host_name_of",
+    "host_planes",
+    "load_xspace",
+    "parse_xspace",
+    "stat_value",
+    "xspace_class",
+]
 
 _PACKAGE = "tfinput_profiles.xplane"
+
+
+# The schema, as (message, fields); a field is (name, number, label, type, message type,
+# oneof index). Nested map entries and oneofs follow.
+_Field = tuple[str, int, str, str, str | None, int | None]
+_MESSAGES: tuple[tuple[str, tuple[_Field, ...]], ...] = (
+    (
+        "XSpace",
+        (
+            ("planes", 1, "repeated", "message", "XPlane", None),
+            ("errors", 2, "repeated", "string", None, None),
+            ("warnings", 3, "repeated", "string", None, None),
+            ("hostnames", 4, "repeated", "string", None, None),
+        ),
+    ),
+    (
+        "XPlane",
+        (
+            ("id", 1, "optional", "int64", None, None),
+            ("name", 2, "optional", "string", None, None),
+            ("lines", 3, "repeated", "message", "XLine", None),
+            ("event_metadata", 4, "repeated", "message", "XPlane.EventMetadataEntry", None),
+            ("stat_metadata", 5, "repeated", "message", "XPlane.StatMetadataEntry", None),
+            ("stats", 6, "repeated", "message", "XStat", None),
+        ),
+    ),
+    (
+        "XLine",
+        (
+            ("id", 1, "optional", "int64", None, None),
+            ("display_id", 10, "optional", "int64", None, None),
+            ("name", 2, "optional", "string", None, None),
+            ("display_name", 11, "optional", "string", None, None),
+            ("timestamp_ns", 3, "optional", "int64", None, None),
+            ("duration_ps", 9, "optional", "int64", None, None),
+            ("events", 4, "repeated", "message", "XEvent", None),
+        ),
+    ),
+    (
+        "XEvent",
+        (
+            ("metadata_id", 1, "optional", "int64", None, None),
+            ("offset_ps", 2, "optional", "int64", None, 0),
+            ("num_occurrences", 5, "optional", "int64", None, 0),
+            ("duration_ps", 3, "optional", "int64", None, None),
+            ("stats", 4, "repeated", "message", "XStat", None),
+        ),
+    ),
+    (
+        "XStat",
+        (
+            ("metadata_id", 1, "optional", "int64", None, None),
+            ("double_value", 2, "optional", "double", None, 0),
+            ("uint64_value", 3, "optional", "uint64", None, 0),
+            ("int64_value", 4, "optional", "int64", None, 0),
+            ("str_value", 5, "optional", "string", None, 0),
+            ("bytes_value", 6, "optional", "bytes", None, 0),
+            ("ref_value", 7, "optional", "uint64", None, 0),
+        ),
+    ),
+    (
+        "XEventMetadata",
+        (
+            ("id", 1, "optional", "int64", None, None),
+            ("name", 2, "optional", "string", None, None),
+            ("display_name", 4, "optional", "string", None, None),
+            ("metadata", 3, "optional", "bytes", None, None),
+            ("stats", 5, "repeated", "message", "XStat", None),
+            ("child_id", 6, "repeated", "int64", None, None),
+        ),
+    ),
+    (
+        "XStatMetadata",
+        (
+            ("id", 1, "optional", "int64", None, None),
+            ("name", 2, "optional", "string", None, None),
+            ("description", 3, "optional", "string", None, None),
+        ),
+    ),
+)
+#: message -> its map entries, (entry name, value message); keys are int64.
+_MAP_ENTRIES: Mapping[str, tuple[tuple[str, str], ...]] = {
+    "XPlane": (
+        ("EventMetadataEntry", "XEventMetadata"),
+        ("StatMetadataEntry", "XStatMetadata"),
+    ),
+}
+#: message -> the name of its oneof (index 0).
+_ONEOFS: Mapping[str, str] = {"XEvent": "data", "XStat": "value"}
 
 
 def _build_file_descriptor() -> Any:
@@ -30,115 +127,39 @@ def _build_file_descriptor() -> Any:
     fd = descriptor_pb2.FileDescriptorProto(
         name="tfinput_profiles/xplane.proto", package=_PACKAGE, syntax="proto2"
     )
-
-    def message(name: str, fields: list[tuple[str, int, int, int, str | None, int | None]]):
+    for name, fields in _MESSAGES:
         msg = fd.message_type.add(name=name)
         for fname, number, label, ftype, type_name, oneof in fields:
-            field = msg.field.add(name=fname, number=number, label=label, type=ftype)
+            field = msg.field.add(
+                name=fname,
+                number=number,
+                label=getattr(f, f"LABEL_{label.upper()}"),
+                type=getattr(f, f"TYPE_{ftype.upper()}"),
+            )
             if type_name:
                 field.type_name = f".{_PACKAGE}.{type_name}"
             if oneof is not None:
                 field.oneof_index = oneof
-        return msg
-
-    opt, rep = f.LABEL_OPTIONAL, f.LABEL_REPEATED
-    i64, u64, dbl = f.TYPE_INT64, f.TYPE_UINT64, f.TYPE_DOUBLE
-    string, bts, msgt = f.TYPE_STRING, f.TYPE_BYTES, f.TYPE_MESSAGE
-
-    message(
-        "XSpace",
-        [
-            ("planes", 1, rep, msgt, "XPlane", None),
-            ("errors", 2, rep, string, None, None),
-            ("warnings", 3, rep, string, None, None),
-            ("hostnames", 4, rep, string, None, None),
-        ],
-    )
-    plane = message(
-        "XPlane",
-        [
-            ("id", 1, opt, i64, None, None),
-            ("name", 2, opt, string, None, None),
-            ("lines", 3, rep, msgt, "XLine", None),
-            ("event_metadata", 4, rep, msgt, "XPlane.EventMetadataEntry", None),
-            ("stat_metadata", 5, rep, msgt, "XPlane.StatMetadataEntry", None),
-            ("stats", 6, rep, msgt, "XStat", None),
-        ],
-    )
-    for entry, value_type in (
-        ("EventMetadataEntry", "XEventMetadata"),
-        ("StatMetadataEntry", "XStatMetadata"),
-    ):
-        nested = plane.nested_type.add(name=entry)
-        nested.field.add(name="key", number=1, label=opt, type=i64)
-        nested.field.add(
-            name="value",
-            number=2,
-            label=opt,
-            type=msgt,
-            type_name=f".{_PACKAGE}.{value_type}",
-        )
-        nested.options.map_entry = True
-    message(
-        "XLine",
-        [
-            ("id", 1, opt, i64, None, None),
-            ("display_id", 10, opt, i64, None, None),
-            ("name", 2, opt, string, None, None),
-            ("display_name", 11, opt, string, None, None),
-            ("timestamp_ns", 3, opt, i64, None, None),
-            ("duration_ps", 9, opt, i64, None, None),
-            ("events", 4, rep, msgt, "XEvent", None),
-        ],
-    )
-    event = message(
-        "XEvent",
-        [
-            ("metadata_id", 1, opt, i64, None, None),
-            ("offset_ps", 2, opt, i64, None, 0),
-            ("num_occurrences", 5, opt, i64, None, 0),
-            ("duration_ps", 3, opt, i64, None, None),
-            ("stats", 4, rep, msgt, "XStat", None),
-        ],
-    )
-    event.oneof_decl.add(name="data")
-    stat = message(
-        "XStat",
-        [
-            ("metadata_id", 1, opt, i64, None, None),
-            ("double_value", 2, opt, dbl, None, 0),
-            ("uint64_value", 3, opt, u64, None, 0),
-            ("int64_value", 4, opt, i64, None, 0),
-            ("str_value", 5, opt, string, None, 0),
-            ("bytes_value", 6, opt, bts, None, 0),
-            ("ref_value", 7, opt, u64, None, 0),
-        ],
-    )
-    stat.oneof_decl.add(name="value")
-    message(
-        "XEventMetadata",
-        [
-            ("id", 1, opt, i64, None, None),
-            ("name", 2, opt, string, None, None),
-            ("display_name", 4, opt, string, None, None),
-            ("metadata", 3, opt, bts, None, None),
-            ("stats", 5, rep, msgt, "XStat", None),
-            ("child_id", 6, rep, i64, None, None),
-        ],
-    )
-    message(
-        "XStatMetadata",
-        [
-            ("id", 1, opt, i64, None, None),
-            ("name", 2, opt, string, None, None),
-            ("description", 3, opt, string, None, None),
-        ],
-    )
+        for entry, value_type in _MAP_ENTRIES.get(name, ()):
+            nested = msg.nested_type.add(name=entry)
+            nested.field.add(name="key", number=1, label=f.LABEL_OPTIONAL, type=f.TYPE_INT64)
+            nested.field.add(
+                name="value",
+                number=2,
+                label=f.LABEL_OPTIONAL,
+                type=f.TYPE_MESSAGE,
+                type_name=f".{_PACKAGE}.{value_type}",
+            )
+            nested.options.map_entry = True
+        if name in _ONEOFS:
+            msg.oneof_decl.add(name=_ONEOFS[name])
     return fd
 
 
 @functools.cache
-def _xspace_class() -> type:
+def xspace_class() -> type:
+    """The ``XSpace`` message class (from a private descriptor pool), e.g. to build a
+    trace in a test: ``xspace_class()()``."""
     from google.protobuf import descriptor_pool, message_factory
 
     pool = descriptor_pool.DescriptorPool()
@@ -184,7 +205,7 @@ def parse_xspace(data: bytes, *, source: str = "<bytes>") -> Any:
             f"{source}: the trace file is empty (0 bytes); the profiler was probably "
             f"stopped before it finished writing. {how}"
         )
-    space = _xspace_class()()
+    space = xspace_class()()
     try:
         space.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as e:

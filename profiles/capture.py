@@ -14,6 +14,16 @@ trace is a standard TensorBoard profile directory (``logdir/plugins/profile/<run
 step kind, wall-clock step times), so numbers from different machines or settings
 are never compared blindly.
 
+A step that owns the training loop (``keras_fit``: ``model.fit``) cannot be wrapped
+that way; its ``fit`` call gets a callback instead that starts the profiler at the
+profiled epoch and marks each call into the train function (``steps_per_execution``
+batches; ``steps`` counts calls) from the end of the previous call to the end of its own, so that the time
+Keras spent fetching the batch (in the train function on TensorFlow, before it on JAX)
+falls inside the marker and the input-wait analysis still works. With
+``steps_per_execution`` > 1 Keras fetches the batches in a loop inside the train
+function (``IteratorGetNextAsOptional``) and xprof (2.24) finds no complete step in such
+a trace: profile with ``steps_per_execution`` 1 for the step breakdown.
+
 Tracer levels: TensorFlow 2.21's ``tf.profiler.experimental.start`` ignores
 ``ProfilerOptions`` (it logs "host_tracer_level expects an i value" and keeps its
 defaults), so no options are passed: the defaults (host tracer level 2, Python
@@ -205,6 +215,11 @@ def capture(
     dataset = _as_iterable(pipeline)
     logdir = Path(logdir)
     needed = cfg.warmup + cfg.steps
+    if getattr(the_step, "kind", None) == "keras_fit":
+        before = _trace_files(logdir)
+        started = datetime.datetime.now(datetime.timezone.utc)
+        durations = _capture_owned_loop(the_step, dataset, cfg, logdir, clock)
+        return _finish(the_step, dataset, cfg, logdir, before, started, durations, None)
 
     iterator = iter(dataset)
     for i in range(cfg.warmup):
@@ -242,7 +257,124 @@ def capture(
             durations.append((clock() - t0) * 1e3)
     finally:
         tf.profiler.experimental.stop()
+    return _finish(the_step, dataset, cfg, logdir, before, started, durations, ran_out_at)
 
+
+def _start_profiler(logdir: Path) -> None:
+    import tensorflow as tf
+
+    try:
+        tf.profiler.experimental.start(str(logdir))
+    except Exception as e:  # TF raises several error types here
+        raise ProfileError(
+            f"cannot start the profiler ({type(e).__name__}: {e}); is another profiler "
+            "session running in this process? Stop it with tf.profiler.experimental.stop()"
+        ) from e
+
+
+def _capture_owned_loop(
+    step: Any, dataset: Any, cfg: CaptureConfig, logdir: Path, clock: Callable[[], float]
+) -> list[float]:
+    """Profile a loop-owning step (``model.fit``) through a Keras callback; returns
+    the wall time of every marked call, in ms."""
+    import keras
+    import tensorflow as tf
+
+    from tfinput import bench
+
+    if not hasattr(dataset, "element_spec"):
+        raise ConfigError(
+            f"capture: the {step.kind} step runs model.fit, which needs a tf.data.Dataset, "
+            f"got {type(dataset).__name__}"
+        )
+    durations: list[float] = []
+
+    class Markers(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.active = False
+            self.trace: Any = None
+            self.t0 = 0.0
+            self.marked = 0
+
+        def _open(self, step_num: int) -> None:
+            self.trace = tf.profiler.experimental.Trace(cfg.step_name, step_num=step_num, _r=1)
+            self.trace.__enter__()
+            self.t0 = clock()
+
+        def _close(self) -> None:
+            if self.trace is not None:
+                self.trace.__exit__(None, None, None)
+                durations.append((clock() - self.t0) * 1e3)
+                self.trace = None
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            if epoch == self.params["epochs"] - 1:  # the one timed epoch
+                _start_profiler(logdir)
+                self.active = True
+                self._open(cfg.warmup)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if not self.active:
+                return
+            self._close()
+            self.marked += 1
+            if batch + 1 < self.params["steps"]:
+                self._open(cfg.warmup + self.marked)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if self.active:
+                self._close()
+                self.active = False
+                tf.profiler.experimental.stop()
+
+    markers = Markers()
+    # One marker per call into the train function: steps_per_execution batches.
+    per_call = int(step.describe().get("steps_per_execution", 1))
+    first = next(iter(dataset.take(1)), None)
+    if first is None:
+        raise ProfileError("the pipeline produced no batch; capture needs at least one")
+    try:
+        step.run_windows(
+            dataset,
+            batch_size=max(bench.batch_rows(first), 1),
+            warmup_batches=cfg.warmup,
+            windows=1,
+            window_batches=cfg.steps * per_call,
+            clock=clock,
+            callbacks=[markers],
+        )
+    finally:
+        if markers.active:  # fit failed inside the profiled epoch
+            markers._close()
+            tf.profiler.experimental.stop()
+    return durations
+
+
+def _fit_note(step: Any) -> str:
+    k = step.describe().get("steps_per_execution", 1) if step.kind == "keras_fit" else 1
+    if k <= 1:
+        return ""
+    return (
+        f"; model.fit ran steps_per_execution {k}: one marker per call of {k} batches, and "
+        "xprof may find no complete step in such calls (profile with steps_per_execution 1 "
+        "for the step breakdown)"
+    )
+
+
+def _finish(
+    the_step: Any,
+    dataset: Any,
+    cfg: CaptureConfig,
+    logdir: Path,
+    before: dict[Path, float],
+    started: datetime.datetime,
+    durations: list[float],
+    ran_out_at: int | None,
+) -> CaptureResult:
+    import tensorflow as tf
+
+    needed = cfg.warmup + cfg.steps
     after = _trace_files(logdir)
     written = sorted(p for p, mtime in after.items() if before.get(p) != mtime)
     if not written:
@@ -272,7 +404,8 @@ def capture(
         "tensorflow": tf.__version__,
         "tested_xprof": TESTED_XPROF,
         "wall_step_ms": durations,
-        "note": "wall_step_ms include profiler overhead; the trace has the precise times",
+        "note": "wall_step_ms include profiler overhead; the trace has the precise times"
+        + _fit_note(the_step),
     }
     (run_dir / CAPTURE_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
     return CaptureResult(

@@ -53,7 +53,15 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--logdir", default="runs/profile", help="log directory (default: %(default)s)")
     p.add_argument("--steps", type=int, default=10, help="profiled steps (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up steps (default: %(default)s)")
-    p.add_argument("--step", choices=CLI_STEPS, default="input_only", help="training step kind")
+    p.add_argument(
+        "--step",
+        choices=CLI_STEPS,
+        default="input_only",
+        help="training step kind: input_only, ranking / ranking_fit (built-in model with "
+        "train_on_batch / model.fit), keras / keras_fit (--model), jax (--step-fn), "
+        "function (--step-fn), simulated (--device-time-ms); the Keras backend is "
+        "KERAS_BACKEND's",
+    )
     p.add_argument(
         "--device-time-ms",
         type=float,
@@ -64,10 +72,16 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument(
         "--model",
         metavar="MODULE:FUNCTION",
-        help="callable returning a compiled Keras model (with --step keras; default: the "
-        "built-in ranking model for tfinput pipelines, a tiny dense model otherwise)",
+        help="callable returning a compiled Keras model (with --step keras or keras_fit; "
+        "default: the built-in ranking model for tfinput pipelines, a tiny dense model "
+        "otherwise)",
     )
-    p.add_argument("--step-fn", metavar="MODULE:FUNCTION", help="step(batch) (--step function)")
+    p.add_argument(
+        "--step-fn",
+        metavar="MODULE:FUNCTION",
+        help="step(batch) (--step function), or a function returning (step_fn, "
+        "initial_state) for a JAX step(state, batch) -> state (--step jax)",
+    )
     p.add_argument("--no-analyze", action="store_true", help="only capture the trace")
     _output_args(p)
     p.set_defaults(func=run_profile)
@@ -163,12 +177,14 @@ def _make_step(args: argparse.Namespace, dataset: Any, schema: Any) -> Any:
     model for any other dataset."""
     from tfinput import steps
 
-    if args.step == "keras" and not args.model:
+    if args.step in ("keras", "keras_fit") and not args.model:
+        fit = args.step == "keras_fit"
         if schema is not None:
-            return steps.make("ranking", schema=schema)
+            return steps.make("ranking_fit" if fit else "ranking", schema=schema)
         from profiles._demo import demo_keras_model
 
-        return steps.keras_step(demo_keras_model(dataset.element_spec))
+        model = demo_keras_model(dataset.element_spec)
+        return steps.keras_fit_step(model) if fit else steps.keras_step(model)
     return steps.make(
         args.step,
         schema=schema,
@@ -212,10 +228,10 @@ def run_profile(args: argparse.Namespace) -> int:
         return _fail("profile", "--step simulated needs --device-time-ms X (X > 0)", 2)
     if args.device_time_ms is not None and args.step != "simulated":
         return _fail("profile", "--device-time-ms only applies to --step simulated", 2)
-    if args.model and args.step != "keras":
-        return _fail("profile", "--model only applies to --step keras", 2)
-    if args.step_fn and args.step != "function":
-        return _fail("profile", "--step-fn only applies to --step function", 2)
+    if args.model and args.step not in ("keras", "keras_fit"):
+        return _fail("profile", "--model only applies to --step keras or keras_fit", 2)
+    if args.step_fn and args.step not in ("function", "jax"):
+        return _fail("profile", "--step-fn only applies to --step function or jax", 2)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         from profiles.analysis import analyze
@@ -239,6 +255,8 @@ def run_profile(args: argparse.Namespace) -> int:
         else:
             dataset, schema = resolve_pipeline(args.pipeline, config, with_schema=True)
         step = _make_step(args, dataset, schema)
+        if config is not None and step.kind == "keras_fit":
+            step = step.prepare(config)  # the config's steps_per_execution
         result = capture(dataset, step, logdir=args.logdir, config=cfg)
         print(
             f"profile written to {result.run_dir} (open with: tensorboard --logdir "

@@ -27,24 +27,41 @@ shows up as self time of the map stage that waited for it, which is what we want
 ops of those functions are also attributed to their stage (through the trace's
 producer/consumer ``_p``/``_c`` links) to label an unnamed stage by what it runs
 (``ParallelMapV2 (ParseExampleV2)``).
+
+The work is split by responsibility: `profiles._trace_events` reads and nests the
+events, `profiles._stage_tree` links them into iterator trees and accumulates each
+stage's times, `profiles.advice` names the knobs, and this module holds the results,
+the bottleneck verdict and `rebuild_stages`, which runs those steps in order.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from profiles._xplane import host_planes, stat_value
+from profiles._stage_tree import (
+    IteratorTree,
+    StageAcc,
+    StageKey,
+    StageTable,
+    accumulate_calls,
+    attribute_function_ops,
+    link_children,
+    root_calls,
+    settle_params,
+    split_critical_path,
+)
+from profiles._trace_events import Event, as_int, fold_path, gather_events, kind_of, parent_path
+from profiles.advice import advise, is_batch_kind
 
 __all__ = [
     "SLOW_CALL_US",
     "Bottleneck",
     "PipelineStages",
-    "Stage",
+    "StageTiming",
     "advise",
     "rebuild_stages",
 ]
@@ -58,23 +75,12 @@ _PS_PER_MS = 1e9
 _MANY_CALLS = 64
 _CHEAP_CALL_US = 20.0
 
-# Event classes.
-_IT, _PROD, _CONS, _FCALL, _FEXEC, _OP, _STEP = range(7)
-
-_OP_NAME = re.compile(r"^[^:]+:[A-Z][A-Za-z0-9_]*$")
 _AUTO_DATASET_NAME = re.compile(r"^[A-Za-z0-9_]*Dataset(V\d+)?:\d+$")
-# Components whose "[k]" index is an input position (kept); any other index numbers
-# the elements of an interleave / flat_map and is folded into one stage ("[*]").
-_POSITIONAL = ("Zip", "Concatenate", "DirectedInterleave", "ChooseFromDatasets", "Choose")
-_INDEX = re.compile(r"(\w+)\[(\d+)\]")
-_IGNORED_PARAMS = frozenset(
-    {"id", "parent_id", "shapes", "types", "element_id", "ram_usage_megabytes"}
-)
 
 
 # --------------------------------------------------------------------------- results
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Stage:
+class StageTiming:
     """One tf.data transformation of an input pipeline, aggregated over the trace.
 
     Attributes:
@@ -144,7 +150,7 @@ class Bottleneck:
     """The stage on the critical path with the largest self time.
 
     Attributes:
-      stage: Its `Stage.path`.
+      stage: Its `StageTiming.path`.
       display_name: ``kind (label)``.
       self_fraction: Its share of the training loop's wait for input (0..1).
       setting: The setting that matters, as traced (``parallelism 1``, ``cycle_length
@@ -204,11 +210,11 @@ class PipelineStages:
     mean_call_ms: float
     max_call_ms: float
     cpu_budget: int | None
-    stages: tuple[Stage, ...]
+    stages: tuple[StageTiming, ...]
     critical_path: tuple[str, ...]
     bottleneck: Bottleneck | None
 
-    def stage(self, kind_or_path: str) -> Stage:
+    def stage(self, kind_or_path: str) -> StageTiming:
         """The first stage whose kind or path is ``kind_or_path``.
 
         Raises:
@@ -237,303 +243,6 @@ class PipelineStages:
         }
 
 
-# --------------------------------------------------------------------- knob advice
-def _base_kind(kind: str) -> str:
-    return re.sub(r"V\d+$", "", kind)
-
-
-_SOURCES = frozenset(
-    {"TFRecord", "TextLine", "FixedLengthRecord", "FlatMap", "ArrowRecordBatch", "Parquet"}
-)
-_MEMORY_SOURCES = frozenset({"Range", "TensorSlice", "FromTensor", "SparseTensorSlice"})
-_INTERLEAVES = frozenset({"Interleave", "ParallelInterleave", "LegacyParallelInterleave"})
-
-
-def _yes(value: str | None) -> bool:
-    return str(value).lower() == "true"
-
-
-def advise(
-    kind: str,
-    params: Mapping[str, str],
-    *,
-    enclosing: Sequence[tuple[str, Mapping[str, str]]] = (),
-    cpu_budget: int | None = None,
-    input_batched: bool = False,
-) -> tuple[tuple[str, ...], str, str]:
-    """Which knobs control a stage, its current setting, and what to change.
-
-    Args:
-      kind: Stage kind as traced (``ParallelMapV2``, ``TFRecord``, ...).
-      params: The stage's traced settings (``parallelism``, ``cycle_length``, ...).
-      enclosing: ``(kind, params)`` of the stages above it, nearest first; a file
-        reader inside an interleave is controlled by that interleave.
-      cpu_budget: Cores available to tf.data, if known.
-      input_batched: The stage's input is already batched (a batch stage below it),
-        so a map over it is already vectorized.
-
-    Returns:
-      ``(knobs, setting, advice)``: tfinput `PipelineConfig` knob names, a short text
-      of the current setting (may be empty) and an imperative advice.
-    """
-    base = _base_kind(kind)
-    auto = " autotuned" if _yes(params.get("autotune")) else ""
-    par = params.get("parallelism")
-    cores = f" on {cpu_budget} cores" if cpu_budget else ""
-
-    if base in ("ParallelMap", "MapAndBatch", "ParseExample", "Map"):
-        if base == "Map":
-            return ("map_parallelism",), "sequential", "parallelize the map (map_parallelism)"
-        if par is None:
-            setting = "parallelism autotuned" if auto else "parallelism not traced"
-            return ("map_parallelism",), setting, "raise map parallelism (map_parallelism)"
-        setting = f"parallelism {par}{auto}"
-        if cpu_budget and (_int(par) or 0) >= cpu_budget:
-            if input_batched:
-                return (
-                    ("map_parallelism", "batch_size"),
-                    setting,
-                    f"map already uses {par} threads{cores} on batches: make the map itself "
-                    "cheaper (fewer ops per feature, larger batches, cache the parsed "
-                    "batches, precompute offline) or add cores",
-                )
-            return (
-                ("map_parallelism", "batch_size"),
-                setting,
-                f"map already uses {par} threads{cores}: make it cheaper (batch before "
-                "parsing so parse_example is vectorized, cache, precompute offline)",
-            )
-        return ("map_parallelism",), setting, "raise map parallelism (map_parallelism)"
-
-    if base in _INTERLEAVES:
-        cycle = params.get("cycle_length", "?")
-        setting = f"cycle_length {cycle}, parallelism {par or 1}{auto}"
-        return (
-            ("interleave_cycle_length", "interleave_parallelism"),
-            setting,
-            "read more files concurrently: raise interleave_cycle_length and "
-            "interleave_parallelism",
-        )
-
-    if base in _SOURCES:
-        for up_kind, up_params in enclosing:
-            if _base_kind(up_kind) in _INTERLEAVES:
-                cycle = up_params.get("cycle_length", "?")
-                up_par = up_params.get("parallelism", "1")
-                return (
-                    ("interleave_cycle_length", "interleave_parallelism"),
-                    f"read by {up_kind} with cycle_length {cycle}, parallelism {up_par}",
-                    "file reading is the bottleneck: raise interleave_cycle_length and "
-                    "interleave_parallelism (or cache the records)",
-                )
-        return (
-            ("interleave_cycle_length", "interleave_parallelism"),
-            "files read one at a time",
-            "read the files through an interleave (interleave_cycle_length, "
-            "interleave_parallelism) or cache the records",
-        )
-
-    if base == "Prefetch":
-        buf = params.get("buffer_limit", "?")
-        return (
-            ("prefetch", "private_threadpool_size"),
-            f"buffer {buf}{auto}",
-            "training waited on prefetch with nothing upstream running: raise prefetch, "
-            "or give tf.data its own threads (private_threadpool_size)",
-        )
-
-    if base in ("Batch", "PaddedBatch", "ParallelBatch"):
-        size = params.get("batch_size", "?")
-        return (
-            ("batch_size",),
-            f"batch_size {size}",
-            "batching is expensive: batch before parsing (vectorized parse), or use "
-            "larger batches (batch_size)",
-        )
-
-    if base in ("Shuffle", "ShuffleAndRepeat"):
-        return (
-            ("shuffle_buffer",),
-            f"buffer_size {params.get('buffer_size', '?')}",
-            "the shuffle buffer refills slowly: lower shuffle_buffer, shuffle files instead",
-        )
-
-    if base in ("MemoryCache", "MemoryCacheImpl", "Cache", "CacheImpl"):
-        return (
-            ("cache",),
-            "",
-            "the first pass through the cache reads the source: profile after one epoch, "
-            "or disable cache",
-        )
-    if base == "MaxIntraOpParallelism":
-        return (("max_intra_op_parallelism",), "", "adjust max_intra_op_parallelism")
-    if base == "PrivateThreadPool":
-        return (("private_threadpool_size",), "", "adjust private_threadpool_size")
-    if base in ("Generator", "FromGenerator"):
-        return ((), "", "a Python generator feeds the pipeline: move it to native tf.data ops")
-    if base in _MEMORY_SOURCES:
-        return ((), "", "an in-memory source is the slowest stage: nothing to tune there")
-    if base == "DataService":
-        return ((), "", "tf.data service workers are too slow: add workers")
-    return ((), "", f"no tfinput knob controls {kind}: simplify or remove this step")
-
-
-# ----------------------------------------------------------------- event assembly
-class _Ev:
-    __slots__ = (
-        "children",
-        "cls",
-        "end",
-        "linked",
-        "name",
-        "parent",
-        "start",
-        "stats",
-        "unmatched",
-    )
-
-    def __init__(self, cls: int, name: str, start: int, end: int, stats: dict[str, Any]):
-        self.cls = cls
-        self.name = name
-        self.start = start
-        self.end = end
-        self.stats = stats
-        self.parent: _Ev | None = None
-        self.children: list[_Ev] = []
-        self.linked = False
-        self.unmatched = False
-
-
-@functools.lru_cache(maxsize=4096)
-def _fold_path(name: str) -> str:
-    def repl(m: re.Match[str]) -> str:
-        return m.group(0) if m.group(1) in _POSITIONAL else f"{m.group(1)}[*]"
-
-    return _INDEX.sub(repl, name)
-
-
-def _parent_path(path: str) -> str:
-    """``A::B[*]::C`` -> ``A::B``; ``Iterator::Root`` -> ``""``."""
-    if path.count("::") < 2:
-        return ""
-    return re.sub(r"\[[^\]]*\]$", "", path.rsplit("::", 1)[0])
-
-
-def _kind_of(path: str) -> str:
-    return re.sub(r"\[[^\]]*\]$", "", path.rsplit("::", 1)[-1])
-
-
-def _collect(plane: Any) -> list[list[_Ev]]:
-    """The relevant events of a host plane, per line (thread), nested by containment."""
-    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-    ids_named: dict[str, set[int]] = collections.defaultdict(set)
-    for k, name in stat_names.items():
-        ids_named[name].add(k)
-    p_ids, c_ids, r_ids = ids_named["_p"], ids_named["_c"], ids_named["_r"]
-    elem_ids = ids_named["element_id"]
-    ev_names = {k: v.name for k, v in plane.event_metadata.items()}
-
-    lines: list[list[_Ev]] = []
-    for line in plane.lines:
-        base = line.timestamp_ns * 1000
-        evs: list[_Ev] = []
-        for e in line.events:
-            name = ev_names.get(e.metadata_id, "")
-            cls: int | None = None
-            if name.startswith("Iterator::"):
-                cls = _IT
-            elif _OP_NAME.match(name):
-                cls = _OP
-            elif e.stats:
-                sids = {s.metadata_id for s in e.stats}
-                if name.endswith("Produce") and sids & elem_ids:
-                    cls = _PROD
-                elif name.endswith("Consume") and sids & elem_ids:
-                    cls = _CONS
-                elif sids & p_ids:
-                    cls = _FCALL
-                elif sids & c_ids:
-                    cls = _FEXEC
-                elif sids & r_ids:
-                    cls = _STEP
-            if cls is None:
-                continue
-            stats = (
-                {stat_names.get(s.metadata_id, ""): stat_value(s, stat_names) for s in e.stats}
-                if cls != _OP
-                else {}
-            )
-            start = base + e.offset_ps
-            evs.append(_Ev(cls, name, start, start + e.duration_ps, stats))
-        evs.sort(key=lambda ev: (ev.start, -ev.end))
-        stack: list[_Ev] = []
-        for ev in evs:
-            while stack and (stack[-1].end <= ev.start or stack[-1].end < ev.end):
-                stack.pop()
-            if stack:
-                ev.parent = stack[-1]
-            stack.append(ev)
-        lines.append(evs)
-    return lines
-
-
-def _nearest(ev: _Ev, classes: tuple[int, ...]) -> _Ev | None:
-    up = ev.parent
-    while up is not None and up.cls not in classes:
-        up = up.parent
-    return up
-
-
-def _union_overlap(spans: Iterable[tuple[int, int]]) -> int:
-    total, cur_lo, cur_hi = 0, None, None
-    for lo, hi in sorted(spans):
-        if cur_hi is None or lo > cur_hi:
-            if cur_hi is not None:
-                total += cur_hi - cur_lo  # type: ignore[operator]
-            cur_lo, cur_hi = lo, hi
-        else:
-            cur_hi = max(cur_hi, hi)
-    if cur_hi is not None:
-        total += cur_hi - cur_lo  # type: ignore[operator]
-    return total
-
-
-@dataclasses.dataclass
-class _Acc:
-    calls: int = 0
-    critical_calls: int = 0
-    slow_calls: int = 0
-    self_ps: int = 0
-    crit_wall_ps: int = 0
-    busy_ps: int = 0
-    wall_ps: int = 0
-    params: dict[str, str] = dataclasses.field(default_factory=dict)
-    dataset_op: str = ""
-    ops: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    last_events: list[_Ev] = dataclasses.field(default_factory=list)
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _label(dataset_op: str, ops: collections.Counter[str]) -> str:
-    names = dataset_op
-    if names.startswith("fused(") and names.endswith(")"):
-        parts = names[len("fused(") : -1].split(",")
-    else:
-        parts = [names]
-    user = [p for p in parts if p and not _AUTO_DATASET_NAME.match(p)]
-    if user:
-        return "+".join(user)
-    if ops:
-        return ops.most_common(1)[0][0]
-    return ""
-
-
 # ------------------------------------------------------------------------ rebuild
 def rebuild_stages(
     space: Any, *, host: str, slow_call_us: float = SLOW_CALL_US
@@ -551,243 +260,79 @@ def rebuild_stages(
       iterator events.
     """
     slow_ps = int(slow_call_us * 1e6)
-    its: list[_Ev] = []
-    conss: list[_Ev] = []
-    fcalls: list[_Ev] = []
-    fexecs: list[_Ev] = []
-    ops: list[_Ev] = []
-    for plane in host_planes(space):
-        for evs in _collect(plane):
-            for ev in evs:
-                if ev.cls == _IT:
-                    its.append(ev)
-                elif ev.cls == _CONS:
-                    conss.append(ev)
-                elif ev.cls == _FCALL:
-                    fcalls.append(ev)
-                elif ev.cls == _FEXEC:
-                    fexecs.append(ev)
-                elif ev.cls == _OP:
-                    ops.append(ev)
-    if not its:
+    events = gather_events(space)
+    if not events.iterators:
         return ()
-
-    # Iterator identity: id -> folded path, id -> parent id.
-    path_of: dict[int, str] = {}
-    parent_of: dict[int, int | None] = {}
-    for ev in its:
-        iid = _int(ev.stats.get("id"))
-        if iid is None:
-            continue
-        path_of.setdefault(iid, _fold_path(ev.name))
-        parent_of.setdefault(iid, _int(ev.stats.get("parent_id")))
-
-    # Same-thread children, and the iterators each Produce event ran.
-    produced: dict[tuple[int, int], list[_Ev]] = collections.defaultdict(list)
-    prod_owner: dict[int, int] = {}  # id(produce event) -> consuming iterator id
-    for ev in its:
-        up = _nearest(ev, (_IT, _PROD))
-        if up is None:
-            continue
-        if up.cls == _IT:
-            up.children.append(ev)
-        else:
-            owner = _int(ev.stats.get("parent_id"))
-            element = _int(up.stats.get("element_id"))
-            if owner is not None and element is not None:
-                produced[(owner, element)].append(ev)
-                prod_owner.setdefault(id(up), owner)
-    for ev in conss:
-        owner_ev = _nearest(ev, (_IT,))
-        element = _int(ev.stats.get("element_id"))
-        if owner_ev is None or element is None:
-            continue
-        owner = _int(owner_ev.stats.get("id"))
-        children = produced.get((owner, element), ())  # type: ignore[arg-type]
-        if not children:
-            owner_ev.unmatched = True
-        for child in children:
-            if not child.linked:
-                child.linked = True
-                owner_ev.children.append(child)
-
-    # Which pipeline (root iterator id) each iterator belongs to.
-    def root_of(iid: int) -> int:
-        seen = set()
-        while parent_of.get(iid) is not None and iid not in seen:
-            seen.add(iid)
-            iid = parent_of[iid]  # type: ignore[assignment]
-        return iid
-
-    accs: dict[tuple[int, str], _Acc] = collections.defaultdict(_Acc)
-
-    key_of: dict[tuple[int, str], tuple[int, str]] = {}
-
-    def acc_of(ev: _Ev) -> _Acc | None:
-        iid = _int(ev.stats.get("id"))
-        if iid is None:
-            return None
-        key = key_of.get((iid, ev.name))
-        if key is None:
-            key = key_of[(iid, ev.name)] = (root_of(iid), _fold_path(ev.name))
-        return accs[key]
-
-    # All calls: count, wall and busy (self over the whole span) time, latest params.
-    for ev in its:
-        acc = acc_of(ev)
-        if acc is None:
-            continue
-        dur = ev.end - ev.start
-        acc.calls += 1
-        acc.wall_ps += dur
-        covered = _union_overlap(
-            (max(c.start, ev.start), min(c.end, ev.end))
-            for c in ev.children
-            if c.end > ev.start and c.start < ev.end
-        )
-        acc.busy_ps += dur - covered
-        acc.last_events.append(ev)
-        if not acc.dataset_op:
-            acc.dataset_op = str(ev.stats.get("name", ""))
-    # Settings as last traced (autotuning changes them); "unavailable" values are
-    # taken from an earlier call.
-    for acc in accs.values():
-        for ev in reversed(acc.last_events[-8:]):
-            for k, v in ev.stats.items():
-                if (
-                    k
-                    and k not in _IGNORED_PARAMS
-                    and k != "name"
-                    and k not in acc.params
-                    and str(v) != "unavailable"
-                ):
-                    acc.params[k] = str(v)
-        acc.last_events = []
-
-    # Critical path: split each root call's duration down the tree.
-    roots: dict[int, list[_Ev]] = collections.defaultdict(list)
-    for ev in its:
-        if ev.name.count("::") == 1:
-            iid = _int(ev.stats.get("id"))
-            if iid is not None:
-                roots[iid].append(ev)
-
-    def visit(ev: _Ev, lo: int, hi: int, level: int) -> None:
-        acc = acc_of(ev)
-        if acc is None or level > 200:
-            return
-        windows = []
-        for c in ev.children:
-            a, b = max(c.start, lo), min(c.end, hi)
-            if b > a:
-                windows.append((c, a, b))
-        self_ps = (hi - lo) - _union_overlap((a, b) for _, a, b in windows)
-        acc.critical_calls += 1
-        acc.self_ps += self_ps
-        acc.crit_wall_ps += hi - lo
-        if self_ps > slow_ps:
-            acc.slow_calls += 1
-        for c, a, b in windows:
-            visit(c, a, b, level + 1)
-
-    # The profiler only records events that start after it started. A call that waited
-    # on an element whose production began before that has no traced producer (its
-    # Consume event matches no Produce event), and its whole wait would be charged to
-    # the consuming stage: such slow calls (the first one or two of a trace) are left
-    # out of the split. Fast unmatched calls (elements buffered ahead) are kept.
-    def explainable(ev: _Ev, level: int = 0) -> bool:
-        if ev.unmatched and ev.end - ev.start > slow_ps:
-            return False
-        return level > 200 or all(explainable(c, level + 1) for c in ev.children)
-
-    skipped: dict[int, int] = {}
-    for rid, events in list(roots.items()):
-        roots[rid] = [ev for ev in events if explainable(ev)] or events
-        skipped[rid] = len(events) - len(roots[rid])
-        for ev in roots[rid]:
-            visit(ev, ev.start, ev.end, 0)
-
-    # Function ops, attributed to the stage whose function ran them.
-    stage_of_call: dict[tuple[Any, Any], tuple[int, str]] = {}
-    for ev in fcalls:
-        up = _nearest(ev, (_IT, _PROD))
-        iid: int | None = None
-        if up is not None and up.cls == _IT:
-            iid = _int(up.stats.get("id"))
-        elif up is not None:
-            iid = prod_owner.get(id(up))
-        if iid is not None and iid in path_of:
-            key = (ev.stats.get("_pt"), ev.stats.get("_p"))
-            stage_of_call[key] = (root_of(iid), path_of[iid])
-    stage_of_exec: dict[int, tuple[int, str]] = {}
-    for ev in fexecs:
-        key = (ev.stats.get("_ct"), ev.stats.get("_c"))
-        if key in stage_of_call:
-            stage_of_exec[id(ev)] = stage_of_call[key]
-    nested_op_ps: dict[int, int] = collections.Counter()
-    for ev in ops:
-        up = _nearest(ev, (_OP, _FEXEC, _IT))
-        if up is not None and up.cls == _OP:
-            nested_op_ps[id(up)] += ev.end - ev.start
-    for ev in ops:
-        up = _nearest(ev, (_OP, _FEXEC, _IT))
-        if up is None or up.cls == _OP:
-            continue
-        if up.cls == _FEXEC:
-            stage = stage_of_exec.get(id(up))
-        else:
-            iid = _int(up.stats.get("id"))
-            stage = (root_of(iid), path_of[iid]) if iid in path_of else None  # type: ignore[arg-type]
-        if stage is None:
-            continue
-        op_type = ev.name.rsplit(":", 1)[-1]
-        accs[stage].ops[op_type] += ev.end - ev.start - nested_op_ps.get(id(ev), 0)
-
-    return tuple(
-        sorted(
-            (
-                _assemble(host, root_id, events, accs, slow_ps, skipped[root_id])
-                for root_id, events in roots.items()
-            ),
-            key=lambda p: -p.input_ms,
-        )
+    prod_owner = link_children(events)
+    table = StageTable(IteratorTree(events.iterators))
+    accumulate_calls(events.iterators, table)
+    settle_params(table)
+    roots = root_calls(events.iterators)
+    skipped = split_critical_path(roots, table, slow_ps=slow_ps)
+    attribute_function_ops(events, table, prod_owner)
+    pipelines = (
+        _assemble(host, root_id, calls, table.accs, slow_ps=slow_ps, skipped=skipped[root_id])
+        for root_id, calls in roots.items()
     )
+    return tuple(sorted(pipelines, key=lambda p: -p.input_ms))
 
 
+# ---------------------------------------------------------------------- results
 def _assemble(
     host: str,
     root_id: int,
-    root_events: list[_Ev],
-    accs: Mapping[tuple[int, str], _Acc],
+    root_events: list[Event],
+    accs: Mapping[StageKey, StageAcc],
+    *,
     slow_ps: int,
     skipped: int,
 ) -> PipelineStages:
+    """The `PipelineStages` of one root iterator from its stages' accumulators."""
     durations = [ev.end - ev.start for ev in root_events]
     input_ps = sum(durations)
     root_stats = root_events[0].stats
-    cpu_budget = _int(root_stats.get("cpu_budget"))
+    cpu_budget = as_int(root_stats.get("cpu_budget"))
     mine = {path: acc for (rid, path), acc in accs.items() if rid == root_id}
-    params_of = {path: acc.params for path, acc in mine.items()}
+    stages = _stage_timings(mine, input_ps=input_ps, cpu_budget=cpu_budget)
+    return PipelineStages(
+        host=host,
+        pipeline=str(root_stats.get("name", "")),
+        root_calls=len(durations),
+        skipped_root_calls=skipped,
+        slow_root_calls=sum(d > slow_ps for d in durations),
+        input_ms=input_ps / _PS_PER_MS,
+        mean_call_ms=input_ps / len(durations) / _PS_PER_MS,
+        max_call_ms=max(durations) / _PS_PER_MS,
+        cpu_budget=cpu_budget,
+        stages=stages,
+        critical_path=_critical_chain(fold_path(root_events[0].name), mine),
+        bottleneck=_bottleneck(
+            stages,
+            input_ps=input_ps,
+            calls=len(durations),
+            slow_ps=slow_ps,
+            cpu_budget=cpu_budget,
+        ),
+    )
 
+
+def _stage_timings(
+    accs: Mapping[str, StageAcc], *, input_ps: int, cpu_budget: int | None
+) -> tuple[StageTiming, ...]:
+    """One `StageTiming` per stage path, largest critical-path self time first."""
+    params_of = {path: acc.params for path, acc in accs.items()}
     stages = []
-    for path, acc in mine.items():
-        kind = _kind_of(path)
-        enclosing = []
-        up = _parent_path(path)
-        while up:
-            if up in params_of:
-                enclosing.append((_kind_of(up), params_of[up]))
-            up = _parent_path(up)
+    for path, acc in accs.items():
+        kind = kind_of(path)
         knobs, _, advice_text = advise(
             kind,
             acc.params,
-            enclosing=enclosing,
+            enclosing=_enclosing(path, params_of),
             cpu_budget=cpu_budget,
-            input_batched=_batched_below(path, mine),
+            input_batched=_batched_below(path, accs),
         )
-        fn_ps = sum(acc.ops.values())
         stages.append(
-            Stage(
+            StageTiming(
                 path=path,
                 kind=kind,
                 label=_label(acc.dataset_op, acc.ops),
@@ -800,7 +345,7 @@ def _assemble(
                 self_fraction=acc.self_ps / input_ps if input_ps else 0.0,
                 busy_ms=acc.busy_ps / _PS_PER_MS,
                 wall_ms=acc.wall_ps / _PS_PER_MS,
-                function_ms=fn_ps / _PS_PER_MS,
+                function_ms=sum(acc.ops.values()) / _PS_PER_MS,
                 function_ops=tuple(
                     (op, ps / _PS_PER_MS) for op, ps in acc.ops.most_common(5) if ps > 0
                 ),
@@ -810,43 +355,50 @@ def _assemble(
             )
         )
     stages.sort(key=lambda s: (-s.self_ms, s.depth))
+    return tuple(stages)
 
-    # Critical path: from the root, follow the child waited on longest, as long as the
-    # wait under that child is longer than the wait on the stage itself.
-    crit_wall = {path: acc.crit_wall_ps for path, acc in mine.items()}
-    chain = [_fold_path(root_events[0].name)]
+
+def _label(dataset_op: str, ops: collections.Counter[str]) -> str:
+    """The user's dataset name, else the op that dominates the stage's functions."""
+    if dataset_op.startswith("fused(") and dataset_op.endswith(")"):
+        parts = dataset_op[len("fused(") : -1].split(",")
+    else:
+        parts = [dataset_op]
+    user = [p for p in parts if p and not _AUTO_DATASET_NAME.match(p)]
+    if user:
+        return "+".join(user)
+    if ops:
+        return ops.most_common(1)[0][0]
+    return ""
+
+
+def _critical_chain(root_path: str, accs: Mapping[str, StageAcc]) -> tuple[str, ...]:
+    """From the root, follow the child waited on longest, as long as the wait under
+    that child is longer than the wait on the stage itself."""
+    crit_wall = {path: acc.crit_wall_ps for path, acc in accs.items()}
+    chain = [root_path]
     while True:
-        children = [p for p, ps in crit_wall.items() if ps > 0 and _parent_path(p) == chain[-1]]
+        children = [p for p, ps in crit_wall.items() if ps > 0 and parent_path(p) == chain[-1]]
         if not children:
             break
         best = max(children, key=lambda p: crit_wall[p])
-        here = mine.get(chain[-1])
+        here = accs.get(chain[-1])
         if here is not None and crit_wall[best] <= here.self_ps:
             break
         chain.append(best)
-
-    bottleneck = _bottleneck(
-        stages, input_ps=input_ps, calls=len(durations), slow_ps=slow_ps, cpu_budget=cpu_budget
-    )
-    return PipelineStages(
-        host=host,
-        pipeline=str(root_stats.get("name", "")),
-        root_calls=len(durations),
-        skipped_root_calls=skipped,
-        slow_root_calls=sum(d > slow_ps for d in durations),
-        input_ms=input_ps / _PS_PER_MS,
-        mean_call_ms=input_ps / len(durations) / _PS_PER_MS,
-        max_call_ms=max(durations) / _PS_PER_MS,
-        cpu_budget=cpu_budget,
-        stages=tuple(stages),
-        critical_path=tuple(chain),
-        bottleneck=bottleneck,
-    )
+    return tuple(chain)
 
 
+# ----------------------------------------------------------------- the verdict
 def _bottleneck(
-    stages: Sequence[Stage], *, input_ps: int, calls: int, slow_ps: int, cpu_budget: int | None
+    stages: Sequence[StageTiming],
+    *,
+    input_ps: int,
+    calls: int,
+    slow_ps: int,
+    cpu_budget: int | None,
 ) -> Bottleneck | None:
+    """The stage with the largest self time (not the root, unless it is the only one)."""
     candidates = [s for s in stages if s.self_ms > 0 and s.kind != "Root"] or [
         s for s in stages if s.self_ms > 0
     ]
@@ -856,21 +408,15 @@ def _bottleneck(
     knobs, setting, advice_text = advise(
         top.kind,
         top.params,
-        enclosing=_enclosing(top, stages),
+        enclosing=_enclosing(top.path, {s.path: s.params for s in stages}),
         cpu_budget=cpu_budget,
         input_batched=_batched_below(top.path, {s.path: s for s in stages}),
     )
+    advice_text += _per_element_note(top, calls)
     significant = calls > 0 and input_ps / calls > slow_ps
     head = f"{top.display_name}: self time {top.self_fraction:.0%}"
     if setting:
         head += f", {setting}"
-    per_batch = top.critical_calls / calls if calls else 0.0
-    per_call_us = top.self_ms * 1e3 / top.critical_calls if top.critical_calls else 0.0
-    if per_batch >= _MANY_CALLS and per_call_us < _CHEAP_CALL_US:
-        advice_text += (
-            f"; the cost is per element ({per_batch:.0f} calls per batch, {per_call_us:.0f} µs "
-            "each): batch before this stage so each call moves more data"
-        )
     if significant:
         summary = f"{head}: {advice_text}"
     else:
@@ -890,22 +436,32 @@ def _bottleneck(
     )
 
 
+def _per_element_note(stage: StageTiming, calls: int) -> str:
+    """Advice for a stage called many times per batch, cheaply each time (or ``""``)."""
+    per_batch = stage.critical_calls / calls if calls else 0.0
+    per_call_us = stage.self_ms * 1e3 / stage.critical_calls if stage.critical_calls else 0.0
+    if per_batch >= _MANY_CALLS and per_call_us < _CHEAP_CALL_US:
+        return (
+            f"; the cost is per element ({per_batch:.0f} calls per batch, {per_call_us:.0f} µs "
+            "each): batch before this stage so each call moves more data"
+        )
+    return ""
+
+
 def _batched_below(path: str, paths: Iterable[str]) -> bool:
     """Whether a batch stage feeds ``path`` (is below it in the iterator tree)."""
     prefix = path + "::"
-    return any(
-        p.startswith(prefix)
-        and _base_kind(_kind_of(p)) in ("Batch", "PaddedBatch", "ParallelBatch")
-        for p in paths
-    )
+    return any(p.startswith(prefix) and is_batch_kind(kind_of(p)) for p in paths)
 
 
-def _enclosing(stage: Stage, stages: Sequence[Stage]) -> list[tuple[str, Mapping[str, str]]]:
-    by_path = {s.path: s for s in stages}
+def _enclosing(
+    path: str, params_of: Mapping[str, Mapping[str, str]]
+) -> list[tuple[str, Mapping[str, str]]]:
+    """``(kind, params)`` of the stages above ``path``, nearest first."""
     out = []
-    up = _parent_path(stage.path)
+    up = parent_path(path)
     while up:
-        if up in by_path:
-            out.append((by_path[up].kind, by_path[up].params))
-        up = _parent_path(up)
+        if up in params_of:
+            out.append((kind_of(up), params_of[up]))
+        up = parent_path(up)
     return out

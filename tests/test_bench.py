@@ -417,3 +417,117 @@ def test_cli_bench_errors_exit_2(tmp_path, capsys):
     assert _cli(["bench", str(tmp_path / "x.tfrecord")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tfinput: error: no --schema given") and err.count("\n") == 1
+
+
+def test_measure_window_sync_is_timed_in_the_window():
+    """An asynchronous step blocks in ``sync`` before the window's end is taken."""
+    clock = FakeClock()
+    it = batches(clock, rows=4, produce_s=0.01)
+    w = bench.measure_window(
+        it, batches=3, clock=clock, cpu_clock=FakeCpu(clock, 1.0), sync=lambda: clock.sleep(0.5)
+    )
+    assert w.seconds == pytest.approx(0.53)
+    assert w.batch_seconds[-1] == pytest.approx(0.51)
+    assert w.wait_seconds == pytest.approx(0.03)
+
+
+def _owning_step(clock: FakeClock, prepared: list[PipelineConfig]) -> steps.Step:
+    """A step that drives the data itself and, like model.fit, cannot see input waits."""
+
+    def run_windows(source, *, batch_size, warmup_batches, windows, window_batches, **kw):
+        it = iter(source)
+        for _ in range(warmup_batches):
+            next(it)
+        out = []
+        for i in range(windows):
+            t0 = clock()
+            for _ in range(window_batches):
+                next(it)
+                clock.sleep(0.02)
+            seconds = clock() - t0
+            out.append(
+                bench.Window(
+                    round=i,
+                    batches=window_batches,
+                    examples=window_batches * batch_size,
+                    seconds=seconds,
+                    cpu_seconds=seconds,
+                    batch_seconds=(seconds / window_batches,) * window_batches,
+                    wait_seconds=None,
+                )
+            )
+        return out
+
+    def prepare(config: PipelineConfig) -> steps.Step:
+        prepared.append(config)
+        return base
+
+    base = steps.Step(kind="function", name="owner", fn=lambda b: None, run_windows=run_windows)
+    return steps.Step(kind="function", name="owner", fn=lambda b: None, prepare_fn=prepare)
+
+
+def test_measure_hands_the_data_to_a_loop_owning_step():
+    clock = FakeClock()
+    prepared: list[PipelineConfig] = []
+    configs = {
+        "a": PipelineConfig(batch_size=4, steps_per_execution=1),
+        "b": PipelineConfig(batch_size=4, steps_per_execution=2),
+    }
+    result = bench.measure(
+        lambda cfg: batches(clock, rows=4, produce_s=0.01),
+        configs,
+        step=_owning_step(clock, prepared),
+        windows=3,
+        window_batches=5,
+        warmup_batches=2,
+        clock=clock,
+        cpu_clock=FakeCpu(clock, 1.0),
+        rss=lambda: 0,
+    )
+    assert prepared == list(configs.values())  # once per config
+    for r in result.results:
+        assert len(r.windows) == 3 and r.stall is None
+        assert [w.examples for w in r.windows] == [20, 20, 20]
+        assert r.median == pytest.approx(20 / 0.15)
+    data = json.loads(result.to_json())
+    assert [r["stall_fraction"] for r in data["results"]] == [None, None]
+    assert data["results"][0]["windows"][0]["wait_seconds"] is None
+
+
+def test_summarize_keeps_stall_when_every_window_knows_it():
+    def window(wait):
+        return bench.Window(
+            batches=1, examples=1, seconds=1.0, cpu_seconds=1.0, batch_seconds=(1.0,),
+            wait_seconds=wait,
+        )  # fmt: skip
+
+    known, unknown = bench.summarize({"k": [window(0.25), window(0.75)], "u": [window(None)]})
+    assert known.stall == pytest.approx(0.5) and unknown.stall is None
+
+
+def test_measure_with_keras_fit_interleaves_steps_per_execution(tiny_data):
+    from tfinput import models
+
+    data = tiny_data["tfrecord"]
+    model = models.ranking_model(data.schema)
+    configs = {
+        "k1": PipelineConfig(batch_size=32, steps_per_execution=1),
+        "k2": PipelineConfig(batch_size=32, steps_per_execution=2),
+    }
+    result = bench.measure(
+        tfinput.tfrecord(data.paths, data.schema),
+        configs,
+        step=steps.keras_fit_step(model),
+        windows=1,
+        window_batches=2,
+        warmup_batches=1,
+    )
+    assert [r.name for r in result.results] == ["k1", "k2"]
+    for r in result.results:
+        assert r.stall is None and r.median > 0
+        assert r.windows[0].examples == 64
+    assert result.method["step"]["kind"] == "keras_fit"
+    per_config = result.method["step_per_config"]
+    assert [per_config[n]["steps_per_execution"] for n in ("k1", "k2")] == [1, 2]
+    assert result.machine["keras_backend"] == "tensorflow"
+    assert model.steps_per_execution == 2

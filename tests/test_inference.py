@@ -14,7 +14,7 @@ import tensorflow as tf
 import tfinput
 from tfinput import cli
 from tfinput.config import PipelineConfig
-from tfinput.errors import SourceError
+from tfinput.errors import DataError, SchemaError, SourceError
 from tfinput.inference import infer_schema
 from tfinput.schema import Categorical, Dense, Label, MultiHot
 
@@ -303,3 +303,110 @@ def test_converted_raw_magnitudes_train_with_finite_loss(tmp_path):
     model = models.ranking_model(result.schema, jit_compile=True)
     losses = [float(model.train_on_batch(f, y)[0]) for f, y in ds]
     assert len(losses) == 10 and all(np.isfinite(losses)), losses
+
+
+# ------------------------------------------------ the remaining rules and refusals
+def _write_tfrecord(path, records):
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for r in records:
+            w.write(r if isinstance(r, bytes) else _example(r))
+    return str(path)
+
+
+def test_dense_transforms_and_notes_from_observed_values(tmp_path):
+    n = 1000
+    rng = np.random.default_rng(7)
+    lengths = np.arange(n) % 3
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    table = pa.table(
+        {
+            "label": pa.array(np.arange(n) % 2),
+            "counts": pa.array(np.where(np.arange(n) == 5, -3.0, rng.uniform(0, 5e4, n))),
+            "delta": pa.array(rng.normal(0, 1e5, n)),
+            "ratio": pa.array(np.where(np.arange(n) % 100 == 0, np.nan, rng.random(n))),
+            "scores": pa.ListArray.from_arrays(
+                pa.array(offsets), pa.array(rng.random(offsets[-1]))
+            ),
+        }
+    )
+    path = tmp_path / "dense.parquet"
+    pq.write_table(table, path)
+    result = infer_schema(str(path))
+    s, stats = result.schema, {c.name: c for c in result.columns}
+    counts = s.feature("counts")
+    assert (counts.clip, counts.log1p) == ((0.0, None), True)
+    assert "clip at 0 then log1p (1 negative values, min -3, clipped to 0)" in stats["counts"].note
+    delta = s.feature("delta")
+    assert (delta.clip, delta.log1p) == (None, False)
+    assert "with negative values: left unscaled" in stats["delta"].note
+    assert stats["ratio"].note == "10 NaN/inf values: the pipeline rejects them (write nulls)"
+    assert stats["scores"].kind == "skipped"
+    assert stats["scores"].note == "variable-length float list: not a feature kind"
+    assert "scores" not in {f.name for f in s.features}
+
+
+def test_csv_negative_ids_hash_and_table_sizes(tmp_path):
+    rows = [(i % 2, (i % 13) - 4, 10**9 + 17 * i, f"c{i % 5}") for i in range(2000)]
+    path = _csv(tmp_path, ["label", "shop_id", "ad_id", "city"], rows)
+    result = infer_schema(str(path))
+    s, stats = result.schema, {c.name: c for c in result.columns}
+    shop = s.feature("shop_id")
+    assert (shop.dtype, shop.default) == ("string", "")
+    assert "negative ids seen (min -4, 616 of 2,000 values): hashed as strings" in (
+        stats["shop_id"].note
+    )
+    assert s.table("shop_id").vocabulary_size == 1024  # 13 distinct: at least 1,024 buckets
+    ad = s.feature("ad_id")
+    assert (ad.dtype, ad.out_of_range) == ("int64", "modulo")
+    assert s.table("ad_id").vocabulary_size == 8192  # 4 x 2,000 distinct, a power of two
+    assert "too sparse for a row per id: folded into 8192 rows" in stats["ad_id"].note
+    sized = infer_schema(str(path), hash_buckets=500).schema
+    assert [sized.table(n).vocabulary_size for n in ("shop_id", "ad_id", "city")] == [500] * 3
+
+
+def test_files_without_extension_are_sniffed(tmp_path):
+    text = tmp_path / "events"
+    text.write_text("label,price\n1,0.5\n0,0.25\n")
+    assert infer_schema(str(text)).schema.feature("price") == Dense(name="price")
+    binary = _write_tfrecord(tmp_path / "events-00000", [{"price": [0.5], "label": [1.0]}] * 3)
+    assert infer_schema(binary).schema.feature("price") == Dense(name="price")
+
+
+@pytest.mark.parametrize(
+    ("case", "error", "message"),
+    [
+        ("csv-option-on-parquet", SourceError, "delimiter: CSV inputs only; .* is read as parquet"),
+        (
+            "unknown-format",
+            SourceError,
+            "format: expected 'parquet', 'tfrecord' or 'csv', got 'orc'",
+        ),
+        ("csv-columns-differ", SchemaError, r"b\.csv: columns \['x', 'z'\] differ from those of"),
+        ("csv-no-valid-row", DataError, r"bad\.csv:2: unbalanced quote.*no valid row to infer"),
+        ("header-only", SchemaError, "no records found in 1 file"),
+        ("no-feature-column", SchemaError, "no usable feature columns found in"),
+        ("tfrecord-kind-changes", DataError, "feature 'x' is float_list in record 1 but int64"),
+        ("not-an-example", DataError, r"record 0 is not a tf\.train\.Example"),
+    ],
+)
+def test_inputs_that_cannot_give_a_schema(tmp_path, case, error, message):
+    paths, kwargs = [str(tmp_path / "in.parquet")], {}
+    pq.write_table(pa.table({"label": [1, 0], "ts": pa.array([0, 1], pa.timestamp("s"))}), paths[0])
+    if case == "csv-option-on-parquet":
+        kwargs = {"delimiter": ","}
+    elif case == "unknown-format":
+        kwargs = {"format": "orc"}
+    elif case == "csv-columns-differ":
+        paths = [str(_csv(tmp_path, ["x", "y"], [(1, 2)], "a.csv"))]
+        paths.append(str(_csv(tmp_path, ["x", "z"], [(1, 2)], "b.csv")))
+    elif case == "csv-no-valid-row":
+        (tmp_path / "bad.csv").write_text('x,y\n"1,2\n')
+        paths = [str(tmp_path / "bad.csv")]
+    elif case == "header-only":
+        paths = [str(_csv(tmp_path, ["x", "y"], []))]
+    elif case == "tfrecord-kind-changes":
+        paths = [_write_tfrecord(tmp_path / "k.tfrecord", [{"x": [1]}, {"x": [1.5]}])]
+    elif case == "not-an-example":
+        paths = [_write_tfrecord(tmp_path / "n.tfrecord", [b"\xff\xff not a proto"])]
+    with pytest.raises(error, match=message):
+        infer_schema(paths, **kwargs)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfinput
@@ -104,3 +109,67 @@ def test_signed_log1p_is_finite_and_odd():
     assert np.isfinite(y).all() and y[3] == 0.0
     np.testing.assert_allclose(y, -y[::-1], rtol=1e-6)
     np.testing.assert_allclose(y[4], np.log1p(1.0), rtol=1e-6)
+
+
+def test_ranking_model_takes_packed_batches_with_jit_compile(small_tfrecord):
+    """The same model gives the same logits on both layouts, and trains on packed
+    batches with ``train_on_batch`` and ``fit`` under XLA."""
+    schema = testing.small_schema(row_id=False)
+    pipeline = tfinput.tfrecord(small_tfrecord, schema)
+    config = PipelineConfig(batch_size=100, deterministic=True)
+    packed = pipeline.with_layout("packed").build(config)
+    model = models.ranking_model(schema, jit_compile=True)
+    features, _ = next(iter(packed))
+    per_feature, _ = next(iter(pipeline.build(config)))
+    np.testing.assert_allclose(
+        model.predict_on_batch(features), model.predict_on_batch(per_feature), rtol=1e-6
+    )
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    losses = [float(model.train_on_batch(f, y)[0]) for f, y in packed]
+    history = model.fit(
+        packed.repeat(), steps_per_epoch=5, epochs=2, shuffle=False, verbose=0
+    ).history
+    assert len(losses) == 10 and all(np.isfinite(losses + history["loss"]))
+    assert all(
+        not np.array_equal(a, w.numpy())
+        for a, w in zip(before, model.trainable_weights, strict=True)
+    )
+
+
+_JAX_PACKED = """
+import numpy as np, keras, tensorflow as tf, tfinput
+from tfinput import models
+assert keras.config.backend() == "jax"
+schema = tfinput.testing.small_schema(row_id=False)
+pipeline = tfinput.tfrecord(FILES, schema)
+config = tfinput.PipelineConfig(batch_size=100, deterministic=True)
+numpy = lambda b: tf.nest.map_structure(lambda t: t.numpy(), b)
+packed = [numpy(b) for b in pipeline.with_layout("packed").build(config)]
+per_feature = [numpy(b) for b in pipeline.build(config)]
+model = models.ranking_model(schema, jit_compile=True)
+np.testing.assert_allclose(
+    model.predict_on_batch(packed[0][0]), model.predict_on_batch(per_feature[0][0]), rtol=1e-5
+)
+losses = [float(model.train_on_batch(f, y)[0]) for f, y in packed]
+x = {k: np.concatenate([f[k] for f, _ in packed]) for k in packed[0][0]}
+y = np.concatenate([lab for _, lab in packed])
+history = model.fit(x, y, batch_size=100, epochs=2, verbose=0).history
+assert all(np.isfinite(losses + history["loss"])), (losses, history)
+print("OK", len(losses), len(history["loss"]))
+"""
+
+
+def test_ranking_model_takes_packed_numpy_batches_on_the_jax_backend(small_tfrecord):
+    pytest.importorskip("jax")
+    code = _JAX_PACKED.replace("FILES", repr(list(small_tfrecord)))
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "JAX_PLATFORMS": "cpu",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "OK 10 2" in out.stdout

@@ -219,3 +219,14 @@ def test_large_padded_multi_hot_batch_warns_at_build(tmp_path, caplog):
             PipelineConfig(batch_size=1024)
         )
     assert "max_len" not in caplog.text
+
+
+def test_with_layout_returns_a_new_pipeline_described_with_its_layout(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    packed = pipeline.with_layout("packed")
+    assert pipeline.layout == "per_feature" and packed.layout == "packed"
+    assert pipeline.describe()["layout"] == "per_feature"
+    assert packed.describe()["layout"] == "packed"
+    assert packed.packed_layout().n_ids == 12
+    with pytest.raises(tfinput.ConfigError, match="layout: expected one of"):
+        tfinput.Pipeline(source=pipeline.source, schema=small_schema, layout="wide")

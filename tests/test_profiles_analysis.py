@@ -12,7 +12,8 @@ import pytest
 
 from profiles import ProfileError, XprofLayoutError, analyze, capture, compare
 from profiles import analysis as an
-from profiles._xplane import _xspace_class
+from profiles._xplane import xspace_class
+from profiles._xprof import table_rows
 from profiles.testing import cached_capture, fast_pipeline
 
 
@@ -111,7 +112,7 @@ def test_tables_are_found_by_column_id_not_position(tables):
     moved["cols"].reverse()
     for row in moved["rows"]:
         row["c"].reverse()
-    assert an._rows(moved) == an._rows(table)
+    assert table_rows(moved) == table_rows(table)
 
 
 def test_xprof_layout_is_the_tested_one(tables):
@@ -186,7 +187,7 @@ def test_installed_xprof_is_a_tested_one():
 
 
 def _foreign_xspace_bytes():
-    space = _xspace_class()()
+    space = xspace_class()()
     space.planes.add(id=1, name="not a profiler plane")
     return space.SerializeToString()
 

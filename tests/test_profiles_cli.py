@@ -208,7 +208,8 @@ def test_inspect_several_hosts(capsys, slow_map_logdir, tmp_path):
         (["inspect", "x", "--top", "0"], "--top must be >= 1"),
         (["profile", "--demo", "--step", "simulated"], "needs --device-time-ms"),
         (["profile", "--demo", "--device-time-ms", "5"], "only applies to --step simulated"),
-        (["profile", "--demo", "--model", "m:f"], "only applies to --step keras"),
+        (["profile", "--demo", "--model", "m:f"], "only applies to --step keras or keras_fit"),
+        (["profile", "--demo", "--step-fn", "m:f"], "only applies to --step function or jax"),
     ],
     ids=[
         "nothing-to-inspect",
@@ -218,6 +219,7 @@ def test_inspect_several_hosts(capsys, slow_map_logdir, tmp_path):
         "simulated-without-time",
         "time-without-simulated",
         "model-without-keras",
+        "step-fn-without-function",
     ],
 )
 def test_usage_errors_exit_2(capsys, argv, message):
@@ -260,6 +262,11 @@ def pipeline_module(tmp_path):
 
             PIPELINE = Pipeline()
 
+            def jax_step():
+                import jax.numpy as jnp
+
+                return (lambda state, batch: state + jnp.sum(batch[0])), jnp.float32(0)
+
             def model():
                 import keras
 
@@ -280,6 +287,9 @@ def pipeline_module(tmp_path):
         ("PIPELINE", [], "input_only"),
         ("make", ["--step", "keras", "--model", "{module}:model"], "keras"),
         ("make", ["--step", "keras"], "keras"),
+        ("make", ["--step", "keras_fit", "--model", "{module}:model"], "keras_fit"),
+        ("make", ["--step", "keras_fit"], "keras_fit"),
+        ("make", ["--step", "jax", "--step-fn", "{module}:jax_step"], "jax"),
     ],
     ids=[
         "factory-simulated",
@@ -287,6 +297,9 @@ def pipeline_module(tmp_path):
         "object-with-build",
         "keras-model",
         "keras-default",
+        "keras-fit-model",
+        "keras-fit-default",
+        "jax-step",
     ],
 )
 def test_profile_pipeline(capsys, tmp_path, pipeline_module, spec, extra, kind):
@@ -409,3 +422,63 @@ def test_profile_demo(capsys, tmp_path, monkeypatch):
     assert "parse" in out  # the demo's map is named "parse"
     assert (tmp_path / "demo.html").is_file()
     assert list(tmp_path.glob("demo-criteo-like-*/part-*.tfrecord"))
+
+
+def test_profile_keras_fit_with_the_config_steps_per_execution(capsys, tmp_path, pipeline_module):
+    """``--config`` sets model.fit's steps_per_execution; one marker per call."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"batch_size": 8, "steps_per_execution": 2}))
+    code, _, err = run(
+        capsys,
+        "profile",
+        "--pipeline",
+        f"{pipeline_module}:make",
+        "--config",
+        config,
+        "--step",
+        "keras_fit",
+        "--logdir",
+        tmp_path / "logs",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--no-analyze",
+    )
+    assert code == 0, err
+    (meta,) = (tmp_path / "logs").glob("plugins/profile/*/tfinput_capture.json")
+    saved = json.loads(meta.read_text())
+    assert saved["step"]["kind"] == "keras_fit" and saved["step"]["steps_per_execution"] == 2
+    assert len(saved["wall_step_ms"]) == 3
+
+
+@pytest.fixture(scope="module")
+def demo_data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("demo-data")  # generated once, by the first test
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["ranking", "ranking_fit"])
+def test_profile_the_ranking_steps_on_the_jax_backend(tmp_path, demo_data_dir, step):
+    """`tfinput profile --step ranking|ranking_fit` under KERAS_BACKEND=jax: a trace with
+    step markers that the analysis reads, and the backend recorded."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    env["TFINPUT_DATA_DIR"] = str(demo_data_dir)
+    config = tmp_path / "demo.json"
+    config.write_text(json.dumps({"batch_size": 256}))
+    cmd = [
+        sys.executable, "-m", "tfinput.cli", "profile", "--demo", "--config", str(config),
+        "--step", step, "--logdir", str(tmp_path / "logs"), "--steps", "4", "--warmup", "1",
+        "--json",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode in (0, 1), out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert data["capture"]["step"]["backend"] == "jax"
+    assert data["capture"]["step"]["kind"] == ("keras" if step == "ranking" else "keras_fit")
+    assert data["steps"], data.get("diagnostics")

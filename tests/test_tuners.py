@@ -18,12 +18,23 @@ from tfinput import steps
 from tfinput._demo import demo_pipeline
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError
+from tuners import space as tuners_space
 from tuners.objective import measure
 from tuners.report import write_outputs
 from tuners.space import SearchSpace, parse_assignment
 from tuners.study import baseline_configs, tune
 
-FAST = dict(windows=2, window_batches=2, warmup_batches=1, confirm_top=1, confirm_windows=2)
+# The format advice (a roofline, a conversion, a side-by-side measurement) and the gain
+# by knob have their own tests; the other tune() tests leave them out.
+FAST = dict(
+    windows=2,
+    window_batches=2,
+    warmup_batches=1,
+    confirm_top=1,
+    confirm_windows=2,
+    advise_format=False,
+    breakdown=False,
+)
 
 
 @pytest.fixture
@@ -332,6 +343,7 @@ def cli_args(small_tfrecord, tmp_path, small_schema):
         "1",
         "--confirm-windows",
         "2",
+        "--no-format-advice",
     ]
 
 
@@ -390,8 +402,20 @@ def test_cli_tune_end_to_end(cli_args, capsys, tmp_path):
     assert code == 0, err
     data = json.loads(out)
     assert data["step"]["kind"] == "simulated" and data["confirmed"]
+    assert len(data["verdicts"]) == 2 and data["input_wait_source"] == "measured"
+    assert data["format_advice"] is None  # --no-format-advice
+    assert isinstance(data["breakdown"], list) and data["beats_autotune"] in (True, False)
     assert PipelineConfig.from_json(out_dir / "best_config.json").batch_size == 50
     assert (out_dir / "report.html").exists()
+
+
+def test_cli_opt_out_flags():
+    from tfinput.cli import build_parser
+
+    args = build_parser().parse_args(["tune", "--demo", "--no-breakdown", "--no-format-advice"])
+    assert args.no_breakdown and args.no_format_advice
+    args = build_parser().parse_args(["tune", "--demo"])
+    assert not args.no_breakdown and not args.no_format_advice
 
 
 def test_demo_pipeline_is_generated_once(tmp_path):
@@ -874,3 +898,372 @@ def test_cli_resumes_a_journal_study_whose_worker_was_killed(cli_args, capsys, t
     retries = [t for t in trials if t.user_attrs.get("retried_from") == victim]
     assert len(retries) == 1 and retries[0].state.is_finished()
     assert retries[0].params == trials[victim].params
+
+
+# ------------------------------------------------ feeding knobs in the space
+def _step(kind, **fields):
+    return steps.Step(kind=kind, name=kind, fn=lambda batch: None, **fields)
+
+
+@pytest.mark.parametrize(
+    "step, fmt, expected",
+    [
+        (None, "dense", {"layout": ("per_feature", "packed")}),
+        (None, "ragged", {}),
+        (_step("simulated", accepts_packed=True), "dense", {"layout": ("per_feature", "packed")}),
+        (
+            _step("keras_fit", accepts_packed=True),
+            "dense",
+            {"layout": ("per_feature", "packed"), "steps_per_execution": (1, 8, 32)},
+        ),
+        (_step("keras_fit"), "dense", {"steps_per_execution": (1, 8, 32)}),
+        (_step("keras"), "sparse", {}),
+        (_step("jax", feeds_device=True), "ragged", {"device_prefetch": (0, 2)}),
+        (
+            _step("keras_fit", feeds_device=True, accepts_packed=True),
+            "dense",
+            {
+                "layout": ("per_feature", "packed"),
+                "steps_per_execution": (1, 8, 32),
+                "device_prefetch": (0, 2),
+            },
+        ),
+    ],
+    ids=[
+        "input-dense",
+        "input-ragged",
+        "simulated",
+        "keras-fit-ranking",
+        "keras-fit-own-model-not-packed",
+        "keras-sparse",
+        "jax-feeds-device",
+        "keras-fit-on-jax",
+    ],
+)
+def test_space_feeding_knobs_follow_the_step_and_the_format(pipeline, step, fmt, expected):
+    space = SearchSpace.for_pipeline(pipeline.with_multi_hot_format(fmt), cpu_count=2, step=step)
+    feeding = {k: v for k, v in space.choices.items() if k in tuners_space.FEEDING}
+    assert feeding == expected
+    assert space.choices["map_parallelism"] == (AUTOTUNE, 1, 2, 3, 4)  # unchanged
+
+
+def test_none_layouts_are_stored_and_suggested_cleanly(base):
+    assert tuners_space.encode(None) == "none" and tuners_space.decode("none") is None
+    space = SearchSpace(choices={"layout": (None, "packed"), "prefetch": (1, 2)})
+    assert space.to_dict() == {"layout": ["none", "packed"], "prefetch": [1, 2]}
+    assert space.params(base) == {"layout": "none"}  # base.layout is None
+    study = optuna.create_study(direction="maximize")
+    for layout in (None, "packed"):
+        study.enqueue_trial(space.params(base.replace(layout=layout, prefetch=2)))
+        config = space.suggest(study.ask(), base)
+        assert config.layout == layout and config.prefetch == 2
+    assert json.loads(json.dumps(study.trials[0].params)) == {"layout": "none", "prefetch": 2}
+
+
+def test_parse_assignment_of_layouts():
+    assert parse_assignment("layout=packed,per_feature") == ("layout", ["packed", "per_feature"])
+    assert parse_assignment("layout=none") == ("layout", [None])
+    with pytest.raises(ConfigError, match=r"knob 'layout': 'columnar' is not one of"):
+        parse_assignment("layout=columnar")
+    assert parse_assignment("steps_per_execution=1,8") == ("steps_per_execution", [1, 8])
+
+
+def test_baselines_feed_per_feature_one_step_per_call_without_device_prefetch(base):
+    packed = base.replace(layout="packed", steps_per_execution=8, device_prefetch=2)
+    for name, config in baseline_configs(packed, cpu_count=2).items():
+        assert config.layout == "per_feature", name
+        assert config.steps_per_execution == 1 and config.device_prefetch == 0, name
+        assert config.batch_size == 50
+    space = SearchSpace.default(cpu_count=2, multi_hot_format="dense", step=_step("keras_fit"))
+    params = space.params(baseline_configs(base, cpu_count=2)["autotune"])
+    assert params["layout"] == "per_feature" and params["steps_per_execution"] == 1
+
+
+# ----------------------------------------------------------------- verdicts
+def _stats(name, ratio, low, high, *, stall=0.0):
+    from tfinput.bench import ConfigStats
+
+    return ConfigStats(
+        name=name,
+        config=PipelineConfig(),
+        windows=(),
+        median=1000.0 * ratio,
+        minimum=900.0,
+        maximum=1100.0,
+        cv=0.05,
+        latency_p50_ms=1.0,
+        latency_p99_ms=2.0,
+        stall=stall,
+        cores_busy=1.0,
+        utilisation=0.5,
+        peak_rss_mb=100.0,
+        ratio=ratio,
+        ratio_min=low,
+        ratio_max=high,
+    )
+
+
+@pytest.mark.parametrize(
+    "confirmed, beats, words",
+    [
+        ([_stats("trial 7", 1.3, 1.1, 1.5), _stats("autotune", 1.0, 1.0, 1.0)], True, "beats"),
+        (
+            [_stats("trial 7", 1.06, 0.96, 1.12), _stats("autotune", 1.0, 1.0, 1.0)],
+            False,
+            "keep autotune: trial 7's gain is within the noise (1.06x autotune, rounds "
+            "0.96x-1.12x; the spread includes 1)",
+        ),
+        (
+            [_stats("trial 7", 1.2, 1.0, 1.3), _stats("autotune", 1.0, 1.0, 1.0)],
+            False,
+            "keep autotune",
+        ),
+        (
+            [_stats("autotune", 1.0, 1.0, 1.0), _stats("trial 2", 0.9, 0.8, 0.95)],
+            False,
+            "keep autotune: no config beat it",
+        ),
+        ([], None, "not confirmed"),
+    ],
+    ids=["spread-above-1", "spread-straddles-1", "spread-touches-1", "autotune-wins", "none"],
+)
+def test_beats_autotune_only_when_the_paired_spread_excludes_1(confirmed, beats, words):
+    from tuners.advice import beats_autotune
+
+    verdict, sentence = beats_autotune(confirmed)
+    assert verdict is beats and words in sentence
+
+
+@pytest.mark.parametrize(
+    "wait, bound, words",
+    [
+        (0.01, False, "input is not your bottleneck: tuning it will not speed up training"),
+        (0.029, False, "input is not your bottleneck"),
+        (0.03, True, "waits for input 3%"),
+        (0.4, True, "the input pipeline bounds training"),
+        (None, None, "could not be measured"),
+    ],
+)
+def test_input_verdict(wait, bound, words):
+    from tuners.advice import input_verdict
+
+    verdict, sentence = input_verdict(wait)
+    assert verdict is bound and words in sentence
+    assert input_verdict(0.5, input_only=True)[0] is None
+
+
+def _rate_by_map_and_prefetch(config):
+    # map_parallelism 4 doubles the rate, prefetch 4 adds half: known contributions.
+    rate = 100_000.0
+    rate *= 2.0 if config.map_parallelism == 4 else 1.0
+    rate *= 1.5 if config.prefetch == 4 else 1.0
+    return rate
+
+
+def test_a_step_much_slower_than_the_input_is_told_input_is_not_the_bottleneck(tmp_path):
+    from rich.console import Console
+
+    from tuners.report import print_summary
+
+    # The fake step takes all the (fake) time; fetching a batch takes none.
+    work = FakeWorkload(_rate_by_parallelism, wobble=0.0)
+    result = work.tune(n_trials=5, lock_path=str(tmp_path / "lock"), breakdown=False)
+    assert result.input_wait == 0.0 and result.input_wait_source == "measured"
+    assert result.input_bound is False and result.step_bound is None
+    assert (
+        "input is not your bottleneck: tuning it will not speed up training" in (result.verdicts[1])
+    )
+    console = Console(record=True, width=200)
+    print_summary(result, console)
+    text = console.export_text()
+    assert "verdict: input is not your bottleneck" in text
+    data = result.to_dict()
+    assert data["input_bound"] is False and data["verdicts"] == list(result.verdicts)
+    assert result.record()["verdicts"] == list(result.verdicts)
+
+
+class LoopOwningWorkload:
+    """Input that costs ``input_s`` of fake time per batch and a step that costs
+    ``device_s`` and owns the loop (as ``model.fit``): its windows hide the input wait."""
+
+    def __init__(self, *, input_s, device_s):
+        self.clock = FakeClock()
+        self.input_s, self.device_s = input_s, device_s
+
+    def __call__(self, config):
+        def batches():
+            while True:
+                self.clock.t += self.input_s
+                yield {"rows": config.batch_size}
+
+        return batches()
+
+    def run(self, batch):
+        self.clock.t += self.device_s
+
+    def owner(self, source, *, batch_size, warmup_batches, windows, window_batches, **kw):
+        import dataclasses
+
+        from tfinput import bench
+
+        it = iter(source)
+        clocks = {"clock": self.clock, "cpu_clock": lambda: 0.0}
+        bench.measure_window(it, batches=warmup_batches, step=self.run, **clocks)
+        return [
+            dataclasses.replace(
+                bench.measure_window(
+                    it, batches=window_batches, step=self.run, batch_size=batch_size, **clocks
+                ),
+                wait_seconds=None,
+                round=i,
+            )
+            for i in range(windows)
+        ]
+
+
+def test_the_input_wait_of_a_loop_owning_step_comes_from_the_step_bound(tmp_path):
+    work = LoopOwningWorkload(input_s=0.001, device_s=0.003)
+    step = steps.Step(kind="function", name="fit-like", fn=work.run, run_windows=work.owner)
+    result = tune(
+        work,
+        step=step,
+        n_trials=2,
+        base=PipelineConfig(batch_size=100, drop_remainder=True),
+        space=SearchSpace(choices={"prefetch": (1, 2)}),
+        cpu_count=2,
+        clock=work.clock,
+        cpu_clock=lambda: 0.0,
+        lock_path=str(tmp_path / "lock"),
+        **FAST,
+    )
+    assert result.confirmed[0].stall is None
+    # fed: 100 rows / 4 ms = 25,000/s; the step alone: 100 rows / 3 ms = 33,333/s
+    assert result.step_bound == pytest.approx(100 / 0.003)
+    assert result.input_wait == pytest.approx(0.25)
+    assert result.input_wait_source == "step bound" and result.input_bound is True
+    data = result.to_dict()
+    assert data["step_bound_examples_per_s"] == pytest.approx(33333.3)
+
+
+# -------------------------------------------------------------- gain by knob
+def test_the_gain_is_broken_down_by_knob_group(tmp_path):
+    work = FakeWorkload(_rate_by_map_and_prefetch, wobble=0.02)
+    best = PipelineConfig(batch_size=100, drop_remainder=True, map_parallelism=4, prefetch=4)
+    kwargs = dict(
+        n_trials=4,
+        current=best,
+        space=SearchSpace(choices={"map_parallelism": (1, 4), "prefetch": (1, 4)}),
+        lock_path=str(tmp_path / "lock"),
+    )
+    result = work.tune(**kwargs)
+    assert result.best_name == "current" and result.beats_autotune is True
+    assert "current beats autotune beyond the noise (3.00x autotune" in result.verdicts[0]
+    by_group = {c.group: c for c in result.breakdown}
+    assert set(by_group) == {"tf.data threading", "buffering"}
+    assert by_group["tf.data threading"].knobs == {"map_parallelism": (4, AUTOTUNE)}
+    assert by_group["buffering"].knobs == {"prefetch": (4, AUTOTUNE)}
+    assert by_group["tf.data threading"].ratio == pytest.approx(2.0, rel=0.05)
+    assert by_group["buffering"].ratio == pytest.approx(1.5, rel=0.05)
+    assert [c.group for c in result.breakdown] == ["tf.data threading", "buffering"]
+    paths = write_outputs(result, tmp_path / "out")
+    data = json.loads(paths["result"].read_text())
+    assert [b["group"] for b in data["breakdown"]] == ["tf.data threading", "buffering"]
+    assert data["breakdown"][0]["knobs"] == {
+        "map_parallelism": {"winner": 4, "autotune": "autotune"}
+    }
+    html = paths["report"].read_text()
+    assert "Gain by knob" in html and "Verdict" in html and "beats autotune" in html
+
+    assert work.tune(**kwargs, breakdown=False).breakdown == ()
+
+
+def test_knob_groups_revert_together():
+    from tuners.advice import differing_groups
+
+    auto = baseline_configs(PipelineConfig(batch_size=64), cpu_count=2)["autotune"]
+    winner = auto.replace(
+        map_parallelism=3,
+        interleave_cycle_length=2,
+        deterministic=True,  # the same pipeline as autotune's deterministic
+        layout="packed",
+        steps_per_execution=8,
+        batch_size=128,
+    )
+    groups = differing_groups(winner, auto)
+    assert list(groups) == ["tf.data threading", "batch_size", "layout", "steps_per_execution"]
+    assert groups["tf.data threading"] == {
+        "interleave_cycle_length": (2, AUTOTUNE),
+        "map_parallelism": (3, AUTOTUNE),
+    }
+    assert differing_groups(auto.replace(layout=None), auto) == {}  # None: the pipeline's own
+
+
+# ------------------------------------------------------------ format advice
+def test_format_advice_measures_a_columnar_sample_and_its_command_converts(
+    pipeline, small_schema, tmp_path
+):
+    import shlex
+
+    from tfinput import cli
+    from tuners.advice import format_advice
+
+    schema_path = tmp_path / "schema.json"
+    small_schema.to_json(schema_path)
+    out_dir = tmp_path / "converted"
+    advice = format_advice(
+        pipeline,
+        PipelineConfig(batch_size=50),
+        schema_path=str(schema_path),
+        out_dir=str(out_dir),
+        windows=2,
+        window_batches=3,
+        warmup_batches=1,
+        require_parse_bound=False,
+        cpu_count=2,
+    )
+    assert len(advice.sample_files) == 2 and advice.rows == 500
+    assert advice.tf_example_examples_per_s > 0 and advice.columnar_examples_per_s > 0
+    assert 0 < advice.ratio_min <= advice.ratio <= advice.ratio_max  # per-round ratios
+    assert set(advice.signal["cost_us_per_example"]) == {"read", "parse", "transform", "total"}
+    assert not any(os.path.exists(p) for p in [advice.sample_files[0] + "-columnar"])
+    args = shlex.split(advice.command)
+    assert args[:2] == ["tfinput", "convert"] and args[-2:] == ["--out", str(out_dir)]
+    assert "--to" in args and args[args.index("--to") + 1] == "columnar"
+    assert "convert with: tfinput convert" in advice.sentence()
+    assert cli.main(args[1:]) == 0
+    converted = tfinput.columnar(str(out_dir))
+    rows = sum(int(b[1].shape[0]) for b in converted.build(PipelineConfig(batch_size=100)))
+    assert rows == 1000
+
+
+def test_format_advice_only_for_tf_example(small_parquet, small_schema):
+    from tuners.advice import format_advice
+
+    parquet = tfinput.parquet(small_parquet, small_schema)
+    assert format_advice(parquet, PipelineConfig(batch_size=50)) is None
+
+
+def test_tune_reports_the_format_advice_unless_opted_out(pipeline, base, tmp_path):
+    common = dict(n_trials=2, base=base, cpu_count=2, lock_path=str(tmp_path / "lock"))
+    fast = {k: v for k, v in FAST.items() if k != "advise_format"}
+    assert fast["breakdown"] is False
+    off = tune(pipeline, **common, **fast, advise_format=False)
+    assert off.format_advice is None and off.to_dict()["format_advice"] is None
+    on = tune(pipeline, **common, **fast, schema_path="schema.json")
+    if on.format_advice is None:  # parse was measured not to be the bound here
+        assert not any("format advice not measured" in w for w in on.warnings)
+    else:
+        assert on.format_advice.parse_bound
+        assert on.format_advice.sentence() in on.advice
+        assert "--schema schema.json" in on.to_dict()["format_advice"]["command"]
+
+
+def test_fingerprint_records_the_keras_backend_and_jax(pipeline, base, tmp_path):
+    from tuners.study import fingerprint
+
+    fp = fingerprint(2)
+    assert fp["keras_backend"] in ("tensorflow", "jax", "torch", "numpy")
+    if "jax" in sys.modules:
+        assert fp["jax"] == sys.modules["jax"].__version__
+    else:
+        assert fp["jax"] is None

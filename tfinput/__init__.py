@@ -40,6 +40,8 @@ __all__ = [
     "placement",
     "testing",
     "steps",
+    "layout",
+    "PackedLayout",
 ]
 
 _LAZY = {
@@ -51,10 +53,12 @@ _LAZY = {
     "infer_schema": "tfinput.inference",
     "embedding_configs": "tfinput.tpu",
     "placement": "tfinput.tpu",
+    "PackedLayout": "tfinput.layout",
 }
 _SUBMODULES = {
     "testing",
     "steps",
+    "layout",
     "models",
     "tpu",
     "inference",
@@ -70,9 +74,10 @@ _SUBMODULES = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput import steps, testing
+    from tfinput import layout, steps, testing
     from tfinput.columnar_records import columnar
     from tfinput.inference import infer_schema
+    from tfinput.layout import PackedLayout
     from tfinput.pipeline import Pipeline, parquet, tfrecord, wrap
     from tfinput.tpu import embedding_configs, placement
 

@@ -256,7 +256,7 @@ def print_bench(result: Any, console: Any) -> None:
             f"{100 * r.cv:.0f}%",
             f"{r.latency_p50_ms:.1f}",
             f"{r.latency_p99_ms:.1f}",
-            f"{100 * r.stall:.0f}%",
+            "n/a" if r.stall is None else f"{100 * r.stall:.0f}%",  # unknown inside fit
             f"{r.cores_busy:.2f}",
             f"{r.peak_rss_mb:,.0f}",
             ratio,

@@ -142,6 +142,12 @@ def _tf_version() -> str | None:
     return None
 
 
+def _keras_backend() -> str:
+    from tfinput.steps import keras_backend
+
+    return keras_backend()
+
+
 def machine(*, cpu_count: int | None = None) -> dict[str, Any]:
     """The description recorded next to every measurement.
 
@@ -159,6 +165,7 @@ def machine(*, cpu_count: int | None = None) -> dict[str, Any]:
         "cpu_count": cpu_count or available_cpus(),
         "logical_cpus": os.cpu_count(),
         "tensorflow": _tf_version(),
+        "keras_backend": _keras_backend(),
         "pyarrow": pyarrow.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),
@@ -180,7 +187,8 @@ class Window:
       seconds: Wall time of the window.
       cpu_seconds: Process CPU time (all threads) during the window.
       batch_seconds: Time between consecutive batches, step included.
-      wait_seconds: Time spent waiting for the next batch (input stall).
+      wait_seconds: Time spent waiting for the next batch (input stall); None when
+        the step owns the loop and hides it (``model.fit``).
       peak_rss_bytes: Highest resident memory sampled during the window.
     """
 
@@ -191,7 +199,7 @@ class Window:
     seconds: float
     cpu_seconds: float
     batch_seconds: tuple[float, ...]
-    wait_seconds: float
+    wait_seconds: float | None
     peak_rss_bytes: int = 0
 
     @property
@@ -210,7 +218,7 @@ class Window:
             "seconds": round(self.seconds, 6),
             "examples_per_s": round(self.examples_per_s, 1),
             "cpu_seconds": round(self.cpu_seconds, 4),
-            "wait_seconds": round(self.wait_seconds, 6),
+            "wait_seconds": None if self.wait_seconds is None else round(self.wait_seconds, 6),
             "peak_rss_mb": round(self.peak_rss_bytes / 2**20, 1),
         }
 
@@ -248,6 +256,7 @@ def measure_window(
     clock: Clock = time.perf_counter,
     cpu_clock: Clock = process_cpu_seconds,
     rss: Callable[[], int] = current_rss_bytes,
+    sync: Callable[[], None] | None = None,
 ) -> Window:
     """Time ``batches`` batches from a started iterator.
 
@@ -261,6 +270,8 @@ def measure_window(
       clock: Wall clock, seconds.
       cpu_clock: Process CPU time, seconds.
       rss: Resident memory probe, bytes.
+      sync: Called after the last batch's step, before the window's end is taken
+        (a step that dispatches asynchronously blocks there on its work).
 
     Returns:
       A `Window` (``name`` and ``round`` are left for the caller).
@@ -289,6 +300,11 @@ def measure_window(
         intervals.append(now - last)
         last = now
         peak = max(peak, rss())
+    if sync is not None and intervals:
+        sync()
+        now = clock()
+        intervals[-1] += now - last
+        last = now
     end = last
     cpu = cpu_clock() - cpu0
     if not intervals:
@@ -381,7 +397,8 @@ class ConfigStats:
       median, minimum, maximum: Examples/s over windows.
       cv: Coefficient of variation of examples/s over windows (std / mean).
       latency_p50_ms, latency_p99_ms: Per-batch latency percentiles, all windows pooled.
-      stall: Fraction of window time spent waiting for the next batch.
+      stall: Fraction of window time spent waiting for the next batch; None when a
+        window could not know it (the step owns the loop, ``model.fit``).
       cores_busy: Median process CPU-seconds per second.
       utilisation: ``cores_busy / cpu_count``.
       peak_rss_mb: Highest resident memory sampled during its windows.
@@ -398,7 +415,7 @@ class ConfigStats:
     cv: float
     latency_p50_ms: float
     latency_p99_ms: float
-    stall: float
+    stall: float | None
     cores_busy: float
     utilisation: float
     peak_rss_mb: float
@@ -478,7 +495,7 @@ def summarize(
                 cv=std / mean if mean > 0 else 0.0,
                 latency_p50_ms=float(np.percentile(intervals, 50)) * 1e3,
                 latency_p99_ms=float(np.percentile(intervals, 99)) * 1e3,
-                stall=sum(w.wait_seconds for w in ws) / seconds if seconds > 0 else 0.0,
+                stall=_stall(ws, seconds),
                 cores_busy=cores,
                 utilisation=cores / max(cpu_count, 1),
                 peak_rss_mb=max(w.peak_rss_bytes for w in ws) / 2**20,
@@ -489,6 +506,14 @@ def summarize(
             )
         )
     return out
+
+
+def _stall(windows: Sequence[Window], seconds: float) -> float | None:
+    """Fraction of ``seconds`` spent waiting for input; None if a window does not know."""
+    waits = [w.wait_seconds for w in windows]
+    if any(x is None for x in waits):
+        return None
+    return sum(x for x in waits if x is not None) / seconds if seconds > 0 else 0.0
 
 
 # -------------------------------------------------------------------- roofline
@@ -760,14 +785,15 @@ def _columnar_stages(
     """Roofline stages of a `tfinput.columnar_records.ColumnarSource`."""
     import tensorflow as tf
 
-    from tfinput.columnar_records import _assembler, storage_columns
+    from tfinput.columnar_records import storage_columns
+    from tfinput.columnar_records.reader import assembler
 
     source = pipeline.source
     manifest = source.manifest()
     chunk = manifest.chunk_rows
     k = max(1, batch_size // chunk)
     opts = _single_core_options()
-    assemble = _assembler(
+    assemble = assembler(
         storage_columns(pipeline.schema), manifest.columns, verify=False, uniform=False
     )
 
@@ -1000,7 +1026,11 @@ def measure(
       target: A `tfinput.Pipeline` (built with each config and repeated), or a
         callable ``config -> iterable of batches``.
       configs: ``{name: PipelineConfig}``, measured in this order every round.
-      step: Called on each batch (default: `tfinput.steps.input_only`).
+      step: Called on each batch (default: `tfinput.steps.input_only`). A
+        `tfinput.steps.Step` is first set up for each config (`Step.prepare`); one
+        that owns the loop (``keras_fit``, ``jax``) gets each window's fresh data
+        through its ``run_windows`` instead (``model.fit`` hides input waits: their
+        stall is None).
       windows: Windows per config. More windows narrow the spread; five is the
         least that makes a median meaningful on a noisy machine.
       window_batches: Timed batches per window. Longer windows average out jitter
@@ -1054,20 +1084,43 @@ def measure(
         )
     machine_info = machine(cpu_count=cores)
 
-    def runner(config: PipelineConfig) -> Callable[[], Window]:
+    per_config: dict[str, Any] = {}
+
+    def runner(name: str, config: PipelineConfig) -> Callable[[], Window]:
         size = config.batch_size if config.drop_remainder else None
+        prepare = getattr(step, "prepare", None)
+        prepared = prepare(config) if callable(prepare) else step
+        describe_prepared = getattr(prepared, "describe", None)
+        if callable(describe_prepared):
+            per_config[name] = describe_prepared()
+        owner = getattr(prepared, "run_windows", None)
+        if owner is not None:
+            # The step drives the data itself (model.fit): one fresh source per window.
+            def owned() -> Window:
+                ws = owner(
+                    factory(config),
+                    batch_size=size,
+                    warmup_batches=warmup_batches,
+                    windows=1,
+                    window_batches=window_batches,
+                    clock=clock,
+                    cpu_clock=cpu_clock,
+                )
+                return dataclasses.replace(ws[0], peak_rss_bytes=max(ws[0].peak_rss_bytes, rss()))
+
+            return owned
         return lambda: run_window(
             lambda: factory(config),
             warmup_batches=warmup_batches,
             window_batches=window_batches,
-            step=step,
+            step=prepared,
             batch_size=size,
             clock=clock,
             cpu_clock=cpu_clock,
             rss=rss,
         )
 
-    measured = _interleave({n: runner(c) for n, c in configs.items()}, windows, progress)
+    measured = _interleave({n: runner(n, c) for n, c in configs.items()}, windows, progress)
     stats = summarize(
         measured,
         configs=configs,
@@ -1090,6 +1143,9 @@ def measure(
         "memory": "resident set size sampled after every batch (/proc/self/statm), max",
         "ratio": "median over rounds of (config / baseline) in the same round",
         "step": describe() if callable(describe) else {"name": str(step)},
+        "step_per_config": per_config
+        if any(d != per_config[next(iter(per_config))] for d in per_config.values())
+        else None,
         "clock": getattr(clock, "__name__", str(clock)),
         "pipeline": _describe(target),
         "process_peak_rss_mb": round(peak_rss_bytes() / 2**20, 1),

@@ -4,6 +4,8 @@ These consume the ``dense`` multi-hot format (``[B, max_len]`` ids plus float we
 with 0 for padding): plain gathers and reductions, so the whole step compiles with
 XLA (``jit_compile=True``) on GPU and CPU, unlike ``embedding_lookup_sparse`` or
 ragged inputs. They are what the tuner's built-in ranking step and the examples use.
+`RankingModel` accepts batches in either layout, per-feature or packed
+(`tfinput.layout`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import keras
 from keras import layers, ops
 
+from tfinput.layout import PackedLayout, is_packed, unpack
 from tfinput.schema import Categorical, MultiHot, Schema
 
 __all__ = ["PaddedEmbeddingBag", "RankingModel", "ranking_model", "signed_log1p"]
@@ -81,7 +84,10 @@ class RankingModel(keras.Model):
     the cross layers to inf and the loss to NaN within a few steps. It is stateless (no
     statistics to adapt, the same at training and serving), compiles with XLA, and
     barely changes features the schema already scaled (``log1p`` outputs are small).
-    Pass ``normalize_dense=False`` for inputs you have standardised yourself."""
+    Pass ``normalize_dense=False`` for inputs you have standardised yourself.
+
+    ``call`` takes per-feature batches or packed ones (``Pipeline.with_layout("packed")``),
+    which it slices back with `tfinput.layout.unpack` and the schema's `PackedLayout`."""
 
     def __init__(
         self,
@@ -95,6 +101,7 @@ class RankingModel(keras.Model):
     ):
         super().__init__(**kwargs)
         self.schema = schema
+        self.packed_layout = PackedLayout.from_schema(schema)
         self.normalize_dense = normalize_dense
         self.tables = {
             t.name: PaddedEmbeddingBag(t.vocabulary_size, t.dim, t.combiner, name=f"emb_{t.name}")
@@ -114,7 +121,9 @@ class RankingModel(keras.Model):
         self.cross_dense = [layers.Dense(width) for _ in range(self.cross_layers)]
         super().build(input_shape)
 
-    def call(self, features: dict[str, dict[str, Any]]) -> Any:
+    def call(self, features: dict[str, Any]) -> Any:
+        if is_packed(features):
+            features = unpack(features, self.packed_layout)
         parts = []
         dense = [
             ops.reshape(features["dense"][f.name], (-1, f.length or 1)) for f in self.schema.dense

@@ -8,7 +8,11 @@
 The built dataset has the layout tf.data's performance guide recommends::
 
     files -> [shuffle files] -> interleave(read) -> [cache] -> [shuffle records]
-          -> batch(B, drop_remainder) -> map(parse + transform, parallel) -> prefetch
+          -> batch(B, drop_remainder) -> map(parse + transform [+ pack], parallel)
+          -> prefetch
+
+With the ``packed`` layout (`Pipeline.with_layout`, ``PipelineConfig.layout``) the same
+map also concatenates the features into a few large tensors (`tfinput.layout`).
 
 Every method returns a new `Pipeline`; a definition is plain data, so the tuner can
 build it again and again with different configs.
@@ -24,8 +28,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfinput.config import AUTOTUNE, PipelineConfig
+from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig
 from tfinput.errors import ConfigError, DataError, SourceError, TfinputError
+from tfinput.layout import PackedLayout, is_packed, pack
 from tfinput.schema import Schema
 from tfinput.sources import (
     DatasetSource,
@@ -97,12 +102,21 @@ class Pipeline:
         enqueue).
       shuffle_files: Shuffle the file order every epoch (seeded by
         ``PipelineConfig.shuffle_seed``).
+      layout: ``per_feature`` (``{"dense": {name: ...}, "ids": {...}, "weights":
+        {...}}``, one tensor per feature) or ``packed`` (one float32 ``dense``, one int32
+        ``ids`` and one float32 ``weights`` tensor, ``[B, n]`` each; see
+        `tfinput.layout`). Packed batches cost one host-to-device transfer per group
+        instead of one per feature (48 features: 2.64 ms vs 0.56 ms for
+        ``jax.device_put`` on an H100), at the price of a concat in the parse map and a
+        slice (`tfinput.layout.unpack`) in the model. ``PipelineConfig.layout``, when
+        set, overrides it.
     """
 
     source: Source
     schema: Schema
     multi_hot_format: str = "dense"
     shuffle_files: bool = False
+    layout: str = "per_feature"
 
     def __post_init__(self) -> None:
         if self.multi_hot_format not in MULTI_HOT_FORMATS:
@@ -114,6 +128,8 @@ class Pipeline:
             raise ConfigError(
                 f"schema: expected a tfinput.Schema, got {type(self.schema).__name__}"
             )
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"layout: expected one of {list(LAYOUTS)}, got {self.layout!r}")
 
     # ------------------------------------------------------------ builders
     def with_multi_hot_format(self, fmt: str) -> Pipeline:
@@ -127,6 +143,19 @@ class Pipeline:
     def with_schema(self, schema: Schema) -> Pipeline:
         return dataclasses.replace(self, schema=schema)
 
+    def with_layout(self, name: str) -> Pipeline:
+        """Emit batches in the ``per_feature`` or ``packed`` layout (see ``layout``).
+
+        Raises:
+          ConfigError: ``name`` is not one of `tfinput.config.LAYOUTS`.
+        """
+        return dataclasses.replace(self, layout=name)
+
+    def packed_layout(self) -> PackedLayout:
+        """Where each feature lives in a packed batch of this pipeline's schema (its
+        `PackedLayout.to_dict` is the JSON description to store next to a model)."""
+        return PackedLayout.from_schema(self.schema)
+
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description (recorded next to measurements)."""
         files = self.source.files()
@@ -136,6 +165,7 @@ class Pipeline:
             "features": len(self.schema.features),
             "multi_hot": len(self.schema.multi_hot),
             "multi_hot_format": self.multi_hot_format,
+            "layout": self.layout,
         }
 
     # --------------------------------------------------------------- build
@@ -158,10 +188,21 @@ class Pipeline:
         Raises:
           SourceError: no files, too few files for the input pipelines.
           SchemaError: the files do not match the schema.
+          ConfigError: the ``packed`` layout with a multi-hot format other than ``dense``.
         """
         config = config or PipelineConfig()
         if not isinstance(config, PipelineConfig):
             raise ConfigError(f"config: expected a PipelineConfig, got {type(config).__name__}")
+        layout = config.layout or self.layout
+        packed = None
+        if layout == "packed":
+            if self.multi_hot_format != "dense":
+                raise ConfigError(
+                    f'layout "packed" needs multi_hot_format "dense", got multi_hot_format '
+                    f"{self.multi_hot_format!r}; use the per_feature layout for sparse or "
+                    "ragged multi-hot features"
+                )
+            packed = self.packed_layout()
         batch_size = config.batch_size
         if input_context is not None:
             batch_size = input_context.get_per_replica_batch_size(config.batch_size)
@@ -178,9 +219,12 @@ class Pipeline:
             _warn_large_padded_batches(schema, batch_size)
 
         def parse(encoded: Any) -> Any:
-            return transform_batch(
+            features, labels = transform_batch(
                 decode(encoded), schema, batch_size=static_batch, multi_hot_format=fmt
             )
+            if packed is not None:  # in the same map: no extra pass over the batch
+                features = pack(features, packed)
+            return features, labels
 
         parallel = _opt(config.map_parallelism)
         ds = ds.map(
@@ -364,7 +408,9 @@ def _where(problem: tuple[int, str, bool], batch_size: int, total: int | None) -
     )
 
 
-def _batch_rows(features: dict[str, dict[str, Any]]) -> int:
+def _batch_rows(features: dict[str, Any]) -> int:
+    if is_packed(features):
+        return int(next(iter(features.values())).shape[0])
     for group in features.values():
         for value in group.values():
             if isinstance(value, tf.SparseTensor):

@@ -415,7 +415,7 @@ def _check_first_examples(
             )
 
 
-def _check_first_example(path: str, compression: str, schema: Schema) -> None:
+def check_first_example(path: str, compression: str, schema: Schema) -> None:
     """Kinds and required keys of the first record only (`tfinput.convert` uses it)."""
     _check_first_examples(path, compression, schema, allow_absent=schema.columns())
 

@@ -4,6 +4,10 @@
     result = tuners.tune(pipeline, step=tfinput.steps.simulated_step(0.02), n_trials=30)
     result.best_config.to_json("best.json", **result.record())
 
+The result says whether the winner beats autotune beyond the noise, whether the step is
+input-bound at all, the gain by knob, and (tf.Example data bound by parsing) what
+converting to columnar records would give: see docs/tuning.md.
+
 ``import tuners`` is light: Optuna and TensorFlow load when a study runs.
 """
 
@@ -21,6 +25,10 @@ __all__ = [
     "measure",
     "make_storage",
     "NoiseAwarePruner",
+    "FormatAdvice",
+    "KnobContribution",
+    "format_advice",
+    "knob_breakdown",
 ]
 
 _LAZY = {
@@ -32,9 +40,14 @@ _LAZY = {
     "SearchSpace": "tuners.space",
     "Measurement": "tuners.objective",
     "measure": "tuners.objective",
+    "FormatAdvice": "tuners.advice",
+    "KnobContribution": "tuners.advice",
+    "format_advice": "tuners.advice",
+    "knob_breakdown": "tuners.advice",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tuners.advice import FormatAdvice, KnobContribution, format_advice, knob_breakdown
     from tuners.objective import Measurement, measure
     from tuners.pruning import NoiseAwarePruner
     from tuners.space import SearchSpace

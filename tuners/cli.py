@@ -29,9 +29,13 @@ def add_subcommands(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "tune",
         help="search tf.data settings against a training step and save the best config",
-        description="Search prefetch, interleave, parallelism (and optionally batch size) "
-        "against a real or simulated training step with Optuna; confirm the winner against "
-        "autotune; write best_config.json, result.json and report.html.",
+        description="Search prefetch, interleave, parallelism, the batch layout, "
+        "steps_per_execution (keras_fit steps), device prefetch (steps that feed the "
+        "device) and optionally the batch size against a real or simulated training step "
+        "with Optuna; confirm the winner against autotune; say whether it beats autotune "
+        "beyond the noise and whether input is the bottleneck at all; break the gain down "
+        "by knob; for tf.Example data bound by parsing, measure a columnar sample; write "
+        "best_config.json, result.json and report.html.",
     )
     src = p.add_argument_group("pipeline (one of)")
     src.add_argument("paths", nargs="*", help="data files, globs or directories (with --schema)")
@@ -46,15 +50,23 @@ def add_subcommands(subparsers: Any) -> None:
         "--step",
         choices=CLI_STEPS,
         default="input_only",
-        help="input_only, ranking (built-in DCN-style Keras model), keras "
-        "(--model), function (--step-fn), simulated (--device-time-ms)",
+        help="input_only, ranking / ranking_fit (built-in DCN-style Keras model trained "
+        "with train_on_batch / model.fit), keras / keras_fit (--model), jax (--step-fn "
+        "returning (step_fn, initial_state)), function (--step-fn), simulated "
+        "(--device-time-ms); the Keras backend is KERAS_BACKEND's and is recorded in "
+        "the result",
     )
     st.add_argument(
         "--model",
         metavar="MODULE:FUNCTION",
-        help="callable(schema or nothing) returning a compiled Keras model",
+        help="callable(schema or nothing) returning a compiled Keras model (keras, keras_fit)",
     )
-    st.add_argument("--step-fn", metavar="MODULE:FUNCTION", help="callable step(batch)")
+    st.add_argument(
+        "--step-fn",
+        metavar="MODULE:FUNCTION",
+        help="callable step(batch) (function), or callable(schema or nothing) returning "
+        "(step_fn(state, batch) -> state, initial_state) (jax)",
+    )
     st.add_argument("--device-time-ms", type=float, help="simulated device time per batch")
     _search_args(p)
     p.set_defaults(func=run_tune)
@@ -110,6 +122,18 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--confirm-top", type=int, default=3)
     s.add_argument("--confirm-windows", type=int, default=5)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "--no-breakdown",
+        action="store_true",
+        help="skip the gain by knob (the winner re-measured with each differing knob "
+        "group reverted to autotune)",
+    )
+    s.add_argument(
+        "--no-format-advice",
+        action="store_true",
+        help="skip converting a tf.Example sample to columnar records when parsing is "
+        "the bound (a few seconds to a minute)",
+    )
     s.add_argument("--out", help="output directory (default: runs/tune-<time>)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -135,7 +159,21 @@ def _pipeline(args: argparse.Namespace, say: Any) -> Any:
     return pipeline_from_paths(args.paths, schema_path=args.schema, fmt=args.format)
 
 
-def _space_and_base(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any, Any]:
+def _schema_path(args: argparse.Namespace) -> str | None:
+    """The schema file of a PATHS pipeline, for the format advice's command."""
+    if args.schema or not args.paths:
+        return args.schema
+    from tfinput._cli_util import _find_schema
+
+    try:
+        return _find_schema(args.paths)
+    except ConfigError:
+        return None
+
+
+def _space_and_base(
+    args: argparse.Namespace, pipeline: Any, step: Any = None
+) -> tuple[Any, Any, Any]:
     from tfinput import bench
     from tfinput.config import PipelineConfig
     from tuners.space import SearchSpace, parse_assignment
@@ -149,6 +187,7 @@ def _space_and_base(args: argparse.Namespace, pipeline: Any) -> tuple[Any, Any, 
         cpu_count=bench.available_cpus(),
         batch_size=base.batch_size,
         tune_batch_size=args.tune_batch_size,
+        step=step,
     )
     for text in args.narrow:
         knob, values = parse_assignment(text)
@@ -207,6 +246,14 @@ class _Display:
                 )
         elif event == "confirm_window":
             self.bar.update(self.confirm_task, completed=info["done"])
+        elif event in _STAGES and self.bar.disable:
+            print(_STAGES[event], file=sys.stderr)
+
+
+_STAGES = {
+    "breakdown": "measuring the gain by knob (the winner with each knob group reverted)",
+    "format_advice": "parse may bound tf.Example: converting a sample to columnar records",
+}
 
 
 def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
@@ -265,7 +312,6 @@ def run_tune(args: argparse.Namespace) -> int:
             raise ConfigError("--storage needs --study-name (to share or resume the study)")
         say = console(stderr=True).print
         pipeline = _pipeline(args, say)
-        space, base, current = _space_and_base(args, pipeline)
         step = steps.make(
             args.step,
             schema=getattr(pipeline, "schema", None),
@@ -273,6 +319,7 @@ def run_tune(args: argparse.Namespace) -> int:
             step_fn=args.step_fn,
             device_time_ms=args.device_time_ms,
         )
+        space, base, current = _space_and_base(args, pipeline, step)
         with _Display(args.n_trials) as display:
             result = tune(
                 pipeline,
@@ -294,6 +341,9 @@ def run_tune(args: argparse.Namespace) -> int:
                 progress=display,
                 heartbeat_interval=args.heartbeat_interval,
                 grace_period=args.grace_period,
+                breakdown=not args.no_breakdown,
+                advise_format=not args.no_format_advice,
+                schema_path=_schema_path(args),
             )
         return _finish(result, args, out)
     except TrialsFailedError as e:
@@ -317,7 +367,7 @@ def run_demo(args: argparse.Namespace) -> int:
         pipeline = demo_pipeline(args.data_dir, say=say)
         step = steps.make(args.step, schema=pipeline.schema, device_time_ms=args.device_time_ms)
         base = PipelineConfig(batch_size=DEMO["batch_size"])
-        space = SearchSpace.for_pipeline(pipeline, cpu_count=bench.available_cpus())
+        space = SearchSpace.for_pipeline(pipeline, cpu_count=bench.available_cpus(), step=step)
         say(
             f"tuning {DEMO['files']} TFRecord files ({DEMO['rows']:,} criteo-like rows, batch "
             f"{DEMO['batch_size']}) against step '{step.name}': {args.n_trials} trials, "

@@ -9,6 +9,15 @@ batches that are not timed (thread start, file opening, buffers filling), then
 The objective is the median examples/s over the windows; the spread is kept. After
 each window ``report(index, examples_per_s)`` is called; if it returns True the
 measurement stops early (the tuner uses this for pruning).
+
+A `tfinput.steps.Step` is set up for the config first (`Step.prepare`: Keras'
+``steps_per_execution``, device prefetch). A step that owns the loop (``keras_fit``:
+``model.fit``; ``jax`` and Keras-on-JAX steps with device prefetch) is handed the built
+data and runs the warm-up and windows itself (`Step.run_windows`); ``model.fit`` hides
+when it waits for input, so those measurements record ``stall`` as None.
+
+To measure the *step bound* (the step fed as fast as possible), pass a callable that
+repeats one cached batch: ``lambda cfg: pipeline.build(cfg).take(1).cache().repeat()``.
 """
 
 from __future__ import annotations
@@ -31,7 +40,8 @@ class Measurement:
     Attributes:
       config: The config measured.
       rates: Examples/s of each window, in order.
-      stall: Fraction of the timed time the consumer waited for input.
+      stall: Fraction of the timed time the consumer waited for input; None when the
+        step owns the loop and hides it (``model.fit``).
       cores_busy: Process CPU-seconds per wall second during the windows.
       stopped_early: The ``report`` callback asked to stop (pruned).
       seconds: Wall time of the whole measurement, warm-up and build included.
@@ -39,7 +49,7 @@ class Measurement:
 
     config: PipelineConfig
     rates: tuple[float, ...]
-    stall: float
+    stall: float | None
     cores_busy: float
     stopped_early: bool = False
     seconds: float = 0.0
@@ -66,7 +76,7 @@ class Measurement:
             "max_examples_per_s": round(self.spread[1], 1),
             "cv": round(self.cv, 4),
             "window_rates": [round(r, 1) for r in self.rates],
-            "stall_fraction": round(self.stall, 4),
+            "stall_fraction": None if self.stall is None else round(self.stall, 4),
             "cores_busy": round(self.cores_busy, 3),
             "seconds": round(self.seconds, 2),
         }
@@ -87,9 +97,12 @@ def measure(
     """Measure ``config`` on ``pipeline`` with ``step`` (see the module docstring).
 
     Args:
-      pipeline: A `tfinput.Pipeline`, or a callable ``config -> iterable of batches``.
+      pipeline: A `tfinput.Pipeline` (built with ``config`` and repeated), or a
+        callable ``config -> iterable of batches`` (a `tf.data.Dataset` included).
       config: The config to build with.
-      step: Called on every batch, warm-up included (default: input only).
+      step: Called on every batch, warm-up included (default: input only); a
+        `tfinput.steps.Step` is set up with ``step.prepare(config)`` first, and one
+        that owns the loop runs the windows itself.
       windows: Timed windows; the objective is their median.
       window_batches: Batches per window.
       warmup_batches: Untimed batches first.
@@ -105,8 +118,35 @@ def measure(
     cpu_clock = cpu_clock or bench.process_cpu_seconds
     begin = clock()
     iterable = pipeline.build(config).repeat() if hasattr(pipeline, "build") else pipeline(config)
-    iterator = iter(iterable)
+    prepare = getattr(step, "prepare", None)
+    if callable(prepare):
+        step = prepare(config)
     size = config.batch_size if config.drop_remainder else None
+    owner = getattr(step, "run_windows", None)
+    if owner is not None:
+        ws = owner(
+            iterable,
+            batch_size=size,
+            warmup_batches=warmup_batches,
+            windows=windows,
+            window_batches=window_batches,
+            clock=clock,
+            cpu_clock=cpu_clock,
+            report=report,
+        )
+        seconds = sum(w.seconds for w in ws)
+        waits = [w.wait_seconds for w in ws]
+        return Measurement(
+            config=config,
+            rates=tuple(w.examples_per_s for w in ws),
+            stall=None
+            if any(x is None for x in waits)
+            else (sum(x or 0.0 for x in waits) / seconds if seconds > 0 else 0.0),
+            cores_busy=sum(w.cpu_seconds for w in ws) / seconds if seconds > 0 else 0.0,
+            stopped_early=len(ws) < windows,
+            seconds=clock() - begin,
+        )
+    iterator = iter(iterable)
     rates: list[float] = []
     waits = seconds = cpu = 0.0
     stopped = False

@@ -20,7 +20,14 @@ from typing import Any
 
 from tuners.study import TuneResult, summarize_trials
 
-__all__ = ["print_summary", "write_html", "write_outputs", "has_plotly", "NO_PLOTLY"]
+__all__ = [
+    "print_summary",
+    "verdict_lines",
+    "write_html",
+    "write_outputs",
+    "has_plotly",
+    "NO_PLOTLY",
+]
 
 NO_PLOTLY = "charts need plotly, not installed: pip install 'tfinput[plots]'"
 
@@ -67,6 +74,15 @@ def print_summary(result: TuneResult, console: Any) -> None:
             f"best: {result.best_name}; knobs changed from autotune: "
             + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none")
         )
+    for line in verdict_lines(result):
+        if line.startswith("("):  # how the input wait was obtained
+            console.print(f"         {line}")
+        else:
+            console.print(f"[bold]verdict:[/] {line}")
+    if result.breakdown:
+        console.print("gain by knob (winner / winner with the group reverted to autotune):")
+        for c in result.breakdown:
+            console.print(f"  {c.describe()}")
     trials = ", ".join(f"{n} {k}" for k, n in sorted(result.trials.items()))
     console.print(
         f"study {result.study_name}: {trials}; search {result.seconds['search']:.0f} s, "
@@ -81,6 +97,50 @@ def print_summary(result: TuneResult, console: Any) -> None:
             f"[red]confirmation failed:[/] {result.confirmation_error}; the best config is "
             f"the search's best trial ({result.best_name}), not confirmed against autotune"
         )
+
+
+def verdict_lines(result: TuneResult) -> list[str]:
+    """The plain-language verdicts (beats autotune or "keep autotune"; whether input is
+    the bottleneck), with how the input wait was obtained."""
+    lines = list(result.verdicts)
+    if result.input_wait_source == "step bound" and result.step_bound:
+        lines.append(
+            f"(the step owns the loop, so the input wait is 1 - fed / step bound; step bound "
+            f"{result.step_bound:,.0f} examples/s on one cached batch)"
+        )
+    return lines
+
+
+def _verdicts_html(result: TuneResult) -> str:
+    from html import escape
+
+    parts = ["<h2>Verdict</h2><ul>"]
+    parts += [f"<li><b>{escape(line)}</b></li>" for line in verdict_lines(result)]
+    parts.append("</ul>")
+    if result.breakdown:
+        rows = "".join(
+            f"<tr><td>{escape(c.group)}</td><td>"
+            + escape(", ".join(f"{k}: {a} → {w}" for k, (w, a) in c.knobs.items()))
+            + f"</td><td>{c.ratio:.2f}x</td><td>{c.ratio_min:.2f}x-{c.ratio_max:.2f}x</td>"
+            f"<td>{c.without_examples_per_s:,.0f}</td></tr>"
+            for c in result.breakdown
+        )
+        parts.append(
+            "<h2>Gain by knob</h2><p>The winner measured against itself with each group of "
+            "knobs that differs from autotune reverted to autotune's values (interleaved, "
+            "same windows). Contribution = winner / winner without the group.</p>"
+            "<table><tr><th>group</th><th>autotune → winner</th><th>contribution</th>"
+            "<th>per-round range</th><th>without it, examples/s</th></tr>"
+            f"{rows}</table>"
+        )
+    fa = result.format_advice
+    if fa is not None:
+        parts.append(
+            "<h2>Format advice</h2>"
+            f"<p>{escape(fa.sentence())}</p><pre>{escape(fa.command)}</pre>"
+            f"<p>{escape(fa.method)}</p>"
+        )
+    return "".join(parts)
 
 
 def _figures(result: TuneResult) -> list[tuple[str, Any]]:
@@ -175,12 +235,23 @@ def write_html(result: TuneResult, path: str | Path) -> Path:
         + f". Step: {result.step.get('name')}. Trials: {result.trials}. "
         f"Search {result.seconds['search']:.0f} s, confirmation {result.seconds['confirm']:.0f} s.</p>"
         + "".join(f"<p class='note'>Warning: {escape(w)}</p>" for w in result.warnings)
+        + _verdicts_html(result)
+        + "".join(_advice_html(result))
         + "".join(parts)
         + f"<h2>Best config</h2><pre>{best}</pre><h2>Machine</h2><pre>{fp}</pre>"
         f"<h2>Method</h2><pre>{json.dumps(result.method, indent=2)}</pre></body></html>"
     )
     path.write_text(html)
     return path
+
+
+def _advice_html(result: TuneResult) -> list[str]:
+    """The advice lines (other than the format advice, which has its own section)."""
+    from html import escape
+
+    fa = result.format_advice
+    skip = fa.sentence() if fa is not None else None
+    return [f"<p class='note'>Advice: {escape(a)}</p>" for a in result.advice if a != skip]
 
 
 def _trials_table(result: TuneResult) -> str:

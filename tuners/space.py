@@ -9,6 +9,12 @@ meaningful numeric scale (``AUTOTUNE`` is -1).
     space = SearchSpace.default(cpu_count=2, files=8)
     space = space.fix(batch_size=4096).narrow(map_parallelism=[2, 3, 4])
     config = space.suggest(trial, base=PipelineConfig(batch_size=4096))
+
+Besides the tf.data knobs the space holds the *feeding* knobs, each only where it
+means something: ``layout`` (``per_feature``/``packed``) for pipelines whose multi-hot
+lists are dense, ``steps_per_execution`` for ``keras_fit`` steps (the step runs
+``model.fit`` and honours it) and ``device_prefetch`` for steps that feed the device
+themselves (``Step.feeds_device``).
 """
 
 from __future__ import annotations
@@ -18,10 +24,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfinput.config import AUTOTUNE, PipelineConfig, knob_names
+from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig, knob_names
 from tfinput.errors import ConfigError
 
-__all__ = ["SearchSpace", "TUNABLE", "encode", "decode"]
+__all__ = ["SearchSpace", "TUNABLE", "FEEDING", "encode", "decode", "parse_assignment"]
 
 #: Knobs the tuner searches by default. ``batch_size`` joins only when allowed;
 #: ``shuffle_buffer``/``shuffle_seed``/``drop_remainder`` change what is trained on and
@@ -38,6 +44,18 @@ TUNABLE = (
     "cache",
 )
 
+#: Feeding knobs: searched only where the pipeline or the step honours them (see
+#: `SearchSpace.default`).
+FEEDING = ("layout", "steps_per_execution", "device_prefetch")
+
+#: Candidate values of the feeding knobs.
+LAYOUT_CHOICES = LAYOUTS
+STEPS_PER_EXECUTION_CHOICES = (1, 8, 32)
+DEVICE_PREFETCH_CHOICES = (0, 2)
+
+#: How a None knob value (``layout``: the pipeline's own) is stored in Optuna.
+_NONE = "none"
+
 
 #: Values that build the same pipeline as another value of the space.
 _EQUIVALENT: dict[tuple[str, Any], Any] = {
@@ -48,7 +66,10 @@ _EQUIVALENT: dict[tuple[str, Any], Any] = {
 
 
 def encode(value: Any) -> Any:
-    """Optuna-storable form of a knob value (``AUTOTUNE`` is stored as "autotune")."""
+    """Optuna-storable form of a knob value (``AUTOTUNE`` is stored as "autotune", None
+    as "none")."""
+    if value is None:
+        return _NONE
     if value is AUTOTUNE or (
         isinstance(value, int) and not isinstance(value, bool) and value == AUTOTUNE
     ):
@@ -57,6 +78,9 @@ def encode(value: Any) -> Any:
 
 
 def decode(value: Any) -> Any:
+    """The knob value of an `encode`-d one."""
+    if value == _NONE:
+        return None
     return AUTOTUNE if value == "autotune" else value
 
 
@@ -106,8 +130,10 @@ class SearchSpace:
         tune_batch_size: bool = False,
         data_bytes: int | None = None,
         ram_bytes: int | None = None,
+        multi_hot_format: str | None = None,
+        step: Any = None,
     ) -> SearchSpace:
-        """Ranges derived from the machine and the data.
+        """Ranges derived from the machine, the data and the step.
 
         Args:
           cpu_count: Cores available to the input pipeline (default: this process's).
@@ -117,6 +143,18 @@ class SearchSpace:
           data_bytes: Size of the data; ``cache`` is searched only if it fits in a
             quarter of ``ram_bytes``.
           ram_bytes: Machine memory (default: from ``os.sysconf``).
+          multi_hot_format: The pipeline's multi-hot format; ``"dense"`` adds
+            ``layout`` (``per_feature``, ``packed``: three tensors per batch instead of
+            one per feature, cheaper to hand to a device) when the step takes packed
+            batches (``step`` None, i.e. input only, or ``step.accepts_packed``: input
+            only, simulated, tfinput's ranking model; for a model of your own that
+            unpacks, add it with ``narrow(layout=["per_feature", "packed"])``). None
+            (unknown) leaves the layout alone.
+          step: The step measured (a `tfinput.steps.Step`): ``keras_fit`` adds
+            ``steps_per_execution`` (1, 8, 32: fewer host round trips per batch,
+            coarser callbacks); a step with ``feeds_device`` adds ``device_prefetch``
+            (0, 2: batches copied to the device ahead of the step, at the cost of
+            device memory). Other steps ignore both, so they are not searched.
         """
         c = max(1, cpu_count or _cpus())
         max_files = files or 64
@@ -140,6 +178,13 @@ class SearchSpace:
             choices["batch_size"] = _uniq(
                 [max(1, batch_size // 2), batch_size, 2 * batch_size, 4 * batch_size]
             )
+        takes_packed = step is None or getattr(step, "accepts_packed", False)
+        if multi_hot_format == "dense" and takes_packed:
+            choices["layout"] = LAYOUT_CHOICES
+        if getattr(step, "kind", None) == "keras_fit":
+            choices["steps_per_execution"] = STEPS_PER_EXECUTION_CHOICES
+        if getattr(step, "feeds_device", False):
+            choices["device_prefetch"] = DEVICE_PREFETCH_CHOICES
         return cls(choices=choices)
 
     @classmethod
@@ -150,9 +195,11 @@ class SearchSpace:
         cpu_count: int | None = None,
         batch_size: int | None = None,
         tune_batch_size: bool = False,
+        step: Any = None,
     ) -> SearchSpace:
         """`default` with the file count and data size read from a tfinput pipeline's
-        files (``cache`` is searched only when the files fit in a quarter of RAM)."""
+        files (``cache`` is searched only when the files fit in a quarter of RAM), its
+        multi-hot format (``layout`` when ``dense``) and the step's feeding knobs."""
         files: list[str] = []
         source = getattr(pipeline, "source", None)
         if source is not None and hasattr(source, "files"):
@@ -167,6 +214,8 @@ class SearchSpace:
             batch_size=batch_size,
             tune_batch_size=tune_batch_size,
             data_bytes=size,
+            multi_hot_format=getattr(pipeline, "multi_hot_format", None),
+            step=step,
         )
 
     def fix(self, **values: Any) -> SearchSpace:
@@ -234,7 +283,8 @@ class SearchSpace:
 
 
 def parse_assignment(text: str) -> tuple[str, list[Any]]:
-    """Parse ``knob=v1,v2`` from the command line (``autotune``, true/false, ints)."""
+    """Parse ``knob=v1,v2`` from the command line (``autotune``, true/false, ints; for
+    ``layout``: ``per_feature``, ``packed`` or ``none``)."""
     if "=" not in text:
         raise ConfigError(f"expected knob=value[,value...], got {text!r}")
     knob, _, raw = text.partition("=")
@@ -246,7 +296,11 @@ def parse_assignment(text: str) -> tuple[str, list[Any]]:
         item = item.strip().lower()
         if not item:
             continue
-        if item == "autotune":
+        if knob == "layout":
+            if item not in (*LAYOUTS, _NONE):
+                raise ConfigError(f"knob 'layout': {item!r} is not one of {[*LAYOUTS, _NONE]}")
+            values.append(decode(item))
+        elif item == "autotune":
             values.append(AUTOTUNE)
         elif item in ("true", "false"):
             values.append(item == "true")

@@ -27,6 +27,16 @@ What happens:
    medians, per round, so noise in the search does not inflate it. If the
    confirmation raises, it is run once more; if it fails again, the result is the
    best trial of the search, marked unconfirmed (``confirmation_error``).
+5. **Verdicts** (`tuners.advice`): whether the winner beats autotune beyond the noise
+   (every round's paired ratio above 1; otherwise "keep autotune"), and whether the step
+   is input-bound at all (input wait under 3%: "input is not your bottleneck"; a step
+   that owns its loop, ``model.fit``, gets the wait from its step bound, measured on one
+   cached batch repeated).
+6. **Gain by knob** (``breakdown``): the winner re-measured with each differing knob
+   group reverted to autotune's values, interleaved.
+7. **Format advice** (``advise_format``): tf.Example data whose parse stage is the bound
+   get a 2-file sample converted to columnar records and measured side by side, with the
+   ``tfinput convert`` command (docs/tuning.md).
 
 Storage: None (in memory); a path ending in ``.db``/``.sqlite`` or a ``sqlite:///`` URL
 (one host, resumable); a path ending in ``.log``/``.journal`` (a journal file, several
@@ -57,11 +67,13 @@ from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, TfinputError
+from tuners.advice import INPUT_BOUND_THRESHOLD
 from tuners.objective import measure
 from tuners.space import SearchSpace
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.bench import ConfigStats
+    from tuners.advice import FormatAdvice, KnobContribution
 
 __all__ = [
     "tune",
@@ -110,6 +122,21 @@ class TuneResult:
         confirmed against autotune; None when the confirmation ran.
       warnings: What went wrong without stopping the run (a search stopped after too
         many failed trials in a row, a confirmation retried after an error).
+      beats_autotune: True only when the confirmed winner's per-round ratios to
+        autotune are all above 1 (the paired spread excludes 1); False: keep autotune;
+        None: not confirmed.
+      input_wait: Share of the step's time spent waiting for input with the winner
+        (measured; or ``1 - fed / step_bound`` when the step owns the loop); None when
+        unknown.
+      input_wait_source: ``measured``, ``step bound`` or None.
+      input_bound: ``input_wait >= 0.03`` (None when unknown).
+      step_bound: Examples/s of the step fed one cached batch (when it was measured).
+      verdicts: The plain-language verdicts: beats autotune or "keep autotune", and
+        whether input is the bottleneck.
+      breakdown: The gain by knob group (`tuners.advice.KnobContribution`), largest
+        first; empty when not measured.
+      format_advice: `tuners.advice.FormatAdvice` when a tf.Example sample was
+        converted to columnar and measured, else None.
     """
 
     best_config: PipelineConfig
@@ -125,6 +152,14 @@ class TuneResult:
     advice: tuple[str, ...] = ()
     confirmation_error: str | None = None
     warnings: tuple[str, ...] = ()
+    beats_autotune: bool | None = None
+    input_wait: float | None = None
+    input_wait_source: str | None = None
+    input_bound: bool | None = None
+    step_bound: float | None = None
+    verdicts: tuple[str, ...] = ()
+    breakdown: tuple[KnobContribution, ...] = ()
+    format_advice: FormatAdvice | None = None
     study: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -139,6 +174,9 @@ class TuneResult:
             "step": self.step,
             "confirmed": self.confirmed[0].to_dict() if self.confirmed else None,
             "confirmation_error": self.confirmation_error,
+            "beats_autotune": self.beats_autotune,
+            "input_bound": self.input_bound,
+            "verdicts": list(self.verdicts),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,6 +196,16 @@ class TuneResult:
             "advice": list(self.advice),
             "confirmation_error": self.confirmation_error,
             "warnings": list(self.warnings),
+            "beats_autotune": self.beats_autotune,
+            "input_wait": None if self.input_wait is None else round(self.input_wait, 4),
+            "input_wait_source": self.input_wait_source,
+            "input_bound": self.input_bound,
+            "step_bound_examples_per_s": (
+                None if self.step_bound is None else round(self.step_bound, 1)
+            ),
+            "verdicts": list(self.verdicts),
+            "breakdown": [c.to_dict() for c in self.breakdown],
+            "format_advice": None if self.format_advice is None else self.format_advice.to_dict(),
         }
 
 
@@ -251,7 +299,11 @@ def host_lock(path: str | None = None) -> Iterator[None]:
 def baseline_configs(
     base: PipelineConfig, *, cpu_count: int, current: PipelineConfig | None = None
 ) -> dict[str, PipelineConfig]:
-    """``autotune``, ``heuristic`` (and ``current``) with the user's batch settings."""
+    """``autotune``, ``heuristic`` (and ``current``) with the user's batch settings.
+
+    Both presets set the feeding knobs explicitly to what a plain training loop does:
+    ``layout="per_feature"``, ``steps_per_execution=1``, ``device_prefetch=0``.
+    """
     keep = {
         k: getattr(base, k)
         for k in (
@@ -262,9 +314,12 @@ def baseline_configs(
             "autotune_ram_budget",
         )
     }
+    # The feeding knobs as a plain training loop has them: one tensor per feature, one
+    # step per call, no device prefetch.
+    feeding = {"layout": "per_feature", "steps_per_execution": 1, "device_prefetch": 0}
     out = {
-        "autotune": PipelineConfig.autotune(**keep),
-        "heuristic": PipelineConfig.heuristic(cpu_count=cpu_count, **keep),
+        "autotune": PipelineConfig.autotune(**keep, **feeding),
+        "heuristic": PipelineConfig.heuristic(cpu_count=cpu_count, **keep, **feeding),
     }
     if current is not None:
         out["current"] = current
@@ -272,7 +327,10 @@ def baseline_configs(
 
 
 def fingerprint(cpu_count: int) -> dict[str, Any]:
-    """CPU model and count, accelerators, TensorFlow version: what the numbers belong to."""
+    """CPU model and count, accelerators, TensorFlow version, the Keras backend and (when
+    JAX is imported) the JAX version: what the numbers belong to."""
+    import sys
+
     import tensorflow as tf
 
     from tfinput import bench
@@ -284,6 +342,15 @@ def fingerprint(cpu_count: int) -> dict[str, Any]:
         if d.device_type != "CPU"
     ]
     info["accelerators"] = accelerators or None
+    if "keras_backend" not in info:
+        try:
+            import keras
+
+            info["keras_backend"] = str(keras.config.backend())
+        except ImportError:
+            info["keras_backend"] = None
+    jax = sys.modules.get("jax")
+    info["jax"] = str(getattr(jax, "__version__", "")) or None if jax is not None else None
     return info
 
 
@@ -316,6 +383,9 @@ def tune(
     max_consecutive_failures: int = MAX_CONSECUTIVE_FAILURES,
     clock: Callable[[], float] | None = None,
     cpu_clock: Callable[[], float] | None = None,
+    breakdown: bool = True,
+    advise_format: bool = True,
+    schema_path: str | None = None,
 ) -> TuneResult:
     """Search pipeline configs against a training step and confirm the winner.
 
@@ -353,6 +423,16 @@ def tune(
         configs that do not fit (out of memory); lower gives up sooner.
       clock, cpu_clock: Injectable wall and process CPU clocks for every measurement
         (tests pass fakes; default: the real ones).
+      breakdown: After the confirmation, when the winner differs from autotune,
+        measure the gain by knob group (`tuners.advice.knob_breakdown`: the winner
+        with each differing group reverted, interleaved; one more confirmation's
+        worth of windows per group, at most six groups).
+      advise_format: For tf.Example TFRecord data whose parse stage is the bound,
+        convert a sample (at most 2 files, in a temporary directory) to columnar
+        records and measure both side by side (`tuners.advice.format_advice`: a few
+        seconds of roofline, the conversion, 3 short windows each).
+      schema_path: The pipeline's schema file, for the ``tfinput convert`` command of
+        the format advice.
 
     Returns:
       A `TuneResult`.
@@ -378,7 +458,7 @@ def tune(
     cores = cpu_count or bench.available_cpus()
     base = base or current or PipelineConfig()
     if space is None:
-        space = SearchSpace.for_pipeline(pipeline, cpu_count=cores)
+        space = SearchSpace.for_pipeline(pipeline, cpu_count=cores, step=step)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -568,7 +648,65 @@ def tune(
         best_config, best_name = confirmed[0].config, confirmed[0].name
     else:  # the search's best trial, unconfirmed
         best_name, best_config = (candidates or [("autotune", baselines["autotune"])])[0]
+    verdict = _verdicts(
+        pipeline,
+        step,
+        confirmed,
+        best_config,
+        notes=notes,
+        windows=confirm_windows,
+        window_batches=window_batches,
+        warmup_batches=warmup_batches,
+        cpu_count=cores,
+        clocks=clocks,
+    )
+    t2 = time.time()
+    contributions: tuple[Any, ...] = ()
+    if breakdown and confirmed and best_name != "autotune":
+        from tuners.advice import knob_breakdown
+
+        if progress is not None:
+            progress("breakdown", {"windows": confirm_windows})
+        try:
+            contributions = knob_breakdown(
+                pipeline,
+                best_config,
+                baselines["autotune"],
+                step=step,
+                windows=confirm_windows,
+                window_batches=window_batches,
+                warmup_batches=warmup_batches,
+                cpu_count=cores,
+                **clocks,
+            )
+        except Exception as e:  # the breakdown is extra: never lose the result for it
+            note = f"gain by knob not measured: {_explain_failure(pipeline, e)}"
+            log.warning("%s", note)
+            notes.append(note)
+    t3 = time.time()
+    format_result = None
+    if advise_format and getattr(getattr(pipeline, "source", None), "kind", None) == "tfrecord":
+        from tuners.advice import format_advice
+
+        if progress is not None:
+            progress("format_advice", {})
+        try:
+            format_result = format_advice(
+                pipeline, best_config, schema_path=schema_path, cpu_count=cores
+            )
+        except Exception as e:
+            note = f"format advice not measured: {_explain_failure(pipeline, e)}"
+            log.warning("%s", note)
+            notes.append(note)
+    t4 = time.time()
     advice = []
+    if format_result is not None:
+        advice.append(format_result.sentence())
+        if verdict["input_bound"] is False:
+            advice.append(
+                "the step is not input-bound, so a faster format will not speed up training "
+                "on this host (it may on a faster accelerator)"
+            )
     if best_config.batch_size != base.batch_size:
         k = best_config.batch_size / base.batch_size
         advice.append(
@@ -585,7 +723,13 @@ def tune(
         confirmed=tuple(confirmed),
         study_name=study_name,
         trials=states,
-        seconds={"search": round(search_seconds, 1), "confirm": round(confirm_seconds, 1)},
+        seconds={
+            "search": round(search_seconds, 1),
+            "confirm": round(confirm_seconds, 1),
+            "verdicts": round(t2 - t1 - confirm_seconds, 1),
+            "breakdown": round(t3 - t2, 1),
+            "format_advice": round(t4 - t3, 1),
+        },
         fingerprint=fingerprint(cores),
         method={
             "trial": f"fresh iterator, {warmup_batches} warm-up batches excluded, "
@@ -597,14 +741,80 @@ def tune(
             f"interleaved, {confirm_windows} windows each, fresh iterator "
             "per window; ratio = median of per-round ratios",
             "one trial per host": "exclusive host file lock during measurement",
+            "beats autotune": "the winner's per-round ratios to autotune in the "
+            "confirmation all above 1 (the paired spread excludes 1)",
+            "input wait": "share of the confirmation's window time spent waiting for the "
+            "next batch; when the step owns the loop (model.fit), 1 - fed / step bound, the "
+            f"step bound measured on one cached batch repeated; input-bound from "
+            f"{INPUT_BOUND_THRESHOLD:.0%}",
+            "gain by knob": "the winner against itself with each differing knob group "
+            f"reverted to autotune's values, interleaved, {confirm_windows} windows each; "
+            "contribution = winner / without the group, median of per-round ratios",
         },
         step=_describe(step),
         space=space.to_dict(),
         advice=tuple(advice),
         confirmation_error=confirmation_error,
         warnings=tuple(notes),
+        breakdown=contributions,
+        format_advice=format_result,
         study=study,
+        **verdict,
     )
+
+
+def _verdicts(
+    pipeline: Any,
+    step: Any,
+    confirmed: list[Any],
+    best_config: PipelineConfig,
+    *,
+    notes: list[str],
+    windows: int,
+    window_batches: int,
+    warmup_batches: int,
+    cpu_count: int,
+    clocks: dict[str, Any],
+) -> dict[str, Any]:
+    """The `TuneResult` verdict fields: beats autotune, input wait (measured, or from
+    the step bound when the step owns the loop) and their sentences."""
+    from tuners.advice import beats_autotune, input_verdict, step_bound
+
+    beats, beats_text = beats_autotune(confirmed)
+    wait = source = bound = None
+    if confirmed:
+        winner = confirmed[0]
+        if winner.stall is not None:
+            wait, source = winner.stall, "measured"
+        else:
+            try:
+                bound = step_bound(
+                    pipeline,
+                    best_config,
+                    step,
+                    windows=windows,
+                    window_batches=window_batches,
+                    warmup_batches=warmup_batches,
+                    cpu_count=cpu_count,
+                    **clocks,
+                )
+            except Exception as e:
+                note = f"step bound not measured: {_explain_failure(pipeline, e)}"
+                log.warning("%s", note)
+                notes.append(note)
+            if bound:
+                wait, source = max(0.0, 1.0 - winner.median / bound), "step bound"
+    input_bound, input_text = input_verdict(
+        wait, input_only=getattr(step, "kind", None) == "input_only"
+    )
+    return {
+        "beats_autotune": beats,
+        "input_wait": wait,
+        "input_wait_source": source,
+        "input_bound": input_bound,
+        "step_bound": bound,
+        "verdicts": (beats_text, input_text),
+    }
 
 
 def _describe_pruner(pruner: Any) -> str:

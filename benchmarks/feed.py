@@ -1,0 +1,300 @@
+"""Feeding benchmark: the ranking model on Keras 3's JAX backend, fed by tfinput.
+
+    KERAS_BACKEND=jax python benchmarks/feed.py            # measure, print the section
+    KERAS_BACKEND=jax python benchmarks/feed.py --write    # also replace it in RESULTS.md
+    KERAS_BACKEND=jax python benchmarks/feed.py --quick    # tiny run: checks the script
+
+Three tables, one run (issue "Feed a real accelerator"):
+
+1. **Step bound and fed rate.** tfinput's built-in ranking model (`models.ranking_model`,
+   XLA-compiled) trained with ``train_on_batch`` (`steps.keras_step`) and with
+   ``model.fit(steps_per_execution=k)`` for k in 1, 8, 32 (`steps.keras_fit_step`), on
+   batches in the ``per_feature`` and the ``packed`` layout. The *step bound* feeds one
+   cached batch repeated (the step alone); the *fed* rates read criteo-like TFRecord and
+   columnar records through tfinput at autotune. One model per row, compiled once, so
+   every cell of a row trains the same model.
+2. **Host CPU cost of packing.** Input only: process CPU seconds per example of the same
+   pipeline (same config) emitting per-feature and packed batches; target: packing costs
+   at most 3% more.
+3. **Host to device.** ``jax.device_put`` of one batch plus a trivial jitted step, the
+   batch as one array per feature vs packed.
+
+Method: every cell is measured in ``--rounds`` rounds; each round visits every cell once
+in a rotating order (interleaving cancels the drift of this shared machine). A cell's
+measurement is `tuners.objective.measure`: a fresh iterator, warm-up batches untimed,
+then one timed window. Figures are medians over rounds with min-max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks._results import write_section  # noqa: E402
+from benchmarks.columnar import columnar_data  # noqa: E402
+from benchmarks.core import data, machine  # noqa: E402
+
+ROWS = 200_000
+BATCH = 4096
+SPE = (1, 8, 32)
+
+
+def _median(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def _fmt(values: list[float]) -> str:
+    med, lo, hi = _median(values)
+    return f"{med / 1e3:,.1f}k ({lo / 1e3:,.1f}-{hi / 1e3:,.1f})"
+
+
+def _rounds(cells: dict[str, Callable[[], float]], rounds: int, say: Any) -> dict[str, list]:
+    """Every cell once per round, the order rotated each round."""
+    out: dict[str, list[float]] = {name: [] for name in cells}
+    names = list(cells)
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            out[name].append(cells[name]())
+        say(f"round {r + 1}/{rounds} done")
+    return out
+
+
+def step_table(pipelines: dict[str, Any], schema: Any, args: argparse.Namespace, say: Any):
+    import tensorflow as tf
+
+    from tfinput import models, steps
+    from tfinput.config import PipelineConfig
+    from tuners.objective import measure
+
+    rows: dict[tuple[str, str], Any] = {}
+    for layout in ("per_feature", "packed"):
+        rows[(layout, "train_on_batch")] = steps.keras_step(models.ranking_model(schema))
+        for k in args.spe:
+            rows[(layout, f"fit spe {k}")] = steps.keras_fit_step(models.ranking_model(schema))
+    cached_batches: dict[str, Any] = {}
+
+    def cached(layout: str) -> Callable[[Any], Any]:
+        def make(cfg: PipelineConfig) -> Any:
+            if layout not in cached_batches:
+                first = next(iter(pipelines["TFRecord"].build(cfg)))
+                cached_batches[layout] = first
+            return tf.data.Dataset.from_tensors(cached_batches[layout]).repeat()
+
+        return make
+
+    cells: dict[str, Callable[[], float]] = {}
+    for (layout, mode), step in rows.items():
+        spe = int(mode.rsplit(" ", 1)[1]) if mode.startswith("fit") else 1
+        config = PipelineConfig(batch_size=BATCH, layout=layout, steps_per_execution=spe)
+        window = max(args.window_batches, spe)
+        window -= window % spe
+        sources = {"step bound": cached(layout), **pipelines}
+        for source, target in sources.items():
+
+            def cell(target=target, step=step, config=config, window=window, spe=spe) -> float:
+                m = measure(
+                    target,
+                    config,
+                    step,
+                    windows=1,
+                    window_batches=window,
+                    warmup_batches=max(args.warmup, spe),
+                )
+                return m.median
+
+            cells[f"{layout}|{mode}|{source}"] = cell
+    return _rounds(cells, args.rounds, say)
+
+
+def packing_cost(pipelines: dict[str, Any], args: argparse.Namespace, say: Any):
+    from tfinput.config import PipelineConfig
+    from tuners.objective import measure
+
+    cells = {}
+    for source, pipeline in pipelines.items():
+        for layout in ("per_feature", "packed"):
+            config = PipelineConfig(batch_size=BATCH, layout=layout, map_parallelism=2, prefetch=2)
+
+            def cell(pipeline=pipeline, config=config) -> float:
+                m = measure(
+                    pipeline,
+                    config,
+                    windows=1,
+                    window_batches=args.input_batches,
+                    warmup_batches=args.warmup,
+                )
+                return m.cores_busy / m.median * 1e6  # CPU microseconds per example
+
+            cells[f"{source}|{layout}"] = cell
+    return _rounds(cells, args.rounds, say)
+
+
+def transfer_cost(pipeline: Any, args: argparse.Namespace) -> dict[str, list[float]]:
+    import jax
+    import tensorflow as tf
+
+    from tfinput.config import PipelineConfig
+
+    batches = {}
+    for layout in ("per_feature", "packed"):
+        batch = next(iter(pipeline.build(PipelineConfig(batch_size=BATCH, layout=layout))))
+        batches[layout] = [a.numpy() for a in tf.nest.flatten(batch)]
+    trivial = jax.jit(lambda xs: sum(x.reshape(-1)[0].astype("float32") for x in xs))
+    out: dict[str, list[float]] = {k: [] for k in batches}
+    for arrays in batches.values():
+        trivial(jax.device_put(arrays)).block_until_ready()
+    for _ in range(args.rounds):
+        for layout, arrays in batches.items():
+            start = time.perf_counter()
+            for _ in range(20):
+                trivial(jax.device_put(arrays)).block_until_ready()
+            out[layout].append((time.perf_counter() - start) / 20 * 1e3)
+    out["arrays"] = [float(len(batches["per_feature"])), float(len(batches["packed"]))]
+    return out
+
+
+def section(step: dict, cost: dict, transfer: dict, args: argparse.Namespace) -> str:
+    import jax
+    import keras
+
+    sources = ["step bound", "TFRecord", "columnar"]
+    lines = [
+        "<!-- feed:begin (generated by benchmarks/feed.py) -->",
+        "## Feeding the step: layouts, steps_per_execution, Keras on JAX",
+        "",
+        "Regenerate with `KERAS_BACKEND=jax python benchmarks/feed.py --write`.",
+        "",
+        "### Machine",
+        "",
+        f"- {machine()}",
+        f"- Keras {keras.__version__} on the {keras.config.backend()} backend, JAX "
+        f"{jax.__version__} ({jax.devices()[0].platform}); no GPU on this machine",
+        f"- generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        "",
+        "### Method",
+        "",
+        f"- criteo-like synthetic, {args.rows:,} rows (13 dense, 26 ids, 4 multi-hot lists "
+        f"of 0-19 ids), batch {BATCH}; 8 TFRecord files and the same rows as columnar records",
+        "- model: `tfinput.models.ranking_model(schema)` (DCN-style, XLA-compiled), one "
+        "model per row; `train_on_batch` = `steps.keras_step`, `fit spe k` = "
+        "`steps.keras_fit_step` with `PipelineConfig(steps_per_execution=k)`",
+        "- step bound: one cached batch repeated; fed: the tfinput pipeline at autotune",
+        f"- each cell: `tuners.objective.measure`, fresh iterator, {args.warmup}+ warm-up "
+        f"batches, one window of {args.window_batches} batches (rounded to a multiple of "
+        f"k); {args.rounds} rounds, cells visited in a rotating order; median (min-max)",
+        "",
+        "### Step bound and fed rate (examples/s)",
+        "",
+        "| layout | step | " + " | ".join(sources) + " | fed / bound (columnar) |",
+        "| --- | --- | " + " | ".join("---:" for _ in sources) + " | ---: |",
+    ]
+    by_row: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for key, values in step.items():
+        layout, mode, source = key.split("|")
+        by_row.setdefault((layout, mode), {})[source] = values
+    for (layout, mode), cells in by_row.items():
+        share = statistics.median(cells["columnar"]) / statistics.median(cells["step bound"])
+        row = " | ".join(_fmt(cells[s]) for s in sources)
+        lines.append(f"| {layout} | {mode} | {row} | {share:.0%} |")
+    lines += ["", "Packed over per-feature, same step and source (ratio of medians):", ""]
+    lines += [
+        "| step | " + " | ".join(sources) + " |",
+        "| --- | " + " | ".join("---:" for _ in sources) + " |",
+    ]
+    for mode in dict.fromkeys(m for _, m in by_row):
+        ratios = [
+            statistics.median(by_row[("packed", mode)][s])
+            / statistics.median(by_row[("per_feature", mode)][s])
+            for s in sources
+        ]
+        lines.append(f"| {mode} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+    lines += [
+        "",
+        "### Host CPU cost of packing (input only)",
+        "",
+        "Process CPU microseconds per example, `map_parallelism=2, prefetch=2`, "
+        f"{args.input_batches} batches per window; target: packed <= 1.03x per-feature.",
+        "",
+        "| source | per_feature | packed | packed / per_feature |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for source in dict.fromkeys(k.split("|")[0] for k in cost):
+        a, b = cost[f"{source}|per_feature"], cost[f"{source}|packed"]
+        paired = sorted(y / x for x, y in zip(a, b))
+        lines.append(
+            f"| {source} | {statistics.median(a):.2f} | {statistics.median(b):.2f} | "
+            f"{statistics.median(paired):.3f}x ({paired[0]:.3f}-{paired[-1]:.3f}) |"
+        )
+    n_per, n_packed = (int(x) for x in transfer["arrays"])
+    lines += [
+        "",
+        "### Host to device (`jax.device_put` + a trivial jitted step, CPU device)",
+        "",
+        "| layout | arrays per batch | ms per batch |",
+        "| --- | ---: | ---: |",
+        f"| per_feature | {n_per} | {statistics.median(transfer['per_feature']):.2f} |",
+        f"| packed | {n_packed} | {statistics.median(transfer['packed']):.2f} |",
+        "",
+        "GPU figures: none yet. No GPU machine was lent to the sessions that built this; "
+        "the H100 figures quoted in docs/accelerators.md were measured by the issue's "
+        "author with `../shared/device/feed_bench.py`. Run this script on a GPU host "
+        "(`../shared/device/README.md`) to fill the same table there.",
+        "<!-- feed:end -->",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=ROWS)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=4)
+    p.add_argument("--window-batches", type=int, default=32)
+    p.add_argument("--input-batches", type=int, default=30)
+    p.add_argument("--spe", type=lambda s: [int(x) for x in s.split(",")], default=list(SPE))
+    p.add_argument("--data-dir", default=str(HERE / ".data"))
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--write", action="store_true", help="update RESULTS.md")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rows, args.rounds, args.window_batches, args.input_batches = 40_000, 1, 4, 4
+        args.spe, args.warmup = [1, 2], 2
+
+    import tfinput
+
+    def say(msg: str) -> None:
+        print(f"[feed {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    schema, tf_files, pq_files = data(Path(args.data_dir), args.rows)
+    col_dir = columnar_data(Path(args.data_dir), args.rows, pq_files)
+    pipelines = {
+        "TFRecord": tfinput.tfrecord(tf_files, schema),
+        "columnar": tfinput.columnar(col_dir),
+    }
+    say("step bound and fed rates")
+    step = step_table(pipelines, schema, args, say)
+    say("packing cost")
+    cost = packing_cost(pipelines, args, say)
+    transfer = transfer_cost(pipelines["TFRecord"], args)
+    text = section(step, cost, transfer, args)
+    print(text)
+    if args.write and not args.quick:
+        write_section("feed", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""The results of `profiles.analyze` and `profiles.compare`: frozen dataclasses with a
+JSON form (``to_dict``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from profiles._xprof import TESTED_XPROF
+from profiles.stages import Bottleneck, PipelineStages
+
+__all__ = ["Comparison", "InputOp", "ProfileAnalysis", "Spread", "StepTime"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Spread:
+    """Average, extremes and standard deviation of a per-step quantity."""
+
+    average: float
+    minimum: float
+    maximum: float
+    stddev: float = 0.0
+
+    @classmethod
+    def of(cls, values: Sequence[float], *, average: float | None = None) -> Spread:
+        """Summarise ``values``; ``average`` overrides the plain mean (for ratios)."""
+        mean = sum(values) / len(values)
+        var = sum((x - mean) ** 2 for x in values) / len(values)
+        return cls(
+            average=mean if average is None else average,
+            minimum=min(values),
+            maximum=max(values),
+            stddev=var**0.5,
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepTime:
+    """xprof's breakdown of one marked training step, in milliseconds.
+
+    Attributes:
+      step: xprof's step name (``"train 3"``).
+      step_ms: Duration of the step.
+      input_ms: Time the step waited for input (xprof's "Input").
+      host_compute_ms: TensorFlow ops run on the host (on a CPU-only run: the model).
+      device_compute_ms: Time the accelerator computed (0 without one).
+      device_to_device_ms, collectives_ms, kernel_launch_ms, output_ms, compile_ms:
+        xprof's other categories.
+      other_ms: Everything xprof could not attribute ("All others": Python, sleeps,
+        a simulated device step).
+    """
+
+    step: str
+    step_ms: float
+    input_ms: float
+    host_compute_ms: float
+    device_compute_ms: float
+    device_to_device_ms: float
+    collectives_ms: float
+    kernel_launch_ms: float
+    output_ms: float
+    compile_ms: float
+    other_ms: float
+
+    @property
+    def input_fraction(self) -> float:
+        """Fraction of the step spent waiting for input."""
+        return self.input_ms / self.step_ms if self.step_ms > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (with ``input_fraction``)."""
+        return {**dataclasses.asdict(self), "input_fraction": self.input_fraction}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InputOp:
+    """One row of xprof's input-op table (host time per ``Iterator::`` event name)."""
+
+    name: str
+    count: int
+    time_ms: float
+    self_time_ms: float
+    self_fraction: float
+    category: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProfileAnalysis:
+    """Everything `analyze` found in one profile run.
+
+    Attributes:
+      logdir: Directory analysed.
+      run: Profile run name (see `TraceRun`).
+      hosts: Hosts in the run.
+      trace_files: The ``.xplane.pb`` files read.
+      xprof_version: xprof used for the conversion.
+      hardware: xprof's hardware type (``CPU_ONLY``, ``GPU``, ``TPU``).
+      steps: xprof's per-step breakdown (xprof may leave out a step cut by the
+        profiler's start or stop).
+      step_time_ms: Spread of step time, or None without steps.
+      input_wait: Fraction of step time spent waiting for input: ``average`` is total
+        input time over total step time (xprof's own figure), ``minimum`` and
+        ``maximum`` are per step. None without steps.
+      host_compute_ms: Average host compute per step, or None without steps.
+      device_compute_ms: Average device compute per step; None on a CPU-only run or
+        without steps.
+      simulated_device_ms: Device time per step of a simulated accelerator step (from
+        the capture metadata), or None. xprof counts it as "All others".
+      xprof_conclusion: xprof's input-bound verdict (``input_conclusion``).
+      xprof_recommendation: xprof's overall statement (overview page).
+      xprof_input_ops: xprof's table of input ops (host time per iterator name).
+      pipelines: Rebuilt tf.data stages, per host and input pipeline; the one the
+        training loop waited on longest first.
+      step_markers: Number of step-marker events found per host.
+      diagnostics: Messages about what is missing or suspicious, each saying how to
+        fix it. Empty for a complete trace.
+      capture: What `profiles.capture` recorded about the run (TF version, cores,
+        warm-up, steps, step kind), or None for traces captured otherwise.
+    """
+
+    logdir: str
+    run: str
+    hosts: tuple[str, ...]
+    trace_files: tuple[str, ...]
+    xprof_version: str
+    hardware: str
+    steps: tuple[StepTime, ...]
+    step_time_ms: Spread | None
+    input_wait: Spread | None
+    host_compute_ms: float | None
+    device_compute_ms: float | None
+    simulated_device_ms: float | None
+    xprof_conclusion: str
+    xprof_recommendation: str
+    xprof_input_ops: tuple[InputOp, ...]
+    pipelines: tuple[PipelineStages, ...]
+    step_markers: Mapping[str, int]
+    diagnostics: tuple[str, ...]
+    capture: Mapping[str, Any] | None = None
+
+    @property
+    def is_complete(self) -> bool:
+        """True when there are analysed steps and rebuilt tf.data stages."""
+        return bool(self.steps) and bool(self.pipelines)
+
+    @property
+    def main_pipeline(self) -> PipelineStages | None:
+        """The input pipeline the training loop waited on longest (any host)."""
+        return max(self.pipelines, key=lambda p: p.input_ms, default=None)
+
+    @property
+    def bottleneck(self) -> Bottleneck | None:
+        """The bottleneck stage of `main_pipeline`."""
+        main = self.main_pipeline
+        return main.bottleneck if main else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return _jsonable(
+            {
+                **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                "bottleneck": self.bottleneck,
+                "is_complete": self.is_complete,
+                "tested_xprof": TESTED_XPROF,
+            }
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """Two analyses side by side (``before`` -> ``after``).
+
+    Attributes:
+      before: The reference run.
+      after: The changed run.
+      input_wait_change: Change of the average input-wait fraction (after - before,
+        in fraction points), or None when either run has no steps.
+      step_time_ratio: ``after / before`` of the average step time, or None.
+      caveats: Differences in how the two runs were captured (machine, TensorFlow,
+        step kind, steps) that make the numbers not directly comparable.
+    """
+
+    before: ProfileAnalysis
+    after: ProfileAnalysis
+    input_wait_change: float | None
+    step_time_ratio: float | None
+    caveats: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "before": self.before.to_dict(),
+            "after": self.after.to_dict(),
+            "input_wait_change": self.input_wait_change,
+            "step_time_ratio": self.step_time_ratio,
+            "caveats": list(self.caveats),
+        }
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "to_dict") and not isinstance(obj, type):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
