@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tfinput import bench  # noqa: E402
-from tfinput._cli_data import print_bench, roofline_lines  # noqa: E402
+from tfinput.cli.commands.bench import print_bench, roofline_lines  # noqa: E402
 from tfinput.config import PipelineConfig  # noqa: E402
 
 # shared/ sits beside the repository (as in CI: a fresh clone with shared/ next to it).
@@ -131,7 +131,7 @@ def criteo_sample(workdir: Path, s: Settings, sample: Path, fmt: str) -> Path:
 
 
 def run_workload(name: str, data: Path, fmt: str, s: Settings, console: Any) -> dict[str, Any]:
-    from tfinput._cli_data import bench_pipeline
+    from tfinput.cli.args import pipeline_from_paths as bench_pipeline
 
     pipeline = bench_pipeline([str(data)], schema_path=None, fmt=fmt)
     console.rule(name)

@@ -1,6 +1,6 @@
 """A tiny Keras model for ``tfinput profile --step keras`` on datasets that are not
 tfinput pipelines (tfinput pipelines get the built-in ranking model). The ``--demo``
-pipeline itself is tfinput's built-in default (`tfinput._demo`)."""
+pipeline itself is tfinput's built-in default (`tfinput.cli.demo`)."""
 
 from __future__ import annotations
 

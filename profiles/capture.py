@@ -39,12 +39,14 @@ import os
 import platform
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from profiles.analysis import CAPTURE_METADATA, TESTED_XPROF
 from profiles.errors import ProfileError
+from tfinput.bench.probes import available_cpus
+from tfinput.bench.windows import CAPTURE_PLAN, WindowPlan, warm_up
 from tfinput.errors import ConfigError
 
 __all__ = ["CaptureConfig", "CaptureResult", "capture"]
@@ -63,10 +65,13 @@ class CaptureConfig:
         opening and buffer filling are not profiled. Too few and the first profiled
         steps show start-up costs; too many only cost time.
       step_name: Name of the step markers (``"train"``); xprof shows ``"train 12"``.
+
+    The defaults are `tfinput.bench.CAPTURE_PLAN`; `window_plan` gives the capture as
+    the `tfinput.bench.WindowPlan` that bench and tuner measure with.
     """
 
-    steps: int = 10
-    warmup: int = 5
+    steps: int = CAPTURE_PLAN.window_batches
+    warmup: int = CAPTURE_PLAN.warmup_batches
     step_name: str = "train"
 
     def __post_init__(self) -> None:
@@ -80,6 +85,11 @@ class CaptureConfig:
             raise ConfigError(
                 f"CaptureConfig.step_name: expected a non-empty string, got {self.step_name!r}"
             )
+
+    @property
+    def window_plan(self) -> WindowPlan:
+        """``warmup`` untimed steps, then one window of ``steps`` profiled steps."""
+        return WindowPlan(warmup_batches=self.warmup, windows=1, window_batches=self.steps)
 
     def replace(self, **changes: Any) -> CaptureConfig:
         """A copy with some fields changed (validated like the constructor)."""
@@ -167,13 +177,6 @@ def _describe_pipeline(dataset: Any) -> str:
     return text if len(text) <= 2000 else text[:2000] + "..."
 
 
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def capture(
     pipeline: Any,
     step: Any = None,
@@ -204,17 +207,15 @@ def capture(
       ProfileError: The pipeline ran out of batches, another profiler session is
         running, or no trace was written.
     """
-    import tensorflow as tf
-
     cfg = (
         (config or CaptureConfig()).replace(**overrides)
         if overrides
         else (config or CaptureConfig())
     )
+    plan = cfg.window_plan
     the_step = _as_step(step)
     dataset = _as_iterable(pipeline)
     logdir = Path(logdir)
-    needed = cfg.warmup + cfg.steps
     if getattr(the_step, "kind", None) == "keras_fit":
         before = _trace_files(logdir)
         started = datetime.datetime.now(datetime.timezone.utc)
@@ -222,42 +223,48 @@ def capture(
         return _finish(the_step, dataset, cfg, logdir, before, started, durations, None)
 
     iterator = iter(dataset)
-    for i in range(cfg.warmup):
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            raise ProfileError(
-                f"the pipeline ran out after {i} batches during the warm-up; capture needs "
-                f"{needed} (warm-up {cfg.warmup} + steps {cfg.steps}): .repeat() the "
-                "dataset or lower warmup/steps"
-            ) from None
-        the_step(batch)
-
+    done = warm_up(iterator, plan.warmup_batches, the_step)
+    if done < plan.warmup_batches:
+        raise ProfileError(
+            f"the pipeline ran out after {done} batches during the warm-up; capture needs "
+            f"{cfg.warmup + cfg.steps} (warm-up {cfg.warmup} + steps {cfg.steps}): .repeat() "
+            "the dataset or lower warmup/steps"
+        )
     before = _trace_files(logdir)
     started = datetime.datetime.now(datetime.timezone.utc)
-    try:
-        tf.profiler.experimental.start(str(logdir))
-    except Exception as e:  # TF raises several error types here
-        raise ProfileError(
-            f"cannot start the profiler ({type(e).__name__}: {e}); is another profiler "
-            "session running in this process? Stop it with tf.profiler.experimental.stop()"
-        ) from e
+    _start_profiler(logdir)
+    durations, ran_out_at = _profile_steps(iterator, the_step, plan, cfg.step_name, clock)
+    return _finish(the_step, dataset, cfg, logdir, before, started, durations, ran_out_at)
+
+
+def _profile_steps(
+    iterator: Iterator[Any],
+    step: Any,
+    plan: WindowPlan,
+    step_name: str,
+    clock: Callable[[], float],
+) -> tuple[list[float], int | None]:
+    """Run ``plan.window_batches`` steps in step markers numbered after the warm-up,
+    then stop the profiler; returns each step's wall time in ms and the step at which
+    the data ran out (None if it did not)."""
+    import tensorflow as tf
+
     durations: list[float] = []
     ran_out_at: int | None = None
     try:
-        for i in range(cfg.steps):
+        for i in range(plan.window_batches):
             t0 = clock()
-            with tf.profiler.experimental.Trace(cfg.step_name, step_num=cfg.warmup + i, _r=1):
+            with tf.profiler.experimental.Trace(step_name, step_num=plan.warmup_batches + i, _r=1):
                 try:
                     batch = next(iterator)
                 except StopIteration:
                     ran_out_at = i
                     break
-                the_step(batch)
+                step(batch)
             durations.append((clock() - t0) * 1e3)
     finally:
         tf.profiler.experimental.stop()
-    return _finish(the_step, dataset, cfg, logdir, before, started, durations, ran_out_at)
+    return durations, ran_out_at
 
 
 def _start_profiler(logdir: Path) -> None:
@@ -277,10 +284,9 @@ def _capture_owned_loop(
 ) -> list[float]:
     """Profile a loop-owning step (``model.fit``) through a Keras callback; returns
     the wall time of every marked call, in ms."""
-    import keras
     import tensorflow as tf
 
-    from tfinput import bench
+    from tfinput.bench import batch_rows
 
     if not hasattr(dataset, "element_spec"):
         raise ConfigError(
@@ -288,6 +294,37 @@ def _capture_owned_loop(
             f"got {type(dataset).__name__}"
         )
     durations: list[float] = []
+    markers = _step_markers(cfg, logdir, clock, durations)
+    # One marker per call into the train function: steps_per_execution batches.
+    per_call = int(step.describe().get("steps_per_execution", 1))
+    first = next(iter(dataset.take(1)), None)
+    if first is None:
+        raise ProfileError("the pipeline produced no batch; capture needs at least one")
+    plan = cfg.window_plan
+    try:
+        step.run_windows(
+            dataset,
+            batch_size=max(batch_rows(first), 1),
+            warmup_batches=plan.warmup_batches,
+            windows=plan.windows,
+            window_batches=plan.window_batches * per_call,
+            clock=clock,
+            callbacks=[markers],
+        )
+    finally:
+        if markers.active:  # fit failed inside the profiled epoch
+            markers.close_marker()
+            tf.profiler.experimental.stop()
+    return durations
+
+
+def _step_markers(
+    cfg: CaptureConfig, logdir: Path, clock: Callable[[], float], durations: list[float]
+) -> Any:
+    """A Keras callback that starts the profiler at the last (timed) epoch and marks
+    each call into the train function, appending its wall time (ms) to ``durations``."""
+    import keras
+    import tensorflow as tf
 
     class Markers(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -297,12 +334,12 @@ def _capture_owned_loop(
             self.t0 = 0.0
             self.marked = 0
 
-        def _open(self, step_num: int) -> None:
+        def open_marker(self, step_num: int) -> None:
             self.trace = tf.profiler.experimental.Trace(cfg.step_name, step_num=step_num, _r=1)
             self.trace.__enter__()
             self.t0 = clock()
 
-        def _close(self) -> None:
+        def close_marker(self) -> None:
             if self.trace is not None:
                 self.trace.__exit__(None, None, None)
                 durations.append((clock() - self.t0) * 1e3)
@@ -312,43 +349,23 @@ def _capture_owned_loop(
             if epoch == self.params["epochs"] - 1:  # the one timed epoch
                 _start_profiler(logdir)
                 self.active = True
-                self._open(cfg.warmup)
+                self.open_marker(cfg.warmup)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             if not self.active:
                 return
-            self._close()
+            self.close_marker()
             self.marked += 1
             if batch + 1 < self.params["steps"]:
-                self._open(cfg.warmup + self.marked)
+                self.open_marker(cfg.warmup + self.marked)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if self.active:
-                self._close()
+                self.close_marker()
                 self.active = False
                 tf.profiler.experimental.stop()
 
-    markers = Markers()
-    # One marker per call into the train function: steps_per_execution batches.
-    per_call = int(step.describe().get("steps_per_execution", 1))
-    first = next(iter(dataset.take(1)), None)
-    if first is None:
-        raise ProfileError("the pipeline produced no batch; capture needs at least one")
-    try:
-        step.run_windows(
-            dataset,
-            batch_size=max(bench.batch_rows(first), 1),
-            warmup_batches=cfg.warmup,
-            windows=1,
-            window_batches=cfg.steps * per_call,
-            clock=clock,
-            callbacks=[markers],
-        )
-    finally:
-        if markers.active:  # fit failed inside the profiled epoch
-            markers._close()
-            tf.profiler.experimental.stop()
-    return durations
+    return Markers()
 
 
 def _fit_note(step: Any) -> str:
@@ -398,7 +415,7 @@ def _finish(
         "step": the_step.describe(),
         "pipeline": _describe_pipeline(dataset),
         "host": socket.gethostname(),
-        "cpu_count": _cpu_count(),
+        "cpu_count": available_cpus(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "tensorflow": tf.__version__,

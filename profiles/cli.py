@@ -1,12 +1,12 @@
-"""The ``tfinput profile`` and ``tfinput inspect`` subcommands.
+"""The ``tfinput profile`` and ``tfinput inspect`` commands.
 
-`add_subcommands` registers both on the ``tfinput`` argument parser. Each handler
-parses its arguments, calls the library and returns an exit code, as the other
-``tfinput`` commands do: 0 for a complete analysis; 1 when a report was printed but
-the trace lacks something essential (no step markers, no tf.data events: the
-diagnostics say how to capture it); 2 for bad usage or input that cannot be analysed
-at all (no trace, truncated or foreign file, pipeline that runs out), with a message
-on stderr and never a traceback.
+Registered by `tfinput.cli.registry` (which imports this module only to build the
+parser); the shared pieces come from `tfinput.cli`. Exit codes, as the other ``tfinput``
+commands: 0 for a complete analysis; 1 when a report was printed but the trace lacks
+something essential (no step markers, no tf.data events: the diagnostics say how to
+capture it); 2 for bad usage or input that cannot be analysed at all (no trace,
+truncated or foreign file, pipeline that runs out), with a message on stderr and never
+a traceback.
 """
 
 from __future__ import annotations
@@ -19,28 +19,24 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tfinput._cli_util import load_object
-from tfinput.errors import ConfigError, TfinputError
-from tfinput.steps import CLI_STEPS
+from tfinput.cli.args import add_output_arguments, add_step_arguments
+from tfinput.cli.console import console
+from tfinput.cli.objects import load_object
+from tfinput.cli.registry import Command
+from tfinput.errors import ConfigError
 
-__all__ = ["add_subcommands", "resolve_pipeline", "run_inspect", "run_profile"]
+__all__ = [
+    "INSPECT_COMMAND",
+    "PROFILE_COMMAND",
+    "add_subcommands",
+    "resolve_pipeline",
+    "run_inspect",
+    "run_profile",
+]
 
 
-def add_subcommands(subparsers: Any) -> None:
-    """Register ``profile`` and ``inspect`` on an argparse subparsers object.
-
-    Args:
-      subparsers: What ``ArgumentParser.add_subparsers()`` returned. Each subcommand
-        sets ``func`` (``args -> exit code``) with ``set_defaults``.
-    """
-    p = subparsers.add_parser(
-        "profile",
-        help="profile a pipeline feeding a training step and find its bottleneck",
-        description=(
-            "Run a pipeline with a training step for a warm-up, profile N marked steps, "
-            "write a TensorBoard profile log directory and analyse it."
-        ),
-    )
+# ---------------------------------------------------------------- arguments
+def _profile_arguments(p: argparse.ArgumentParser) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--pipeline",
@@ -53,64 +49,38 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--logdir", default="runs/profile", help="log directory (default: %(default)s)")
     p.add_argument("--steps", type=int, default=10, help="profiled steps (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up steps (default: %(default)s)")
-    p.add_argument(
-        "--step",
-        choices=CLI_STEPS,
-        default="input_only",
-        help="training step kind: input_only, ranking / ranking_fit (built-in model with "
-        "train_on_batch / model.fit), keras / keras_fit (--model), jax (--step-fn), "
-        "function (--step-fn), simulated (--device-time-ms); the Keras backend is "
-        "KERAS_BACKEND's",
-    )
-    p.add_argument(
-        "--device-time-ms",
-        type=float,
-        default=None,
-        metavar="X",
-        help="device time per batch of the simulated step (with --step simulated)",
-    )
-    p.add_argument(
-        "--model",
-        metavar="MODULE:FUNCTION",
-        help="callable returning a compiled Keras model (with --step keras or keras_fit; "
-        "default: the built-in ranking model for tfinput pipelines, a tiny dense model "
-        "otherwise)",
-    )
-    p.add_argument(
-        "--step-fn",
-        metavar="MODULE:FUNCTION",
-        help="step(batch) (--step function), or a function returning (step_fn, "
-        "initial_state) for a JAX step(state, batch) -> state (--step jax)",
+    add_step_arguments(
+        p,
+        help={
+            "step": "training step kind: input_only, ranking / ranking_fit (built-in model "
+            "with train_on_batch / model.fit), keras / keras_fit (--model), jax (--step-fn), "
+            "function (--step-fn), simulated (--device-time-ms); the Keras backend is "
+            "KERAS_BACKEND's",
+            "device_time_ms": "device time per batch of the simulated step (with --step simulated)",
+            "model": "callable returning a compiled Keras model (with --step keras or "
+            "keras_fit; default: the built-in ranking model for tfinput pipelines, a tiny "
+            "dense model otherwise)",
+            "step_fn": "step(batch) (--step function), or a function returning (step_fn, "
+            "initial_state) for a JAX step(state, batch) -> state (--step jax)",
+        },
+        device_time_ms={"default": None, "metavar": "X"},
     )
     p.add_argument("--no-analyze", action="store_true", help="only capture the trace")
-    _output_args(p)
-    p.set_defaults(func=run_profile)
+    add_output_arguments(p, json_help="print JSON instead of a report", html=True)
 
-    i = subparsers.add_parser(
-        "inspect",
-        help="analyse a profile log directory (step breakdown, input wait, stages)",
-        description=(
-            "Read the .xplane.pb traces of a log directory with xprof's offline "
-            "converters, rebuild the tf.data stages and name the bottleneck."
-        ),
-    )
-    i.add_argument("logdir", nargs="?", metavar="LOGDIR", help="log directory, run or file")
-    i.add_argument(
+
+def _inspect_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("logdir", nargs="?", metavar="LOGDIR", help="log directory, run or file")
+    p.add_argument(
         "--compare",
         nargs=2,
         metavar=("LOGDIR_A", "LOGDIR_B"),
         help="show two runs side by side (before, after)",
     )
-    i.add_argument("--run", help="profile run to analyse when LOGDIR holds several")
-    i.add_argument("--host", help="analyse only this host")
-    i.add_argument("--top", type=int, default=8, help="stages shown (default: %(default)s)")
-    _output_args(i)
-    i.set_defaults(func=run_inspect)
-
-
-def _output_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a report")
-    parser.add_argument("--html", metavar="PATH", help="also write an HTML report with charts")
+    p.add_argument("--run", help="profile run to analyse when LOGDIR holds several")
+    p.add_argument("--host", help="analyse only this host")
+    p.add_argument("--top", type=int, default=8, help="stages shown (default: %(default)s)")
+    add_output_arguments(p, json_help="print JSON instead of a report", html=True)
 
 
 # ------------------------------------------------------------------ resolution
@@ -196,10 +166,9 @@ def _make_step(args: argparse.Namespace, dataset: Any, schema: Any) -> Any:
 
 # -------------------------------------------------------------------- output
 def _console() -> Any:
-    from rich.console import Console
-
-    width = None if sys.stdout.isatty() else max(shutil.get_terminal_size((140, 24)).columns, 120)
-    return Console(file=sys.stdout, width=width)
+    """The report's console: piped output as wide as the terminal says (at least 120)."""
+    width = max(shutil.get_terminal_size((140, 24)).columns, 120)
+    return console(piped_width=width, highlight=True)
 
 
 def _emit(obj: Any, args: argparse.Namespace) -> None:
@@ -216,85 +185,131 @@ def _emit(obj: Any, args: argparse.Namespace) -> None:
         print(f"HTML report written to {path}", file=sys.stderr if args.json else sys.stdout)
 
 
-def _fail(command: str, message: str, code: int) -> int:
-    print(f"tfinput {command}: error: {message}", file=sys.stderr)
-    return code
+# ---------------------------------------------------------------- commands
+def _check_step_options(args: argparse.Namespace) -> None:
+    """The step options ``tfinput profile`` accepts together.
 
-
-# ------------------------------------------------------------------- handlers
-def run_profile(args: argparse.Namespace) -> int:
-    """Handler of ``tfinput profile``: capture, then analyse and report."""
+    Raises:
+      ConfigError: An option that does not apply to ``--step``, or a missing one.
+    """
     if args.step == "simulated" and (args.device_time_ms is None or args.device_time_ms <= 0):
-        return _fail("profile", "--step simulated needs --device-time-ms X (X > 0)", 2)
+        raise ConfigError("--step simulated needs --device-time-ms X (X > 0)")
     if args.device_time_ms is not None and args.step != "simulated":
-        return _fail("profile", "--device-time-ms only applies to --step simulated", 2)
+        raise ConfigError("--device-time-ms only applies to --step simulated")
     if args.model and args.step not in ("keras", "keras_fit"):
-        return _fail("profile", "--model only applies to --step keras or keras_fit", 2)
+        raise ConfigError("--model only applies to --step keras or keras_fit")
     if args.step_fn and args.step not in ("function", "jax"):
-        return _fail("profile", "--step-fn only applies to --step function or jax", 2)
+        raise ConfigError("--step-fn only applies to --step function or jax")
+
+
+def _dataset(args: argparse.Namespace, config: Any) -> tuple[Any, Any]:
+    """``(dataset, schema)`` of ``--demo`` or ``--pipeline``, built with ``config``."""
+    if not args.demo:
+        return resolve_pipeline(args.pipeline, config, with_schema=True)
+    from tfinput.cli.demo import DEMO, demo_pipeline
+    from tfinput.config import PipelineConfig
+
+    pipeline = demo_pipeline()
+    dataset = pipeline.build(config or PipelineConfig(batch_size=DEMO["batch_size"]))
+    return dataset.repeat(), pipeline.schema
+
+
+def _profile(args: argparse.Namespace) -> int:
+    """Run ``tfinput profile``: capture, then analyse and report."""
+    _check_step_options(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        from profiles.analysis import analyze
-        from profiles.capture import CaptureConfig, capture
+    from profiles.analysis import analyze
+    from profiles.capture import CaptureConfig, capture
 
-        cfg = CaptureConfig(steps=args.steps, warmup=args.warmup)
-        config = None
-        if args.config:
-            from tfinput.config import PipelineConfig
+    cfg = CaptureConfig(steps=args.steps, warmup=args.warmup)
+    config = None
+    if args.config:
+        from tfinput.config import PipelineConfig
 
-            config = PipelineConfig.from_json(args.config)
-        schema = None
-        if args.demo:
-            from tfinput._demo import DEMO, demo_pipeline
-            from tfinput.config import PipelineConfig
-
-            pipeline = demo_pipeline()
-            schema = pipeline.schema
-            dataset = pipeline.build(config or PipelineConfig(batch_size=DEMO["batch_size"]))
-            dataset = dataset.repeat()
-        else:
-            dataset, schema = resolve_pipeline(args.pipeline, config, with_schema=True)
-        step = _make_step(args, dataset, schema)
-        if config is not None and step.kind == "keras_fit":
-            step = step.prepare(config)  # the config's steps_per_execution
-        result = capture(dataset, step, logdir=args.logdir, config=cfg)
-        print(
-            f"profile written to {result.run_dir} (open with: tensorboard --logdir "
-            f"{result.logdir})",
-            file=sys.stderr if args.json else sys.stdout,
-        )
-        if args.no_analyze:
-            return 0
-        analysis = analyze(result.logdir, run=result.run_dir.name)
-    except TfinputError as e:
-        return _fail("profile", str(e), 2)
+        config = PipelineConfig.from_json(args.config)
+    dataset, schema = _dataset(args, config)
+    step = _make_step(args, dataset, schema)
+    if config is not None and step.kind == "keras_fit":
+        step = step.prepare(config)  # the config's steps_per_execution
+    result = capture(dataset, step, logdir=args.logdir, config=cfg)
+    print(
+        f"profile written to {result.run_dir} (open with: tensorboard --logdir {result.logdir})",
+        file=sys.stderr if args.json else sys.stdout,
+    )
+    if args.no_analyze:
+        return 0
+    analysis = analyze(result.logdir, run=result.run_dir.name)
     _emit(analysis, args)
     return 0 if analysis.is_complete else 1
 
 
-def run_inspect(args: argparse.Namespace) -> int:
-    """Handler of ``tfinput inspect``: analyse (or compare) log directories."""
+def _inspect_logdirs(args: argparse.Namespace) -> int:
+    """Run ``tfinput inspect``: analyse (or compare) log directories."""
     if args.compare and args.logdir:
-        return _fail("inspect", "give either LOGDIR or --compare LOGDIR_A LOGDIR_B, not both", 2)
+        raise ConfigError("give either LOGDIR or --compare LOGDIR_A LOGDIR_B, not both")
     if not args.compare and not args.logdir:
-        return _fail("inspect", "give a LOGDIR to analyse, or --compare LOGDIR_A LOGDIR_B", 2)
+        raise ConfigError("give a LOGDIR to analyse, or --compare LOGDIR_A LOGDIR_B")
     if args.compare and args.run:
-        return _fail(
-            "inspect", "--run does not apply to --compare: give the two run directories", 2
-        )
+        raise ConfigError("--run does not apply to --compare: give the two run directories")
     if args.top < 1:
-        return _fail("inspect", f"--top must be >= 1, got {args.top}", 2)
-    try:
-        from profiles.analysis import analyze, compare
+        raise ConfigError(f"--top must be >= 1, got {args.top}")
+    from profiles.analysis import analyze, compare
 
-        if args.compare:
-            before, after = (analyze(d, host=args.host) for d in args.compare)
-            result: Any = compare(before, after)
-        else:
-            result = analyze(args.logdir, run=args.run, host=args.host)
-    except TfinputError as e:
-        return _fail("inspect", str(e), 2)
+    if args.compare:
+        before, after = (analyze(d, host=args.host) for d in args.compare)
+        result: Any = compare(before, after)
+    else:
+        result = analyze(args.logdir, run=args.run, host=args.host)
     _emit(result, args)
     if args.compare:
         return 0 if result.before.is_complete and result.after.is_complete else 1
     return 0 if result.is_complete else 1
+
+
+PROFILE_COMMAND = Command(
+    name="profile",
+    help="profile a pipeline feeding a training step and find its bottleneck",
+    description=(
+        "Run a pipeline with a training step for a warm-up, profile N marked steps, "
+        "write a TensorBoard profile log directory and analyse it."
+    ),
+    arguments=_profile_arguments,
+    run=_profile,
+    error_names_command=True,
+)
+
+INSPECT_COMMAND = Command(
+    name="inspect",
+    help="analyse a profile log directory (step breakdown, input wait, stages)",
+    description=(
+        "Read the .xplane.pb traces of a log directory with xprof's offline "
+        "converters, rebuild the tf.data stages and name the bottleneck."
+    ),
+    arguments=_inspect_arguments,
+    run=_inspect_logdirs,
+    error_names_command=True,
+)
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    """Handler of ``tfinput profile``: capture, then analyse and report; returns the
+    exit code (errors on one line of stderr)."""
+    return PROFILE_COMMAND(args)
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    """Handler of ``tfinput inspect``: analyse (or compare) log directories; returns
+    the exit code (errors on one line of stderr)."""
+    return INSPECT_COMMAND(args)
+
+
+def add_subcommands(subparsers: Any) -> None:
+    """Register ``profile`` and ``inspect`` on an argparse subparsers object (the
+    ``tfinput`` parser has them already: `tfinput.cli.registry.COMMANDS`).
+
+    Args:
+      subparsers: What ``ArgumentParser.add_subparsers()`` returned. Each subcommand
+        sets ``func`` (``args -> exit code``) with ``set_defaults``.
+    """
+    for command in (PROFILE_COMMAND, INSPECT_COMMAND):
+        command.register(subparsers)

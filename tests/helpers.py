@@ -75,3 +75,19 @@ def by_row_id(got: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, np.n
     """Reorder collected rows by the ``row_id`` dense feature."""
     order = np.argsort(got["dense"]["row_id"], kind="stable")
     return {g: {n: v[order] for n, v in d.items()} for g, d in got.items()}
+
+
+# --------------------------------------------------------------- CLI harness
+def cli_main(argv: Any) -> int:
+    """``tfinput ARGV`` in-process, through `tfinput.cli.main` (paths may be `Path`s)."""
+    from tfinput import cli
+
+    return cli.main([str(a) for a in argv])
+
+
+def run_cli(capsys: Any, *argv: Any) -> tuple[int, str, str]:
+    """``tfinput ARGV`` in-process: ``(exit code, stdout, stderr)``, never a traceback."""
+    code = cli_main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err

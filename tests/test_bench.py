@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+import inspect
 import json
 
 import numpy as np
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 import tfinput
+from tests.helpers import cli_main as _cli
 from tfinput import bench, steps, testing
-from tfinput._cli_data import add_subcommands
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError
 
@@ -348,13 +348,6 @@ def test_roofline_on_real_files(tiny_data, fmt):
     assert rl.bytes_per_example > 0
 
 
-def _cli(argv):
-    parser = argparse.ArgumentParser(prog="tfinput")
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
 def test_cli_bench_json_on_real_files(tiny_data, tmp_path, capsys):
     saved = tmp_path / "mine.json"
     PipelineConfig(map_parallelism=2, prefetch=1).to_json(saved)
@@ -531,3 +524,35 @@ def test_measure_with_keras_fit_interleaves_steps_per_execution(tiny_data):
     assert [per_config[n]["steps_per_execution"] for n in ("k1", "k2")] == [1, 2]
     assert result.machine["keras_backend"] == "tensorflow"
     assert model.steps_per_execution == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("windows", 0),
+        ("window_batches", 0),
+        ("warmup_batches", -1),
+        ("windows", True),
+        ("window_batches", 2.0),
+    ],
+    ids=["no-windows", "empty-window", "negative-warmup", "bool", "float"],
+)
+def test_window_plan_names_the_bad_field(field, value):
+    with pytest.raises(ConfigError, match=rf"WindowPlan\.{field}: expected an int"):
+        bench.WindowPlan(**{field: value})
+
+
+def test_window_plan_carries_every_default():
+    from profiles import CaptureConfig
+    from tuners import objective
+
+    def counts(fn):
+        keys = ("warmup_batches", "windows", "window_batches")
+        params = inspect.signature(fn).parameters
+        return bench.WindowPlan(**{k: params[k].default for k in keys})
+
+    assert counts(bench.measure) == bench.BENCH_PLAN == bench.WindowPlan(warmup_batches=8)
+    assert counts(objective.measure) == bench.TUNER_PLAN == bench.WindowPlan()
+    assert counts(bench.roofline) == bench.ROOFLINE_PLAN
+    assert CaptureConfig().window_plan == bench.CAPTURE_PLAN
+    assert bench.TUNER_PLAN.to_dict() == {"warmup_batches": 5, "windows": 5, "window_batches": 20}

@@ -135,7 +135,7 @@ def test_quiet_tensorflow_sets_the_log_level_unless_asked(monkeypatch, verbose, 
     import logging
     import warnings
 
-    from tfinput._cli_util import quiet_tensorflow
+    from tfinput.cli.tf_logs import quiet_tensorflow
 
     if preset is None:
         monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
@@ -163,7 +163,7 @@ def test_quiet_tensorflow_sets_the_log_level_unless_asked(monkeypatch, verbose, 
     ids=["global", "after-subcommand", "after-dashes", "empty"],
 )
 def test_wants_verbose(argv, verbose):
-    from tfinput._cli_util import wants_verbose
+    from tfinput.cli.tf_logs import wants_verbose
 
     assert wants_verbose(argv) is verbose
 
@@ -180,3 +180,52 @@ def test_the_parser_does_not_load_tensorflow():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ registry
+def test_help_lists_every_registered_command():
+    from tfinput.cli.registry import commands
+
+    names = [c.name for c in commands()]
+    assert names == [
+        "schema", "check", "doctor", "tune", "demo", "convert", "datagen", "bench", "profile",
+        "inspect",
+    ]  # fmt: skip
+    text = cli.build_parser().format_help()
+    listed = [line.split()[0] for line in text.splitlines() if line.startswith("    ")]
+    assert [n for n in listed if n in names] == names
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["check", "x", "--schema", "no.json"], "tfinput: error: cannot read schema file"),
+        (["tune", "--demo", "--n-trials", "0"], "tfinput tune: error: --n-trials must be >= 1"),
+        (["inspect"], "tfinput inspect: error: give a LOGDIR to analyse"),
+    ],
+    ids=["unnamed", "tune", "inspect"],
+)
+def test_errors_are_one_line_on_stderr_with_exit_code_2(tmp_path, monkeypatch, capsys, argv, line):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(line) and "Traceback" not in err
+
+
+def test_tuners_and_profiles_import_no_private_tfinput_module():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    private = []
+    for path in sorted([*root.glob("tuners/**/*.py"), *root.glob("profiles/**/*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfinput"):
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.startswith("tfinput")]
+            else:
+                continue
+            if any(part.startswith("_") for n in names for part in n.split(".")):
+                private.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert private == []

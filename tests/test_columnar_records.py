@@ -3,7 +3,6 @@ exactly once, shuffling, integrity errors naming file and chunk, tuner and bench
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -14,6 +13,7 @@ import tensorflow as tf
 
 import tfinput
 from tests.helpers import by_row_id, collect, expected_rows
+from tests.helpers import cli_main as _cli
 from tfinput import testing
 from tfinput.columnar_records import (
     FORMAT,
@@ -431,15 +431,6 @@ def test_tuner_accepts_a_columnar_pipeline(small_columnar, tmp_path):
     assert sum(result.trials.values()) == 3 and result.best_config.batch_size == 100
     features, _ = next(iter(pipeline.build(result.best_config)))
     assert features["ids"]["history"].shape == (100, 5)
-
-
-def _cli(argv):
-    from tfinput._cli_data import add_subcommands
-
-    parser = argparse.ArgumentParser(prog="tfinput")
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
 
 
 def test_bench_cli_finds_a_columnar_directory_by_its_manifest(small_columnar, capsys):

@@ -26,7 +26,41 @@ def test_every_knob_is_present():
         "deterministic",
         "cache",
         "autotune_ram_budget",
+        "layout",
+        "steps_per_execution",
+        "device_prefetch",
     ]
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"layout": "columns"},
+            r"PipelineConfig.layout: expected one of \['per_feature', 'packed'\]",
+        ),
+        ({"steps_per_execution": 0}, r"PipelineConfig.steps_per_execution: expected >= 1, got 0"),
+        ({"device_prefetch": -1}, r"PipelineConfig.device_prefetch: expected >= 0, got -1"),
+        ({"steps_per_execution": 2.0}, r"steps_per_execution: expected an int, got 2.0"),
+    ],
+    ids=["layout", "steps-per-execution", "device-prefetch", "float"],
+)
+def test_feeding_knobs_are_validated(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        PipelineConfig(**changes)
+
+
+def test_feeding_knobs_round_trip_through_json():
+    config = PipelineConfig(layout="packed", steps_per_execution=8, device_prefetch=2)
+    assert PipelineConfig.from_json(config.to_json()) == config
+    # A config saved before the feeding knobs existed loads with their defaults.
+    old = {
+        k: v
+        for k, v in config.to_dict().items()
+        if k not in ("layout", "steps_per_execution", "device_prefetch")
+    }
+    loaded = PipelineConfig.from_dict(old)
+    assert (loaded.layout, loaded.steps_per_execution, loaded.device_prefetch) == (None, 1, 0)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 from pathlib import Path
@@ -14,7 +13,7 @@ import tensorflow as tf
 
 import tfinput
 from tests.helpers import SHARED_DATA
-from tfinput._cli_data import add_subcommands
+from tests.helpers import cli_main as _cli
 from tfinput.convert import convert, preset_schema
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
@@ -271,13 +270,6 @@ def test_missing_input(tmp_path):
 
 
 # ---------------------------------------------------------------------- CLI
-def _cli(argv):
-    parser = argparse.ArgumentParser(prog="tfinput")
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
 @needs_samples
 def test_cli_convert_json(tmp_path, capsys):
     code = _cli(

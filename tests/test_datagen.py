@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from pathlib import Path
@@ -11,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.helpers import cli_main as _cli
 from tfinput import datagen, testing
-from tfinput._cli_data import add_subcommands
 from tfinput._example_wire import WireColumn, bytes_column, encode_examples
 from tfinput.errors import ConfigError
 from tfinput.transforms import parse_spec
@@ -173,13 +172,6 @@ def test_criteo_like_preset_shape(tmp_path):
 def test_datagen_rejects_bad_arguments(tmp_path, kwargs, message):
     with pytest.raises(ConfigError, match=message):
         datagen.generate_files(tmp_path, **kwargs)
-
-
-def _cli(argv):
-    parser = argparse.ArgumentParser(prog="tfinput")
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
 
 
 def test_cli_datagen_json(tmp_path, capsys):

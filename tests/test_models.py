@@ -32,6 +32,15 @@ def test_ranking_model_trains_with_jit_compile(small_tfrecord):
     assert all(changed), "every weight, every embedding table included, was trained"
 
 
+def test_ranking_model_fits_with_the_tuned_steps_per_execution(small_tfrecord):
+    schema = testing.small_schema(row_id=False)
+    ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=100))
+    model = models.ranking_model(schema, steps_per_execution=5)
+    assert model.steps_per_execution == 5
+    history = model.fit(ds, epochs=1, verbose=0)  # 10 batches: two calls of 5 steps
+    assert np.isfinite(history.history["loss"][-1])
+
+
 def test_forward_pass_compiles_with_xla_and_static_shapes(small_tfrecord):
     schema = testing.small_schema(row_id=False)
     ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=100))

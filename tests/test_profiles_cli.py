@@ -1,8 +1,7 @@
-"""`tfinput profile` and `tfinput inspect`, called in-process through argparse."""
+"""`tfinput profile` and `tfinput inspect`, called in-process through `tfinput.cli.main`."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import textwrap
@@ -11,19 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from profiles.analysis import find_trace
-from profiles.cli import add_subcommands
 from profiles.testing import cached_capture
-
-
-def run(capsys, *argv):
-    parser = argparse.ArgumentParser(prog="tfinput")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_subcommands(sub)
-    args = parser.parse_args([str(a) for a in argv])
-    code = args.func(args)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
+from tests.helpers import run_cli as run
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import tfinput
 from tfinput import steps
-from tfinput._demo import demo_pipeline
+from tfinput.cli.demo import demo_pipeline
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError
 from tuners import space as tuners_space
@@ -974,7 +974,8 @@ def test_baselines_feed_per_feature_one_step_per_call_without_device_prefetch(ba
         assert config.layout == "per_feature", name
         assert config.steps_per_execution == 1 and config.device_prefetch == 0, name
         assert config.batch_size == 50
-    space = SearchSpace.default(cpu_count=2, multi_hot_format="dense", step=_step("keras_fit"))
+    step = _step("keras_fit", accepts_packed=True)
+    space = SearchSpace.default(cpu_count=2, multi_hot_format="dense", step=step)
     params = space.params(baseline_configs(base, cpu_count=2)["autotune"])
     assert params["layout"] == "per_feature" and params["steps_per_execution"] == 1
 

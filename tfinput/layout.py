@@ -316,9 +316,40 @@ def pack(features: Mapping[str, Mapping[str, Any]], layout: PackedLayout) -> dic
             if v.shape.rank != rank or width not in (s.width, None):
                 shape = "[B]" if s.scalar else f"[B, {s.width}]"
                 raise ConfigError(f"{where}: expected shape {shape} to pack, got {v.shape}")
-            parts.append(v[:, None] if s.scalar else v)
-        out[group] = parts[0] if len(parts) == 1 else tf.concat(parts, axis=1)
+            parts.append((s.scalar, v))
+        out[group] = _join(parts)
     return out
+
+
+def _columns(run: list[Any]) -> Any:
+    """``[B]`` tensors as the columns of one ``[B, n]`` tensor."""
+    import tensorflow as tf
+
+    return run[0][:, None] if len(run) == 1 else tf.transpose(tf.stack(run, axis=0))
+
+
+def _join(parts: list[tuple[bool, Any]]) -> Any:
+    """Columns side by side, cheaply: each run of scalars ``[B]`` becomes one
+    ``[n, B]`` stack (contiguous copies) transposed to ``[B, n]``, then one ``tf.concat``
+    joins the runs and the ``[B, w]`` blocks. On CPU, ``tf.stack(axis=1)`` (or an
+    ``expand_dims`` per column and a concat) writes one strided element at a time and
+    cost twice as much; on a cheap source such as columnar records that was most of
+    packing's CPU cost (benchmarks/RESULTS.md, "Feeding the step")."""
+    import tensorflow as tf
+
+    blocks: list[Any] = []
+    run: list[Any] = []
+    for scalar, v in parts:
+        if scalar:
+            run.append(v)
+            continue
+        if run:
+            blocks.append(_columns(run))
+            run = []
+        blocks.append(v)
+    if run:
+        blocks.append(_columns(run))
+    return blocks[0] if len(blocks) == 1 else tf.concat(blocks, axis=1)
 
 
 def unpack(features: Mapping[str, Any], layout: PackedLayout) -> dict[str, dict[str, Any]]:

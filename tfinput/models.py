@@ -155,6 +155,7 @@ def ranking_model(
     *,
     learning_rate: float = 1e-3,
     jit_compile: bool = True,
+    steps_per_execution: int = 1,
     **kwargs: Any,
 ) -> RankingModel:
     """A compiled `RankingModel` (Adam, binary cross-entropy on logits, AUC).
@@ -163,6 +164,8 @@ def ranking_model(
       schema: The features and tables.
       learning_rate: Adam's learning rate.
       jit_compile: Compile the train step with XLA.
+      steps_per_execution: Training steps per call into the compiled step (``fit``);
+        pass a tuned ``PipelineConfig.steps_per_execution``.
       **kwargs: `RankingModel` arguments (``bottom``, ``top``, ``cross_layers``,
         ``normalize_dense``, ``name``).
     """
@@ -173,5 +176,6 @@ def ranking_model(
         loss=keras.losses.BinaryCrossentropy(from_logits=True),
         metrics=[keras.metrics.AUC(from_logits=True, name="auc")],
         jit_compile=jit_compile,
+        steps_per_execution=steps_per_execution,
     )
     return model

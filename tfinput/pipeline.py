@@ -5,11 +5,12 @@
     pipeline = tfinput.tfrecord("data/train-*.tfrecord", schema)
     ds = pipeline.build(tfinput.PipelineConfig(batch_size=4096, map_parallelism=3))
 
-The built dataset has the layout tf.data's performance guide recommends::
+The built dataset has the layout tf.data's performance guide recommends, the same
+skeleton for every source (`tfinput.sources.Source` supplies the steps that differ)::
 
-    files -> [shuffle files] -> interleave(read) -> [cache] -> [shuffle records]
+    shard files -> [shuffle files] -> interleave(read) -> [cache] -> [shuffle records]
           -> batch(B, drop_remainder) -> map(parse + transform [+ pack], parallel)
-          -> prefetch
+          -> prefetch -> options
 
 With the ``packed`` layout (`Pipeline.with_layout`, ``PipelineConfig.layout``) the same
 map also concatenates the features into a few large tensors (`tfinput.layout`).
@@ -29,23 +30,16 @@ from typing import Any
 import tensorflow as tf
 
 from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig
-from tfinput.errors import ConfigError, DataError, SourceError, TfinputError
+from tfinput.errors import ConfigError, DataError, TfinputError
 from tfinput.layout import PackedLayout, is_packed, pack
 from tfinput.schema import Schema
-from tfinput.sources import (
-    DatasetSource,
-    ParquetSource,
-    PathsLike,
-    TFRecordSource,
-    _deterministic,
-    _opt,
-    _shard,
-)
+from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
+from tfinput.sources.files import PathsLike, as_paths
+from tfinput.sources.protocol import Decode, ReadRequest, Source
+from tfinput.sources.skeleton import deterministic_arg, parallel_calls, shard_files, warn_unhonoured
 from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
 
 __all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "FileCheck", "CheckReport"]
-
-Source = TFRecordSource | ParquetSource | DatasetSource
 log = logging.getLogger("tfinput")
 
 
@@ -93,8 +87,8 @@ class Pipeline:
     """A pipeline definition: a source, a schema and output options.
 
     Attributes:
-      source: Where records come from (`TFRecordSource`, `ParquetSource`,
-        `DatasetSource`, `tfinput.columnar_records.ColumnarSource`); use `tfrecord`,
+      source: Where records come from: any `tfinput.sources.Source` (`TFRecordSource`,
+        `ParquetSource`, `DatasetSource`, `ColumnarSource`); use `tfrecord`,
         `parquet`, `wrap` or `tfinput.columnar` to make one.
       schema: Features, tables and labels.
       multi_hot_format: ``dense`` (``[B, max_len]`` ids + weights, for GPU/CPU lookups
@@ -190,33 +184,68 @@ class Pipeline:
           SchemaError: the files do not match the schema.
           ConfigError: the ``packed`` layout with a multi-hot format other than ``dense``.
         """
-        config = config or PipelineConfig()
-        if not isinstance(config, PipelineConfig):
-            raise ConfigError(f"config: expected a PipelineConfig, got {type(config).__name__}")
-        layout = config.layout or self.layout
-        packed = None
-        if layout == "packed":
-            if self.multi_hot_format != "dense":
-                raise ConfigError(
-                    f'layout "packed" needs multi_hot_format "dense", got multi_hot_format '
-                    f"{self.multi_hot_format!r}; use the per_feature layout for sparse or "
-                    "ragged multi-hot features"
-                )
-            packed = self.packed_layout()
+        config = _checked_config(config)
+        packed = self._packed_layout(config)
+        request = self._request(config, input_context)
+        source = self.source
+        warn_unhonoured(source, request)
+        ds = source.read(request)  # shuffle files, interleave (or batches, see below)
+        if config.cache:
+            ds = ds.cache()
+        if config.shuffle_buffer and not source.batches_itself:
+            ds = ds.shuffle(source.shuffle_buffer(ds, request), seed=config.shuffle_seed)
+        ds, decode = source.batch(ds, request)
+        parallel = parallel_calls(config.map_parallelism)
+        ds = ds.map(
+            self._parse(decode, request, packed),
+            num_parallel_calls=parallel,
+            deterministic=deterministic_arg(config) if parallel else None,
+            name="parse",  # names the stage in profiler traces (`tfinput inspect`)
+        )
+        if config.prefetch != 0:
+            ds = ds.prefetch(config.prefetch)
+        return ds.with_options(_options(config, sharded=input_context is not None))
+
+    def _packed_layout(self, config: PipelineConfig) -> PackedLayout | None:
+        """The packed layout the build emits, or None for ``per_feature``.
+
+        Raises:
+          ConfigError: ``packed`` with a multi-hot format other than ``dense``.
+        """
+        if (config.layout or self.layout) != "packed":
+            return None
+        if self.multi_hot_format != "dense":
+            raise ConfigError(
+                f'layout "packed" needs multi_hot_format "dense", got multi_hot_format '
+                f"{self.multi_hot_format!r}; use the per_feature layout for sparse or "
+                "ragged multi-hot features"
+            )
+        return self.packed_layout()
+
+    def _request(self, config: PipelineConfig, input_context: Any) -> ReadRequest:
+        """The source's files for this input pipeline (sharded, validated) and the
+        per-replica batch size."""
         batch_size = config.batch_size
         if input_context is not None:
             batch_size = input_context.get_per_replica_batch_size(config.batch_size)
-        files = self.source.files()
-        files = _shard(files, input_context, self.source.kind) if files else files
+        files = shard_files(self.source.files(), input_context, self.source.kind)
         self.source.validate(files, self.schema)
-        kwargs: dict[str, Any] = {"shuffle_files": self.shuffle_files}
-        if isinstance(self.source, DatasetSource):
-            kwargs["input_context"] = input_context
-        ds, decode = self.source.encoded_batches(files, self.schema, config, batch_size, **kwargs)
-        static_batch = batch_size if config.drop_remainder else None
+        return ReadRequest(
+            files=files,
+            schema=self.schema,
+            config=config,
+            batch_size=batch_size,
+            shuffle_files=self.shuffle_files,
+            input_context=input_context,
+        )
+
+    def _parse(self, decode: Decode, request: ReadRequest, packed: PackedLayout | None) -> Any:
+        """The parse map's function: decode, transform and (packed layout) pack."""
+        config = request.config
+        static_batch = request.batch_size if config.drop_remainder else None
         schema, fmt = self.schema, self.multi_hot_format
         if fmt == "dense":
-            _warn_large_padded_batches(schema, batch_size)
+            _warn_large_padded_batches(schema, request.batch_size)
 
         def parse(encoded: Any) -> Any:
             features, labels = transform_batch(
@@ -226,16 +255,7 @@ class Pipeline:
                 features = pack(features, packed)
             return features, labels
 
-        parallel = _opt(config.map_parallelism)
-        ds = ds.map(
-            parse,
-            num_parallel_calls=parallel,
-            deterministic=_deterministic(config) if parallel else None,
-            name="parse",  # names the stage in profiler traces (`tfinput inspect`)
-        )
-        if config.prefetch != 0:
-            ds = ds.prefetch(config.prefetch)
-        return ds.with_options(_options(config, sharded=input_context is not None))
+        return parse
 
     # ------------------------------------------------------- diagnostics
     def check(self, *, batch_size: int = 1024, max_files: int | None = None) -> CheckReport:
@@ -254,14 +274,12 @@ class Pipeline:
             record index.
           max_files: Stop after this many files (None: all).
         """
-        if isinstance(self.source, DatasetSource):
+        files, empty = self.source.check_files()
+        if not files and not empty:  # a source without files: read it whole
             return CheckReport(files=(self._check_one(None, batch_size),))
-        all_files = self.source.paths
-        from tfinput.sources import _drop_empty, resolve_paths
-
-        resolved = resolve_paths(all_files, what=self.source.kind)
-        files, empty = _drop_empty(resolved, "skip")
-        across = self._problems_across_files(files)
+        across = {}
+        if len(files) > 1:
+            across = self.source.problems_across_files(files, self.schema)
         results = []
         for path in files[:max_files]:
             result = self._check_one(path, batch_size)
@@ -270,33 +288,17 @@ class Pipeline:
             results.append(result)
         return CheckReport(files=tuple(results), empty_files=tuple(empty))
 
-    def _problems_across_files(self, files: list[str]) -> dict[str, str]:
-        """Problems no file has alone: Parquet column types that differ between files."""
-        if not isinstance(self.source, ParquetSource) or len(files) < 2:
-            return {}
-        try:
-            self.source.validate(files, self.schema)
-        except TfinputError as e:
-            message = str(e)
-            for path in files:
-                if message.startswith(path + ": "):
-                    return {path: message[len(path) + 2 :]}
-        return {}
-
     def _check_one(self, path: str | None, batch_size: int) -> FileCheck:
         """Read one file; on a problem, read it again once per feature and label so
         that every failing feature is named (in schema order, whatever order the
         checks ran in), each with the records it was found in."""
         one = self
         if path is not None:
-            one = dataclasses.replace(
-                self, source=dataclasses.replace(self.source, paths=(path,), empty_files="skip")
-            )
+            one = dataclasses.replace(self, source=self.source.one_file(path))
         records, error = one._read_all(path, batch_size)
         if error is None:
             return FileCheck(path=path or "<dataset>", records=records)
-        count = getattr(self.source, "count_records", None)
-        total = count(path) if count is not None and path is not None else None
+        total = self.source.count_records(path) if path is not None else None
         messages: list[str] = []
         schema = self.schema
         if len(schema.features) + len(schema.labels) > 1:
@@ -336,9 +338,8 @@ class Pipeline:
             message = explained = clean_error(e)
             if path is not None and message.startswith(path + ": "):
                 message = explained = message[len(path) + 2 :]  # FileCheck names the path
-            explain = getattr(self.source, "explain_error", None)
-            if explain is not None and path is not None:  # e.g. name the columnar chunk
-                explained = explain(path, message)
+            if path is not None:  # e.g. name the columnar chunk
+                explained = self.source.explain_error(path, message)
             ours = isinstance(e, TfinputError) or explained != message
             return records, (records, explained, ours)
         return records, None
@@ -367,6 +368,18 @@ class Pipeline:
                 first = report.problems[0]
                 return DataError(f"{first.path}: {first.error}")
         return DataError(message)
+
+
+def _checked_config(config: PipelineConfig | None) -> PipelineConfig:
+    """``config``, or the default `PipelineConfig()` for None.
+
+    Raises:
+      ConfigError: not a `PipelineConfig`.
+    """
+    config = config or PipelineConfig()
+    if not isinstance(config, PipelineConfig):
+        raise ConfigError(f"config: expected a PipelineConfig, got {type(config).__name__}")
+    return config
 
 
 #: One padded dense multi-hot batch above this many bytes is logged at build.
@@ -494,7 +507,7 @@ def tfrecord(
     """
     return Pipeline(
         source=TFRecordSource(
-            paths=_paths(paths),
+            paths=as_paths(paths),
             compression=compression,
             empty_files=empty_files,
             allow_absent=tuple(allow_absent),
@@ -508,7 +521,7 @@ def parquet(
 ) -> Pipeline:
     """A pipeline over Parquet files (pyarrow by default; see `ParquetSource`)."""
     return Pipeline(
-        source=ParquetSource(paths=_paths(paths), engine=engine, empty_files=empty_files),
+        source=ParquetSource(paths=as_paths(paths), engine=engine, empty_files=empty_files),
         schema=schema,
     )
 
@@ -516,14 +529,3 @@ def parquet(
 def wrap(dataset: Any, schema: Schema, *, batched: bool = False) -> Pipeline:
     """Wrap a user's own ``tf.data.Dataset`` of feature dicts (see `DatasetSource`)."""
     return Pipeline(source=DatasetSource(dataset=dataset, batched=batched), schema=schema)
-
-
-def _paths(paths: PathsLike) -> tuple[str, ...]:
-    import os
-
-    if isinstance(paths, (str, os.PathLike)):
-        return (os.fspath(paths),)
-    out = tuple(os.fspath(p) for p in paths)
-    if not out:
-        raise SourceError("no input paths given")
-    return out

@@ -57,7 +57,7 @@ def parse_spec(schema: Schema) -> dict[str, Any]:
     return spec
 
 
-def _guard(ok: tf.Tensor, explain: Callable[[], tf.Tensor]) -> tf.Tensor:
+def guard(ok: tf.Tensor, explain: Callable[[], tf.Tensor]) -> tf.Tensor:
     """Fail with ``explain()`` unless ``ok``. The message is only computed on failure,
     so a passing check costs one scalar ``cond``."""
 
@@ -130,7 +130,7 @@ def _check_ids(
         )
         return tf.where(lo < 0, neg, big)
 
-    return [_guard(tf.logical_not(tf.reduce_any(bad)), explain)]
+    return [guard(tf.logical_not(tf.reduce_any(bad)), explain)]
 
 
 def _stack(values: list[tf.Tensor]) -> tf.Tensor:
@@ -160,7 +160,7 @@ def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[s
             ]
         )
 
-    guards.append(_guard(tf.reduce_all(finite), explain_finite))
+    guards.append(guard(tf.reduce_all(finite), explain_finite))
     inf = float("inf")
     lows = [f.clip[0] if f.clip and f.clip[0] is not None else None for f, _ in feats]
     highs = [f.clip[1] if f.clip and f.clip[1] is not None else None for f, _ in feats]
@@ -188,7 +188,7 @@ def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[s
                     ]
                 )
 
-            guards.append(_guard(tf.logical_not(tf.reduce_any(bad)), explain_log))
+            guards.append(guard(tf.logical_not(tf.reduce_any(bad)), explain_log))
         mask = tf.constant([[v] for v in logs])
         x = tf.math.log1p(x) if all(logs) else tf.where(mask, tf.math.log1p(x), x)
     columns = tf.unstack(x, axis=0)
@@ -206,7 +206,7 @@ def _finite_labels(labels: dict[str, tf.Tensor]) -> tf.Tensor:
             ["label '", names[col], "': NaN or inf in a label; expected finite numbers"]
         )
 
-    return _guard(tf.reduce_all(finite), explain)
+    return guard(tf.reduce_all(finite), explain)
 
 
 def _single_ids(
@@ -280,7 +280,7 @@ def _dense_vector(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
         if low is None or low <= -1:  # only then can log1p see a value <= -1
             smallest = tf.reduce_min(x)
             guards.append(
-                _guard(
+                guard(
                     smallest > -1.0,
                     lambda: tf.strings.join(
                         [
@@ -354,7 +354,7 @@ def transform_batch(
         w = raw[f.weights] if f.weights else None
         if w is not None:
             guards.append(
-                _guard(
+                guard(
                     tf.reduce_all(tf.math.is_finite(w.values)),
                     lambda f=f: tf.constant(
                         f"feature '{f.name}': NaN or inf in weights column '{f.weights}'; "
@@ -364,7 +364,7 @@ def transform_batch(
             )
             same = tf.reduce_all(tf.equal(value.row_lengths(), w.row_lengths()))
             guards.append(
-                _guard(
+                guard(
                     same,
                     lambda f=f: tf.constant(
                         f"feature '{f.name}': weights column '{f.weights}' has a different "

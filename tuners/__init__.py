@@ -33,25 +33,28 @@ __all__ = [
 
 _LAZY = {
     "tune": "tuners.study",
-    "TuneResult": "tuners.study",
-    "make_storage": "tuners.study",
-    "TrialsFailedError": "tuners.study",
+    "TuneResult": "tuners.result",
+    "make_storage": "tuners.storage",
+    "TrialsFailedError": "tuners.result",
     "NoiseAwarePruner": "tuners.pruning",
     "SearchSpace": "tuners.space",
     "Measurement": "tuners.objective",
     "measure": "tuners.objective",
-    "FormatAdvice": "tuners.advice",
+    "FormatAdvice": "tuners.columnar_advice",
     "KnobContribution": "tuners.advice",
-    "format_advice": "tuners.advice",
+    "format_advice": "tuners.columnar_advice",
     "knob_breakdown": "tuners.advice",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tuners.advice import FormatAdvice, KnobContribution, format_advice, knob_breakdown
+    from tuners.advice import KnobContribution, knob_breakdown
+    from tuners.columnar_advice import FormatAdvice, format_advice
     from tuners.objective import Measurement, measure
     from tuners.pruning import NoiseAwarePruner
+    from tuners.result import TrialsFailedError, TuneResult
     from tuners.space import SearchSpace
-    from tuners.study import TrialsFailedError, TuneResult, make_storage, tune
+    from tuners.storage import make_storage
+    from tuners.study import tune
 
 
 def __getattr__(name: str) -> Any:

@@ -9,9 +9,9 @@
   fed one cached batch over and over): ``1 - fed / bound``.
 - **Gain by knob** (`knob_breakdown`): the winner measured against itself with each
   group of knobs that differs from autotune reverted (leave-one-out), interleaved.
-- **Format advice** (`format_advice`): for tf.Example TFRecord data whose parse stage
-  bounds the pipeline, a sample converted to columnar records and measured side by side,
-  with the exact ``tfinput convert`` command.
+- **Format advice** (`format_advice`, from `tuners.columnar_advice`): for tf.Example
+  TFRecord data whose parse stage bounds the pipeline, a sample converted to columnar
+  records and measured side by side, with the exact ``tfinput convert`` command.
 
 Nothing here needs Optuna.
 """
@@ -20,16 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
-import os
-import shlex
-import tempfile
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError
+from tuners.columnar_advice import FormatAdvice, format_advice, parse_is_bound
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.bench import ConfigStats
@@ -128,6 +123,19 @@ def input_verdict(wait: float | None, *, input_only: bool = False) -> tuple[bool
     )
 
 
+def clock_kwargs(
+    clock: Callable[[], float] | None, cpu_clock: Callable[[], float] | None
+) -> dict[str, Callable[[], float]]:
+    """``clock=`` and ``cpu_clock=`` keyword arguments for a measurement, leaving out
+    those that are None (so the measurement's own defaults apply)."""
+    clocks = {}
+    if clock is not None:
+        clocks["clock"] = clock
+    if cpu_clock is not None:
+        clocks["cpu_clock"] = cpu_clock
+    return clocks
+
+
 def cached_source(pipeline: Any) -> Callable[[PipelineConfig], Iterable[Any]]:
     """``config -> one batch repeated``: the step fed without any input cost."""
 
@@ -157,11 +165,7 @@ def step_bound(
     that owns the loop, ``model.fit``, drive the data)."""
     from tfinput import bench
 
-    clocks: dict[str, Any] = {}
-    if clock is not None:
-        clocks["clock"] = clock
-    if cpu_clock is not None:
-        clocks["cpu_clock"] = cpu_clock
+    clocks = clock_kwargs(clock, cpu_clock)
     result = bench.measure(
         cached_source(pipeline),
         {"step bound": config},
@@ -177,11 +181,11 @@ def step_bound(
 
 # ------------------------------------------------------------- gain by knob
 def _norm(knob: str, value: Any, pipeline: Any) -> Any:
-    from tuners.space import _EQUIVALENT, encode
+    from tuners.space import canonical
 
     if knob == "layout" and value is None:
         return getattr(pipeline, "layout", "per_feature")
-    return _EQUIVALENT.get((knob, encode(value)), value)
+    return canonical(knob, value)
 
 
 def differing_groups(
@@ -275,11 +279,7 @@ def knob_breakdown(
     configs = {"winner": winner}
     for group, knobs in groups.items():
         configs[f"without {group}"] = winner.replace(**{k: a for k, (_, a) in knobs.items()})
-    clocks: dict[str, Any] = {}
-    if clock is not None:
-        clocks["clock"] = clock
-    if cpu_clock is not None:
-        clocks["cpu_clock"] = cpu_clock
+    clocks = clock_kwargs(clock, cpu_clock)
     result = bench.measure(
         pipeline,
         configs,
@@ -307,252 +307,3 @@ def knob_breakdown(
             )
         )
     return tuple(sorted(out, key=lambda c: c.ratio, reverse=True))
-
-
-# ------------------------------------------------------------ format advice
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FormatAdvice:
-    """A tf.Example sample converted to columnar records and measured side by side.
-
-    Attributes:
-      parse_bound: Whether the parse stage was found to bound the pipeline.
-      signal: How that was decided (the roofline's CPU cost per example of each stage).
-      sample_files: The files converted.
-      rows: Rows in the sample.
-      tf_example_examples_per_s: Median input-only rate of the sample as tf.Example.
-      columnar_examples_per_s: The same rows as columnar records.
-      ratio, ratio_min, ratio_max: Columnar / tf.Example per interleaved round.
-      command: The ``tfinput convert`` command for the whole data set.
-      out_dir: Where that command writes.
-      chunk_rows: Rows per columnar record (the batch size reads without per-row work
-        when it is a multiple).
-      seconds: Wall time of the conversion and of the measurement.
-      method: How it was measured.
-    """
-
-    parse_bound: bool
-    signal: Mapping[str, Any]
-    sample_files: tuple[str, ...]
-    rows: int
-    tf_example_examples_per_s: float
-    columnar_examples_per_s: float
-    ratio: float
-    ratio_min: float
-    ratio_max: float
-    command: str
-    out_dir: str
-    chunk_rows: int
-    seconds: Mapping[str, float]
-    method: str
-
-    def sentence(self) -> str:
-        """The advice in one sentence."""
-        noise = "" if self.ratio_min > 1.0 else " (within the noise: the spread includes 1)"
-        return (
-            f"parse is the bound: columnar records read {self.ratio:.2f}x{noise} as fast as "
-            f"tf.Example on a {len(self.sample_files)}-file sample "
-            f"({self.columnar_examples_per_s:,.0f} vs {self.tf_example_examples_per_s:,.0f} "
-            f"examples/s input only, rounds {self.ratio_min:.2f}x-{self.ratio_max:.2f}x); "
-            f"convert with: {self.command}"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "parse_bound": self.parse_bound,
-            "signal": dict(self.signal),
-            "sample_files": list(self.sample_files),
-            "rows": self.rows,
-            "tf_example_examples_per_s": round(self.tf_example_examples_per_s, 1),
-            "columnar_examples_per_s": round(self.columnar_examples_per_s, 1),
-            "ratio": round(self.ratio, 3),
-            "ratio_min": round(self.ratio_min, 3),
-            "ratio_max": round(self.ratio_max, 3),
-            "command": self.command,
-            "out_dir": self.out_dir,
-            "chunk_rows": self.chunk_rows,
-            "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
-            "method": self.method,
-        }
-
-
-def parse_is_bound(
-    pipeline: Any, *, batch_size: int, cpu_count: int | None = None
-) -> tuple[bool, dict[str, Any]]:
-    """Whether parsing bounds a tf.Example pipeline, from `tfinput.bench.roofline`.
-
-    The signal: the roofline's stages measured alone on one core (two windows of a few
-    batches each: a couple of seconds) give the CPU cost per example of reading,
-    parsing (``tf.io.parse_example``) and tfinput's transforms. Parse is the bound
-    when the pipeline is CPU-bound (not read-bound) and parsing is the largest of the
-    three costs: then no tf.data knob removes it, and only a cheaper format does.
-
-    Returns:
-      ``(parse_bound, signal)`` with the costs in microseconds per example.
-    """
-    from tfinput import bench
-
-    rl = bench.roofline(
-        pipeline,
-        batch_size=batch_size,
-        windows=2,
-        window_batches=4,
-        warmup_batches=1,
-        cpu_count=cpu_count,
-    )
-    cost = rl.cost_us()
-    bound = rl.limited_by == "cpu" and cost["parse"] >= max(cost["read"], cost["transform"])
-    signal = {
-        "source": "tfinput.bench.roofline: stages alone on one core, CPU cost per example",
-        "cost_us_per_example": {k: round(v, 3) for k, v in cost.items()},
-        "limited_by": rl.limited_by,
-        "bound_examples_per_s": round(rl.bound, 1),
-    }
-    return bound, signal
-
-
-def _chunk_rows(batch_size: int) -> int:
-    """Rows per columnar record: a divisor of the batch size (whole chunks per batch,
-    no per-row work) of at most 1024, or 1024 when the batch size has none >= 64."""
-    chunk = math.gcd(batch_size, 1024)
-    return chunk if chunk >= 64 else 1024
-
-
-def _out_dir(files: Sequence[str], paths: Sequence[str]) -> str:
-    if len(paths) == 1 and os.path.isdir(paths[0]):
-        return os.path.normpath(paths[0]) + "-columnar"
-    return os.path.join(os.path.dirname(os.path.abspath(files[0])) + "-columnar")
-
-
-def format_advice(
-    pipeline: Any,
-    config: PipelineConfig,
-    *,
-    schema_path: str | None = None,
-    out_dir: str | None = None,
-    sample_files: int = 2,
-    windows: int = 3,
-    window_batches: int = 10,
-    warmup_batches: int = 2,
-    require_parse_bound: bool = True,
-    cpu_count: int | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    cpu_clock: Callable[[], float] | None = None,
-) -> FormatAdvice | None:
-    """Convert a sample of tf.Example files to columnar records and measure both.
-
-    Bounded in time: a roofline of a few batches per stage (`parse_is_bound`), at most
-    ``sample_files`` files converted into a temporary directory (deleted afterwards),
-    then ``windows`` interleaved input-only windows of each with ``config``.
-
-    Args:
-      pipeline: A `tfinput.Pipeline` over TFRecord files of tf.Example.
-      config: The config both are measured with (the tuner's winner).
-      schema_path: The schema JSON file, for the command (None: ``SCHEMA.json``, to be
-        written with ``pipeline.schema.to_json``).
-      out_dir: Where the command writes (default: ``<data directory>-columnar``).
-      sample_files: Files converted (1 or 2 keep it short).
-      windows, window_batches, warmup_batches: The side-by-side measurement.
-      require_parse_bound: Return None unless parse is the bound.
-      cpu_count: Cores for the roofline.
-      clock, cpu_clock: Injectable clocks for the measurement.
-
-    Returns:
-      A `FormatAdvice`, or None: not a tf.Example source, or (with
-      ``require_parse_bound``) parse is not the bound.
-
-    Raises:
-      ConfigError: ``sample_files`` < 1.
-    """
-    from tfinput import bench
-    from tfinput.columnar_records import columnar
-    from tfinput.convert import convert
-
-    if sample_files < 1:
-        raise ConfigError(f"format advice: sample_files must be >= 1, got {sample_files}")
-    source = getattr(pipeline, "source", None)
-    if getattr(source, "kind", None) != "tfrecord" or not hasattr(pipeline, "schema"):
-        return None
-    t0 = time.perf_counter()
-    parse_bound, signal = parse_is_bound(
-        pipeline, batch_size=config.batch_size, cpu_count=cpu_count
-    )
-    if require_parse_bound and not parse_bound:
-        return None
-    files = source.files()[:sample_files]
-    chunk = _chunk_rows(config.batch_size)
-    t1 = time.perf_counter()
-    cpu = cpu_clock or bench.process_cpu_seconds
-    with tempfile.TemporaryDirectory(prefix="tfinput-format-advice-") as tmp:
-        converted = convert(
-            files,
-            os.path.join(tmp, "columnar"),
-            to="columnar",
-            schema=pipeline.schema,
-            input_format="tfrecord",
-            chunk_rows=chunk,
-        )
-        t2 = time.perf_counter()
-        example = dataclasses.replace(
-            pipeline, source=dataclasses.replace(source, paths=tuple(files))
-        )
-        col = dataclasses.replace(
-            pipeline, source=columnar(os.path.join(tmp, "columnar"), pipeline.schema).source
-        )
-        size = config.batch_size if config.drop_remainder else None
-        names = {"tf.Example": example, "columnar": col}
-        measured: dict[str, list[Any]] = {n: [] for n in names}
-        for r in range(windows):
-            for name, p in names.items():
-                w = bench.run_window(
-                    lambda p=p: p.build(config).repeat(),
-                    warmup_batches=warmup_batches,
-                    window_batches=window_batches,
-                    batch_size=size,
-                    clock=clock,
-                    cpu_clock=cpu,
-                )
-                measured[name].append(dataclasses.replace(w, name=name, round=r))
-        t3 = time.perf_counter()
-    stats = {
-        s.name: s
-        for s in bench.summarize(measured, baseline="tf.Example", cpu_count=cpu_count or 1)
-    }
-    paths = list(getattr(source, "paths", files))
-    target = out_dir or _out_dir(files, paths)
-    command = shlex.join(
-        [
-            "tfinput",
-            "convert",
-            *paths,
-            "--input-format",
-            "tfrecord",
-            "--schema",
-            schema_path or "SCHEMA.json",
-            "--to",
-            "columnar",
-            "--chunk-rows",
-            str(chunk),
-            "--out",
-            target,
-        ]
-    )
-    c = stats["columnar"]
-    return FormatAdvice(
-        parse_bound=parse_bound,
-        signal=signal,
-        sample_files=tuple(files),
-        rows=converted.rows,
-        tf_example_examples_per_s=stats["tf.Example"].median,
-        columnar_examples_per_s=c.median,
-        ratio=c.ratio or 0.0,
-        ratio_min=c.ratio_min or 0.0,
-        ratio_max=c.ratio_max or 0.0,
-        command=command,
-        out_dir=target,
-        chunk_rows=chunk,
-        seconds={"roofline": t1 - t0, "convert": t2 - t1, "measure": t3 - t2},
-        method=f"{len(files)} file(s) converted to columnar in a temporary directory; both "
-        f"measured input only with the winner config, interleaved, {windows} windows of "
-        f"{window_batches} batches after {warmup_batches} warm-up batches, fresh iterator "
-        "per window; ratio = median of per-round ratios",
-    )

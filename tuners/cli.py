@@ -1,10 +1,13 @@
-"""``tfinput tune`` and ``tfinput demo``: thin handlers over `tuners.tune`.
+"""``tfinput tune`` and ``tfinput demo``: thin commands over `tuners.tune`.
 
-Exit codes: 0 done (also when the confirmation failed twice: the search's best config
-is written, marked unconfirmed, with a warning); 2 bad usage or input (unknown knob,
-empty range, unreachable storage, missing files, a step or pipeline that fails on
-every config...), reported on one line of stderr. ``result.json`` is written whenever
-trials ran, with every trial's state and error.
+Registered by `tfinput.cli.registry` (which imports this module only to build the
+parser); the shared pieces come from `tfinput.cli` (argument groups, the arguments to
+pipeline function, the console, the demo data). Exit codes: 0 done (also when the
+confirmation failed twice: the search's best config is written, marked unconfirmed, with
+a warning); 2 bad usage or input (unknown knob, empty range, unreachable storage, missing
+files, a step or pipeline that fails on every config...), reported on one line of
+stderr. ``result.json`` is written whenever trials ran, with every trial's state and
+error.
 """
 
 from __future__ import annotations
@@ -16,79 +19,69 @@ import time
 from typing import Any
 
 from tfinput import steps
-from tfinput._cli_util import console, fail, load_object, progress
-from tfinput._demo import DEMO, demo_pipeline
-from tfinput.errors import ConfigError, TfinputError
-from tfinput.steps import CLI_STEPS
+from tfinput.cli.args import (
+    add_output_arguments,
+    add_source_arguments,
+    add_step_arguments,
+    find_schema,
+    pipeline_from_args,
+)
+from tfinput.cli.console import console, progress
+from tfinput.cli.demo import DEMO, demo_pipeline
+from tfinput.cli.registry import Command
+from tfinput.errors import ConfigError
 
-__all__ = ["add_subcommands"]
+__all__ = ["DEMO_COMMAND", "TUNE_COMMAND", "add_subcommands"]
 
 
-def add_subcommands(subparsers: Any) -> None:
-    """Register ``tune`` and ``demo``."""
-    p = subparsers.add_parser(
-        "tune",
-        help="search tf.data settings against a training step and save the best config",
-        description="Search prefetch, interleave, parallelism, the batch layout, "
-        "steps_per_execution (keras_fit steps), device prefetch (steps that feed the "
-        "device) and optionally the batch size against a real or simulated training step "
-        "with Optuna; confirm the winner against autotune; say whether it beats autotune "
-        "beyond the noise and whether input is the bottleneck at all; break the gain down "
-        "by knob; for tf.Example data bound by parsing, measure a columnar sample; write "
-        "best_config.json, result.json and report.html.",
+# ---------------------------------------------------------------- arguments
+def _tune_arguments(p: argparse.ArgumentParser) -> None:
+    add_source_arguments(
+        p.add_argument_group("pipeline (one of)"),
+        help={
+            "paths": "data files, globs or directories (with --schema)",
+            "schema": "schema JSON for PATHS (default: schema.json beside them)",
+            "format": None,
+            "pipeline": "callable returning a tfinput.Pipeline",
+            "demo": "the built-in criteo-like data",
+        },
+        paths={"nargs": "*"},
     )
-    src = p.add_argument_group("pipeline (one of)")
-    src.add_argument("paths", nargs="*", help="data files, globs or directories (with --schema)")
-    src.add_argument("--schema", help="schema JSON for PATHS (default: schema.json beside them)")
-    src.add_argument("--format", choices=["tfrecord", "parquet", "columnar"], default=None)
-    src.add_argument(
-        "--pipeline", metavar="MODULE:FUNCTION", help="callable returning a tfinput.Pipeline"
+    add_step_arguments(
+        p.add_argument_group("step"),
+        help={
+            "step": "input_only, ranking / ranking_fit (built-in DCN-style Keras model trained "
+            "with train_on_batch / model.fit), keras / keras_fit (--model), jax (--step-fn "
+            "returning (step_fn, initial_state)), function (--step-fn), simulated "
+            "(--device-time-ms); the Keras backend is KERAS_BACKEND's and is recorded in "
+            "the result",
+            "model": "callable(schema or nothing) returning a compiled Keras model (keras, "
+            "keras_fit)",
+            "step_fn": "callable step(batch) (function), or callable(schema or nothing) "
+            "returning (step_fn(state, batch) -> state, initial_state) (jax)",
+            "device_time_ms": "simulated device time per batch",
+        },
     )
-    src.add_argument("--demo", action="store_true", help="the built-in criteo-like data")
-    st = p.add_argument_group("step")
-    st.add_argument(
-        "--step",
-        choices=CLI_STEPS,
-        default="input_only",
-        help="input_only, ranking / ranking_fit (built-in DCN-style Keras model trained "
-        "with train_on_batch / model.fit), keras / keras_fit (--model), jax (--step-fn "
-        "returning (step_fn, initial_state)), function (--step-fn), simulated "
-        "(--device-time-ms); the Keras backend is KERAS_BACKEND's and is recorded in "
-        "the result",
-    )
-    st.add_argument(
-        "--model",
-        metavar="MODULE:FUNCTION",
-        help="callable(schema or nothing) returning a compiled Keras model (keras, keras_fit)",
-    )
-    st.add_argument(
-        "--step-fn",
-        metavar="MODULE:FUNCTION",
-        help="callable step(batch) (function), or callable(schema or nothing) returning "
-        "(step_fn(state, batch) -> state, initial_state) (jax)",
-    )
-    st.add_argument("--device-time-ms", type=float, help="simulated device time per batch")
-    _search_args(p)
-    p.set_defaults(func=run_tune)
+    _search_arguments(p)
 
-    d = subparsers.add_parser(
-        "demo",
-        help="the main job on a built-in default: tune criteo-like data against a small "
-        "ranking step (a few minutes)",
-    )
-    d.add_argument("--out", default="runs/demo", help="output directory (default: %(default)s)")
-    d.add_argument(
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="runs/demo", help="output directory (default: %(default)s)")
+    p.add_argument(
         "--data-dir",
         help="where the demo data are generated (default: $TFINPUT_DATA_DIR or ~/.cache/tfinput)",
     )
-    d.add_argument("--n-trials", type=int, default=DEMO["n_trials"])
-    d.add_argument("--step", choices=["ranking", "input_only", "simulated"], default="ranking")
-    d.add_argument("--device-time-ms", type=float, default=20.0)
-    d.add_argument("--json", action="store_true")
-    d.set_defaults(func=run_demo)
+    p.add_argument("--n-trials", type=int, default=DEMO["n_trials"])
+    add_step_arguments(
+        p,
+        help={"step": None, "device_time_ms": None},
+        step={"choices": ["ranking", "input_only", "simulated"], "default": "ranking"},
+        device_time_ms={"default": 20.0},
+    )
+    add_output_arguments(p)
 
 
-def _search_args(p: argparse.ArgumentParser) -> None:
+def _search_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("search")
     s.add_argument("--n-trials", type=int, default=30)
     s.add_argument("--timeout", type=float, help="seconds of search at most")
@@ -135,38 +128,16 @@ def _search_args(p: argparse.ArgumentParser) -> None:
         "the bound (a few seconds to a minute)",
     )
     s.add_argument("--out", help="output directory (default: runs/tune-<time>)")
-    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_output_arguments(s, json_help="print the result as JSON")
 
 
 # ----------------------------------------------------------------- helpers
-def _pipeline(args: argparse.Namespace, say: Any) -> Any:
-    chosen = [bool(args.paths), bool(args.pipeline), bool(args.demo)]
-    if sum(chosen) != 1:
-        raise ConfigError("give exactly one pipeline: PATHS with --schema, --pipeline or --demo")
-    if args.demo:
-        return demo_pipeline(say=say)
-    if args.pipeline:
-        obj = load_object(args.pipeline, "--pipeline")
-        pipeline = obj() if callable(obj) and not hasattr(obj, "build") else obj
-        if not hasattr(pipeline, "build"):
-            raise ConfigError(
-                f"--pipeline {args.pipeline}: expected a tfinput.Pipeline, got "
-                f"{type(pipeline).__name__}"
-            )
-        return pipeline
-    from tfinput._cli_util import pipeline_from_paths
-
-    return pipeline_from_paths(args.paths, schema_path=args.schema, fmt=args.format)
-
-
 def _schema_path(args: argparse.Namespace) -> str | None:
     """The schema file of a PATHS pipeline, for the format advice's command."""
     if args.schema or not args.paths:
         return args.schema
-    from tfinput._cli_util import _find_schema
-
     try:
-        return _find_schema(args.paths)
+        return find_schema(args.paths)
     except ConfigError:
         return None
 
@@ -282,11 +253,14 @@ def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
 
 
 def _write_failed(error: Any, out: str) -> None:
-    """``result.json`` for a search in which no trial completed: the error and every trial."""
+    """``result.json`` for a search in which no trial completed: the error and every
+    trial (nothing when the study could not be opened)."""
     from pathlib import Path
 
     from tuners.study import summarize_trials
 
+    if error.study is None:
+        return
     path = Path(out) / "result.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
@@ -299,101 +273,126 @@ def _write_failed(error: Any, out: str) -> None:
     print(f"tfinput tune: trials written to {path}", file=sys.stderr)
 
 
-# ---------------------------------------------------------------- handlers
-def run_tune(args: argparse.Namespace) -> int:
-    """Handler of ``tfinput tune``."""
+def _search(args: argparse.Namespace, out: str, pipeline: Any, **kwargs: Any) -> Any:
+    """`tuners.tune` with ``--n-trials`` under the progress display; when no trial
+    completed, ``result.json`` is written before the error goes on."""
     from tuners.study import TrialsFailedError, tune
 
-    out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        if args.n_trials < 1:
-            raise ConfigError(f"--n-trials must be >= 1, got {args.n_trials}")
-        if args.storage and not args.study_name:
-            raise ConfigError("--storage needs --study-name (to share or resume the study)")
-        say = console(stderr=True).print
-        pipeline = _pipeline(args, say)
-        step = steps.make(
-            args.step,
-            schema=getattr(pipeline, "schema", None),
-            model=args.model,
-            step_fn=args.step_fn,
-            device_time_ms=args.device_time_ms,
-        )
-        space, base, current = _space_and_base(args, pipeline, step)
         with _Display(args.n_trials) as display:
-            result = tune(
-                pipeline,
-                step=step,
-                n_trials=args.n_trials,
-                timeout=args.timeout,
-                storage=args.storage,
-                study_name=args.study_name,
-                load_if_exists=not args.no_resume,
-                space=space,
-                base=base,
-                current=current,
-                windows=args.windows,
-                window_batches=args.window_batches,
-                warmup_batches=args.warmup_batches,
-                confirm_top=args.confirm_top,
-                confirm_windows=args.confirm_windows,
-                seed=args.seed,
-                progress=display,
-                heartbeat_interval=args.heartbeat_interval,
-                grace_period=args.grace_period,
-                breakdown=not args.no_breakdown,
-                advise_format=not args.no_format_advice,
-                schema_path=_schema_path(args),
-            )
-        return _finish(result, args, out)
+            return tune(pipeline, n_trials=args.n_trials, progress=display, **kwargs)
     except TrialsFailedError as e:
-        if e.study is not None:
-            _write_failed(e, out)
-        return fail(str(e), "tune")
-    except TfinputError as e:
-        return fail(str(e), "tune")
+        _write_failed(e, out)
+        raise
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    """Handler of ``tfinput demo``: the tuner end to end on built-in data."""
+# ---------------------------------------------------------------- commands
+def _tune(args: argparse.Namespace) -> int:
+    """Run ``tfinput tune``: check the arguments, build pipeline and step, search, report."""
+    out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.n_trials < 1:
+        raise ConfigError(f"--n-trials must be >= 1, got {args.n_trials}")
+    if args.storage and not args.study_name:
+        raise ConfigError("--storage needs --study-name (to share or resume the study)")
+    pipeline = pipeline_from_args(args, say=console(stderr=True).print)
+    step = steps.make(
+        args.step,
+        schema=getattr(pipeline, "schema", None),
+        model=args.model,
+        step_fn=args.step_fn,
+        device_time_ms=args.device_time_ms,
+    )
+    space, base, current = _space_and_base(args, pipeline, step)
+    result = _search(
+        args,
+        out,
+        pipeline,
+        step=step,
+        timeout=args.timeout,
+        storage=args.storage,
+        study_name=args.study_name,
+        load_if_exists=not args.no_resume,
+        space=space,
+        base=base,
+        current=current,
+        windows=args.windows,
+        window_batches=args.window_batches,
+        warmup_batches=args.warmup_batches,
+        confirm_top=args.confirm_top,
+        confirm_windows=args.confirm_windows,
+        seed=args.seed,
+        heartbeat_interval=args.heartbeat_interval,
+        grace_period=args.grace_period,
+        breakdown=not args.no_breakdown,
+        advise_format=not args.no_format_advice,
+        schema_path=_schema_path(args),
+    )
+    return _finish(result, args, out)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Run ``tfinput demo``: the tuner end to end on the built-in data."""
     from tfinput import bench
     from tfinput.config import PipelineConfig
     from tuners.space import SearchSpace
-    from tuners.study import TrialsFailedError, tune
 
-    try:
-        say = console(stderr=True).print
-        t0 = time.time()
-        pipeline = demo_pipeline(args.data_dir, say=say)
-        step = steps.make(args.step, schema=pipeline.schema, device_time_ms=args.device_time_ms)
-        base = PipelineConfig(batch_size=DEMO["batch_size"])
-        space = SearchSpace.for_pipeline(pipeline, cpu_count=bench.available_cpus(), step=step)
-        say(
-            f"tuning {DEMO['files']} TFRecord files ({DEMO['rows']:,} criteo-like rows, batch "
-            f"{DEMO['batch_size']}) against step '{step.name}': {args.n_trials} trials, "
-            "baselines first, then confirmation against autotune"
-        )
-        with _Display(args.n_trials) as display:
-            result = tune(
-                pipeline,
-                step=step,
-                n_trials=args.n_trials,
-                base=base,
-                space=space,
-                windows=DEMO["windows"],
-                window_batches=DEMO["window_batches"],
-                warmup_batches=DEMO["warmup_batches"],
-                confirm_top=DEMO["confirm_top"],
-                confirm_windows=DEMO["confirm_windows"],
-                progress=display,
-            )
-        code = _finish(result, args, args.out)
-        if not args.json:
-            say(f"demo finished in {time.time() - t0:.0f} s")
-        return code
-    except TrialsFailedError as e:
-        if e.study is not None:
-            _write_failed(e, args.out)
-        return fail(str(e), "demo")
-    except TfinputError as e:
-        return fail(str(e), "demo")
+    say = console(stderr=True).print
+    t0 = time.time()
+    pipeline = demo_pipeline(args.data_dir, say=say)
+    step = steps.make(args.step, schema=pipeline.schema, device_time_ms=args.device_time_ms)
+    base = PipelineConfig(batch_size=DEMO["batch_size"])
+    space = SearchSpace.for_pipeline(pipeline, cpu_count=bench.available_cpus(), step=step)
+    say(
+        f"tuning {DEMO['files']} TFRecord files ({DEMO['rows']:,} criteo-like rows, batch "
+        f"{DEMO['batch_size']}) against step '{step.name}': {args.n_trials} trials, "
+        "baselines first, then confirmation against autotune"
+    )
+    result = _search(
+        args,
+        args.out,
+        pipeline,
+        step=step,
+        base=base,
+        space=space,
+        windows=DEMO["windows"],
+        window_batches=DEMO["window_batches"],
+        warmup_batches=DEMO["warmup_batches"],
+        confirm_top=DEMO["confirm_top"],
+        confirm_windows=DEMO["confirm_windows"],
+    )
+    code = _finish(result, args, args.out)
+    if not args.json:
+        say(f"demo finished in {time.time() - t0:.0f} s")
+    return code
+
+
+TUNE_COMMAND = Command(
+    name="tune",
+    help="search tf.data settings against a training step and save the best config",
+    description="Search prefetch, interleave, parallelism, the batch layout, "
+    "steps_per_execution (keras_fit steps), device prefetch (steps that feed the "
+    "device) and optionally the batch size against a real or simulated training step "
+    "with Optuna; confirm the winner against autotune; say whether it beats autotune "
+    "beyond the noise and whether input is the bottleneck at all; break the gain down "
+    "by knob; for tf.Example data bound by parsing, measure a columnar sample; write "
+    "best_config.json, result.json and report.html.",
+    arguments=_tune_arguments,
+    run=_tune,
+    error_names_command=True,
+)
+
+DEMO_COMMAND = Command(
+    name="demo",
+    help="the main job on a built-in default: tune criteo-like data against a small "
+    "ranking step (a few minutes)",
+    arguments=_demo_arguments,
+    run=_demo,
+    error_names_command=True,
+)
+
+
+def add_subcommands(subparsers: Any) -> None:
+    """Register ``tune`` and ``demo`` on an ``add_subparsers()`` object (the ``tfinput``
+    parser has them already: `tfinput.cli.registry.COMMANDS`)."""
+    for command in (TUNE_COMMAND, DEMO_COMMAND):
+        command.register(subparsers)

@@ -25,10 +25,16 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
+from tfinput.bench.probes import process_cpu_seconds
+from tfinput.bench.windows import TUNER_PLAN, WindowPlan, consecutive_windows
 from tfinput.config import PipelineConfig
+from tfinput.errors import DataError
+
+if TYPE_CHECKING:
+    from tfinput.bench import Window
 
 __all__ = ["Measurement", "measure"]
 
@@ -87,14 +93,19 @@ def measure(
     config: PipelineConfig,
     step: Callable[[Any], Any] | None = None,
     *,
-    windows: int = 5,
-    window_batches: int = 20,
-    warmup_batches: int = 5,
+    windows: int = TUNER_PLAN.windows,
+    window_batches: int = TUNER_PLAN.window_batches,
+    warmup_batches: int = TUNER_PLAN.warmup_batches,
     report: Callable[[int, float], bool] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] | None = None,
 ) -> Measurement:
     """Measure ``config`` on ``pipeline`` with ``step`` (see the module docstring).
+
+    This is the per-config primitive: one config, one iterator, consecutive windows
+    (`tfinput.bench.windows.consecutive_windows`). `tfinput.bench.measure`, the
+    side-by-side comparison of ``tfinput bench``, is a different measurement (a
+    fresh iterator per window, configs interleaved) and does not call this one.
 
     Args:
       pipeline: A `tfinput.Pipeline` (built with ``config`` and repeated), or a
@@ -105,17 +116,22 @@ def measure(
         that owns the loop runs the windows itself.
       windows: Timed windows; the objective is their median.
       window_batches: Batches per window.
-      warmup_batches: Untimed batches first.
+      warmup_batches: Untimed batches first. The defaults are
+        `tfinput.bench.TUNER_PLAN` (see `tfinput.bench.WindowPlan` for why
+        ``tfinput bench`` warms up longer).
       report: ``report(window_index, examples_per_s) -> stop?`` after each window.
       clock: Wall clock (injectable for tests).
       cpu_clock: Process CPU clock (default: `tfinput.bench.process_cpu_seconds`).
 
+    Returns:
+      The `Measurement`.
+
     Raises:
+      tfinput.errors.ConfigError: a count is not an int or below its least value.
       tfinput.errors.DataError: the data hold fewer batches than warm-up plus one.
     """
-    from tfinput import bench
-
-    cpu_clock = cpu_clock or bench.process_cpu_seconds
+    plan = WindowPlan(warmup_batches=warmup_batches, windows=windows, window_batches=window_batches)
+    cpu_clock = cpu_clock or process_cpu_seconds
     begin = clock()
     iterable = pipeline.build(config).repeat() if hasattr(pipeline, "build") else pipeline(config)
     prepare = getattr(step, "prepare", None)
@@ -127,72 +143,60 @@ def measure(
         ws = owner(
             iterable,
             batch_size=size,
-            warmup_batches=warmup_batches,
-            windows=windows,
-            window_batches=window_batches,
+            warmup_batches=plan.warmup_batches,
+            windows=plan.windows,
+            window_batches=plan.window_batches,
             clock=clock,
             cpu_clock=cpu_clock,
             report=report,
         )
-        seconds = sum(w.seconds for w in ws)
-        waits = [w.wait_seconds for w in ws]
-        return Measurement(
-            config=config,
-            rates=tuple(w.examples_per_s for w in ws),
-            stall=None
-            if any(x is None for x in waits)
-            else (sum(x or 0.0 for x in waits) / seconds if seconds > 0 else 0.0),
-            cores_busy=sum(w.cpu_seconds for w in ws) / seconds if seconds > 0 else 0.0,
-            stopped_early=len(ws) < windows,
-            seconds=clock() - begin,
-        )
-    iterator = iter(iterable)
-    rates: list[float] = []
-    waits = seconds = cpu = 0.0
-    stopped = False
-    try:
-        if warmup_batches:
-            warm = bench.measure_window(
-                iterator,
-                batches=warmup_batches,
-                step=step,
-                batch_size=size,
-                clock=clock,
-                cpu_clock=cpu_clock,
-            )
-            if warm.batches < warmup_batches:
-                from tfinput.errors import DataError
+    else:
+        ws = _own_windows(iterable, config, step, plan, size, clock, cpu_clock, report)
+    return _measurement(config, ws, plan, seconds=clock() - begin)
 
-                raise DataError(
-                    f"tuner: the data ended after {warm.batches} warm-up batch(es); it needs "
-                    f"more than {warmup_batches} batches of {config.batch_size}"
-                )
-        for i in range(windows):
-            w = bench.measure_window(
-                iterator,
-                batches=window_batches,
-                step=step,
-                batch_size=size,
-                clock=clock,
-                cpu_clock=cpu_clock,
-            )
-            rates.append(w.examples_per_s)
-            waits += w.wait_seconds
-            seconds += w.seconds
-            cpu += w.cpu_seconds
-            if report is not None and i < windows - 1 and report(i, w.examples_per_s):
-                stopped = True
-                break
-    finally:
-        close = getattr(iterator, "close", None)
-        if callable(close):
-            close()
-        del iterator
+
+def _own_windows(
+    iterable: Iterable[Any],
+    config: PipelineConfig,
+    step: Callable[[Any], Any] | None,
+    plan: WindowPlan,
+    size: int | None,
+    clock: Callable[[], float],
+    cpu_clock: Callable[[], float],
+    report: Callable[[int, float], bool] | None,
+) -> list[Window]:
+    """The windows of a step called on each batch: one iterator, consecutive windows."""
+
+    def ran_out(done: int) -> DataError:
+        return DataError(
+            f"tuner: the data ended after {done} warm-up batch(es); it needs "
+            f"more than {plan.warmup_batches} batches of {config.batch_size}"
+        )
+
+    return consecutive_windows(
+        iter(iterable),
+        plan,
+        step=step,
+        batch_size=size,
+        ran_out=ran_out,
+        clock=clock,
+        cpu_clock=cpu_clock,
+        report=report,
+    )
+
+
+def _measurement(
+    config: PipelineConfig, ws: Sequence[Window], plan: WindowPlan, *, seconds: float
+) -> Measurement:
+    """The `Measurement` of ``config``'s windows; ``seconds``: the whole run."""
+    from tfinput.bench.stats import stall_fraction
+
+    timed = sum(w.seconds for w in ws)
     return Measurement(
         config=config,
-        rates=tuple(rates),
-        stall=waits / seconds if seconds > 0 else 0.0,
-        cores_busy=cpu / seconds if seconds > 0 else 0.0,
-        stopped_early=stopped,
-        seconds=clock() - begin,
+        rates=tuple(w.examples_per_s for w in ws),
+        stall=stall_fraction(ws),
+        cores_busy=sum(w.cpu_seconds for w in ws) / timed if timed > 0 else 0.0,
+        stopped_early=len(ws) < plan.windows,
+        seconds=seconds,
     )

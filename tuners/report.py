@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tuners.study import TuneResult, summarize_trials
+from tuners.result import TuneResult
+from tuners.trials import summarize_trials
 
 __all__ = [
     "print_summary",

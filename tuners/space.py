@@ -65,6 +65,13 @@ _EQUIVALENT: dict[tuple[str, Any], Any] = {
 }
 
 
+def canonical(knob: str, value: Any) -> Any:
+    """The value of ``knob`` that builds the same pipeline as ``value`` and stands for
+    it in the space (``deterministic="autotune"`` is ``True``...); ``value`` itself
+    when it has no such twin."""
+    return _EQUIVALENT.get((knob, encode(value)), value)
+
+
 def encode(value: Any) -> Any:
     """Optuna-storable form of a knob value (``AUTOTUNE`` is stored as "autotune", None
     as "none")."""
@@ -235,7 +242,7 @@ class SearchSpace:
             extra = []
             for config in configs:
                 value = getattr(config, knob)
-                value = _EQUIVALENT.get((knob, encode(value)), value)
+                value = canonical(knob, value)
                 if value not in options and value not in extra:
                     extra.append(value)
             widened[knob] = options + tuple(extra)
@@ -270,7 +277,7 @@ class SearchSpace:
         for knob, options in self.searched.items():
             value = getattr(config, knob)
             if value not in options:
-                value = _EQUIVALENT.get((knob, encode(value)), value)
+                value = canonical(knob, value)
             if value in options:
                 out[knob] = encode(value)
         return out

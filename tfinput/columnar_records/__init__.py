@@ -68,16 +68,17 @@ data use a small ``chunk_rows`` (256) and a large chunk buffer, or shuffle when
 converting.
 
 Modules: `format` (record keys, dtypes, stored columns, checksums), `manifest` (the
-manifest and how it is found), `writer` (`ColumnarWriter`), `source` (`ColumnarSource`:
-files and build-time checks), `reader` (the tf.data decode path) and `verify`
-(`verify_files`, offline).
+manifest and how it is found), `writer` (`ColumnarWriter`), `reader` (the tf.data decode
+path) and `verify` (`verify_files`, offline). `ColumnarSource` (files, build-time checks,
+the steps it gives the pipeline) lives in `tfinput.sources.columnar` with the other
+sources (`source` re-exports it).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput.columnar_records.format import (
     DEFAULT_CHUNK_ROWS,
@@ -90,10 +91,12 @@ from tfinput.columnar_records.format import (
 from tfinput.columnar_records.format import FORMAT_VERSION as FORMAT_VERSION
 from tfinput.columnar_records.manifest import FileEntry, Manifest, is_columnar, read_manifest
 from tfinput.columnar_records.reader import assembler as assembler
-from tfinput.columnar_records.source import ColumnarSource
-from tfinput.columnar_records.verify import ChunkProblem, verify_files
 from tfinput.columnar_records.writer import ColumnarWriter
 from tfinput.schema import Schema
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput.columnar_records.verify import ChunkProblem, verify_files
+    from tfinput.sources.columnar import ColumnarSource
 
 __all__ = [
     "FORMAT",
@@ -140,11 +143,34 @@ def columnar(
     Raises:
       SourceError: no manifest, or a manifest of another format version.
     """
-    from tfinput.pipeline import Pipeline, _paths
+    from tfinput.pipeline import Pipeline
+    from tfinput.sources.columnar import ColumnarSource
+    from tfinput.sources.files import as_paths
 
     source = ColumnarSource(
-        paths=_paths(paths), verify=verify, shuffle_rows=shuffle_rows, buffer_size=buffer_size
+        paths=as_paths(paths), verify=verify, shuffle_rows=shuffle_rows, buffer_size=buffer_size
     )
     if schema is None:
         schema = source.manifest().schema
     return Pipeline(source=source, schema=schema)
+
+
+#: Names imported on first use: `ColumnarSource` lives in `tfinput.sources.columnar`,
+#: which imports this package's modules (and TensorFlow).
+_LAZY = {
+    "ColumnarSource": "tfinput.sources.columnar",
+    "verify_files": "tfinput.columnar_records.verify",
+    "ChunkProblem": "tfinput.columnar_records.verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tfinput.columnar_records' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

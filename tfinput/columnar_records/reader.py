@@ -1,11 +1,11 @@
 """The tf.data read path of columnar records, native ops only.
 
-``TFRecordDataset`` per file -> interleave -> [cache] -> [chunk shuffle] -> batch of
+``TFRecordDataset`` per file -> interleave (`read_chunks`) -> [cache] -> [chunk
+shuffle of `chunk_buffer` chunks] (both applied by `tfinput.Pipeline.build`) -> batch of
 chunks -> `assembler` (``tf.io.parse_example`` of a few scalar strings,
 ``tf.io.decode_raw``, ``tf.RaggedTensor.from_row_lengths``, in-graph checksum checks)
 -> [``rebatch`` when the batch size is not a multiple of the chunk size] -> [row
-shuffle]. `tfinput.columnar_records.ColumnarSource.encoded_batches` strings the steps
-together.
+shuffle]. `tfinput.sources.columnar.ColumnarSource` supplies the steps to the pipeline.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,10 +29,14 @@ from tfinput.columnar_records.format import (
 from tfinput.columnar_records.manifest import FileEntry, Manifest
 from tfinput.config import PipelineConfig
 
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput.sources.protocol import ReadRequest
+
 __all__ = [
     "ChunkPlan",
     "plan_chunks",
     "read_chunks",
+    "chunk_buffer",
     "batch_chunks",
     "assembler",
     "shuffle_rows_in_batches",
@@ -76,20 +80,14 @@ def plan_chunks(
 
 
 def read_chunks(
-    plan: ChunkPlan,
-    config: PipelineConfig,
-    *,
-    chunk_rows: int,
-    shuffle_files: bool,
-    verify: bool,
-    buffer_size: int | None,
+    plan: ChunkPlan, request: ReadRequest, *, verify: bool, buffer_size: int | None
 ) -> Any:
-    """Serialized chunks of every planned file, interleaved, cached and shuffled as the
-    config says. With ``verify`` each element is a dict of the record, its file, its
-    chunk index and its manifest digest; otherwise the record alone."""
+    """Serialized chunks of every planned file, interleaved (file order shuffled when the
+    request says so). With ``verify`` each element is a dict of the record, its file,
+    its chunk index and its manifest digest; otherwise the record alone."""
     import tensorflow as tf
 
-    from tfinput.sources import interleave_files
+    from tfinput.sources.skeleton import file_order, interleave_files
 
     file_ds = tf.data.Dataset.from_tensor_slices(
         {
@@ -100,17 +98,14 @@ def read_chunks(
             ),
         }
     )
-    if shuffle_files and len(plan.paths) > 1:
-        file_ds = file_ds.shuffle(
-            len(plan.paths), seed=config.shuffle_seed, reshuffle_each_iteration=True
-        )
-    ds = interleave_files(file_ds, _file_reader(verify=verify, buffer_size=buffer_size), config)
-    if config.cache:
-        ds = ds.cache()
-    if config.shuffle_buffer:
-        chunks = max(1, math.ceil(config.shuffle_buffer / chunk_rows))
-        ds = ds.shuffle(chunks, seed=config.shuffle_seed)
-    return ds
+    file_ds = file_order(file_ds, len(plan.paths), request)
+    read = _file_reader(verify=verify, buffer_size=buffer_size)
+    return interleave_files(file_ds, read, request.config)
+
+
+def chunk_buffer(shuffle_buffer: int, chunk_rows: int) -> int:
+    """Chunks a shuffle of ``shuffle_buffer`` rows holds: rounded up, at least one."""
+    return max(1, math.ceil(shuffle_buffer / chunk_rows))
 
 
 def _file_reader(*, verify: bool, buffer_size: int | None) -> Callable[[Any], Any]:
@@ -151,16 +146,16 @@ def batch_chunks(
     chunks here and cuts exact batches with ``rebatch``; the decode step is then the
     identity.
     """
-    from tfinput.sources import _deterministic, _opt
+    from tfinput.sources.skeleton import deterministic_arg, parallel_calls
 
     if batch_size % chunk_rows == 0:
         ds = ds.batch(batch_size // chunk_rows, drop_remainder=config.drop_remainder)
         return ds, assemble
-    parallel_map = _opt(config.map_parallelism)
+    parallel_map = parallel_calls(config.map_parallelism)
     ds = ds.batch(max(1, batch_size // chunk_rows)).map(
         assemble,
         num_parallel_calls=parallel_map,
-        deterministic=_deterministic(config) if parallel_map else None,
+        deterministic=deterministic_arg(config) if parallel_map else None,
     )
     ds = ds.rebatch(batch_size, drop_remainder=config.drop_remainder)
 
@@ -325,7 +320,7 @@ def _chunk_checker(
     manifest digest. A failure raises `DataError` naming the file, chunk and column."""
     import tensorflow as tf
 
-    from tfinput.transforms import _guard
+    from tfinput.transforms import guard
 
     all_keys = payload_keys(stored)
     keys = [k for c in columns for k in c.keys]
@@ -355,7 +350,7 @@ def _chunk_checker(
         def explain() -> tf.Tensor:
             return _mismatch_message(encoded, parsed, chunk_ok, same, version_ok, names)
 
-        _guard(tf.reduce_all(chunk_ok), explain)
+        guard(tf.reduce_all(chunk_ok), explain)
 
     return check
 

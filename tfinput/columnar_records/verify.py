@@ -49,9 +49,9 @@ def verify_files(
     Returns:
       The problems found, empty if the data set is intact.
     """
-    from tfinput.pipeline import _paths
+    from tfinput.sources.files import as_paths
 
-    source = ColumnarSource(paths=_paths(paths))
+    source = ColumnarSource(paths=as_paths(paths))
     problems: list[ChunkProblem] = []
     for path, m, entry in source.resolve():
         problems.extend(_verify_file(source, path, m, entry))

@@ -1,5 +1,5 @@
-"""The built-in default data set: what ``tfinput demo`` tunes and ``tfinput profile
---demo`` profiles, with no user data needed."""
+"""The built-in default data set: what ``tfinput demo`` (and ``tune --demo``) tunes and
+``tfinput profile --demo`` profiles, with no user data needed."""
 
 from __future__ import annotations
 

@@ -1,0 +1,157 @@
+"""Honest side-by-side throughput of pipeline configs: ``tfinput bench``.
+
+    from tfinput import bench
+    pipeline = tfinput.tfrecord("data/*.tfrecord", schema)
+    result = bench.measure(pipeline, bench.preset_configs(["naive", "heuristic", "autotune"]))
+    print(result.to_json())
+
+How a measurement is taken (and recorded in ``result.method``):
+
+- **Windows.** A *window* is ``window_batches`` consecutive batches consumed from a
+  **fresh iterator** (`iter(pipeline.build(config).repeat())`) after
+  ``warmup_batches`` batches that are not timed. A fresh iterator per window makes
+  every window pay the same start-up (threads, open files, buffer filling), and the
+  warm-up takes that start-up out of the measurement; a continuing iterator would
+  let the first config's window absorb it alone and carry buffers filled during
+  another config's turn.
+- **Interleaving.** Configs take turns, window by window (``A B C A B C ...``), so
+  slow drift of the machine (other jobs, thermal, page cache) touches every config
+  alike; window ``i`` of each config belongs to round ``i``, and ratios against the
+  baseline are computed per round, then summarized.
+- **Statistics.** Per config: the median examples/s over windows (robust to one
+  disturbed window), the spread (min-max and coefficient of variation), per-batch
+  latency p50/p99 (the time between consecutive batches as the consumer sees it,
+  step included), the fraction of time the consumer waited for input (``stall``),
+  CPU use of the whole process during windows (``cores_busy``: CPU-seconds per
+  second, from `time.process_time`) and the peak resident memory sampled after every batch.
+  Runs of one config on a 2-core machine vary by 10-20%: differences smaller than
+  the spread are not differences.
+- **Step.** Each batch is handed to a `tfinput.steps.Step` (default ``input_only``),
+  so the same measurement serves a simulated or real training step; this is the
+  objective the tuner optimizes.
+
+The package, one job per module:
+
+- `tfinput.bench.windows`: `WindowPlan` (warm-up, windows, batches per window: the
+  one object bench, tuner and profiler share, with their defaults), `Window`,
+  `measure_window` (all the timing logic), `run_window` (a fresh iterator and the
+  warm-up) and `consecutive_windows` (one iterator, windows back to back: the
+  tuner's trial).
+- `tfinput.bench.stats`: configs interleaved window by window, `ConfigStats`,
+  `summarize`.
+- `tfinput.bench.bound`: the `roofline` (the machine's upper bound; see its docstring
+  and ``docs/bench.md``) over the source's own stages (`Source.roofline_stages`).
+- `tfinput.bench.compare`: `measure` (configs side by side), `BenchResult`, presets.
+- `tfinput.bench.probes`: clocks, CPU counters, memory probes, the machine record.
+
+Two functions are called ``measure``: `tuners.measure` is the per-config primitive
+(one config, one iterator, consecutive windows: the tuner's objective) and
+`tfinput.bench.measure` the side-by-side comparison (fresh iterator per window,
+configs interleaved). Neither calls the other; both build on `measure_window`.
+
+Clocks, CPU counters, memory probes and the CPU count are injectable, so all of it
+is testable without sleeping. ``import tfinput.bench`` is light: each name loads its
+module on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "BENCH_FORMAT",
+    "BENCH_PLAN",
+    "CAPTURE_PLAN",
+    "ROOFLINE_PLAN",
+    "TUNER_PLAN",
+    "BenchResult",
+    "ConfigStats",
+    "Roofline",
+    "Stage",
+    "Window",
+    "WindowPlan",
+    "available_cpus",
+    "batch_rows",
+    "current_rss_bytes",
+    "load_configs",
+    "machine",
+    "measure",
+    "measure_window",
+    "peak_rss_bytes",
+    "preset_configs",
+    "process_cpu_seconds",
+    "roofline",
+    "roofline_from_stages",
+    "run_window",
+    "summarize",
+]
+
+_LAZY = {
+    "BENCH_FORMAT": "compare",
+    "BenchResult": "compare",
+    "load_configs": "compare",
+    "measure": "compare",
+    "preset_configs": "compare",
+    "ConfigStats": "stats",
+    "summarize": "stats",
+    "Roofline": "bound",
+    "Stage": "bound",
+    "roofline": "bound",
+    "roofline_from_stages": "bound",
+    "BENCH_PLAN": "windows",
+    "CAPTURE_PLAN": "windows",
+    "ROOFLINE_PLAN": "windows",
+    "TUNER_PLAN": "windows",
+    "Window": "windows",
+    "WindowPlan": "windows",
+    "batch_rows": "windows",
+    "measure_window": "windows",
+    "run_window": "windows",
+    "available_cpus": "probes",
+    "current_rss_bytes": "probes",
+    "machine": "probes",
+    "peak_rss_bytes": "probes",
+    "process_cpu_seconds": "probes",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput.bench.bound import Roofline, Stage, roofline, roofline_from_stages
+    from tfinput.bench.compare import (
+        BENCH_FORMAT,
+        BenchResult,
+        load_configs,
+        measure,
+        preset_configs,
+    )
+    from tfinput.bench.probes import (
+        available_cpus,
+        current_rss_bytes,
+        machine,
+        peak_rss_bytes,
+        process_cpu_seconds,
+    )
+    from tfinput.bench.stats import ConfigStats, summarize
+    from tfinput.bench.windows import (
+        BENCH_PLAN,
+        CAPTURE_PLAN,
+        ROOFLINE_PLAN,
+        TUNER_PLAN,
+        Window,
+        WindowPlan,
+        batch_rows,
+        measure_window,
+        run_window,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"tfinput.bench.{_LAZY[name]}"), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'tfinput.bench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

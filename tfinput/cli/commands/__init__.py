@@ -1,0 +1,2 @@
+"""The subcommands of ``tfinput`` that need only `tfinput`: one module per command
+(``tune``/``demo`` live in `tuners.cli`, ``profile``/``inspect`` in `profiles.cli`)."""

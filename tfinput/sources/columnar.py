@@ -1,0 +1,357 @@
+"""`ColumnarSource`: the pipeline source of columnar records (files, checks, reading).
+
+The storage format, manifest and tf.data read path live in `tfinput.columnar_records`;
+this module is the `tfinput.sources.Source` over them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from tfinput.columnar_records import reader
+from tfinput.columnar_records.format import NUMERIC_DTYPES, Column, storage_columns
+from tfinput.columnar_records.manifest import FileEntry, Manifest, file_stat, is_dir, read_manifest
+from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput.schema import MultiHot, Schema
+from tfinput.sources._text import did_you_mean
+from tfinput.sources.files import resolve_paths
+from tfinput.sources.protocol import Decode, ReadRequest, ReadStages, Resume, Source
+from tfinput.sources.skeleton import single_core_options
+
+__all__ = ["ColumnarSource", "check_size"]
+
+#: A data file with its manifest and the manifest's entry for it.
+Resolved = tuple[str, Manifest, FileEntry]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ColumnarSource(Source):
+    """Columnar pre-batched records (see `tfinput.columnar_records`).
+
+    Chunks of rows are read natively (``TFRecordDataset``, interleaved over files); the
+    pipeline's cache and shuffle steps work on chunks (``shuffle_buffer`` rows make a
+    buffer of ``ceil(shuffle_buffer / chunk_rows)`` chunks), and the batch step
+    batches whole chunks (or cuts exact batches with ``rebatch``). A build's read
+    position can be checkpointed with tf.data's iterator checkpointing
+    (``resume = "iterator"``).
+
+    Attributes:
+      paths: Data set directories, their manifests, or data files (globs allowed);
+        every file must be listed in the ``manifest.json`` of its directory.
+      verify: Check every chunk's fingerprint against its ``@check`` value and the
+        manifest while reading, naming the file, chunk and column on a mismatch. Costs
+        one FarmHash64 pass over the bytes read (see ``benchmarks/columnar.py``); off,
+        TFRecord's own CRC32C still catches bytes corrupted on disk.
+      shuffle_rows: Shuffle rows within each batch (seeded by
+        ``PipelineConfig.shuffle_seed``); costs one gather per column.
+      buffer_size: Read buffer per open file, bytes (None: TensorFlow's default).
+      empty_files: Kept so existing code that passes it still works; it has no
+        effect: a columnar file is never empty, and a zero-byte one is reported as
+        truncated.
+    """
+
+    paths: tuple[str, ...]
+    verify: bool = True
+    shuffle_rows: bool = False
+    buffer_size: int | None = None
+    empty_files: str = "skip"
+
+    kind: ClassVar[str] = "columnar"
+    resume: ClassVar[Resume] = "iterator"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.paths, (str, os.PathLike)):
+            object.__setattr__(self, "paths", (os.fspath(self.paths),))
+        for name in ("verify", "shuffle_rows"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"columnar source: {name} must be true or false, got {getattr(self, name)!r}"
+                )
+
+    # -------------------------------------------------------------- files
+    def resolve(self) -> list[Resolved]:
+        """Every data file with its manifest and entry, in order.
+
+        Raises:
+          SourceError: no manifest, a file not listed in its manifest, or no file at all.
+        """
+        out: list[Resolved] = []
+        seen: set[str] = set()
+
+        def add(path: str, manifest: Manifest, entry: FileEntry) -> None:
+            key = os.path.normpath(path)
+            if key not in seen:
+                seen.add(key)
+                out.append((path, manifest, entry))
+
+        for p in self.paths:
+            p = os.fspath(p)
+            if is_dir(p) or p.endswith(".json"):
+                m = read_manifest(p)
+                for entry, path in zip(m.files, m.paths):
+                    add(path, m, entry)
+                continue
+            for path in resolve_paths([p], what="columnar"):
+                m = read_manifest(path)
+                add(path, m, _listed_entry(path, m))
+        if not out:
+            raise SourceError(f"no columnar files in {list(self.paths)}")
+        return out
+
+    def files(self) -> list[str]:
+        """The data files, in order."""
+        return [p for p, _, _ in self.resolve()]
+
+    def manifest(self) -> Manifest:
+        """The manifest of the first data file."""
+        return self.resolve()[0][1]
+
+    def validate(self, files: list[str], schema: Schema) -> None:
+        """Cheap checks before reading: manifest version (when loading), schema against
+        the stored columns, one chunk size, and every file's size against its manifest
+        (a truncated file names its first incomplete chunk).
+
+        Raises:
+          SourceError: a file is missing or not in its manifest; manifests differ in
+            chunk size or stored columns.
+          SchemaError: the schema needs a column that is not stored, or stored otherwise.
+          DataError: a file's size differs from its manifest's record.
+        """
+        chosen = self._chosen(files)
+        chunk_sizes = {m.chunk_rows for _, m, _ in chosen}
+        if len(chunk_sizes) > 1:
+            raise SourceError(
+                f"columnar data sets with different chunk sizes {sorted(chunk_sizes)} cannot "
+                "be read by one pipeline; convert them with the same --chunk-rows"
+            )
+        manifests = list({id(m): m for _, m, _ in chosen}.values())
+        for m in manifests:
+            _check_schema(m, schema)
+            if m.columns != manifests[0].columns:
+                raise SourceError(
+                    f"{m.path} and {manifests[0].path} store different columns (or in another "
+                    "order); read them with separate pipelines or convert them with one schema"
+                )
+        for path, m, entry in chosen:
+            check_size(path, m, entry)
+
+    def _chosen(self, files: list[str]) -> list[Resolved]:
+        by_path = {os.path.normpath(p): (p, m, e) for p, m, e in self.resolve()}
+        out = []
+        for f in files:
+            item = by_path.get(os.path.normpath(f))
+            if item is None:
+                raise SourceError(f"{f}: not a file of this columnar source")
+            out.append(item)
+        return out
+
+    def count_records(self, path: str) -> int | None:
+        """Rows in one file, from the manifest (`Pipeline.check` reports it)."""
+        try:
+            entry = read_manifest(path).entry(path)
+        except SourceError:
+            return None
+        return None if entry is None else entry.rows
+
+    def explain_error(self, path: str, message: str) -> str:
+        """Name the chunk in a TFRecord corruption message (``corrupted record at N``)."""
+        m = re.search(r"(corrupted|truncated) record at (\d+)", message)
+        if not m:
+            return message
+        try:
+            manifest = read_manifest(path)
+        except SourceError:
+            return message
+        entry = manifest.entry(path)
+        if entry is None:
+            return message
+        chunk = entry.chunk_at(int(m.group(2)))
+        first, last = manifest.chunk_rows_range(entry, chunk)
+        return (
+            f"chunk {chunk} (rows {first}-{last} of the file, byte {int(m.group(2))}): "
+            f"{m.group(1)} record; the file is damaged on disk (TFRecord CRC32C mismatch). "
+            "Restore or convert it again"
+        )
+
+    def one_file(self, path: str) -> ColumnarSource:
+        return dataclasses.replace(self, paths=(path,))
+
+    # ---------------------------------------------------------------- read
+    def _plan(self, request: ReadRequest) -> tuple[list[Resolved], int, bool, reader.ChunkPlan]:
+        """(chosen files, chunk rows, whether partial chunks are skipped, chunk plan)."""
+        chosen = self._chosen(request.files)
+        chunk = chosen[0][1].chunk_rows
+        skip_partial = request.batch_size % chunk == 0 and request.config.drop_remainder
+        plan = reader.plan_chunks(chosen, chunk_rows=chunk, skip_partial=skip_partial)
+        return chosen, chunk, skip_partial, plan
+
+    def read(self, request: ReadRequest) -> Any:
+        """Serialized chunks of the files, interleaved (see
+        `tfinput.columnar_records.reader`).
+
+        Raises:
+          SourceError: no whole chunk to read (``drop_remainder=True`` skips each
+            file's partial last chunk when the batch is a multiple of the chunk size).
+        """
+        _, chunk, _, plan = self._plan(request)
+        if not plan.paths:
+            raise SourceError(
+                f"columnar files {request.files[:3]}: no whole chunk of {chunk} rows to read; "
+                "with drop_remainder=True and a batch size that is a multiple of the chunk "
+                "size the partial last chunk is skipped"
+            )
+        return reader.read_chunks(plan, request, verify=self.verify, buffer_size=self.buffer_size)
+
+    def shuffle_buffer(self, records: Any, request: ReadRequest) -> int:
+        """Chunks: ``ceil(shuffle_buffer / chunk_rows)``, at least one."""
+        del records
+        chunk = self._chosen(request.files[:1])[0][1].chunk_rows
+        return reader.chunk_buffer(request.config.shuffle_buffer, chunk)
+
+    def batch(self, records: Any, request: ReadRequest) -> tuple[Any, Decode]:
+        """Batches of whole chunks decoded by the parse step (or exact batches cut
+        here), rows shuffled within each batch when ``shuffle_rows``."""
+        chosen, chunk, skip_partial, _ = self._plan(request)
+        assemble = reader.assembler(
+            storage_columns(request.schema),
+            chosen[0][1].columns,
+            verify=self.verify,
+            uniform=skip_partial,
+        )
+        ds, finish = reader.batch_chunks(
+            records, assemble, request.config, batch_size=request.batch_size, chunk_rows=chunk
+        )
+        if self.shuffle_rows:
+            ds, finish = reader.shuffle_rows_in_batches(
+                ds, finish, seed=request.config.shuffle_seed
+            )
+        return ds, finish
+
+    def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
+        """``read``: ``TFRecordDataset`` over the files in order, batches of whole
+        chunks; ``parse``: the same plus the decode (no verification, no transforms)."""
+        import tensorflow as tf
+
+        manifest = self.manifest()
+        chunk = manifest.chunk_rows
+        k = max(1, batch_size // chunk)
+        opts = single_core_options()
+        assemble = reader.assembler(
+            storage_columns(schema), manifest.columns, verify=False, uniform=False
+        )
+        buffer_size = self.buffer_size
+
+        def read() -> Iterable[Any]:
+            ds = tf.data.TFRecordDataset(files, buffer_size=buffer_size)
+            return ds.batch(k, drop_remainder=True).repeat().with_options(opts)
+
+        def parse() -> Iterable[Any]:
+            ds = tf.data.TFRecordDataset(files, buffer_size=buffer_size)
+            return ds.batch(k, drop_remainder=True).map(assemble).repeat().with_options(opts)
+
+        def chunk_rows(batch: Any) -> int:
+            return int(batch.shape[0]) * chunk  # whole chunks (a partial last one counts full)
+
+        entries = [e for _, _, e in self.resolve()]
+        rows = sum(e.rows for e in entries)
+        size = sum(e.bytes for e in entries)
+        return ReadStages(
+            factories={"read": read, "parse": parse},
+            descriptions={
+                "read": f"TFRecordDataset over the files in order, batch({k} chunks of "
+                f"{chunk} rows)",
+                "parse": "read + parse_example + decode_raw + ragged assembly (no "
+                "verification, no tfinput transforms)",
+            },
+            counters={"read": chunk_rows},
+            files=len(files),
+            bytes_per_example=size / rows if rows else None,
+        )
+
+
+def _listed_entry(path: str, m: Manifest) -> FileEntry:
+    """The manifest's entry for ``path``.
+
+    Raises:
+      SourceError: the manifest does not list the file.
+    """
+    entry = m.entry(path)
+    if entry is None:
+        raise SourceError(
+            f"{path}: not listed in the manifest {m.path} (it lists "
+            f"{len(m.files)} file(s), first {m.files[0].name if m.files else None!r}); "
+            "the manifest does not match the files"
+        )
+    return entry
+
+
+def _compatible(stored: Column, wanted: Column, numeric_ok: bool) -> bool:
+    if stored == wanted:
+        return True
+    same_shape = (stored.layout, stored.width) == (wanted.layout, wanted.width)
+    both_numeric = stored.dtype in NUMERIC_DTYPES and wanted.dtype in NUMERIC_DTYPES
+    return same_shape and both_numeric and numeric_ok
+
+
+def _column_users(schema: Schema) -> dict[str, str]:
+    """The first feature (or label) reading each column, for error messages."""
+    users: dict[str, str] = {}
+    for f in schema.features:
+        users.setdefault(f.source, f.name)
+        if isinstance(f, MultiHot) and f.weights:
+            users.setdefault(f.weights, f.name)
+    for lab in schema.labels:
+        users.setdefault(lab.source, lab.name)
+    return users
+
+
+def _check_schema(m: Manifest, schema: Schema) -> None:
+    numeric_ok = {f.source for f in schema.dense} | {lab.source for lab in schema.labels}
+    users = _column_users(schema)
+    for wanted in storage_columns(schema):
+        found = m.column(wanted.name)
+        feature = users.get(wanted.name, wanted.name)
+        if found is None:
+            names = [c.name for c in m.columns]
+            raise SchemaError(
+                f"{m.path}: feature {feature!r}: column {wanted.name!r} is not stored; "
+                f"columns: {names[:40]}" + did_you_mean(wanted.name, names)
+            )
+        if not _compatible(found, wanted, wanted.name in numeric_ok):
+            raise SchemaError(
+                f"{m.path}: feature {feature!r}: column {wanted.name!r} is stored as "
+                f"{found.describe()} but the schema reads it as {wanted.describe()}"
+            )
+
+
+def check_size(path: str, m: Manifest, entry: FileEntry) -> None:
+    """Compare a data file's size on disk with its manifest entry.
+
+    Raises:
+      SourceError: the file is missing.
+      DataError: the file is shorter (naming its first incomplete chunk) or longer
+        than the manifest records.
+    """
+    stat = file_stat(path)
+    if stat is None:
+        raise SourceError(f"{path}: listed in the manifest {m.path} but missing")
+    size = stat[1]
+    if size == entry.bytes:
+        return
+    if size < entry.bytes:
+        chunk = entry.chunk_at(size)
+        first, last = m.chunk_rows_range(entry, chunk)
+        raise DataError(
+            f"{path}: truncated: {size:,} bytes on disk, the manifest records {entry.bytes:,}; "
+            f"chunk {chunk} (rows {first}-{last}, from byte {entry.offsets[chunk]:,}) and "
+            f"{entry.chunks - chunk - 1} later chunk(s) are missing or incomplete"
+        )
+    raise DataError(
+        f"{path}: {size:,} bytes on disk but the manifest {m.path} records {entry.bytes:,}; "
+        f"the file was rewritten or appended to after its manifest (chunks after "
+        f"{entry.chunks - 1} are unknown); convert again"
+    )

@@ -1,0 +1,300 @@
+"""`ParquetSource`: Parquet files read column by column (pyarrow or tensorflow-io)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import tensorflow as tf
+
+from tfinput.config import PipelineConfig
+from tfinput.errors import SchemaError, SourceError, TfinputError
+from tfinput.schema import Schema
+from tfinput.sources._arrow import (
+    LIST_LENGTHS,
+    LIST_VALUES,
+    ParquetBatches,
+    expected_arrow,
+    parquet_columns,
+    parquet_signature,
+    reads_as,
+)
+from tfinput.sources._text import did_you_mean, first_line
+from tfinput.sources.files import drop_empty_files, resolve_paths
+from tfinput.sources.protocol import Decode, ReadRequest, ReadStages, Resume, Source
+from tfinput.sources.skeleton import file_order, interleave_files, knob_is_set
+
+__all__ = ["ParquetSource", "LIST_VALUES", "LIST_LENGTHS"]
+
+ENGINES = ("pyarrow", "tensorflow-io")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ParquetSource(Source):
+    """Parquet files read column by column with pyarrow record batches.
+
+    List columns (``list<int64>``, ``list<string>``) arrive as values plus lengths and
+    become ragged tensors with no per-row Python. Files are read by pyarrow's own
+    threads (`interleave_cycle_length` files ahead); exact batches are cut from the
+    stream, so no rows are lost at file boundaries.
+
+    With the pyarrow engine the source batches by itself (``batches_itself``): the
+    interleave knobs become pyarrow's scan settings (``interleave_cycle_length``:
+    files read ahead, 4 for AUTOTUNE; ``interleave_parallelism`` 1: one thread, else
+    pyarrow's pool), ``shuffle_buffer`` shuffles rows in windows of that many rows
+    inside the reader, and ``interleave_block_length`` has no equivalent (a warning
+    says so). The reader is a Python generator, so a build's read position cannot be
+    checkpointed (``resume = "none"``) and tf.data service cannot run it.
+
+    Attributes:
+      paths: Files, globs or directories.
+      engine: ``pyarrow`` (default) or ``tensorflow-io`` (flat columns only, and only
+        where its native ops load for the installed TensorFlow). tensorflow-io reads
+        through the pipeline's own interleave, cache, shuffle and batch steps.
+      empty_files: ``skip`` (default; logged) or ``error`` for zero-byte files.
+    """
+
+    paths: tuple[str, ...]
+    engine: str = "pyarrow"
+    empty_files: str = "skip"
+
+    kind: ClassVar[str] = "parquet"
+    resume: ClassVar[Resume] = "none"
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise SourceError(
+                f"Parquet engine {self.engine!r} unknown; expected 'pyarrow' or 'tensorflow-io'"
+            )
+
+    @property
+    def batches_itself(self) -> bool:  # type: ignore[override]
+        """True for pyarrow (the reader cuts exact batches), False for tensorflow-io."""
+        return self.engine == "pyarrow"
+
+    def files(self) -> list[str]:
+        files = resolve_paths(self.paths, what="Parquet")
+        return drop_empty_files(files, self.empty_files)[0]
+
+    def count_records(self, path: str) -> int | None:
+        """Rows in one file, from its footer (`Pipeline.check` reports it)."""
+        import pyarrow.parquet as pq
+
+        try:
+            return int(pq.ParquetFile(path).metadata.num_rows)
+        except Exception:  # unreadable: the check reports why
+            return None
+
+    def validate(self, files: list[str], schema: Schema) -> None:
+        """Check every file's Parquet schema against the tfinput schema (footers only;
+        a footer already read is not read again until the file changes). A column
+        whose type differs between files is a `SchemaError` naming both files."""
+        wanted = [(f.name, f.source, expected_arrow(f)) for f in schema.features]
+        wanted += [
+            (f.name, f.weights, ("list<float>", "list<int>")) for f in schema.multi_hot if f.weights
+        ]
+        wanted += [(lab.name, lab.source, expected_arrow(lab)) for lab in schema.labels]
+        first: dict[str, tuple[str, str, str]] = {}  # column -> (path, type, type key)
+        for path in files:
+            stat = os.stat(path) if "://" not in path else None
+            columns = parquet_columns(path, stat and stat.st_mtime_ns, stat and stat.st_size)
+            for name, column, expected in wanted:
+                seen = _check_column(path, name, column, expected, columns)
+                seen = first.setdefault(column, seen)
+                _check_same_type(path, name, column, columns[column], seen)
+
+    def problems_across_files(self, files: list[str], schema: Schema) -> dict[str, str]:
+        """Column types that differ between files, on the file that differs."""
+        try:
+            self.validate(files, schema)
+        except TfinputError as e:
+            message = str(e)
+            for path in files:
+                if message.startswith(path + ": "):
+                    return {path: message[len(path) + 2 :]}
+        return {}
+
+    def unhonoured(self, request: ReadRequest) -> dict[str, str]:
+        if self.engine == "pyarrow" and knob_is_set(request.config, "interleave_block_length"):
+            return {
+                "interleave_block_length": "pyarrow reads each file's record batches in order "
+                "(the interleave knobs set its readahead and threads)"
+            }
+        return {}
+
+    def read(self, request: ReadRequest) -> tf.data.Dataset:
+        """pyarrow: exact, shuffled batches from a generator; tensorflow-io: rows of
+        the files, interleaved."""
+        if self.engine == "tensorflow-io":
+            return _tfio_read(request)
+        reader = ParquetBatches(
+            files=request.files,
+            schema=request.schema,
+            config=request.config,
+            batch_size=request.batch_size,
+            shuffle_files=request.shuffle_files,
+        )
+        signature = parquet_signature(request.schema)
+        return tf.data.Dataset.from_generator(reader, output_signature=signature)
+
+    def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:
+        """pyarrow batches as they come (list columns decode to ragged tensors);
+        tensorflow-io rows batched."""
+        if self.engine == "tensorflow-io":
+            config = request.config
+            ds = records.batch(request.batch_size, drop_remainder=config.drop_remainder)
+            return ds, _tfio_decode
+        return records, _list_decoder(request.schema)
+
+    def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
+        """``read``: pyarrow's scan of the schema's columns; ``parse``: the same plus
+        the conversion to numpy (`ParquetBatches`), one thread each."""
+        import pyarrow.parquet as pq
+
+        single = PipelineConfig.naive(
+            batch_size=batch_size, private_threadpool_size=1, max_intra_op_parallelism=1
+        )
+        label = schema.labels[0].source if schema.labels else None
+
+        def count_numpy(batch: Mapping[str, Any]) -> int:
+            if label is not None:
+                return len(batch[label])
+            key = next(k for k in batch if "/" not in k or k.endswith(LIST_LENGTHS))
+            return len(batch[key])
+
+        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+        size = sum(os.path.getsize(p) for p in files)
+        return ReadStages(
+            factories={
+                "read": lambda: _scan_forever(files, schema.columns(), batch_size),
+                "parse": lambda: _batches_forever(files, schema, single, batch_size),
+            },
+            descriptions={
+                "read": "pyarrow dataset scan of the schema's columns, one thread",
+                "parse": "read + conversion to numpy (tfinput's Parquet reader, one thread)",
+            },
+            counters={"read": lambda batch: int(batch.num_rows), "parse": count_numpy},
+            files=len(files),
+            bytes_per_example=size / rows if rows else None,
+        )
+
+
+def _check_column(
+    path: str, name: str, column: str, expected: tuple[str, ...], columns: dict[str, tuple]
+) -> tuple[str, str, str]:
+    """``(path, arrow type, type key)`` of a column the schema reads.
+
+    Raises:
+      SchemaError: the column is missing or of another kind.
+    """
+    if column not in columns:
+        names = list(columns)
+        raise SchemaError(
+            f"{path}: feature {name!r}: column {column!r} is missing; columns: "
+            f"{names[:40]}" + did_you_mean(column, names)
+        )
+    found, arrow_type, key = columns[column]
+    if found not in expected:
+        raise SchemaError(
+            f"{path}: feature {name!r}: column {column!r} has type {found} "
+            f"({arrow_type}); the schema expects {' or '.join(expected)}"
+        )
+    return path, arrow_type, key
+
+
+def _check_same_type(
+    path: str, name: str, column: str, found: tuple, seen: tuple[str, str, str]
+) -> None:
+    """pyarrow reads every file with the first file's column types; a later file whose
+    values may not fit fails with a bare ArrowInvalid: say so at build instead."""
+    _, arrow_type, key = found
+    if not reads_as(key, seen[2]):
+        raise SchemaError(
+            f"{path}: feature {name!r}: column {column!r} has type {arrow_type} "
+            f"but {seen[0]} has {seen[1]}, and every file is read with the first "
+            "file's types; store the column with one type in every file (or a "
+            "narrower one in later files), or read the files as separate pipelines"
+        )
+
+
+def _list_decoder(schema: Schema) -> Decode:
+    """Decode a pyarrow batch: each list column's values and lengths -> ragged."""
+    lists = [(f.source, f.weights) for f in schema.multi_hot]
+
+    def decode(enc: dict[str, tf.Tensor]) -> dict[str, Any]:
+        raw = {k: v for k, v in enc.items() if "/" not in k}
+        for source, weights in lists:
+            for col in (source, weights):
+                if col:
+                    raw[col] = tf.RaggedTensor.from_row_lengths(
+                        enc[col + LIST_VALUES], enc[col + LIST_LENGTHS], validate=False
+                    )
+        return raw
+
+    return decode
+
+
+def _scan_forever(files: list[str], columns: list[str], batch_size: int) -> Iterator[Any]:
+    """The scan tfinput's reader does, without conversion, one thread, endlessly."""
+    import pyarrow.dataset as pads
+
+    while True:
+        scanner = pads.dataset(files, format="parquet").scanner(
+            columns=columns,
+            batch_size=max(batch_size, 1 << 14),
+            use_threads=False,
+            fragment_readahead=1,
+            batch_readahead=4,
+        )
+        yield from scanner.to_batches()
+
+
+def _batches_forever(
+    files: list[str], schema: Schema, config: PipelineConfig, batch_size: int
+) -> Iterable[Any]:
+    """tfinput's Parquet reader in file order, endlessly."""
+    while True:
+        batches = ParquetBatches(
+            files=files, schema=schema, config=config, batch_size=batch_size, shuffle_files=False
+        )
+        yield from batches()
+
+
+def _tfio_read(request: ReadRequest) -> tf.data.Dataset:
+    """tensorflow-io's Parquet reader: flat columns only (tensorflow/io#1562).
+
+    Raises:
+      SourceError: tensorflow-io does not load for the installed TensorFlow.
+      SchemaError: the schema reads list or vector columns.
+    """
+    try:
+        import tensorflow_io as tfio
+
+        tfio.IODataset.from_parquet  # noqa: B018 - attribute access loads the native ops
+    except Exception as e:  # ImportError, or NotFoundError for undefined symbols
+        raise SourceError(
+            f"the tensorflow-io Parquet engine cannot be used with the installed TensorFlow "
+            f"{tf.__version__} ({first_line(e)}); tensorflow-io 0.37.1 loads only on "
+            "TensorFlow 2.16/2.17. Use engine='pyarrow' (the default), which reads every "
+            "column type including lists"
+        ) from e
+    schema = request.schema
+    if schema.multi_hot or any(f.length for f in schema.dense):
+        raise SchemaError(
+            "the tensorflow-io Parquet engine reads only one element of list columns "
+            "(tensorflow/io#1562); use engine='pyarrow' for list or vector features"
+        )
+    columns = schema.columns()
+
+    def read(path: tf.Tensor) -> tf.data.Dataset:
+        return tfio.IODataset.from_parquet(path, columns=columns)
+
+    files = request.files
+    paths = file_order(tf.data.Dataset.from_tensor_slices(files), len(files), request)
+    return interleave_files(paths, read, request.config)
+
+
+def _tfio_decode(enc: Any) -> dict[str, Any]:
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in dict(enc).items()}

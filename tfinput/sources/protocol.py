@@ -1,0 +1,183 @@
+"""The source contract: what a source provides to `tfinput.Pipeline.build` (`Source`).
+
+`tfinput.Pipeline.build` applies one skeleton to every source::
+
+    shard -> read (interleave) -> [cache] -> [shuffle] -> batch -> decode + transform
+          -> [prefetch] -> options
+
+A source supplies the steps that differ (which files, how one is read, how records are
+batched and decoded); the pipeline owns the order and the knobs that apply to every
+source. A source that batches by itself (pyarrow Parquet, a wrapped dataset of
+batches) says so with `Source.batches_itself`; a `PipelineConfig` knob it cannot honour
+is named by `Source.unhonoured` and logged by
+`tfinput.sources.skeleton.warn_unhonoured`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from tfinput.config import PipelineConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+    from tfinput.schema import Schema
+
+__all__ = ["Source", "ReadRequest", "ReadStages", "Resume", "Decode"]
+
+#: Maps one encoded batch to a raw batch (a dict of column tensors; see `tfinput.transforms`).
+Decode = Callable[[Any], dict[str, Any]]
+
+#: How a source's read position can be saved and restored (see `Source.resume`).
+Resume = Literal["iterator", "none", "dataset"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReadRequest:
+    """What one build asks of a source.
+
+    Attributes:
+      files: The files this input pipeline reads, already sharded (empty for a source
+        without files).
+      schema: The schema to read.
+      config: The build's knobs.
+      batch_size: Rows per batch (per replica under a distribution strategy).
+      shuffle_files: Shuffle the file order every epoch (`Pipeline.with_file_shuffling`).
+      input_context: The ``tf.distribute.InputContext``, or None.
+    """
+
+    files: list[str]
+    schema: Schema
+    config: PipelineConfig
+    batch_size: int
+    shuffle_files: bool = False
+    input_context: Any = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReadStages:
+    """A source's own roofline stages, ``read`` and ``parse``, single-threaded
+    (`tfinput.bench.roofline` adds ``full``, the whole pipeline, and measures them).
+
+    Attributes:
+      factories: ``{"read": f, "parse": f}``: zero-argument functions returning an
+        endless iterable of batches (single-threaded).
+      descriptions: One line per stage saying what it does.
+      counters: Per stage, a function giving the examples in one of its batches, where
+        the stage's batches are not tfinput batches.
+      files: Files read.
+      bytes_per_example: Average stored bytes per example, or None when unknown.
+    """
+
+    factories: Mapping[str, Callable[[], Iterable[Any]]]
+    descriptions: Mapping[str, str]
+    counters: Mapping[str, Callable[[Any], int]] = dataclasses.field(default_factory=dict)
+    files: int = 0
+    bytes_per_example: float | None = None
+
+
+@runtime_checkable
+class Source(Protocol):
+    """What a pipeline source provides. `tfinput.Pipeline.build` calls, in order:
+    `files`, `validate`, `unhonoured`, `read`, `shuffle_buffer` (when shuffling records
+    and the source does not batch by itself) and `batch`; `Pipeline.check` also uses
+    `check_files`, `one_file`, `count_records`, `explain_error` and
+    `problems_across_files`; `tfinput.bench.roofline` uses `roofline_stages`.
+
+    Sources that subclass `Source` inherit the defaults below.
+
+    Attributes:
+      kind: Short name (``tfrecord``, ``parquet``, ``dataset``, ``columnar``).
+      batches_itself: Whether `read` already yields batches (pyarrow Parquet; a wrapped
+        dataset of batches): the pipeline then applies neither its record shuffle nor
+        its batch step; `batch` only supplies the decode function.
+      resume: Whether and how a build's read position can be checkpointed (for
+        resuming exactly after preemption; declared only, tfinput does not resume yet):
+        ``"iterator"``: the dataset is native ops, so tf.data's iterator checkpointing
+        (``tf.train.Checkpoint(iterator=it)``) saves and restores it (TFRecord,
+        columnar); ``"none"``: the reader holds Python state that cannot be saved
+        (Parquet through pyarrow generators); ``"dataset"``: as checkpointable as the
+        dataset a user wrapped.
+    """
+
+    kind: ClassVar[str]
+    batches_itself: ClassVar[bool] = False
+    resume: ClassVar[Resume] = "iterator"
+
+    def files(self) -> list[str]:
+        """The files to read, in order (empty for a source without files)."""
+        ...
+
+    def validate(self, files: list[str], schema: Schema) -> None:
+        """Cheap checks at build time, before any record is read.
+
+        Raises:
+          SourceError, SchemaError, DataError: naming the file and the feature.
+        """
+        ...
+
+    def read(self, request: ReadRequest) -> tf.data.Dataset:
+        """The records of ``request.files`` (interleaved), or batches when
+        `batches_itself`."""
+        ...
+
+    def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:
+        """Records (cached and shuffled by the pipeline) -> encoded batches, and the
+        function that decodes one encoded batch to raw columns."""
+        ...
+
+    def shuffle_buffer(self, records: tf.data.Dataset, request: ReadRequest) -> int:
+        """Elements the record shuffle holds for ``config.shuffle_buffer`` (records by
+        default; a source may cap it or count in its own units)."""
+        del records
+        return request.config.shuffle_buffer
+
+    def unhonoured(self, request: ReadRequest) -> dict[str, str]:
+        """The knobs set in the request that this source cannot honour, each with why."""
+        del request
+        return {}
+
+    def count_records(self, path: str) -> int | None:
+        """Records in one file, or None when the source cannot count them."""
+        del path
+        return None
+
+    def explain_error(self, path: str, message: str) -> str:
+        """A reading error's message, made more precise where the source can."""
+        del path
+        return message
+
+    def check_files(self) -> tuple[list[str], list[str]]:
+        """``(files, empty files)`` `Pipeline.check` reads one by one (empty files are
+        skipped, never an error); ``([], [])`` for a source without files."""
+        from tfinput.sources.files import drop_empty_files, resolve_paths
+
+        paths = getattr(self, "paths", None)
+        if paths is None:
+            return [], []
+        return drop_empty_files(resolve_paths(paths, what=self.kind), "skip")
+
+    def one_file(self, path: str) -> Source:
+        """This source reading ``path`` only (empty files skipped)."""
+        return dataclasses.replace(self, paths=(path,), empty_files="skip")  # type: ignore[type-var]
+
+    def problems_across_files(self, files: list[str], schema: Schema) -> dict[str, str]:
+        """Problems no file has alone, by file (message without the path)."""
+        del files, schema
+        return {}
+
+    def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
+        """The ``read`` and ``parse`` stages `tfinput.bench.roofline` measures.
+
+        Raises:
+          SourceError: the source has no roofline.
+        """
+        del files, schema, batch_size
+        from tfinput.errors import SourceError
+
+        raise SourceError(
+            f"roofline: supported for tfrecord, parquet and columnar sources, not {self.kind!r}"
+        )

@@ -1,0 +1,110 @@
+"""The `Step` object every step kind returns, and the names of the kinds."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tfinput.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tfinput.bench import Window
+    from tfinput.config import PipelineConfig
+
+__all__ = ["CLI_STEPS", "STEP_KINDS", "RunWindows", "Step"]
+
+STEP_KINDS = ("input_only", "keras", "keras_fit", "jax", "function", "simulated")
+#: Step names accepted on the command line: the kinds, plus ``ranking`` and
+#: ``ranking_fit`` (the built-in DCN-style Keras model of `tfinput.models`, trained with
+#: ``train_on_batch`` and with ``model.fit``).
+CLI_STEPS = (
+    "input_only",
+    "ranking",
+    "ranking_fit",
+    "keras",
+    "keras_fit",
+    "jax",
+    "function",
+    "simulated",
+)
+
+#: ``run_windows(source, *, batch_size, warmup_batches, windows, window_batches, clock,
+#: cpu_clock, report) -> list[Window]``.
+RunWindows = Callable[..., "list[Window]"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Step:
+    """One training step over a batch.
+
+    Attributes:
+      kind: One of `STEP_KINDS`.
+      name: Human-readable description used in reports.
+      fn: Callable run on each batch; returns when the step has finished.
+      device_time_s: For simulated steps, the device time per batch, else None.
+      backend: The Keras (or JAX) backend the step runs on; None when it has none.
+      feeds_device: The step puts batches on the device itself and honours
+        ``config.device_prefetch``.
+      prepare_fn: ``config -> Step``: the step set up for a config's feeding knobs
+        (`prepare`); None: the step is the same for every config.
+      run_windows: When set, the step owns the training loop (``model.fit``, a JAX loop
+        with device prefetch): ``run_windows(source, *, batch_size, warmup_batches,
+        windows, window_batches, clock, cpu_clock, report) -> list[bench.Window]``
+        where ``source`` is a `tf.data.Dataset` or an iterable of batches.
+      details: Extra fields for `describe` (``steps_per_execution``, ...).
+      state_fn: For steps that carry a state (``jax``), returns the current one.
+      accepts_packed: The step takes batches in the ``packed`` layout as well as per
+        feature (input only, simulated, tfinput's ranking model), so the tuner may
+        search ``layout``. A step of your own that unpacks (`tfinput.layout.unpack`,
+        `tfinput.layout.UnpackFeatures`) can say so with
+        ``dataclasses.replace(step, accepts_packed=True)``.
+    """
+
+    kind: str
+    name: str
+    fn: Callable[[Any], Any]
+    device_time_s: float | None = None
+    backend: str | None = None
+    feeds_device: bool = False
+    prepare_fn: Callable[[PipelineConfig], Step] | None = None
+    run_windows: RunWindows | None = None
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    state_fn: Callable[[], Any] | None = None
+    accepts_packed: bool = False
+
+    @property
+    def state(self) -> Any:
+        """The current state of a stateful step (``jax``: the last ``fn`` output).
+
+        Raises:
+          ConfigError: the step carries no state.
+        """
+        if self.state_fn is None:
+            raise ConfigError(f"step {self.name!r} ({self.kind}) carries no state")
+        return self.state_fn()
+
+    def __call__(self, batch: Any) -> Any:
+        return self.fn(batch)
+
+    def prepare(self, config: PipelineConfig) -> Step:
+        """The step set up for ``config``'s feeding knobs (``steps_per_execution``,
+        ``device_prefetch``); the step itself for kinds that ignore them."""
+        return self.prepare_fn(config) if self.prepare_fn is not None else self
+
+    @property
+    def owns_loop(self) -> bool:
+        """Whether measurements must hand the data to `run_windows`."""
+        return self.run_windows is not None
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description, recorded next to every measurement."""
+        out: dict[str, Any] = {"kind": self.kind, "name": self.name}
+        if self.device_time_s is not None:
+            out["device_time_s"] = self.device_time_s
+        if self.backend is not None:
+            out["backend"] = self.backend
+        if self.feeds_device:
+            out["feeds_device"] = True
+        out.update(self.details)
+        return out

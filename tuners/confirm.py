@@ -1,0 +1,257 @@
+"""After the search: the confirmation against autotune, the verdicts, the gain by knob
+and the format advice.
+
+The top configs of the search are measured again, interleaved window by window with
+``autotune`` (and the current config) by `tfinput.bench.measure`, and the winner is the
+best *confirmed* median. If the confirmation raises, it is run once more; if it fails
+again, the winner is the best trial of the search, unconfirmed. The step bound, the gain
+by knob and the format advice are extras: when one raises it is left out with a note.
+Every failure is logged and added to ``notes`` (`tuners.TuneResult.warnings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tfinput.config import PipelineConfig
+from tuners.trials import explain_failure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput.bench import ConfigStats, WindowPlan
+    from tuners.advice import KnobContribution
+    from tuners.columnar_advice import FormatAdvice
+
+__all__ = [
+    "Remeasure",
+    "confirmation_configs",
+    "confirm",
+    "pick_winner",
+    "verdicts",
+    "gain_by_knob",
+    "winner_format_advice",
+    "advice_sentences",
+]
+
+log = logging.getLogger("tfinput.tuners")
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Remeasure:
+    """How the steps after the search measure (the confirmation, the step bound and the
+    gain by knob all use the same windows).
+
+    Attributes:
+      pipeline: The tuned pipeline.
+      step: The training step.
+      plan: The trial's `tfinput.bench.WindowPlan`: its window size and warm-up.
+      windows: Interleaved windows per config (``confirm_windows`` of `tuners.tune`),
+        in place of the plan's.
+      cpu_count: Cores the numbers are normalized to.
+      clocks: ``clock`` / ``cpu_clock`` overrides (`tuners.advice.clock_kwargs`).
+    """
+
+    pipeline: Any
+    step: Any
+    plan: WindowPlan
+    windows: int
+    cpu_count: int
+    clocks: Mapping[str, Callable[[], float]] = dataclasses.field(default_factory=dict)
+
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `tfinput.bench.measure`,
+        `tuners.advice.step_bound` and `tuners.advice.knob_breakdown`."""
+        return {
+            "step": self.step,
+            **self.plan.to_dict(),
+            "windows": self.windows,
+            "cpu_count": self.cpu_count,
+            **self.clocks,
+        }
+
+
+def _note(notes: list[str], text: str) -> None:
+    log.warning("%s", text)
+    notes.append(text)
+
+
+def confirmation_configs(
+    autotune: PipelineConfig,
+    current: PipelineConfig | None,
+    candidates: Sequence[tuple[str, PipelineConfig]],
+) -> dict[str, PipelineConfig]:
+    """``autotune``, ``current`` (when given) and the distinct ``candidates``, in the
+    order they are measured each round."""
+    configs = {"autotune": autotune}
+    if current is not None:
+        configs["current"] = current
+    for name, config in candidates:
+        if config not in configs.values():
+            configs[name] = config
+    return configs
+
+
+def confirm(
+    how: Remeasure,
+    configs: Mapping[str, PipelineConfig],
+    *,
+    progress: Progress | None,
+    notes: list[str],
+) -> tuple[list[ConfigStats], str | None]:
+    """Measure ``configs`` interleaved, ratios to ``autotune``; one retry on error.
+
+    Returns:
+      ``(confirmed, error)``: the configs' `tfinput.bench.ConfigStats`, best median
+      first, and None; or ``([], why)`` when both attempts raised.
+    """
+    from tfinput import bench
+
+    if progress is not None:
+        progress("confirm", {"configs": list(configs), "windows": how.windows})
+
+    def on_window(done: int, total: int, window: Any) -> None:
+        if progress is not None:
+            progress(
+                "confirm_window",
+                {
+                    "done": done,
+                    "total": total,
+                    "name": window.name,
+                    "examples_per_s": window.examples_per_s,
+                },
+            )
+
+    error = None
+    for attempt in (1, 2):
+        try:
+            result = bench.measure(
+                how.pipeline, configs, baseline="autotune", progress=on_window, **how.kwargs()
+            )
+        except Exception as e:  # a transient step error, out of memory...
+            error = explain_failure(how.pipeline, e)
+            _note(notes, f"confirmation attempt {attempt} of 2 failed: {error}")
+            continue
+        return sorted(result.results, key=lambda c: c.median, reverse=True), None
+    return [], error
+
+
+def pick_winner(
+    confirmed: Sequence[ConfigStats],
+    candidates: Sequence[tuple[str, PipelineConfig]],
+    autotune: PipelineConfig,
+) -> tuple[str, PipelineConfig]:
+    """``(name, config)`` of the best confirmed config; unconfirmed, the search's best
+    trial (autotune when there is none)."""
+    if confirmed:
+        return confirmed[0].name, confirmed[0].config
+    return (list(candidates) or [("autotune", autotune)])[0]
+
+
+def verdicts(
+    how: Remeasure,
+    confirmed: Sequence[ConfigStats],
+    best_config: PipelineConfig,
+    *,
+    notes: list[str],
+) -> dict[str, Any]:
+    """The `TuneResult` verdict fields: beats autotune, input wait (measured, or from
+    the step bound when the step owns the loop) and their sentences."""
+    from tuners.advice import beats_autotune, input_verdict, step_bound
+
+    beats, beats_text = beats_autotune(confirmed)
+    wait = source = bound = None
+    if confirmed:
+        winner = confirmed[0]
+        if winner.stall is not None:
+            wait, source = winner.stall, "measured"
+        else:
+            try:
+                bound = step_bound(how.pipeline, best_config, **how.kwargs())
+            except Exception as e:
+                _note(notes, f"step bound not measured: {explain_failure(how.pipeline, e)}")
+            if bound:
+                wait, source = max(0.0, 1.0 - winner.median / bound), "step bound"
+    input_bound, input_text = input_verdict(
+        wait, input_only=getattr(how.step, "kind", None) == "input_only"
+    )
+    return {
+        "beats_autotune": beats,
+        "input_wait": wait,
+        "input_wait_source": source,
+        "input_bound": input_bound,
+        "step_bound": bound,
+        "verdicts": (beats_text, input_text),
+    }
+
+
+def gain_by_knob(
+    how: Remeasure,
+    best_config: PipelineConfig,
+    autotune: PipelineConfig,
+    *,
+    progress: Progress | None,
+    notes: list[str],
+) -> tuple[KnobContribution, ...]:
+    """`tuners.advice.knob_breakdown` of the winner; empty, with a note, if it raises."""
+    from tuners.advice import knob_breakdown
+
+    if progress is not None:
+        progress("breakdown", {"windows": how.windows})
+    try:
+        return knob_breakdown(how.pipeline, best_config, autotune, **how.kwargs())
+    except Exception as e:  # the breakdown is extra: never lose the result for it
+        _note(notes, f"gain by knob not measured: {explain_failure(how.pipeline, e)}")
+        return ()
+
+
+def winner_format_advice(
+    how: Remeasure,
+    best_config: PipelineConfig,
+    *,
+    schema_path: str | None,
+    progress: Progress | None,
+    notes: list[str],
+) -> FormatAdvice | None:
+    """`tuners.advice.format_advice` for the winner; None, with a note, if it raises."""
+    from tuners.advice import format_advice
+
+    if progress is not None:
+        progress("format_advice", {})
+    try:
+        return format_advice(
+            how.pipeline, best_config, schema_path=schema_path, cpu_count=how.cpu_count
+        )
+    except Exception as e:
+        _note(notes, f"format advice not measured: {explain_failure(how.pipeline, e)}")
+        return None
+
+
+def advice_sentences(
+    format_result: FormatAdvice | None,
+    *,
+    input_bound: bool | None,
+    best_config: PipelineConfig,
+    base: PipelineConfig,
+) -> list[str]:
+    """`TuneResult.advice`: the format advice, and learning-rate scaling when the
+    batch size changed."""
+    advice = []
+    if format_result is not None:
+        advice.append(format_result.sentence())
+        if input_bound is False:
+            advice.append(
+                "the step is not input-bound, so a faster format will not speed up training "
+                "on this host (it may on a faster accelerator)"
+            )
+    if best_config.batch_size != base.batch_size:
+        k = best_config.batch_size / base.batch_size
+        advice.append(
+            f"The batch size changed from {base.batch_size} to {best_config.batch_size}: scale "
+            f"the learning rate linearly (x{k:g}) and warm it up over the first epochs "
+            "(Goyal et al., 2017), and check the model's quality, not only its speed."
+        )
+    return advice

@@ -1,0 +1,223 @@
+"""What `tuners.tune` returns and records: `TuneResult`, `TrialsFailedError`, and how
+every number was taken (the machine's fingerprint, the method, the step and pruner)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from tfinput.config import PipelineConfig
+from tfinput.errors import TfinputError
+from tuners.advice import INPUT_BOUND_THRESHOLD
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput.bench import ConfigStats, WindowPlan
+    from tuners.advice import FormatAdvice, KnobContribution
+
+__all__ = [
+    "TuneResult",
+    "TrialsFailedError",
+    "fingerprint",
+    "describe_method",
+    "describe_step",
+    "describe_pruner",
+]
+
+
+class TrialsFailedError(TfinputError):
+    """No trial of the search completed: the step or the pipeline raises whatever the
+    config. The message names the last error; ``study`` holds the failed trials."""
+
+    def __init__(self, message: str, *, study: Any = None) -> None:
+        super().__init__(message)
+        self.study = study
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TuneResult:
+    """Outcome of `tune`.
+
+    Attributes:
+      best_config: The winner of the confirmation round.
+      best_name: Its name there (``trial N``, ``autotune`` or ``current``).
+      confirmed: Every config of the confirmation round (`tfinput.bench.ConfigStats`:
+        median, spread, ratio to autotune per round), best first.
+      study_name: Optuna study name.
+      trials: Counts by state (``complete``, ``pruned``, ``fail``, ``running``...).
+      seconds: Wall time of the search and of the confirmation.
+      fingerprint: Hardware and software the numbers belong to.
+      method: How every number was measured.
+      step: Description of the step.
+      space: The search space.
+      advice: Extra advice (learning-rate scaling when the batch size changed).
+      confirmation_error: Why the confirmation failed (twice) when it did: then
+        ``confirmed`` is empty and the winner is the best trial of the search, not
+        confirmed against autotune; None when the confirmation ran.
+      warnings: What went wrong without stopping the run (a search stopped after too
+        many failed trials in a row, a confirmation retried after an error).
+      beats_autotune: True only when the confirmed winner's per-round ratios to
+        autotune are all above 1 (the paired spread excludes 1); False: keep autotune;
+        None: not confirmed.
+      input_wait: Share of the step's time spent waiting for input with the winner
+        (measured; or ``1 - fed / step_bound`` when the step owns the loop); None when
+        unknown.
+      input_wait_source: ``measured``, ``step bound`` or None.
+      input_bound: ``input_wait >= 0.03`` (None when unknown).
+      step_bound: Examples/s of the step fed one cached batch (when it was measured).
+      verdicts: The plain-language verdicts: beats autotune or "keep autotune", and
+        whether input is the bottleneck.
+      breakdown: The gain by knob group (`tuners.advice.KnobContribution`), largest
+        first; empty when not measured.
+      format_advice: `tuners.advice.FormatAdvice` when a tf.Example sample was
+        converted to columnar and measured, else None.
+    """
+
+    best_config: PipelineConfig
+    best_name: str
+    confirmed: tuple[ConfigStats, ...]
+    study_name: str
+    trials: dict[str, int]
+    seconds: dict[str, float]
+    fingerprint: dict[str, Any]
+    method: dict[str, Any]
+    step: dict[str, Any]
+    space: dict[str, list[Any]]
+    advice: tuple[str, ...] = ()
+    confirmation_error: str | None = None
+    warnings: tuple[str, ...] = ()
+    beats_autotune: bool | None = None
+    input_wait: float | None = None
+    input_wait_source: str | None = None
+    input_bound: bool | None = None
+    step_bound: float | None = None
+    verdicts: tuple[str, ...] = ()
+    breakdown: tuple[KnobContribution, ...] = ()
+    format_advice: FormatAdvice | None = None
+    study: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def ratio_vs_autotune(self) -> float | None:
+        return self.confirmed[0].ratio if self.confirmed else None
+
+    def record(self) -> dict[str, Any]:
+        """Metadata stored next to the best config in its JSON file."""
+        return {
+            "fingerprint": self.fingerprint,
+            "method": self.method,
+            "step": self.step,
+            "confirmed": self.confirmed[0].to_dict() if self.confirmed else None,
+            "confirmation_error": self.confirmation_error,
+            "beats_autotune": self.beats_autotune,
+            "input_bound": self.input_bound,
+            "verdicts": list(self.verdicts),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "tfinput.tune/1",
+            "best_name": self.best_name,
+            "best_config": self.best_config.to_dict(),
+            "ratio_vs_autotune": self.ratio_vs_autotune,
+            "confirmed": [c.to_dict() for c in self.confirmed],
+            "study_name": self.study_name,
+            "trials": self.trials,
+            "seconds": self.seconds,
+            "fingerprint": self.fingerprint,
+            "method": self.method,
+            "step": self.step,
+            "space": self.space,
+            "advice": list(self.advice),
+            "confirmation_error": self.confirmation_error,
+            "warnings": list(self.warnings),
+            "beats_autotune": self.beats_autotune,
+            "input_wait": None if self.input_wait is None else round(self.input_wait, 4),
+            "input_wait_source": self.input_wait_source,
+            "input_bound": self.input_bound,
+            "step_bound_examples_per_s": (
+                None if self.step_bound is None else round(self.step_bound, 1)
+            ),
+            "verdicts": list(self.verdicts),
+            "breakdown": [c.to_dict() for c in self.breakdown],
+            "format_advice": None if self.format_advice is None else self.format_advice.to_dict(),
+        }
+
+
+def fingerprint(cpu_count: int) -> dict[str, Any]:
+    """CPU model and count, accelerators, TensorFlow version, the Keras backend and (when
+    JAX is imported) the JAX version: what the numbers belong to."""
+    import sys
+
+    import tensorflow as tf
+
+    from tfinput import bench
+
+    info = dict(bench.machine(cpu_count=cpu_count))
+    accelerators = [
+        d.device_type + ":" + d.name.rsplit(":", 1)[-1]
+        for d in tf.config.list_physical_devices()
+        if d.device_type != "CPU"
+    ]
+    info["accelerators"] = accelerators or None
+    if "keras_backend" not in info:
+        try:
+            import keras
+
+            info["keras_backend"] = str(keras.config.backend())
+        except ImportError:
+            info["keras_backend"] = None
+    jax = sys.modules.get("jax")
+    info["jax"] = str(getattr(jax, "__version__", "")) or None if jax is not None else None
+    return info
+
+
+def describe_method(
+    plan: WindowPlan,
+    *,
+    confirm_top: int,
+    confirm_windows: int,
+    study: Any,
+) -> dict[str, Any]:
+    """`TuneResult.method`: how each number of a tuning run was measured.
+
+    Args:
+      plan: The measurement of each trial (`tfinput.bench.WindowPlan`).
+      confirm_top: Distinct best configs re-measured in the confirmation.
+      confirm_windows: Interleaved windows per config in the confirmation.
+      study: The Optuna study (its pruner and sampler are named).
+
+    Returns:
+      ``{what: how}`` sentences, JSON-ready.
+    """
+    return {
+        "trial": f"fresh iterator, {plan.warmup_batches} warm-up batches excluded, "
+        f"{plan.windows} windows of {plan.window_batches} batches; objective = median "
+        "examples/s over windows",
+        "pruning": describe_pruner(study.pruner),
+        "sampler": type(study.sampler).__name__,
+        "confirmation": f"top {confirm_top} configs, autotune (and current) re-measured "
+        f"interleaved, {confirm_windows} windows each, fresh iterator "
+        "per window; ratio = median of per-round ratios",
+        "one trial per host": "exclusive host file lock during measurement",
+        "beats autotune": "the winner's per-round ratios to autotune in the "
+        "confirmation all above 1 (the paired spread excludes 1)",
+        "input wait": "share of the confirmation's window time spent waiting for the "
+        "next batch; when the step owns the loop (model.fit), 1 - fed / step bound, the "
+        f"step bound measured on one cached batch repeated; input-bound from "
+        f"{INPUT_BOUND_THRESHOLD:.0%}",
+        "gain by knob": "the winner against itself with each differing knob group "
+        f"reverted to autotune's values, interleaved, {confirm_windows} windows each; "
+        "contribution = winner / without the group, median of per-round ratios",
+    }
+
+
+def describe_pruner(pruner: Any) -> str:
+    """The pruner's own description (`tuners.pruning.NoiseAwarePruner.describe`), or
+    its class name."""
+    describe = getattr(pruner, "describe", None)
+    return describe() if callable(describe) else type(pruner).__name__
+
+
+def describe_step(step: Any) -> dict[str, Any]:
+    """The step's own description (`tfinput.steps.Step.describe`), or its name."""
+    describe = getattr(step, "describe", None)
+    return describe() if callable(describe) else {"name": getattr(step, "__name__", str(step))}
