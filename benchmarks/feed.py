@@ -28,6 +28,7 @@ then one timed window. Figures are medians over rounds with min-max.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -301,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.write and not args.quick:
         write_section("feed", text)
+        raw = {"step": step, "cost_us_per_example": cost, "transfer_ms": transfer}
+        (HERE / "results-feed.json").write_text(json.dumps(raw, indent=1) + "\n")
     return 0
 
 

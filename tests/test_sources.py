@@ -79,6 +79,15 @@ def _warnings(caplog):
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
 
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """Each knob warning is logged once per process; start every test with none logged,
+    whatever other tests built before."""
+    from tfinput.sources import skeleton
+
+    monkeypatch.setattr(skeleton, "_WARNED", set())
+
+
 def test_parquet_names_the_interleave_block_length_it_cannot_honour(
     small_parquet, small_schema, caplog
 ):

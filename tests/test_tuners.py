@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -192,6 +193,32 @@ def test_outputs_load_into_build(pipeline, base, tmp_path):
     assert "<html" in html and "plotly" in html.lower() and "Best config" in html
     data = json.loads(paths["result"].read_text())
     assert len(data["trials_detail"]) == 3 and data["format"] == "tfinput.tune/1"
+
+
+def test_a_packed_winner_saves_its_layout_next_to_the_config(pipeline, base, tmp_path):
+    def step(batch):  # per-feature batches cost 40 ms more: packed wins clearly
+        if not tfinput.layout.is_packed(batch[0]):
+            time.sleep(0.04)
+
+    result = tune(
+        pipeline,
+        step=dataclasses.replace(steps.function_step(step), accepts_packed=True),
+        n_trials=3,
+        base=base,
+        cpu_count=2,
+        lock_path=str(tmp_path / "lock"),
+        space=SearchSpace(choices={"layout": ("packed",), "prefetch": (1, 2)}),
+        **FAST,
+    )
+    paths = write_outputs(result, tmp_path / "out")
+    config = PipelineConfig.from_json(paths["best_config"])
+    layout = json.loads(paths["best_config"].read_text())["packed_layout"]
+    assert config.layout == "packed"
+    assert layout == pipeline.packed_layout().to_dict()
+    assert json.loads(paths["result"].read_text())["packed_layout"] == layout
+    features, _ = next(iter(pipeline.build(config)))
+    views = tfinput.layout.unpack(features, tfinput.layout.PackedLayout.from_dict(layout))
+    assert views["ids"]["history"].shape == (50, 5)
 
 
 class SlowMapPipeline:

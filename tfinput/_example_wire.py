@@ -117,11 +117,6 @@ def _varint_bytes(n: int) -> bytes:
             return bytes(out)
 
 
-def _varint_len(n: np.ndarray) -> np.ndarray:
-    """Bytes needed to write each non-negative length as a varint."""
-    return _nbytes(n.astype(np.uint64, copy=False))
-
-
 def _pad(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Ragged bytes (concatenated rows) to a zero-padded ``[rows, max_len]`` block."""
     width = int(lengths.max()) if lengths.shape[0] else 0

@@ -303,23 +303,21 @@ def _multi_hot(
     batch: int | None,
     fmt: str,
 ) -> tuple[Any, Any]:
-    """Ids and weights (already truncated to ``max_len``) in the output format."""
+    """Ids and weights (already truncated to ``max_len``) as ``ragged`` or ``sparse``
+    tensors (`transform_batch` pads the ``dense`` format itself, in one op)."""
     ids = ids.with_values(_to_ids(ids.values, f, vocab))
     if weights is None:
         weights = tf.ones_like(ids, dtype=tf.float32)
     if fmt == "ragged":
         return ids, weights
-    if fmt == "sparse":
-        rows = ids.nrows() if batch is None else batch
-        dense_shape = tf.stack([tf.cast(rows, tf.int64), tf.constant(f.max_len, tf.int64)])
-        sp_ids = ids.to_sparse()
-        sp_w = weights.to_sparse()
-        return (
-            tf.SparseTensor(sp_ids.indices, sp_ids.values, dense_shape),
-            tf.SparseTensor(sp_w.indices, sp_w.values, dense_shape),
-        )
-    shape = [batch, f.max_len]
-    return ids.to_tensor(0, shape=shape), weights.to_tensor(0.0, shape=shape)
+    rows = ids.nrows() if batch is None else batch
+    dense_shape = tf.stack([tf.cast(rows, tf.int64), tf.constant(f.max_len, tf.int64)])
+    sp_ids = ids.to_sparse()
+    sp_w = weights.to_sparse()
+    return (
+        tf.SparseTensor(sp_ids.indices, sp_ids.values, dense_shape),
+        tf.SparseTensor(sp_w.indices, sp_w.values, dense_shape),
+    )
 
 
 def transform_batch(

@@ -70,6 +70,9 @@ class TuneResult:
         first; empty when not measured.
       format_advice: `tuners.advice.FormatAdvice` when a tf.Example sample was
         converted to columnar and measured, else None.
+      packed_layout: When the best config emits packed batches, where each feature
+        lives in them (`tfinput.layout.PackedLayout.to_dict`), saved next to the config
+        so a model or a serving graph can slice them; else None.
     """
 
     best_config: PipelineConfig
@@ -93,6 +96,7 @@ class TuneResult:
     verdicts: tuple[str, ...] = ()
     breakdown: tuple[KnobContribution, ...] = ()
     format_advice: FormatAdvice | None = None
+    packed_layout: dict[str, Any] | None = None
     study: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -110,6 +114,7 @@ class TuneResult:
             "beats_autotune": self.beats_autotune,
             "input_bound": self.input_bound,
             "verdicts": list(self.verdicts),
+            "packed_layout": self.packed_layout,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,6 +144,7 @@ class TuneResult:
             "verdicts": list(self.verdicts),
             "breakdown": [c.to_dict() for c in self.breakdown],
             "format_advice": None if self.format_advice is None else self.format_advice.to_dict(),
+            "packed_layout": self.packed_layout,
         }
 
 

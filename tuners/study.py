@@ -290,9 +290,17 @@ def tune(
         step=describe_step(run.step),
         space=run.space.to_dict(),
         warnings=tuple(notes),
+        packed_layout=_packed_layout(pipeline, outcome["best_config"]),
         study=study,
         **outcome,
     )
+
+
+def _packed_layout(pipeline: Any, config: PipelineConfig) -> dict[str, Any] | None:
+    """The JSON layout description when ``config`` builds packed batches."""
+    layout = config.layout or getattr(pipeline, "layout", None)
+    describe = getattr(pipeline, "packed_layout", None)
+    return describe().to_dict() if layout == "packed" and describe is not None else None
 
 
 # --------------------------------------------------------------- the steps
