@@ -18,7 +18,7 @@ if [ -z "${TFINPUT_TEST_POSTGRES_URL:-}" ]; then
   if [ -n "$pg_bin" ]; then
     pg_dir=$(mktemp -d /tmp/tfinput-pg.XXXXXX)
     # A free loopback port (another server, or a previous run's, may hold a fixed one).
-    pg_port=${TFINPUT_TEST_PG_PORT:-$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+    pg_port=${TFINPUT_TEST_PG_PORT:-$("${PYTHON:-python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
     run_as=()
     if [ "$(id -u)" = "0" ]; then
       id postgres >/dev/null 2>&1 || useradd -r -M postgres 2>/dev/null || true

@@ -262,8 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _fields(config: Any) -> dict[str, Any]:
+    # layout None is the pipeline's own, per_feature here: not a difference.
+    return {**config.to_dict(), "layout": config.layout or "per_feature"}
+
+
 def _diff(config: Any, ref: Any) -> str:
-    d = {k: v for k, v in config.to_dict().items() if ref.to_dict().get(k) != v}
+    d = {k: v for k, v in _fields(config).items() if _fields(ref).get(k) != v}
     return ", ".join(f"{k}={v}" for k, v in d.items()) or "same as autotune"
 
 

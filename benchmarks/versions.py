@@ -13,7 +13,8 @@ batches and times ``--batches`` batches. Reported: median examples/s per version
 format over rounds, min-max, CV, and the median of the per-round after/before ratios
 with its min-max.
 
-Workload: criteo-like (13 dense, 26 single ids, 4 multi-hot lists of 0-19 ids),
+Workload: criteo-like (13 dense, 26 single ids, 4 multi-hot lists of 0-19 ids) as TFRecord,
+Parquet and columnar records,
 ``--rows`` rows in 8 files, batch 4096, one fixed config (interleave 1, map
 parallelism 3, prefetch 2), the data written once by the current version (the files
 are the same bytes for both).
@@ -36,6 +37,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import write_section  # noqa: E402
+from benchmarks.columnar import columnar_data  # noqa: E402
 from benchmarks.core import BATCH, data, machine, summarize  # noqa: E402
 
 _WORKER = r"""
@@ -49,6 +51,8 @@ FILES = json.loads(sys.argv[1])
 def make(fmt):
     if fmt == "tfrecord":
         return tfinput.tfrecord(FILES["tfrecord"], schema).build(config)
+    if fmt == "columnar":
+        return tfinput.columnar(FILES["columnar"], schema).build(config)
     return tfinput.parquet(FILES["parquet"], schema).build(config)
 print(json.dumps({"ready": tfinput.__file__}), flush=True)
 for line in sys.stdin:
@@ -105,6 +109,10 @@ class Worker:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     _, tf_files, pq_files = data(Path(args.data_dir), args.rows)
     files = {"tfrecord": tf_files, "parquet": pq_files}
+    if "columnar" in args.formats.split(","):
+        # The same rows as columnar records, as benchmarks/columnar.py writes them.
+        col_dir = Path(columnar_data(Path(args.data_dir), args.rows, pq_files))
+        files["columnar"] = sorted(map(str, col_dir.glob("*.tfcol")))
     base = subprocess.run(
         ["git", "rev-parse", "--short", args.base], capture_output=True, text=True, check=True,
         cwd=ROOT,
@@ -209,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batches", type=int, default=40)
-    p.add_argument("--formats", default="tfrecord,parquet")
+    p.add_argument("--formats", default="tfrecord,parquet,columnar")
     p.add_argument("--data-dir", default=str(HERE / ".data"))
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
     p.add_argument("--json", action="store_true")

@@ -67,3 +67,37 @@ def small_columnar(tmp_path_factory, small_schema, small_columns):
     return testing.write_columnar(
         d, small_schema, rows=ROWS, files=4, chunk_rows=100, columns=small_columns
     )
+
+
+@pytest.fixture(scope="session")
+def pipeline_of(small_schema, small_columns, small_tfrecord, small_parquet, small_columnar):
+    """``pipeline_of(kind)``: a pipeline over the shared 1000 rows for each kind in
+    `tests.helpers.SOURCE_KINDS` (``wrapped_batched``: the user's dataset batches by 50).
+
+    A module that runs over every source parametrizes its own ``pipeline`` fixture::
+
+        @pytest.fixture(params=SOURCE_KINDS)
+        def pipeline(request, pipeline_of):
+            return pipeline_of(request.param)
+    """
+    import tfinput
+    from tests.helpers import wrapped_dataset
+
+    def make(kind: str):
+        if kind == "tfrecord":
+            return tfinput.tfrecord(small_tfrecord, small_schema)
+        if kind == "parquet":
+            return tfinput.parquet(small_parquet, small_schema)
+        if kind == "columnar":
+            return tfinput.columnar(small_columnar, small_schema)
+        if kind == "wrapped":
+            return tfinput.wrap(lambda: wrapped_dataset(small_columns), small_schema)
+        if kind == "wrapped_batched":
+            return tfinput.wrap(
+                lambda: wrapped_dataset(small_columns).ragged_batch(50),
+                small_schema,
+                batched=True,
+            )
+        raise ValueError(f"unknown source kind {kind!r}")
+
+    return make

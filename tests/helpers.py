@@ -91,3 +91,45 @@ def run_cli(capsys: Any, *argv: Any) -> tuple[int, str, str]:
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     return code, out, err
+
+
+# Sequential, deterministic pipeline knobs: batches come out in file order.
+SEQUENTIAL = dict(
+    interleave_cycle_length=1,
+    interleave_parallelism=1,
+    map_parallelism=1,
+    prefetch=0,
+    deterministic=True,
+)
+
+# Every kind of source `pipeline_of` builds (conftest.py).
+SOURCE_KINDS = ("tfrecord", "parquet", "columnar", "wrapped", "wrapped_batched")
+
+
+def wrapped_dataset(cols: Any) -> tf.data.Dataset:
+    """Generated columns (`tfinput.testing.generate`) as an unbatched dataset of raw rows,
+    list columns as ragged rows: what `tfinput.wrap` expects from a user's dataset."""
+    data = {}
+    for col, v in cols.values.items():
+        if col in cols.lengths:
+            data[col] = tf.RaggedTensor.from_row_lengths(v, cols.lengths[col])
+        else:
+            data[col] = v
+    return tf.data.Dataset.from_tensor_slices(data)
+
+
+def assert_each_row_once(
+    parts: list[dict[str, dict[str, np.ndarray]]], cols: Any, schema: Schema
+) -> None:
+    """Batches collected from one or several input pipelines (`collect`, one part per
+    pipeline) hold every generated row exactly once, with the expected values."""
+    merged = {
+        g: {n: np.concatenate([p[g][n] for p in parts]) for n in parts[0][g]} for g in parts[0]
+    }
+    row_ids = merged["dense"]["row_id"].astype(int)
+    assert sorted(row_ids.tolist()) == list(range(cols.rows)), "each row exactly once"
+    got, want = by_row_id(merged), expected_rows(cols, schema)
+    for group in ("dense", "ids", "weights"):
+        for name, expected in want[group].items():
+            np.testing.assert_allclose(got[group][name], expected, rtol=1e-6, err_msg=name)
+    np.testing.assert_array_equal(got["labels"]["label"], cols.values["label"])

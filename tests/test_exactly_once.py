@@ -8,8 +8,7 @@ import pytest
 import tensorflow as tf
 
 import tfinput
-from tests.helpers import by_row_id, collect, expected_rows
-from tests.test_pipeline import wrapped_dataset
+from tests.helpers import assert_each_row_once, collect, wrapped_dataset
 from tfinput.config import AUTOTUNE, PipelineConfig
 
 
@@ -18,7 +17,7 @@ def make(kind, schema, cols, tfrecord_files, parquet_files):
         return tfinput.tfrecord(tfrecord_files, schema)
     if kind == "parquet":
         return tfinput.parquet(parquet_files, schema)
-    return tfinput.wrap(lambda: wrapped_dataset(cols, schema), schema)
+    return tfinput.wrap(lambda: wrapped_dataset(cols), schema)
 
 
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "nondeterministic"])
@@ -47,18 +46,7 @@ def test_every_example_exactly_once(
         got = collect(pipeline.build(config, input_context=ctx if pipelines > 1 else None))
         # each pipeline batches the per-replica batch size
         parts.append(got)
-    merged = {
-        g: {n: np.concatenate([p[g][n] for p in parts]) for n in parts[0][g]} for g in parts[0]
-    }
-    row_ids = merged["dense"]["row_id"].astype(int)
-    assert len(row_ids) == 1000, "count"
-    assert sorted(row_ids.tolist()) == list(range(1000)), "each row once"
-    got = by_row_id(merged)
-    want = expected_rows(small_columns, small_schema)
-    for group in ("dense", "ids", "weights"):
-        for name, expected in want[group].items():
-            np.testing.assert_allclose(got[group][name], expected, rtol=1e-6, err_msg=name)
-    np.testing.assert_array_equal(got["labels"]["label"], small_columns.values["label"])
+    assert_each_row_once(parts, small_columns, small_schema)
 
 
 @pytest.mark.parametrize("kind", ["tfrecord", "parquet"])

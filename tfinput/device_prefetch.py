@@ -23,9 +23,11 @@ transfer times vary.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -34,6 +36,17 @@ from tfinput.errors import ConfigError
 __all__ = ["DevicePrefetch", "to_jax", "to_tensorflow"]
 
 _END = object()
+# Prefetchers whose thread may still run: closed at interpreter exit, because a daemon
+# thread still inside TensorFlow while Python finalizes aborts the process.
+_LIVE: weakref.WeakSet[DevicePrefetch] = weakref.WeakSet()
+_EXIT_HOOK = threading.Lock()
+_hooked = False
+
+
+def _close_all(timeout_s: float = 5.0) -> None:
+    """Stop every live prefetcher's thread (registered with `atexit`)."""
+    for prefetch in list(_LIVE):
+        prefetch.close(timeout_s=timeout_s)
 
 
 class _Failure:
@@ -83,6 +96,13 @@ class DevicePrefetch(Iterator[Any]):
             daemon=True,
         )
         self._thread.start()
+        global _hooked
+        with _EXIT_HOOK:
+            # Registered after TensorFlow/JAX (imported by now): atexit runs it first.
+            if not _hooked:
+                atexit.register(_close_all)
+                _hooked = True
+            _LIVE.add(self)
 
     # ------------------------------------------------------------- consumer
     def __iter__(self) -> DevicePrefetch:
@@ -104,8 +124,13 @@ class DevicePrefetch(Iterator[Any]):
         self._done = True
         self._thread.join()
 
-    def close(self) -> None:
-        """Stop the producer thread and wait for it (idempotent)."""
+    def close(self, *, timeout_s: float | None = None) -> None:
+        """Stop the producer thread and wait for it (idempotent).
+
+        Args:
+          timeout_s: Wait at most this long for a producer inside ``next(source)``
+            (None: until it returns).
+        """
         self._done = True
         self._stop.set()
         # Unblock a producer waiting on a full queue at once.
@@ -114,7 +139,7 @@ class DevicePrefetch(Iterator[Any]):
                 self._queue.get_nowait()
             except queue.Empty:
                 break
-        self._thread.join()
+        self._thread.join(timeout_s)
 
     @property
     def running(self) -> bool:

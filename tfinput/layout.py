@@ -37,6 +37,7 @@ __all__ = [
     "GROUPS",
     "Slot",
     "PackedLayout",
+    "Block",
     "pack",
     "unpack",
     "is_packed",
@@ -270,15 +271,42 @@ def is_packed(features: Any) -> bool:
     return bool(groups) and not any(isinstance(v, Mapping) for v in groups)
 
 
-def pack(features: Mapping[str, Mapping[str, Any]], layout: PackedLayout) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """Where a per-feature tensor already sits inside a larger tensor, so that packing
+    can copy whole blocks instead of gathering features one by one.
+
+    Attributes:
+      tensor: ``[n, B]`` (``axis`` 0: one scalar feature per row, as the transforms check
+        them) or ``[B, n, width]`` (``axis`` 1: one ``[B, width]`` slab per feature, such
+        as the weight masks of multi-hot lists sharing ``max_len``).
+      index: The feature's row (``axis`` 0) or slab (``axis`` 1).
+      axis: 0 or 1, as above.
+    """
+
+    tensor: Any
+    index: int
+    axis: int
+
+
+def pack(
+    features: Mapping[str, Mapping[str, Any]],
+    layout: PackedLayout,
+    *,
+    blocks: Mapping[tuple[str, str], Block] | None = None,
+) -> dict[str, Any]:
     """Concatenate per-feature tensors into the packed groups (TensorFlow ops).
 
-    Called by the pipeline inside its parse map, after the transforms.
+    Called inside the pipeline's parse map by `tfinput.transforms.transform_batch`.
 
     Args:
       features: A per-feature batch from `tfinput.transforms.transform_batch` with the
         ``dense`` multi-hot format.
       layout: The schema's layout.
+      blocks: ``{(group, name): Block}`` for features that already sit in a larger
+        tensor (the transforms' checked matrices): consecutive slots from one block
+        are copied as one transposed or reshaped slice. Must hold the same values as
+        ``features``.
 
     Returns:
       ``{"dense": float32 [B, n_dense], "ids": int32 [B, n_ids], "weights": float32
@@ -316,7 +344,7 @@ def pack(features: Mapping[str, Mapping[str, Any]], layout: PackedLayout) -> dic
             if v.shape.rank != rank or width not in (s.width, None):
                 shape = "[B]" if s.scalar else f"[B, {s.width}]"
                 raise ConfigError(f"{where}: expected shape {shape} to pack, got {v.shape}")
-            parts.append((s.scalar, v))
+            parts.append((s.scalar, v, (blocks or {}).get((group, s.name))))
         out[group] = _join(parts)
     return out
 
@@ -328,28 +356,58 @@ def _columns(run: list[Any]) -> Any:
     return run[0][:, None] if len(run) == 1 else tf.transpose(tf.stack(run, axis=0))
 
 
-def _join(parts: list[tuple[bool, Any]]) -> Any:
-    """Columns side by side, cheaply: each run of scalars ``[B]`` becomes one
-    ``[n, B]`` stack (contiguous copies) transposed to ``[B, n]``, then one ``tf.concat``
-    joins the runs and the ``[B, w]`` blocks. On CPU, ``tf.stack(axis=1)`` (or an
-    ``expand_dims`` per column and a concat) writes one strided element at a time and
-    cost twice as much; on a cheap source such as columnar records that was most of
-    packing's CPU cost (benchmarks/RESULTS.md, "Feeding the step")."""
+def _slice(block: Block, start: int, stop: int) -> Any:
+    """Slabs ``start:stop`` of a block as ``[B, columns]``."""
     import tensorflow as tf
 
-    blocks: list[Any] = []
-    run: list[Any] = []
-    for scalar, v in parts:
+    whole = start == 0 and stop == block.tensor.shape[block.axis]
+    if block.axis == 0:  # [n, B] -> [B, stop - start]
+        return tf.transpose(block.tensor if whole else block.tensor[start:stop])
+    x = block.tensor if whole else block.tensor[:, start:stop]  # [B, k, width]
+    return tf.reshape(x, [-1, (stop - start) * x.shape[2]])
+
+
+def _join(parts: list[tuple[bool, Any, Block | None]]) -> Any:
+    """Columns side by side, cheaply, then one ``tf.concat``:
+
+    - consecutive slots that sit in one `Block` in order are one slice of it
+      (transposed or reshaped): nothing is gathered feature by feature;
+    - other runs of scalars ``[B]`` become one ``[n, B]`` stack (contiguous copies)
+      transposed to ``[B, n]``. On CPU, ``tf.stack(axis=1)`` (or an ``expand_dims`` per
+      column and a concat) writes one strided element at a time and cost twice as much;
+    - ``[B, w]`` tensors are joined as they are.
+    """
+    import tensorflow as tf
+
+    out: list[Any] = []
+    run: list[Any] = []  # scalars outside any block
+    span: list[Any] = []  # [block, start, stop] of the current block run
+
+    def flush() -> None:
+        if run:
+            out.append(_columns(run))
+            run.clear()
+        if span:
+            out.append(_slice(*span))
+            span.clear()
+
+    for scalar, v, block in parts:
+        if block is not None:
+            same = span and span[0].tensor is block.tensor and span[0].axis == block.axis
+            if same and span[2] == block.index:
+                span[2] += 1
+                continue
+            flush()
+            span.extend([block, block.index, block.index + 1])
+            continue
+        if span or (not scalar and run):
+            flush()
         if scalar:
             run.append(v)
-            continue
-        if run:
-            blocks.append(_columns(run))
-            run = []
-        blocks.append(v)
-    if run:
-        blocks.append(_columns(run))
-    return blocks[0] if len(blocks) == 1 else tf.concat(blocks, axis=1)
+        else:
+            out.append(v)
+    flush()
+    return out[0] if len(out) == 1 else tf.concat(out, axis=1)
 
 
 def unpack(features: Mapping[str, Any], layout: PackedLayout) -> dict[str, dict[str, Any]]:

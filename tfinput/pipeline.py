@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig
 from tfinput.errors import ConfigError, DataError, TfinputError
-from tfinput.layout import PackedLayout, is_packed, pack
+from tfinput.layout import PackedLayout, is_packed
 from tfinput.schema import Schema
 from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
 from tfinput.sources.files import PathsLike, as_paths
@@ -248,12 +248,11 @@ class Pipeline:
             _warn_large_padded_batches(schema, request.batch_size)
 
         def parse(encoded: Any) -> Any:
-            features, labels = transform_batch(
-                decode(encoded), schema, batch_size=static_batch, multi_hot_format=fmt
-            )
-            if packed is not None:  # in the same map: no extra pass over the batch
-                features = pack(features, packed)
-            return features, labels
+            # Packing is fused with the transforms, in the same map: no extra pass.
+            return transform_batch(
+                decode(encoded), schema, batch_size=static_batch, multi_hot_format=fmt,
+                layout=packed,
+            )  # fmt: skip
 
         return parse
 

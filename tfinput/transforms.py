@@ -17,6 +17,8 @@ Multi-hot ids are padded with id 0 and weight 0; nothing goes through
 ``tf.sparse.from_dense`` (which would drop real id 0). With ``multi_hot_format``
 ``"sparse"`` or ``"ragged"`` the multi-hot ids and weights are instead SparseTensor /
 RaggedTensor int32 holding exactly the real (truncated) ids, for TPU host enqueue.
+With ``layout`` (a `tfinput.layout.PackedLayout`) ``features`` is the packed groups
+instead, built from the matrices the checks already run on (`tfinput.layout.pack`).
 
 All checks are vectorized asserts whose messages name the feature and the value found.
 """
@@ -28,6 +30,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfinput.errors import ConfigError
+from tfinput.layout import Block, PackedLayout, pack
 from tfinput.schema import Categorical, Dense, MultiHot, Schema
 
 __all__ = ["parse_spec", "transform_batch", "MULTI_HOT_FORMATS"]
@@ -140,9 +144,12 @@ def _stack(values: list[tf.Tensor]) -> tf.Tensor:
     return tf.stack(values, axis=0) if len(values) > 1 else tf.expand_dims(values[0], 0)
 
 
-def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[str, tf.Tensor]:
+def _dense_scalars(
+    feats: list[tuple[Dense, tf.Tensor]], guards: list, blocks: dict
+) -> dict[str, tf.Tensor]:
     """Scalar dense features as one ``[n, B]`` matrix: one finiteness check, one clip
-    and one log1p for all of them, then split again."""
+    and one log1p for all of them, then split again (the matrix is recorded in
+    ``blocks`` for packing)."""
     if not feats:
         return {}
     x = _stack([v for _, v in feats])
@@ -191,6 +198,7 @@ def _dense_scalars(feats: list[tuple[Dense, tf.Tensor]], guards: list) -> dict[s
             guards.append(guard(tf.logical_not(tf.reduce_any(bad)), explain_log))
         mask = tf.constant([[v] for v in logs])
         x = tf.math.log1p(x) if all(logs) else tf.where(mask, tf.math.log1p(x), x)
+    blocks.update({("dense", f.name): Block(x, i, 0) for i, (f, _) in enumerate(feats)})
     columns = tf.unstack(x, axis=0)
     return {f.name: c for (f, _), c in zip(feats, columns)}
 
@@ -210,10 +218,11 @@ def _finite_labels(labels: dict[str, tf.Tensor]) -> tf.Tensor:
 
 
 def _single_ids(
-    feats: list[tuple[Categorical, tf.Tensor]], tables: dict
+    feats: list[tuple[Categorical, tf.Tensor]], tables: dict, blocks: dict
 ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None, list[Categorical]]:
     """Single-id features stacked per kind: int64 ids are folded and cast as one
-    ``[k, B]`` matrix; strings sharing a bucket count are hashed by one op.
+    ``[k, B]`` matrix; strings sharing a bucket count are hashed by one op. The int32
+    matrices are recorded in ``blocks`` for packing.
 
     Returns:
       ``(ids by name, the stacked int64 matrix or None, its features)``; the caller
@@ -229,8 +238,7 @@ def _single_ids(
             vocab = tf.constant([[tables[f.table].vocabulary_size] for f, _ in ints], tf.int64)
             ids = tf.math.floormod(stacked, vocab)  # identity on the checked strict rows
         # vocab <= 2**31 - 1 is enforced by Table, so the cast is exact.
-        for (f, _), c in zip(ints, tf.unstack(tf.cast(ids, tf.int32), axis=0)):
-            out[f.name] = c
+        _split_rows(tf.cast(ids, tf.int32), [f for f, _ in ints], out, blocks)
     by_vocab: dict[int, list[tuple[Categorical, tf.Tensor]]] = {}
     for f, v in feats:
         if f.dtype == "string":
@@ -238,9 +246,15 @@ def _single_ids(
     for vocab, group in by_vocab.items():
         # FarmHash fingerprint modulo vocab: identical in training and serving graphs.
         hashed = tf.strings.to_hash_bucket_fast(_stack([v for _, v in group]), vocab)
-        for (f, _), c in zip(group, tf.unstack(tf.cast(hashed, tf.int32), axis=0)):
-            out[f.name] = c
+        _split_rows(tf.cast(hashed, tf.int32), [f for f, _ in group], out, blocks)
     return out, stacked, [f for f, _ in ints]
+
+
+def _split_rows(matrix: tf.Tensor, feats: list, out: dict, blocks: dict) -> None:
+    """One ``[B]`` id tensor per row of an ``[k, B]`` matrix, and its `Block`."""
+    for i, (f, c) in enumerate(zip(feats, tf.unstack(matrix, axis=0))):
+        out[f.name] = c
+        blocks[("ids", f.name)] = Block(matrix, i, 0)
 
 
 def _finite(x: tf.Tensor, f: Dense) -> tf.Tensor:
@@ -320,13 +334,86 @@ def _multi_hot(
     )
 
 
+def _weight_guards(f: MultiHot, value: tf.RaggedTensor, w: tf.RaggedTensor) -> list[tf.Tensor]:
+    """Weights of a multi-hot feature are finite and one per id in every row."""
+    finite = guard(
+        tf.reduce_all(tf.math.is_finite(w.values)),
+        lambda: tf.constant(
+            f"feature '{f.name}': NaN or inf in weights column '{f.weights}'; "
+            "expected finite numbers"
+        ),
+    )
+    same = guard(
+        tf.reduce_all(tf.equal(value.row_lengths(), w.row_lengths())),
+        lambda: tf.constant(
+            f"feature '{f.name}': weights column '{f.weights}' has a different "
+            "number of values than the ids in some row"
+        ),
+    )
+    return [finite, same]
+
+
+def _runs(feats: list[MultiHot]) -> list[list[MultiHot]]:
+    """Consecutive multi-hot features sharing ``max_len``: each run masks as one block."""
+    runs: list[list[MultiHot]] = []
+    for f in feats:
+        if runs and runs[-1][0].max_len == f.max_len:
+            runs[-1].append(f)
+        else:
+            runs.append([f])
+    return runs
+
+
+def _pad_lists(
+    raw: dict[str, Any],
+    schema: Schema,
+    tables: dict,
+    batch_size: int | None,
+    out: tuple[dict, dict],
+    blocks: dict | None,
+) -> None:
+    """Multi-hot ids and weights padded to ``[B, max_len]`` (the ``dense`` format).
+
+    ``to_tensor(shape=...)`` pads and truncates in one op: longer lists keep their first
+    ``max_len`` ids. (Slicing the ragged tensor first costs more than everything else in
+    the transform.) With ``blocks`` (the packed layout), the weights of a run of
+    unweighted features sharing ``max_len`` are one ``[B, k, max_len]`` mask, recorded
+    for packing, so no per-feature mask is concatenated again. (The ids are padded one
+    feature at a time: ``tf.ragged.stack(axis=1)`` or a gather into one block cost more
+    than the concatenation they would save.)
+    """
+    ids, weights = out
+    for f in schema.multi_hot:
+        shape = [batch_size, f.max_len]
+        value = raw[f.source]
+        vocab = tables[f.table].vocabulary_size
+        ids[f.name] = value.with_values(_to_ids(value.values, f, vocab)).to_tensor(0, shape=shape)
+        if f.weights:
+            weights[f.name] = raw[f.weights].to_tensor(0.0, shape=shape)
+    masked = [f for f in schema.multi_hot if not f.weights]
+    runs = _runs(masked) if blocks is not None else [[f] for f in masked]
+    for run in runs:
+        lengths = [raw[f.source].row_lengths() for f in run]
+        width = run[0].max_len
+        if len(run) == 1:
+            mask = tf.sequence_mask(lengths[0], width, dtype=tf.float32)
+            shape = [batch_size, width]
+            weights[run[0].name] = mask if batch_size is None else tf.ensure_shape(mask, shape)
+            continue
+        block = tf.sequence_mask(tf.stack(lengths, axis=1), width, dtype=tf.float32)
+        for i, f in enumerate(run):
+            weights[f.name] = block[:, i]
+            blocks[("weights", f.name)] = Block(block, i, 1)
+
+
 def transform_batch(
     raw: dict[str, Any],
     schema: Schema,
     *,
     batch_size: int | None,
     multi_hot_format: str = "dense",
-) -> tuple[dict[str, dict[str, Any]], Any]:
+    layout: PackedLayout | None = None,
+) -> tuple[Any, Any]:
     """Turn a raw batch into ``(features, labels)``; see the module docstring.
 
     Args:
@@ -335,68 +422,50 @@ def transform_batch(
       batch_size: Static batch size to stamp on every output (None if the last batch
         may be partial).
       multi_hot_format: ``dense``, ``sparse`` or ``ragged`` for multi-hot outputs.
+      layout: Emit the packed layout (`tfinput.layout.pack`) instead of per-feature
+        tensors; needs the ``dense`` multi-hot format. Packing is fused with the
+        transforms: features are copied as whole blocks from the matrices they were
+        checked in.
     """
+    if layout is not None and multi_hot_format != "dense":
+        raise ConfigError(
+            f'multi_hot_format: the packed layout needs "dense", got {multi_hot_format!r}'
+        )
     tables = {t.name: t for t in schema.tables}
     weights: dict[str, Any] = {}
     guards: list[tf.Tensor] = []
+    blocks: dict = {}
     scalars = [(f, tf.cast(raw[f.source], tf.float32)) for f in schema.dense if f.length is None]
-    dense = _dense_scalars(scalars, guards)
+    dense = _dense_scalars(scalars, guards, blocks)
     for f in schema.dense:
         if f.length is not None:
             dense[f.name] = _dense_vector(tf.cast(raw[f.source], tf.float32), f, guards)
     singles = [(f, raw[f.source]) for f in schema.features if isinstance(f, Categorical)]
-    ids, stacked, int_singles = _single_ids(singles, tables)
+    ids, stacked, int_singles = _single_ids(singles, tables, blocks)
     list_checks: list[tuple[MultiHot, tf.Tensor]] = []
     for f in schema.multi_hot:
         value = raw[f.source]
         w = raw[f.weights] if f.weights else None
         if w is not None:
-            guards.append(
-                guard(
-                    tf.reduce_all(tf.math.is_finite(w.values)),
-                    lambda f=f: tf.constant(
-                        f"feature '{f.name}': NaN or inf in weights column '{f.weights}'; "
-                        "expected finite numbers"
-                    ),
-                )
-            )
-            same = tf.reduce_all(tf.equal(value.row_lengths(), w.row_lengths()))
-            guards.append(
-                guard(
-                    same,
-                    lambda f=f: tf.constant(
-                        f"feature '{f.name}': weights column '{f.weights}' has a different "
-                        "number of values than the ids in some row"
-                    ),
-                )
-            )
-        vocab = tables[f.table].vocabulary_size
-        if multi_hot_format == "dense":
-            # to_tensor(shape=[B, max_len]) pads and truncates in one op: longer lists keep
-            # their first max_len ids. (Slicing the ragged tensor first costs more than
-            # everything else in the transform.) Every id is range-checked, kept or not.
+            guards += _weight_guards(f, value, w)
+        if multi_hot_format == "dense":  # padded below; every id is range-checked
             if f.dtype == "int64":
                 list_checks.append((f, value.values))
-            shape = [batch_size, f.max_len]
-            ids[f.name] = value.with_values(_to_ids(value.values, f, vocab)).to_tensor(
-                0, shape=shape
-            )
-            if w is None:
-                mask = tf.sequence_mask(value.row_lengths(), f.max_len, dtype=tf.float32)
-                weights[f.name] = mask if batch_size is None else tf.ensure_shape(mask, shape)
-            else:
-                weights[f.name] = w.to_tensor(0.0, shape=shape)
             continue
         if w is not None:
             w = w[:, : f.max_len]
         value = value[:, : f.max_len]  # longer lists keep their first max_len ids
         if f.dtype == "int64":
             list_checks.append((f, value.values))
+        vocab = tables[f.table].vocabulary_size
         ids[f.name], weights[f.name] = _multi_hot(value, w, f, vocab, batch_size, multi_hot_format)
+    if multi_hot_format == "dense":
+        _pad_lists(raw, schema, tables, batch_size, (ids, weights), blocks if layout else None)
     guards += _check_ids(stacked, int_singles, list_checks, tables)
     # Outputs in schema order, whatever order the stacked groups produced them in.
     dense = {f.name: dense[f.name] for f in schema.dense}
     ids = {f.name: ids[f.name] for f in schema.categorical}
+    weights = {f.name: weights[f.name] for f in schema.multi_hot}
     labels = {lab.name: tf.cast(raw[lab.source], tf.float32) for lab in schema.labels}
     if labels:
         guards.append(_finite_labels(labels))
@@ -404,9 +473,14 @@ def transform_batch(
     # control outputs and returns only after they pass, so no identity ops are needed
     # to hold a bad batch back (tests/test_bad_input.py proves it).
     del guards
-    features: dict[str, dict[str, Any]] = {"dense": dense, "ids": ids, "weights": weights}
+    features: dict[str, Any] = {"dense": dense, "ids": ids, "weights": weights}
+    if layout is not None:
+        features = pack(features, layout, blocks=blocks)
+        groups = (features, labels)
+    else:
+        groups = (dense, ids, weights, labels)
     if batch_size is not None:
-        for group in (dense, ids, weights, labels):
+        for group in groups:
             for key, value in group.items():
                 if isinstance(value, tf.Tensor) and not value.shape.is_fully_defined():
                     shape = [batch_size] + value.shape.as_list()[1:]

@@ -168,6 +168,7 @@ def sample_tfrecord(files: list[str], limit: int) -> tuple[list[SampledColumn], 
     """
     import tensorflow as tf
 
+    from tfinput.pipeline import clean_error
     from tfinput.sources import TFRecordSource
 
     source = TFRecordSource(paths=tuple(files))
@@ -185,7 +186,7 @@ def sample_tfrecord(files: list[str], limit: int) -> tuple[list[SampledColumn], 
                 rows += 1
         except tf.errors.OpError as e:
             raise DataError(
-                f"{path}: not a readable TFRecord file ({e.message.splitlines()[0]})"
+                f"{path}: not a readable TFRecord file ({clean_error(e).splitlines()[0]})"
             ) from e
         if rows >= limit:
             break

@@ -1,0 +1,65 @@
+"""The tests mirror the packages: every public library module has its own test module.
+
+``tfinput/sources/parquet.py`` is tested by ``tests/tfinput/sources/test_parquet.py``; a
+package whose ``__init__.py`` defines public functions or classes (not only the lazy
+``__getattr__``) by ``tests/<package>/test_<package>.py``. Private modules (``_name.py``)
+are tested through the public module that uses them. Tests that cross modules (bad input
+on every source, exactly-once reading, the examples, import boundaries) live at the top
+of ``tests/``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("tfinput", "tuners", "profiles")
+LAZY = {"__getattr__", "__dir__"}
+
+
+def _defines_api(init: Path) -> bool:
+    tree = ast.parse(init.read_text())
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name not in LAZY
+        for node in tree.body
+    )
+
+
+def expected_test_modules() -> dict[str, Path]:
+    """Library module (repository-relative) -> the test module that must exist."""
+    want: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if rel.name == "__init__.py":
+                if not _defines_api(path):
+                    continue
+                test = ROOT / "tests" / rel.parent / f"test_{rel.parent.name}.py"
+            elif rel.name.startswith("_"):
+                continue
+            else:
+                test = ROOT / "tests" / rel.parent / f"test_{rel.stem}.py"
+            want[str(rel)] = test
+    return want
+
+
+def test_every_public_module_has_its_test_module():
+    missing = {
+        module: str(test.relative_to(ROOT))
+        for module, test in expected_test_modules().items()
+        if not test.is_file()
+    }
+    assert not missing, f"library modules without their test module: {missing}"
+
+
+def test_no_test_module_without_a_library_module():
+    """A test module inside the mirrored folders tests a module that exists (a second
+    module for one library module adds a suffix: ``test_storage_postgres.py``)."""
+    want = set(expected_test_modules().values())
+    for package in PACKAGES:
+        for test in (ROOT / "tests" / package).rglob("test_*.py"):
+            ok = any(
+                t.parent == test.parent and (t == test or test.stem.startswith(t.stem + "_"))
+                for t in want
+            )
+            assert ok, f"{test.relative_to(ROOT)} mirrors no library module"

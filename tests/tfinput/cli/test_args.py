@@ -1,0 +1,354 @@
+"""`tfinput.cli.args`: the shared argument groups, the value parsers, and
+`pipeline_from_args` on real TFRecord, Parquet and columnar files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import SEQUENTIAL, by_row_id, collect, expected_rows
+from tfinput import PipelineConfig, testing
+from tfinput.cli.args import (
+    add_output_arguments,
+    add_source_arguments,
+    add_step_arguments,
+    count,
+    delimiter,
+    find_schema,
+    list_columns,
+    pipeline_from_args,
+    pipeline_from_paths,
+)
+from tfinput.errors import ConfigError
+from tfinput.steps import CLI_STEPS
+
+SOURCE_HELP = {
+    "paths": "data files",
+    "schema": "the schema JSON",
+    "format": "input format",
+    "compression": "TFRecord compression",
+    "pipeline": "a pipeline object",
+    "demo": "the demo data",
+}
+
+
+def _parser(**overrides):
+    """A parser with every source argument (PATHS optional), as a command adds them."""
+    parser = argparse.ArgumentParser(prog="tfinput x")
+    add_source_arguments(parser, help=SOURCE_HELP, **{"paths": {"nargs": "*"}, **overrides})
+    return parser
+
+
+def _args(*argv):
+    return _parser().parse_args([str(a) for a in argv])
+
+
+# ------------------------------------------------------------ argument groups
+def test_source_arguments_defaults_and_help(capsys):
+    parser = argparse.ArgumentParser(prog="tfinput x")
+    add_source_arguments(parser, help={"paths": "data files", "format": None, "schema": "JSON"})
+    args = parser.parse_args(["a.tfrecord", "b.tfrecord"])
+    assert vars(args) == {"paths": ["a.tfrecord", "b.tfrecord"], "format": None, "schema": None}
+    text = parser.format_help()
+    assert "data files" in text and re.search(r"--schema SCHEMA +JSON", text)
+    assert "{tfrecord,parquet,columnar}" in text
+    # the order of the help mapping is the order of the arguments
+    options = [a.dest for a in parser._actions if a.dest != "help"]
+    assert options == ["paths", "format", "schema"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["a", "--format", "csv"])
+    assert "argument --format: invalid choice: 'csv'" in capsys.readouterr().err
+
+
+def test_source_argument_overrides():
+    args = _parser().parse_args(["--demo"])
+    assert (args.paths, args.demo, args.compression, args.pipeline) == ([], True, "auto", None)
+    args = _parser(compression={"default": "GZIP"}).parse_args(["f"])
+    assert args.compression == "GZIP"
+
+
+@pytest.mark.parametrize(
+    "add, help, overrides, unknown",
+    [
+        (add_source_arguments, {"paths": "x", "colour": "y"}, {}, "['colour']"),
+        (add_source_arguments, {"paths": "x"}, {"schema": {"default": "s.json"}}, "['schema']"),
+        (add_step_arguments, {"step": "x", "paths": "y"}, {}, "['paths']"),
+    ],
+    ids=["unknown-argument", "override-not-added", "not-a-step-argument"],
+)
+def test_unknown_arguments_are_refused(add, help, overrides, unknown):
+    with pytest.raises(TypeError, match=rf"^unknown arguments: {re.escape(unknown)}$"):
+        add(argparse.ArgumentParser(), help=help, **overrides)
+
+
+def test_step_arguments():
+    parser = argparse.ArgumentParser()
+    add_step_arguments(
+        parser,
+        help={"step": "s", "model": "m", "step_fn": "f", "device_time_ms": "d"},
+        step={"default": "ranking"},
+    )
+    args = parser.parse_args([])
+    assert vars(args) == {"step": "ranking", "model": None, "step_fn": None, "device_time_ms": None}
+    args = parser.parse_args(["--step", CLI_STEPS[0], "--device-time-ms", "2.5"])
+    assert args.step == CLI_STEPS[0] and args.device_time_ms == 2.5
+    assert parser.parse_args(["--model", "m.py:build", "--step-fn", "s:f"]).step_fn == "s:f"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--step", "no-such-step"])
+
+
+def test_step_argument_default_is_input_only():
+    parser = argparse.ArgumentParser()
+    add_step_arguments(parser, help={"step": None})
+    assert parser.parse_args([]).step == "input_only"
+    assert "input_only" in CLI_STEPS
+
+
+@pytest.mark.parametrize("html", [False, True])
+def test_output_arguments(html):
+    parser = argparse.ArgumentParser()
+    add_output_arguments(parser, json_help="machine-readable", html=html)
+    args = parser.parse_args(["--json", *(["--html", "r.html"] if html else [])])
+    assert args.json is True
+    assert getattr(args, "html", None) == ("r.html" if html else None)
+    assert parser.parse_args([]).json is False
+    assert ("--html PATH" in parser.format_help()) is html
+
+
+# --------------------------------------------------------------------- values
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("400000", 400_000),
+        ("400_000", 400_000),
+        ("400k", 400_000),
+        ("1M", 1_000_000),
+        ("2g", 2_000_000_000),
+        ("1.5k", 1_500),
+        (" 7 ", 7),
+        ("0", 0),
+    ],
+)
+def test_count(text, value):
+    assert count(text) == value
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("lots", "expected a count such as 400000, 400k or 1M: 'lots'"),
+        ("-5", "expected a count such as 400000, 400k or 1M: '-5'"),
+        ("4t", "expected a count such as 400000, 400k or 1M: '4t'"),
+        ("1.5", "expected a whole non-negative count: '1.5'"),
+        ("0.0001k", "expected a whole non-negative count: '0.0001k'"),
+    ],
+)
+def test_count_errors(text, message):
+    with pytest.raises(argparse.ArgumentTypeError) as error:
+        count(text)
+    assert str(error.value) == message
+
+
+def test_count_as_an_argparse_type(capsys):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=count)
+    assert parser.parse_args(["--rows", "10k"]).rows == 10_000
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--rows", "ten"])
+    assert "argument --rows: expected a count such as 400000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text, char",
+    [("tab", "\t"), ("TAB", "\t"), ("\\t", "\t"), ("comma", ","), ("semicolon", ";"),
+     ("pipe", "|"), ("space", " "), (";", ";"), ("::", "::")],
+)  # fmt: skip
+def test_delimiter(text, char):
+    assert delimiter(text) == char
+
+
+def test_list_columns():
+    assert list_columns(None) == {} and list_columns([]) == {}
+    assert list_columns(["genres", "tags=;", "ids=tab", "cats=comma"]) == {
+        "genres": "|",
+        "tags": ";",
+        "ids": "\t",
+        "cats": ",",
+    }
+
+
+@pytest.mark.parametrize("spec", ["=;", "tags=", ""])
+def test_list_columns_errors(spec):
+    with pytest.raises(ConfigError) as error:
+        list_columns(["genres", spec])
+    assert str(error.value) == f"--list-column: expected NAME or NAME=DELIMITER, got {spec!r}"
+
+
+# ------------------------------------------------------------------- pipeline
+CONFIG = PipelineConfig(batch_size=250, **SEQUENTIAL)
+
+
+def _assert_reads_the_fixture_rows(pipeline, small_columns, small_schema):
+    got = by_row_id(collect(pipeline.build(CONFIG)))
+    assert got["dense"]["row_id"].astype(int).tolist() == list(range(small_columns.rows))
+    for group, values in expected_rows(small_columns, small_schema).items():
+        for name, want in values.items():
+            np.testing.assert_allclose(got[group][name], want, rtol=1e-6, err_msg=name)
+    np.testing.assert_array_equal(got["labels"]["label"], small_columns.values["label"])
+
+
+@pytest.mark.parametrize("kind", ["tfrecord", "parquet", "columnar"])
+def test_pipeline_from_args_reads_every_format(
+    request, kind, schema_file, small_schema, small_columns
+):
+    files = request.getfixturevalue(f"small_{kind}")
+    schema = [] if kind == "columnar" else ["--schema", schema_file]  # the manifest's
+    pipeline = pipeline_from_args(_args(*files, *schema))
+    assert pipeline.source.kind == kind
+    assert pipeline.source.files() == sorted(files)
+    assert pipeline.schema == small_schema
+    _assert_reads_the_fixture_rows(pipeline, small_columns, small_schema)
+
+
+def test_columnar_directory_with_and_without_a_schema(tmp_path, small_columnar, small_schema):
+    directory = str(Path(small_columnar[0]).parent)
+    for argv in ([directory], [directory, "--format", "columnar"]):
+        pipeline = pipeline_from_args(_args(*argv))
+        assert pipeline.source.kind == "columnar" and pipeline.schema == small_schema
+    data = small_schema.to_dict()
+    for feature in data["features"]:
+        if feature["name"] == "history":
+            feature["max_len"] = 3
+    (tmp_path / "short.json").write_text(json.dumps(data))
+    pipeline = pipeline_from_args(_args(directory, "--schema", tmp_path / "short.json"))
+    assert pipeline.schema.feature("history").max_len == 3  # the given schema, not the manifest's
+
+
+def test_gzip_tfrecord_by_extension(tmp_path, small_schema, small_columns):
+    files = testing.write_tfrecord(
+        tmp_path,
+        small_schema,
+        rows=small_columns.rows,
+        files=2,
+        compression="GZIP",
+        columns=small_columns,
+    )
+    small_schema.to_json(tmp_path / "schema.json")
+    pipeline = pipeline_from_args(_args(*files))  # compression auto, schema.json beside
+    assert pipeline.source.kind == "tfrecord" and all(f.endswith(".gz") for f in files)
+    _assert_reads_the_fixture_rows(pipeline, small_columns, small_schema)
+
+
+def test_schema_json_next_to_the_data(tmp_path, small_tfrecord, small_schema):
+    for path in small_tfrecord:
+        shutil.copy(path, tmp_path)
+    small_schema.to_json(tmp_path / "schema.json")
+    pipeline = pipeline_from_args(_args(tmp_path / "*.tfrecord"))
+    assert pipeline.schema == small_schema and len(pipeline.source.files()) == 4
+    pipeline = pipeline_from_args(_args(tmp_path))  # a directory
+    assert pipeline.source.kind == "tfrecord" and len(pipeline.source.files()) == 4
+
+
+def test_format_overrides_the_extension(tmp_path, small_parquet, schema_file):
+    copies = []
+    for i, path in enumerate(small_parquet):
+        copies.append(str(shutil.copy(path, tmp_path / f"part-{i}.data")))
+    pipeline = pipeline_from_args(_args(*copies, "--schema", schema_file, "--format", "parquet"))
+    assert pipeline.source.kind == "parquet"
+    assert pipeline.source.files() == copies
+    pipeline = pipeline_from_paths(copies, schema_path=schema_file)  # by extension: TFRecord
+    assert pipeline.source.kind == "tfrecord"
+
+
+# a module naming pipelines as --pipeline takes them
+PIPELINES = """\
+import tfinput
+from tfinput import testing
+
+FILES = {files!r}
+
+
+def make():
+    return tfinput.tfrecord(FILES, testing.small_schema())
+
+
+PIPELINE = make()
+NOT_A_PIPELINE = 42
+
+
+def not_a_pipeline():
+    return "a string"
+"""
+
+
+@pytest.fixture
+def pipelines_py(tmp_path, small_tfrecord):
+    path = tmp_path / "pipelines.py"
+    path.write_text(PIPELINES.format(files=list(small_tfrecord)))
+    return str(path)
+
+
+@pytest.mark.parametrize("attribute", ["make", "PIPELINE"], ids=["function", "object"])
+def test_pipeline_option(pipelines_py, small_tfrecord, small_schema, attribute):
+    pipeline = pipeline_from_args(_args("--pipeline", f"{pipelines_py}:{attribute}"))
+    assert pipeline.source.files() == list(small_tfrecord)
+    assert pipeline.schema == small_schema
+
+
+@pytest.mark.parametrize("attribute, found", [("NOT_A_PIPELINE", "int"), ("not_a_pipeline", "str")])
+def test_pipeline_option_names_no_pipeline(pipelines_py, attribute, found):
+    spec = f"{pipelines_py}:{attribute}"
+    with pytest.raises(ConfigError) as error:
+        pipeline_from_args(_args("--pipeline", spec))
+    assert str(error.value) == f"--pipeline {spec}: expected a tfinput.Pipeline, got {found}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["a.tfrecord", "--demo"],
+        ["a.tfrecord", "--pipeline", "m:f"],
+        ["--demo", "--pipeline", "m:f"],
+    ],
+    ids=["none", "paths-and-demo", "paths-and-pipeline", "demo-and-pipeline"],
+)
+def test_exactly_one_pipeline(argv):
+    with pytest.raises(ConfigError) as error:
+        pipeline_from_args(_args(*argv))
+    assert str(error.value) == (
+        "give exactly one pipeline: PATHS with --schema, --pipeline or --demo"
+    )
+
+
+def test_a_command_without_source_arguments_has_no_pipeline():
+    with pytest.raises(ConfigError, match="give exactly one pipeline"):
+        pipeline_from_args(argparse.Namespace())
+
+
+# ----------------------------------------------------------------- find_schema
+def test_find_schema(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-0.tfrecord").write_bytes(b"")
+    (data / "schema.json").write_text("{}")
+    want = str(data / "schema.json")
+    assert find_schema([str(data)]) == want  # in the directory
+    assert find_schema([str(data / "part-0.tfrecord"), "other"]) == want  # next to the file
+    assert find_schema([str(data / "*.tfrecord")]) == want  # next to a glob
+
+
+def test_find_schema_says_where_it_looked(tmp_path):
+    path = str(tmp_path / "part-0.parquet")
+    with pytest.raises(ConfigError) as error:
+        find_schema([path])
+    assert str(error.value) == (
+        f"no --schema given and no schema.json next to {path!r} "
+        "(`tfinput convert`, `tfinput datagen` and `tfinput schema infer -o` write one)"
+    )

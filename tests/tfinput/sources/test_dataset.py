@@ -1,0 +1,141 @@
+"""`tfinput.sources.dataset` (`DatasetSource`): a user's own dataset, wrapped: what it
+declares and refuses, its checks of the elements, reading rows or batches."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+
+import tfinput
+from tests.helpers import wrapped_dataset
+from tfinput.config import PipelineConfig
+from tfinput.errors import SchemaError, SourceError
+from tfinput.sources import DatasetSource
+
+
+@pytest.mark.parametrize(("kind", "batch_size"), [("wrapped", 100), ("wrapped_batched", 50)])
+def test_wrapped_reads_the_fixture_rows_in_order(
+    kind, batch_size, pipeline_of, assert_reads_fixture_rows
+):
+    # wrapped_batched: the user's dataset batches by 50, so the pipeline's batch is 50
+    assert_reads_fixture_rows(pipeline_of(kind), batch_size=batch_size)
+
+
+def test_wrapped_declares_batching_and_no_files(small_columns):
+    rows = DatasetSource(dataset=wrapped_dataset(small_columns))
+    batches = DatasetSource(dataset=wrapped_dataset(small_columns).batch(5), batched=True)
+    assert (rows.kind, rows.batches_itself, rows.resume) == ("dataset", False, "dataset")
+    assert batches.batches_itself is True
+    assert rows.files() == [] and rows.check_files() == ([], [])
+
+
+def test_wrapped_names_file_knobs_and_shuffling_of_batches(
+    small_columns, small_schema, warnings_logged
+):
+    def make():
+        return wrapped_dataset(small_columns).ragged_batch(50)
+
+    pipeline = tfinput.wrap(make, small_schema, batched=True).with_file_shuffling()
+    config = PipelineConfig(batch_size=50, interleave_cycle_length=5, shuffle_buffer=123)
+    pipeline.build(config)
+    messages = "\n".join(warnings_logged())
+    assert "interleave_cycle_length=5 has no effect on the dataset source" in messages
+    assert "shuffle_buffer=123 has no effect on the dataset source" in messages
+    assert "shuffle_files has no effect on the dataset source" in messages
+
+
+def test_wrapped_rows_honour_the_shuffle_buffer(small_columns, small_schema, read_request):
+    source = DatasetSource(dataset=lambda: wrapped_dataset(small_columns))
+    assert source.unhonoured(read_request([], shuffle_buffer=123, cache=True)) == {}
+
+
+def test_wrapped_source_has_no_roofline(small_columns, small_schema):
+    pipeline = tfinput.wrap(lambda: wrapped_dataset(small_columns), small_schema)
+    with pytest.raises(SourceError, match="roofline: supported for tfrecord, parquet and columnar"):
+        pipeline.source.roofline_stages([], small_schema, 100)
+
+
+def test_a_shuffle_buffer_larger_than_the_dataset_is_capped(
+    small_columns, small_schema, warnings_logged
+):
+    pipeline = tfinput.wrap(lambda: wrapped_dataset(small_columns), small_schema)
+    pipeline.build(PipelineConfig(batch_size=50, shuffle_buffer=5000))
+    assert (
+        "tfinput: shuffle_buffer 5000 is larger than the wrapped dataset's 1000 element(s); "
+        "using 1000"
+    ) in warnings_logged()
+
+
+def test_a_callable_must_return_a_dataset(small_schema):
+    with pytest.raises(
+        SourceError, match=r"wrapped source: expected a tf\.data\.Dataset, got list"
+    ):
+        tfinput.wrap(lambda: [1, 2], small_schema).build(PipelineConfig(batch_size=2))
+
+
+def _without(cols, key: str, **replace) -> tf.data.Dataset:
+    """The fixture rows without column ``key`` (or with it replaced)."""
+    ds = wrapped_dataset(cols)
+
+    def change(row):
+        row = {k: v for k, v in row.items() if k != key}
+        row.update({k: f(row) for k, f in replace.items()})
+        return row
+
+    return ds.map(change)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda cols: _without(cols, "price", prices=lambda r: r["row_id"]),
+            "wrapped dataset: feature 'price': key 'price' missing; keys: ['country', "
+            "'embedding', 'history', 'history_w', 'label', 'last_item', 'prices', 'row_id', "
+            "'tags', 'user_id']; did you mean ['prices']?",
+        ),
+        (
+            lambda cols: _without(
+                cols, "user_id", user_id=lambda r: tf.strings.as_string(r["row_id"])
+            ),
+            "wrapped dataset: feature 'user_id': key 'user_id' has dtype string; the schema "
+            "expects numbers",
+        ),
+        (
+            lambda cols: _without(cols, "price", price=lambda r: tf.fill([2], 1.0)),
+            "wrapped dataset: feature 'price': key 'price' has shape [2] per example; the "
+            "schema expects scalars ([] or [1])",
+        ),
+        (
+            lambda cols: tf.data.Dataset.range(3),
+            "wrapped dataset: elements must be dicts keyed by column, got TensorSpec",
+        ),
+    ],
+    ids=["missing-key", "wrong-dtype", "wrong-shape", "not-a-dict"],
+)
+def test_elements_are_checked_against_the_schema_at_build(
+    small_columns, small_schema, make, message
+):
+    pipeline = tfinput.wrap(lambda: make(small_columns), small_schema)
+    with pytest.raises(SchemaError) as e:
+        pipeline.build(PipelineConfig(batch_size=10))
+    assert str(e.value).startswith(message)
+
+
+def test_scalars_as_length_one_vectors_and_int32_ids_are_accepted(small_columns, small_schema):
+    """``FixedLenFeature([1])`` gives ``[1]`` scalars; numpy ids may be int32."""
+
+    def make():
+        return wrapped_dataset(small_columns).map(
+            lambda r: {
+                **r,
+                "price": tf.reshape(r["price"], [1]),
+                "user_id": tf.cast(r["user_id"], tf.int32),
+            }
+        )
+
+    pipeline = tfinput.wrap(make, small_schema)
+    features, _ = next(iter(pipeline.build(PipelineConfig(batch_size=10))))
+    assert features["dense"]["price"].shape == (10,)
+    want = small_columns.values["user_id"][:10] % 500
+    assert features["ids"]["user_id"].numpy().tolist() == want.tolist()

@@ -1,0 +1,85 @@
+"""`tfinput.sources.files`: paths, globs and directories into files; empty files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tfinput.errors import SourceError
+from tfinput.sources import files
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """b.rec, a.rec, empty.rec (0 bytes), plus what a directory listing leaves out."""
+    for name in ("b.rec", "a.rec", ".hidden", "_SUCCESS", "schema.json"):
+        (tmp_path / name).write_bytes(b"data")
+    (tmp_path / "empty.rec").write_bytes(b"")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.rec").write_bytes(b"data")
+    return tmp_path
+
+
+def test_as_paths():
+    assert files.as_paths("a.rec") == ("a.rec",)
+    assert files.as_paths(Path("d") / "a.rec") == (str(Path("d") / "a.rec"),)
+    assert files.as_paths([Path("a"), "b"]) == ("a", "b")
+    with pytest.raises(SourceError, match="no input paths given"):
+        files.as_paths([])
+
+
+def test_a_directory_lists_its_data_files_sorted(tree):
+    got = files.resolve_paths(tree)
+    assert got == [str(tree / n) for n in ("a.rec", "b.rec", "empty.rec")]
+
+
+def test_globs_files_and_lists_are_expanded_once_each(tree):
+    got = files.resolve_paths([str(tree / "*.rec"), tree / "a.rec", str(tree / "sub" / "c.rec")])
+    assert got == [str(tree / n) for n in ("a.rec", "b.rec", "empty.rec", "sub/c.rec")]
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("missing.rec", "TFRecord file '{d}/missing.rec' does not exist"),
+        ("*.parquet", "TFRecord pattern '{d}/*.parquet' matches no files"),
+        ("sub", "TFRecord pattern '{d}/sub' matches no files"),
+    ],
+    ids=["missing-file", "glob-matches-nothing", "directory-without-files"],
+)
+def test_resolve_names_the_path_that_gives_no_file(tmp_path, path, message):
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(SourceError) as e:
+        files.resolve_paths([str(tmp_path / path)], what="TFRecord")
+    assert str(e.value) == message.format(d=tmp_path)
+
+
+def test_resolve_an_empty_list():
+    with pytest.raises(SourceError, match="no Parquet files given"):
+        files.resolve_paths([], what="Parquet")
+
+
+def test_empty_files_are_skipped_and_logged(tree, caplog):
+    listed = files.resolve_paths(tree)
+    kept, empty = files.drop_empty_files(listed, "skip")
+    assert kept == [str(tree / "a.rec"), str(tree / "b.rec")]
+    assert empty == [str(tree / "empty.rec")]
+    assert f"tfinput: skipped 1 empty file(s): {tree / 'empty.rec'}" in caplog.text
+
+
+def test_empty_files_refused_by_policy_or_when_nothing_is_left(tree):
+    listed = files.resolve_paths(tree)
+    with pytest.raises(SourceError) as e:
+        files.drop_empty_files(listed, "error")
+    assert str(e.value).startswith(f"1 empty file(s), first {str(tree / 'empty.rec')!r}; ")
+    assert "empty_files='skip'" in str(e.value)
+    with pytest.raises(SourceError, match=r"all 1 input file\(s\) are empty, first '.*empty.rec'"):
+        files.drop_empty_files([str(tree / "empty.rec")], "skip")
+
+
+def test_empty_files_policy():
+    files.check_empty_files_policy("skip")
+    files.check_empty_files_policy("error")
+    with pytest.raises(SourceError, match="empty_files: expected 'skip' or 'error', got 'ignore'"):
+        files.check_empty_files_policy("ignore")

@@ -1,0 +1,218 @@
+"""`tfinput.models`: `PaddedEmbeddingBag`, `signed_log1p` and the Keras 3 ranking model,
+which trains under XLA on per-feature and packed batches (TensorFlow and JAX backends)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfinput
+from tfinput import models, testing
+from tfinput.config import PipelineConfig
+
+
+def test_ranking_model_trains_with_jit_compile(small_tfrecord):
+    schema = testing.small_schema(row_id=False)
+    ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=100))
+    model = models.ranking_model(schema, jit_compile=True)
+    assert model.jit_compile
+    features, labels = next(iter(ds))
+    model.train_on_batch(features, labels)  # builds the variables
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    losses = [float(model.train_on_batch(f, y)[0]) for f, y in ds.repeat(3)]
+    assert len(losses) == 30 and all(np.isfinite(losses))
+    changed = [
+        not np.array_equal(a, w.numpy())
+        for a, w in zip(before, model.trainable_weights, strict=True)
+    ]
+    assert all(changed), "every weight, every embedding table included, was trained"
+
+
+def test_ranking_model_fits_with_the_tuned_steps_per_execution(small_tfrecord):
+    """Also proves that ``Model.fit`` takes the pipeline's dataset as it is."""
+    schema = testing.small_schema(row_id=False)
+    ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=100))
+    model = models.ranking_model(schema, steps_per_execution=5)
+    assert model.steps_per_execution == 5
+    history = model.fit(ds, epochs=1, verbose=0)  # 10 batches: two calls of 5 steps
+    assert np.isfinite(history.history["loss"][-1])
+
+
+def test_forward_pass_compiles_with_xla_and_static_shapes(small_tfrecord):
+    schema = testing.small_schema(row_id=False)
+    ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=100))
+    model = models.RankingModel(schema)
+    features, _ = next(iter(ds))
+
+    @tf.function(jit_compile=True, input_signature=[ds.element_spec[0]])
+    def forward(f):
+        return model(f)
+
+    logits = forward(features)
+    assert logits.shape == (100,)
+    hlo = forward.experimental_get_compiler_ir(features)(stage="hlo")
+    assert "gather" in hlo.lower()
+
+
+def test_embedding_bag_combiners_and_empty_rows():
+    layer = models.PaddedEmbeddingBag(10, 2, "mean")
+    layer.build(None) if not layer.built else None
+    table = layer.embeddings.numpy()
+    ids = np.array([[1, 2, 0], [0, 0, 0]], np.int32)
+    w = np.array([[1.0, 3.0, 0.0], [0.0, 0.0, 0.0]], np.float32)
+    out = layer(ids, w).numpy()
+    np.testing.assert_allclose(out[0], (table[1] + 3 * table[2]) / 4, rtol=1e-6)
+    np.testing.assert_allclose(out[1], 0.0)
+    for combiner, norm in (("sum", 1.0), ("sqrtn", np.sqrt(10.0))):
+        layer2 = models.PaddedEmbeddingBag(10, 2, combiner)
+        t2 = layer2.embeddings.numpy()
+        np.testing.assert_allclose(layer2(ids, w).numpy()[0], (t2[1] + 3 * t2[2]) / norm, rtol=1e-5)
+
+
+def _raw_magnitudes(tmp_path, n=512):
+    """Parquet with unscaled dense columns: ids near 1e19 stored as floats, hour stamps
+    near 1.4e7, signed values of 1e9, plus one categorical and a label."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "raw.parquet"
+    table = pa.table(
+        {
+            "big_id": pa.array(rng.uniform(1e18, 1e19, n), pa.float32()),
+            "hour": pa.array(rng.integers(14_000_000, 14_010_000, n), pa.int64()),
+            "delta": pa.array(rng.normal(0, 1e9, n), pa.float32()),
+            "cat": pa.array(rng.integers(0, 10, n), pa.int64()),
+            "label": pa.array(rng.integers(0, 2, n), pa.int64()),
+        }
+    )
+    pq.write_table(table, path)
+    return str(path)
+
+
+def test_ranking_model_loss_stays_finite_on_raw_dense_magnitudes(tmp_path):
+    from tfinput.schema import Categorical, Dense, Label, Schema, Table
+
+    schema = Schema(
+        features=(
+            Dense(name="big_id"),
+            Dense(name="hour", dtype="int64"),
+            Dense(name="delta"),
+            Categorical(name="cat", table="cat"),
+        ),
+        tables=(Table(name="cat", vocabulary_size=10, dim=4),),
+        labels=(Label(name="label", dtype="int64"),),
+    )
+    ds = tfinput.parquet(_raw_magnitudes(tmp_path), schema).build(PipelineConfig(batch_size=64))
+    model = models.ranking_model(schema, jit_compile=True)
+    losses = [float(model.train_on_batch(f, y)[0]) for f, y in ds.repeat(2)]
+    assert len(losses) == 16 and all(np.isfinite(losses)), losses
+
+
+def test_signed_log1p_is_finite_and_odd():
+    x = np.array([-3.4e38, -1e19, -1.0, 0.0, 1.0, 1e19, 3.4e38], np.float32)
+    y = np.asarray(models.signed_log1p(tf.constant(x)))
+    assert np.isfinite(y).all() and y[3] == 0.0
+    np.testing.assert_allclose(y, -y[::-1], rtol=1e-6)
+    np.testing.assert_allclose(y[4], np.log1p(1.0), rtol=1e-6)
+
+
+def test_ranking_model_takes_packed_batches_with_jit_compile(small_tfrecord):
+    """The same model gives the same logits on both layouts, and trains on packed
+    batches with ``train_on_batch`` and ``fit`` under XLA."""
+    schema = testing.small_schema(row_id=False)
+    pipeline = tfinput.tfrecord(small_tfrecord, schema)
+    config = PipelineConfig(batch_size=100, deterministic=True)
+    packed = pipeline.with_layout("packed").build(config)
+    model = models.ranking_model(schema, jit_compile=True)
+    features, _ = next(iter(packed))
+    per_feature, _ = next(iter(pipeline.build(config)))
+    np.testing.assert_allclose(
+        model.predict_on_batch(features), model.predict_on_batch(per_feature), rtol=1e-6
+    )
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    losses = [float(model.train_on_batch(f, y)[0]) for f, y in packed]
+    history = model.fit(
+        packed.repeat(), steps_per_epoch=5, epochs=2, shuffle=False, verbose=0
+    ).history
+    assert len(losses) == 10 and all(np.isfinite(losses + history["loss"]))
+    assert all(
+        not np.array_equal(a, w.numpy())
+        for a, w in zip(before, model.trainable_weights, strict=True)
+    )
+
+
+_JAX_PACKED = """
+import numpy as np, keras, tensorflow as tf, tfinput
+from tfinput import models
+assert keras.config.backend() == "jax"
+schema = tfinput.testing.small_schema(row_id=False)
+pipeline = tfinput.tfrecord(FILES, schema)
+config = tfinput.PipelineConfig(batch_size=100, deterministic=True)
+numpy = lambda b: tf.nest.map_structure(lambda t: t.numpy(), b)
+packed = [numpy(b) for b in pipeline.with_layout("packed").build(config)]
+per_feature = [numpy(b) for b in pipeline.build(config)]
+model = models.ranking_model(schema, jit_compile=True)
+np.testing.assert_allclose(
+    model.predict_on_batch(packed[0][0]), model.predict_on_batch(per_feature[0][0]), rtol=1e-5
+)
+losses = [float(model.train_on_batch(f, y)[0]) for f, y in packed]
+x = {k: np.concatenate([f[k] for f, _ in packed]) for k in packed[0][0]}
+y = np.concatenate([lab for _, lab in packed])
+history = model.fit(x, y, batch_size=100, epochs=2, verbose=0).history
+assert all(np.isfinite(losses + history["loss"])), (losses, history)
+print("OK", len(losses), len(history["loss"]))
+"""
+
+
+@pytest.mark.slow
+def test_ranking_model_takes_packed_numpy_batches_on_the_jax_backend(small_tfrecord):
+    pytest.importorskip("jax")
+    code = _JAX_PACKED.replace("FILES", repr(list(small_tfrecord)))
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "JAX_PLATFORMS": "cpu",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "OK 10 2" in out.stdout
+
+
+def test_embedding_bag_single_ids_unweighted_lists_and_serialization():
+    layer = models.PaddedEmbeddingBag(10, 3, "sum", name="bag")
+    table = layer.embeddings.numpy()
+    assert table.shape == (10, 3)
+    np.testing.assert_allclose(layer(np.array([4, 0], np.int32)).numpy(), table[[4, 0]])
+    lists = layer(np.array([[1, 2], [5, 5]], np.int32)).numpy()  # no weights: all 1
+    np.testing.assert_allclose(lists, [table[1] + table[2], 2 * table[5]], rtol=1e-6)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(restored) is models.PaddedEmbeddingBag
+    assert (restored.vocabulary_size, restored.dim, restored.combiner) == (10, 3, "sum")
+
+
+def test_ranking_model_shares_tables_and_sizes_its_cross_layers(small_tfrecord):
+    schema = testing.small_schema(row_id=False)
+    ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=8))
+    model = models.ranking_model(schema, learning_rate=0.01, jit_compile=False, cross_layers=3)
+    features, _ = next(iter(ds))
+    assert model(features).shape == (8,)
+    assert model.name == "ranking_model"
+    assert float(model.optimizer.learning_rate) == pytest.approx(0.01)
+    # history and last_item share "items", country and tags share "tokens"
+    assert {n: t.embeddings.shape for n, t in model.tables.items()} == {
+        "items": (1000, 8),
+        "user": (500, 8),
+        "tokens": (2048, 4),
+    }
+    # bottom MLP 32 + user 8 + country 4 + last_item 8 + history 8 + tags 4
+    assert [layer.kernel.shape for layer in model.cross_dense] == [(64, 64)] * 3

@@ -1,0 +1,278 @@
+"""`tfinput.pipeline`: the `Pipeline` definition (builders, layout choice, validation),
+the tf.data skeleton `build` applies, the factories, `check`, `iterate` and its errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfinput
+from tests.helpers import collect
+from tfinput import testing
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError, DataError
+from tfinput.layout import is_packed
+from tfinput.pipeline import CheckReport, FileCheck, clean_error
+from tfinput.schema import Label, MultiHot, Schema, Table
+
+
+def _graph(ds: tf.data.Dataset) -> tf.compat.v1.GraphDef:
+    return tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
+
+
+# ------------------------------------------------------------ the skeleton
+def test_parsing_is_vectorized_batch_then_parse(small_tfrecord, small_schema):
+    ds = tfinput.tfrecord(small_tfrecord, small_schema).build(PipelineConfig(batch_size=32))
+    graph = _graph(ds)
+    ops = [n.op for n in graph.node]
+    assert "BatchDatasetV2" in ops and "ParallelMapDatasetV2" in ops
+    fn_ops = {n.op for f in graph.library.function for n in f.node_def}
+    assert "ParseExampleV2" in fn_ops and "ParseSingleExample" not in fn_ops
+    # the map runs after the batch: batch's output feeds the map
+    names = {n.name: n for n in graph.node}
+    map_node = next(n for n in graph.node if n.op == "ParallelMapDatasetV2")
+    assert names[map_node.input[0].split(":")[0]].op == "BatchDatasetV2"
+
+
+def test_packing_happens_in_the_parse_map(small_tfrecord, small_schema):
+    """No extra pass: the packed and per-feature graphs have the same dataset ops."""
+
+    def ops(ds):
+        return sorted(n.op for n in _graph(ds).node if n.op.endswith("Dataset"))
+
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    config = PipelineConfig(batch_size=10)
+    assert ops(pipeline.with_layout("packed").build(config)) == ops(pipeline.build(config))
+
+
+@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"], ids=["gzip", "zlib"])
+def test_compressed_tfrecord(tmp_path, small_schema, compression):
+    files = testing.write_tfrecord(
+        tmp_path, small_schema, rows=200, files=2, compression=compression
+    )
+    for comp in ("auto", compression):
+        got = collect(
+            tfinput.tfrecord(files, small_schema, compression=comp).build(
+                PipelineConfig(batch_size=50)
+            )
+        )
+        assert sorted(got["dense"]["row_id"].tolist()) == list(range(200))
+
+
+def test_globs_lists_and_directories(small_tfrecord, small_schema):
+    d = os.path.dirname(small_tfrecord[0])
+    for paths in (small_tfrecord, os.path.join(d, "part-*"), d, [small_tfrecord[0], d]):
+        got = collect(tfinput.tfrecord(paths, small_schema).build(PipelineConfig(batch_size=100)))
+        assert len(got["dense"]["row_id"]) == 1000
+
+
+def test_same_definition_builds_with_any_config(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    configs = [
+        PipelineConfig.naive(batch_size=100),
+        PipelineConfig.heuristic(batch_size=100, cpu_count=2),
+        PipelineConfig.autotune(batch_size=100),
+        PipelineConfig(
+            batch_size=100,
+            interleave_cycle_length=2,
+            interleave_block_length=8,
+            interleave_parallelism=2,
+            map_parallelism=3,
+            prefetch=4,
+            shuffle_buffer=256,
+            shuffle_seed=1,
+            private_threadpool_size=2,
+            max_intra_op_parallelism=1,
+            deterministic=False,
+            cache=True,
+            autotune_ram_budget=2**28,
+        ),
+    ]
+    for config in configs:
+        got = collect(pipeline.build(config))
+        assert sorted(got["dense"]["row_id"].tolist()) == list(range(1000)), config
+
+
+def test_drop_remainder_false_keeps_the_tail(small_tfrecord, small_schema):
+    ds = tfinput.tfrecord(small_tfrecord, small_schema).build(
+        PipelineConfig(batch_size=300, drop_remainder=False)
+    )
+    sizes = [int(f["dense"]["row_id"].shape[0]) for f, _ in ds]
+    assert sum(sizes) == 1000 and sizes.count(300) == 3
+
+
+def test_dataset_options_follow_the_config(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    config = PipelineConfig(
+        batch_size=10,
+        private_threadpool_size=2,
+        max_intra_op_parallelism=1,
+        deterministic=False,
+        autotune_ram_budget=2**28,
+    )
+    options = pipeline.build(config).options()
+    assert options.threading.private_threadpool_size == 2
+    assert options.threading.max_intra_op_parallelism == 1
+    assert options.deterministic is False
+    assert options.autotune.ram_budget == 2**28
+    # AUTOTUNE leaves tf.data's own defaults alone
+    options = pipeline.build(PipelineConfig(batch_size=10)).options()
+    assert options.threading.private_threadpool_size is None
+    assert options.deterministic is None
+
+
+def test_large_padded_multi_hot_batch_warns_at_build(tmp_path, caplog):
+    schema = Schema(
+        features=(MultiHot(name="m", table="t", max_len=65_536),),
+        tables=(Table(name="t", vocabulary_size=10, dim=2),),
+        labels=(Label(name="y"),),
+    )
+    ds = tf.data.Dataset.from_tensor_slices({"m": np.ones((4, 1), np.int64), "y": [0.0] * 4})
+    with caplog.at_level(logging.WARNING, logger="tfinput"):
+        tfinput.wrap(ds, schema).build(PipelineConfig(batch_size=1024))
+    assert "'m'" in caplog.text and "max_len 65536" in caplog.text and "MiB" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tfinput"):
+        tfinput.wrap(ds, schema).with_multi_hot_format("ragged").build(
+            PipelineConfig(batch_size=1024)
+        )
+    assert "max_len" not in caplog.text
+
+
+# ------------------------------------------------------------ the definition
+def test_builders_return_new_pipelines(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    other_schema = testing.small_schema(row_id=False)
+    changed = (
+        pipeline.with_multi_hot_format("ragged").with_file_shuffling().with_schema(other_schema)
+    )
+    assert (changed.multi_hot_format, changed.shuffle_files) == ("ragged", True)
+    assert changed.schema is other_schema and changed.source == pipeline.source
+    assert (pipeline.multi_hot_format, pipeline.shuffle_files) == ("dense", False)
+    assert pipeline.schema is small_schema
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pipeline.layout = "packed"
+
+
+def test_describe_is_json_ready(small_tfrecord, small_schema):
+    assert tfinput.tfrecord(small_tfrecord, small_schema).describe() == {
+        "source": "tfrecord",
+        "files": 4,
+        "features": 8,
+        "multi_hot": 2,
+        "multi_hot_format": "dense",
+        "layout": "per_feature",
+    }
+
+
+def test_with_layout_returns_a_new_pipeline_described_with_its_layout(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    packed = pipeline.with_layout("packed")
+    assert pipeline.layout == "per_feature" and packed.layout == "packed"
+    assert pipeline.describe()["layout"] == "per_feature"
+    assert packed.describe()["layout"] == "packed"
+    assert packed.packed_layout().n_ids == 12
+    with pytest.raises(tfinput.ConfigError, match="layout: expected one of"):
+        tfinput.Pipeline(source=pipeline.source, schema=small_schema, layout="wide")
+
+
+def test_unknown_layout_name_is_refused(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    with pytest.raises(ConfigError, match=r"layout: expected one of \['per_feature', 'packed'\]"):
+        pipeline.with_layout("columns")
+    with pytest.raises(ConfigError, match=r"PipelineConfig\.layout"):
+        PipelineConfig(layout="columns")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"multi_hot_format": "wide"},
+            r"multi_hot_format: expected one of \['dense', 'sparse', 'ragged'\], got 'wide'",
+        ),
+        ({"schema": {"features": []}}, "schema: expected a tfinput.Schema, got dict"),
+    ],
+    ids=["multi-hot-format", "schema"],
+)
+def test_bad_definitions_are_refused(small_tfrecord, small_schema, change, message):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    with pytest.raises(ConfigError, match=message):
+        dataclasses.replace(pipeline, **change)
+
+
+def test_build_refuses_a_config_that_is_not_a_pipeline_config(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    with pytest.raises(ConfigError, match="config: expected a PipelineConfig, got dict"):
+        pipeline.build({"batch_size": 10})
+
+
+def test_config_layout_overrides_the_pipelines(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    assert pipeline.layout == "per_feature"
+    spec, _ = pipeline.build(PipelineConfig(batch_size=10, layout="packed")).element_spec
+    assert is_packed(spec) and spec["ids"].shape == (10, 12)
+    packed = pipeline.with_layout("packed")
+    spec, _ = packed.build(PipelineConfig(batch_size=10)).element_spec
+    assert is_packed(spec)
+    spec, _ = packed.build(PipelineConfig(batch_size=10, layout="per_feature")).element_spec
+    assert not is_packed(spec) and spec["ids"]["history"].shape == (10, 5)
+
+
+@pytest.mark.parametrize("fmt", ["sparse", "ragged"])
+def test_packed_needs_the_dense_multi_hot_format(small_tfrecord, small_schema, fmt):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema).with_multi_hot_format(fmt)
+    match = f'layout "packed" needs multi_hot_format "dense", got multi_hot_format \'{fmt}\''
+    with pytest.raises(ConfigError, match=match):
+        pipeline.with_layout("packed").build(PipelineConfig(batch_size=10))
+    with pytest.raises(ConfigError, match=match):
+        pipeline.build(PipelineConfig(batch_size=10, layout="packed"))
+    pipeline.with_layout("packed").build(PipelineConfig(batch_size=10, layout="per_feature"))
+
+
+# ------------------------------------------------------- check and iterate
+def test_describe_and_check_on_a_packed_pipeline(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema).with_layout("packed")
+    assert pipeline.describe()["layout"] == "packed"
+    report = pipeline.check(batch_size=128)
+    assert report.ok and report.records == 1000
+    assert report == CheckReport(
+        files=tuple(FileCheck(path=p, records=250) for p in small_tfrecord)
+    )
+    assert report.problems == ()
+
+
+def test_iterate_yields_what_build_yields(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    config = PipelineConfig(batch_size=100, deterministic=True)
+    got = [f["dense"]["row_id"].numpy() for f, _ in pipeline.iterate(config)]
+    want = [f["dense"]["row_id"].numpy() for f, _ in pipeline.build(config)]
+    assert len(got) == 10
+    np.testing.assert_array_equal(np.concatenate(got), np.concatenate(want))
+
+
+def test_iterate_turns_a_tensorflow_error_into_a_data_error_naming_the_file(
+    small_tfrecord, small_schema
+):
+    """The data hold user ids up to 499; a table of 100 rows is too small for them.
+    `Pipeline.check` (1024 records a batch) finds the file and the records."""
+    tables = tuple(
+        dataclasses.replace(t, vocabulary_size=100) if t.name == "user" else t
+        for t in small_schema.tables
+    )
+    pipeline = tfinput.tfrecord(small_tfrecord[0], small_schema.replace(tables=tables))
+    config = PipelineConfig(batch_size=100)
+    expected = "feature 'user_id': id out of range; expected ids in [0, 100) (table 'user')"
+    with pytest.raises(DataError) as error:
+        list(pipeline.iterate(config))
+    assert str(error.value).startswith(f"{small_tfrecord[0]}: records 0-249: {expected}")
+    assert isinstance(error.value.__cause__, tf.errors.InvalidArgumentError)
+    with pytest.raises(DataError) as error:
+        list(pipeline.iterate(config, diagnose=False))
+    assert str(error.value).startswith(expected)
+    assert clean_error(error.value) == str(error.value)  # tfinput's own errors pass through

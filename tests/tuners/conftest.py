@@ -1,0 +1,208 @@
+"""Shared by the tuner tests: the tuned pipeline, one real `tune` run, the CLI arguments,
+and deterministic fakes (a workload on a fake clock) that need no timing."""
+
+from __future__ import annotations
+
+import tempfile
+
+import optuna
+import pytest
+
+import tfinput
+from tfinput.config import PipelineConfig
+from tuners.space import SearchSpace
+from tuners.study import tune
+
+# The format advice (a roofline, a conversion, a side-by-side measurement) and the gain
+# by knob have their own tests; the other tune() tests leave them out.
+FAST = {"windows": 2, "window_batches": 2, "warmup_batches": 1, "confirm_top": 1}
+FAST.update(confirm_windows=2, advise_format=False, breakdown=False)
+
+
+@pytest.fixture
+def pipeline(small_tfrecord, small_schema):
+    return tfinput.tfrecord(small_tfrecord, small_schema)
+
+
+@pytest.fixture
+def base():
+    return PipelineConfig(batch_size=50)
+
+
+@pytest.fixture(scope="session")
+def tuned(small_tfrecord, small_schema, tmp_path_factory):
+    """One real `tune` of the shared TFRecord pipeline (5 trials, a current config,
+    `FAST` measurements, no format advice, no breakdown): ``(pipeline, current, result)``.
+    Tests that only read a tune result share it."""
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    base = PipelineConfig(batch_size=50)
+    current = base.replace(map_parallelism=2, prefetch=1)
+    result = tune(
+        pipeline,
+        n_trials=5,
+        base=base,
+        current=current,
+        cpu_count=2,
+        seed=1,
+        lock_path=str(tmp_path_factory.mktemp("tuned") / "lock"),
+        **FAST,
+    )
+    return pipeline, current, result
+
+
+@pytest.fixture
+def cli_args(small_tfrecord, tmp_path, small_schema, monkeypatch):
+    """``tfinput tune`` arguments for the shared TFRecord files with short measurements.
+
+    The command's host lock lives in the temporary directory: this test's own (also for
+    the workers it starts), so tuner runs elsewhere on the host never make it wait."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    schema = tmp_path / "schema.json"
+    small_schema.to_json(schema)
+    return [
+        *small_tfrecord,
+        *("--schema", schema, "--batch-size", "50", "--windows", "2"),
+        *("--window-batches", "2", "--warmup-batches", "1", "--confirm-top", "1"),
+        *("--confirm-windows", "2", "--no-format-advice"),
+    ]
+
+
+def tune_seeded(pipeline, tmp_path, **kwargs):
+    """`tune` on 2 cores with a seeded random sampler and a one-window confirmation of
+    the best config; ``kwargs`` add the measurement and override the rest."""
+    options = dict(
+        cpu_count=2,
+        confirm_top=1,
+        confirm_windows=1,
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        lock_path=str(tmp_path / "lock"),
+    )
+    return tune(pipeline, **{**options, **kwargs})
+
+
+# ------------------------------------------- deterministic fakes (no timing)
+class FakeClock:
+    """Wall and CPU clock that only the fake step moves: every measurement is exact."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+#: `FakeWorkload.tune`'s measurement: four windows of two batches, the best two confirmed.
+FAKE_PLAN = dict(windows=4, window_batches=2, warmup_batches=1, confirm_top=2, confirm_windows=2)
+
+
+class FakeWorkload:
+    """A pipeline ``config -> batches`` and a step, on a `FakeClock`.
+
+    Each batch costs ``batch_size / rate(config)`` seconds of fake time, times a
+    deterministic window-to-window wobble of up to ``wobble`` (the measured noise).
+    The step can be made to raise: always, only on some configs, or only during the
+    confirmation (armed by the ``confirm`` progress event).
+    """
+
+    def __init__(self, rate, *, wobble=0.05, fail=None):
+        self.clock = FakeClock()
+        self.rate = rate
+        self.wobble = wobble
+        self.fail = fail or (lambda batch: None)
+        self.confirming = False
+        self.steps = 0
+
+    def __call__(self, config):
+        def batches():
+            i = 0
+            while True:
+                factor = 1.0 + self.wobble * [0.0, 1.0, -1.0, 0.5, -0.5][(i // 2) % 5]
+                cost = config.batch_size / self.rate(config) * factor
+                yield {"cost": cost, "config": config, "rows": config.batch_size}
+                i += 1
+
+        return batches()
+
+    def step(self, batch):
+        self.steps += 1
+        self.fail(batch)
+        self.clock.t += batch["cost"]
+
+    def progress(self, event, info):
+        if event == "confirm":
+            self.confirming = True
+
+    def tune(self, **kwargs):
+        options = dict(
+            step=self.step,
+            base=PipelineConfig(batch_size=100, drop_remainder=True),
+            space=SearchSpace(choices={"map_parallelism": (1, 2, 3, 4)}),
+            cpu_count=2,
+            **FAKE_PLAN,
+            clock=self.clock,
+            cpu_clock=lambda: 0.0,
+            progress=self.progress,
+            sampler=optuna.samplers.RandomSampler(seed=0),
+        )
+        options.update(kwargs)
+        return tune(self, **options)
+
+
+def rate_by_parallelism(config):
+    """map_parallelism 1 is a clear loser; every other value is a near-tie."""
+    return {1: 80_000.0, 2: 250_000.0, 3: 255_000.0, 4: 256_000.0}.get(
+        config.map_parallelism, 252_000.0
+    )
+
+
+def config_stats(name, ratio, low, high, *, stall=0.0, config=None):
+    """A confirmed config's `tfinput.bench.ConfigStats`: median ``1000 * ratio``
+    examples/s, per-round ratios to autotune from ``low`` to ``high``."""
+    from tfinput.bench import ConfigStats
+
+    return ConfigStats(
+        name=name,
+        config=config or PipelineConfig(),
+        windows=(),
+        median=1000.0 * ratio,
+        minimum=900.0,
+        maximum=1100.0,
+        cv=0.05,
+        latency_p50_ms=1.0,
+        latency_p99_ms=2.0,
+        stall=stall,
+        cores_busy=1.0,
+        utilisation=0.5,
+        peak_rss_mb=100.0,
+        ratio=ratio,
+        ratio_min=low,
+        ratio_max=high,
+    )
+
+
+#: The winner of `tune_result`.
+BEST = PipelineConfig(batch_size=50, prefetch=4)
+
+
+def tune_result(**fields):
+    """A `TuneResult` built by hand (no study): ``trial 3`` (`BEST`) confirmed at 1.5x
+    autotune; ``fields`` override."""
+    from tuners.result import TuneResult
+
+    values = dict(
+        best_config=BEST,
+        best_name="trial 3",
+        confirmed=(
+            config_stats("trial 3", 1.5, 1.2, 1.8, config=BEST, stall=0.123456),
+            config_stats("autotune", 1.0, 1.0, 1.0),
+        ),
+        study_name="s",
+        trials={"complete": 4, "pruned": 1},
+        seconds={"search": 10.0, "confirm": 2.0},
+        fingerprint={"cpu_count": 2},
+        method={"trial": "windows"},
+        step={"kind": "input_only", "name": "input only"},
+        space={"prefetch": [1, 4]},
+    )
+    return TuneResult(**{**values, **fields})

@@ -1,0 +1,202 @@
+"""`tuners.advice`: the verdicts (beats autotune beyond the noise, input-bound or not),
+the step bound and the gain by knob group."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.tuners.conftest import FakeWorkload, config_stats, rate_by_parallelism
+from tfinput.config import AUTOTUNE, PipelineConfig
+from tuners.advice import (
+    KnobContribution,
+    beats_autotune,
+    clock_kwargs,
+    differing_groups,
+    input_verdict,
+    step_bound,
+)
+from tuners.report import write_outputs
+from tuners.space import SearchSpace
+from tuners.study import baseline_configs
+
+# ----------------------------------------------------------------- verdicts
+AUTOTUNE_STATS = config_stats("autotune", 1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "confirmed, beats, words",
+    [
+        ([config_stats("trial 7", 1.3, 1.1, 1.5), AUTOTUNE_STATS], True, "beats"),
+        (
+            [config_stats("trial 7", 1.06, 0.96, 1.12), AUTOTUNE_STATS],
+            False,
+            "keep autotune: trial 7's gain is within the noise (1.06x autotune, rounds "
+            "0.96x-1.12x; the spread includes 1)",
+        ),
+        ([config_stats("trial 7", 1.2, 1.0, 1.3), AUTOTUNE_STATS], False, "keep autotune"),
+        (
+            [AUTOTUNE_STATS, config_stats("trial 2", 0.9, 0.8, 0.95)],
+            False,
+            "keep autotune: no config beat it",
+        ),
+        ([], None, "not confirmed"),
+    ],
+    ids=["spread-above-1", "spread-straddles-1", "spread-touches-1", "autotune-wins", "none"],
+)
+def test_beats_autotune_only_when_the_paired_spread_excludes_1(confirmed, beats, words):
+    verdict, sentence = beats_autotune(confirmed)
+    assert verdict is beats and words in sentence
+
+
+@pytest.mark.parametrize(
+    "wait, bound, words",
+    [
+        (0.01, False, "input is not your bottleneck: tuning it will not speed up training"),
+        (0.029, False, "input is not your bottleneck"),
+        (0.03, True, "waits for input 3%"),
+        (0.4, True, "the input pipeline bounds training"),
+        (None, None, "could not be measured"),
+    ],
+)
+def test_input_verdict(wait, bound, words):
+    verdict, sentence = input_verdict(wait)
+    assert verdict is bound and words in sentence
+    assert input_verdict(0.5, input_only=True)[0] is None
+
+
+def test_clock_kwargs_leave_out_the_defaults():
+    def clock():
+        return 0.0
+
+    assert clock_kwargs(None, None) == {}
+    assert clock_kwargs(clock, None) == {"clock": clock}
+    assert clock_kwargs(None, clock) == {"cpu_clock": clock}
+
+
+def test_step_bound_feeds_one_cached_batch():
+    # The step costs 4 ms of fake time per batch of 100 rows; the input is fetched once
+    # per window and its batch repeated.
+    work = FakeWorkload(lambda config: 100 / 0.004, wobble=0.0)
+    fetched = []
+
+    def source(config):
+        for batch in work(config):
+            fetched.append(1)
+            yield batch
+
+    bound = step_bound(
+        source,
+        PipelineConfig(batch_size=100, drop_remainder=True),
+        work.step,
+        windows=2,
+        window_batches=3,
+        warmup_batches=1,
+        clock=work.clock,
+        cpu_clock=lambda: 0.0,
+    )
+    assert bound == pytest.approx(25_000)
+    # a fresh iterator per window fetches one batch; the step runs warm-up and window
+    assert len(fetched) == 2 and work.steps == 2 * (1 + 3)
+
+
+def test_a_step_much_slower_than_the_input_is_told_input_is_not_the_bottleneck(tmp_path):
+    from rich.console import Console
+
+    from tuners.report import print_summary
+
+    # The fake step takes all the (fake) time; fetching a batch takes none.
+    work = FakeWorkload(rate_by_parallelism, wobble=0.0)
+    result = work.tune(n_trials=5, lock_path=str(tmp_path / "lock"), breakdown=False)
+    assert result.input_wait == 0.0 and result.input_wait_source == "measured"
+    assert result.input_bound is False and result.step_bound is None
+    assert (
+        "input is not your bottleneck: tuning it will not speed up training" in (result.verdicts[1])
+    )
+    console = Console(record=True, width=200)
+    print_summary(result, console)
+    text = console.export_text()
+    assert "verdict: input is not your bottleneck" in text
+    data = result.to_dict()
+    assert data["input_bound"] is False and data["verdicts"] == list(result.verdicts)
+    assert result.record()["verdicts"] == list(result.verdicts)
+
+
+# -------------------------------------------------------------- gain by knob
+def _rate_by_map_and_prefetch(config):
+    # map_parallelism 4 doubles the rate, prefetch 4 adds half: known contributions.
+    rate = 100_000.0
+    rate *= 2.0 if config.map_parallelism == 4 else 1.0
+    rate *= 1.5 if config.prefetch == 4 else 1.0
+    return rate
+
+
+def test_the_gain_is_broken_down_by_knob_group(tmp_path):
+    work = FakeWorkload(_rate_by_map_and_prefetch, wobble=0.02)
+    best = PipelineConfig(batch_size=100, drop_remainder=True, map_parallelism=4, prefetch=4)
+    kwargs = dict(
+        n_trials=4,
+        current=best,
+        space=SearchSpace(choices={"map_parallelism": (1, 4), "prefetch": (1, 4)}),
+        lock_path=str(tmp_path / "lock"),
+    )
+    result = work.tune(**kwargs)
+    assert result.best_name == "current" and result.beats_autotune is True
+    assert "current beats autotune beyond the noise (3.00x autotune" in result.verdicts[0]
+    by_group = {c.group: c for c in result.breakdown}
+    assert set(by_group) == {"tf.data threading", "buffering"}
+    assert by_group["tf.data threading"].knobs == {"map_parallelism": (4, AUTOTUNE)}
+    assert by_group["buffering"].knobs == {"prefetch": (4, AUTOTUNE)}
+    assert by_group["tf.data threading"].ratio == pytest.approx(2.0, rel=0.05)
+    assert by_group["buffering"].ratio == pytest.approx(1.5, rel=0.05)
+    assert [c.group for c in result.breakdown] == ["tf.data threading", "buffering"]
+    paths = write_outputs(result, tmp_path / "out")
+    data = json.loads(paths["result"].read_text())
+    assert [b["group"] for b in data["breakdown"]] == ["tf.data threading", "buffering"]
+    assert data["breakdown"][0]["knobs"] == {
+        "map_parallelism": {"winner": 4, "autotune": "autotune"}
+    }
+    html = paths["report"].read_text()
+    assert "Gain by knob" in html and "Verdict" in html and "beats autotune" in html
+
+    assert work.tune(**kwargs, breakdown=False).breakdown == ()
+
+
+def test_knob_groups_revert_together():
+    auto = baseline_configs(PipelineConfig(batch_size=64), cpu_count=2)["autotune"]
+    winner = auto.replace(
+        map_parallelism=3,
+        interleave_cycle_length=2,
+        deterministic=True,  # the same pipeline as autotune's deterministic
+        layout="packed",
+        steps_per_execution=8,
+        batch_size=128,
+    )
+    groups = differing_groups(winner, auto)
+    assert list(groups) == ["tf.data threading", "batch_size", "layout", "steps_per_execution"]
+    assert groups["tf.data threading"] == {
+        "interleave_cycle_length": (2, AUTOTUNE),
+        "map_parallelism": (3, AUTOTUNE),
+    }
+    assert differing_groups(auto.replace(layout=None), auto) == {}  # None: the pipeline's own
+
+
+def test_knob_contribution_describes_itself():
+    c = KnobContribution(
+        group="buffering",
+        knobs={"prefetch": (4, AUTOTUNE)},
+        ratio=1.5,
+        ratio_min=1.4,
+        ratio_max=1.61234,
+        without_examples_per_s=12345.678,
+    )
+    assert c.describe() == f"buffering (prefetch {AUTOTUNE}→4): 1.50x (rounds 1.40x-1.61x)"
+    assert c.to_dict() == {
+        "group": "buffering",
+        "knobs": {"prefetch": {"winner": 4, "autotune": "autotune"}},
+        "ratio": 1.5,
+        "ratio_min": 1.4,
+        "ratio_max": 1.612,
+        "without_examples_per_s": 12345.7,
+    }

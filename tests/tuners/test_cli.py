@@ -1,0 +1,185 @@
+"""`tuners.cli`: ``tfinput tune`` and ``tfinput demo`` (arguments, exit codes, outputs,
+a worker killed mid-study and resumed), in-process through the shared CLI harness."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from tests.helpers import run_cli
+from tfinput.cli import build_parser
+from tfinput.config import PipelineConfig
+from tuners.cli import add_subcommands
+from tuners.storage import make_storage
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--narrow", "speed=1,2"], "unknown knob 'speed'"),
+        (["--narrow", "map_parallelism="], "empty range"),
+        (["--fix", "prefetch=1,2"], "give one value"),
+        (["--n-trials", "0"], "--n-trials must be >= 1"),
+        (
+            ["--storage", "postgresql://nobody@127.0.0.1:1/none", "--study-name", "x"],
+            "cannot open storage",
+        ),
+        (["--storage", "x.db"], "--storage needs --study-name"),
+        (["--step", "simulated"], "needs --device-time-ms"),
+    ],
+    ids=[
+        "unknown-knob",
+        "empty-range",
+        "fix-two-values",
+        "zero-trials",
+        "unreachable-storage",
+        "storage-without-name",
+        "simulated-without-time",
+    ],
+)
+def test_cli_bad_arguments(cli_args, capsys, extra, message):
+    code, _, err = run_cli(capsys, "tune", *cli_args, *extra)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_cli_needs_exactly_one_pipeline(capsys):
+    code, _, err = run_cli(capsys, "tune")
+    assert code == 2 and "give exactly one pipeline" in err
+
+
+def test_cli_tune_end_to_end(cli_args, capsys, tmp_path, monkeypatch):
+    # Without plotly (an optional extra): the report still has its tables and says how
+    # to get the charts (the report with charts: test_report.py).
+    for name in [m for m in list(sys.modules) if m.split(".")[0] == "plotly"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(
+        capsys,
+        "tune",
+        *cli_args,
+        *("--n-trials", "3", "--step", "simulated", "--device-time-ms", "1"),
+        *("--out", out_dir, "--json"),
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["step"]["kind"] == "simulated" and data["confirmed"]
+    assert len(data["verdicts"]) == 2 and data["input_wait_source"] == "measured"
+    assert data["format_advice"] is None  # --no-format-advice
+    assert isinstance(data["breakdown"], list) and data["beats_autotune"] in (True, False)
+    assert PipelineConfig.from_json(out_dir / "best_config.json").batch_size == 50
+    assert "Traceback" not in err and "pip install 'tfinput[plots]'" in err
+    for name in ("best_config.json", "result.json", "report.html"):
+        assert (out_dir / name).exists(), name
+    html = (out_dir / "report.html").read_text()
+    assert "pip install 'tfinput[plots]'" in html and "Best config" in html
+    assert "Confirmed throughput" in html
+
+
+def test_cli_opt_out_flags():
+    args = build_parser().parse_args(["tune", "--demo", "--no-breakdown", "--no-format-advice"])
+    assert args.no_breakdown and args.no_format_advice
+    args = build_parser().parse_args(["tune", "--demo"])
+    assert not args.no_breakdown and not args.no_format_advice
+
+
+def test_add_subcommands_registers_tune_and_demo():
+    parser = argparse.ArgumentParser(prog="mytool")
+    add_subcommands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["tune", "--demo", "--narrow", "prefetch=1,2", "--fix", "cache=false"])
+    assert args.command == "tune" and args.demo
+    assert args.narrow == ["prefetch=1,2"] and args.fix == ["cache=false"]
+    assert (args.n_trials, args.windows, args.confirm_top) == (30, 5, 3)
+    demo = parser.parse_args(["demo", "--step", "simulated"])
+    assert demo.step == "simulated" and demo.device_time_ms == 20.0 and demo.out == "runs/demo"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["demo", "--step", "keras"])  # not one of the demo's steps
+
+
+def test_cli_a_step_that_always_raises_exits_with_its_error_and_writes_result_json(
+    cli_args, capsys, tmp_path
+):
+    module = tmp_path / "broken_step.py"
+    module.write_text("def step(batch):\n    raise RuntimeError('device lost: broken step')\n")
+    out_dir = tmp_path / "out"
+    code, _, err = run_cli(
+        capsys,
+        "tune",
+        *cli_args,
+        *("--n-trials", "3", "--step", "function", "--step-fn", f"{module}:step"),
+        *("--out", out_dir),
+    )
+    assert code == 2 and "device lost: broken step" in err and "Traceback" not in err
+    data = json.loads((out_dir / "result.json").read_text())
+    assert len(data["trials_detail"]) == 3 and data["best_config"] is None
+    assert all(t["state"] == "fail" for t in data["trials_detail"])
+
+
+@pytest.mark.slow
+def test_cli_resumes_a_journal_study_whose_worker_was_killed(cli_args, capsys, tmp_path):
+    # A real `tfinput tune` worker is killed mid-trial (SIGKILL: no cleanup); the
+    # journal storage has no heartbeat, so only the restart can fail and retry it.
+    journal = str(tmp_path / "study.log")
+    study_args = ["--storage", journal, "--study-name", "killed", "--n-trials", "4"]
+    with open(tmp_path / "worker.log", "w") as log:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tfinput.cli",
+                "tune",
+                *map(str, cli_args),
+                *study_args,
+                "--step",
+                "simulated",
+                "--device-time-ms",
+                "500",  # every trial runs for seconds: it is caught RUNNING
+                "--out",
+                str(tmp_path / "killed"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    victim = None
+    try:
+        deadline = time.monotonic() + 180
+        while victim is None and time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.1)
+            try:
+                study = optuna.load_study(study_name="killed", storage=make_storage(journal))
+            except KeyError:
+                continue
+            for t in study.get_trials(deepcopy=False):
+                if (
+                    t.state == optuna.trial.TrialState.RUNNING
+                    and t.user_attrs.get("worker", "").endswith(f":{worker.pid}")
+                    and "config" in t.user_attrs  # measuring, not still suggesting
+                ):
+                    victim = t.number
+        assert victim is not None, (tmp_path / "worker.log").read_text()
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=60)
+    code, _, err = run_cli(
+        capsys,
+        "tune",
+        *cli_args,
+        *study_args,
+        *("--step", "simulated", "--device-time-ms", "1", "--out", tmp_path / "resumed"),
+    )
+    assert code == 0, err
+    study = optuna.load_study(study_name="killed", storage=make_storage(journal))
+    trials = study.get_trials()
+    assert optuna.trial.TrialState.RUNNING not in [t.state for t in trials]
+    assert trials[victim].state == optuna.trial.TrialState.FAIL
+    assert "died" in trials[victim].user_attrs["error"]
+    retries = [t for t in trials if t.user_attrs.get("retried_from") == victim]
+    assert len(retries) == 1 and retries[0].state.is_finished()
+    assert retries[0].params == trials[victim].params

@@ -1,0 +1,85 @@
+"""`tuners.report`: the tuning outputs (best_config.json, result.json, report.html, with
+or without plotly) and the terminal summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+
+import tfinput
+from tests.tuners.conftest import BEST, tune_result
+from tfinput.config import PipelineConfig
+from tuners.report import NO_PLOTLY, has_plotly, print_summary, verdict_lines, write_outputs
+
+
+def test_outputs_load_into_build(tuned, tmp_path):
+    pipeline, _, result = tuned
+    paths = write_outputs(result, tmp_path / "out")
+    config = PipelineConfig.from_json(paths["best_config"])
+    assert config == result.best_config
+    saved = json.loads(paths["best_config"].read_text())
+    assert saved["fingerprint"]["cpu_model"] and "trial" in saved["method"]
+    features, _ = next(iter(pipeline.build(config)))
+    if tfinput.layout.is_packed(features):  # the winner may pack: its layout is saved
+        layout = tfinput.layout.PackedLayout.from_dict(saved["packed_layout"])
+        features = tfinput.layout.unpack(features, layout)
+    assert features["ids"]["history"].shape == (50, 5)
+    html = paths["report"].read_text()
+    assert "<html" in html and "plotly" in html.lower() and "Best config" in html
+    data = json.loads(paths["result"].read_text())
+    assert len(data["trials_detail"]) == 5 and data["format"] == "tfinput.tune/1"
+
+
+def test_outputs_without_a_study_or_html(tmp_path):
+    paths = write_outputs(tune_result(), tmp_path / "out", html=False)
+    assert set(paths) == {"best_config", "result"} and not (tmp_path / "out/report.html").exists()
+    assert PipelineConfig.from_json(paths["best_config"]) == BEST
+    data = json.loads(paths["result"].read_text())
+    assert "trials_detail" not in data and data["best_name"] == "trial 3"
+
+
+def test_report_without_plotly(tmp_path, monkeypatch):
+    for name in [m for m in list(sys.modules) if m.split(".")[0] == "plotly"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    assert not has_plotly()
+    result = tune_result(warnings=("3 failed trials in a row",), advice=("scale the rate",))
+    html = write_outputs(result, tmp_path / "out")["report"].read_text()
+    assert NO_PLOTLY in html and "pip install 'tfinput[plots]'" in html
+    assert "Confirmed throughput" in html and "<td>trial 3</td><td>1,500</td>" in html
+    assert "Warning: 3 failed trials in a row" in html and "Advice: scale the rate" in html
+    assert "Best config" in html and "1.50x autotune" in html
+
+
+def test_verdict_lines_say_how_the_input_wait_was_obtained():
+    verdicts = ("trial 3 beats autotune", "the step waits for input 25% of the time")
+    measured = tune_result(verdicts=verdicts, input_wait_source="measured")
+    assert verdict_lines(measured) == list(verdicts)
+    bound = tune_result(verdicts=verdicts, input_wait_source="step bound", step_bound=33333.3)
+    assert verdict_lines(bound)[:2] == list(verdicts)
+    assert verdict_lines(bound)[2] == (
+        "(the step owns the loop, so the input wait is 1 - fed / step bound; step bound "
+        "33,333 examples/s on one cached batch)"
+    )
+
+
+def test_print_summary_table_changed_knobs_and_warnings():
+    console = Console(record=True, width=200)
+    print_summary(tune_result(warnings=("confirmation attempt 1 of 2 failed",)), console)
+    text = console.export_text()
+    assert "Confirmed throughput (step: input only), examples/s" in text
+    assert "1.50x (1.20-1.80)" in text
+    assert "best: trial 3; knobs changed from autotune: " in text and "prefetch=4" in text
+    assert "study s: 4 complete, 1 pruned; search 10 s, confirmation 2 s" in text
+    assert "warning: confirmation attempt 1 of 2 failed" in text
+
+
+def test_print_summary_of_an_unconfirmed_result():
+    console = Console(record=True, width=200)
+    print_summary(tune_result(confirmed=(), confirmation_error="device lost"), console)
+    text = console.export_text()
+    assert "confirmation failed: device lost; the best config is the search's best trial " in text
+    assert "(trial 3), not confirmed against autotune" in text
+    assert "knobs changed" not in text

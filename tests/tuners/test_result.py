@@ -1,0 +1,96 @@
+"""`tuners.result`: what `tune` returns and records (`TuneResult` as JSON, the
+fingerprint of the machine, how every number was measured)."""
+
+from __future__ import annotations
+
+import sys
+
+import optuna
+
+from tests.tuners.conftest import BEST, tune_result
+from tfinput import steps
+from tfinput.bench import WindowPlan
+from tfinput.config import PipelineConfig
+from tuners.pruning import NoiseAwarePruner
+from tuners.result import (
+    TrialsFailedError,
+    describe_method,
+    describe_pruner,
+    describe_step,
+    fingerprint,
+)
+
+
+def test_fingerprint_records_the_keras_backend_and_jax():
+    fp = fingerprint(2)
+    assert fp["keras_backend"] in ("tensorflow", "jax", "torch", "numpy")
+    if "jax" in sys.modules:
+        assert fp["jax"] == sys.modules["jax"].__version__
+    else:
+        assert fp["jax"] is None
+
+
+def test_tune_result_to_dict_and_record():
+    result = tune_result(input_wait=0.123456, step_bound=33333.333, input_bound=True)
+    assert result.ratio_vs_autotune == 1.5
+    data = result.to_dict()
+    assert data["format"] == "tfinput.tune/1" and data["best_name"] == "trial 3"
+    assert PipelineConfig.from_dict(data["best_config"]) == BEST
+    assert data["ratio_vs_autotune"] == 1.5
+    assert [c["name"] for c in data["confirmed"]] == ["trial 3", "autotune"]
+    assert data["input_wait"] == 0.1235 and data["step_bound_examples_per_s"] == 33333.3
+    assert data["format_advice"] is None and data["breakdown"] == []
+    record = result.record()
+    assert record["confirmed"]["name"] == "trial 3" and record["input_bound"] is True
+    assert set(record) == {
+        "fingerprint",
+        "method",
+        "step",
+        "confirmed",
+        "confirmation_error",
+        "beats_autotune",
+        "input_bound",
+        "verdicts",
+        "packed_layout",
+    }
+
+
+def test_an_unconfirmed_result_has_no_ratio():
+    result = tune_result(confirmed=(), confirmation_error="device lost")
+    assert result.ratio_vs_autotune is None
+    data = result.to_dict()
+    assert data["ratio_vs_autotune"] is None and data["confirmed"] == []
+    assert data["confirmation_error"] == "device lost"
+    assert data["input_wait"] is None and data["step_bound_examples_per_s"] is None
+    assert result.record()["confirmed"] is None
+
+
+def test_describe_method_names_the_plan_the_pruner_and_the_sampler():
+    study = optuna.create_study(
+        direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        pruner=NoiseAwarePruner(),
+    )
+    plan = WindowPlan(warmup_batches=2, windows=3, window_batches=4)
+    method = describe_method(plan, confirm_top=2, confirm_windows=5, study=study)
+    assert method["trial"].startswith("fresh iterator, 2 warm-up batches excluded, 3 windows of 4")
+    assert method["pruning"] == NoiseAwarePruner().describe()
+    assert method["sampler"] == "RandomSampler"
+    assert "top 2 configs" in method["confirmation"] and "5 windows each" in method["confirmation"]
+    assert "input-bound from 3%" in method["input wait"]
+
+
+def test_describe_pruner_and_step_fall_back_to_names():
+    assert describe_pruner(optuna.pruners.NopPruner()) == "NopPruner"
+    assert describe_step(steps.input_only()) == {"kind": "input_only", "name": "input only"}
+
+    def my_step(batch):
+        return None
+
+    assert describe_step(my_step) == {"name": "my_step"}
+
+
+def test_trials_failed_error_keeps_the_study():
+    study = optuna.create_study()
+    error = TrialsFailedError("no trial completed", study=study)
+    assert str(error) == "no trial completed" and error.study is study

@@ -1,0 +1,162 @@
+"""Several workers tune one study through a real PostgreSQL server; one is killed
+mid-study and the study still completes with no lost or duplicated trials.
+
+Needs TFINPUT_TEST_POSTGRES_URL (``./dev test`` and CI start a throwaway server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import optuna
+import pytest
+
+URL = os.environ.get("TFINPUT_TEST_POSTGRES_URL")
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(not URL, reason="TFINPUT_TEST_POSTGRES_URL not set (./dev test sets it)"),
+]
+
+N_TRIALS = 14
+
+
+def worker(args, log_path, lock_path):
+    env = {**os.environ, "TMPDIR": os.path.dirname(lock_path)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tfinput.cli", "tune", *args],
+        stdout=open(log_path, "w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+
+
+def _running_trial_of(pid, study_name, storage):
+    """The number of the trial worker ``pid`` is running, once two trials finished."""
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return None
+    trials = study.get_trials(deepcopy=False)
+    if sum(1 for t in trials if t.state.is_finished()) < 2:
+        return None
+    for t in trials:
+        if t.state == optuna.trial.TrialState.RUNNING and t.user_attrs.get("worker", "").endswith(
+            f":{pid}"
+        ):
+            return t.number
+    return None
+
+
+def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
+    schema = tmp_path / "schema.json"
+    small_schema.to_json(schema)
+    study_name = f"pg-{uuid.uuid4().hex[:8]}"
+    args = [
+        *small_tfrecord,
+        "--schema",
+        str(schema),
+        "--batch-size",
+        "50",
+        "--storage",
+        URL,
+        "--study-name",
+        study_name,
+        "--n-trials",
+        str(N_TRIALS),
+        "--windows",
+        "3",
+        "--window-batches",
+        "6",
+        "--warmup-batches",
+        "2",
+        "--step",
+        "simulated",
+        "--device-time-ms",
+        "25",
+        "--confirm-top",
+        "1",
+        "--confirm-windows",
+        "1",
+        "--heartbeat-interval",
+        "1",
+        "--grace-period",
+        "4",
+    ]
+    lock = str(tmp_path / "lock")
+    a = worker([*args, "--out", str(tmp_path / "a")], tmp_path / "a.log", lock)
+    b = worker([*args, "--out", str(tmp_path / "b")], tmp_path / "b.log", lock)
+    # The URL as users write it (postgresql://): make_storage names the psycopg driver.
+    from tuners.study import make_storage
+
+    storage = make_storage(URL)
+    try:
+        # Wait until worker A owns a running trial, then kill it without warning. The
+        # trial may finish between our reading it and the kill, so A is first frozen
+        # (SIGSTOP), the trial re-read once any commit in flight has landed, and A is
+        # killed only if the trial is still running; otherwise A resumes and we wait on.
+        deadline = time.time() + 120
+        victim = None
+        while time.time() < deadline and victim is None:
+            time.sleep(0.3)
+            candidate = _running_trial_of(a.pid, study_name, storage)
+            if candidate is None:
+                continue
+            a.send_signal(signal.SIGSTOP)
+            time.sleep(0.5)
+            if _running_trial_of(a.pid, study_name, storage) == candidate:
+                victim = candidate
+                a.send_signal(signal.SIGKILL)
+            else:
+                a.send_signal(signal.SIGCONT)
+        assert victim is not None, (
+            "worker A never ran a trial:\n" + (tmp_path / "a.log").read_text()
+        )
+        a.wait(timeout=30)
+        assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    trials = study.get_trials()
+    states = [t.state for t in trials]
+    finished = [
+        t
+        for t in trials
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    ]
+    # nothing left hanging
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert optuna.trial.TrialState.WAITING not in states
+    # the killed trial was failed by the heartbeat and retried exactly once
+    killed = trials[victim]
+    assert killed.state == optuna.trial.TrialState.FAIL
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == victim]
+    assert len(retries) == 1 and retries[0].state.is_finished()
+    # The retry keeps every value the killed trial had chosen (it may have been killed
+    # while still choosing: then the retry chooses the rest).
+    assert killed.params.items() <= retries[0].params.items()
+    # every failed trial is a killed one with its retry: no other losses
+    for t in trials:
+        if t.state == optuna.trial.TrialState.FAIL:
+            assert [r for r in trials if r.system_attrs.get("failed_trial") == t.number]
+    # the study completed: exactly N finished trials counted by the stop rule... at
+    # most one more if both workers finished a trial at the same moment
+    assert N_TRIALS <= len(finished) <= N_TRIALS + 1
+    # baselines enqueued once, measured once (a retry carries the same baseline name)
+    for name in ("autotune", "heuristic"):
+        runs = [
+            t
+            for t in trials
+            if t.user_attrs.get("baseline") == name and "failed_trial" not in t.system_attrs
+        ]
+        assert len(runs) == 1, name
+    # trial numbers are unique and contiguous
+    assert [t.number for t in trials] == list(range(len(trials)))
+    # both workers took part
+    workers = {t.user_attrs.get("worker", "").rsplit(":", 1)[-1] for t in trials}
+    assert {str(a.pid), str(b.pid)} <= workers

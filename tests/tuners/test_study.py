@@ -1,0 +1,242 @@
+"""`tuners.study`: `tune` end to end (baselines first, failures, resume, the packed
+layout) and `baseline_configs`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import optuna
+import pytest
+import tensorflow as tf
+
+import tfinput
+from tests.tuners.conftest import FAST, FakeWorkload, rate_by_parallelism, tune_seeded
+from tfinput import steps
+from tfinput.config import AUTOTUNE, PipelineConfig
+from tfinput.errors import ConfigError
+from tuners.report import write_outputs
+from tuners.result import TrialsFailedError
+from tuners.space import SearchSpace
+from tuners.study import MAX_CONSECUTIVE_FAILURES, baseline_configs, tune
+
+
+# ---------------------------------------------------------------- baselines
+def test_baseline_configs_keep_the_batch_settings():
+    base = PipelineConfig(batch_size=64, drop_remainder=True, shuffle_buffer=128, shuffle_seed=3)
+    current = base.replace(map_parallelism=2)
+    configs = baseline_configs(base, cpu_count=4, current=current)
+    assert list(configs) == ["autotune", "heuristic", "current"]
+    assert configs["current"] is current
+    assert configs["autotune"].map_parallelism == AUTOTUNE
+    assert configs["heuristic"] == PipelineConfig.heuristic(
+        cpu_count=4,
+        batch_size=64,
+        drop_remainder=True,
+        shuffle_buffer=128,
+        shuffle_seed=3,
+        layout="per_feature",
+        steps_per_execution=1,
+        device_prefetch=0,
+    )
+    for config in configs.values():
+        assert (config.batch_size, config.shuffle_buffer, config.shuffle_seed) == (64, 128, 3)
+    assert list(baseline_configs(base, cpu_count=4)) == ["autotune", "heuristic"]
+
+
+def test_baselines_feed_per_feature_one_step_per_call_without_device_prefetch(base):
+    packed = base.replace(layout="packed", steps_per_execution=8, device_prefetch=2)
+    for name, config in baseline_configs(packed, cpu_count=2).items():
+        assert config.layout == "per_feature", name
+        assert config.steps_per_execution == 1 and config.device_prefetch == 0, name
+        assert config.batch_size == 50
+    step = steps.Step(
+        kind="keras_fit", name="keras_fit", fn=lambda batch: None, accepts_packed=True
+    )
+    space = SearchSpace.default(cpu_count=2, multi_hot_format="dense", step=step)
+    params = space.params(baseline_configs(base, cpu_count=2)["autotune"])
+    assert params["layout"] == "per_feature" and params["steps_per_execution"] == 1
+
+
+# --------------------------------------------------------------------- tune
+def test_baselines_come_first_and_result_is_confirmed(tuned):
+    _, current, result = tuned
+    trials = result.study.get_trials()
+    assert [t.user_attrs.get("baseline") for t in trials[:3]] == [
+        "autotune",
+        "heuristic",
+        "current",
+    ]
+    assert PipelineConfig.from_dict(trials[2].user_attrs["config"]) == current
+    names = {c.name for c in result.confirmed}
+    assert {"autotune", "current"} <= names
+    assert result.confirmed[0].median == max(c.median for c in result.confirmed)
+    auto = next(c for c in result.confirmed if c.name == "autotune")
+    assert auto.ratio == 1.0
+    assert result.fingerprint["cpu_count"] == 2 and result.fingerprint["tensorflow"]
+    assert sum(result.trials.values()) == 5
+
+
+@pytest.mark.parametrize(
+    "count", ["n_trials", "windows", "window_batches", "max_consecutive_failures"]
+)
+def test_tune_counts_must_be_at_least_one(pipeline, count):
+    with pytest.raises(ConfigError) as raised:
+        tune(pipeline, **{count: 0})
+    assert str(raised.value) == f"{count} must be >= 1, got 0"
+
+
+def test_a_packed_winner_saves_its_layout_next_to_the_config(pipeline, base, tmp_path):
+    def step(batch):  # per-feature batches cost 40 ms more: packed wins clearly
+        if not tfinput.layout.is_packed(batch[0]):
+            time.sleep(0.04)
+
+    result = tune(
+        pipeline,
+        step=dataclasses.replace(steps.function_step(step), accepts_packed=True),
+        n_trials=3,
+        base=base,
+        cpu_count=2,
+        lock_path=str(tmp_path / "lock"),
+        space=SearchSpace(choices={"layout": ("packed",), "prefetch": (1, 2)}),
+        **FAST,
+    )
+    paths = write_outputs(result, tmp_path / "out")
+    config = PipelineConfig.from_json(paths["best_config"])
+    layout = json.loads(paths["best_config"].read_text())["packed_layout"]
+    assert config.layout == "packed"
+    assert layout == pipeline.packed_layout().to_dict()
+    assert json.loads(paths["result"].read_text())["packed_layout"] == layout
+    features, _ = next(iter(pipeline.build(config)))
+    views = tfinput.layout.unpack(features, tfinput.layout.PackedLayout.from_dict(layout))
+    assert views["ids"]["history"].shape == (50, 5)
+
+
+def test_failed_trials_are_recorded_and_the_study_goes_on(pipeline, tmp_path):
+    # Batches of 800 rows run "out of memory" in the step, by construction (not by
+    # timing): those trials fail with the reason and the study continues; only batch
+    # 50 completes, so it wins whatever the load on the machine.
+    from tfinput.bench import batch_rows
+
+    def step(batch):
+        if batch_rows(batch) == 800:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating 800 rows")
+
+    result = tune_seeded(
+        pipeline,
+        tmp_path,
+        step=step,
+        n_trials=6,
+        base=PipelineConfig(batch_size=50, drop_remainder=True),
+        space=SearchSpace(choices={"batch_size": (50, 800), "map_parallelism": (1, 2)}),
+        windows=2,
+        window_batches=2,
+        warmup_batches=2,
+        pruner=optuna.pruners.NopPruner(),
+    )
+    trials = result.study.get_trials()
+    fails = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    completed = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert fails and completed and result.best_config.batch_size == 50
+    for t in fails:
+        assert t.params["batch_size"] == 800
+        assert "out of memory" in t.user_attrs["error"]
+    assert all(t.params["batch_size"] == 50 for t in completed)
+    assert len(trials) == 6, "failed trials count towards n_trials"
+
+
+def test_resume_from_a_storage_file(pipeline, base, tmp_path):
+    storage = str(tmp_path / "study.db")
+    kwargs = dict(
+        base=base,
+        cpu_count=2,
+        storage=storage,
+        study_name="resume",
+        lock_path=str(tmp_path / "lock"),
+        **FAST,
+    )
+    first = tune(pipeline, n_trials=3, **kwargs)
+    assert sum(first.trials.values()) == 3
+    second = tune(pipeline, n_trials=5, **kwargs)
+    trials = second.study.get_trials()
+    assert len(trials) == 5, "two more trials, baselines not enqueued again"
+    assert [t.user_attrs.get("baseline") for t in trials].count("autotune") == 1
+    journal = tune(
+        pipeline,
+        n_trials=3,
+        **{**kwargs, "storage": str(tmp_path / "j.log"), "study_name": "journal"},
+    )
+    assert sum(journal.trials.values()) == 3
+
+
+# ------------------------------------------- failures, on a fake clock
+class Runaway(BaseException):
+    """Raised by a test step that ran far more often than the test allows (the study
+    would otherwise never end); not caught by Optuna's ``catch=(Exception,)``."""
+
+
+def _always_raise(limit=500):
+    calls = []
+
+    def fail(batch):
+        calls.append(1)
+        if len(calls) > limit:
+            raise Runaway("the study did not stop")
+        raise RuntimeError("device lost: the accelerator went away")
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    "storage", [None, "study.db", "study.log"], ids=["memory", "sqlite", "journal"]
+)
+def test_a_step_that_always_raises_ends_the_study_with_its_error(tmp_path, storage):
+    work = FakeWorkload(rate_by_parallelism, fail=_always_raise())
+    kwargs = {"lock_path": str(tmp_path / "lock"), "n_trials": 20}
+    if storage:
+        kwargs.update(storage=str(tmp_path / storage), study_name="always-fails")
+    with pytest.raises(TrialsFailedError, match="device lost") as raised:
+        work.tune(**kwargs)
+    trials = raised.value.study.get_trials()
+    assert len(trials) == MAX_CONSECUTIVE_FAILURES
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in trials)
+    assert all("device lost" in t.user_attrs["error"] for t in trials)
+
+
+def test_failed_trials_count_towards_n_trials_with_a_storage(tmp_path):
+    def oom(batch):
+        if batch["config"].map_parallelism == 3:
+            raise MemoryError
+
+    work = FakeWorkload(rate_by_parallelism, fail=oom)
+    result = work.tune(
+        n_trials=8,
+        storage=str(tmp_path / "s.db"),
+        study_name="counted",
+        lock_path=str(tmp_path / "lock"),
+    )
+    trials = result.study.get_trials()
+    assert len(trials) == 8 and result.trials.get("fail")
+    assert all(t.params["map_parallelism"] == 3 for t in trials if t.user_attrs.get("error"))
+
+
+def test_too_many_failures_in_a_row_stop_the_search_with_a_warning(tmp_path):
+    # Only the baselines (autotune, heuristic) work; every searched config fails.
+    def fail(batch):
+        if batch["config"].map_parallelism in (1, 2, 3, 4):
+            raise RuntimeError("kernel not supported")
+
+    work = FakeWorkload(rate_by_parallelism, fail=fail)
+    result = work.tune(
+        n_trials=30,
+        max_consecutive_failures=3,
+        base=PipelineConfig(batch_size=100, drop_remainder=True),
+        lock_path=str(tmp_path / "lock"),
+        cpu_count=6,  # heuristic map_parallelism outside 1-4
+    )
+    assert len(result.study.get_trials()) < 30
+    assert any(
+        "3 failed trials in a row" in w and "kernel not supported" in w for w in result.warnings
+    )
+    assert result.confirmed  # the baselines were confirmed
