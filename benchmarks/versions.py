@@ -45,8 +45,10 @@ import json, sys, time
 import tfinput
 from tfinput import testing
 schema = testing.criteo_like_schema()
+SHUFFLE = int(sys.argv[2])
 config = tfinput.PipelineConfig(batch_size=BATCH, interleave_cycle_length=1,
-    interleave_parallelism=1, map_parallelism=3, prefetch=2)
+    interleave_parallelism=1, map_parallelism=3, prefetch=2, shuffle_buffer=SHUFFLE,
+    shuffle_seed=1 if SHUFFLE else None)
 FILES = json.loads(sys.argv[1])
 def make(fmt):
     if fmt == "tfrecord":
@@ -70,12 +72,14 @@ for line in sys.stdin:
 
 
 class Worker:
-    def __init__(self, name: str, source_root: Path, files: dict[str, list[str]]) -> None:
+    def __init__(
+        self, name: str, source_root: Path, files: dict[str, list[str]], shuffle: int = 0
+    ) -> None:
         env = {**os.environ, "PYTHONPATH": str(source_root), "TF_CPP_MIN_LOG_LEVEL": "2"}
         code = _WORKER.replace("BATCH", str(BATCH))
         self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, json.dumps(files)],
+            [sys.executable, "-c", code, json.dumps(files), str(shuffle)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -138,8 +142,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         workers = {}
         try:
             workers = {
-                "before": Worker("before", tree, files),
-                "after": Worker("after", ROOT, files),
+                "before": Worker("before", tree, files, args.shuffle),
+                "after": Worker("after", ROOT, files, args.shuffle),
             }
             for r in range(args.rounds):
                 order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
@@ -169,6 +173,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "warmup": args.warmup,
         "batches": args.batches,
+        "shuffle": args.shuffle,
+        "section": args.section,
         "formats": {},
     }
     for fmt in formats:
@@ -184,13 +190,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(res: dict[str, Any]) -> str:
     lines = [
-        "<!-- versions:begin (benchmarks/versions.py writes this section) -->",
+        f"<!-- {res['section']}:begin (benchmarks/versions.py writes this section) -->",
         f"## Before / after: {res['base']} vs {res['head']}",
         "",
         f"Machine: {res['machine']}.",
         "",
         f"Method: criteo-like, {res['rows']:,} rows, 8 files, batch {BATCH}, one fixed config "
-        "(interleave 1, map parallelism 3, prefetch 2); one worker process per version "
+        "(interleave 1, map parallelism 3, prefetch 2"
+        + (f", shuffle buffer {res['shuffle']:,} rows, seed 1" if res["shuffle"] else "")
+        + "); one worker process per version "
         "(the base revision from a git worktree), measurements alternating between them with "
         f"the order rotated every round; {res['rounds']} rounds, each a fresh iterator, "
         f"{res['warmup']} warm-up batches, {res['batches']} timed batches. Ratio: median "
@@ -206,7 +214,7 @@ def markdown(res: dict[str, Any]) -> str:
             f"{b['cv']:.1%}) | {a['median']:,.0f} ({a['min']:,.0f}-{a['max']:,.0f}, CV "
             f"{a['cv']:.1%}) | {q['median']:.3f}x ({q['min']:.3f}-{q['max']:.3f}) |"
         )
-    lines.append("<!-- versions:end -->")
+    lines.append(f"<!-- {res['section']}:end -->")
     return "\n".join(lines)
 
 
@@ -221,12 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=str(HERE / ".data"))
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--shuffle", type=int, default=0, help="shuffle buffer, rows (0: none)")
+    p.add_argument("--section", default="versions", help="RESULTS.md section written with --write")
     args = p.parse_args(argv)
     res = run(args)
     text = markdown(res)
     print(json.dumps(res, indent=2) if args.json else text)
     if args.write:
-        write_section("versions", text)
+        write_section(args.section, text)
     return 0
 
 

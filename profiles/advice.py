@@ -26,6 +26,8 @@ _BATCHES = frozenset({"Batch", "PaddedBatch", "ParallelBatch"})
 _SHUFFLES = frozenset({"Shuffle", "ShuffleAndRepeat"})
 _CACHES = frozenset({"MemoryCache", "MemoryCacheImpl", "Cache", "CacheImpl"})
 _INTERLEAVE_KNOBS = ("interleave_cycle_length", "interleave_parallelism")
+#: The name of the map that runs tfinput's Parquet reader (`tfinput.sources.parquet`).
+PARQUET_READ = "parquet_read"
 
 #: Stages whose advice does not depend on their settings.
 _FIXED: Mapping[str, Advice] = {
@@ -81,6 +83,7 @@ def advise(
     kind: str,
     params: Mapping[str, str],
     *,
+    label: str = "",
     enclosing: Sequence[tuple[str, Mapping[str, str]]] = (),
     cpu_budget: int | None = None,
     input_batched: bool = False,
@@ -90,6 +93,8 @@ def advise(
     Args:
       kind: Stage kind as traced (``ParallelMapV2``, ``TFRecord``, ...).
       params: The stage's traced settings (``parallelism``, ``cycle_length``, ...).
+      label: The stage's name (``map(..., name=...)``), where known: tfinput's Parquet
+        reader is the map named ``parquet_read``, controlled by the interleave knobs.
       enclosing: ``(kind, params)`` of the stages above it, nearest first; a file
         reader inside an interleave is controlled by that interleave.
       cpu_budget: Cores available to tf.data, if known.
@@ -101,6 +106,14 @@ def advise(
       of the current setting (may be empty) and an imperative advice.
     """
     base = base_kind(kind)
+    if label.split("+")[0] == PARQUET_READ:
+        return (
+            _INTERLEAVE_KNOBS,
+            "",
+            "the Parquet reader (pyarrow) is the bottleneck: raise interleave_parallelism "
+            "(reader threads) and interleave_cycle_length (batches read ahead), or convert "
+            "to columnar records (tfinput convert DATA --to columnar --out DIR)",
+        )
     if base in _MAPS:
         return _map_advice(base, params, cpu_budget=cpu_budget, input_batched=input_batched)
     if base in _INTERLEAVES:

@@ -324,9 +324,11 @@ def _stage_timings(
     stages = []
     for path, acc in accs.items():
         kind = kind_of(path)
+        label = _label(acc.dataset_op, acc.ops)
         knobs, _, advice_text = advise(
             kind,
             acc.params,
+            label=label,
             enclosing=_enclosing(path, params_of),
             cpu_budget=cpu_budget,
             input_batched=_batched_below(path, accs),
@@ -335,7 +337,7 @@ def _stage_timings(
             StageTiming(
                 path=path,
                 kind=kind,
-                label=_label(acc.dataset_op, acc.ops),
+                label=label,
                 dataset_op=acc.dataset_op,
                 depth=path.count("::") - 1,
                 calls=acc.calls,
@@ -408,6 +410,7 @@ def _bottleneck(
     knobs, setting, advice_text = advise(
         top.kind,
         top.params,
+        label=top.label,
         enclosing=_enclosing(top.path, {s.path: s.params for s in stages}),
         cpu_budget=cpu_budget,
         input_batched=_batched_below(top.path, {s.path: s for s in stages}),

@@ -10,7 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import AUTOTUNE, PipelineConfig
-from tfinput.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
+from tfinput.errors import (
+    ConfigError,
+    DataError,
+    ResumeError,
+    SchemaError,
+    SourceError,
+    TfinputError,
+)
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
 __version__ = "0.1.0"
@@ -29,6 +36,7 @@ __all__ = [
     "SchemaError",
     "SourceError",
     "DataError",
+    "ResumeError",
     # lazily imported (TensorFlow / pyarrow):
     "Pipeline",
     "tfrecord",
@@ -42,6 +50,8 @@ __all__ = [
     "steps",
     "layout",
     "PackedLayout",
+    "InputIterator",
+    "resume",
 ]
 
 _LAZY = {
@@ -54,6 +64,7 @@ _LAZY = {
     "embedding_configs": "tfinput.tpu",
     "placement": "tfinput.tpu",
     "PackedLayout": "tfinput.layout",
+    "InputIterator": "tfinput.resume",
 }
 _SUBMODULES = {
     "testing",
@@ -71,6 +82,7 @@ _SUBMODULES = {
     "columnar_records",
     "graph",
     "service",
+    "resume",
 }
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -7,7 +7,7 @@ reading tfinput's source.
 
 from __future__ import annotations
 
-__all__ = ["TfinputError", "ConfigError", "SchemaError", "SourceError", "DataError"]
+__all__ = ["TfinputError", "ConfigError", "SchemaError", "SourceError", "DataError", "ResumeError"]
 
 
 class TfinputError(Exception):
@@ -28,3 +28,8 @@ class SourceError(TfinputError, ValueError):
 
 class DataError(TfinputError, ValueError):
     """A record's content breaks the schema (bad id, NaN, wrong type, corrupt bytes)."""
+
+
+class ResumeError(TfinputError, RuntimeError):
+    """An input position cannot be saved (a source tf.data cannot checkpoint) or a
+    saved one cannot be restored (another pipeline's, or not a tfinput state)."""

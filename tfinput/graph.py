@@ -17,7 +17,8 @@ buried in a nested function is found too.
 Reported ops: `PYTHON_OPS` (``PyFunc``, ``PyFuncStateless``, ``EagerPyFunc``: every
 Python callback) and ``GeneratorDataset`` (what ``from_generator`` builds inside a
 ``FlatMapDataset``). tfinput's TFRecord and columnar sources are native; its Parquet
-source reads with pyarrow through ``from_generator`` and is reported.
+source (pyarrow) reads through a ``tf.numpy_function`` (``PyFuncStateless``) and is
+reported, as is the columnar source's ``shuffle="global"`` mode (a positioned read).
 """
 
 from __future__ import annotations
@@ -106,6 +107,6 @@ def assert_native(dataset: Any, *, what: str = "dataset") -> None:
         raise ConfigError(
             f"{what} is not native-only: {len(ops)} op(s) call back into Python, which "
             f"tf.data service workers cannot run: {shown}. Read with tfinput.columnar or "
-            "tfinput.tfrecord (native) instead of Parquet/from_generator, and replace "
+            "tfinput.tfrecord (native) instead of Parquet (pyarrow, a Python callback), and replace "
             "tf.py_function/tf.numpy_function by TensorFlow ops"
         )

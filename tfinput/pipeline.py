@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -38,6 +38,9 @@ from tfinput.sources.files import PathsLike, as_paths
 from tfinput.sources.protocol import Decode, ReadRequest, Source
 from tfinput.sources.skeleton import deterministic_arg, parallel_calls, shard_files, warn_unhonoured
 from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput.resume import InputIterator
 
 __all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "FileCheck", "CheckReport"]
 log = logging.getLogger("tfinput")
@@ -204,7 +207,10 @@ class Pipeline:
         )
         if config.prefetch != 0:
             ds = ds.prefetch(config.prefetch)
-        return ds.with_options(_options(config, sharded=input_context is not None))
+        opts = _options(config, sharded=input_context is not None)
+        if source.symbolic_checkpoint(request):
+            opts.experimental_symbolic_checkpoint = True
+        return ds.with_options(opts)
 
     def _packed_layout(self, config: PipelineConfig) -> PackedLayout | None:
         """The packed layout the build emits, or None for ``per_feature``.
@@ -358,6 +364,43 @@ class Pipeline:
                 raise self.explain(e, diagnose=diagnose) from e
             yield batch
 
+    def iterator(
+        self,
+        config: PipelineConfig | None = None,
+        *,
+        input_context: tf.distribute.InputContext | None = None,
+        epochs: int | None = 1,
+        keep: int = 8,
+    ) -> InputIterator:
+        """Iterate the built dataset with a position that can be saved and restored
+        exactly (`tfinput.resume.InputIterator`: ``get_state()`` / ``set_state()``).
+
+        Args:
+          config: As for `build`.
+          input_context: As for `build`.
+          epochs: Passes over the data (None: endless); the position counts across them.
+          keep: Delivered batches kept so that ``get_state(unconsumed=n)`` can hand back
+            what a consumer took but did not train on.
+
+        Raises:
+          As `build`.
+        """
+        from tfinput.resume import InputIterator, pipeline_identity
+
+        config = _checked_config(config)
+        ds = self.build(config, input_context)
+        if epochs != 1:
+            ds = ds.repeat(epochs)
+        identity = pipeline_identity(self, config, input_context)
+        identity["epochs"] = epochs
+        return InputIterator(
+            ds,
+            identity=identity,
+            name=self.source.kind,
+            keep=keep,
+            explain=lambda e: self.explain(e, diagnose=True),
+        )
+
     def explain(self, error: BaseException, *, diagnose: bool = True) -> DataError:
         """A `DataError` for a TensorFlow error raised while iterating this pipeline."""
         message = clean_error(error)
@@ -436,7 +479,6 @@ def _batch_rows(features: dict[str, Any]) -> int:
 _ASSERT = re.compile(
     r"assertion failed: \[tfinput DataError: (.*?)\](?: \[([^\]]*)\])?(?=\s*(?:\[\[|\n|$))", re.S
 )
-_NUMERICS = re.compile(r"tfinput DataError: (.*?) : Tensor had (\w+) values")
 _NOISE = (
     r"\{\{function_node [^}]*\}\}\s*",
     r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ",
@@ -457,9 +499,6 @@ def clean_error(error: BaseException) -> str:
     m = _ASSERT.search(text)
     if m:
         return " ".join(p.strip() for p in m.groups() if p).strip()
-    m = _NUMERICS.search(text)
-    if m:  # tf.debugging.check_numerics: "<message> : Tensor had NaN values"
-        return f"{m.group(1).strip()} {m.group(2)} values"
     for pattern in _NOISE:
         text = re.sub(pattern, "", text)
     text = " ".join(text.split())

@@ -257,13 +257,20 @@ def _split_rows(matrix: tf.Tensor, feats: list, out: dict, blocks: dict) -> None
         blocks[("ids", f.name)] = Block(matrix, i, 0)
 
 
-def _finite(x: tf.Tensor, f: Dense) -> tf.Tensor:
-    """``x``, checked for NaN and inf by one fused op."""
-    return tf.debugging.check_numerics(
-        x,
-        f"tfinput DataError: feature '{f.name}': NaN or inf in a dense feature; expected "
-        "finite numbers (write missing values as absent, not NaN). Found",
+def _finite(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
+    """``x``, checked for NaN and inf (a `guard`, not ``tf.debugging.check_numerics``:
+    CheckNumerics is a stateful op, which would make the pipeline's iterator refuse to
+    be checkpointed)."""
+    guards.append(
+        guard(
+            tf.reduce_all(tf.math.is_finite(x)),
+            lambda: tf.constant(
+                f"feature '{f.name}': NaN or inf in a dense feature; expected finite numbers "
+                "(write missing values as absent, not NaN)"
+            ),
+        )
     )
+    return x
 
 
 def _to_ids(values: tf.Tensor, feature: Categorical | MultiHot, vocab: int) -> tf.Tensor:
@@ -282,7 +289,7 @@ def _to_ids(values: tf.Tensor, feature: Categorical | MultiHot, vocab: int) -> t
 
 def _dense_vector(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
     """A vector dense feature ``[B, length]`` (rare enough to be handled alone)."""
-    x = _finite(x, f)
+    x = _finite(x, f, guards)
     if f.clip is not None:
         lo, hi = f.clip
         if lo is not None:

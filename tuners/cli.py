@@ -249,7 +249,21 @@ def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
         "pipeline.build(config))"
     )
     c.print(f"report: {paths['report']}   details: {paths['result']}")
+    c.print(_resume_line(result, str(paths["best_config"])), markup=False)
     return 0
+
+
+def _resume_line(result: Any, best_config: str) -> str:
+    """Whether the best config resumes exactly after a restart (`tuners.result.
+    resume_record`, saved in ``best_config.json``), and how to verify it on the data."""
+    record = result.record()["resume"]
+    verify = f"tfinput check DATA --resume --config {best_config}"
+    if record["exact"]:
+        head = "resume: the best config resumes exactly after a restart"
+    else:
+        head = f"resume: not exact after a restart: {'; '.join(record['reasons'])}"
+    notes = "".join(f"; {n}" for n in record["notes"])
+    return f"{head}{notes} (verify on your files: {verify})"
 
 
 def _write_failed(error: Any, out: str) -> None:

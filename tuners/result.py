@@ -21,6 +21,7 @@ __all__ = [
     "describe_method",
     "describe_step",
     "describe_pruner",
+    "resume_record",
 ]
 
 
@@ -115,6 +116,7 @@ class TuneResult:
             "input_bound": self.input_bound,
             "verdicts": list(self.verdicts),
             "packed_layout": self.packed_layout,
+            "resume": resume_record(self.best_config),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,7 +147,51 @@ class TuneResult:
             "breakdown": [c.to_dict() for c in self.breakdown],
             "format_advice": None if self.format_advice is None else self.format_advice.to_dict(),
             "packed_layout": self.packed_layout,
+            "resume": resume_record(self.best_config),
         }
+
+
+def resume_record(config: PipelineConfig) -> dict[str, Any]:
+    """Whether a pipeline built with ``config`` resumes exactly after a restart from a
+    saved input position (`tfinput.resume`), saved next to the best config.
+
+    Every knob the tuner searches keeps the pipeline checkpointable (it never searches
+    tf.data service, whose iterators cannot be saved); two change what a restore gives:
+
+    - ``deterministic=False``: the position saves and restores without losing or
+      repeating an example, but the order after the restore differs from an
+      uninterrupted run, so the resumption is not exact.
+    - ``cache=True``: exact, but the saved state holds the cached records (all of them
+      once the first epoch is read), so each checkpoint is about the size of the data.
+
+    Args:
+      config: The config to describe.
+
+    Returns:
+      ``{"exact": bool, "reasons": [why not exact], "notes": [other remarks],
+      "verify": the command that checks it on the user's files}``. Whether the source
+      itself can be saved (a wrapped ``from_generator`` dataset cannot) is not known
+      from the config: the ``verify`` command checks it.
+    """
+    reasons, notes = [], []
+    if config.deterministic is False:
+        reasons.append(
+            "deterministic=False: the input position saves and restores without losing "
+            "or repeating an example, but the order after a restore differs from an "
+            "uninterrupted run; for exact resumption tune with --fix deterministic=true"
+        )
+    if config.cache:
+        notes.append(
+            "cache=true: the saved input state holds the cached records (all of them once "
+            "the first epoch is read), so each checkpoint is about the size of the data; "
+            "tune with --fix cache=false to keep it small"
+        )
+    return {
+        "exact": not reasons,
+        "reasons": reasons,
+        "notes": notes,
+        "verify": "tfinput check DATA --resume --config best_config.json",
+    }
 
 
 def fingerprint(cpu_count: int) -> dict[str, Any]:

@@ -227,3 +227,11 @@ def test_unknown_settings_are_shown_as_question_marks():
         "cycle_length ?, parallelism 1 autotuned"
     )
     assert advise("ParallelMapV2", {})[1] == "parallelism not traced"
+
+
+def test_the_parquet_reader_map_is_controlled_by_the_interleave_knobs():
+    knobs, _, advice = advise("Map", {}, label="parquet_read")
+    assert knobs == ("interleave_cycle_length", "interleave_parallelism")
+    assert "Parquet reader" in advice and "--to columnar" in advice
+    # Any other sequential map keeps the map advice.
+    assert advise("Map", {}, label="parse")[0] == ("map_parallelism",)

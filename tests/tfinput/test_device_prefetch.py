@@ -3,8 +3,13 @@ left behind. JAX runs on its CPU device here: the same code path as on a GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import io
+import json
 import threading
+import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -190,3 +195,132 @@ def test_to_tensorflow_keeps_the_values(pipeline):
     for g, e in zip(got, expected):
         for a, b in zip(g, e):
             np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------ resume
+RESUME = tfinput.PipelineConfig(
+    batch_size=16, deterministic=True, shuffle_buffer=64, shuffle_seed=3
+)
+
+
+def _numpy(batch):
+    return tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, batch)
+
+
+def _prefetcher(kind, iterator, size=2):
+    if kind == "jax":
+        pytest.importorskip("jax")
+        return device_prefetch.to_jax(iterator, size=size)
+    return device_prefetch.DevicePrefetch(iterator, put=_numpy, size=size)
+
+
+def _assert_same_batches(got, expected):
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        for a, b in zip(_flat(g), _flat(e)):
+            np.testing.assert_array_equal(a, b)
+
+
+def _wait_until_full(prefetch):
+    """Let the producer pull ahead until the queue is full (bounded wait), so that the
+    saved state has batches pulled but not yet returned."""
+    deadline = time.monotonic() + 60
+    while not prefetch._feed.queue.full() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert prefetch._feed.queue.full()
+
+
+def _unconsumed(state):
+    with zipfile.ZipFile(io.BytesIO(state)) as z:
+        return json.loads(z.read("header.json"))["unconsumed"]
+
+
+@pytest.mark.parametrize("kind", ["numpy", "jax"], ids=["put-numpy", "to-jax"])
+def test_get_state_resumes_exactly_in_a_new_prefetcher(pipeline, kind):
+    expected = list(pipeline.build(RESUME).as_numpy_iterator())
+    assert len(expected) == 16
+    first = _prefetcher(kind, pipeline.iterator(RESUME), size=3)
+    head = [_numpy(next(first)) for _ in range(5)]
+    _wait_until_full(first)
+    state = first.get_state()
+    # The batches queued (3) and possibly the one being put are saved as not consumed.
+    assert _unconsumed(state) >= 3
+    # The prefetcher goes on after get_state, unchanged.
+    rest = [_numpy(b) for b in first]
+    _assert_same_batches(head + rest, expected)
+
+    # A new process would do this: a fresh iterator and prefetcher, then set_state.
+    second = _prefetcher(kind, pipeline.iterator(RESUME), size=3)
+    second.set_state(state)
+    _assert_same_batches([_numpy(b) for b in second], expected[5:])
+    assert not second.running
+
+
+def test_set_state_on_a_running_prefetcher_goes_back(pipeline):
+    expected = list(pipeline.build(RESUME).as_numpy_iterator())
+    with _prefetcher("jax", pipeline.iterator(RESUME)) as it:
+        [next(it) for _ in range(4)]
+        state = it.get_state()
+        [next(it) for _ in range(6)]
+        it.set_state(state)
+        _assert_same_batches([_numpy(b) for b in it], expected[4:])
+        # Once exhausted, a state still restores (the prefetcher starts again).
+        it.set_state(state)
+        _assert_same_batches([_numpy(next(it))], expected[4:5])
+
+
+def test_get_state_at_the_start_and_at_the_end(pipeline):
+    expected = list(pipeline.build(RESUME).as_numpy_iterator())
+    it = _prefetcher("numpy", pipeline.iterator(RESUME))
+    start = it.get_state()
+    got = list(it)
+    end = it.get_state()
+    _assert_same_batches(got, expected)
+    again = _prefetcher("numpy", pipeline.iterator(RESUME))
+    again.set_state(start)
+    _assert_same_batches(list(again), expected)
+    done = _prefetcher("numpy", pipeline.iterator(RESUME))
+    done.set_state(end)
+    assert list(done) == []
+
+
+def test_state_of_a_source_without_a_position_is_refused(pipeline):
+    with device_prefetch.DevicePrefetch(range(10), put=lambda x: x) as it:
+        next(it)
+        with pytest.raises(tfinput.ResumeError, match=r"pipeline\.iterator\(config\)"):
+            it.get_state()
+        with pytest.raises(tfinput.ResumeError, match="set_state"):
+            it.set_state(b"")
+    pytest.importorskip("jax")
+    with (
+        device_prefetch.to_jax(pipeline.build(RESUME)) as it,
+        pytest.raises(tfinput.ResumeError, match="not a dataset"),
+    ):
+        it.get_state()
+
+
+def test_a_keep_too_small_for_the_prefetch_size_is_refused(pipeline):
+    with pytest.raises(ConfigError, match=r"keep=4\) or more"):
+        device_prefetch.DevicePrefetch(pipeline.iterator(RESUME, keep=3), put=_numpy, size=2)
+    # The default keep (8) covers sizes up to 6.
+    device_prefetch.DevicePrefetch(pipeline.iterator(RESUME), put=_numpy, size=6).close()
+
+
+def test_set_state_after_close_is_refused(pipeline):
+    it = _prefetcher("numpy", pipeline.iterator(RESUME))
+    state = it.get_state()
+    it.close()
+    with pytest.raises(tfinput.ResumeError, match="closed"):
+        it.set_state(state)
+
+
+def test_a_state_of_another_pipeline_is_refused(pipeline):
+    it = _prefetcher("numpy", pipeline.iterator(RESUME))
+    state = it.get_state()
+    other = dataclasses.replace(RESUME, batch_size=32)
+    with (
+        _prefetcher("numpy", pipeline.iterator(other)) as wrong,
+        pytest.raises(tfinput.ResumeError, match="batch_size"),
+    ):
+        wrong.set_state(state)
+    it.close()

@@ -45,7 +45,7 @@ def test_python_backed_pipeline_is_refused_naming_the_ops(address, small_schema,
         service.distribute(ds, address)
     message = str(e.value)
     assert message.startswith("the dataset given to tf.data service is not native-only")
-    assert "GeneratorDataset" in message and "PyFunc" in message
+    assert "PyFuncStateless" in message
 
 
 def test_unknown_processing_mode(address, small_columnar):

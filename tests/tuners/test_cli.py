@@ -14,9 +14,11 @@ import optuna
 import pytest
 
 from tests.helpers import run_cli
+from tests.tuners.conftest import tune_result
 from tfinput.cli import build_parser
 from tfinput.config import PipelineConfig
-from tuners.cli import add_subcommands
+from tuners.cli import _resume_line, add_subcommands
+from tuners.result import resume_record
 from tuners.storage import make_storage
 
 
@@ -75,12 +77,33 @@ def test_cli_tune_end_to_end(cli_args, capsys, tmp_path, monkeypatch):
     assert data["format_advice"] is None  # --no-format-advice
     assert isinstance(data["breakdown"], list) and data["beats_autotune"] in (True, False)
     assert PipelineConfig.from_json(out_dir / "best_config.json").batch_size == 50
+    best = PipelineConfig.from_dict(data["best_config"])
+    assert data["resume"] == json.loads((out_dir / "best_config.json").read_text())["resume"]
+    assert data["resume"] == resume_record(best)
     assert "Traceback" not in err and "pip install 'tfinput[plots]'" in err
     for name in ("best_config.json", "result.json", "report.html"):
         assert (out_dir / name).exists(), name
     html = (out_dir / "report.html").read_text()
     assert "pip install 'tfinput[plots]'" in html and "Best config" in html
     assert "Confirmed throughput" in html
+
+
+@pytest.mark.parametrize(
+    ("knobs", "expected"),
+    [
+        ({}, "resume: the best config resumes exactly after a restart (verify on"),
+        ({"deterministic": False}, "resume: not exact after a restart: deterministic=False: "),
+        ({"cache": True}, "resume: the best config resumes exactly after a restart; cache=true"),
+    ],
+    ids=["exact", "nondeterministic", "cache"],
+)
+def test_cli_says_whether_the_best_config_resumes(knobs, expected):
+    result = tune_result(best_config=PipelineConfig(batch_size=50, **knobs))
+    line = _resume_line(result, "out/best_config.json")
+    assert line.startswith(expected)
+    assert line.endswith(
+        "(verify on your files: tfinput check DATA --resume --config out/best_config.json)"
+    )
 
 
 def test_cli_opt_out_flags():

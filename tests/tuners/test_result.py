@@ -1,11 +1,15 @@
 """`tuners.result`: what `tune` returns and records (`TuneResult` as JSON, the
-fingerprint of the machine, how every number was measured)."""
+fingerprint of the machine, how every number was measured, whether the best config
+resumes exactly after a restart)."""
 
 from __future__ import annotations
 
+import collections
+import json
 import sys
 
 import optuna
+import pytest
 
 from tests.tuners.conftest import BEST, tune_result
 from tfinput import steps
@@ -18,6 +22,7 @@ from tuners.result import (
     describe_pruner,
     describe_step,
     fingerprint,
+    resume_record,
 )
 
 
@@ -52,7 +57,9 @@ def test_tune_result_to_dict_and_record():
         "input_bound",
         "verdicts",
         "packed_layout",
+        "resume",
     }
+    assert record["resume"] == data["resume"] == resume_record(BEST)
 
 
 def test_an_unconfirmed_result_has_no_ratio():
@@ -94,3 +101,86 @@ def test_trials_failed_error_keeps_the_study():
     study = optuna.create_study()
     error = TrialsFailedError("no trial completed", study=study)
     assert str(error) == "no trial completed" and error.study is study
+
+
+# ------------------------------------------------------------- resumption
+@pytest.mark.parametrize(
+    ("knobs", "exact", "reason", "note"),
+    [
+        ({}, True, None, None),
+        ({"deterministic": True, "map_parallelism": 2}, True, None, None),
+        ({"deterministic": False}, False, "--fix deterministic=true", None),
+        ({"cache": True}, True, None, "--fix cache=false"),
+    ],
+    ids=["default", "deterministic", "nondeterministic", "cache"],
+)
+def test_resume_record_says_whether_and_why(knobs, exact, reason, note):
+    record = resume_record(PipelineConfig(**knobs))
+    assert record["exact"] is exact
+    assert record["verify"] == "tfinput check DATA --resume --config best_config.json"
+    if reason is None:
+        assert record["reasons"] == []
+    else:
+        (text,) = record["reasons"]
+        assert text.startswith("deterministic=False: the input position saves and restores")
+        assert reason in text
+    if note is None:
+        assert record["notes"] == []
+    else:
+        (text,) = record["notes"]
+        assert text.startswith("cache=true: the saved input state holds the cached records")
+        assert note in text
+
+
+def _resumed(pipeline, config, after=3):
+    """Row ids of an epoch: before the save, then the uninterrupted rest and the rest
+    after a restore into a fresh iterator (packed batches unpacked)."""
+    from tfinput.layout import is_packed, unpack
+
+    def row_ids(batches):
+        out = []
+        for features, _ in batches:
+            if is_packed(features):
+                features = unpack(features, pipeline.packed_layout())
+            out += features["dense"]["row_id"].numpy().tolist()
+        return out
+
+    it = pipeline.iterator(config)
+    first = row_ids(next(it) for _ in range(after))
+    state = it.get_state()
+    rest = row_ids(it)
+    restored = pipeline.iterator(config)
+    restored.set_state(state)
+    return first, rest, row_ids(restored)
+
+
+def test_a_nondeterministic_pipeline_resumes_without_loss_or_repeat(pipeline):
+    # The claim behind resume_record's "not exact": order may change, content may not.
+    config = PipelineConfig(
+        batch_size=50,
+        deterministic=False,
+        map_parallelism=2,
+        interleave_parallelism=2,
+        interleave_cycle_length=4,
+        shuffle_buffer=300,
+        shuffle_seed=1,
+    )
+    first, rest, again = _resumed(pipeline, config)
+    assert collections.Counter(again) == collections.Counter(rest)
+    assert sorted(first + again) == list(range(1000))  # each row once
+
+
+def test_the_tuned_config_records_whether_it_resumes_and_it_holds(tuned, tmp_path):
+    pipeline, _, result = tuned
+    path = tmp_path / "best_config.json"
+    result.best_config.to_json(path, **result.record())
+    saved = json.loads(path.read_text())
+    assert saved["resume"] == resume_record(result.best_config)
+    assert PipelineConfig.from_json(path) == result.best_config
+    config = result.best_config.replace(shuffle_buffer=300, shuffle_seed=1)
+    first, rest, again = _resumed(pipeline, config)
+    if saved["resume"]["exact"]:
+        assert again == rest
+    else:
+        assert collections.Counter(again) == collections.Counter(rest)
+    assert len(first + again) == len(set(first + again))

@@ -1,5 +1,5 @@
-"""pyarrow side of the Parquet source: column types, footers, and the generator of
-exact batches (`ParquetBatches`).
+"""pyarrow side of the Parquet source: column types, footers, and the reader of exact
+batches (`ParquetBatches`), batch ``k`` of an epoch a pure function of its position.
 
 A batch from `ParquetBatches` is a dict of numpy arrays keyed by column: scalar and
 fixed-length columns under their name, each list column ``c`` as two arrays,
@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import os
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -142,66 +146,296 @@ def parquet_signature(schema: Schema) -> dict[str, tf.TensorSpec]:
     return sig
 
 
-@dataclasses.dataclass
-class ParquetBatches:
-    """Generator factory: exact batches of ``batch_size`` rows across file boundaries."""
+@functools.lru_cache(maxsize=4096)
+def parquet_footer(path: str, mtime_ns: int | None, size: int | None) -> Any:
+    """A file's parsed Parquet footer (``pyarrow.parquet.FileMetaData``), cached per file
+    version like `parquet_columns`."""
+    del mtime_ns, size  # part of the cache key only
+    try:
+        return _open(path).metadata
+    except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
+        raise DataError(f"{path}: not a readable Parquet file ({first_line(e)})") from e
 
-    files: list[str]
-    schema: Schema
-    config: PipelineConfig
-    batch_size: int
-    shuffle_files: bool
-    epoch: int = 0
 
-    def __call__(self) -> Iterator[dict[str, np.ndarray]]:
-        import pyarrow as pa
-        import pyarrow.dataset as pads
+def _footer(path: str) -> Any:
+    stat = os.stat(path) if "://" not in path else None
+    return parquet_footer(path, stat and stat.st_mtime_ns, stat and stat.st_size)
 
-        cfg = self.config
-        seed = cfg.shuffle_seed
-        rng = np.random.default_rng(None if seed is None else seed + self.epoch)
-        self.epoch += 1
-        files = list(self.files)
-        if self.shuffle_files:
-            rng.shuffle(files)
-        readahead = 4 if cfg.interleave_cycle_length == AUTOTUNE else cfg.interleave_cycle_length
-        columns = self.schema.columns()
-        dataset = pads.dataset(files, format="parquet")
-        scanner = dataset.scanner(
-            columns=columns,
-            batch_size=max(self.batch_size, 1 << 14),
-            use_threads=cfg.interleave_parallelism != 1,
-            fragment_readahead=readahead,
-            batch_readahead=max(readahead * 4, 4),
+
+def _open(path: str, metadata: Any = None) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` for a local path or a URI (``s3://...``)."""
+    import pyarrow.parquet as pq
+
+    if "://" in path:
+        import pyarrow.fs as pafs
+
+        fs, inner = pafs.FileSystem.from_uri(path)
+        return pq.ParquetFile(fs.open_input_file(inner), metadata=metadata)
+    return pq.ParquetFile(path, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Piece:
+    """Rows ``[start, start + rows)`` of an epoch's row stream: one row group."""
+
+    file: int  # index into `ParquetBatches.files`
+    group: int
+    start: int
+    rows: int
+
+
+class _Epoch:
+    """One epoch's plan (file order) and caches: row groups, shuffle windows and batches
+    already read or being read ahead. Entries are dropped once the reader has moved past
+    them; a dropped entry asked for again (a second iterator, a restore) is read again."""
+
+    def __init__(self, owner: ParquetBatches, seed: int) -> None:
+        self.owner = owner
+        self.seed = seed
+        order = list(range(len(owner.files)))
+        if owner.shuffle_files:
+            np.random.default_rng([seed, 0]).shuffle(order)
+        pieces: list[_Piece] = []
+        start = 0
+        for i in order:
+            for g, rows in enumerate(owner.group_rows[i]):
+                if rows:
+                    pieces.append(_Piece(file=i, group=g, start=start, rows=rows))
+                    start += rows
+        self.pieces = pieces
+        self.starts = np.array([p.start for p in pieces], np.int64)
+        self.ends = {(p.file, p.group): p.start + p.rows for p in pieces}
+        self.lock = threading.Lock()
+        self.groups: dict[tuple[int, int], Future] = {}
+        self.windows: dict[int, Future] = {}
+        self.batches: dict[int, Future] = {}
+
+    def once(self, cache: dict, key: Any, compute: Any) -> Any:
+        """``compute()``, run once per key while cached (concurrent askers wait)."""
+        with self.lock:
+            future = cache.get(key)
+            owner = future is None
+            if owner:
+                future = cache[key] = Future()
+        if owner:
+            try:
+                future.set_result(compute())
+            except BaseException as e:
+                future.set_exception(e)
+        return future.result()
+
+    def group(self, piece: _Piece) -> Any:
+        return self.once(
+            self.groups, (piece.file, piece.group), lambda: self.owner.read_group(piece)
         )
-        window = max(self.batch_size, cfg.shuffle_buffer)
-        pending: list[pa.RecordBatch] = []
-        rows = 0
-        for tagged in scanner.scan_batches():
-            rb = tagged.record_batch
-            if rb.num_rows == 0:
-                continue
-            rb = _fill_nulls(rb, self.schema, tagged.fragment.path)
-            pending.append(rb)
-            rows += rb.num_rows
-            if rows < window:
-                continue
-            table = pa.Table.from_batches(pending)
-            if cfg.shuffle_buffer:
-                table = table.take(rng.permutation(table.num_rows))
-            full = (table.num_rows // self.batch_size) * self.batch_size
-            for start in range(0, full, self.batch_size):
-                yield _columns(table.slice(start, self.batch_size), self.schema)
-            rest = table.slice(full)
-            pending, rows = rest.to_batches(), rest.num_rows
-        if rows:
-            table = pa.Table.from_batches(pending)
-            if cfg.shuffle_buffer:
-                table = table.take(rng.permutation(table.num_rows))
-            for start in range(0, table.num_rows, self.batch_size):
-                chunk = table.slice(start, self.batch_size)
-                if chunk.num_rows == self.batch_size or not cfg.drop_remainder:
-                    yield _columns(chunk, self.schema)
+
+    def window(self, j: int) -> Any:
+        return self.once(self.windows, j, lambda: self._window(j))
+
+    def _window(self, j: int) -> Any:
+        """Rows ``[j * W, (j + 1) * W)`` of the stream, shuffled when shuffling rows."""
+        import pyarrow as pa
+
+        size = self.owner.window
+        a, b = j * size, min((j + 1) * size, self.owner.total_rows)
+        first = int(np.searchsorted(self.starts, a, side="right")) - 1
+        parts = []
+        for piece in self.pieces[first:]:
+            if piece.start >= b:
+                break
+            lo, hi = max(a, piece.start), min(b, piece.start + piece.rows)
+            parts.append(self.group(piece).slice(lo - piece.start, hi - lo))
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        if self.owner.config.shuffle_buffer:
+            rng = np.random.default_rng([self.seed, 1, j])
+            table = table.take(rng.permutation(table.num_rows))
+        return table
+
+    def batch(self, k: int) -> dict[str, np.ndarray]:
+        owner = self.owner
+        size = owner.batch_size
+        j, offset = divmod(k * size, owner.window)
+        return _columns(self.window(j).slice(offset, size), owner.schema)
+
+    def drop_before(self, k: int) -> None:
+        """Forget what only batches before ``k`` need."""
+        owner = self.owner
+        j = k * owner.batch_size // owner.window
+        row = j * owner.window
+        with self.lock:
+            for key in [key for key in self.batches if key < k]:
+                del self.batches[key]
+            for key in [key for key in self.windows if key < j]:
+                del self.windows[key]
+            for key in [key for key in self.groups if self.ends[key] <= row]:
+                del self.groups[key]
+
+
+class ParquetBatches:
+    """Exact batches of ``batch_size`` rows across file boundaries, batch ``k`` of an
+    epoch a pure function of ``(files, seed, k)``: what makes the position checkpointable.
+
+    The epoch's row stream is the files' row groups in file order (shuffled by the seed
+    with ``shuffle_files``). With ``shuffle_buffer`` the stream is cut into windows of
+    ``W`` rows (the buffer rounded up to whole batches) and each window is permuted by
+    ``(seed, window)``. Batch ``k`` is rows ``[k * B, (k + 1) * B)`` of the (shuffled)
+    stream; the last one is partial unless ``drop_remainder``.
+
+    Reading is random access (`batch`), but a sequential reader is served ahead: each
+    call starts the next ``readahead`` batches (row groups read, nulls filled, windows
+    shuffled, columns converted) on ``threads`` background threads, pyarrow releasing
+    the GIL while it decodes.
+
+    Args:
+      files: The files, in order.
+      schema: The schema read.
+      config: ``shuffle_buffer``, ``drop_remainder``; the interleave knobs set the
+        readahead (``interleave_cycle_length``, 4 for AUTOTUNE, batches twice that) and
+        the threads (``interleave_parallelism``: 1 is one background thread reading with
+        pyarrow's threads off; otherwise that many, 4 for AUTOTUNE, with them on).
+      batch_size: Rows per batch.
+      shuffle_files: Shuffle the file order every epoch (by the epoch's seed).
+
+    Raises:
+      DataError: a file's footer cannot be read.
+    """
+
+    def __init__(
+        self,
+        *,
+        files: list[str],
+        schema: Schema,
+        config: PipelineConfig,
+        batch_size: int,
+        shuffle_files: bool,
+    ) -> None:
+        self.files = list(files)
+        self.schema = schema
+        self.config = config
+        self.batch_size = batch_size
+        self.shuffle_files = shuffle_files
+        footers = [_footer(p) for p in self.files]
+        self.group_rows = [
+            [f.row_group(g).num_rows for g in range(f.num_row_groups)] for f in footers
+        ]
+        self._footers = footers
+        self.total_rows = sum(map(sum, self.group_rows))
+        self.window = -(-max(config.shuffle_buffer, 1) // batch_size) * batch_size
+        full, rest = divmod(self.total_rows, batch_size)
+        self.num_batches = full + (1 if rest and not config.drop_remainder else 0)
+        cycle = config.interleave_cycle_length
+        self.readahead = 2 * (4 if cycle == AUTOTUNE else max(cycle, 1))
+        threads = config.interleave_parallelism
+        self.threads = 4 if threads == AUTOTUNE else max(threads, 1)
+        self.columns = schema.columns()
+        self._target: Any = None
+        self._epochs: dict[int, _Epoch] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def shuffles(self) -> bool:
+        """Whether an epoch depends on its seed (row or file shuffling)."""
+        return bool(self.config.shuffle_buffer) or self.shuffle_files
+
+    def fingerprint(self) -> int:
+        """A 63-bit digest of what the batch positions mean (files and their row groups,
+        batch size, window, drop_remainder, file shuffling): a position saved by one
+        build is refused by a build where it would mean other rows."""
+        what = repr(
+            (
+                self.files,
+                self.group_rows,
+                self.batch_size,
+                self.window,
+                bool(self.config.shuffle_buffer),
+                self.config.drop_remainder,
+                self.shuffle_files,
+            )
+        )
+        return int.from_bytes(hashlib.sha256(what.encode()).digest()[:8], "little") >> 1
+
+    def epoch(self, seed: int) -> _Epoch:
+        with self._lock:
+            plan = self._epochs.pop(seed, None) or _Epoch(self, seed)
+            self._epochs[seed] = plan  # most recently used last
+            while len(self._epochs) > 2:
+                del self._epochs[next(iter(self._epochs))]
+            return plan
+
+    def batch(self, seed: int, k: int) -> dict[str, np.ndarray]:
+        """Batch ``k`` of the epoch of ``seed``, starting the next ones in the background.
+
+        Raises:
+          DataError: a null without default, a vector of the wrong length (naming the
+            file and column).
+        """
+        if not 0 <= k < self.num_batches:
+            raise IndexError(f"batch {k} of an epoch of {self.num_batches} batches")
+        plan = self.epoch(seed)
+        plan.drop_before(k)
+        started = []
+        with plan.lock:
+            future = plan.batches.get(k)
+            for i in range(k + 1, min(k + 1 + self.readahead, self.num_batches)):
+                if i not in plan.batches:
+                    plan.batches[i] = Future()
+                    started.append((i, plan.batches[i]))
+        for i, ahead in started:
+            self._submit(plan, i, ahead)
+        if future is None:  # not read ahead: the first batch, or one after a restore
+            batch = plan.once(plan.batches, k, lambda: plan.batch(k))
+        else:
+            batch = future.result()
+        if k == self.num_batches - 1:
+            plan.drop_before(self.num_batches)  # the epoch is read: free its rows now
+        return batch
+
+    def _submit(self, plan: _Epoch, k: int, future: Future) -> None:
+        """Compute batch ``k`` on the pool into ``future`` (cached for it)."""
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.threads, "tfinput-parquet")
+
+        def run() -> None:
+            try:
+                future.set_result(plan.batch(k))
+            except BaseException as e:
+                future.set_exception(e)
+
+        self._pool.submit(run)
+
+    def __call__(self, seed: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        """The batches of one epoch, in order."""
+        for k in range(self.num_batches):
+            yield self.batch(seed, k)
+
+    def read_group(self, piece: _Piece) -> Any:
+        """One row group: the schema's columns, with the first file's types, nulls filled.
+
+        Raises:
+          DataError: a null without default, naming the file and column.
+        """
+        path = self.files[piece.file]
+        pf = _open(path, self._footers[piece.file])
+        table = pf.read_row_group(
+            piece.group, columns=self.columns, use_threads=self.config.interleave_parallelism != 1
+        )
+        table = table.select(self.columns)
+        if self._target is None:
+            first = _footer(self.files[0]).schema.to_arrow_schema()
+            self._target = _select(first, self.columns)
+        if not table.schema.equals(self._target):
+            table = table.cast(self._target)
+        return _fill_nulls(table, self.schema, path)
+
+
+def _select(schema: Any, columns: list[str]) -> Any:
+    """The fields of ``schema`` named by ``columns``, in that order."""
+    import pyarrow as pa
+
+    return pa.schema([schema.field(c) for c in columns])
 
 
 def _fill_nulls(rb: Any, schema: Schema, path: str) -> Any:
@@ -251,7 +485,7 @@ def _fill_nulls(rb: Any, schema: Schema, path: str) -> Any:
             arrays[name] = pc.if_else(pc.is_null(arr), fill, arr)
         else:
             arrays[name] = pc.fill_null(arr, pa.scalar(default).cast(arr.type))
-    return pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
+    return type(rb).from_arrays(list(arrays.values()), names=list(arrays))
 
 
 def _columns(table: Any, schema: Schema) -> dict[str, np.ndarray]:

@@ -20,9 +20,12 @@ from tfinput.schema import MultiHot, Schema
 from tfinput.sources._text import did_you_mean
 from tfinput.sources.files import resolve_paths
 from tfinput.sources.protocol import Decode, ReadRequest, ReadStages, Resume, Source
-from tfinput.sources.skeleton import single_core_options
+from tfinput.sources.skeleton import knob_is_set, single_core_options
 
-__all__ = ["ColumnarSource", "check_size"]
+__all__ = ["ColumnarSource", "check_size", "SHUFFLES"]
+
+#: ``ColumnarSource.shuffle`` values: the pipeline's chunk buffer, or a global permutation.
+SHUFFLES = ("buffer", "global")
 
 #: A data file with its manifest and the manifest's entry for it.
 Resolved = tuple[str, Manifest, FileEntry]
@@ -39,16 +42,47 @@ class ColumnarSource(Source):
     position can be checkpointed with tf.data's iterator checkpointing
     (``resume = "iterator"``).
 
+    ``shuffle="global"`` reads instead every chunk of every (sharded) file once per
+    iteration, in a permutation drawn anew for each ``iter()`` (seeded by
+    ``PipelineConfig.shuffle_seed``; None: a fresh seed), each chunk by its byte offset
+    from the manifest, and always shuffles rows within each batch. It holds no shuffle
+    buffer: where the batch size is a multiple of the chunk size and ``deterministic``
+    is not False, builds use tf.data's symbolic checkpointing, so
+    ``tf.train.Checkpoint(iterator=it)`` saves positions only (about 2 KB whatever the
+    data size: see `symbolic_checkpoint`) and restores exactly. Each chunk is one
+    positioned read of its bytes (a stateless ``tf.numpy_function`` around
+    ``os.pread``: no TensorFlow op reads a byte range without reading up to it), so the
+    pipeline cannot run on tf.data service workers.
+
     Attributes:
       paths: Data set directories, their manifests, or data files (globs allowed);
         every file must be listed in the ``manifest.json`` of its directory.
       verify: Check every chunk's fingerprint against its ``@check`` value and the
         manifest while reading, naming the file, chunk and column on a mismatch. Costs
         one FarmHash64 pass over the bytes read (see ``benchmarks/columnar.py``); off,
-        TFRecord's own CRC32C still catches bytes corrupted on disk.
+        TFRecord's own CRC32C still catches bytes corrupted on disk (not with
+        ``shuffle="global"``, which reads each chunk's payload by offset, without the
+        framing: keep ``verify`` on there).
       shuffle_rows: Shuffle rows within each batch (seeded by
         ``PipelineConfig.shuffle_seed``); costs one gather per column.
       buffer_size: Read buffer per open file, bytes (None: TensorFlow's default).
+      shuffle: ``"buffer"`` (default): chunks of the interleaved files go through the
+        pipeline's shuffle buffer (``PipelineConfig.shuffle_buffer`` rows; 0: no
+        shuffle); memory and checkpoints grow with the buffer. ``"global"``: a
+        permutation of all chunks per iteration plus rows shuffled within each batch
+        (``shuffle_rows`` is implied); no buffer, a checkpoint of positions only, and
+        every batch draws its chunks from the whole data set. It reads one chunk per
+        request (``interleave_parallelism`` at a time, one positioned read each)
+        rather than streaming files. Measured on 2 cores (criteo-like, 400k rows in 8
+        files, batch 4096, AUTOTUNE, 5 interleaved rounds): 0.71-0.77x the examples/s
+        of a 16k-row buffer shuffle with ``shuffle_rows``. ``shuffle_buffer`` and ``cache`` must
+        then be 0 / off (`ConfigError` otherwise); the interleave cycle and block
+        lengths and file shuffling have no effect (logged).
+      start: ``(iteration, batch)``: with ``shuffle="global"`` and a fixed
+        ``shuffle_seed``, builds yield iteration ``iteration`` (0: the first ``iter()``
+        of an uninterrupted run) from batch ``batch`` to its end, exactly as that run
+        did, and only that (every ``iter()`` of such a build starts there again); set
+        by `resume_at`, for a saved state of three integers (seed, iteration, batch).
       empty_files: Kept so existing code that passes it still works; it has no
         effect: a columnar file is never empty, and a zero-byte one is reported as
         truncated.
@@ -58,10 +92,34 @@ class ColumnarSource(Source):
     verify: bool = True
     shuffle_rows: bool = False
     buffer_size: int | None = None
+    shuffle: str = "buffer"
+    start: tuple[int, int] | None = None
     empty_files: str = "skip"
 
     kind: ClassVar[str] = "columnar"
     resume: ClassVar[Resume] = "iterator"
+
+    def resume_at(self, *, iteration: int, batch: int) -> ColumnarSource:
+        """This source, its builds starting at batch ``batch`` of iteration
+        ``iteration`` of the global shuffle (see ``start``)::
+
+            source = pipeline.source.resume_at(iteration=2, batch=130)
+            ds = dataclasses.replace(pipeline, source=source).build(config)
+
+        Raises:
+          ConfigError: not ``shuffle="global"``, or a negative iteration or batch.
+        """
+        if self.shuffle != "global":
+            raise ConfigError(
+                "columnar source: resume_at needs shuffle='global' (a buffer shuffle's "
+                "order cannot be recomputed); use tf.train.Checkpoint(iterator=...)"
+            )
+        if min(iteration, batch) < 0:
+            raise ConfigError(
+                f"columnar source: resume_at: iteration and batch must be >= 0, got "
+                f"{iteration} and {batch}"
+            )
+        return dataclasses.replace(self, start=(int(iteration), int(batch)))
 
     def __post_init__(self) -> None:
         if isinstance(self.paths, (str, os.PathLike)):
@@ -71,6 +129,10 @@ class ColumnarSource(Source):
                 raise ConfigError(
                     f"columnar source: {name} must be true or false, got {getattr(self, name)!r}"
                 )
+        if self.shuffle not in SHUFFLES:
+            raise ConfigError(
+                f"columnar source: shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}"
+            )
 
     # -------------------------------------------------------------- files
     def resolve(self) -> list[Resolved]:
@@ -204,7 +266,88 @@ class ColumnarSource(Source):
                 "with drop_remainder=True and a batch size that is a multiple of the chunk "
                 "size the partial last chunk is skipped"
             )
+        if self.shuffle == "global":
+            return self._read_global(request)
         return reader.read_chunks(plan, request, verify=self.verify, buffer_size=self.buffer_size)
+
+    def _start(self, request: ReadRequest, chunk: int) -> tuple[int, int]:
+        """``start`` as (the iteration's permutation key, its first chunk position).
+
+        Raises:
+          ConfigError: no fixed ``shuffle_seed``, or batches not made of whole chunks.
+        """
+        assert self.start is not None
+        iteration, batch = self.start
+        seed = request.config.shuffle_seed
+        if seed is None or request.batch_size % chunk:
+            raise ConfigError(
+                f"columnar source: start={self.start} needs PipelineConfig.shuffle_seed set "
+                f"(got {seed!r}) and a batch size that is a multiple of the chunk size "
+                f"{chunk} (got {request.batch_size}), so that the order can be recomputed"
+            )
+        return reader.permutation_key(seed, iteration), batch * (request.batch_size // chunk)
+
+    def _read_global(self, request: ReadRequest) -> Any:
+        """Every planned chunk once per iteration, in a permutation per iteration.
+
+        Raises:
+          ConfigError: ``shuffle_buffer`` or ``cache`` set (they would buffer chunks
+            again, or replay the first iteration's order).
+        """
+        from tfinput.sources.skeleton import deterministic_arg, parallel_calls
+
+        config = request.config
+        for knob, why in (
+            ("shuffle_buffer", "the global permutation already mixes every chunk"),
+            ("cache", "a cache would replay the first iteration's order every epoch"),
+        ):
+            if getattr(config, knob):
+                raise ConfigError(
+                    f"columnar source with shuffle='global': PipelineConfig.{knob}="
+                    f"{getattr(config, knob)!r} is not supported ({why}); set it to "
+                    f"{0 if knob == 'shuffle_buffer' else False}, or use shuffle='buffer'"
+                )
+        chosen, chunk, _, plan = self._plan(request)
+        start = None
+        if self.start is not None:
+            start = self._start(request, chunk)
+        parallel = parallel_calls(config.interleave_parallelism)
+        return reader.read_permuted_chunks(
+            reader.index_chunks(plan, chosen),
+            seed=config.shuffle_seed,
+            parallelism=parallel,
+            deterministic=deterministic_arg(config),
+            buffer_size=self.buffer_size,
+            start=start,
+        )
+
+    def symbolic_checkpoint(self, request: ReadRequest) -> bool:
+        """True for ``shuffle="global"`` with whole-chunk batches (a batch size that is
+        a multiple of the chunk size) and ``deterministic`` not False: every stage then
+        supports tf.data's symbolic checkpointing, which saves positions only (the
+        iteration's key, the next chunk position, the batch and map counters: about 2
+        KB whatever the data, nine tenths of it tf.data's names for the stages; a state
+        of three integers is `resume_at`'s). Otherwise (``rebatch`` does not
+        support it) the explicit checkpoint holds the read-ahead buffers."""
+        if self.shuffle != "global" or request.config.deterministic is False:
+            return False
+        chunk = self._chosen(request.files[:1])[0][1].chunk_rows
+        return request.batch_size % chunk == 0
+
+    def unhonoured(self, request: ReadRequest) -> dict[str, str]:
+        """With ``shuffle="global"``: the interleave cycle and block lengths (chunks are
+        read by offset, ``interleave_parallelism`` at a time) and file shuffling."""
+        if self.shuffle != "global":
+            return {}
+        why = "shuffle='global' reads chunks by offset in a global permutation"
+        out = {
+            knob: why
+            for knob in ("interleave_cycle_length", "interleave_block_length")
+            if knob_is_set(request.config, knob)
+        }
+        if request.shuffle_files:
+            out["shuffle_files"] = why
+        return out
 
     def shuffle_buffer(self, records: Any, request: ReadRequest) -> int:
         """Chunks: ``ceil(shuffle_buffer / chunk_rows)``, at least one."""
@@ -214,7 +357,9 @@ class ColumnarSource(Source):
 
     def batch(self, records: Any, request: ReadRequest) -> tuple[Any, Decode]:
         """Batches of whole chunks decoded by the parse step (or exact batches cut
-        here), rows shuffled within each batch when ``shuffle_rows``."""
+        here), rows shuffled within each batch when ``shuffle_rows`` (with
+        ``shuffle="global"``: always, within each decoded group of chunks, seeded by the
+        iteration's key and the group's first chunk position)."""
         chosen, chunk, skip_partial, _ = self._plan(request)
         assemble = reader.assembler(
             storage_columns(request.schema),
@@ -222,10 +367,12 @@ class ColumnarSource(Source):
             verify=self.verify,
             uniform=skip_partial,
         )
+        if self.shuffle == "global":  # rows mixed per decoded group (before any rebatch)
+            assemble = reader.shuffle_rows_by_position(assemble)
         ds, finish = reader.batch_chunks(
             records, assemble, request.config, batch_size=request.batch_size, chunk_rows=chunk
         )
-        if self.shuffle_rows:
+        if self.shuffle_rows and self.shuffle != "global":
             ds, finish = reader.shuffle_rows_in_batches(
                 ds, finish, seed=request.config.shuffle_seed
             )

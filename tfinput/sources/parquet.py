@@ -36,17 +36,34 @@ class ParquetSource(Source):
     """Parquet files read column by column with pyarrow record batches.
 
     List columns (``list<int64>``, ``list<string>``) arrive as values plus lengths and
-    become ragged tensors with no per-row Python. Files are read by pyarrow's own
-    threads (`interleave_cycle_length` files ahead); exact batches are cut from the
-    stream, so no rows are lost at file boundaries.
+    become ragged tensors with no per-row Python. Row groups are read by background
+    threads ahead of the consumer (pyarrow releases the GIL while it decodes); exact
+    batches are cut from the stream of rows, so no rows are lost at file boundaries.
 
     With the pyarrow engine the source batches by itself (``batches_itself``): the
-    interleave knobs become pyarrow's scan settings (``interleave_cycle_length``:
-    files read ahead, 4 for AUTOTUNE; ``interleave_parallelism`` 1: one thread, else
-    pyarrow's pool), ``shuffle_buffer`` shuffles rows in windows of that many rows
-    inside the reader, and ``interleave_block_length`` has no equivalent (a warning
-    says so). The reader is a Python generator, so a build's read position cannot be
-    checkpointed (``resume = "none"``) and tf.data service cannot run it.
+    interleave knobs set the reader's readahead and threads (``interleave_cycle_length``:
+    batches prepared ahead, twice the value, 8 for AUTOTUNE; ``interleave_parallelism``:
+    background threads, 4 for AUTOTUNE, and 1 also turns pyarrow's own threads off),
+    ``shuffle_buffer`` shuffles rows in windows of that many rows (rounded up to whole
+    batches) inside the reader, and ``interleave_block_length`` has no equivalent (a
+    warning says so).
+
+    The read position is native: a ``tf.data`` range over the epoch's batch indices
+    (with the epoch's shuffle seed, drawn natively each iteration from ``shuffle_seed``),
+    and batch ``k`` is computed from (files, seed, ``k``) alone by a stateless
+    ``tf.numpy_function``. So ``tf.train.Checkpoint(iterator=it)`` saves and restores it
+    exactly (``resume = "iterator"``), with row and file shuffling, the interleave knobs
+    and per-replica sharding; a position restored into a build over other files or with
+    another batch size or shuffle window is refused at the next read. Restoring reads
+    the batch it resumes at directly (one window of rows), then reads ahead again.
+    Known limit: the *next* epoch's seed (under ``repeat``) comes from the seed
+    generator of ``Dataset.random``, whose state tf.data saves only while the epoch's
+    positions are still being read; a save made within tf.data's read-ahead of the end
+    of an epoch restores that epoch exactly, but the following epochs get other orders
+    than the uninterrupted run (each still reads every row once). The
+    Python callback still keeps the dataset from tf.data service (`tfinput.graph`).
+    ``resume`` describes the pyarrow engine; with tensorflow-io the pipeline is as
+    checkpointable as tensorflow-io's own dataset.
 
     Attributes:
       paths: Files, globs or directories.
@@ -61,7 +78,7 @@ class ParquetSource(Source):
     empty_files: str = "skip"
 
     kind: ClassVar[str] = "parquet"
-    resume: ClassVar[Resume] = "none"
+    resume: ClassVar[Resume] = "iterator"
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -125,19 +142,11 @@ class ParquetSource(Source):
         return {}
 
     def read(self, request: ReadRequest) -> tf.data.Dataset:
-        """pyarrow: exact, shuffled batches from a generator; tensorflow-io: rows of
-        the files, interleaved."""
+        """pyarrow: exact, shuffled batches at checkpointable positions
+        (`_pyarrow_read`); tensorflow-io: rows of the files, interleaved."""
         if self.engine == "tensorflow-io":
             return _tfio_read(request)
-        reader = ParquetBatches(
-            files=request.files,
-            schema=request.schema,
-            config=request.config,
-            batch_size=request.batch_size,
-            shuffle_files=request.shuffle_files,
-        )
-        signature = parquet_signature(request.schema)
-        return tf.data.Dataset.from_generator(reader, output_signature=signature)
+        return _pyarrow_read(request)
 
     def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:
         """pyarrow batches as they come (list columns decode to ragged tensors);
@@ -149,8 +158,9 @@ class ParquetSource(Source):
         return records, _list_decoder(request.schema)
 
     def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
-        """``read``: pyarrow's scan of the schema's columns; ``parse``: the same plus
-        the conversion to numpy (`ParquetBatches`), one thread each."""
+        """``read``: pyarrow's reads of the schema's columns, row group by row group;
+        ``parse``: tfinput's reader (`ParquetBatches`: the same reads plus the
+        conversion to numpy), one thread each."""
         import pyarrow.parquet as pq
 
         single = PipelineConfig.naive(
@@ -168,12 +178,12 @@ class ParquetSource(Source):
         size = sum(os.path.getsize(p) for p in files)
         return ReadStages(
             factories={
-                "read": lambda: _scan_forever(files, schema.columns(), batch_size),
+                "read": lambda: _scan_forever(files, schema.columns()),
                 "parse": lambda: _batches_forever(files, schema, single, batch_size),
             },
             descriptions={
-                "read": "pyarrow dataset scan of the schema's columns, one thread",
-                "parse": "read + conversion to numpy (tfinput's Parquet reader, one thread)",
+                "read": "pyarrow reads of the schema's columns, row group by row group, one thread",
+                "parse": "read + conversion to numpy (tfinput's Parquet reader, one background thread)",
             },
             counters={"read": lambda batch: int(batch.num_rows), "parse": count_numpy},
             files=len(files),
@@ -236,19 +246,16 @@ def _list_decoder(schema: Schema) -> Decode:
     return decode
 
 
-def _scan_forever(files: list[str], columns: list[str], batch_size: int) -> Iterator[Any]:
-    """The scan tfinput's reader does, without conversion, one thread, endlessly."""
-    import pyarrow.dataset as pads
+def _scan_forever(files: list[str], columns: list[str]) -> Iterator[Any]:
+    """The reads tfinput's reader does (row groups, the schema's columns), without
+    conversion, in file order, one thread, endlessly."""
+    import pyarrow.parquet as pq
 
     while True:
-        scanner = pads.dataset(files, format="parquet").scanner(
-            columns=columns,
-            batch_size=max(batch_size, 1 << 14),
-            use_threads=False,
-            fragment_readahead=1,
-            batch_readahead=4,
-        )
-        yield from scanner.to_batches()
+        for path in files:
+            pf = pq.ParquetFile(path)
+            for group in range(pf.num_row_groups):
+                yield pf.read_row_group(group, columns=columns, use_threads=False)
 
 
 def _batches_forever(
@@ -259,7 +266,89 @@ def _batches_forever(
         batches = ParquetBatches(
             files=files, schema=schema, config=config, batch_size=batch_size, shuffle_files=False
         )
-        yield from batches()
+        yield from batches(0)
+
+
+def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
+    """Batches of `ParquetBatches` at native positions: ``(seed, fingerprint, k)`` for
+    ``k`` in ``range(batches per epoch)``, mapped through ``tf.numpy_function`` (a
+    stateless Python op, which tf.data's iterator checkpointing accepts).
+
+    The epoch's seed is drawn natively per iteration (``Dataset.random`` with
+    ``rerandomize_each_iteration``, seeded by ``shuffle_seed``), so every ``iter()``
+    (and every pass of a ``repeat``) gets a new order while a restored iterator goes on
+    with the one it saved. The seed, the build's fingerprint and the epoch's batch count
+    are a ``scan``'s state, which tf.data saves with the position: a position restored
+    into a build over other files, another batch size or shuffle window is refused at
+    the next read (`SourceError`) instead of yielding other rows.
+    """
+    reader = ParquetBatches(
+        files=request.files,
+        schema=request.schema,
+        config=request.config,
+        batch_size=request.batch_size,
+        shuffle_files=request.shuffle_files,
+    )
+    signature = parquet_signature(request.schema)
+    keys, dtypes = list(signature), [spec.dtype for spec in signature.values()]
+    fingerprint = reader.fingerprint()
+    batches = reader.num_batches
+    if reader.shuffles:
+        draws = tf.data.Dataset.random(
+            seed=request.config.shuffle_seed, rerandomize_each_iteration=True
+        )
+    else:
+        draws = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+    # Batch index k zipped with a native draw; the scan keeps the epoch's first draw,
+    # this build's fingerprint and batch count as its state. The draw stays alive for
+    # the whole epoch (so tf.data saves the generator of the next epochs' draws at any
+    # point, even after reading ahead to the epoch's end) and the scan state is saved
+    # with the position: a position restored into a build over other files, another
+    # batch size or shuffle window keeps the saved fingerprint and count, and is
+    # refused at the next read instead of ending the epoch early or yielding other rows.
+    initial = (
+        tf.constant(False),
+        tf.constant(0, tf.int64),
+        tf.constant(fingerprint, tf.int64),
+        tf.constant(batches, tf.int64),
+    )
+
+    def first_draw(state: Any, element: Any) -> Any:
+        have, seed, saved, count = state
+        k, draw = element
+        seed = tf.where(have, seed, draw)
+        return (tf.constant(True), seed, saved, count), (seed, saved, count, k)
+
+    positions = (
+        tf.data.Dataset.zip((tf.data.Dataset.range(2**62), draws))
+        .scan(initial, first_draw)
+        .take_while(lambda seed, saved, count, k: k < count)
+        .map(lambda seed, saved, count, k: (seed, saved, k))
+    )
+
+    def numpy_batch(seed: Any, saved: Any, k: Any) -> list[Any]:
+        if int(saved) != fingerprint:
+            raise SourceError(
+                f"Parquet: the restored iterator position was saved by a build over other "
+                f"files, another batch size or shuffle window ({len(request.files)} files, "
+                f"batch size {request.batch_size} here): restore it into a pipeline built "
+                "from the same files with the same config"
+            )
+        batch = reader.batch(int(seed) & (2**63 - 1), int(k))
+        return [batch[key] for key in keys]
+
+    def read(seed: tf.Tensor, saved: tf.Tensor, k: tf.Tensor) -> dict[str, tf.Tensor]:
+        arrays = tf.numpy_function(
+            numpy_batch, [seed, saved, k], dtypes, stateful=False, name="parquet_batch"
+        )
+        out = {}
+        for key, array in zip(keys, arrays):
+            array.set_shape(signature[key].shape)
+            out[key] = array
+        return out
+
+    # Named for profiler traces: the reader's time shows up as this map.
+    return positions.map(read, name="parquet_read")
 
 
 def _tfio_read(request: ReadRequest) -> tf.data.Dataset:

@@ -95,12 +95,13 @@ class Source(Protocol):
         dataset of batches): the pipeline then applies neither its record shuffle nor
         its batch step; `batch` only supplies the decode function.
       resume: Whether and how a build's read position can be checkpointed (for
-        resuming exactly after preemption; declared only, tfinput does not resume yet):
+        resuming exactly after preemption, `tfinput.resume`):
         ``"iterator"``: the dataset is native ops, so tf.data's iterator checkpointing
         (``tf.train.Checkpoint(iterator=it)``) saves and restores it (TFRecord,
-        columnar); ``"none"``: the reader holds Python state that cannot be saved
-        (Parquet through pyarrow generators); ``"dataset"``: as checkpointable as the
-        dataset a user wrapped.
+        columnar, Parquet: its pyarrow reader computes batch k of an epoch from the
+        position tf.data saves); ``"none"``: the read position cannot be saved (a
+        reader that keeps its position in Python, such as a generator; no tfinput source
+        declares it); ``"dataset"``: as checkpointable as the dataset a user wrapped.
     """
 
     kind: ClassVar[str]
@@ -134,6 +135,14 @@ class Source(Protocol):
         default; a source may cap it or count in its own units)."""
         del records
         return request.config.shuffle_buffer
+
+    def symbolic_checkpoint(self, request: ReadRequest) -> bool:
+        """Whether builds of this request save their iterator with tf.data's symbolic
+        checkpointing (``tf.data.Options.experimental_symbolic_checkpoint``: positions
+        only, no buffered elements), which every stage of the source's read must support.
+        False by default (explicit checkpoints, which hold the buffers)."""
+        del request
+        return False
 
     def unhonoured(self, request: ReadRequest) -> dict[str, str]:
         """The knobs set in the request that this source cannot honour, each with why."""

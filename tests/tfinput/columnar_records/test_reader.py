@@ -11,7 +11,15 @@ import tfinput
 from tests.helpers import SEQUENTIAL, assert_each_row_once, by_row_id, collect
 from tfinput import testing
 from tfinput.columnar_records import read_manifest, storage_columns
-from tfinput.columnar_records.reader import assembler, chunk_buffer, plan_chunks
+from tfinput.columnar_records.reader import (
+    assembler,
+    chunk_buffer,
+    index_chunks,
+    permutation_key,
+    permutation_keys,
+    plan_chunks,
+    read_permuted_chunks,
+)
 from tfinput.columnar_records.verify import verify_files
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
@@ -195,6 +203,35 @@ def test_shuffling_levels(small_columnar):
     assert all((a == b).all() for a, b in zip(within, again))
 
 
+# ----------------------------------------------------------- global shuffle
+def test_chunks_read_by_offset_in_a_permutation(small_columnar):
+    from tfinput.columnar_records.manifest import read_manifest as manifest_of
+
+    manifest = manifest_of(small_columnar[0])
+    chosen = [(p, manifest, manifest.entry(p)) for p in small_columnar]
+    plan = plan_chunks(chosen, chunk_rows=100, skip_partial=False)
+    index = index_chunks(plan, chosen)
+    assert len(index) == 10 and index.size.sum() == sum(e.bytes for _, _, e in chosen)
+    stored = {r.numpy() for r in tf.data.TFRecordDataset(small_columnar)}
+    keys = permutation_keys(5)
+    for iteration in range(2):
+        key = permutation_key(5, iteration)
+        assert int(next(iter(keys))) == key, "a fresh generator replays the keys"
+        read = read_permuted_chunks(
+            index, seed=None, parallelism=None, deterministic=True, buffer_size=None,
+            start=(key, 3),
+        )  # fmt: skip
+        got = list(read.as_numpy_iterator())
+        assert [e["position"] for e in got] == list(range(3, 10))
+        assert {e["record"] for e in got} < stored
+        full = read_permuted_chunks(
+            index, seed=None, parallelism=2, deterministic=True, buffer_size=None,
+            start=(key, 0),
+        )  # fmt: skip
+        records = [e["record"] for e in full.as_numpy_iterator()]
+        assert set(records) == stored and [e["record"] for e in got] == records[3:]
+
+
 # ---------------------------------------------------------------- integrity
 def _rewrite_record(path, chunk, change, *, fix_check):
     """Change one record's 'price' bytes; keep the TFRecord CRCs valid. With
@@ -230,11 +267,12 @@ def _read_all(pipeline):
         pass
 
 
-def test_corrupt_chunk_names_file_chunk_and_column(copy):
+@pytest.mark.parametrize("shuffle", ["buffer", "global"])
+def test_corrupt_chunk_names_file_chunk_and_column(copy, shuffle):
     target = sorted(copy.glob("*.tfcol"))[1]
     _rewrite_record(target, 2, _flip_first_byte, fix_check=False)
     with pytest.raises(DataError) as e:
-        _read_all(tfinput.columnar(copy))
+        _read_all(tfinput.columnar(copy, shuffle=shuffle))
     assert str(e.value) == (
         f"{target}: chunk 2: column 'price' does not match its checksum: the chunk is corrupt"
     )
@@ -244,11 +282,12 @@ def test_corrupt_chunk_names_file_chunk_and_column(copy):
     assert "column 'price'" in problems[0].reason
 
 
-def test_file_that_does_not_match_the_manifest_names_file_and_chunk(copy):
+@pytest.mark.parametrize("shuffle", ["buffer", "global"])
+def test_file_that_does_not_match_the_manifest_names_file_and_chunk(copy, shuffle):
     target = sorted(copy.glob("*.tfcol"))[0]
     _rewrite_record(target, 1, _flip_first_byte, fix_check=True)  # same size, valid record
     with pytest.raises(DataError, match=r"chunk 1: its checksums do not match the manifest"):
-        _read_all(tfinput.columnar(copy))
+        _read_all(tfinput.columnar(copy, shuffle=shuffle))
     assert [(p.path, p.chunk) for p in verify_files(copy)] == [(str(target), 1)]
 
 

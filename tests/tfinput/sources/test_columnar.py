@@ -3,6 +3,7 @@ declares, reading, the chunk-sized shuffle buffer, error messages that name a ch
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +110,133 @@ def test_roofline_reads_whole_chunks(small_columnar, small_schema):
     np.testing.assert_array_equal(np.ravel(parsed["row_id"]), np.arange(200))
     size = sum(Path(p).stat().st_size for p in small_columnar)
     assert stages.bytes_per_example == pytest.approx(size / 1000)
+
+
+# ------------------------------------------------------------ global shuffle
+def _global(paths, schema, **kw):
+    return tfinput.columnar(paths, schema, shuffle="global", **kw)
+
+
+def _row_ids(ds):
+    """Per batch, its rows' ``row_id`` values, in order."""
+    return [f["dense"]["row_id"].numpy().astype(int).tolist() for f, _ in ds]
+
+
+def _save_and_restore(pipeline, config, *, after, tmp_path):
+    """Batches read before saving the iterator after ``after`` batches, the rest read
+    from a fresh build restored from the checkpoint, and the checkpoint's size."""
+    import tensorflow as tf
+
+    it = iter(pipeline.build(config))
+    first = [next(it) for _ in range(after)]
+    prefix = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    size = sum(p.stat().st_size for p in tmp_path.glob("ckpt*"))
+    restored = iter(pipeline.build(config))
+    tf.train.Checkpoint(iterator=restored).read(prefix).assert_consumed()
+    return _row_ids(first) + _row_ids(restored), size
+
+
+GLOBAL = PipelineConfig(batch_size=200, shuffle_seed=11, deterministic=True)
+
+
+def test_global_shuffle_resumes_exactly_with_verification(
+    small_columnar, small_schema, small_columns, tmp_path, read_request
+):
+    from tests.helpers import assert_each_row_once, collect
+
+    pipeline = _global(small_columnar, small_schema, verify=True)
+    request = read_request(small_columnar, batch_size=200, shuffle_seed=11, deterministic=True)
+    assert pipeline.source.symbolic_checkpoint(request)  # positions only
+    whole = _row_ids(pipeline.build(GLOBAL))
+    resumed, _ = _save_and_restore(pipeline, GLOBAL, after=2, tmp_path=tmp_path)
+    assert resumed == whole
+    assert_each_row_once([collect(pipeline.build(GLOBAL))], small_columns, small_schema)
+
+
+def test_global_shuffle_is_a_new_permutation_every_iteration(small_columnar, small_schema):
+    ds = _global(small_columnar, small_schema).build(GLOBAL)
+    epochs = [_row_ids(ds) for _ in range(2)]
+    for batches in epochs:
+        assert sorted(r for b in batches for r in b) == list(range(1000))
+        assert [len(b) for b in batches] == [200] * 5
+    assert epochs[0] != epochs[1]
+    # Chunks come from all over the data set, rows are mixed within each batch.
+    assert epochs[0][0] != sorted(epochs[0][0])
+    again = _row_ids(_global(small_columnar, small_schema).build(GLOBAL))
+    assert again == epochs[0], "the same seed gives the same order"
+    other = dataclasses.replace(GLOBAL, shuffle_seed=12)
+    assert _row_ids(_global(small_columnar, small_schema).build(other)) != epochs[0]
+
+
+def test_global_shuffle_checkpoint_does_not_grow_with_the_data(
+    small_columnar, small_schema, tmp_path
+):
+    big = testing.write_columnar(tmp_path / "big", small_schema, rows=4000, files=4, chunk_rows=100)
+    sizes = []
+    for i, paths in enumerate([small_columnar, big]):
+        _, size = _save_and_restore(
+            _global(paths, small_schema), GLOBAL, after=2, tmp_path=tmp_path / f"g{i}"
+        )
+        sizes.append(size)
+    buffered = tfinput.columnar(small_columnar, small_schema)
+    config = dataclasses.replace(GLOBAL, shuffle_buffer=500)
+    _, buffer_size = _save_and_restore(buffered, config, after=2, tmp_path=tmp_path / "b")
+    # Positions only (tf.data's names for the stages make up most of it): about 2 KB
+    # whatever the data, where the buffer shuffle holds its chunks.
+    assert abs(sizes[0] - sizes[1]) <= 16 and sizes[0] < 2500, sizes
+    assert buffer_size > 10 * sizes[0], (buffer_size, sizes)
+
+
+def test_resume_at_a_batch_of_an_iteration(small_columnar, small_schema):
+    pipeline = _global(small_columnar, small_schema)
+    ds = pipeline.build(GLOBAL)
+    epochs = [_row_ids(ds) for _ in range(3)]
+    for iteration, batch in [(0, 0), (0, 3), (2, 1)]:
+        source = pipeline.source.resume_at(iteration=iteration, batch=batch)
+        rest = _row_ids(dataclasses.replace(pipeline, source=source).build(GLOBAL))
+        assert rest == epochs[iteration][batch:], (iteration, batch)
+
+
+def test_global_shuffle_shards_files_per_input_pipeline(small_columnar, small_schema):
+    import tensorflow as tf
+
+    pipeline = _global(small_columnar, small_schema)
+    config = dataclasses.replace(GLOBAL, batch_size=400)
+    parts = []
+    for i in range(2):
+        ctx = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=i, num_replicas_in_sync=2
+        )
+        parts.append(_row_ids(pipeline.build(config, input_context=ctx)))
+    rows = [sorted(r for b in part for r in b) for part in parts]
+    files = [sorted(set(r // 300 for r in part)) for part in rows]  # files of 300 rows
+    assert files == [[0, 2], [1, 3]]
+    assert sorted(rows[0] + rows[1]) == list(range(1000))
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [dict(shuffle_buffer=100), dict(cache=True)],
+    ids=["shuffle_buffer", "cache"],
+)
+def test_global_shuffle_refuses_a_buffer_or_cache(small_columnar, small_schema, knobs):
+    config = dataclasses.replace(GLOBAL, **knobs)
+    name = next(iter(knobs))
+    with pytest.raises(ConfigError, match=f"shuffle='global'.*PipelineConfig.{name}="):
+        _global(small_columnar, small_schema).build(config)
+
+
+def test_global_shuffle_options_are_checked(small_columnar, small_schema, read_request):
+    with pytest.raises(ConfigError, match=r"shuffle must be one of \['buffer', 'global'\]"):
+        ColumnarSource(paths=("x",), shuffle="full")
+    with pytest.raises(ConfigError, match="resume_at needs shuffle='global'"):
+        ColumnarSource(paths=("x",)).resume_at(iteration=0, batch=1)
+    source = ColumnarSource(paths=tuple(small_columnar), shuffle="global")
+    request = read_request(small_columnar, batch_size=150, interleave_cycle_length=2)
+    assert not source.symbolic_checkpoint(request)  # rebatch: explicit checkpoints
+    assert list(source.unhonoured(request)) == ["interleave_cycle_length"]
+    unseeded = dataclasses.replace(GLOBAL, shuffle_seed=None)
+    pipeline = _global(small_columnar, small_schema)
+    resumed = dataclasses.replace(pipeline, source=pipeline.source.resume_at(iteration=0, batch=1))
+    with pytest.raises(ConfigError, match=r"needs PipelineConfig\.shuffle_seed set"):
+        resumed.build(unseeded)

@@ -1,17 +1,20 @@
 """`tfinput.sources.parquet` (`ParquetSource`) and its pyarrow side
-(`tfinput.sources._arrow`): column checks, exact batches, nulls, list columns."""
+(`tfinput.sources._arrow`): column checks, exact batches, nulls, list columns, and
+exact resume from a `tf.train.Checkpoint` of the iterator."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tensorflow as tf
 
 import tfinput
-from tests.helpers import collect
+from tests.helpers import SEQUENTIAL, collect
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError, SchemaError, SourceError
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
@@ -54,7 +57,7 @@ def test_parquet_reads_the_fixture_rows_in_file_order(
 
 def test_parquet_declares_what_each_engine_does(read_request):
     pyarrow = ParquetSource(paths=("x",))
-    assert (pyarrow.kind, pyarrow.batches_itself, pyarrow.resume) == ("parquet", True, "none")
+    assert (pyarrow.kind, pyarrow.batches_itself, pyarrow.resume) == ("parquet", True, "iterator")
     tfio = ParquetSource(paths=("x",), engine="tensorflow-io")
     assert tfio.batches_itself is False
     assert tfio.unhonoured(read_request([], interleave_block_length=7)) == {}
@@ -186,3 +189,143 @@ def test_roofline_counts_rows_of_both_stages(small_parquet, small_schema):
     np.testing.assert_array_equal(parse["row_id"], np.arange(100))
     size = sum(os.path.getsize(p) for p in small_parquet)
     assert stages.bytes_per_example == pytest.approx(size / 1000)
+
+
+# ------------------------------------------------------------------------ resume
+def _arrays(batch) -> list[np.ndarray]:
+    return [np.asarray(t) for t in tf.nest.flatten(batch)]
+
+
+def _assert_same_batches(got, want) -> None:
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        for a, b in zip(_arrays(g), _arrays(w), strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=f"batch {i}")
+
+
+def _row_ids(batches) -> list[int]:
+    return [int(r) for features, _ in batches for r in features["dense"]["row_id"].numpy()]
+
+
+#: A second input pipeline of two (files 1 and 3 of the four).
+SECOND_OF_TWO = dict(num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2)
+
+
+@pytest.mark.parametrize(
+    ("config", "file_shuffling", "context"),
+    [
+        (dict(), False, None),
+        (dict(shuffle_buffer=200, shuffle_seed=3), False, None),
+        (dict(shuffle_seed=3), True, None),
+        (
+            dict(
+                shuffle_buffer=300,
+                shuffle_seed=5,
+                interleave_cycle_length=2,
+                interleave_parallelism=2,
+                map_parallelism=2,
+            ),
+            True,
+            None,
+        ),
+        (dict(shuffle_buffer=100, shuffle_seed=7), True, SECOND_OF_TWO),
+        (dict(shuffle_buffer=150, shuffle_seed=1, drop_remainder=False), False, None),
+    ],
+    ids=["in-order", "row-shuffle", "file-shuffle", "both-interleave-knobs", "sharded", "partial"],
+)
+def test_a_restored_iterator_yields_exactly_the_rest_of_the_epoch(
+    small_parquet, small_schema, tmp_path, config, file_shuffling, context
+):
+    pipeline = tfinput.parquet(small_parquet, small_schema).with_file_shuffling(file_shuffling)
+    config = PipelineConfig(batch_size=64, deterministic=True, **config)
+    ctx = context and tf.distribute.InputContext(**context)
+    uninterrupted = list(pipeline.build(config, ctx))
+    it = iter(pipeline.build(config, ctx))
+    before = [next(it) for _ in range(3)]
+    saved = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "input"))
+    del it
+    fresh = iter(pipeline.build(config, ctx))  # as in a new process
+    tf.train.Checkpoint(iterator=fresh).read(saved).assert_consumed()
+    after = list(fresh)
+    _assert_same_batches(before + after, uninterrupted)
+    # The second pipeline reads two files of 250 rows, in per-replica batches of 32.
+    rows, batch = (1000, 64) if ctx is None else (500, 32)
+    ids = _row_ids(before + after)
+    assert (
+        len(ids) == len(set(ids)) == (rows if not config.drop_remainder else rows // batch * batch)
+    )
+    if not config.drop_remainder:
+        assert int(after[-1][1].shape[0]) == rows % batch  # the partial last batch
+    shuffled = config.shuffle_buffer or file_shuffling
+    assert (ids != sorted(ids)) == bool(shuffled)
+
+
+def test_each_iteration_reshuffles_and_reads_every_row(small_parquet, small_schema):
+    pipeline = tfinput.parquet(small_parquet, small_schema).with_file_shuffling()
+    dataset = pipeline.build(PipelineConfig(batch_size=100, shuffle_buffer=200, shuffle_seed=2))
+    first, second = _row_ids(dataset), _row_ids(dataset)
+    assert first != second and sorted(first) == sorted(second) == list(range(1000))
+    again = _row_ids(
+        pipeline.build(PipelineConfig(batch_size=100, shuffle_buffer=200, shuffle_seed=2))
+    )
+    assert again == first  # a fresh build starts with the same order (a seed is set)
+
+
+def test_a_saved_iterator_keeps_its_order_across_epochs(small_parquet, small_schema, tmp_path):
+    pipeline = tfinput.parquet(small_parquet, small_schema)
+    config = PipelineConfig(batch_size=100, shuffle_buffer=300, shuffle_seed=4)
+    it = iter(pipeline.build(config).repeat(2))
+    before = [next(it) for _ in range(13)]  # into the second epoch
+    saved = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "input"))
+    rest = list(it)
+    fresh = iter(pipeline.build(config).repeat(2))
+    tf.train.Checkpoint(iterator=fresh).read(saved)
+    _assert_same_batches(list(fresh), rest)
+    ids = _row_ids(before + rest)
+    assert sorted(ids[:1000]) == sorted(ids[1000:]) == list(range(1000))
+
+
+@pytest.mark.parametrize(
+    ("change", "saved_after"),
+    [
+        (dict(files=slice(0, 3)), 2),
+        (dict(files=slice(0, 3)), 80),  # past the end of the 75 batches of three files
+        (dict(batch_size=20), 2),
+    ],
+    ids=["other-files", "other-files-past-their-end", "other-batch-size"],
+)
+def test_a_position_restored_into_another_build_is_refused(
+    small_parquet, small_schema, tmp_path, change, saved_after
+):
+    # drop_remainder=False: no static batch shape, which would make tf.data refuse the
+    # batches it had read ahead (saved with the position) before the reader's check.
+    config = PipelineConfig(batch_size=10, drop_remainder=False, **SEQUENTIAL)
+    it = iter(tfinput.parquet(small_parquet, small_schema).build(config))
+    for _ in range(saved_after):
+        next(it)
+    saved = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "input"))
+    files = small_parquet[change.get("files", slice(None))]
+    other = dataclasses.replace(config, batch_size=change.get("batch_size", 10))
+    fresh = iter(tfinput.parquet(files, small_schema).build(other))
+    tf.train.Checkpoint(iterator=fresh).read(saved)
+    with pytest.raises(tf.errors.OpError, match="saved by a build over other files"):
+        list(fresh)  # the batches tf.data had read ahead when saving come first
+
+
+def test_reading_is_random_access_and_matches_the_sequential_read(small_parquet, small_schema):
+    from tfinput.sources._arrow import ParquetBatches
+
+    config = PipelineConfig(batch_size=70, shuffle_buffer=200, drop_remainder=False)
+    reader = ParquetBatches(
+        files=small_parquet, schema=small_schema, config=config, batch_size=70, shuffle_files=True
+    )
+    sequential = list(reader(seed=9))
+    assert reader.num_batches == len(sequential) == 15  # 14 full and 20 rows
+    fresh = ParquetBatches(
+        files=small_parquet, schema=small_schema, config=config, batch_size=70, shuffle_files=True
+    )
+    for k in (11, 3, 14, 0):
+        for key, value in fresh.batch(9, k).items():
+            np.testing.assert_array_equal(value, sequential[k][key], err_msg=f"{k} {key}")
+    ids = np.concatenate([b["row_id"] for b in sequential])
+    assert sorted(ids.tolist()) == list(range(1000))

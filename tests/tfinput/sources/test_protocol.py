@@ -29,7 +29,7 @@ def test_every_source_satisfies_the_protocol(pipeline):
 #: Per source: (batches by itself, resumability).
 DECLARED = {
     "tfrecord": (False, "iterator"),
-    "parquet": (True, "none"),
+    "parquet": (True, "iterator"),
     "columnar": (False, "iterator"),
     "wrapped": (False, "dataset"),
     "wrapped_batched": (True, "dataset"),

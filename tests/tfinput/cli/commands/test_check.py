@@ -1,14 +1,21 @@
 """``tfinput check`` (`tfinput.cli.commands.check`): every file read through the schema,
-problems reported per file, exit code 1 when there are any."""
+problems reported per file, exit code 1 when there are any; ``--resume``: the input
+position saved and restored on the user's files, compared with an uninterrupted run."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
-from tests.helpers import run_cli
+import pytest
+import tensorflow as tf
+
+import tfinput
+from tests.helpers import SEQUENTIAL, run_cli
 from tfinput import cli
+from tfinput.config import PipelineConfig
 
 
 def test_check_ok(small_tfrecord, schema_file, capsys):
@@ -107,3 +114,135 @@ def test_check_names_the_feature_and_what_was_expected(
         "records 0-49: feature 'user_id': id out of range; expected ids in [0, 100) "
         "(table 'user'), or set out_of_range='modulo'. Largest id found: "
     )
+
+
+# ------------------------------------------------------------- --resume
+RESUMED = re.compile(
+    r"resume: saved after 3 batch\(es\) of 64: state [0-9,]+ bytes, save [0-9,]+ ms, "
+    r"restore [0-9,]+ ms"
+)
+
+
+def test_resume_is_exact_on_tfrecord(small_tfrecord, schema_file, capsys):
+    code, out, err = run_cli(capsys, "check", *small_tfrecord, "--schema", schema_file, "--resume")
+    assert code == 0, out + err
+    lines = out.splitlines()
+    assert lines[4:] == [
+        "4 file(s), 1,000 records, 0 with problems",
+        "resume: note: the config does not shuffle: checked with shuffle_buffer=1000",
+        lines[6],
+        "resume: exact (3 batch(es) after the restore identical to the uninterrupted run, "
+        "element by element)",
+    ]
+    assert RESUMED.fullmatch(lines[6])
+
+
+def test_resume_with_a_tuned_config_on_columnar_json(small_columnar, tmp_path, capsys):
+    # a saved tuned config, as `tfinput tune` writes it (extra keys next to "config")
+    tuned = PipelineConfig(
+        batch_size=50,
+        deterministic=False,
+        map_parallelism=2,
+        interleave_parallelism=2,
+        prefetch=2,
+        shuffle_buffer=300,
+        shuffle_seed=3,
+    )
+    path = tmp_path / "best_config.json"
+    tuned.to_json(path, resume={"exact": False})
+    directory = os.path.dirname(small_columnar[0])
+    argv = ["check", directory, "--resume", "--config", path, "--resume-after", "4", "--json"]
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0
+    report = json.loads(out)
+    assert report["ok"] is True and report["records"] == 1000
+    resume = report["resume"]
+    assert resume["ok"] is resume["exact"] is True and resume["error"] is None
+    assert (resume["after"], resume["compared"], resume["batch_size"]) == (4, 3, 50)
+    assert resume["state_bytes"] > 0 and resume["save_ms"] >= 0 and resume["restore_ms"] >= 0
+    # checked with the tuned knobs, order made reproducible (and said so)
+    assert resume["config"] == tuned.replace(deterministic=True).to_dict()
+    (note,) = resume["notes"]
+    assert note.startswith("the config has deterministic=False: tf.data saves and restores")
+
+
+def test_resume_on_parquet_reports_what_it_finds(small_parquet, schema_file, capsys):
+    code, out, _ = run_cli(capsys, "check", *small_parquet, "--schema", schema_file, "--resume")
+    last = out.splitlines()[-1]
+    if code == 0:  # Parquet checkpoints natively
+        assert last.startswith("resume: exact (3 batch(es)")
+    else:  # it cannot be saved: the message names the source and the remedy
+        assert code == 1
+        assert last.startswith("resume: FAILED: cannot save the input position of this parquet")
+        assert "tfinput convert" in last
+
+
+def test_resume_fails_on_a_dataset_tf_data_cannot_save(small_columns, small_schema):
+    # A user's Dataset.from_generator wrapped with tfinput.wrap (PATHS cannot name one;
+    # the command's verification, on its own): the save fails, naming source and remedy.
+    from tests.helpers import wrapped_dataset
+    from tfinput.cli.commands.check import _resume_lines
+    from tfinput.resume import verify
+
+    rows = wrapped_dataset(small_columns).ragged_batch(50)
+
+    def dataset():
+        return tf.data.Dataset.from_generator(
+            lambda: iter(rows), output_signature=rows.element_spec
+        )
+
+    pipeline = tfinput.wrap(dataset, small_schema, batched=True)
+    resume = verify(pipeline, PipelineConfig(batch_size=50))
+    assert resume["ok"] is False and resume["exact"] is None and "state_bytes" not in resume
+    assert resume["error"].startswith("cannot save the input position of this dataset pipeline")
+    assert "tfinput convert DATA --to columnar" in resume["error"]
+    assert _resume_lines(resume) == [f"resume: FAILED: {resume['error']}"]
+
+
+def test_resume_needs_enough_batches(small_tfrecord, schema_file, capsys):
+    argv = ["check", small_tfrecord[0], "--schema", schema_file, "--resume"]
+    code, out, _ = run_cli(capsys, *argv, "--resume-after", "10")
+    assert code == 1
+    assert out.splitlines()[-1] == (
+        "resume: FAILED: the data hold only 3 batch(es) of 64: lower --resume-after or use "
+        "a config with a smaller batch size"
+    )
+
+
+def test_first_difference_names_the_feature(pipeline_of):
+    from tfinput.resume import _first_difference
+
+    it = pipeline_of("tfrecord").iterator(PipelineConfig(batch_size=20, **SEQUENTIAL))
+    first, second = next(it), next(it)
+    assert _first_difference(first, first) is None
+    assert _first_difference(first, second) == "dense/embedding"  # the first path in order
+    features, label = first
+    changed = {**features, "dense": {**features["dense"], "row_id": features["dense"]["row_id"]}}
+    assert _first_difference(first, (changed, label + 1)) == "label"
+
+
+def test_resume_is_skipped_when_the_data_checks_fail(small_tfrecord, schema_file, tmp_path, capsys):
+    bad = tmp_path / "bad.tfrecord"
+    with open(small_tfrecord[0], "rb") as f:
+        data = bytearray(f.read())
+    data[200] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    code, out, _ = run_cli(capsys, "check", bad, "--schema", schema_file, "--resume", "--json")
+    assert code == 1
+    resume = json.loads(out)["resume"]
+    assert resume["ok"] is False and resume["error"] == "skipped: the data checks failed"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--config", "naive"], "--config is the config of the resume check: add --resume"),
+        (["--resume", "--resume-after", "0"], "--resume-after and --resume-compare must be >= 1"),
+        (["--resume", "--config", "nope.json"], "config 'nope.json' is neither a preset"),
+    ],
+    ids=["config-without-resume", "zero-after", "missing-config"],
+)
+def test_resume_usage_errors_exit_2(small_tfrecord, schema_file, capsys, extra, message):
+    code, out, err = run_cli(capsys, "check", small_tfrecord[0], "--schema", schema_file, *extra)
+    assert (code, out) == (2, "")
+    assert message in err

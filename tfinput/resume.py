@@ -1,0 +1,712 @@
+"""Resume exactly after preemption: save the input position, restore it in a new process.
+
+A training job on preemptible hosts checkpoints its model every K steps; when it
+restarts from the last checkpoint, the input must continue from the same batch, or the
+first part of the epoch is trained twice and the rest never. tfinput pipelines are
+native tf.data graphs whose iterators TensorFlow can checkpoint, on every source:
+
+- **TensorFlow training loops**: ``tf.train.Checkpoint(model=..., iterator=it)`` with
+  ``it = iter(pipeline.build(config))``, as for any tf.data pipeline.
+- **Any loop (JAX, Keras, plain Python)**: `InputIterator` (``pipeline.iterator(config)``)
+  yields the same batches and gives its position as bytes, ``it.get_state()``, to store
+  next to an Orbax or Keras checkpoint; ``it.set_state(state)`` on a freshly built
+  iterator continues exactly there. Batches already taken from the iterator but not yet
+  trained on (a prefetcher's or Keras's look-ahead) are part of the state
+  (``get_state(unconsumed=n)``) and come out again first.
+- **Keras ``fit``**: `KerasInputCheckpoint` saves the model and the input position
+  together every N steps and restores both at the start of the next run.
+
+What a state holds: TensorFlow's iterator checkpoint (positions in the files, plus the
+elements of the shuffle and prefetch buffers: its size grows with the shuffle buffer,
+see ``docs/resume.md``), a small JSON header naming the pipeline it belongs to, and any
+unconsumed batches. A state is refused, with the reason, by a pipeline over other files,
+another schema or other batch-shaping knobs.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import io
+import json
+import os
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tfinput.errors import ResumeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+__all__ = [
+    "InputIterator",
+    "KerasInputCheckpoint",
+    "STATE_FORMAT",
+    "pipeline_identity",
+    "verify",
+]
+
+#: Written into every state's header; a state of another format is refused.
+STATE_FORMAT = "tfinput.input-state/1"
+_HEADER, _BATCHES, _CKPT = "header.json", "unconsumed/", "iterator/"
+#: Config fields that shape the batches: a state saved under other values is refused.
+IDENTITY_KNOBS = ("batch_size", "drop_remainder", "shuffle_buffer", "shuffle_seed", "cache")
+
+REMEDY = (
+    "tf.data can checkpoint only native datasets: data read by Python code "
+    "(Dataset.from_generator, py_function) has no position it can save. Convert the data "
+    "to a native format (`tfinput convert DATA --to columnar --out DIR`, or --to "
+    "tfrecord) or build the wrapped dataset from native tf.data ops"
+)
+
+
+def pipeline_identity(pipeline: Any, config: Any, input_context: Any = None) -> dict[str, Any]:
+    """What a state must match to be restored into a build: source kind, files (as a
+    digest), schema digest, layout, multi-hot format, the batch-shaping knobs and the
+    input pipeline (``input_context``). Parallelism knobs may differ (a job restarted on
+    another host may use other tuned settings)."""
+    files = pipeline.source.files()
+    schema = json.dumps(pipeline.schema.to_dict(), sort_keys=True)
+    identity = {
+        "source": pipeline.source.kind,
+        "files": len(files),
+        "files_digest": hashlib.sha256("\n".join(files).encode()).hexdigest()[:16],
+        "schema_digest": hashlib.sha256(schema.encode()).hexdigest()[:16],
+        "layout": config.layout or pipeline.layout,
+        "multi_hot_format": pipeline.multi_hot_format,
+        "shuffle_files": pipeline.shuffle_files,
+    }
+    identity.update({k: getattr(config, k) for k in IDENTITY_KNOBS})
+    if input_context is not None:
+        identity["input_pipeline"] = [
+            input_context.input_pipeline_id,
+            input_context.num_input_pipelines,
+        ]
+    return identity
+
+
+class InputIterator(Iterator[Any]):
+    """Batches of a dataset, with a position that can be saved and restored exactly.
+
+    Made by `tfinput.Pipeline.iterator` (or from any checkpointable `tf.data.Dataset`).
+    It yields exactly what ``iter(dataset)`` yields; ``get_state()`` returns bytes;
+    ``set_state(state)`` on an iterator of the same pipeline, in this process or a new
+    one, continues with the batch after the last one delivered (or consumed, see
+    ``get_state``).
+
+    Args:
+      dataset: The dataset (a built pipeline).
+      identity: What the pipeline is (`pipeline_identity`); a state of another identity
+        is refused.
+      name: Names the source in errors (``tfrecord``, ``parquet``, ...).
+      keep: Batches remembered after delivery, so that ``get_state(unconsumed=n)`` can
+        hand back up to ``keep`` batches a consumer has taken but not trained on.
+      explain: Turns a TensorFlow error raised while reading into the error to raise
+        (`tfinput.Pipeline.explain`); None: raised as it is.
+
+    Attributes:
+      position: Batches delivered since the start of the data (restored states count
+        from the start too).
+    """
+
+    def __init__(
+        self,
+        dataset: tf.data.Dataset,
+        *,
+        identity: Mapping[str, Any] | None = None,
+        name: str = "dataset",
+        keep: int = 8,
+        explain: Callable[[BaseException], BaseException] | None = None,
+    ) -> None:
+        if not isinstance(keep, int) or keep < 0:
+            raise ResumeError(f"keep must be an integer >= 0, got {keep!r}")
+        self._dataset = dataset
+        self._iterator = iter(dataset)
+        self._identity = dict(identity or {})
+        self._name = name
+        self._explain = explain
+        self._recent: collections.deque[Any] = collections.deque(maxlen=keep or None)
+        self._keep = keep
+        self._replay: collections.deque[Any] = collections.deque()
+        # Keep batches delivered from this position on, however many (set by
+        # `KerasInputCheckpoint`, whose consumer's look-ahead has no fixed bound); None:
+        # the last ``keep``.
+        self._hold_from: int | None = None
+        # Delivering a batch and saving the position exclude each other: a consumer may
+        # pull from another thread (Keras on TensorFlow reads through tf.data) while a
+        # callback saves, and the position, the kept batches and TensorFlow's iterator
+        # must describe the same point.
+        self._lock = threading.RLock()
+        self.position = 0
+
+    # ------------------------------------------------------------- iterate
+    def __iter__(self) -> InputIterator:
+        return self
+
+    def __next__(self) -> Any:
+        import tensorflow as tf
+
+        with self._lock:
+            if self._replay:
+                batch = self._replay.popleft()
+            else:
+                try:
+                    batch = next(self._iterator)
+                except tf.errors.OpError as e:
+                    if self._explain is None:
+                        raise
+                    raise self._explain(e) from e
+            if self._keep or self._hold_from is not None:
+                self._recent.append(batch)
+            self.position += 1
+            self._release()
+            return batch
+
+    def _hold(self, position: int) -> None:
+        """Keep every batch delivered from ``position`` on (and no earlier one), beyond
+        ``keep`` if need be: `get_state` can then hand back everything after it."""
+        with self._lock:
+            if self._recent.maxlen is not None:
+                self._recent = collections.deque(self._recent)
+            self._hold_from = position
+            self._release()
+
+    def _rewind(self, position: int) -> None:
+        """Deliver again, next, the kept batches delivered from ``position`` on."""
+        with self._lock:
+            back = self.position - position
+            if back <= 0:
+                return
+            if back > len(self._recent):
+                raise ResumeError(
+                    f"cannot go back {back} batches: only {len(self._recent)} are kept"
+                )
+            for _ in range(back):
+                self._replay.appendleft(self._recent.pop())
+            self.position = position
+
+    def _release(self) -> None:
+        if self._hold_from is None:
+            return
+        # self._recent holds the batches delivered at positions [position - len, position).
+        while self._recent and self.position - len(self._recent) < self._hold_from:
+            self._recent.popleft()
+
+    @property
+    def keep(self) -> int:
+        """Delivered batches kept for ``get_state(unconsumed=n)``."""
+        return self._keep
+
+    @property
+    def tf_iterator(self) -> Any:
+        """The underlying ``tf.data`` iterator, for ``tf.train.Checkpoint(iterator=...)``
+        in TensorFlow loops (it does not include batches handed back by `set_state`)."""
+        return self._iterator
+
+    # --------------------------------------------------------------- state
+    def get_state(self, *, unconsumed: int = 0) -> bytes:
+        """The position as bytes (a small zip: header, TensorFlow's iterator checkpoint,
+        and the batches to deliver again first).
+
+        Args:
+          unconsumed: The last ``unconsumed`` batches delivered were not trained on
+            (a prefetcher or Keras holds them): the state is the position before them,
+            and a restored iterator delivers them again first.
+
+        Raises:
+          ResumeError: the dataset cannot be checkpointed (the message names the source
+            and the remedy), or ``unconsumed`` is more than the batches kept.
+        """
+        if not isinstance(unconsumed, int) or unconsumed < 0:
+            raise ResumeError(f"unconsumed must be an integer >= 0, got {unconsumed!r}")
+        with self._lock:
+            return self._state_at(self.position - unconsumed)
+
+    def _state_at(self, at: int) -> bytes:
+        """The state whose next batch is the one delivered at position ``at`` (at most
+        the current position; the batches delivered since must still be kept)."""
+        import tensorflow as tf
+
+        with self._lock:
+            unconsumed = self.position - at
+            if unconsumed > min(len(self._recent), self.position):
+                raise ResumeError(
+                    f"get_state(unconsumed={unconsumed}): only the last {len(self._recent)} "
+                    f"delivered batches are kept (keep={self._keep}); make the iterator "
+                    "with a larger keep (at least the consumer's look-ahead)"
+                )
+            again = list(self._recent)[len(self._recent) - unconsumed :] if unconsumed else []
+            again += list(self._replay)
+            with tempfile.TemporaryDirectory(prefix="tfinput-state-") as tmp:
+                try:
+                    prefix = tf.train.Checkpoint(iterator=self._iterator).write(
+                        os.path.join(tmp, "ckpt")
+                    )
+                except (tf.errors.FailedPreconditionError, tf.errors.UnimplementedError) as e:
+                    raise ResumeError(self._unsaveable(e)) from e
+                out = io.BytesIO()
+                with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+                    header = {
+                        "format": STATE_FORMAT,
+                        "position": at,
+                        "unconsumed": len(again),
+                        "identity": self._identity,
+                        "checkpoint": os.path.basename(prefix),
+                    }
+                    z.writestr(_HEADER, json.dumps(header, sort_keys=True))
+                    for name in sorted(os.listdir(tmp)):
+                        z.write(os.path.join(tmp, name), _CKPT + name)
+                    for i, batch in enumerate(again):
+                        z.writestr(f"{_BATCHES}{i:06d}", _serialize(batch))
+            return out.getvalue()
+
+    def set_state(self, state: bytes) -> None:
+        """Continue from ``state`` (from `get_state` of an iterator of the same
+        pipeline): the next batch is the one after the saved position.
+
+        Raises:
+          ResumeError: not a tfinput input state, a state of another pipeline (the
+            message names what differs), or TensorFlow refuses it.
+        """
+        import tensorflow as tf
+
+        try:
+            z = zipfile.ZipFile(io.BytesIO(state))
+            header = json.loads(z.read(_HEADER))
+            if not isinstance(header, dict) or "checkpoint" not in header:
+                raise ValueError("no tfinput header")
+        except (zipfile.BadZipFile, KeyError, ValueError, TypeError) as e:
+            raise ResumeError(
+                f"set_state: not a tfinput input state ({type(e).__name__}: {e}); pass "
+                "the bytes returned by get_state()"
+            ) from e
+        if header.get("format") != STATE_FORMAT:
+            raise ResumeError(
+                f"set_state: state format {header.get('format')!r}; this tfinput reads "
+                f"{STATE_FORMAT!r}"
+            )
+        self._check_identity(header.get("identity", {}))
+        with tempfile.TemporaryDirectory(prefix="tfinput-state-") as tmp:
+            for member in z.namelist():
+                if member.startswith(_CKPT):
+                    with open(os.path.join(tmp, member[len(_CKPT) :]), "wb") as f:
+                        f.write(z.read(member))
+            iterator = iter(self._dataset)
+            try:
+                status = tf.train.Checkpoint(iterator=iterator).read(
+                    os.path.join(tmp, header["checkpoint"])
+                )
+                status.assert_existing_objects_matched()
+            except (tf.errors.OpError, AssertionError, ValueError) as e:
+                raise ResumeError(
+                    f"set_state: TensorFlow could not restore the {self._name} pipeline's "
+                    f"iterator from this state ({_first_line(e)}); restore into the "
+                    "pipeline and config it was saved from (parallelism knobs may differ "
+                    "only where the pipeline's stages stay the same)"
+                ) from e
+        specs = self._dataset.element_spec
+        again = [
+            _deserialize(z.read(m), specs) for m in sorted(z.namelist()) if m.startswith(_BATCHES)
+        ]
+        with self._lock:
+            self._iterator = iterator
+            self._replay = collections.deque(again)
+            self._recent.clear()
+            self.position = int(header["position"])
+            if self._hold_from is not None:
+                self._hold_from = self.position
+
+    def _check_identity(self, saved: Mapping[str, Any]) -> None:
+        if not self._identity or not saved:
+            return
+        diff = {
+            k: (saved.get(k), self._identity.get(k))
+            for k in sorted(set(saved) | set(self._identity))
+            if saved.get(k) != self._identity.get(k)
+        }
+        if diff:
+            shown = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, a, b in _rows(diff))
+            raise ResumeError(
+                f"set_state: the state was saved from another {saved.get('source')} "
+                f"pipeline ({shown}); restore it into a build of the same files, schema "
+                "and batch-shaping knobs"
+            )
+
+    def _unsaveable(self, error: BaseException) -> str:
+        return (
+            f"cannot save the input position of this {self._name} pipeline: "
+            f"{_first_line(error).rstrip('.')}. {REMEDY}"
+        )
+
+
+def _rows(diff: Mapping[str, tuple[Any, Any]]) -> list[tuple[str, Any, Any]]:
+    return [(k, a, b) for k, (a, b) in diff.items()]
+
+
+def _first_line(error: BaseException) -> str:
+    from tfinput.pipeline import clean_error
+
+    return clean_error(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _serialize(batch: Any) -> bytes:
+    """One batch (any nest of tensors, ragged or sparse too) as bytes."""
+    import tensorflow as tf
+
+    flat = tf.nest.flatten(batch, expand_composites=True)
+    parts = [tf.io.serialize_tensor(t).numpy() for t in flat]
+    out = io.BytesIO()
+    out.write(len(parts).to_bytes(4, "little"))
+    for p in parts:
+        out.write(len(p).to_bytes(8, "little"))
+        out.write(p)
+    return out.getvalue()
+
+
+def _deserialize(data: bytes, element_spec: Any) -> Any:
+    import tensorflow as tf
+
+    specs = tf.nest.flatten(element_spec, expand_composites=True)
+    view = memoryview(data)
+    n, at = int.from_bytes(view[:4], "little"), 4
+    parts = []
+    for spec in specs[:n]:
+        size = int.from_bytes(view[at : at + 8], "little")
+        at += 8
+        parts.append(tf.io.parse_tensor(bytes(view[at : at + size]), spec.dtype))
+        at += size
+    return tf.nest.pack_sequence_as(element_spec, parts, expand_composites=True)
+
+
+def _build_for_loading(model: Any, iterator: InputIterator) -> None:
+    """Create the variables of a fresh model and of its optimizer, so that
+    ``load_weights`` finds them (Keras refuses an unbuilt model, and skips, with only a
+    warning, the state of an optimizer that has not been built: the restarted run would
+    train with a reset Adam).
+
+    The model is called on zeros shaped like a batch where the batches have static
+    shapes, else on the first batch of a separate pass (the iterator's position does not
+    move)."""
+    import numpy as np
+    import tensorflow as tf
+
+    if not model.built:
+        features = iterator._dataset.element_spec
+        if isinstance(features, tuple):
+            features = features[0]
+        specs = tf.nest.flatten(features, expand_composites=False)
+        static = all(
+            isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined() and s.dtype != tf.string
+            for s in specs
+        )
+        if static:
+            inputs = tf.nest.map_structure(
+                lambda s: np.zeros(s.shape, s.dtype.as_numpy_dtype), features
+            )
+        else:
+            first = next(iter(iterator._dataset))
+            inputs = first[0] if isinstance(first, tuple) else first
+            inputs = tf.nest.map_structure(np.asarray, inputs)
+        model(inputs)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not optimizer.built:
+        optimizer.build(model.trainable_variables)
+
+
+def _keras_callback_base() -> type:
+    import keras
+
+    return keras.callbacks.Callback
+
+
+class KerasInputCheckpoint:
+    """Resume Keras ``fit`` mid-epoch at the same input position (any backend).
+
+    Saves the model (weights and optimizer state, `keras.Model.save_weights`) and the
+    input position together every ``every`` steps into ``directory`` (written to a
+    temporary folder, then renamed: a crash leaves the previous checkpoint whole), and
+    restores both when the next run starts::
+
+        it = pipeline.iterator(config, epochs=None)      # endless, resumable
+        ckpt = tfinput.resume.KerasInputCheckpoint(it, "local/dir", every=500)
+        step = ckpt.restore(model)                       # 0 on the first run
+        callbacks = [ckpt.callback()]
+        if step % 1000:  # finish the interrupted epoch first
+            model.fit(ckpt.batches(), steps_per_epoch=1000 - step % 1000, epochs=1,
+                      callbacks=callbacks)
+        model.fit(ckpt.batches(), steps_per_epoch=1000, epochs=10,
+                  initial_epoch=-(-step // 1000), callbacks=callbacks)
+
+    Always pass ``steps_per_epoch``: without it Keras restarts a generator each epoch
+    and yields its first two (peeked) batches again. Keras takes batches ahead of
+    training (it peeks two, and on TensorFlow reads through ``prefetch(AUTOTUNE)``); the
+    callback counts the steps Keras has trained (``steps_per_execution`` included) and
+    saves the input position after the last trained batch, under the iterator's lock
+    (Keras may be pulling on another thread), handing back the batches Keras holds, so
+    they are trained on after the restart, not skipped. It keeps those batches whatever
+    the iterator's ``keep``, since Keras's look-ahead has no fixed bound.
+
+    Args:
+      iterator: The `InputIterator` Keras reads (through `batches`).
+      directory: Where checkpoints go (one current checkpoint is kept).
+      every: Save every this many training steps (with ``steps_per_execution`` k,
+        at the first callback at or after each multiple).
+    """
+
+    def __init__(self, iterator: InputIterator, directory: str | os.PathLike[str], *, every: int):
+        if not isinstance(every, int) or every < 1:
+            raise ResumeError(f"every must be an integer >= 1, got {every!r}")
+        self.iterator = iterator
+        self.directory = os.fspath(directory)
+        self.every = every
+        self.step = 0  # steps trained, counted from the start of training
+        self._generation = 0  # which `batches` generator reads
+        # Keras's look-ahead has no fixed bound (on TensorFlow it reads the generator
+        # through ``prefetch(AUTOTUNE)``): keep every batch delivered but not yet trained,
+        # whatever ``keep`` says, and let each trained step release its batch.
+        iterator._hold(iterator.position)
+
+    def batches(self) -> Iterator[Any]:
+        """The iterator as the generator Keras ``fit`` accepts (``(features, labels)``).
+
+        A new generator (the next ``fit`` call) starts with the batches an earlier one
+        delivered but Keras did not train on (its look-ahead, dropped when ``fit``
+        returned); the earlier generator stops.
+        """
+        self._generation += 1
+        generation = self._generation
+        self.iterator._rewind(self.step)
+        while True:
+            with self.iterator._lock:
+                if self._generation != generation:
+                    return  # a later fit reads now; its look-ahead must not move
+                try:
+                    batch = next(self.iterator)
+                except StopIteration:
+                    return
+            yield batch
+
+    def restore(self, model: Any) -> int:
+        """Load the last checkpoint into ``model`` and the iterator, if there is one.
+
+        A freshly made model (and its optimizer) is built first, on zeros shaped like
+        a batch (or one batch read in a separate pass), so that the saved weights and
+        the optimizer's state both load.
+
+        Returns:
+          The training steps already done (0 without a checkpoint).
+        """
+        current = os.path.join(self.directory, "current")
+        if not os.path.isdir(current):
+            return 0
+        with open(os.path.join(current, "step.json")) as f:
+            self.step = int(json.load(f)["step"])
+        _build_for_loading(model, self.iterator)
+        model.load_weights(os.path.join(current, "model.weights.h5"))
+        with open(os.path.join(current, "input.state"), "rb") as f:
+            self.iterator.set_state(f.read())
+        self.iterator._hold(self.step)
+        return self.step
+
+    def save(self, model: Any) -> None:
+        """Write model and input position now (the callback calls it every ``every``
+        steps)."""
+        # The position after the last trained step, read under the iterator's lock:
+        # Keras may be pulling the next batches on another thread meanwhile.
+        state = self.iterator._state_at(self.step)
+        os.makedirs(self.directory, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.directory)
+        model.save_weights(os.path.join(tmp, "model.weights.h5"))
+        with open(os.path.join(tmp, "input.state"), "wb") as f:
+            f.write(state)
+        with open(os.path.join(tmp, "step.json"), "w") as f:
+            json.dump({"step": self.step}, f)
+        current = os.path.join(self.directory, "current")
+        old = os.path.join(self.directory, ".old")
+        if os.path.isdir(current):
+            os.replace(current, old)
+        os.replace(tmp, current)
+        if os.path.isdir(old):
+            import shutil
+
+            shutil.rmtree(old, ignore_errors=True)
+
+    def callback(self) -> Any:
+        """The Keras callback that counts trained steps and saves every ``every``."""
+        owner = self
+
+        class _Callback(_keras_callback_base()):  # type: ignore[misc]
+            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+                del epoch, logs
+                self.epoch_start = owner.step
+
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                # Called once per execution (steps_per_execution steps); ``batch`` is
+                # the index in the epoch of the last step trained.
+                del logs
+                before, owner.step = owner.step, self.epoch_start + batch + 1
+                owner.iterator._hold(owner.step)  # trained: no longer needed again
+                if owner.step // owner.every > before // owner.every:
+                    owner.save(self.model)
+
+        return _Callback()
+
+
+# ----------------------------------------------------------- verification
+def verify(
+    pipeline: Any,
+    config: Any,
+    *,
+    after: int = 3,
+    compare: int = 3,
+    tick: Callable[[], Any] = lambda: None,
+) -> dict[str, Any]:
+    """Save the position of ``pipeline.iterator(config)`` after ``after`` batches,
+    restore it into a fresh iterator and compare its next ``compare`` batches with the
+    uninterrupted run's, element by element.
+
+    Args:
+      pipeline: A `tfinput.Pipeline`.
+      config: The `tfinput.PipelineConfig` to build it with.
+      after: Batches read before saving.
+      compare: Batches compared after the restore (fewer when the epoch ends first;
+        then the restored run must end there too).
+      tick: Called after every batch read (progress display).
+
+    Returns:
+      JSON-ready: ``ok``; ``exact`` (True, False, or None when the position could not
+      be saved or restored); ``after``, ``compared`` (batches compared),
+      ``batch_size``; ``state_bytes``, ``save_ms``, ``restore_ms`` once saved and
+      restored; ``first_difference`` (``{"batch": index from the start, "feature":
+      path}``) when a batch differs; ``error`` (the reason) when not ok; ``config``.
+    """
+    import tensorflow as tf
+
+    from tfinput.errors import TfinputError
+
+    result: dict[str, Any] = {
+        "ok": False,
+        "exact": None,
+        "after": after,
+        "compared": 0,
+        "batch_size": config.batch_size,
+        "config": config.to_dict(),
+        "error": None,
+    }
+    try:
+        first = pipeline.iterator(config, keep=0)
+        for i in range(after):
+            if next(first, None) is None:
+                result["error"] = (
+                    f"the data hold only {i} batch(es) of {config.batch_size}: lower "
+                    "--resume-after or use a config with a smaller batch size"
+                )
+                return result
+            tick()
+        t0 = time.perf_counter()
+        state = first.get_state()
+        result["save_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
+        result["state_bytes"] = len(state)
+        expected = []
+        for batch in first:
+            expected.append(batch)
+            tick()
+            if len(expected) == compare:
+                break
+        ended = len(expected) < compare
+        restored = pipeline.iterator(config, keep=0)
+        t0 = time.perf_counter()
+        restored.set_state(state)
+        result["restore_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
+        for i, want in enumerate(expected):
+            got = next(restored, None)
+            tick()
+            where = after + i
+            if got is None:
+                return _differs(result, where, None, f"the restored run ended at batch {where}")
+            feature = _first_difference(want, got)
+            if feature is not None:
+                return _differs(result, where, feature, None)
+            result["compared"] = i + 1
+        if ended and next(restored, None) is not None:
+            where = after + len(expected)
+            return _differs(
+                result, where, None, f"the restored run goes on after batch {where - 1}"
+            )
+    except ResumeError as e:
+        result["error"] = str(e)
+        return result
+    except (TfinputError, tf.errors.OpError) as e:
+        from tfinput.pipeline import clean_error
+
+        result["error"] = f"{type(e).__name__}: {clean_error(e)}"
+        return result
+    result["ok"] = result["exact"] = True
+    return result
+
+
+def _differs(
+    result: dict[str, Any], batch: int, feature: str | None, why: str | None
+) -> dict[str, Any]:
+    result["exact"] = False
+    result["first_difference"] = {"batch": batch, "feature": feature}
+    result["error"] = why or (
+        f"batch {batch} (the {_ordinal(batch - result['after'] + 1)} after the restore) "
+        f"differs from the uninterrupted run in {feature!r}"
+    )
+    return result
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _first_difference(want: Any, got: Any) -> str | None:
+    """The path of the first leaf (``dense/price``, ``label``) where two batches differ,
+    or None when they are equal, values, shapes, row lengths and dtypes alike."""
+    import numpy as np
+
+    a, b = dict(_leaves(want)), dict(_leaves(got))
+    for path in list(a) + [p for p in b if p not in a]:
+        x, y = a.get(path), b.get(path)
+        if x is None or y is None or len(x) != len(y):
+            return path
+        for u, v in zip(x, y, strict=True):
+            if u.dtype != v.dtype or u.shape != v.shape:
+                return path
+            nan = u.dtype.kind in "fc"
+            if not np.array_equal(u, v, equal_nan=nan):
+                return path
+    return None
+
+
+def _leaves(batch: Any, path: str = "") -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """``(path, arrays)`` for every tensor of a batch: ``(features, labels)`` give
+    ``group/feature`` and ``label``; ragged and sparse tensors give all their parts."""
+    import tensorflow as tf
+
+    if not path and isinstance(batch, tuple) and len(batch) == 2:
+        yield from _leaves(batch[0], "")
+        yield from _leaves(batch[1], "label")
+        return
+    join = (lambda k: f"{path}/{k}") if path else str
+    if isinstance(batch, Mapping):
+        for key in sorted(batch):
+            yield from _leaves(batch[key], join(key))
+    elif isinstance(batch, (tuple, list)):
+        for i, item in enumerate(batch):
+            yield from _leaves(item, join(i))
+    elif isinstance(batch, tf.RaggedTensor):
+        parts = (batch.flat_values, *batch.nested_row_splits)
+        yield path, tuple(p.numpy() for p in parts)
+    elif isinstance(batch, tf.SparseTensor):
+        yield path, (batch.indices.numpy(), batch.values.numpy(), batch.dense_shape.numpy())
+    else:
+        import numpy as np
+
+        yield path, (np.asarray(batch),)
