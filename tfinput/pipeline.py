@@ -385,20 +385,34 @@ class Pipeline:
         Raises:
           As `build`.
         """
-        from tfinput.resume import InputIterator, pipeline_identity
+        import random
+
+        from tfinput.resume import InputIterator, epoch_seed, pipeline_identity
 
         config = _checked_config(config)
-        ds = self.build(config, input_context)
-        if epochs != 1:
-            ds = ds.repeat(epochs)
+        if epochs is not None and (not isinstance(epochs, int) or epochs < 1):
+            raise ConfigError(f"epochs must be an integer >= 1 or None, got {epochs!r}")
         identity = pipeline_identity(self, config, input_context)
         identity["epochs"] = epochs
+        # Each pass a fresh build whose seed comes from the state (see InputIterator):
+        # a None seed is drawn once here and saved with the position.
+        seed = config.shuffle_seed
+        if seed is None:
+            seed = random.SystemRandom().getrandbits(62)
+
+        def epoch_dataset(epoch: int, base: int) -> tf.data.Dataset:
+            seeded = dataclasses.replace(config, shuffle_seed=epoch_seed(base, epoch))
+            return self.build(seeded, input_context)
+
         return InputIterator(
-            ds,
+            epoch_dataset(0, seed),
             identity=identity,
             name=self.source.kind,
             keep=keep,
             explain=lambda e: self.explain(e, diagnose=True),
+            epochs=epochs,
+            epoch_dataset=epoch_dataset,
+            seed=seed,
         )
 
     def explain(self, error: BaseException, *, diagnose: bool = True) -> DataError:

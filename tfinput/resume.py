@@ -107,6 +107,14 @@ class InputIterator(Iterator[Any]):
         hand back up to ``keep`` batches a consumer has taken but not trained on.
       explain: Turns a TensorFlow error raised while reading into the error to raise
         (`tfinput.Pipeline.explain`); None: raised as it is.
+      epochs: Passes over the data (None: endless), with ``epoch_dataset``.
+      epoch_dataset: ``(epoch, seed) -> dataset``: each pass is a fresh build whose
+        shuffle seed is derived from ``seed`` and the epoch (`epoch_seed`), so every
+        epoch's order is fixed by the state alone. (A ``repeat`` of one dataset draws
+        each pass's order from a generator that a checkpoint saved while the pipeline
+        had already read ahead to the end of a pass does not hold: the passes after a
+        restore came out in another order.) None: ``dataset`` is the whole stream.
+      seed: The base seed for ``epoch_dataset`` (saved in the state).
 
     Attributes:
       position: Batches delivered since the start of the data (restored states count
@@ -121,11 +129,18 @@ class InputIterator(Iterator[Any]):
         name: str = "dataset",
         keep: int = 8,
         explain: Callable[[BaseException], BaseException] | None = None,
+        epochs: int | None = 1,
+        epoch_dataset: Callable[[int, int], tf.data.Dataset] | None = None,
+        seed: int = 0,
     ) -> None:
         if not isinstance(keep, int) or keep < 0:
             raise ResumeError(f"keep must be an integer >= 0, got {keep!r}")
         self._dataset = dataset
         self._iterator = iter(dataset)
+        self._epochs = epochs
+        self._epoch_dataset = epoch_dataset
+        self._seed = seed
+        self.epoch = 0
         self._identity = dict(identity or {})
         self._name = name
         self._explain = explain
@@ -154,17 +169,33 @@ class InputIterator(Iterator[Any]):
             if self._replay:
                 batch = self._replay.popleft()
             else:
-                try:
-                    batch = next(self._iterator)
-                except tf.errors.OpError as e:
-                    if self._explain is None:
-                        raise
-                    raise self._explain(e) from e
+                while True:
+                    try:
+                        batch = next(self._iterator)
+                        break
+                    except StopIteration:
+                        if not self._next_epoch():
+                            raise
+                    except tf.errors.OpError as e:
+                        if self._explain is None:
+                            raise
+                        raise self._explain(e) from e
             if self._keep or self._hold_from is not None:
                 self._recent.append(batch)
             self.position += 1
             self._release()
             return batch
+
+    def _next_epoch(self) -> bool:
+        """Start the next pass, if there is one."""
+        if self._epoch_dataset is None:
+            return False
+        if self._epochs is not None and self.epoch + 1 >= self._epochs:
+            return False
+        self.epoch += 1
+        self._dataset = self._epoch_dataset(self.epoch, self._seed)
+        self._iterator = iter(self._dataset)
+        return True
 
     def _hold(self, position: int) -> None:
         """Keep every batch delivered from ``position`` on (and no earlier one), beyond
@@ -253,6 +284,8 @@ class InputIterator(Iterator[Any]):
                     header = {
                         "format": STATE_FORMAT,
                         "position": at,
+                        "epoch": self.epoch,
+                        "seed": self._seed,
                         "unconsumed": len(again),
                         "identity": self._identity,
                         "checkpoint": os.path.basename(prefix),
@@ -290,12 +323,15 @@ class InputIterator(Iterator[Any]):
                 f"{STATE_FORMAT!r}"
             )
         self._check_identity(header.get("identity", {}))
+        epoch, seed, dataset = int(header.get("epoch", 0)), int(header.get("seed", 0)), None
+        if self._epoch_dataset is not None:
+            dataset = self._epoch_dataset(epoch, seed)
         with tempfile.TemporaryDirectory(prefix="tfinput-state-") as tmp:
             for member in z.namelist():
                 if member.startswith(_CKPT):
                     with open(os.path.join(tmp, member[len(_CKPT) :]), "wb") as f:
                         f.write(z.read(member))
-            iterator = iter(self._dataset)
+            iterator = iter(dataset if dataset is not None else self._dataset)
             try:
                 status = tf.train.Checkpoint(iterator=iterator).read(
                     os.path.join(tmp, header["checkpoint"])
@@ -308,11 +344,13 @@ class InputIterator(Iterator[Any]):
                     "pipeline and config it was saved from (parallelism knobs may differ "
                     "only where the pipeline's stages stay the same)"
                 ) from e
-        specs = self._dataset.element_spec
+        specs = (dataset if dataset is not None else self._dataset).element_spec
         again = [
             _deserialize(z.read(m), specs) for m in sorted(z.namelist()) if m.startswith(_BATCHES)
         ]
         with self._lock:
+            if dataset is not None:
+                self._dataset, self.epoch, self._seed = dataset, epoch, seed
             self._iterator = iterator
             self._replay = collections.deque(again)
             self._recent.clear()
@@ -341,6 +379,12 @@ class InputIterator(Iterator[Any]):
             f"cannot save the input position of this {self._name} pipeline: "
             f"{_first_line(error).rstrip('.')}. {REMEDY}"
         )
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The shuffle seed of pass ``epoch`` (0: ``seed`` itself) of a multi-epoch
+    `InputIterator`."""
+    return seed if epoch == 0 else (seed + epoch * 0x9E3779B97F4A7C15) % 2**62
 
 
 def _rows(diff: Mapping[str, tuple[Any, Any]]) -> list[tuple[str, Any, Any]]:

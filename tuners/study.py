@@ -1,7 +1,7 @@
 """The study: sampler, pruner, storage, baselines, search. `tune` is the API.
 
     result = tuners.tune(pipeline, step=steps.simulated_step(0.02), n_trials=30)
-    result.best_config.to_json("best.json", **result.fingerprint_record())
+    result.best_config.to_json("best.json", **result.record())
     ds = pipeline.build(PipelineConfig.from_json("best.json"))
 
 What happens:

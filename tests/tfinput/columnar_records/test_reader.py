@@ -301,3 +301,16 @@ def test_byte_corrupted_on_disk_is_reported_with_its_chunk(copy):
             pass
     assert str(e.value).startswith(f"{target}: chunk 0 (rows 0-99 of the file")
     assert "corrupted record" in str(e.value)
+
+
+def test_truncated_file_in_global_mode_names_the_file_and_chunk(copy):
+    target = sorted(copy.glob("*.tfcol"))[2]
+    data = target.read_bytes()
+    target.write_bytes(data[: len(data) - 100])  # the last chunk loses its tail
+    config = PipelineConfig(batch_size=200, shuffle_seed=1)
+    with pytest.raises(DataError) as e:  # found at build from the manifest's sizes
+        for _ in tfinput.columnar(copy, shuffle="global").iterate(config, diagnose=False):
+            pass
+    message = str(e.value)
+    assert message.startswith(f"{target}: truncated: ")
+    assert "chunk 2 (rows 200-299" in message and "missing or incomplete" in message
