@@ -6,7 +6,7 @@ one epoch (issue 17, point 5).
 The training process is ``tests/preemption_worker.py`` (shuffled records and files). It
 checkpoints through ``tf.train.Checkpoint(model=..., iterator=...)`` and a
 ``CheckpointManager`` (TFRecord), or with ``InputIterator.get_state()`` written beside the
-weights (columnar, Parquet). The first run waits after its step 8 (two steps past the
+weights (columnar). The first run waits after its step 8 (two steps past the
 checkpoint at 6), so that the kill falls at the same point however loaded the machine;
 each case starts the process twice (TensorFlow's import each time), hence ``slow``.
 """
@@ -45,8 +45,10 @@ CONFIG = dict(
 CASES = [
     pytest.param("tfrecord", "checkpoint", id="tfrecord-tf.train.Checkpoint"),
     pytest.param("columnar", "state", id="columnar-get_state"),
-    pytest.param("parquet", "state", id="parquet-get_state"),
 ]
+# Parquet through get_state is left out: the crash path is the same as columnar's (a
+# state file beside the weights); Parquet's exact resume is checked in-process in
+# tests/tfinput/test_resume.py and tests/tfinput/sources/test_parquet.py.
 
 
 def _start(spec: dict, tmp_path: Path, run: int) -> tuple[subprocess.Popen, Path]:
@@ -101,9 +103,9 @@ def _wait_for_kill_point(proc: subprocess.Popen, log: Path, out: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "api"), CASES)
 def test_killed_training_resumes_from_its_checkpoint_with_each_example_once(
-    kind, api, tmp_path, small_tfrecord, small_parquet, small_columnar
+    kind, api, tmp_path, small_tfrecord, small_columnar
 ):
-    files = {"tfrecord": small_tfrecord, "parquet": small_parquet, "columnar": small_columnar}
+    files = {"tfrecord": small_tfrecord, "columnar": small_columnar}
     log = tmp_path / "steps.jsonl"
     (tmp_path / "checkpoints").mkdir()
     spec = {

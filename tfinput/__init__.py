@@ -45,7 +45,9 @@ __all__ = [
     "wrap",
     "infer_schema",
     "embedding_configs",
+    "keras_rs_configs",
     "placement",
+    "sparsecore_stats",
     "testing",
     "steps",
     "layout",
@@ -62,7 +64,9 @@ _LAZY = {
     "wrap": "tfinput.pipeline",
     "infer_schema": "tfinput.inference",
     "embedding_configs": "tfinput.tpu",
+    "keras_rs_configs": "tfinput.tpu",
     "placement": "tfinput.tpu",
+    "sparsecore_stats": "tfinput.sparsecore",
     "PackedLayout": "tfinput.layout",
     "InputIterator": "tfinput.resume",
 }
@@ -83,6 +87,7 @@ _SUBMODULES = {
     "graph",
     "service",
     "resume",
+    "sparsecore",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,7 +96,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfinput.inference import infer_schema
     from tfinput.layout import PackedLayout
     from tfinput.pipeline import Pipeline, parquet, tfrecord, wrap
-    from tfinput.tpu import embedding_configs, placement
+    from tfinput.sparsecore import sparsecore_stats
+    from tfinput.tpu import embedding_configs, keras_rs_configs, placement
 
 
 def __getattr__(name: str) -> Any:

@@ -34,6 +34,11 @@ _OPTIONAL = {
     "xprof": ("offline profile analysis (tfinput inspect)", ("xprof",), "profile"),
     "psycopg": ("PostgreSQL storage for multi-host studies", ("psycopg",), "postgres"),
     "tensorflow-io": ("the tensorflow-io Parquet engine", ("tensorflow-io",), "tfio"),
+    "keras-rs": (
+        "keras-rs DistributedEmbedding configs (keras_rs_configs; Python >= 3.11)",
+        ("keras-rs",),
+        "keras-rs",
+    ),
 }
 
 

@@ -404,6 +404,16 @@ class Pipeline:
             seeded = dataclasses.replace(config, shuffle_seed=epoch_seed(base, epoch))
             return self.build(seeded, input_context)
 
+        resume_dataset = None
+        recomputes = getattr(self.source, "recomputes_order", None)
+        first = dataclasses.replace(config, shuffle_seed=epoch_seed(seed, 0))
+        if recomputes is not None and recomputes(self._request(first, input_context)):
+            # The order is a function of (seed, epoch, batch): states are three integers.
+            def resume_dataset(epoch: int, base: int, batch: int) -> tf.data.Dataset:
+                seeded = dataclasses.replace(config, shuffle_seed=epoch_seed(base, epoch))
+                source = self.source.resume_at(iteration=0, batch=batch)
+                return dataclasses.replace(self, source=source).build(seeded, input_context)
+
         return InputIterator(
             epoch_dataset(0, seed),
             identity=identity,
@@ -413,6 +423,7 @@ class Pipeline:
             epochs=epochs,
             epoch_dataset=epoch_dataset,
             seed=seed,
+            resume_dataset=resume_dataset,
         )
 
     def explain(self, error: BaseException, *, diagnose: bool = True) -> DataError:

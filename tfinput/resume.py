@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
 __all__ = [
+    "COMPACT_FORMAT",
     "InputIterator",
     "KerasInputCheckpoint",
     "STATE_FORMAT",
@@ -52,6 +53,9 @@ __all__ = [
 
 #: Written into every state's header; a state of another format is refused.
 STATE_FORMAT = "tfinput.input-state/1"
+#: A state of three integers (epoch, seed, batch) and the pipeline's digest: what a
+#: source that recomputes its order from them (columnar ``shuffle="global"``) saves.
+COMPACT_FORMAT = "tfinput.input-position/1"
 _HEADER, _BATCHES, _CKPT = "header.json", "unconsumed/", "iterator/"
 #: Config fields that shape the batches: a state saved under other values is refused.
 IDENTITY_KNOBS = ("batch_size", "drop_remainder", "shuffle_buffer", "shuffle_seed", "cache")
@@ -115,6 +119,13 @@ class InputIterator(Iterator[Any]):
         had already read ahead to the end of a pass does not hold: the passes after a
         restore came out in another order.) None: ``dataset`` is the whole stream.
       seed: The base seed for ``epoch_dataset`` (saved in the state).
+      resume_dataset: ``(epoch, seed, batch) -> dataset`` yielding pass ``epoch`` from
+        its batch ``batch`` on, exactly as an uninterrupted run did (columnar
+        ``shuffle="global"``: `ColumnarSource.resume_at`). States are then compact: the
+        epoch, seed and batch and a digest of the pipeline's identity (about 200 bytes
+        whatever the data or the batches handed back), and a restore recomputes the
+        order instead of reading TensorFlow's iterator checkpoint. The restoring process
+        must run with the same ``tf.random.set_seed`` (or none), like the saving one.
 
     Attributes:
       position: Batches delivered since the start of the data (restored states count
@@ -132,6 +143,7 @@ class InputIterator(Iterator[Any]):
         epochs: int | None = 1,
         epoch_dataset: Callable[[int, int], tf.data.Dataset] | None = None,
         seed: int = 0,
+        resume_dataset: Callable[[int, int, int], tf.data.Dataset] | None = None,
     ) -> None:
         if not isinstance(keep, int) or keep < 0:
             raise ResumeError(f"keep must be an integer >= 0, got {keep!r}")
@@ -140,7 +152,10 @@ class InputIterator(Iterator[Any]):
         self._epochs = epochs
         self._epoch_dataset = epoch_dataset
         self._seed = seed
+        self._resume_dataset = resume_dataset
         self.epoch = 0
+        # Position at which each recent pass began (for compact states).
+        self._epoch_starts: dict[int, int] = {0: 0}
         self._identity = dict(identity or {})
         self._name = name
         self._explain = explain
@@ -193,6 +208,9 @@ class InputIterator(Iterator[Any]):
         if self._epochs is not None and self.epoch + 1 >= self._epochs:
             return False
         self.epoch += 1
+        self._epoch_starts[self.epoch] = self.position
+        for old in [e for e in self._epoch_starts if e < self.epoch - 3]:
+            del self._epoch_starts[old]
         self._dataset = self._epoch_dataset(self.epoch, self._seed)
         self._iterator = iter(self._dataset)
         return True
@@ -241,7 +259,8 @@ class InputIterator(Iterator[Any]):
     # --------------------------------------------------------------- state
     def get_state(self, *, unconsumed: int = 0) -> bytes:
         """The position as bytes (a small zip: header, TensorFlow's iterator checkpoint,
-        and the batches to deliver again first).
+        and the batches to deliver again first; or, for a source that recomputes its
+        order (``resume_dataset``), a compact JSON position of about 200 bytes).
 
         Args:
           unconsumed: The last ``unconsumed`` batches delivered were not trained on
@@ -263,6 +282,9 @@ class InputIterator(Iterator[Any]):
         import tensorflow as tf
 
         with self._lock:
+            compact = self._compact_state(at)
+            if compact is not None:
+                return compact
             unconsumed = self.position - at
             if unconsumed > min(len(self._recent), self.position):
                 raise ResumeError(
@@ -297,6 +319,65 @@ class InputIterator(Iterator[Any]):
                         z.writestr(f"{_BATCHES}{i:06d}", _serialize(batch))
             return out.getvalue()
 
+    def _compact_state(self, at: int) -> bytes | None:
+        """The compact state of position ``at``, or None where there is none (no
+        ``resume_dataset``, or ``at`` lies in a pass begun too long ago)."""
+        if self._resume_dataset is None or not 0 <= at <= self.position:
+            return None
+        begun = [e for e, start in self._epoch_starts.items() if start <= at]
+        if not begun:
+            return None
+        epoch = max(begun)
+        position = {
+            "format": COMPACT_FORMAT,
+            "source": self._name,
+            "identity": _digest(self._identity),
+            "position": at,
+            "epoch": epoch,
+            "seed": self._seed,
+            "batch": at - self._epoch_starts[epoch],
+        }
+        return json.dumps(position, sort_keys=True).encode()
+
+    def _set_compact(self, state: bytes) -> None:
+        try:
+            header = json.loads(state)
+            values = [int(header[k]) for k in ("position", "epoch", "seed", "batch")]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ResumeError(
+                f"set_state: not a tfinput input state ({type(e).__name__}: {e}); pass "
+                "the bytes returned by get_state()"
+            ) from e
+        if header.get("format") != COMPACT_FORMAT:
+            raise ResumeError(
+                f"set_state: state format {header.get('format')!r}; this tfinput reads "
+                f"{STATE_FORMAT!r} and {COMPACT_FORMAT!r}"
+            )
+        if self._resume_dataset is None:
+            raise ResumeError(
+                f"set_state: this compact state (from a {header.get('source')} pipeline "
+                "whose order is recomputed: columnar shuffle='global') cannot restore this "
+                f"{self._name} pipeline; restore it into a build of the same files, schema "
+                "and batch-shaping knobs"
+            )
+        if self._identity and header.get("identity") != _digest(self._identity):
+            raise ResumeError(
+                f"set_state: the state was saved from another {header.get('source')} "
+                "pipeline (its identity digest differs: other files, schema, batch size, "
+                "shuffle seed or input pipeline); restore it into a build of the same "
+                "files, schema and batch-shaping knobs"
+            )
+        position, epoch, seed, batch = values
+        dataset = self._resume_dataset(epoch, seed, batch)
+        with self._lock:
+            self._dataset, self._iterator = dataset, iter(dataset)
+            self.epoch, self._seed, self.position = epoch, seed, position
+            self._epoch_starts = {epoch: position - batch}
+            self._replay.clear()
+            self._recent.clear()
+            if self._hold_from is not None:
+                self._hold_from = self.position
+
     def set_state(self, state: bytes) -> None:
         """Continue from ``state`` (from `get_state` of an iterator of the same
         pipeline): the next batch is the one after the saved position.
@@ -307,6 +388,9 @@ class InputIterator(Iterator[Any]):
         """
         import tensorflow as tf
 
+        if isinstance(state, (bytes, bytearray)) and state[:1] == b"{":
+            self._set_compact(bytes(state))
+            return
         try:
             z = zipfile.ZipFile(io.BytesIO(state))
             header = json.loads(z.read(_HEADER))
@@ -355,6 +439,7 @@ class InputIterator(Iterator[Any]):
             self._replay = collections.deque(again)
             self._recent.clear()
             self.position = int(header["position"])
+            self._epoch_starts = {}  # a pass's start is unknown: full states from here
             if self._hold_from is not None:
                 self._hold_from = self.position
 
@@ -379,6 +464,12 @@ class InputIterator(Iterator[Any]):
             f"cannot save the input position of this {self._name} pipeline: "
             f"{_first_line(error).rstrip('.')}. {REMEDY}"
         )
+
+
+def _digest(identity: Mapping[str, Any]) -> str:
+    """A short fingerprint of a pipeline identity (compact states carry this)."""
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def epoch_seed(seed: int, epoch: int) -> int:

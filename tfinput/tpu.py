@@ -16,23 +16,46 @@ Feeding the TPU embedding layer (on the host, never fetched to the device)::
 Single-id features are dense ``[B]`` int32; multi-hot features are SparseTensor (or
 RaggedTensor) int32 with their weights. The TPU casts ids to int32: tfinput's tables
 are capped at 2**31 - 1 rows, so every id fits.
+
+Keras 3 (keras-rs ``DistributedEmbedding``, TensorFlow or JAX backend)::
+
+    tables, features = tfinput.tpu.keras_rs_configs(schema, per_replica_batch_size=512,
+                                                     replicas=strategy.num_replicas_in_sync)
+    embedding = keras_rs.layers.DistributedEmbedding(features)
+    ids = batch["ids"]
+    activations = embedding(ids, {name: batch["weights"].get(name) for name in ids})
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
+from collections.abc import Mapping
 from typing import Any
 
 from tfinput.errors import ConfigError
 from tfinput.schema import MultiHot, Schema
 
-__all__ = ["embedding_configs", "placement", "Placement", "enqueue_weights"]
+__all__ = [
+    "embedding_configs",
+    "keras_rs_configs",
+    "placement",
+    "Placement",
+    "enqueue_weights",
+    "KERAS_RS_PLACEMENT",
+]
 
 #: Tables up to this many rows are better replicated on every core than sharded
 #: (TFRS ``PartialTPUEmbedding`` uses the same idea with ``size_threshold``).
 MIRROR_THRESHOLD = 10_000
 #: Above this many rows the TPU embedding (SparseCore) path clearly pays off.
 SHARD_THRESHOLD = 100_000
+#: The keras-rs ``TableConfig.placement`` each `Placement.decision` maps to.
+KERAS_RS_PLACEMENT = {"mirror": "default_device", "shard": "sparsecore"}
+#: Optimizers keras-rs accepts for a table, by name (TensorFlow and JAX backends).
+_KERAS_RS_OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+_KERAS_RS_PLACEMENTS = ("auto", "default_device", "sparsecore")
+_INSTALL_HINT = "pip install 'tfinput[keras-rs]' (keras-rs needs Python >= 3.11 and Keras 3)"
 
 
 def embedding_configs(
@@ -86,6 +109,189 @@ def embedding_configs(
     return tables, features
 
 
+def keras_rs_configs(
+    schema: Schema,
+    *,
+    per_replica_batch_size: int,
+    replicas: int = 1,
+    optimizer: Any = "adam",
+    initializer: Any = None,
+    placement: str | Mapping[str, str] = "auto",
+    limits: Any = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Build keras-rs `DistributedEmbedding` configs from the schema.
+
+    The keras-rs counterpart of `embedding_configs`: one ``keras_rs.layers.TableConfig``
+    per table, shared (the same object) by every feature that names it, and one
+    ``keras_rs.layers.FeatureConfig`` per categorical feature, shaped like the batches
+    tfinput builds. With ``G = per_replica_batch_size * replicas`` (keras-rs shapes use
+    the global, per-host batch):
+
+    - single-id features: ``input_shape=(G,)`` (the ``[B]`` int ids tfinput emits,
+      looked up without reduction), ``output_shape=(G, dim)``;
+    - multi-hot features: ``input_shape=(G, max_len)`` (dense ids plus weights, or
+      SparseTensor / RaggedTensor ids of at most ``max_len`` per row),
+      ``output_shape=(G, dim)`` (combined by the table's combiner).
+
+    Call the layer with the batch's ids and a weights dict with the same keys (None
+    for single ids)::
+
+        ids = batch["ids"]
+        out = embedding(ids, {name: batch["weights"].get(name) for name in ids})
+
+    Args:
+      schema: The schema; every categorical feature gets a `FeatureConfig`.
+      per_replica_batch_size: Batch size of one replica (what
+        ``pipeline.build(config, input_context)`` yields per replica).
+      replicas: Replicas fed by this host (``strategy.num_replicas_in_sync`` on a
+        single host); keras-rs shapes use ``per_replica_batch_size * replicas``.
+      optimizer: The embedding tables' optimizer, applied by keras-rs itself on
+        SparseCore: a name (``"sgd"``, ``"adagrad"``, ``"adam"``, ``"ftrl"``) or a
+        `keras.optimizers` SGD / Adagrad / Adam / Ftrl, for every table; or a dict
+        table name -> optimizer (tables left out get keras-rs's default, Adam). On
+        the ``default_device`` placement the model's optimizer trains the tables.
+      initializer: Table initializer (a Keras initializer or its name); None keeps
+        keras-rs's default (truncated normal with stddev ``1 / sqrt(dim)``).
+      placement: ``"auto"`` (keras-rs decides: SparseCore when there is one, the
+        default device otherwise), ``"advice"`` (`placement`'s advice:
+        ``default_device`` for small tables, ``sparsecore`` for big ones; on a
+        machine without SparseCore, ``sparsecore`` fails when the layer is built),
+        ``"default_device"`` / ``"sparsecore"`` for every table, or a dict table name
+        -> placement (tables left out get ``"auto"``).
+      limits: SparseCore buffer limits: None (keras-rs's defaults, 256 and 256), a
+        dict table name -> ``(max_ids_per_partition, max_unique_ids_per_partition)``,
+        or an object with a ``table_limits()`` method returning that dict (the
+        SparseCore statistics pass). Too small and SparseCore drops or fails on ids;
+        too large wastes SparseCore memory. keras-rs 0.4 uses them on the JAX
+        backend; its TensorFlow backend does not read them yet.
+
+    Returns:
+      ``(tables, features)``: dicts of ``keras_rs.layers.TableConfig`` by table name
+      and ``keras_rs.layers.FeatureConfig`` by feature name (the keys match
+      ``features["ids"]`` of the built batches).
+
+    Raises:
+      ConfigError: keras-rs is not installed (``pip install 'tfinput[keras-rs]'``,
+        Python >= 3.11); a batch size or replica count that is not a positive int; an
+        unknown optimizer or placement; a dict naming a table the schema lacks; limits
+        that are not two positive ints with unique ids <= ids.
+    """
+    try:
+        import keras_rs
+    except ImportError as e:
+        raise ConfigError(f"keras_rs_configs needs keras-rs: {_INSTALL_HINT}") from e
+    _check_positive_int("per_replica_batch_size", per_replica_batch_size)
+    _check_positive_int("replicas", replicas)
+    names = [t.name for t in schema.tables]
+    optimizers = _per_table("optimizer", optimizer, names, default="adam")
+    for table, opt in optimizers.items():
+        _check_optimizer(table, opt)
+    if placement == "advice":
+        placements = _keras_rs_advice(schema)
+    else:
+        placements = _per_table("placement", placement, names, default="auto")
+    for table, where in placements.items():
+        if where not in _KERAS_RS_PLACEMENTS:
+            raise ConfigError(
+                f"placement for table {table!r}: expected one of "
+                f"{['advice', *_KERAS_RS_PLACEMENTS]}, got {where!r}"
+            )
+    table_limits = _table_limits(limits, names)
+
+    global_batch = per_replica_batch_size * replicas
+    layers = keras_rs.layers
+    tables = {}
+    for t in schema.tables:
+        kwargs: dict[str, Any] = {}
+        if initializer is not None:
+            kwargs["initializer"] = initializer
+        if t.name in table_limits:
+            ids, unique = table_limits[t.name]
+            kwargs.update(max_ids_per_partition=ids, max_unique_ids_per_partition=unique)
+        tables[t.name] = layers.TableConfig(
+            name=t.name,
+            vocabulary_size=t.vocabulary_size,
+            embedding_dim=t.dim,
+            optimizer=optimizers[t.name],
+            combiner=t.combiner,
+            placement=placements[t.name],
+            **kwargs,
+        )
+    features = {}
+    for f in schema.categorical:
+        table = tables[f.table]
+        shape = (global_batch, f.max_len) if isinstance(f, MultiHot) else (global_batch,)
+        features[f.name] = layers.FeatureConfig(
+            name=f.name,
+            table=table,
+            input_shape=shape,
+            output_shape=(global_batch, table.embedding_dim),
+        )
+    return tables, features
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}: expected a positive int, got {value!r}")
+
+
+def _per_table(what: str, value: Any, tables: list[str], *, default: Any) -> dict[str, Any]:
+    """One value for every table, or a dict by table name (others get ``default``)."""
+    if not isinstance(value, Mapping):
+        return dict.fromkeys(tables, value)
+    unknown = sorted(set(value) - set(tables))
+    if unknown:
+        raise ConfigError(f"{what}: unknown table(s) {unknown}; the schema's tables are {tables}")
+    return {t: value.get(t, default) for t in tables}
+
+
+def _check_optimizer(table: str, optimizer: Any) -> None:
+    if isinstance(optimizer, str):
+        if optimizer in _KERAS_RS_OPTIMIZERS:
+            return
+    else:
+        import keras
+
+        opts = keras.optimizers
+        if isinstance(optimizer, (opts.SGD, opts.Adagrad, opts.Adam, opts.Ftrl)):
+            return
+    raise ConfigError(
+        f"optimizer for table {table!r}: keras-rs supports {list(_KERAS_RS_OPTIMIZERS)} "
+        f"(names or keras.optimizers instances), got {optimizer!r}"
+    )
+
+
+def _table_limits(limits: Any, tables: list[str]) -> dict[str, tuple[int, int]]:
+    """``limits`` as a checked dict table -> (max ids, max unique ids) per partition."""
+    if limits is None:
+        return {}
+    if not isinstance(limits, Mapping):
+        if not callable(getattr(limits, "table_limits", None)):
+            raise ConfigError(
+                "limits: expected None, a dict table -> (max_ids_per_partition, "
+                "max_unique_ids_per_partition) or an object with a table_limits() "
+                f"method, got {type(limits).__name__}"
+            )
+        limits = limits.table_limits()
+    unknown = sorted(set(limits) - set(tables))
+    if unknown:
+        raise ConfigError(f"limits: unknown table(s) {unknown}; the schema's tables are {tables}")
+    out = {}
+    for table, pair in limits.items():
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2
+        ok = ok and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in pair
+        )
+        if not ok or pair[1] > pair[0]:
+            raise ConfigError(
+                f"limits for table {table!r}: expected (max_ids_per_partition, "
+                "max_unique_ids_per_partition), two positive ints with unique <= ids, "
+                f"got {pair!r}"
+            )
+        out[table] = (int(pair[0]), int(pair[1]))
+    return out
+
+
 def enqueue_weights(schema: Schema, features: dict[str, Any]) -> dict[str, Any]:
     """The ``weights`` argument matching ``features["ids"]``: multi-hot weights where
     the pipeline produced them, None for single ids.
@@ -127,6 +333,11 @@ class Placement:
       decision: ``mirror`` (replicate on every core, e.g. a Keras `Embedding`) or
         ``shard`` (TPU embedding / SparseCore, sharded across cores).
       reason: One sentence why.
+      keras_rs_placement: The keras-rs ``TableConfig.placement`` the decision maps to
+        (`KERAS_RS_PLACEMENT`): ``default_device`` for ``mirror`` (the table lives
+        with the dense model, on the TensorCore / GPU), ``sparsecore`` for ``shard``.
+        Derived from ``decision``; ``keras_rs_configs(..., placement="advice")``
+        applies it.
     """
 
     table: str
@@ -134,6 +345,15 @@ class Placement:
     bytes: int
     decision: str
     reason: str
+    keras_rs_placement: str = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.decision not in KERAS_RS_PLACEMENT:
+            raise ConfigError(
+                f"Placement {self.table!r}: decision must be one of "
+                f"{sorted(KERAS_RS_PLACEMENT)}, got {self.decision!r}"
+            )
+        object.__setattr__(self, "keras_rs_placement", KERAS_RS_PLACEMENT[self.decision])
 
 
 def placement(
@@ -142,7 +362,22 @@ def placement(
     mirror_threshold: int = MIRROR_THRESHOLD,
     shard_threshold: int = SHARD_THRESHOLD,
 ) -> list[Placement]:
-    """Suggest mirroring or sharding each table by its size."""
+    """Suggest mirroring or sharding each table by its size.
+
+    The advice holds for both TPU embedding APIs: with TensorFlow's mid-level API a
+    mirrored table is a plain Keras embedding outside `TPUEmbedding`; with keras-rs it
+    is ``TableConfig(placement="default_device")`` and a sharded one
+    ``placement="sparsecore"`` (`Placement.keras_rs_placement`).
+
+    Args:
+      schema: The schema whose tables to place.
+      mirror_threshold: Tables with at most this many rows are mirrored.
+      shard_threshold: Tables with at least this many rows are sharded; between the
+        two thresholds the advice is ``shard`` with a reason that says either works.
+
+    Returns:
+      One `Placement` per table, in schema order.
+    """
     out = []
     for t in schema.tables:
         size = t.vocabulary_size * t.dim * 4
@@ -164,3 +399,7 @@ def placement(
             )
         )
     return out
+
+
+def _keras_rs_advice(schema: Schema) -> dict[str, str]:
+    return {p.table: p.keras_rs_placement for p in placement(schema)}

@@ -72,6 +72,7 @@ def test_report_without_backend_check_reads_keras_backend_from_the_environment(m
         "xprof",
         "psycopg",
         "tensorflow-io",
+        "keras-rs",
     ]
     for part in rep.optional:
         if part.version is None:

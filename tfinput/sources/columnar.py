@@ -121,6 +121,15 @@ class ColumnarSource(Source):
             )
         return dataclasses.replace(self, start=(int(iteration), int(batch)))
 
+    def recomputes_order(self, request: ReadRequest) -> bool:
+        """True when `resume_at` can restart this build's order: the global shuffle, a
+        fixed ``shuffle_seed`` and batches of whole chunks. A saved position is then three
+        integers (`tfinput.resume.InputIterator` saves compact states)."""
+        if self.shuffle != "global" or request.config.shuffle_seed is None:
+            return False
+        _, chunk, _, _ = self._plan(request)
+        return request.batch_size % chunk == 0
+
     def __post_init__(self) -> None:
         if isinstance(self.paths, (str, os.PathLike)):
             object.__setattr__(self, "paths", (os.fspath(self.paths),))

@@ -1,5 +1,6 @@
-"""``tfinput schema infer`` (a schema from data files) and ``tfinput schema tpu`` (TPU
-embedding tables and placement for a schema)."""
+"""``tfinput schema infer`` (a schema from data files), ``tfinput schema tpu`` (TPU
+embedding tables and placement for a schema) and ``tfinput schema sparsecore``
+(SparseCore limits measured from the data: `tfinput.cli.commands.sparsecore`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from typing import Any
 
 from tfinput.cli.args import add_output_arguments, list_columns
+from tfinput.cli.commands import sparsecore
 from tfinput.cli.console import console
 from tfinput.cli.registry import Command
 
@@ -169,6 +171,12 @@ SCHEMA_COMMAND = Command(
             help="TPU embedding tables and placement for a schema",
             arguments=_tpu_arguments,
             run=_tpu,
+        ),
+        Command(
+            name="sparsecore",
+            help="measure the SparseCore limits (max ids per partition) from the data",
+            arguments=sparsecore.arguments,
+            run=sparsecore.run,
         ),
     ),
 )
