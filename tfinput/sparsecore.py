@@ -471,14 +471,23 @@ class SparseCoreStats:
 
         Args:
           **kwargs: Other `SparseCoreEmbeddingConfig` fields (``allow_id_dropping``...).
+
+        Raises:
+          ConfigError: a TensorFlow without `SparseCoreEmbeddingConfig` (before 2.18).
         """
         import tensorflow as tf
 
+        embedding = tf.tpu.experimental.embedding
+        if not hasattr(embedding, "SparseCoreEmbeddingConfig"):
+            raise ConfigError(
+                f"SparseCoreEmbeddingConfig needs TensorFlow 2.18 or newer (this is "
+                f"{tf.__version__}); the limits are in stats.limits()"
+            )
         limits = self.limits()
         kwargs.setdefault(
             "disable_table_stacking", all(len(s.stack.tables) == 1 for s in self.stacks)
         )
-        return tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig(
+        return embedding.SparseCoreEmbeddingConfig(
             max_ids_per_table={n: v.max_ids_per_partition for n, v in limits.items()},
             max_unique_ids_per_table={n: v.max_unique_ids_per_partition for n, v in limits.items()},
             **kwargs,
@@ -558,6 +567,8 @@ class SparseCoreStats:
                     "observed": dataclasses.asdict(s.observed),
                     "suggested": dataclasses.asdict(s.limits(self.margin)),
                     "hottest_partition": int(s.partition_ids.argmax()) if s.ids.size else None,
+                    "partition_max_ids": [int(v) for v in s.partition_ids],
+                    "partition_max_unique_ids": [int(v) for v in s.partition_unique],
                 }
                 for s in self.stacks
             ],

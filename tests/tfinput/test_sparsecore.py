@@ -216,11 +216,17 @@ def test_limits_margin_overflow_and_configs(files):
     assert payload["examples"] == stats.batches * 64 and payload["complete"] is True
     assert payload["stacks"][0]["suggested"]["max_ids_per_partition"] > 0
 
+    assert stats.coo_buffer_bytes(8192) == 8192 * 4 * 8 * 12
+    import tensorflow as tf
+
+    if not hasattr(tf.tpu.experimental.embedding, "SparseCoreEmbeddingConfig"):
+        with pytest.raises(ConfigError, match=r"needs TensorFlow 2\.18"):
+            stats.tf_config()
+        return
     tf_config = stats.tf_config(allow_id_dropping=False)
     limits = stats.limits()
     assert tf_config.max_ids_per_table == {n: v.max_ids_per_partition for n, v in limits.items()}
     assert tf_config.disable_table_stacking is False  # auto stacked a, b and huge together
-    assert stats.coo_buffer_bytes(8192) == 8192 * 4 * 8 * 12
 
 
 def test_apply_writes_keras_rs_table_configs(files):
