@@ -8,7 +8,6 @@ import tensorflow as tf
 
 import tfinput
 from tfinput.config import PipelineConfig
-from tfinput.errors import SourceError
 
 
 def test_distribute_datasets_from_function_with_per_replica_batches(small_tfrecord, small_schema):
@@ -42,10 +41,14 @@ def test_distribute_datasets_from_function_with_per_replica_batches(small_tfreco
     assert len(rows) >= 1000 - global_batch
 
 
-def test_too_few_files_for_the_input_pipelines(small_tfrecord, small_schema):
+def test_too_few_files_for_the_input_pipelines_shard_the_data(small_tfrecord, small_schema, caplog):
+    """Fewer files than input pipelines: data sharding with a warning (the exact split is
+    tested in tests/test_multi_host.py)."""
     pipeline = tfinput.tfrecord(small_tfrecord[:2], small_schema)
     ctx = tf.distribute.InputContext(
         num_input_pipelines=3, input_pipeline_id=0, num_replicas_in_sync=3
     )
-    with pytest.raises(SourceError, match="3 input pipelines but only 2"):
-        pipeline.build(PipelineConfig(batch_size=96), ctx)
+    with caplog.at_level("WARNING", logger="tfinput"):
+        ds = pipeline.build(PipelineConfig(batch_size=96), ctx)
+    assert "3 input pipelines but only 2" in caplog.text
+    assert next(iter(ds))[0]["dense"]["row_id"].shape == [32]

@@ -21,14 +21,15 @@ DOC = ROOT / "docs" / "resume.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 
 
-def blocks() -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(DOC.read_text())]
+def blocks(doc: Path = DOC) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(doc.read_text())]
 
 
-def script() -> str:
-    """The page as one program: Python blocks as they are, each sh line through the CLI."""
+def script(doc: Path = DOC) -> str:
+    """The page as one program: Python blocks as they are, each sh line through the CLI
+    (tests/test_docs_serving.py runs docs/serving.md with it too)."""
     parts = []
-    for i, (kind, code) in enumerate(blocks()):
+    for i, (kind, code) in enumerate(blocks(doc)):
         parts.append(f"print('block {i}', flush=True)")
         if kind == "python":
             parts.append(code)

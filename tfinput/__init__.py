@@ -15,6 +15,7 @@ from tfinput.errors import (
     DataError,
     ResumeError,
     SchemaError,
+    ServiceError,
     SourceError,
     TfinputError,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "SourceError",
     "DataError",
     "ResumeError",
+    "ServiceError",
     # lazily imported (TensorFlow / pyarrow):
     "Pipeline",
     "tfrecord",
@@ -48,6 +50,7 @@ __all__ = [
     "keras_rs_configs",
     "placement",
     "sparsecore_stats",
+    "serving_fn",
     "testing",
     "steps",
     "layout",
@@ -67,6 +70,7 @@ _LAZY = {
     "keras_rs_configs": "tfinput.tpu",
     "placement": "tfinput.tpu",
     "sparsecore_stats": "tfinput.sparsecore",
+    "serving_fn": "tfinput.serving",
     "PackedLayout": "tfinput.layout",
     "InputIterator": "tfinput.resume",
 }
@@ -75,6 +79,7 @@ _SUBMODULES = {
     "steps",
     "layout",
     "models",
+    "retrieval",
     "tpu",
     "inference",
     "pipeline",
@@ -88,6 +93,7 @@ _SUBMODULES = {
     "service",
     "resume",
     "sparsecore",
+    "serving",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,6 +102,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfinput.inference import infer_schema
     from tfinput.layout import PackedLayout
     from tfinput.pipeline import Pipeline, parquet, tfrecord, wrap
+    from tfinput.serving import serving_fn
     from tfinput.sparsecore import sparsecore_stats
     from tfinput.tpu import embedding_configs, keras_rs_configs, placement
 

@@ -20,9 +20,11 @@ from typing import Any
 from tfinput import _json
 from tfinput.errors import ConfigError
 
-__all__ = ["AUTOTUNE", "LAYOUTS", "PipelineConfig"]
+__all__ = ["AUTOTUNE", "LAYOUTS", "SERVICE_COMPRESSIONS", "PipelineConfig"]
 
 #: Batch layouts (`PipelineConfig.layout`, `Pipeline.with_layout`).
+#: Values of ``PipelineConfig.service_compression``.
+SERVICE_COMPRESSIONS = ("AUTO", None)
 LAYOUTS = ("per_feature", "packed")
 
 #: Same value as `tf.data.AUTOTUNE`, importable without TensorFlow.
@@ -93,6 +95,18 @@ class PipelineConfig:
         More steps per call amortise the host's dispatch overhead.
       device_prefetch: Batches moved onto the device ahead of the step by the step's
         feeder (`tfinput.device_prefetch`); 0 feeds each batch when the step asks.
+      service_workers: For a pipeline read through tf.data service
+        (`Pipeline.with_service`): the workers serving it. With a
+        `tfinput.fleet.LocalFleet` the build uses a cluster of exactly that many
+        worker processes; with a dispatcher address it must be 0 or the address's
+        worker count (`with_service(..., workers=N)`). 0: all of them. Ignored by a
+        pipeline read locally.
+      service_compression: ``"AUTO"`` (tf.data service compresses batches with snappy
+        where it helps) or None (no compression: saves worker and client CPU on
+        already compact ids and floats). Service pipelines only.
+      service_max_outstanding_requests: Batches requested from the workers at once
+        (bounds the client's memory); AUTOTUNE leaves tf.data's default (one per
+        worker). Service pipelines only.
     """
 
     batch_size: int = 4096
@@ -112,6 +126,9 @@ class PipelineConfig:
     layout: str | None = None
     steps_per_execution: int = 1
     device_prefetch: int = 0
+    service_workers: int = 0
+    service_compression: str | None = "AUTO"
+    service_max_outstanding_requests: int = AUTOTUNE
 
     def __post_init__(self) -> None:
         _check_knob("batch_size", self.batch_size, minimum=1, autotune=False)
@@ -126,6 +143,15 @@ class PipelineConfig:
         _check_knob("autotune_ram_budget", self.autotune_ram_budget, minimum=1)
         _check_knob("steps_per_execution", self.steps_per_execution, minimum=1, autotune=False)
         _check_knob("device_prefetch", self.device_prefetch, minimum=0, autotune=False)
+        _check_knob("service_workers", self.service_workers, minimum=0, autotune=False)
+        _check_knob(
+            "service_max_outstanding_requests", self.service_max_outstanding_requests, minimum=1
+        )
+        if self.service_compression not in SERVICE_COMPRESSIONS:
+            raise ConfigError(
+                'PipelineConfig.service_compression: expected "AUTO" or null, '
+                f"got {self.service_compression!r}"
+            )
         if self.layout not in LAYOUTS + (None,):
             raise ConfigError(
                 f"PipelineConfig.layout: expected one of {list(LAYOUTS)} or null, "

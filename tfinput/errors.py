@@ -7,7 +7,15 @@ reading tfinput's source.
 
 from __future__ import annotations
 
-__all__ = ["TfinputError", "ConfigError", "SchemaError", "SourceError", "DataError", "ResumeError"]
+__all__ = [
+    "TfinputError",
+    "ConfigError",
+    "SchemaError",
+    "SourceError",
+    "DataError",
+    "ResumeError",
+    "ServiceError",
+]
 
 
 class TfinputError(Exception):
@@ -33,3 +41,8 @@ class DataError(TfinputError, ValueError):
 class ResumeError(TfinputError, RuntimeError):
     """An input position cannot be saved (a source tf.data cannot checkpoint) or a
     saved one cannot be restored (another pipeline's, or not a tfinput state)."""
+
+
+class ServiceError(TfinputError, RuntimeError):
+    """A read through tf.data service stalled (no batch within the bound: typically a
+    worker died and was not restarted on its address)."""

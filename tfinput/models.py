@@ -74,6 +74,7 @@ def signed_log1p(x: Any) -> Any:
     return ops.sign(x) * ops.log1p(ops.abs(x))
 
 
+@keras.saving.register_keras_serializable(package="tfinput")
 class RankingModel(keras.Model):
     """DCN-v2 style: dense features through a bottom MLP, all embeddings and the
     bottom output concatenated, ``cross_layers`` full-rank cross layers, then a top
@@ -101,6 +102,12 @@ class RankingModel(keras.Model):
     ):
         super().__init__(**kwargs)
         self.schema = schema
+        self._arch = {
+            "bottom": list(bottom),
+            "top": list(top),
+            "cross_layers": cross_layers,
+            "normalize_dense": normalize_dense,
+        }
         self.packed_layout = PackedLayout.from_schema(schema)
         self.normalize_dense = normalize_dense
         self.tables = {
@@ -115,11 +122,35 @@ class RankingModel(keras.Model):
         self.logit = layers.Dense(1)
 
     def build(self, input_shape: Any) -> None:
-        width = (self.bottom_width if self.schema.dense else 0) + sum(
-            self.schema.table(f.table).dim for f in self.schema.categorical
-        )
+        # Every sublayer is built here, from the schema, so a loaded model
+        # (`keras.saving.load_model`) has all its variables before its weights load.
+        width = sum(self.schema.table(f.table).dim for f in self.schema.categorical)
+        if self.schema.dense:
+            x = sum(f.length or 1 for f in self.schema.dense)
+            for layer in self.bottom:
+                layer.build((None, x))
+                x = layer.units
+            width += self.bottom_width
         self.cross_dense = [layers.Dense(width) for _ in range(self.cross_layers)]
+        for layer in self.cross_dense:
+            layer.build((None, width))
+        x = width
+        for layer in self.top:
+            layer.build((None, x))
+            x = layer.units
+        self.logit.build((None, x))
         super().build(input_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        """The schema and the architecture: ``model.save("m.keras")`` and
+        ``keras.saving.load_model`` round-trip (``tfinput export`` loads such files)."""
+        return {**super().get_config(), "schema": self.schema.to_dict(), **self._arch}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> RankingModel:
+        config = dict(config)
+        schema = Schema.from_dict(config.pop("schema"), source="RankingModel config")
+        return cls(schema, **config)
 
     def call(self, features: dict[str, Any]) -> Any:
         if is_packed(features):

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig
-from tfinput.errors import ConfigError, DataError, TfinputError
+from tfinput.errors import ConfigError, DataError, ResumeError, TfinputError
 from tfinput.layout import PackedLayout, is_packed
 from tfinput.schema import Schema
 from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
 from tfinput.sources.files import PathsLike, as_paths
 from tfinput.sources.protocol import Decode, ReadRequest, Source
-from tfinput.sources.skeleton import deterministic_arg, parallel_calls, shard_files, warn_unhonoured
+from tfinput.sources.skeleton import deterministic_arg, parallel_calls, plan_shards, warn_unhonoured
 from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,6 +107,10 @@ class Pipeline:
         ``jax.device_put`` on an H100), at the price of a concat in the parse map and a
         slice (`tfinput.layout.unpack`) in the model. ``PipelineConfig.layout``, when
         set, overrides it.
+      service: Read through tf.data service (`with_service`, a
+        `tfinput.fleet.ServiceRead`), or None (this process reads).
+      towers: Emit two-tower retrieval batches (`with_towers`): ``({"query":
+        {"dense", "ids", "weights"}, "candidate": {...}}, labels)``.
     """
 
     source: Source
@@ -114,6 +118,8 @@ class Pipeline:
     multi_hot_format: str = "dense"
     shuffle_files: bool = False
     layout: str = "per_feature"
+    service: Any = None
+    towers: bool = False
 
     def __post_init__(self) -> None:
         if self.multi_hot_format not in MULTI_HOT_FORMATS:
@@ -127,6 +133,8 @@ class Pipeline:
             )
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout: expected one of {list(LAYOUTS)}, got {self.layout!r}")
+        if self.towers:
+            _check_towers(self.schema, self.layout)
 
     # ------------------------------------------------------------ builders
     def with_multi_hot_format(self, fmt: str) -> Pipeline:
@@ -148,6 +156,55 @@ class Pipeline:
         """
         return dataclasses.replace(self, layout=name)
 
+    def with_towers(self, enabled: bool = True) -> Pipeline:
+        """Emit two-tower retrieval batches: ``({"query": q, "candidate": c}, labels)``
+        where ``q`` and ``c`` are per-feature groups (``{"dense", "ids", "weights"}``)
+        of the features the schema marks ``tower="query"`` / ``tower="candidate"``.
+
+        Only tower-marked features are read and emitted (features with ``tower``
+        None are left out, as if not in the schema); the labels come as usual (a
+        retrieval model with in-batch negatives may ignore them). The split happens
+        inside the one parse map, on the transforms' outputs: no extra pass. With
+        ``PipelineConfig.drop_remainder`` every tensor has a static shape.
+
+        Raises:
+          ConfigError: the schema has no query or no candidate feature, or the
+            ``packed`` layout is set (towers use the per-feature layout).
+        """
+        return dataclasses.replace(self, towers=enabled)
+
+    def with_service(
+        self,
+        service: Any,
+        *,
+        workers: int | None = None,
+        processing_mode: str = "dynamic",
+        job_name: str | None = None,
+    ) -> Pipeline:
+        """Read the built pipeline through tf.data service (None: read it here).
+
+        Args:
+          service: A dispatcher address (``grpc://host:port``) or a
+            `tfinput.fleet.LocalFleet` (worker processes on this machine, as many as
+            ``PipelineConfig.service_workers``).
+          workers: How many workers the address has (for the tuner's workers-needed
+            estimate).
+          processing_mode: ``dynamic`` (each file to one worker) or ``off``; see
+            `tfinput.service`.
+          job_name: Share one job between consumers of the same name.
+
+        Raises:
+          ConfigError: ``service`` is neither an address nor a ``LocalFleet``.
+        """
+        if service is None:
+            return dataclasses.replace(self, service=None)
+        from tfinput.fleet import ServiceRead
+
+        read = ServiceRead(
+            service, workers=workers, processing_mode=processing_mode, job_name=job_name
+        )
+        return dataclasses.replace(self, service=read)
+
     def packed_layout(self) -> PackedLayout:
         """Where each feature lives in a packed batch of this pipeline's schema (its
         `PackedLayout.to_dict` is the JSON description to store next to a model)."""
@@ -163,6 +220,8 @@ class Pipeline:
             "multi_hot": len(self.schema.multi_hot),
             "multi_hot_format": self.multi_hot_format,
             "layout": self.layout,
+            **({"towers": True} if self.towers else {}),
+            **({"service": self.service.describe()} if self.service is not None else {}),
         }
 
     # --------------------------------------------------------------- build
@@ -176,23 +235,29 @@ class Pipeline:
         Args:
           config: Performance knobs; defaults to `PipelineConfig()` (AUTOTUNE).
           input_context: Given by ``strategy.distribute_datasets_from_function``. Files
-            are sharded by input pipeline id and batches use the per-replica batch size.
+            are sharded by input pipeline id (whole files; with fewer files than input
+            pipelines every pipeline reads all files in one fixed order and keeps every
+            n-th element, with a warning) and batches use the per-replica batch size.
 
         Returns:
           A dataset whose elements have fully defined static shapes when
           ``config.drop_remainder`` is True.
 
         Raises:
-          SourceError: no files, too few files for the input pipelines.
+          SourceError: no files.
           SchemaError: the files do not match the schema.
-          ConfigError: the ``packed`` layout with a multi-hot format other than ``dense``.
+          ConfigError: the ``packed`` layout with a multi-hot format other than ``dense``,
+            or with `with_towers`.
         """
         config = _checked_config(config)
         packed = self._packed_layout(config)
         request = self._request(config, input_context)
+        config = request.config  # data sharding fixes the read order (see _request)
         source = self.source
         warn_unhonoured(source, request)
         ds = source.read(request)  # shuffle files, interleave (or batches, see below)
+        if request.data_shard is not None:  # fewer files than input pipelines
+            ds = ds.shard(*request.data_shard)
         if config.cache:
             ds = ds.cache()
         if config.shuffle_buffer and not source.batches_itself:
@@ -210,7 +275,10 @@ class Pipeline:
         opts = _options(config, sharded=input_context is not None)
         if source.symbolic_checkpoint(request):
             opts.experimental_symbolic_checkpoint = True
-        return ds.with_options(opts)
+        ds = ds.with_options(opts)
+        if self.service is not None:  # the workers run everything above
+            ds = self.service.apply(ds, config)
+        return ds
 
     def _packed_layout(self, config: PipelineConfig) -> PackedLayout | None:
         """The packed layout the build emits, or None for ``per_feature``.
@@ -220,6 +288,8 @@ class Pipeline:
         """
         if (config.layout or self.layout) != "packed":
             return None
+        if self.towers:
+            _check_towers(self.schema, "packed")
         if self.multi_hot_format != "dense":
             raise ConfigError(
                 f'layout "packed" needs multi_hot_format "dense", got multi_hot_format '
@@ -234,31 +304,46 @@ class Pipeline:
         batch_size = config.batch_size
         if input_context is not None:
             batch_size = input_context.get_per_replica_batch_size(config.batch_size)
-        files = shard_files(self.source.files(), input_context, self.source.kind)
-        self.source.validate(files, self.schema)
+        files, data_shard = plan_shards(self.source.files(), input_context, self.source.kind)
+        if data_shard is not None:
+            # Every pipeline must read the files in one order for `shard` to split them:
+            # a deterministic read, and the same file-shuffle seed on every host.
+            seed = config.shuffle_seed
+            if seed is None and self.shuffle_files:
+                seed = 0
+            config = dataclasses.replace(config, deterministic=True, shuffle_seed=seed)
+        schema = self._read_schema()
+        self.source.validate(files, schema)
         return ReadRequest(
             files=files,
-            schema=self.schema,
+            schema=schema,
             config=config,
             batch_size=batch_size,
             shuffle_files=self.shuffle_files,
             input_context=input_context,
+            data_shard=data_shard,
         )
 
+    def _read_schema(self) -> Schema:
+        """The schema a build reads: with `with_towers`, the tower-marked features."""
+        return self.schema.tower_schema() if self.towers else self.schema
+
     def _parse(self, decode: Decode, request: ReadRequest, packed: PackedLayout | None) -> Any:
-        """The parse map's function: decode, transform and (packed layout) pack."""
+        """The parse map's function: decode, transform and (packed layout) pack, or
+        (`with_towers`) split the features by tower."""
         config = request.config
         static_batch = request.batch_size if config.drop_remainder else None
-        schema, fmt = self.schema, self.multi_hot_format
+        schema, fmt = self._read_schema(), self.multi_hot_format
         if fmt == "dense":
             _warn_large_padded_batches(schema, request.batch_size)
 
         def parse(encoded: Any) -> Any:
             # Packing is fused with the transforms, in the same map: no extra pass.
-            return transform_batch(
+            out = transform_batch(
                 decode(encoded), schema, batch_size=static_batch, multi_hot_format=fmt,
                 layout=packed,
             )  # fmt: skip
+            return _split_towers(out, schema) if self.towers else out
 
         return parse
 
@@ -297,9 +382,10 @@ class Pipeline:
         """Read one file; on a problem, read it again once per feature and label so
         that every failing feature is named (in schema order, whatever order the
         checks ran in), each with the records it was found in."""
-        one = self
+        # Checks read here, file by file, every feature (towers or not).
+        one = dataclasses.replace(self, service=None, towers=False)
         if path is not None:
-            one = dataclasses.replace(self, source=self.source.one_file(path))
+            one = dataclasses.replace(one, source=self.source.one_file(path))
         records, error = one._read_all(path, batch_size)
         if error is None:
             return FileCheck(path=path or "<dataset>", records=records)
@@ -383,12 +469,18 @@ class Pipeline:
             what a consumer took but did not train on.
 
         Raises:
-          As `build`.
+          As `build`; `ResumeError` for a pipeline read through tf.data service.
         """
         import random
 
         from tfinput.resume import InputIterator, epoch_seed, pipeline_identity
 
+        if self.service is not None:
+            raise ResumeError(
+                "a pipeline read through tf.data service has no position to save (the "
+                "workers hold it); checkpoint a local pipeline, or use the service's "
+                "fault-tolerant dispatcher (with_service(None) reads here)"
+            )
         config = _checked_config(config)
         if epochs is not None and (not isinstance(epochs, int) or epochs < 1):
             raise ConfigError(f"epochs must be an integer >= 1 or None, got {epochs!r}")
@@ -407,7 +499,8 @@ class Pipeline:
         resume_dataset = None
         recomputes = getattr(self.source, "recomputes_order", None)
         first = dataclasses.replace(config, shuffle_seed=epoch_seed(seed, 0))
-        if recomputes is not None and recomputes(self._request(first, input_context)):
+        request = self._request(first, input_context)
+        if recomputes is not None and request.data_shard is None and recomputes(request):
             # The order is a function of (seed, epoch, batch): states are three integers.
             def resume_dataset(epoch: int, base: int, batch: int) -> tf.data.Dataset:
                 seeded = dataclasses.replace(config, shuffle_seed=epoch_seed(base, epoch))
@@ -435,6 +528,37 @@ class Pipeline:
                 first = report.problems[0]
                 return DataError(f"{first.path}: {first.error}")
         return DataError(message)
+
+
+def _check_towers(schema: Schema, layout: str) -> None:
+    """Raise `ConfigError` unless ``schema`` marks both towers and ``layout`` is
+    per-feature."""
+    missing = [side for side in ("query", "candidate") if not schema.tower(side)]
+    if missing:
+        raise ConfigError(
+            f"with_towers: the schema marks no {' and no '.join(missing)} feature; set "
+            'tower="query" / tower="candidate" on its features (Schema.with_towers, or '
+            '"tower" in the schema JSON)'
+        )
+    if layout == "packed":
+        raise ConfigError(
+            "with_towers: the packed layout is not supported with towers; use the "
+            'per_feature layout (leave PipelineConfig.layout None or "per_feature")'
+        )
+
+
+def _split_towers(out: tuple[Any, Any], schema: Schema) -> tuple[Any, Any]:
+    """``(features, labels)`` of `transform_batch` split into ``{"query": ...,
+    "candidate": ...}``, each with the ``dense``/``ids``/``weights`` groups."""
+    features, labels = out
+    towers: dict[str, Any] = {}
+    for side in ("query", "candidate"):
+        names = {f.name for f in schema.tower(side)}
+        towers[side] = {
+            group: {n: v for n, v in values.items() if n in names}
+            for group, values in features.items()
+        }
+    return towers, labels
 
 
 def _checked_config(config: PipelineConfig | None) -> PipelineConfig:

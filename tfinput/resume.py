@@ -85,6 +85,8 @@ def pipeline_identity(pipeline: Any, config: Any, input_context: Any = None) -> 
         "shuffle_files": pipeline.shuffle_files,
     }
     identity.update({k: getattr(config, k) for k in IDENTITY_KNOBS})
+    if getattr(pipeline, "towers", False):
+        identity["towers"] = True
     if input_context is not None:
         identity["input_pipeline"] = [
             input_context.input_pipeline_id,

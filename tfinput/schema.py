@@ -114,6 +114,8 @@ class Dense:
       log1p: Apply ``log(1 + x)`` after clipping (use ``clip=(0, None)`` for counts that
         may be negative, as Criteo's are).
       column: Source column name if it differs from ``name``.
+      tower: ``"query"`` or ``"candidate"``: the side of a two-tower retrieval model
+        this feature feeds (`Pipeline.with_towers`); None (the default) for none.
     """
 
     kind: ClassVar[str] = "dense"
@@ -124,9 +126,11 @@ class Dense:
     clip: tuple[float | None, float | None] | None = None
     log1p: bool = False
     column: str | None = None
+    tower: Literal["query", "candidate"] | None = None
 
     def __post_init__(self) -> None:
         owner = f"Dense {self.name!r}"
+        _check_tower(owner, self.tower)
         _check_name("Dense", self.name)
         if self.length is not None:
             _check_int(owner, "length", self.length, 1)
@@ -168,6 +172,7 @@ class Categorical:
         becomes ``vocabulary_size - 1``, which inference reserves for it). Under
         ``error``, negative ids are an error naming the feature.
       column: Source column name if it differs from ``name``.
+      tower: As for `Dense`.
     """
 
     kind: ClassVar[str] = "categorical"
@@ -177,6 +182,7 @@ class Categorical:
     default: int | str | None = None
     out_of_range: Literal["error", "modulo"] = "error"
     column: str | None = None
+    tower: Literal["query", "candidate"] | None = None
 
     def __post_init__(self) -> None:
         _check_categorical(self)
@@ -202,6 +208,7 @@ class MultiHot:
         per-id weights; None gives weight 1 to every real id.
       out_of_range: As for `Categorical`.
       column: Source column name if it differs from ``name``.
+      tower: As for `Dense`.
     """
 
     kind: ClassVar[str] = "multi_hot"
@@ -212,6 +219,7 @@ class MultiHot:
     weights: str | None = None
     out_of_range: Literal["error", "modulo"] = "error"
     column: str | None = None
+    tower: Literal["query", "candidate"] | None = None
 
     def __post_init__(self) -> None:
         _check_categorical(self)
@@ -250,12 +258,22 @@ class Label:
         return self.column or self.name
 
 
+#: The sides of a two-tower retrieval model a feature can feed (`Dense.tower`).
+TOWERS = ("query", "candidate")
+
+
+def _check_tower(owner: str, tower: Any) -> None:
+    if tower is not None and tower not in TOWERS:
+        raise _err(owner, "tower", '"query", "candidate" or null', tower)
+
+
 def _check_categorical(f: Categorical | MultiHot) -> None:
     owner = f"{type(f).__name__} {getattr(f, 'name', None)!r}"
     _check_name(type(f).__name__, f.name)
     _check_name(f"{owner}.table", f.table)
     _check_choice(owner, "dtype", f.dtype, _ID_DTYPES)
     _check_choice(owner, "out_of_range", f.out_of_range, ("error", "modulo"))
+    _check_tower(owner, f.tower)
     default = getattr(f, "default", None)
     if default is not None:
         if f.dtype == "string" and not isinstance(default, str):
@@ -279,11 +297,16 @@ class Schema:
       tables: Embedding tables referenced by the categorical features.
       labels: One or more labels. With one label the pipeline yields
         ``(features, label)``; with several, ``(features, {name: label})``.
+      candidate_id: For two-tower retrieval: the `Categorical` feature (with
+        ``tower="candidate"``) that identifies a candidate; the candidate corpus
+        (`tfinput.retrieval.candidate_corpus`) is deduplicated by it and recall@k
+        compares it. None: no candidate id.
     """
 
     features: tuple[Feature, ...]
     tables: tuple[Table, ...] = ()
     labels: tuple[Label, ...] = ()
+    candidate_id: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "features", tuple(self.features))
@@ -322,6 +345,22 @@ class Schema:
             raise SchemaError(f"Schema: tables {sorted(unused)} are used by no feature")
         if not self.features:
             raise SchemaError("Schema: no features")
+        if self.candidate_id is not None:
+            self._check_candidate_id(self.candidate_id)
+
+    def _check_candidate_id(self, name: Any) -> None:
+        if not isinstance(name, str) or name not in {f.name for f in self.features}:
+            raise SchemaError(
+                f"Schema.candidate_id: expected the name of a feature, got {name!r}; "
+                f"features: {[f.name for f in self.features]}"
+            )
+        f = self.feature(name)
+        if not isinstance(f, Categorical) or f.tower != "candidate":
+            raise SchemaError(
+                f"Schema.candidate_id: feature {name!r} must be a Categorical with "
+                f'tower="candidate" (one id per candidate), got {type(f).__name__} with '
+                f"tower={f.tower!r}"
+            )
 
     # ----------------------------------------------------------------- views
     @property
@@ -350,6 +389,85 @@ class Schema:
             f"Schema: no feature {name!r}; features: {[f.name for f in self.features]}"
         )
 
+    def tower(self, name: str) -> tuple[Feature, ...]:
+        """The features of one tower (``"query"`` or ``"candidate"``), in schema order.
+
+        Raises:
+          SchemaError: ``name`` is not a tower.
+        """
+        if name not in TOWERS:
+            raise SchemaError(f'Schema.tower: expected "query" or "candidate", got {name!r}')
+        return tuple(f for f in self.features if f.tower == name)
+
+    def with_towers(
+        self,
+        *,
+        query: Iterable[str] = (),
+        candidate: Iterable[str] = (),
+        candidate_id: str | None = None,
+    ) -> Schema:
+        """This schema with features marked for the two towers of a retrieval model.
+
+        Features not named keep their ``tower``; ``candidate_id``, when given, replaces
+        the schema's (it is marked ``candidate`` too).
+
+        Args:
+          query: Names of the query-side (user, context) features.
+          candidate: Names of the candidate-side (item) features.
+          candidate_id: The candidate-side `Categorical` that identifies a candidate.
+
+        Raises:
+          SchemaError: an unknown name, a name on both sides, or a bad ``candidate_id``.
+        """
+        sides = {name: "query" for name in query}
+        for name in [*candidate, *([candidate_id] if candidate_id else [])]:
+            if sides.get(name) == "query":
+                raise SchemaError(
+                    f"Schema.with_towers: feature {name!r} is named for both towers; "
+                    "a feature feeds one tower (give each side its own feature)"
+                )
+            sides[name] = "candidate"
+        for name in sides:
+            self.feature(name)  # raises for an unknown name
+        features = tuple(
+            dataclasses.replace(f, tower=sides[f.name]) if f.name in sides else f
+            for f in self.features
+        )
+        return self.replace(
+            features=features,
+            candidate_id=candidate_id if candidate_id is not None else self.candidate_id,
+        )
+
+    def tower_schema(self, name: str | None = None) -> Schema:
+        """A schema of one tower's features (``name``) and their tables, without labels;
+        or, with ``name`` None, of every tower-marked feature plus the labels (what a
+        `Pipeline.with_towers` build reads and emits).
+
+        Raises:
+          SchemaError: the tower has no features.
+        """
+        if name is None:
+            features = tuple(f for f in self.features if f.tower is not None)
+            labels = self.labels
+        else:
+            features, labels = self.tower(name), ()
+        if not features:
+            which = f"tower {name!r}" if name else "either tower"
+            raise SchemaError(
+                f"Schema: no feature is marked for {which}; mark features with "
+                'tower="query" / tower="candidate" (or Schema.with_towers)'
+            )
+        used = {f.table for f in features if isinstance(f, (Categorical, MultiHot))}
+        cid = self.candidate_id
+        if cid is not None and cid not in {f.name for f in features}:
+            cid = None
+        return Schema(
+            features=features,
+            tables=tuple(t for t in self.tables if t.name in used),
+            labels=labels,
+            candidate_id=cid,
+        )
+
     def columns(self) -> list[str]:
         """Every source column (or tf.Example key) the schema reads, in order."""
         cols: list[str] = []
@@ -373,12 +491,15 @@ class Schema:
                     out[key] = list(value) if isinstance(value, tuple) else value
             return out
 
-        return {
+        out: dict[str, Any] = {
             "format": SCHEMA_FORMAT,
             "tables": [strip(t, None) for t in self.tables],
             "features": [strip(f, f.kind) for f in self.features],
             "labels": [strip(lab, None) for lab in self.labels],
         }
+        if self.candidate_id is not None:  # absent otherwise: older JSON stays the same
+            out["candidate_id"] = self.candidate_id
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>") -> Schema:
@@ -389,7 +510,7 @@ class Schema:
             raise SchemaError(
                 f"{source}: format {fmt!r} is not supported; expected {SCHEMA_FORMAT}"
             )
-        unknown = set(data) - {"format", "tables", "features", "labels"}
+        unknown = set(data) - {"format", "tables", "features", "labels", "candidate_id"}
         if unknown:
             raise SchemaError(f"{source}: unknown top-level keys {sorted(unknown)}")
 
@@ -422,7 +543,12 @@ class Schema:
         tables = [build(Table, t, f"tables[{i}]") for i, t in enumerate(data.get("tables", []))]
         labels = [build(Label, t, f"labels[{i}]") for i, t in enumerate(data.get("labels", []))]
         try:
-            return cls(features=tuple(features), tables=tuple(tables), labels=tuple(labels))
+            return cls(
+                features=tuple(features),
+                tables=tuple(tables),
+                labels=tuple(labels),
+                candidate_id=data.get("candidate_id"),
+            )
         except SchemaError as e:
             raise SchemaError(f"{source}: {e}") from e
 
@@ -430,6 +556,8 @@ class Schema:
         """Readable JSON, one feature per line; with ``path`` also write the file."""
         d = self.to_dict()
         lines = ["{", f'  "format": {json.dumps(d["format"])},']
+        if "candidate_id" in d:
+            lines.append(f'  "candidate_id": {json.dumps(d["candidate_id"])},')
         for key in ("tables", "features", "labels"):
             items = d[key]
             lines.append(f'  "{key}": [')

@@ -34,10 +34,11 @@ from tfinput.errors import ConfigError
 from tfinput.layout import Block, PackedLayout, pack
 from tfinput.schema import Categorical, Dense, MultiHot, Schema
 
-__all__ = ["parse_spec", "transform_batch", "MULTI_HOT_FORMATS"]
+__all__ = ["parse_spec", "transform_batch", "MULTI_HOT_FORMATS", "TF_DTYPES"]
 
 MULTI_HOT_FORMATS = ("dense", "sparse", "ragged")
-_TF_DTYPES = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}
+#: The TensorFlow dtype of each schema dtype name.
+TF_DTYPES = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}
 
 
 def parse_spec(schema: Schema) -> dict[str, Any]:
@@ -49,15 +50,15 @@ def parse_spec(schema: Schema) -> dict[str, Any]:
             default = f.default if f.length is None else [f.default] * f.length
             if f.dtype == "int64":
                 default = int(f.default) if f.length is None else [int(f.default)] * f.length
-            spec[f.source] = tf.io.FixedLenFeature(shape, _TF_DTYPES[f.dtype], default)
+            spec[f.source] = tf.io.FixedLenFeature(shape, TF_DTYPES[f.dtype], default)
         elif isinstance(f, Categorical):
-            spec[f.source] = tf.io.FixedLenFeature([], _TF_DTYPES[f.dtype], f.default)
+            spec[f.source] = tf.io.FixedLenFeature([], TF_DTYPES[f.dtype], f.default)
         elif isinstance(f, MultiHot):
-            spec[f.source] = tf.io.RaggedFeature(_TF_DTYPES[f.dtype], row_splits_dtype=tf.int64)
+            spec[f.source] = tf.io.RaggedFeature(TF_DTYPES[f.dtype], row_splits_dtype=tf.int64)
             if f.weights:
                 spec[f.weights] = tf.io.RaggedFeature(tf.float32, row_splits_dtype=tf.int64)
     for lab in schema.labels:
-        spec[lab.source] = tf.io.FixedLenFeature([], _TF_DTYPES[lab.dtype], lab.default)
+        spec[lab.source] = tf.io.FixedLenFeature([], TF_DTYPES[lab.dtype], lab.default)
     return spec
 
 

@@ -44,6 +44,9 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
             "format": None,
             "pipeline": "callable returning a tfinput.Pipeline",
             "demo": "the built-in criteo-like data",
+            "service": "read through tf.data service: a dispatcher address, or local:N to "
+            "start up to N worker processes here and search 1 to N workers",
+            "service_workers": "the worker count of the --service address",
         },
         paths={"nargs": "*"},
     )
@@ -108,6 +111,12 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
         "--tune-batch-size",
         action="store_true",
         help="also search the batch size (prints learning-rate advice)",
+    )
+    s.add_argument(
+        "--target-rate",
+        type=float,
+        metavar="EXAMPLES_PER_S",
+        help="with --service: say how many workers this rate needs",
     )
     s.add_argument("--windows", type=int, default=5)
     s.add_argument("--window-batches", type=int, default=20)
@@ -340,6 +349,7 @@ def _tune(args: argparse.Namespace) -> int:
         breakdown=not args.no_breakdown,
         advise_format=not args.no_format_advice,
         schema_path=_schema_path(args),
+        target_rate=args.target_rate,
     )
     return _finish(result, args, out)
 

@@ -33,6 +33,7 @@ __all__ = [
     "gain_by_knob",
     "winner_format_advice",
     "advice_sentences",
+    "service_sizing",
 ]
 
 log = logging.getLogger("tfinput.tuners")
@@ -255,3 +256,38 @@ def advice_sentences(
             "(Goyal et al., 2017), and check the model's quality, not only its speed."
         )
     return advice
+
+
+def service_sizing(
+    pipeline: Any,
+    best_config: PipelineConfig,
+    confirmed: Sequence[ConfigStats],
+    target_rate: float | None,
+) -> tuple[str, ...]:
+    """For a pipeline read through tf.data service: the rate per worker the winner
+    measured and, with ``target_rate``, the workers that rate implies for it
+    (`tfinput.fleet.workers_needed`). Empty for a local pipeline."""
+    from tfinput.fleet import workers_needed
+
+    service = getattr(pipeline, "service", None)
+    if service is None or not confirmed:
+        return ()
+    winner = next((c for c in confirmed if c.config == best_config), confirmed[0])
+    workers = service.worker_count(best_config)
+    if not workers:
+        return (
+            f"tf.data service: {winner.median:,.0f} examples/s; pass the address's worker "
+            "count (with_service(..., workers=N)) for a per-worker rate",
+        )
+    per_worker = winner.median / workers
+    text = (
+        f"tf.data service: {winner.median:,.0f} examples/s from {workers} worker(s), "
+        f"{per_worker:,.0f} per worker"
+    )
+    if target_rate:
+        need = workers_needed(winner.median, workers, target_rate)
+        text += (
+            f"; {target_rate:,.0f} examples/s needs about {need} worker(s) like these "
+            "(linear per worker: more where the dispatcher or network binds)"
+        )
+    return (text,)

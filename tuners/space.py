@@ -27,7 +27,7 @@ from typing import Any
 from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig, knob_names
 from tfinput.errors import ConfigError
 
-__all__ = ["SearchSpace", "TUNABLE", "FEEDING", "encode", "decode", "parse_assignment"]
+__all__ = ["SearchSpace", "TUNABLE", "FEEDING", "SERVICE", "encode", "decode", "parse_assignment"]
 
 #: Knobs the tuner searches by default. ``batch_size`` joins only when allowed;
 #: ``shuffle_buffer``/``shuffle_seed``/``drop_remainder`` change what is trained on and
@@ -47,6 +47,10 @@ TUNABLE = (
 #: Feeding knobs: searched only where the pipeline or the step honours them (see
 #: `SearchSpace.default`).
 FEEDING = ("layout", "steps_per_execution", "device_prefetch")
+
+#: Knobs of a pipeline read through tf.data service (`Pipeline.with_service`).
+SERVICE = ("service_workers", "service_compression", "service_max_outstanding_requests")
+SERVICE_OUTSTANDING_CHOICES = (AUTOTUNE, 2, 8)
 
 #: Candidate values of the feeding knobs.
 LAYOUT_CHOICES = LAYOUTS
@@ -139,6 +143,7 @@ class SearchSpace:
         ram_bytes: int | None = None,
         multi_hot_format: str | None = None,
         step: Any = None,
+        service: Any = None,
     ) -> SearchSpace:
         """Ranges derived from the machine, the data and the step.
 
@@ -162,6 +167,10 @@ class SearchSpace:
             coarser callbacks); a step with ``feeds_device`` adds ``device_prefetch``
             (0, 2: batches copied to the device ahead of the step, at the cost of
             device memory). Other steps ignore both, so they are not searched.
+          service: The pipeline's `tfinput.fleet.ServiceRead` (``Pipeline.service``):
+            adds ``service_compression`` ("AUTO", None) and
+            ``service_max_outstanding_requests`` (AUTOTUNE, 2, 8), and for a
+            `tfinput.fleet.LocalFleet` ``service_workers`` (1 to its ``max_workers``).
         """
         c = max(1, cpu_count or _cpus())
         max_files = files or 64
@@ -192,6 +201,12 @@ class SearchSpace:
             choices["steps_per_execution"] = STEPS_PER_EXECUTION_CHOICES
         if getattr(step, "feeds_device", False):
             choices["device_prefetch"] = DEVICE_PREFETCH_CHOICES
+        if service is not None:
+            choices["service_compression"] = ("AUTO", None)
+            choices["service_max_outstanding_requests"] = SERVICE_OUTSTANDING_CHOICES
+            fleet = getattr(service, "fleet", None)
+            if fleet is not None:
+                choices["service_workers"] = tuple(range(1, fleet.max_workers + 1))
         return cls(choices=choices)
 
     @classmethod
@@ -221,8 +236,14 @@ class SearchSpace:
             batch_size=batch_size,
             tune_batch_size=tune_batch_size,
             data_bytes=size,
-            multi_hot_format=getattr(pipeline, "multi_hot_format", None),
+            # two-tower batches are nested dicts: the packed layout does not apply
+            multi_hot_format=(
+                None
+                if getattr(pipeline, "towers", False)
+                else getattr(pipeline, "multi_hot_format", None)
+            ),
             step=step,
+            service=getattr(pipeline, "service", None),
         )
 
     def fix(self, **values: Any) -> SearchSpace:

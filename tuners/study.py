@@ -72,6 +72,7 @@ from tuners.confirm import (
     confirmation_configs,
     gain_by_knob,
     pick_winner,
+    service_sizing,
     verdicts,
     winner_format_advice,
 )
@@ -173,6 +174,7 @@ def tune(
     breakdown: bool = True,
     advise_format: bool = True,
     schema_path: str | None = None,
+    target_rate: float | None = None,
 ) -> TuneResult:
     """Search pipeline configs against a training step and confirm the winner.
 
@@ -220,6 +222,9 @@ def tune(
         seconds of roofline, the conversion, 3 short windows each).
       schema_path: The pipeline's schema file, for the ``tfinput convert`` command of
         the format advice.
+      target_rate: Examples/s the training needs. For a pipeline read through tf.data
+        service (`Pipeline.with_service`) the advice then says how many workers the
+        winner's confirmed rate implies for it (`tfinput.fleet.workers_needed`).
 
     Returns:
       A `TuneResult`.
@@ -278,6 +283,7 @@ def tune(
         advise_format=advise_format,
         schema_path=schema_path,
         notes=notes,
+        target_rate=target_rate,
     )
     return TuneResult(
         study_name=study.study_name,
@@ -553,6 +559,7 @@ def _confirm_and_advise(
     advise_format: bool,
     schema_path: str | None,
     notes: list[str],
+    target_rate: float | None = None,
 ) -> dict[str, Any]:
     """Confirm the search's top configs, then the verdicts, the gain by knob and the
     format advice (`tuners.confirm`): the `TuneResult` fields they give, ``seconds``
@@ -587,13 +594,14 @@ def _confirm_and_advise(
             "breakdown": round(t3 - t2, 1),
             "format_advice": round(t4 - t3, 1),
         },
-        "advice": tuple(
-            advice_sentences(
+        "advice": (
+            *advice_sentences(
                 format_result,
                 input_bound=verdict["input_bound"],
                 best_config=best_config,
                 base=run.base,
-            )
+            ),
+            *service_sizing(run.pipeline, best_config, confirmed, target_rate),
         ),
         "confirmation_error": confirmation_error,
         "breakdown": contributions,

@@ -31,6 +31,9 @@ def test_every_knob_is_present():
         "layout",
         "steps_per_execution",
         "device_prefetch",
+        "service_workers",
+        "service_compression",
+        "service_max_outstanding_requests",
     ]
 
 
@@ -164,3 +167,15 @@ def test_to_json_writes_knobs_under_config_with_autotune_as_a_string():
     assert set(data) == {"config", "note"}
     assert data["config"]["batch_size"] == 16 and data["config"]["prefetch"] == "autotune"
     assert list(data["config"]) == knob_names()
+
+
+def test_service_knobs_are_checked():
+    config = PipelineConfig(service_workers=2, service_compression=None)
+    assert PipelineConfig.from_json(config.to_json()) == config
+    assert config.to_dict()["service_max_outstanding_requests"] == "autotune"
+    with pytest.raises(ConfigError, match="service_compression"):
+        PipelineConfig(service_compression="snappy")
+    with pytest.raises(ConfigError, match="service_workers"):
+        PipelineConfig(service_workers=-1)
+    with pytest.raises(ConfigError, match="service_max_outstanding_requests"):
+        PipelineConfig(service_max_outstanding_requests=0)

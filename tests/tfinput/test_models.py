@@ -216,3 +216,18 @@ def test_ranking_model_shares_tables_and_sizes_its_cross_layers(small_tfrecord):
     }
     # bottom MLP 32 + user 8 + country 4 + last_item 8 + history 8 + tags 4
     assert [layer.kernel.shape for layer in model.cross_dense] == [(64, 64)] * 3
+
+
+def test_ranking_model_saves_and_loads_as_a_keras_file(tmp_path, small_tfrecord):
+    """``model.save("m.keras")`` + ``keras.saving.load_model`` give the same model (the
+    schema and architecture travel in its config; ``tfinput export`` loads such files)."""
+    schema = testing.small_schema()
+    ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=64))
+    model = models.ranking_model(schema, jit_compile=False, bottom=(8,), top=(8,))
+    model.fit(ds.take(2), verbose=0)
+    features, _ = next(iter(ds))
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert isinstance(loaded, models.RankingModel) and loaded.schema == schema
+    assert loaded.get_config()["bottom"] == [8] and loaded.get_config()["top"] == [8]
+    np.testing.assert_array_equal(loaded(features).numpy(), model(features).numpy())

@@ -161,3 +161,82 @@ def test_from_json_names_the_file_of_a_bad_schema(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(SchemaError, match=r"schema\.json: expected a JSON object, got list"):
         Schema.from_json(path)
+
+
+# ------------------------------------------------------------------ towers
+def test_towers_round_trip_and_stay_out_of_json_when_unset(tmp_path):
+    plain = testing.small_schema()
+    assert '"tower"' not in plain.to_json() and "candidate_id" not in plain.to_json()
+    schema = plain.with_towers(
+        query=["user_id", "history"], candidate=["tags"], candidate_id="last_item"
+    )
+    text = schema.to_json(tmp_path / "s.json")
+    assert '  "candidate_id": "last_item",' in text.splitlines()
+    assert '{"kind": "categorical", "name": "user_id", "table": "user", "tower": "query"}' in text
+    assert Schema.from_json(tmp_path / "s.json") == schema
+    assert [f.name for f in schema.tower("query")] == ["user_id", "history"]
+    assert [f.name for f in schema.tower("candidate")] == ["last_item", "tags"]
+    side = schema.tower_schema("candidate")
+    assert [t.name for t in side.tables] == ["items", "tokens"]
+    assert side.labels == () and side.candidate_id == "last_item"
+    both = schema.tower_schema()
+    assert [f.name for f in both.features] == ["user_id", "last_item", "history", "tags"]
+    assert both.labels == schema.labels
+    # a hand-written JSON feature with a tower
+    data = json.loads(text)
+    data["features"][1]["tower"] = "query"  # price
+    assert Schema.from_dict(data).feature("price").tower == "query"
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (
+            lambda s: Dense(name="x", tower="item"),
+            "Dense 'x'.tower: expected \"query\", \"candidate\" or null, got 'item'",
+        ),
+        (
+            lambda s: s.replace(candidate_id="nope"),
+            "Schema.candidate_id: expected the name of a feature, got 'nope'",
+        ),
+        (
+            lambda s: s.with_towers(candidate=["history"], candidate_id="history"),
+            "feature 'history' must be a Categorical with tower=\"candidate\"",
+        ),
+        (
+            lambda s: s.replace(candidate_id="user_id"),
+            "got Categorical with tower=None",
+        ),
+        (
+            lambda s: s.with_towers(query=["user_id"], candidate=["user_id"]),
+            "feature 'user_id' is named for both towers",
+        ),
+        (lambda s: s.with_towers(query=["nope"]), "Schema: no feature 'nope'"),
+        (lambda s: s.tower_schema("query"), "no feature is marked for tower 'query'"),
+        (
+            lambda s: s.tower("items"),
+            'Schema.tower: expected "query" or "candidate", got \'items\'',
+        ),
+    ],
+    ids=[
+        "bad-tower",
+        "unknown-candidate-id",
+        "multi-hot-candidate-id",
+        "candidate-id-not-candidate-side",
+        "both-towers",
+        "unknown-feature",
+        "empty-tower",
+        "bad-tower-name",
+    ],
+)
+def test_tower_validation_names_the_feature(build, message):
+    with pytest.raises(SchemaError) as e:
+        build(testing.small_schema())
+    assert message in str(e.value)
+
+
+def test_candidate_id_from_json_is_checked(tmp_path):
+    data = testing.small_schema().to_dict()
+    data["candidate_id"] = "last_item"  # not marked candidate
+    with pytest.raises(SchemaError, match=r"<dict>: Schema.candidate_id: feature 'last_item'"):
+        Schema.from_dict(data)

@@ -52,3 +52,70 @@ def test_unknown_processing_mode(address, small_columnar):
     ds = tfinput.columnar(small_columnar).build(PipelineConfig(batch_size=100))
     with pytest.raises(ConfigError, match="processing_mode: expected one of"):
         service.distribute(ds, address, processing_mode="round-robin")
+
+
+def _batches(rows: int, batch: int):
+    import tensorflow as tf
+
+    return tf.data.Dataset.range(rows).batch(batch).map(lambda x: {"row_id": x})
+
+
+def test_guarded_read_yields_every_batch_in_order_and_counts_rows():
+    read = service.guarded(_batches(25, 10), expected_rows=25)
+    got = [b["row_id"].numpy().tolist() for b in read]
+    assert got == [list(range(10)), list(range(10, 20)), list(range(20, 25))]
+    assert (read.batches, read.rows, read.lost, read.finished) == (3, 25, 0, True)
+    assert read.summary() == "tf.data service read: 3 batches, 25 rows of 25 expected, none lost"
+
+
+def test_guarded_read_counts_rows_an_epoch_did_not_deliver(caplog):
+    read = service.guarded(_batches(25, 10), expected_rows=40)
+    assert sum(int(b["row_id"].shape[0]) for b in read) == 25
+    assert read.lost == 15
+    assert "15 of 40 rows lost" in read.summary()
+    assert "15 of 40 rows lost" in caplog.text
+
+
+def test_guarded_read_raises_the_pipelines_error_at_its_batch():
+    import tensorflow as tf
+
+    def check(v):
+        if v >= 3:
+            raise ValueError(f"bad row {v}")
+        return v
+
+    ds = tf.data.Dataset.range(5).map(lambda x: tf.numpy_function(check, [x], tf.int64))
+    read = service.guarded(ds)
+    seen = []
+    with pytest.raises(tf.errors.OpError, match="bad row 3"):
+        for x in read:
+            seen.append(int(x))
+    assert seen == [0, 1, 2]
+
+
+def test_guarded_read_stalled_past_its_bound_raises_service_error():
+    import time
+
+    import tensorflow as tf
+
+    def slow(x):
+        time.sleep(0.0 if x == 0 else 30)
+        return x
+
+    ds = tf.data.Dataset.range(3).map(lambda x: tf.numpy_function(slow, [x], tf.int64))
+    read = service.guarded(ds, expected_rows=3, stall_timeout_s=1, address="grpc://d:1")
+    it = iter(read)
+    assert int(next(it)) == 0
+    started = time.monotonic()
+    with pytest.raises(
+        tfinput.ServiceError,
+        match=r"no batch from grpc://d:1 in 1 s after 1 batches \(1 rows of 3 expected\)",
+    ):
+        next(it)
+    assert time.monotonic() - started < 5
+    read.close()
+
+
+def test_guarded_read_refuses_a_non_positive_bound():
+    with pytest.raises(ConfigError, match="stall_timeout_s must be > 0"):
+        service.guarded(_batches(5, 5), stall_timeout_s=0)

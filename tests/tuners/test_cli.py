@@ -35,6 +35,8 @@ from tuners.storage import make_storage
         ),
         (["--storage", "x.db"], "--storage needs --study-name"),
         (["--step", "simulated"], "needs --device-time-ms"),
+        (["--service-workers", "2"], "--service-workers needs --service"),
+        (["--service", "local:0"], "max_workers must be >= 1"),
     ],
     ids=[
         "unknown-knob",
@@ -44,6 +46,8 @@ from tuners.storage import make_storage
         "unreachable-storage",
         "storage-without-name",
         "simulated-without-time",
+        "service-workers-alone",
+        "empty-local-fleet",
     ],
 )
 def test_cli_bad_arguments(cli_args, capsys, extra, message):

@@ -30,6 +30,7 @@ __all__ = [
     "list_columns",
     "pipeline_from_args",
     "pipeline_from_paths",
+    "service_from_args",
 ]
 
 # dest -> (flags, add_argument keywords)
@@ -42,6 +43,8 @@ _SOURCE: _Spec = {
     "compression": (("--compression",), {"default": "auto"}),
     "pipeline": (("--pipeline",), {"metavar": "MODULE:FUNCTION"}),
     "demo": (("--demo",), {"action": "store_true"}),
+    "service": (("--service",), {"metavar": "ADDRESS|local:N"}),
+    "service_workers": (("--service-workers",), {"type": int, "metavar": "N"}),
 }
 
 
@@ -76,7 +79,10 @@ def add_source_arguments(
         (``PATHS...``: files, globs or directories), ``schema`` (``--schema``),
         ``format`` (``--format tfrecord|parquet|columnar``), ``compression``
         (``--compression``, default ``auto``), ``pipeline`` (``--pipeline
-        MODULE:FUNCTION``), ``demo`` (``--demo``).
+        MODULE:FUNCTION``), ``demo`` (``--demo``), ``service`` (``--service
+        grpc://HOST:PORT`` or ``local:N``: read through tf.data service, see
+        `service_from_args`), ``service_workers`` (``--service-workers N``: the
+        address's worker count).
       **overrides: ``add_argument`` keywords per argument, e.g. ``paths={"nargs": "*"}``.
     """
     _add(parser, _SOURCE, help, overrides)
@@ -168,13 +174,45 @@ def pipeline_from_args(args: argparse.Namespace, *, say: Callable[[str], Any] | 
             raise ConfigError(
                 f"--pipeline {spec}: expected a tfinput.Pipeline, got {type(pipeline).__name__}"
             )
-        return pipeline
-    return pipeline_from_paths(
+        return service_from_args(args, pipeline)
+    pipeline = pipeline_from_paths(
         paths,
         schema_path=getattr(args, "schema", None),
         fmt=getattr(args, "format", None),
         compression=getattr(args, "compression", "auto"),
     )
+    return service_from_args(args, pipeline)
+
+
+def service_from_args(args: argparse.Namespace, pipeline: Any) -> Any:
+    """``pipeline`` read through tf.data service when ``--service`` says so:
+    ``local:N`` starts a `tfinput.fleet.LocalFleet` of up to N worker processes on this
+    machine (the tuner searches 1 to N workers); an address (``grpc://host:port`` or
+    ``host:port``) reads from a running dispatcher, whose worker count
+    ``--service-workers`` gives.
+
+    Raises:
+      ConfigError: ``local:N`` with N < 1, ``--service-workers`` without ``--service``
+        or with ``local:N``.
+    """
+    spec = getattr(args, "service", None)
+    workers = getattr(args, "service_workers", None)
+    if not spec:
+        if workers is not None:
+            raise ConfigError("--service-workers needs --service ADDRESS")
+        return pipeline
+    if spec.startswith("local:"):
+        from tfinput.fleet import LocalFleet
+
+        if workers is not None:
+            raise ConfigError("--service-workers: a local:N fleet searches 1 to N workers itself")
+        try:
+            n = int(spec.split(":", 1)[1])
+        except ValueError:
+            raise ConfigError(f"--service {spec}: expected local:N, N a worker count") from None
+        return pipeline.with_service(LocalFleet(n))
+    address = spec if "://" in spec else f"grpc://{spec}"
+    return pipeline.with_service(address, workers=workers)
 
 
 def find_schema(paths: list[str]) -> str:

@@ -37,6 +37,8 @@ COMMANDS = (
     "tfinput.cli.commands.convert:CONVERT_COMMAND",
     "tfinput.cli.commands.datagen:DATAGEN_COMMAND",
     "tfinput.cli.commands.bench:BENCH_COMMAND",
+    "tfinput.cli.commands.export:EXPORT_COMMAND",
+    "tfinput.cli.commands.serve:SERVE_COMMAND",
     "profiles.cli:PROFILE_COMMAND",
     "profiles.cli:INSPECT_COMMAND",
 )

@@ -12,7 +12,7 @@ import functools
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,15 @@ from tfinput.columnar_records.format import EXTENSION, FORMAT, FORMAT_VERSION, M
 from tfinput.errors import SchemaError, SourceError
 from tfinput.schema import Schema
 
-__all__ = ["FileEntry", "Manifest", "read_manifest", "is_columnar", "file_stat", "is_dir"]
+__all__ = [
+    "FileEntry",
+    "Manifest",
+    "read_manifest",
+    "is_columnar",
+    "file_stat",
+    "is_dir",
+    "merge_manifests",
+]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -255,3 +263,93 @@ def is_columnar(path: str | os.PathLike[str]) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and str(data.get("format", "")).startswith("tfinput.columnar/")
+
+
+def merge_manifests(
+    parts: Sequence[Manifest], path: str | os.PathLike[str], *, prefix: str = "part"
+) -> Manifest:
+    """Join the manifests of shards written apart (by parallel tasks) into one data set.
+
+    The data files of every part are moved beside ``path`` and renamed
+    ``<prefix>-NNNNN-of-MMMMM.tfcol`` in the order of ``parts`` (and of each part's
+    files); their entries keep their rows, sizes, record offsets and per-chunk digests,
+    so the merged manifest checks the same checksums. The parts' own manifests are
+    removed; the merged one is written at ``path``. A file's last chunk may be partial
+    in any part (readers skip such chunks only when a batch must be whole chunks).
+
+    Args:
+      parts: The per-shard manifests (as `read_manifest` or `ColumnarWriter.close`
+        return them), in the order their rows should be read.
+      path: Where to write the merged ``manifest.json``.
+      prefix: File name prefix of the merged data files.
+
+    Returns:
+      The merged `Manifest` (written at ``path``).
+
+    Raises:
+      SourceError: no parts, parts written with another chunk size, schema or columns,
+        a data file missing or of another size than its manifest says, or a name
+        that would overwrite an existing file that is not one of the parts' files.
+    """
+    out = Path(path)
+    if not parts:
+        raise SourceError(f"merge manifests into {out}: no manifests to merge")
+    first = parts[0]
+    for m in parts[1:]:
+        for what, mine, theirs in (
+            ("chunk_rows", m.chunk_rows, first.chunk_rows),
+            ("columns", m.columns, first.columns),
+            ("schema", m.schema, first.schema),
+            ("version", m.version, first.version),
+        ):
+            if mine != theirs:
+                raise SourceError(
+                    f"merge manifests into {out}: {m.path} was written with another "
+                    f"{what} than {first.path}; only shards of one conversion can be merged"
+                )
+    sources = [(os.path.join(m.directory, f.name), f) for m in parts for f in m.files]
+    for src, f in sources:
+        stat = file_stat(src)
+        if stat is None or stat[1] != f.bytes:
+            found = "missing" if stat is None else f"{stat[1]} bytes"
+            raise SourceError(
+                f"merge manifests into {out}: {src} is {found}, its manifest says "
+                f"{f.bytes} bytes; the shard was not written completely"
+            )
+    n = len(sources)
+    names = [f"{prefix}-{i:05d}-of-{n:05d}{EXTENSION}" for i in range(n)]
+    own = {os.path.abspath(src) for src, _ in sources}
+    clash = [
+        name
+        for name in names
+        if (out.parent / name).exists() and os.path.abspath(out.parent / name) not in own
+    ]
+    if clash:
+        raise SourceError(
+            f"merge manifests into {out}: {clash[0]} already exists there and is not one of "
+            "the shards; merge into an empty directory"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Two steps, so that a shard already named like a final file is never overwritten.
+    staged = []
+    for i, (src, _) in enumerate(sources):
+        tmp = out.parent / f".merge-{i:05d}{EXTENSION}"
+        os.replace(src, tmp)
+        staged.append(tmp)
+    entries = []
+    for tmp, name, (_, f) in zip(staged, names, sources):
+        os.replace(tmp, out.parent / name)
+        entries.append(dataclasses.replace(f, name=name))
+    for m in parts:
+        if os.path.abspath(m.path) != os.path.abspath(out) and os.path.exists(m.path):
+            os.unlink(m.path)
+    merged = Manifest(
+        path=str(out),
+        chunk_rows=first.chunk_rows,
+        schema=first.schema,
+        columns=first.columns,
+        files=tuple(entries),
+        version=first.version,
+    )
+    merged.write()
+    return merged

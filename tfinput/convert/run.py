@@ -18,7 +18,7 @@ from tfinput.convert.writers import FORMATS, ColumnarShards, Shards, open_shards
 from tfinput.errors import ConfigError, DataError, SchemaError
 from tfinput.schema import Schema
 
-__all__ = ["convert"]
+__all__ = ["convert", "open_inputs"]
 
 
 def convert(
@@ -94,35 +94,25 @@ def convert(
       DataError: a bad row with ``on_bad_rows="error"``, or no valid row at all.
       ConfigError: an invalid argument.
     """
-    _check_arguments(
+    source, plan, dropped = open_inputs(
+        inputs,
         to=to,
-        on_bad_rows=on_bad_rows,
-        preset=preset,
-        delimiter=delimiter,
-        sizes={
-            "rows_per_file": rows_per_file,
-            "chunk_rows": chunk_rows,
-            "infer_rows": infer_rows,
-            "block_size": block_size,
-        },
-    )
-    paths = resolve_inputs(inputs)
-    kind = detect_input_format(paths, input_format)
-    lists = dict(PRESET_LISTS.get(preset or "", {}))
-    lists.update(list_columns or {})
-    if schema is None and preset is not None:
-        schema = preset_schema(preset, hash_buckets=hash_buckets or 100_000)
-    source = _open_source(
-        paths,
-        kind=kind,
         schema=schema,
-        csv_options={"delimiter": delimiter, "header": header, "column_names": column_names},
         preset=preset,
-        lists=lists,
-        inference={"label": label, "infer_rows": infer_rows, "hash_buckets": hash_buckets},
+        input_format=input_format,
+        delimiter=delimiter,
+        header=header,
+        column_names=column_names,
+        list_columns=list_columns,
+        label=label,
+        hash_buckets=hash_buckets,
+        rows_per_file=rows_per_file,
+        chunk_rows=chunk_rows,
+        on_bad_rows=on_bad_rows,
+        infer_rows=infer_rows,
+        block_size=block_size,
     )
-    plan = plan_columns(source.schema, lists)
-    dropped = match_columns(plan, names=source.names, names_from=source.names_from, path=paths[0])
+    paths, kind = source.paths, source.kind
     out = Path(out_dir)
     prepare_out_dir(out, overwrite)
     shards = open_shards(
@@ -157,6 +147,62 @@ def convert(
         input_format=kind,
         manifest_path=str(out / "manifest.json") if to == "columnar" else None,
     )
+
+
+def open_inputs(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    to: str,
+    schema: Schema | None,
+    preset: str | None,
+    input_format: str,
+    delimiter: str | None,
+    header: bool | str,
+    column_names: Sequence[str] | None,
+    list_columns: Mapping[str, str] | None,
+    label: str | None,
+    hash_buckets: int | None,
+    rows_per_file: int,
+    chunk_rows: int,
+    on_bad_rows: str,
+    infer_rows: int,
+    block_size: int,
+) -> tuple[_Source, dict[str, Column], list[str]]:
+    """The checked arguments' inputs, as every engine converts them: the source (files,
+    kind, layout and output schema), the column plan and the input columns left out.
+
+    Arguments as for `convert`; raises what `convert` raises for them.
+    """
+    _check_arguments(
+        to=to,
+        on_bad_rows=on_bad_rows,
+        preset=preset,
+        delimiter=delimiter,
+        sizes={
+            "rows_per_file": rows_per_file,
+            "chunk_rows": chunk_rows,
+            "infer_rows": infer_rows,
+            "block_size": block_size,
+        },
+    )
+    paths = resolve_inputs(inputs)
+    kind = detect_input_format(paths, input_format)
+    lists = dict(PRESET_LISTS.get(preset or "", {}))
+    lists.update(list_columns or {})
+    if schema is None and preset is not None:
+        schema = preset_schema(preset, hash_buckets=hash_buckets or 100_000)
+    source = _open_source(
+        paths,
+        kind=kind,
+        schema=schema,
+        csv_options={"delimiter": delimiter, "header": header, "column_names": column_names},
+        preset=preset,
+        lists=lists,
+        inference={"label": label, "infer_rows": infer_rows, "hash_buckets": hash_buckets},
+    )
+    plan = plan_columns(source.schema, lists)
+    dropped = match_columns(plan, names=source.names, names_from=source.names_from, path=paths[0])
+    return source, plan, dropped
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -47,6 +47,9 @@ class ReadRequest:
       batch_size: Rows per batch (per replica under a distribution strategy).
       shuffle_files: Shuffle the file order every epoch (`Pipeline.with_file_shuffling`).
       input_context: The ``tf.distribute.InputContext``, or None.
+      data_shard: ``(n, i)`` when there are fewer files than input pipelines: this
+        pipeline reads every file and `Pipeline.build` keeps every ``n``-th element of
+        `read` from ``i`` (`tfinput.sources.skeleton.plan_shards`); None otherwise.
     """
 
     files: list[str]
@@ -55,6 +58,7 @@ class ReadRequest:
     batch_size: int
     shuffle_files: bool = False
     input_context: Any = None
+    data_shard: tuple[int, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ __all__ = [
     "deterministic_arg",
     "file_order",
     "interleave_files",
+    "plan_shards",
     "shard_files",
     "single_core_options",
     "knob_is_set",
@@ -71,7 +72,7 @@ def shard_files(files: list[str], input_context: Any, what: str) -> list[str]:
     """This input pipeline's files: every ``n``-th from its id (whole files).
 
     Raises:
-      SourceError: fewer files than input pipelines.
+      SourceError: fewer files than input pipelines (`plan_shards` falls back instead).
     """
     from tfinput.errors import SourceError
 
@@ -84,6 +85,34 @@ def shard_files(files: list[str], input_context: Any, what: str) -> list[str]:
             "reads whole files, so write at least as many files as input pipelines"
         )
     return files[i::n]
+
+
+def plan_shards(
+    files: list[str], input_context: Any, what: str
+) -> tuple[list[str], tuple[int, int] | None]:
+    """How this input pipeline gets its share: ``(files, None)`` when there are at
+    least as many files as input pipelines (file sharding, `shard_files`: disjoint
+    whole files that cover every file), else ``(every file, (n, i))``: data sharding,
+    where every pipeline reads every file in the same order and keeps every ``n``-th
+    element from its id ``i`` (`Dataset.shard`). Data sharding is exact but reads
+    all the data on every host, so it is logged as a warning once per process."""
+    if not files or input_context is None or input_context.num_input_pipelines == 1:
+        return files, None
+    n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
+    if len(files) >= n:
+        return files[i::n], None
+    key = ("data-sharding", what, str(len(files)), str(n))
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning(
+            "tfinput: %d input pipelines but only %d %s file(s): falling back to data "
+            "sharding (every pipeline reads all %d file(s) in one fixed order and keeps "
+            "every %d-th element; reads %dx the data; a file shuffle without shuffle_seed "
+            "uses seed 0 on every host). Write at least %d files to shard whole files "
+            "instead",
+            n, len(files), what, len(files), n, n, n,
+        )  # fmt: skip
+    return files, (n, i)
 
 
 def single_core_options() -> tf.data.Options:

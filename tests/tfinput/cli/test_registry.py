@@ -57,8 +57,8 @@ def test_help_lists_every_registered_command():
 
     names = [c.name for c in commands()]
     assert names == [
-        "schema", "check", "doctor", "tune", "demo", "convert", "datagen", "bench", "profile",
-        "inspect",
+        "schema", "check", "doctor", "tune", "demo", "convert", "datagen", "bench", "export", "serve",
+        "profile", "inspect",
     ]  # fmt: skip
     text = cli.build_parser().format_help()
     listed = [line.split()[0] for line in text.splitlines() if line.startswith("    ")]

@@ -3,6 +3,7 @@ what building a pipeline checks against it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import tfinput
 from tests.helpers import run_cli
 from tfinput import testing
 from tfinput.columnar_records import FORMAT, FileEntry, Manifest, is_columnar, read_manifest
+from tfinput.columnar_records.manifest import merge_manifests
 from tfinput.columnar_records.verify import verify_files
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError, SourceError
@@ -151,3 +153,48 @@ def test_bench_cli_finds_a_columnar_directory_by_its_manifest(small_columnar, ca
         data["results"][0]["name"] == "naive" and data["results"][0]["examples_per_s"]["median"] > 0
     )
     assert data["roofline"]["limited_by"] in ("cpu", "read")
+
+
+def _shards(tmp_path, small_columnar, n: int) -> list[Manifest]:
+    """``n`` copies of the small data set, each in its own directory (as parallel tasks
+    write them)."""
+    parts = []
+    for i in range(n):
+        d = tmp_path / "parts" / f"task-{i}"
+        shutil.copytree(os.path.dirname(small_columnar[0]), d)
+        parts.append(read_manifest(d))
+    return parts
+
+
+def test_merge_manifests_joins_shards_with_their_checksums(tmp_path, small_columnar):
+    parts = _shards(tmp_path, small_columnar, 2)
+    out = tmp_path / "out" / "manifest.json"
+    merged = merge_manifests(parts, out)
+    assert read_manifest(out) == merged and merged.rows == 2000
+    assert [f.name for f in merged.files] == [f"part-{i:05d}-of-00008.tfcol" for i in range(8)]
+    before = [(f.rows, f.bytes, f.offsets, f.digests) for m in parts for f in m.files]
+    assert [(f.rows, f.bytes, f.offsets, f.digests) for f in merged.files] == before
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted(
+        ["manifest.json", *(f.name for f in merged.files)]
+    )
+    assert not any((tmp_path / "parts").rglob("*.*"))  # files moved, part manifests gone
+    assert verify_files(out.parent) == []
+    ds = tfinput.columnar(out.parent).build(PipelineConfig(batch_size=200, drop_remainder=False))
+    assert sum(int(labels.shape[0]) for _, labels in ds) == 2000
+
+
+def test_merge_manifests_refuses_shards_of_other_conversions(tmp_path, small_columnar):
+    out = tmp_path / "out" / "manifest.json"
+    with pytest.raises(SourceError, match=r"no manifests to merge"):
+        merge_manifests([], out)
+    a, b = _shards(tmp_path, small_columnar, 2)
+    other = dataclasses.replace(b, chunk_rows=50)
+    with pytest.raises(
+        SourceError, match=r"task-1/manifest\.json was written with another chunk_rows"
+    ):
+        merge_manifests([a, other], out)
+    with open(b.paths[-1], "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(SourceError, match=r"part-00003-of-00004\.tfcol is \d+ bytes, its manifest"):
+        merge_manifests([a, b], out)
+    assert not out.exists() and all(os.path.exists(p) for p in a.paths)  # nothing moved

@@ -9,6 +9,7 @@ from typing import Any
 from tfinput.cli.args import add_output_arguments, add_source_arguments, count, pipeline_from_args
 from tfinput.cli.console import console, progress
 from tfinput.cli.registry import Command
+from tfinput.errors import ConfigError
 
 __all__ = ["BENCH_COMMAND", "print_bench", "roofline_lines"]
 
@@ -20,7 +21,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
             "paths": "data files, globs or directories",
             "schema": "schema JSON (default: schema.json next to the data)",
             "format": "default: columnar if a manifest.json is there, else by extension",
+            "service": "read through tf.data service: a dispatcher address, or local:N "
+            "(worker processes here; without --config, autotune with 1 to N workers)",
+            "service_workers": "the worker count of the --service address",
         },
+    )
+    p.add_argument(
+        "--target-rate",
+        type=float,
+        metavar="EXAMPLES_PER_S",
+        help="with --service: print how many workers each config's rate implies for it",
     )
     p.add_argument(
         "--config",
@@ -59,11 +69,22 @@ def _bench(args: argparse.Namespace) -> int:
     from tfinput import bench, steps
 
     pipeline = pipeline_from_args(args)
-    configs = bench.load_configs(
-        args.config or ["naive", "heuristic", "autotune"],
-        cpu_count=args.cpu_count,
-        batch_size=args.batch_size,
-    )
+    service = getattr(pipeline, "service", None)
+    if args.target_rate is not None and service is None:
+        raise ConfigError("--target-rate needs --service")
+    fleet = getattr(service, "fleet", None)
+    if fleet is not None and not args.config:
+        base = bench.load_configs(["autotune"], batch_size=args.batch_size)["autotune"]
+        configs = {
+            f"{w} worker{'s' if w > 1 else ''}": base.replace(service_workers=w)
+            for w in range(1, fleet.max_workers + 1)
+        }
+    else:
+        configs = bench.load_configs(
+            args.config or ["naive", "heuristic", "autotune"],
+            cpu_count=args.cpu_count,
+            batch_size=args.batch_size,
+        )
     step = steps.simulated_step(args.step_ms / 1e3) if args.step_ms else steps.input_only()
     rl = None
     with progress() as bar:
@@ -104,7 +125,28 @@ def _bench(args: argparse.Namespace) -> int:
         print(result.to_json())
         return 0
     print_bench(result, console())
+    if service is not None:
+        for line in _service_lines(result, service, args.target_rate):
+            console().print(line, markup=False)
     return 0
+
+
+def _service_lines(result: Any, service: Any, target_rate: float | None) -> list[str]:
+    """Per config: examples/s per worker and, with a target, the workers it implies."""
+    from tfinput.fleet import workers_needed
+
+    lines = []
+    for r in result.results:
+        workers = service.worker_count(r.config) if r.config is not None else None
+        if not workers:
+            lines.append(f"{r.name}: worker count unknown (pass --service-workers)")
+            continue
+        text = f"{r.name}: {r.median / workers:,.0f} examples/s per worker ({workers} worker(s))"
+        if target_rate:
+            need = workers_needed(r.median, workers, target_rate)
+            text += f"; {target_rate:,.0f} examples/s needs about {need}"
+        lines.append(text)
+    return lines
 
 
 def print_bench(result: Any, console: Any) -> None:

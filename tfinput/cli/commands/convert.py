@@ -74,20 +74,45 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace part-* files (and schema.json, manifest.json) in --out",
     )
+    e = p.add_argument_group("distributed conversion (Ray Data)")
+    e.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local: one process (default); ray: many Ray tasks, locally or on a Ray "
+        "cluster (pip install 'tfinput[ray]'); same rows and values, see docs/scaling.md",
+    )
+    e.add_argument(
+        "--ray-address",
+        help="--engine ray: the cluster to join (ray.init address, e.g. auto or "
+        "ray://head:10001); default: start a local Ray instance",
+    )
+    e.add_argument(
+        "--ray-cpus",
+        type=count,
+        default=None,
+        help="--engine ray: CPUs of the local instance, and at most that many tasks at once",
+    )
+    e.add_argument(
+        "--split-mb",
+        type=count,
+        default=None,
+        help="--engine ray: MB of uncompressed CSV per task (default 32)",
+    )
     add_output_arguments(p, json_help="machine-readable summary")
 
 
 def _convert(args: argparse.Namespace) -> int:
     """Convert CSV/TSV, Parquet or TFRecord to Parquet, TFRecord or columnar records."""
-    from tfinput.convert import convert
     from tfinput.schema import Schema
 
     lists = list_columns(args.list_column)
     header: bool | str = {"auto": "auto", "yes": True, "no": False}[args.header]
     schema = Schema.from_json(args.schema) if args.schema else None
+    run, engine_options = _engine(args)
     with progress() as bar:
         task = bar.add_task("converting", total=None)
-        result = convert(
+        result = run(
             args.inputs,
             args.out,
             to=args.to,
@@ -106,12 +131,42 @@ def _convert(args: argparse.Namespace) -> int:
             infer_rows=args.infer_rows,
             overwrite=args.overwrite,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
+            **engine_options,
         )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         _print_summary(result, args.out)
     return 0
+
+
+def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The conversion function of ``--engine`` and its extra arguments.
+
+    Raises:
+      ConfigError: a Ray option without ``--engine ray``.
+    """
+    from tfinput.errors import ConfigError
+
+    ray_options = {
+        "--ray-address": args.ray_address,
+        "--ray-cpus": args.ray_cpus,
+        "--split-mb": args.split_mb,
+    }
+    if args.engine == "local":
+        given = [name for name, value in ray_options.items() if value is not None]
+        if given:
+            raise ConfigError(f"convert: {', '.join(given)} apply to --engine ray only")
+        from tfinput.convert import convert
+
+        return convert, {}
+    from tfinput.convert.ray_engine import SPLIT_BYTES, convert_ray
+
+    return convert_ray, {
+        "ray_address": args.ray_address,
+        "num_cpus": args.ray_cpus,
+        "split_bytes": args.split_mb << 20 if args.split_mb else SPLIT_BYTES,
+    }
 
 
 def _print_summary(result: Any, out_dir: str) -> None:

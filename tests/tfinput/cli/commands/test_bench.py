@@ -91,10 +91,28 @@ def test_cli_bench_errors_exit_2(tmp_path, capsys):
         (("--config", "fastest"), "config 'fastest' is neither a preset"),
         (("--config", "naive", "--baseline", "other"), "baseline 'other' is not one of"),
         (("--config", "naive", "--windows", "0"), "windows must be an int >= 1, got 0"),
+        (("--target-rate", "1000"), "--target-rate needs --service"),
+        (("--service-workers", "2"), "--service-workers needs --service"),
+        (("--service", "local:x"), "expected local:N"),
     ],
-    ids=["unknown-config", "unknown-baseline", "no-windows"],
+    ids=["unknown-config", "unknown-baseline", "no-windows", "target", "workers", "local"],
 )
 def test_cli_bench_bad_options_exit_2_with_one_line(data_dir, capsys, args, message):
     code, _, err = run_cli(capsys, "bench", data_dir, *args)
     assert code == 2
     assert err.startswith("tfinput: error: ") and message in err and err.count("\n") == 1
+
+
+def test_cli_bench_through_a_local_service_sizes_the_workers(
+    small_columnar, small_schema, tmp_path, capsys
+):
+    """``--service local:1``: autotune read through one tf.data service worker process;
+    the per-worker rate and the workers a target rate needs are printed."""
+    small_schema.to_json(tmp_path / "schema.json")
+    code, out, _ = run_cli(
+        capsys, "bench", Path(small_columnar[0]).parent, "--schema", tmp_path / "schema.json",
+        "--service", "local:1", "--batch-size", "100", *SHORT, "--target-rate", "1e9",
+    )  # fmt: skip
+    assert code == 0
+    assert "1 worker" in out and "examples/s per worker (1 worker(s))" in out
+    assert "1,000,000,000 examples/s needs about" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,24 @@ def test_cli_convert_parquet_to_columnar(tmp_path, small_parquet, capsys):
         ["convert", *small_parquet, "--out", str(out), "--to", "columnar", "--overwrite"]
     )
     assert code == 0 and "manifest:" in capsys.readouterr().out
+
+
+def test_cli_convert_ray_options_need_the_ray_engine(tmp_path, capsys):
+    path = _write(tmp_path, "a,label\n1,0\n")
+    argv = ["convert", str(path), "--out", str(tmp_path / "o"), "--ray-cpus", "2"]
+    assert cli_main([*argv, "--split-mb", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err == "tfinput: error: convert: --ray-cpus, --split-mb apply to --engine ray only\n"
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_convert_engine_ray_without_ray_names_the_extra(tmp_path, capsys, monkeypatch):
+    path = _write(tmp_path, "a,label\n1,0\n")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as where Ray is not installed
+    code = cli_main(["convert", str(path), "--out", str(tmp_path / "o"), "--engine", "ray"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tfinput: error: convert --engine ray needs Ray Data") and (
+        "pip install 'tfinput[ray]'" in err
+    )
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,93 @@
+"""A pipeline read through tf.data service worker processes on loopback
+(`tfinput.fleet.LocalFleet`): the same examples as the local read, the service knobs
+applied, and the tuner searching them and sizing the fleet for a target rate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tfinput
+from tests.helpers import SEQUENTIAL, collect
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError
+from tfinput.fleet import LocalFleet, ServiceRead, workers_needed
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    with LocalFleet(max_workers=2) as f:
+        yield f
+
+
+def _config(**kw) -> PipelineConfig:
+    return PipelineConfig(batch_size=100, drop_remainder=False, **SEQUENTIAL, **kw)
+
+
+def test_every_example_once_through_the_service(fleet, small_columnar, small_schema):
+    workers = 2
+    local = tfinput.columnar(small_columnar, small_schema)
+    served = local.with_service(fleet)
+    assert served.describe()["service"]["processing_mode"] == "dynamic"
+    config = _config(service_workers=workers, service_compression=None)
+    rows = collect(served.build(config))["dense"]["row_id"].astype(int)
+    assert sorted(rows.tolist()) == list(range(1000)), "dynamic sharding: each file once"
+    assert fleet.address_for(workers).startswith("grpc://")
+
+
+def test_the_tuner_searches_the_service_knobs_and_sizes_the_fleet(
+    fleet, small_columnar, small_schema
+):
+    import tuners
+    from tuners.space import SearchSpace
+
+    pipeline = tfinput.columnar(small_columnar, small_schema).with_service(fleet)
+    space = SearchSpace.for_pipeline(pipeline)
+    assert space.choices["service_workers"] == (1, 2)
+    assert space.choices["service_compression"] == ("AUTO", None)
+    result = tuners.tune(
+        pipeline,
+        space=space.fix(interleave_cycle_length=1, interleave_block_length=1),
+        n_trials=4,
+        base=PipelineConfig(batch_size=100),
+        windows=2,
+        window_batches=3,
+        warmup_batches=1,
+        confirm_top=1,
+        confirm_windows=2,
+        breakdown=False,
+        advise_format=False,
+        target_rate=1e6,
+    )
+    sizing = [line for line in result.advice if line.startswith("tf.data service:")]
+    assert len(sizing) == 1 and "per worker" in sizing[0] and "needs about" in sizing[0]
+    workers = result.best_config.service_workers or 2
+    rate = next(c.median for c in result.confirmed if c.config == result.best_config)
+    assert f"needs about {workers_needed(rate, workers, 1e6)} worker" in sizing[0]
+
+
+def test_workers_needed_and_bad_settings():
+    assert workers_needed(1000.0, 2, 5000.0) == 10
+    assert workers_needed(1000.0, 1, 10.0) == 1
+    with pytest.raises(ConfigError):
+        workers_needed(0.0, 1, 10.0)
+    with pytest.raises(ConfigError, match="dispatcher address"):
+        ServiceRead(42)
+    with pytest.raises(ConfigError, match="service_workers"):
+        ServiceRead(LocalFleet(1), workers=3)
+    remote = ServiceRead("grpc://localhost:1", workers=4)
+    assert remote.worker_count(PipelineConfig()) == 4
+    with pytest.raises(ConfigError, match="has 4 workers"):
+        remote.address(PipelineConfig(service_workers=2))
+    with pytest.raises(ConfigError, match="at most 1"):
+        LocalFleet(1).address_for(2)
+    assert np.isfinite(workers_needed(1.0, 1, 1.0))
+
+
+def test_a_service_pipeline_has_no_resumable_iterator(small_columnar, small_schema):
+    from tfinput.errors import ResumeError
+
+    pipeline = tfinput.columnar(small_columnar, small_schema).with_service("grpc://localhost:1")
+    with pytest.raises(ResumeError, match=r"tf\.data service"):
+        pipeline.iterator(PipelineConfig(batch_size=100))
+    assert pipeline.with_service(None).service is None
