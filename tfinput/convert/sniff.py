@@ -34,10 +34,13 @@ _TFRECORD_EXT = re.compile(r"\.(tfrecords?|tfr)(\.(gz|gzip|zz|zlib))?$", re.I)
 
 # ------------------------------------------------------------------ inputs
 def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The input files: each path as given, each glob pattern expanded (sorted).
+    """The input files: each path as given, each glob pattern expanded (sorted), each
+    directory's files (sorted; hidden files, ``_``-prefixed ones and ``.json`` sidecars
+    such as ``schema.json`` left out).
 
     Raises:
-      SourceError: no input, a pattern that matches nothing, or a missing file.
+      SourceError: no input, a pattern or directory that matches nothing, or a missing
+        file.
     """
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not items:
@@ -52,6 +55,13 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
             out += matches
         elif os.path.isfile(p):
             out.append(p)
+        elif os.path.isdir(p):
+            from tfinput.sources.files import data_files
+
+            matches = data_files(p)
+            if not matches:
+                raise SourceError(f"convert: input directory {p!r} holds no data files")
+            out += matches
         else:
             raise SourceError(f"convert: input file {p!r} does not exist")
     return out

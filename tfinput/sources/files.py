@@ -13,6 +13,7 @@ __all__ = [
     "PathsLike",
     "as_paths",
     "resolve_paths",
+    "data_files",
     "drop_empty_files",
     "check_empty_files_policy",
 ]
@@ -36,6 +37,18 @@ def as_paths(paths: PathsLike) -> tuple[str, ...]:
     return out
 
 
+def data_files(directory: str) -> list[str]:
+    """A directory's data files, sorted: not hidden, not ``_``-prefixed (``_SUCCESS``),
+    not ``.json`` (the ``schema.json`` and ``manifest.json`` tfinput writes beside them)."""
+    return sorted(
+        os.path.join(directory, n)
+        for n in os.listdir(directory)
+        if not n.startswith((".", "_"))
+        and not n.endswith(".json")
+        and os.path.isfile(os.path.join(directory, n))
+    )
+
+
 def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
     """Expand globs and directories into a sorted, de-duplicated list of files.
 
@@ -54,13 +67,7 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
         elif any(ch in p for ch in "*?["):
             matches = sorted(glob.glob(p))
         elif os.path.isdir(p):
-            matches = sorted(
-                os.path.join(p, n)
-                for n in os.listdir(p)
-                if not n.startswith((".", "_"))
-                and os.path.isfile(os.path.join(p, n))
-                and not n.endswith(".json")
-            )
+            matches = data_files(p)
         elif os.path.exists(p):
             matches = [p]
         else:

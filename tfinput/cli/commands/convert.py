@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from tfinput.cli.args import add_output_arguments, count, delimiter, list_columns
@@ -20,7 +21,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "inputs",
         nargs="+",
-        help="CSV/TSV (.gz/.bz2 accepted), Parquet or TFRecord files or globs",
+        help=(
+            "CSV/TSV (.gz/.bz2 accepted), Parquet or TFRecord files, globs or directories "
+            "(a directory's schema.json is used when no --schema or --preset is given)"
+        ),
     )
     p.add_argument("--out", "-o", required=True, help="output directory (must be empty)")
     p.add_argument(
@@ -108,7 +112,13 @@ def _convert(args: argparse.Namespace) -> int:
 
     lists = list_columns(args.list_column)
     header: bool | str = {"auto": "auto", "yes": True, "no": False}[args.header]
-    schema = Schema.from_json(args.schema) if args.schema else None
+    schema_path = args.schema or (None if args.preset else _schema_beside(args.inputs))
+    schema = Schema.from_json(schema_path) if schema_path else None
+    if schema_path and not args.schema and not args.json:
+        console().print(
+            f"schema: {schema_path} (found beside the inputs; --schema to choose another)",
+            markup=False,
+        )
     run, engine_options = _engine(args)
     with progress() as bar:
         task = bar.add_task("converting", total=None)
@@ -138,6 +148,16 @@ def _convert(args: argparse.Namespace) -> int:
     else:
         _print_summary(result, args.out)
     return 0
+
+
+def _schema_beside(inputs: list[str]) -> str | None:
+    """The ``schema.json`` in the first input directory that has one (what `tfinput
+    datagen` and `tfinput convert` write beside their files), or None."""
+    for p in inputs:
+        candidate = os.path.join(p, "schema.json")
+        if os.path.isdir(p) and os.path.isfile(candidate):
+            return candidate
+    return None
 
 
 def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:

@@ -125,3 +125,33 @@ def test_cli_convert_engine_ray_without_ray_names_the_extra(tmp_path, capsys, mo
         "pip install 'tfinput[ray]'" in err
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_convert_reads_a_directory_and_its_schema(
+    tmp_path, small_parquet, small_schema, capsys
+):
+    import shutil
+
+    data = tmp_path / "data"  # what `tfinput datagen` writes: files plus schema.json
+    data.mkdir()
+    for path in small_parquet:
+        shutil.copy(path, data)
+    small_schema.to_json(data / "schema.json")
+    (data / "_SUCCESS").write_text("")
+    code, out, _ = run_cli(capsys, "convert", data, "--out", tmp_path / "col", "--to", "columnar")
+    assert code == 0
+    text = " ".join(out.split())
+    assert text.startswith(
+        f"schema: {data / 'schema.json'} (found beside the inputs; --schema to choose another) "
+        f"wrote 1,000 rows to "
+    )
+    assert Schema.from_json(tmp_path / "col" / "schema.json") == small_schema
+
+    (tmp_path / "empty").mkdir()
+    argv = ["convert", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"tfinput: error: convert: input directory '{tmp_path / 'empty'}' holds no data files\n"
+    )
