@@ -212,7 +212,9 @@ def format_advice(
     }
     paths = list(getattr(source, "paths", files))
     target = out_dir or _out_dir(files, paths)
-    command = _convert_command(paths, schema_path=schema_path, chunk_rows=chunk, out=target)
+    command = _convert_command(
+        paths, schema=pipeline.schema, schema_path=schema_path, chunk_rows=chunk, out=target
+    )
     c = stats["columnar"]
     return FormatAdvice(
         parse_bound=parse_bound,
@@ -291,18 +293,36 @@ def _measure_side_by_side(
 
 
 def _convert_command(
-    paths: Sequence[str], *, schema_path: str | None, chunk_rows: int, out: str
+    paths: Sequence[str], *, schema: Any, schema_path: str | None, chunk_rows: int, out: str
 ) -> str:
-    """The ``tfinput convert`` command that converts the whole data set."""
+    """The ``tfinput convert`` command that converts the whole data set: its directory
+    when the files are all of a local directory's data files (without ``--schema`` when
+    the directory's ``schema.json`` is this schema, which ``convert`` then reads)."""
+    from tfinput.sources.files import data_files
+
+    inputs = [os.fspath(p) for p in paths]
+    folder = None
+    if len(inputs) == 1 and os.path.isdir(inputs[0]):  # the source was given a directory
+        folder = inputs[0]
+    elif inputs and "://" not in inputs[0]:
+        parent = os.path.dirname(inputs[0])
+        if parent and os.path.isdir(parent) and sorted(inputs) == data_files(parent):
+            folder, inputs = parent, [parent]
+    schema_args = ["--schema", schema_path or "SCHEMA.json"]
+    beside = os.path.join(folder, "schema.json") if folder else None
+    if beside and schema_path is None and os.path.isfile(beside):
+        from tfinput.schema import Schema
+
+        if Schema.from_json(beside) == schema:
+            schema_args = []
     return shlex.join(
         [
             "tfinput",
             "convert",
-            *paths,
+            *inputs,
             "--input-format",
             "tfrecord",
-            "--schema",
-            schema_path or "SCHEMA.json",
+            *schema_args,
             "--to",
             "columnar",
             "--chunk-rows",

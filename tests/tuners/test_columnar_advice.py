@@ -99,3 +99,32 @@ def test_format_advice_to_dict_is_rounded_and_json_ready():
     assert data["ratio"] == 2.5 and data["ratio_min"] == 2.2
     assert data["seconds"] == {"roofline": 1.23, "convert": 0.5, "measure": 2.0}
     assert data["signal"] == {"limited_by": "cpu"} and data["chunk_rows"] == 1024
+
+
+def test_format_advice_command_names_the_directory_and_its_schema(
+    small_tfrecord, small_schema, tmp_path
+):
+    import shutil
+
+    data = tmp_path / "data"  # files plus schema.json, as `tfinput datagen` writes them
+    data.mkdir()
+    for path in small_tfrecord:
+        shutil.copy(path, data)
+    small_schema.to_json(data / "schema.json")
+    out_dir = tmp_path / "converted"
+    advice = format_advice(
+        tfinput.tfrecord(str(data), small_schema),
+        PipelineConfig(batch_size=50),
+        out_dir=str(out_dir),
+        windows=1,
+        window_batches=2,
+        warmup_batches=1,
+        require_parse_bound=False,
+        cpu_count=2,
+    )
+    assert advice.command == shlex.join(
+        ["tfinput", "convert", str(data), "--input-format", "tfrecord", "--to", "columnar"]
+        + ["--chunk-rows", shlex.split(advice.command)[-3], "--out", str(out_dir)]
+    )
+    assert cli.main(shlex.split(advice.command)[1:]) == 0
+    assert tfinput.Schema.from_json(str(out_dir / "schema.json")) == small_schema
