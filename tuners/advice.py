@@ -82,7 +82,8 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
     Returns:
       ``(verdict, sentence)``: True only when the winner is not autotune and its
       per-round ratios to autotune are all above 1 (the paired spread excludes 1);
-      False otherwise, with "keep autotune"; None when nothing was confirmed.
+      False otherwise, with "keep autotune"; None when nothing was confirmed, or
+      when the winner was confirmed in one round only (one ratio has no spread).
     """
     if not confirmed:
         return None, "not confirmed against autotune: no verdict"
@@ -90,6 +91,12 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
     if best.name == "autotune" or best.ratio is None:
         return False, f"{KEEP_AUTOTUNE}: no config beat it in the confirmation"
     low, high = best.ratio_min, best.ratio_max
+    if len(best.windows) == 1:
+        return None, (
+            f"no verdict: one confirmation round cannot tell {best.name}'s "
+            f"{best.ratio:.2f}x autotune from the noise (confirm with --confirm-windows 3 "
+            "or more)"
+        )
     spread = f"{best.ratio:.2f}x autotune, rounds {low:.2f}x-{high:.2f}x"
     if low is not None and low > 1.0:
         return True, f"{best.name} beats autotune beyond the noise ({spread})"

@@ -113,6 +113,12 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
         help="also search the batch size (prints learning-rate advice)",
     )
     s.add_argument(
+        "--tune-cache",
+        action="store_true",
+        help="also search cache=true when the files fit in a quarter of RAM (for "
+        "multi-epoch training: the trials then measure epochs read from memory)",
+    )
+    s.add_argument(
         "--target-rate",
         type=float,
         metavar="EXAMPLES_PER_S",
@@ -167,6 +173,7 @@ def _space_and_base(
         cpu_count=bench.available_cpus(),
         batch_size=base.batch_size,
         tune_batch_size=args.tune_batch_size,
+        tune_cache=getattr(args, "tune_cache", False),
         step=step,
     )
     for text in args.narrow:

@@ -3,6 +3,7 @@ every number was taken (the machine's fingerprint, the method, the step and prun
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
@@ -184,7 +185,7 @@ def resume_record(config: PipelineConfig) -> dict[str, Any]:
         notes.append(
             "cache=true: the saved input state holds the cached records (all of them once "
             "the first epoch is read), so each checkpoint is about the size of the data; "
-            "tune with --fix cache=false to keep it small"
+            "tune without --tune-cache (or with --fix cache=false) to keep it small"
         )
     return {
         "exact": not reasons,
@@ -209,6 +210,12 @@ def fingerprint(cpu_count: int) -> dict[str, Any]:
         for d in tf.config.list_physical_devices()
         if d.device_type != "CPU"
     ]
+    jax = sys.modules.get("jax")
+    if jax is not None:  # a JAX or Keras-on-JAX step: its devices, not TensorFlow's
+        with contextlib.suppress(RuntimeError):  # no JAX backend could start
+            accelerators += [
+                f"jax:{d.platform}:{d.device_kind}" for d in jax.devices() if d.platform != "cpu"
+            ]
     info["accelerators"] = accelerators or None
     if "keras_backend" not in info:
         try:
@@ -217,7 +224,6 @@ def fingerprint(cpu_count: int) -> dict[str, Any]:
             info["keras_backend"] = str(keras.config.backend())
         except ImportError:
             info["keras_backend"] = None
-    jax = sys.modules.get("jax")
     info["jax"] = str(getattr(jax, "__version__", "")) or None if jax is not None else None
     return info
 

@@ -139,6 +139,7 @@ class SearchSpace:
         files: int | None = None,
         batch_size: int | None = None,
         tune_batch_size: bool = False,
+        tune_cache: bool = False,
         data_bytes: int | None = None,
         ram_bytes: int | None = None,
         multi_hot_format: str | None = None,
@@ -152,8 +153,14 @@ class SearchSpace:
           files: Number of input files (caps the interleave cycle length).
           batch_size: The user's batch size (needed when ``tune_batch_size``).
           tune_batch_size: Also try half, double and four times the batch size.
-          data_bytes: Size of the data; ``cache`` is searched only if it fits in a
-            quarter of ``ram_bytes``.
+          tune_cache: Also search ``cache`` (off, on), when the data fits in a quarter
+            of ``ram_bytes``. Off by default: a trial's windows run past the first
+            epoch on small data, so a cached config measures reads from memory, which
+            a job that reads its data once (most ranking jobs) never gets; and the
+            cache fills again for every fresh dataset, so its measurements depend on
+            which ones were reused. Ask for it for multi-epoch training on data that
+            fits in memory.
+          data_bytes: Size of the data (``tune_cache`` applies only if it fits).
           ram_bytes: Machine memory (default: from ``os.sysconf``).
           multi_hot_format: The pipeline's multi-hot format; ``"dense"`` adds
             ``layout`` (``per_feature``, ``packed``: three tensors per batch instead of
@@ -186,7 +193,7 @@ class SearchSpace:
             "deterministic": (True, False),
         }
         ram = ram_bytes or _ram()
-        if data_bytes is not None and ram and data_bytes < ram // 4:
+        if tune_cache and data_bytes is not None and ram and data_bytes < ram // 4:
             choices["cache"] = (False, True)
         if tune_batch_size:
             if not batch_size:
@@ -217,10 +224,11 @@ class SearchSpace:
         cpu_count: int | None = None,
         batch_size: int | None = None,
         tune_batch_size: bool = False,
+        tune_cache: bool = False,
         step: Any = None,
     ) -> SearchSpace:
         """`default` with the file count and data size read from a tfinput pipeline's
-        files (``cache`` is searched only when the files fit in a quarter of RAM), its
+        files (``tune_cache`` searches ``cache`` only when they fit in a quarter of RAM), its
         multi-hot format (``layout`` when ``dense``) and the step's feeding knobs."""
         files: list[str] = []
         source = getattr(pipeline, "source", None)
@@ -235,6 +243,7 @@ class SearchSpace:
             files=len(files) or None,
             batch_size=batch_size,
             tune_batch_size=tune_batch_size,
+            tune_cache=tune_cache,
             data_bytes=size,
             # two-tower batches are nested dicts: the packed layout does not apply
             multi_hot_format=(

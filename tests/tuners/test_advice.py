@@ -50,6 +50,26 @@ def test_beats_autotune_only_when_the_paired_spread_excludes_1(confirmed, beats,
     assert verdict is beats and words in sentence
 
 
+def test_beats_autotune_gives_no_verdict_from_one_round():
+    import dataclasses
+
+    from tfinput.bench import Window
+
+    one = Window(
+        batches=4,
+        examples=4096,
+        seconds=0.01,
+        cpu_seconds=0.01,
+        batch_seconds=(),
+        wait_seconds=None,
+    )
+    best = dataclasses.replace(config_stats("heuristic", 1.2, 1.2, 1.2), windows=(one,))
+    verdict, sentence = beats_autotune([best, AUTOTUNE_STATS])
+    assert verdict is None
+    assert "one confirmation round cannot tell heuristic's 1.20x autotune" in sentence
+    assert "--confirm-windows 3" in sentence
+
+
 @pytest.mark.parametrize(
     "wait, bound, words",
     [

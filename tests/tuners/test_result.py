@@ -35,6 +35,16 @@ def test_fingerprint_records_the_keras_backend_and_jax():
         assert fp["jax"] is None
 
 
+def test_fingerprint_lists_jax_devices_but_not_the_cpu():
+    # A Keras-on-JAX or JAX step trains on JAX's devices, which TensorFlow (often the CPU
+    # build beside a CUDA JAX) does not list.
+    jax = pytest.importorskip("jax")
+    fp = fingerprint(2)
+    listed = fp["accelerators"] or []
+    expected = [f"jax:{d.platform}:{d.device_kind}" for d in jax.devices() if d.platform != "cpu"]
+    assert [a for a in listed if a.startswith("jax:")] == expected
+
+
 def test_tune_result_to_dict_and_record():
     result = tune_result(input_wait=0.123456, step_bound=33333.333, input_bound=True)
     assert result.ratio_vs_autotune == 1.5
@@ -110,7 +120,7 @@ def test_trials_failed_error_keeps_the_study():
         ({}, True, None, None),
         ({"deterministic": True, "map_parallelism": 2}, True, None, None),
         ({"deterministic": False}, False, "--fix deterministic=true", None),
-        ({"cache": True}, True, None, "--fix cache=false"),
+        ({"cache": True}, True, None, "without --tune-cache"),
     ],
     ids=["default", "deterministic", "nondeterministic", "cache"],
 )

@@ -24,14 +24,19 @@ def test_default_space_follows_the_cpu_count():
     big = SearchSpace.default(cpu_count=16, files=4)
     assert max(big.choices["map_parallelism"]) == 32
     assert max(big.choices["interleave_cycle_length"]) == 4  # never more than the files
-    with_cache = SearchSpace.default(cpu_count=2, data_bytes=10**6, ram_bytes=10**9)
+    fits = {"data_bytes": 10**6, "ram_bytes": 10**9}
+    assert "cache" not in SearchSpace.default(cpu_count=2, **fits).choices  # opt-in
+    with_cache = SearchSpace.default(cpu_count=2, tune_cache=True, **fits)
     assert with_cache.choices["cache"] == (False, True)
+    too_big = SearchSpace.default(cpu_count=2, tune_cache=True, data_bytes=10**9, ram_bytes=10**9)
+    assert "cache" not in too_big.choices
     with_batch = SearchSpace.default(cpu_count=2, batch_size=4096, tune_batch_size=True)
     assert with_batch.choices["batch_size"] == (2048, 4096, 8192, 16384)
 
 
-def test_space_for_pipeline_searches_cache_when_the_data_fit(pipeline):
-    space = SearchSpace.for_pipeline(pipeline, cpu_count=2)
+def test_space_for_pipeline_searches_cache_when_asked_and_the_data_fit(pipeline):
+    assert "cache" not in SearchSpace.for_pipeline(pipeline, cpu_count=2).choices
+    space = SearchSpace.for_pipeline(pipeline, cpu_count=2, tune_cache=True)
     assert space.choices["cache"] == (False, True)  # a few hundred KB
     assert space.choices["interleave_cycle_length"] == (AUTOTUNE, 1, 2, 4)  # 4 files
 

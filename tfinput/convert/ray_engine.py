@@ -56,13 +56,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tfinput.convert._guards import QuoteGuard
 from tfinput.convert.plan import Column
 from tfinput.convert.readers import BLOCK_SIZE, CsvReader, typed_batches
 from tfinput.convert.results import MAX_REPORTED, BadRow, BadRowLog, ConvertResult
 from tfinput.convert.run import open_inputs
 from tfinput.convert.sniff import Layout, sniff_layout
-from tfinput.convert.values import convert_batch
 from tfinput.convert.writers import Shards, prepare_out_dir
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
 from tfinput.schema import Schema
@@ -465,20 +463,10 @@ def _blocks(piece: dict[str, Any], job: _Job, lines: list[int]) -> Iterator[tupl
             yield table, events, blank
         return
     layout = Layout(**json.loads(piece["layout"]))
-    if piece["end"] < 0:
-        reader = CsvReader(path, layout, None, block_size=job.block_size)
-    else:
-        reader = _RangeReader(path, layout, piece["start"], piece["end"], job.block_size)
+    byte_range = None if piece["end"] < 0 else (piece["start"], piece["end"])
+    reader = CsvReader(path, layout, None, block_size=job.block_size, byte_range=byte_range)
     try:
-        for batch, numbers in reader.batches():
-            last = int(numbers[-1]) if len(numbers) else reader.next_line - 1
-            events = []
-            while reader.invalid and reader.invalid[0][0] <= last:
-                events.append(reader.invalid.pop(0))
-            table, bad, n_blank = convert_batch(batch, job.plan)
-            events += [(int(numbers[row]), reason) for row, reason in bad.items()]
-            yield table, events, n_blank
-        yield None, list(reader.invalid), 0
+        yield from reader.converted(job.plan)
     finally:
         reader.close()
         lines[0] = getattr(reader.raw, "newlines", 0)
@@ -529,62 +517,3 @@ class _Sink:
 
     def abort(self) -> None:
         self.writer.abort()
-
-
-class _Range:
-    """Bytes ``[start, end)`` of a file, as a readable binary stream; counts the line
-    breaks read (``newlines``)."""
-
-    def __init__(self, path: str, start: int, end: int):
-        self.f = open(path, "rb")  # noqa: SIM115 - closed by close()
-        self.f.seek(start)
-        self.left = end - start
-        self.newlines = 0
-        self.closed = False
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.left if n is None or n < 0 else min(n, self.left)
-        data = self.f.read(n)
-        self.left -= len(data)
-        self.newlines += data.count(b"\n")
-        return data
-
-    def close(self) -> None:
-        self.closed = True
-        self.f.close()
-
-
-class _RangeReader(CsvReader):
-    """`CsvReader` over a byte range of a file: line 1 is the range's first line (the
-    driver adds the lines before it); the header is skipped in the first range only."""
-
-    def __init__(self, path: str, layout: Layout, start: int, end: int, block_size: int):
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-
-        self.path = path
-        self.layout = layout if start == 0 else dataclasses.replace(layout, header=False)
-        self.invalid: list[tuple[int, str]] = []
-        self.next_line = 2 if self.layout.header else 1
-        n = len(layout.names)
-
-        def on_invalid(row: Any) -> str:
-            text = (row.text or "")[:80]
-            number = int(row.number) if row.number is not None else -1
-            reason = self.guard.bad.get(number) or (
-                f"expected {n} fields ({layout.names_from}), found {row.actual_columns}: {text!r}"
-            )
-            self.invalid.append((number, reason))
-            return "skip"
-
-        self.raw = _Range(path, start, end)
-        self.guard = QuoteGuard(self.raw, delimiter=layout.delimiter, fields=n)
-        self.stream = pa.PythonFile(self.guard, mode="r")
-        try:
-            self.reader = self._open_csv(pa, pacsv, block_size, on_invalid)
-        except (OSError, pa.ArrowException) as e:
-            self.close()
-            raise self._read_error(e) from e
-        except BaseException:
-            self.close()
-            raise

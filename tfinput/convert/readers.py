@@ -4,6 +4,7 @@ by `tfinput.convert.values`."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
@@ -47,6 +48,10 @@ class CsvReader:
       layout: Its `Layout`.
       on_read: Called with the number of (compressed) bytes read, or None.
       block_size: Bytes of CSV parsed at a time (a record must fit in one block).
+      byte_range: Read only bytes ``[start, end)`` of an uncompressed file, both at line
+        breaks (the Ray engine's pieces): line 1 is the range's first line (the caller
+        adds the lines before it), the header is skipped in the first range only, and
+        ``raw.newlines`` counts the line breaks read.
 
     Attributes:
       invalid: Structural bad rows not yet reported, ``(line, reason)`` in line order.
@@ -64,10 +69,13 @@ class CsvReader:
         on_read: Callable[[int], None] | None,
         *,
         block_size: int = BLOCK_SIZE,
+        byte_range: tuple[int, int] | None = None,
     ):
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
+        if byte_range is not None and byte_range[0] > 0:
+            layout = dataclasses.replace(layout, header=False)
         self.path = path
         self.layout = layout
         self.invalid: list[tuple[int, str]] = []  # (line, reason), in line order
@@ -83,7 +91,7 @@ class CsvReader:
             self.invalid.append((number, reason))
             return "skip"
 
-        self.raw = _stream(path, on_read)
+        self.raw = _stream(path, on_read) if byte_range is None else _Range(path, *byte_range)
         self.guard = QuoteGuard(self.raw, delimiter=layout.delimiter, fields=n)
         self.stream = pa.PythonFile(self.guard, mode="r")
         try:  # the reader reads the first block now
@@ -152,10 +160,46 @@ class CsvReader:
             self.next_line = line
             yield batch, lines
 
+    def converted(self, plan: Mapping[str, Column]) -> Iterator[tuple[Any, list, int]]:
+        """``(converted table, bad rows as (line, reason), blank lines)`` per block, then
+        ``(None, remaining structural bad rows, 0)``."""
+        for batch, lines in self.batches():
+            last = int(lines[-1]) if len(lines) else self.next_line - 1
+            events = []
+            while self.invalid and self.invalid[0][0] <= last:
+                events.append(self.invalid.pop(0))
+            table, bad, n_blank = convert_batch(batch, plan)
+            events += [(int(lines[row]), reason) for row, reason in bad.items()]
+            yield table, events, n_blank
+        yield None, list(self.invalid), 0
+
     def close(self) -> None:
         """Close the file."""
         self.stream.close()
         self.raw.close()
+
+
+class _Range:
+    """Bytes ``[start, end)`` of a file, as a readable binary stream; counts the line
+    breaks read (``newlines``)."""
+
+    def __init__(self, path: str, start: int, end: int):
+        self.f = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self.f.seek(start)
+        self.left = end - start
+        self.newlines = 0
+        self.closed = False
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        data = self.f.read(n)
+        self.left -= len(data)
+        self.newlines += data.count(b"\n")
+        return data
+
+    def close(self) -> None:
+        self.closed = True
+        self.f.close()
 
 
 def csv_batches(
@@ -193,15 +237,8 @@ def csv_batches(
             )
         reader = CsvReader(path, layout, on_read, block_size=block_size)
         try:
-            for batch, lines in reader.batches():
-                last = int(lines[-1]) if len(lines) else reader.next_line - 1
-                events = []
-                while reader.invalid and reader.invalid[0][0] <= last:
-                    events.append(reader.invalid.pop(0))
-                table, bad, n_blank = convert_batch(batch, plan)
-                events += [(int(lines[row]), reason) for row, reason in bad.items()]
+            for table, events, n_blank in reader.converted(plan):
                 yield path, table, events, n_blank
-            yield path, None, list(reader.invalid), 0
         finally:
             reader.close()
 

@@ -291,8 +291,10 @@ class ParquetBatches:
       schema: The schema read.
       config: ``shuffle_buffer``, ``drop_remainder``; the interleave knobs set the
         readahead (``interleave_cycle_length``, 4 for AUTOTUNE, batches twice that) and
-        the threads (``interleave_parallelism``: 1 is one background thread reading with
-        pyarrow's threads off; otherwise that many, 4 for AUTOTUNE, with them on).
+        the background threads (``interleave_parallelism``: that many, 4 for AUTOTUNE).
+        pyarrow decodes a row group's columns in parallel on its own threads in every
+        case: with them off at 1, one thread decoded every column in turn and the reader
+        ran at 0.75x the generator reader it replaced (benchmarks/RESULTS.md, issue 17).
       batch_size: Rows per batch.
       shuffle_files: Shuffle the file order every epoch (by the epoch's seed).
 
@@ -419,9 +421,8 @@ class ParquetBatches:
         """
         path = self.files[piece.file]
         pf = _open(path, self._footers[piece.file])
-        table = pf.read_row_group(
-            piece.group, columns=self.columns, use_threads=self.config.interleave_parallelism != 1
-        )
+        # the columns decode in parallel on pyarrow's threads, the GIL released
+        table = pf.read_row_group(piece.group, columns=self.columns, use_threads=True)
         table = table.select(self.columns)
         if self._target is None:
             first = _footer(self.files[0]).schema.to_arrow_schema()

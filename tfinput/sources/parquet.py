@@ -43,7 +43,8 @@ class ParquetSource(Source):
     With the pyarrow engine the source batches by itself (``batches_itself``): the
     interleave knobs set the reader's readahead and threads (``interleave_cycle_length``:
     batches prepared ahead, twice the value, 8 for AUTOTUNE; ``interleave_parallelism``:
-    background threads, 4 for AUTOTUNE, and 1 also turns pyarrow's own threads off),
+    background threads, 4 for AUTOTUNE; pyarrow decodes each row group's columns on its
+    own threads too, whatever the value),
     ``shuffle_buffer`` shuffles rows in windows of that many rows (rounded up to whole
     batches) inside the reader, and ``interleave_block_length`` has no equivalent (a
     warning says so).
