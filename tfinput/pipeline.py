@@ -42,7 +42,7 @@ from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.resume import InputIterator
 
-__all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "FileCheck", "CheckReport"]
+__all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "build_repeated", "FileCheck", "CheckReport"]
 log = logging.getLogger("tfinput")
 
 
@@ -229,6 +229,8 @@ class Pipeline:
         self,
         config: PipelineConfig | None = None,
         input_context: tf.distribute.InputContext | None = None,
+        *,
+        repeat: bool = False,
     ) -> tf.data.Dataset:
         """Build the `tf.data.Dataset` of ``(features, labels)`` batches.
 
@@ -238,6 +240,10 @@ class Pipeline:
             are sharded by input pipeline id (whole files; with fewer files than input
             pipelines every pipeline reads all files in one fixed order and keeps every
             n-th element, with a warning) and batches use the per-replica batch size.
+          repeat: Repeat the epochs endlessly, inside the service stage when the
+            pipeline reads through tf.data service (`with_service`), so that the
+            epochs run as one job rather than a new job per epoch (``.repeat()`` on the
+            result would start one per epoch). Bench and tune measure this way.
 
         Returns:
           A dataset whose elements have fully defined static shapes when
@@ -276,6 +282,8 @@ class Pipeline:
         if source.symbolic_checkpoint(request):
             opts.experimental_symbolic_checkpoint = True
         ds = ds.with_options(opts)
+        if repeat:
+            ds = ds.repeat()
         if self.service is not None:  # the workers run everything above
             ds = self.service.apply(ds, config)
         return ds
@@ -713,6 +721,19 @@ def parquet(
     )
 
 
-def wrap(dataset: Any, schema: Schema, *, batched: bool = False) -> Pipeline:
-    """Wrap a user's own ``tf.data.Dataset`` of feature dicts (see `DatasetSource`)."""
-    return Pipeline(source=DatasetSource(dataset=dataset, batched=batched), schema=schema)
+def build_repeated(target: Any, config: PipelineConfig) -> tf.data.Dataset:
+    """``target.build(config)`` repeated endlessly: inside the service stage for a
+    `Pipeline` (`Pipeline.build` ``repeat=True``: one service job, not one per epoch),
+    ``.repeat()`` for any other object with a ``build(config)``."""
+    if isinstance(target, Pipeline):
+        return target.build(config, repeat=True)
+    return target.build(config).repeat()
+
+
+def wrap(dataset: Any, schema: Schema, *, batched: bool = False, rebatch: bool = False) -> Pipeline:
+    """Wrap a user's own ``tf.data.Dataset`` of feature dicts or ``(features, labels)``
+    pairs; ``batched`` when its elements are batches, ``rebatch`` to re-cut those to the
+    config's batch size (see `DatasetSource`)."""
+    return Pipeline(
+        source=DatasetSource(dataset=dataset, batched=batched, rebatch=rebatch), schema=schema
+    )

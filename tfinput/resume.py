@@ -15,6 +15,9 @@ native tf.data graphs whose iterators TensorFlow can checkpoint, on every source
   (``get_state(unconsumed=n)``) and come out again first.
 - **Keras ``fit``**: `KerasInputCheckpoint` saves the model and the input position
   together every N steps and restores both at the start of the next run.
+- **``tf.distribute``**: `distributed_steps` hands one host's `InputIterator` batches to
+  the strategy's replicas as ``distribute_datasets_from_function`` would, while the
+  position stays the iterator's (TensorFlow's distributed iterator cannot be saved).
 
 What a state holds: TensorFlow's iterator checkpoint (positions in the files, plus the
 elements of the shuffle and prefetch buffers: its size grows with the shuffle buffer,
@@ -47,6 +50,7 @@ __all__ = [
     "InputIterator",
     "KerasInputCheckpoint",
     "STATE_FORMAT",
+    "distributed_steps",
     "pipeline_identity",
     "verify",
 ]
@@ -465,6 +469,43 @@ class InputIterator(Iterator[Any]):
         return (
             f"cannot save the input position of this {self._name} pipeline: "
             f"{_first_line(error).rstrip('.')}. {REMEDY}"
+        )
+
+
+def distributed_steps(strategy: Any, batches: Iterator[Any]) -> Iterator[Any]:
+    """One host's batches as per-replica values of ``strategy``, a step at a time.
+
+    ``batches`` is this host's `InputIterator` (``pipeline.iterator(config,
+    input_context=ctx)``, the same context ``distribute_datasets_from_function`` would
+    pass): each step takes one batch per replica on this host, consecutive batches to
+    consecutive replicas, as ``distribute_datasets_from_function`` hands them out. The
+    read position stays the iterator's: ``batches.get_state()`` after a step saves it
+    (TensorFlow's own distributed iterator cannot go into a checkpoint,
+    tensorflow/tensorflow#56372). The replicas on this host are asked of the strategy
+    (their ids, through ``experimental_distribute_values_from_function``), so the same
+    code serves one host or several.
+
+    Yields:
+      What ``strategy.run`` takes: the batch structure with per-replica values. The
+      steps end when the iterator cannot give every local replica a batch (a last
+      incomplete step is dropped, as ``drop_remainder`` drops a partial batch).
+    """
+    local = strategy.experimental_local_results(
+        strategy.experimental_distribute_values_from_function(
+            lambda ctx: ctx.replica_id_in_sync_group
+        )
+    )
+    ids = [int(i) for i in local]
+    while True:
+        parts = []
+        for _ in ids:
+            try:
+                parts.append(next(batches))
+            except StopIteration:
+                return
+        by_id = dict(zip(ids, parts))
+        yield strategy.experimental_distribute_values_from_function(
+            lambda ctx, by_id=by_id: by_id[int(ctx.replica_id_in_sync_group)]
         )
 
 

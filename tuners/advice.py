@@ -223,6 +223,9 @@ class KnobContribution:
         (above 1: the group helps).
       ratio_min, ratio_max: The spread of the per-round ratios.
       without_examples_per_s: Median examples/s of the winner with the group reverted.
+      hurts: Every round measured the winner *slower* with this group than with it
+        reverted (``ratio_max < 1``): the search kept knobs that cost throughput, and
+        `describe` says how to pin them at autotune.
     """
 
     group: str
@@ -231,6 +234,10 @@ class KnobContribution:
     ratio_min: float
     ratio_max: float
     without_examples_per_s: float
+
+    @property
+    def hurts(self) -> bool:
+        return self.ratio_max < 1.0
 
     def to_dict(self) -> dict[str, Any]:
         from tuners.space import encode
@@ -244,15 +251,34 @@ class KnobContribution:
             "ratio_min": round(self.ratio_min, 3),
             "ratio_max": round(self.ratio_max, 3),
             "without_examples_per_s": round(self.without_examples_per_s, 1),
+            "hurts": self.hurts,
         }
 
     def describe(self) -> str:
-        """One line: the group, its knobs and its contribution with the spread."""
+        """One line: the group, its knobs and its contribution with the spread; for a
+        group that `hurts`, the ``--fix`` arguments that keep it at autotune."""
         knobs = ", ".join(f"{k} {a}→{w}" for k, (w, a) in self.knobs.items())
-        return (
+        text = (
             f"{self.group} ({knobs}): {self.ratio:.2f}x "
             f"(rounds {self.ratio_min:.2f}x-{self.ratio_max:.2f}x)"
         )
+        if self.hurts:
+            fixes = " ".join(f"--fix {k}={_cli_value(a)}" for k, (_, a) in self.knobs.items())
+            text += (
+                "; slower with these knobs in every round: keep them at autotune "
+                f"(tune again with {fixes})"
+            )
+        return text
+
+
+def _cli_value(value: Any) -> str:
+    """A knob value as ``--fix`` / ``--narrow`` take it."""
+    from tuners.space import encode
+
+    value = encode(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "none" if value is None else str(value)
 
 
 def knob_breakdown(

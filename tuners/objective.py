@@ -3,7 +3,8 @@
     m = measure(pipeline, config, step=steps.simulated_step(0.02), windows=5)
     print(m.median, m.cv)
 
-One trial = one fresh iterator over ``pipeline.build(config).repeat()``, ``warmup``
+One trial = one fresh iterator over ``pipeline.build(config, repeat=True)``
+(`tfinput.pipeline.build_repeated`), ``warmup``
 batches that are not timed (thread start, file opening, buffers filling), then
 ``windows`` consecutive windows of ``window_batches`` batches, each handed to the step.
 The objective is the median examples/s over the windows; the spread is kept. After
@@ -133,7 +134,12 @@ def measure(
     plan = WindowPlan(warmup_batches=warmup_batches, windows=windows, window_batches=window_batches)
     cpu_clock = cpu_clock or process_cpu_seconds
     begin = clock()
-    iterable = pipeline.build(config).repeat() if hasattr(pipeline, "build") else pipeline(config)
+    if hasattr(pipeline, "build"):
+        from tfinput.pipeline import build_repeated
+
+        iterable = build_repeated(pipeline, config)
+    else:
+        iterable = pipeline(config)
     prepare = getattr(step, "prepare", None)
     if callable(prepare):
         step = prepare(config)

@@ -124,6 +124,12 @@ def _verdicts_html(result: TuneResult) -> str:
             + escape(", ".join(f"{k}: {a} → {w}" for k, (w, a) in c.knobs.items()))
             + f"</td><td>{c.ratio:.2f}x</td><td>{c.ratio_min:.2f}x-{c.ratio_max:.2f}x</td>"
             f"<td>{c.without_examples_per_s:,.0f}</td></tr>"
+            + (
+                f"<tr><td></td><td colspan=4><b>{escape(c.describe().split('; ', 1)[1])}</b>"
+                "</td></tr>"
+                if c.hurts
+                else ""
+            )
             for c in result.breakdown
         )
         parts.append(

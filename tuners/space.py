@@ -229,7 +229,9 @@ class SearchSpace:
     ) -> SearchSpace:
         """`default` with the file count and data size read from a tfinput pipeline's
         files (``tune_cache`` searches ``cache`` only when they fit in a quarter of RAM), its
-        multi-hot format (``layout`` when ``dense``) and the step's feeding knobs."""
+        multi-hot format (``layout`` when ``dense``) and the step's feeding knobs, less the
+        knobs its source ignores (`Source.ignored_knobs`: the interleave knobs of a
+        wrapped dataset, the block length of pyarrow Parquet)."""
         files: list[str] = []
         source = getattr(pipeline, "source", None)
         if source is not None and hasattr(source, "files"):
@@ -238,7 +240,7 @@ class SearchSpace:
         size = (
             sum(os.path.getsize(f) for f in local) if local and len(local) == len(files) else None
         )
-        return cls.default(
+        space = cls.default(
             cpu_count=cpu_count,
             files=len(files) or None,
             batch_size=batch_size,
@@ -254,6 +256,11 @@ class SearchSpace:
             step=step,
             service=getattr(pipeline, "service", None),
         )
+        ignored = [k for k in getattr(source, "ignored_knobs", ()) if k in space.choices]
+        if not ignored:
+            return space
+        # knobs that never change what the source does: searching them wastes trials
+        return cls(choices={k: v for k, v in space.choices.items() if k not in ignored})
 
     def fix(self, **values: Any) -> SearchSpace:
         """Pin knobs to one value each (they are then not searched)."""

@@ -153,17 +153,15 @@ def main() -> None:
         print("\n== 3. wrapped by tfinput", flush=True)
         schema = schema_for(vocab)
 
-        # A callable, so every build (every tuning trial) reads from the start.
+        # A callable, so every build (every tuning trial) reads from the start. The
+        # parse function and the input function stay as they are: wrap takes their
+        # (features, label) batches as they come, and rebatch=True re-cuts them to the
+        # config's batch size, dropping the partial last batch that would break the
+        # fixed shapes (PipelineConfig.drop_remainder).
         def existing_batches() -> tf.data.Dataset:
-            # The parse function and the input function stay as they are. Two lines of
-            # glue: tfinput.wrap takes dicts keyed by column (the map puts the label
-            # back in), and fixed shapes need full batches (the input function's last
-            # batch is partial; rebatch drops it).
-            ds = input_fn_tfrecord(files, label="label", batch_size=BATCH)
-            ds = ds.map(lambda features, label: {**features, "label": label})
-            return ds.rebatch(BATCH, drop_remainder=True)
+            return input_fn_tfrecord(files, label="label", batch_size=BATCH)
 
-        pipeline = tfinput.wrap(existing_batches, schema, batched=True)
+        pipeline = tfinput.wrap(existing_batches, schema, batched=True, rebatch=True)
         features, label = next(iter(pipeline.build(tfinput.PipelineConfig(batch_size=BATCH))))
         print(
             f"tfinput batches: dense {len(features['dense'])} x {features['dense']['I1'].shape}, "

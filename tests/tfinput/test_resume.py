@@ -4,6 +4,7 @@ through `InputIterator` states, for a distributed iterator, and under Keras ``fi
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -288,23 +289,15 @@ def test_distributed_iterator_checkpoints_with_tf_train_checkpoint(pipeline_of, 
 # whose exact resume is checked for every source above.
 @pytest.mark.parametrize("kind", ["tfrecord"])
 def test_distributed_input_resumes_exactly_through_input_iterator_states(pipeline_of, kind):
-    """The recipe for ``distribute_datasets_from_function`` users: the same per-replica
-    batches from this worker's `InputIterator`, whose state saves and restores."""
+    """`tfinput.resume.distributed_steps`, for ``distribute_datasets_from_function``
+    users: the same per-replica batches from this host's `InputIterator`, whose state
+    saves and restores."""
     strategy = _mirrored()
     replicas = strategy.num_replicas_in_sync
     context = tf.distribute.InputContext(
         num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=replicas
     )
-
-    def distributed(it: Any) -> Any:
-        while True:
-            try:
-                parts = [next(it) for _ in range(replicas)]
-            except StopIteration:
-                return
-            yield strategy.experimental_distribute_values_from_function(
-                lambda ctx, parts=parts: parts[ctx.replica_id_in_sync_group]
-            )
+    distributed = functools.partial(tfinput.resume.distributed_steps, strategy)
 
     pipeline = pipeline_of(kind)
     reference = strategy.distribute_datasets_from_function(

@@ -119,3 +119,16 @@ def test_guarded_read_stalled_past_its_bound_raises_service_error():
 def test_guarded_read_refuses_a_non_positive_bound():
     with pytest.raises(ConfigError, match="stall_timeout_s must be > 0"):
         service.guarded(_batches(5, 5), stall_timeout_s=0)
+
+
+def test_repeated_builds_repeat_inside_the_service_stage(address, small_columnar):
+    # One job for every epoch: `.repeat()` on the service dataset would start a new job
+    # per epoch, whose start-up a bench or tuning window crossing an epoch would time.
+    config = PipelineConfig(batch_size=250, deterministic=True)
+    pipeline = tfinput.columnar(small_columnar).with_service(address)
+    ds = pipeline.build(config, repeat=True)
+    assert "DataService" in type(ds).__name__  # the repeat is inside, on the workers
+    local = tfinput.columnar(small_columnar).build(config, repeat=True)
+    assert "Repeat" in type(local).__name__
+    rows = [b["dense"]["row_id"] for b, _ in ds.take(10)]  # 2.5 epochs of 4 batches
+    np.testing.assert_array_equal(np.concatenate(rows).astype(int) % 1000, np.arange(2500) % 1000)

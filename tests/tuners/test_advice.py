@@ -3,6 +3,7 @@ the step bound and the gain by knob group."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -51,8 +52,6 @@ def test_beats_autotune_only_when_the_paired_spread_excludes_1(confirmed, beats,
 
 
 def test_beats_autotune_gives_no_verdict_from_one_round():
-    import dataclasses
-
     from tfinput.bench import Window
 
     one = Window(
@@ -219,4 +218,24 @@ def test_knob_contribution_describes_itself():
         "ratio_min": 1.4,
         "ratio_max": 1.612,
         "without_examples_per_s": 12345.7,
+        "hurts": False,
     }
+
+
+def test_a_knob_group_slower_in_every_round_says_how_to_pin_it():
+    # Seen on an H100 (benchmarks/RESULTS.md): the winner's tf.data threading knobs
+    # measured 0.92x (rounds 0.64x-0.98x) against autotune's.
+    c = KnobContribution(
+        group="tf.data threading",
+        knobs={"map_parallelism": (10, AUTOTUNE), "deterministic": (False, True)},
+        ratio=0.92,
+        ratio_min=0.64,
+        ratio_max=0.98,
+        without_examples_per_s=1e6,
+    )
+    assert c.hurts and c.to_dict()["hurts"] is True
+    assert c.describe().endswith(
+        "; slower with these knobs in every round: keep them at autotune (tune again with "
+        "--fix map_parallelism=autotune --fix deterministic=true)"
+    )
+    assert not dataclasses.replace(c, ratio_max=1.02).hurts  # the spread includes 1

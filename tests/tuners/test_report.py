@@ -83,3 +83,24 @@ def test_print_summary_of_an_unconfirmed_result():
     assert "confirmation failed: device lost; the best config is the search's best trial " in text
     assert "(trial 3), not confirmed against autotune" in text
     assert "knobs changed" not in text
+
+
+def test_a_group_that_hurts_is_flagged_in_the_terminal_and_the_report(tmp_path):
+    from tfinput.config import AUTOTUNE
+    from tuners.advice import KnobContribution
+
+    hurts = KnobContribution(
+        group="tf.data threading",
+        knobs={"map_parallelism": (10, AUTOTUNE)},
+        ratio=0.92,
+        ratio_min=0.64,
+        ratio_max=0.98,
+        without_examples_per_s=1.2e6,
+    )
+    result = tune_result(breakdown=(hurts,))
+    console = Console(record=True, width=250)
+    print_summary(result, console)
+    advice = "keep them at autotune (tune again with --fix map_parallelism=autotune)"
+    assert advice in console.export_text()
+    html = write_outputs(result, tmp_path / "out")["report"].read_text()
+    assert advice in html

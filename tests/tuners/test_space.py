@@ -181,3 +181,16 @@ def test_space_feeding_knobs_follow_the_step_and_the_format(pipeline, step, fmt,
     feeding = {k: v for k, v in space.choices.items() if k in tuners_space.FEEDING}
     assert feeding == expected
     assert space.choices["map_parallelism"] == (AUTOTUNE, 1, 2, 3, 4)  # unchanged
+
+
+def test_space_for_pipeline_leaves_out_the_knobs_its_source_ignores(pipeline_of):
+    # a wrapped dataset has no files to interleave; pyarrow reads each Parquet file in
+    # order, so the block length does nothing: trials spent on them measure noise
+    interleave = {"interleave_cycle_length", "interleave_block_length", "interleave_parallelism"}
+    wrapped = SearchSpace.for_pipeline(pipeline_of("wrapped"), cpu_count=2)
+    assert not interleave & set(wrapped.choices) and "map_parallelism" in wrapped.searched
+    parquet = SearchSpace.for_pipeline(pipeline_of("parquet"), cpu_count=2)
+    assert "interleave_block_length" not in parquet.choices
+    assert "interleave_cycle_length" in parquet.searched
+    tfrecord = SearchSpace.for_pipeline(pipeline_of("tfrecord"), cpu_count=2)
+    assert interleave <= set(tfrecord.searched)

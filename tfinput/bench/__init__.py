@@ -8,7 +8,7 @@
 How a measurement is taken (and recorded in ``result.method``):
 
 - **Windows.** A *window* is ``window_batches`` consecutive batches consumed from a
-  **fresh iterator** (`iter(pipeline.build(config).repeat())`) after
+  **fresh iterator** (`iter(pipeline.build(config, repeat=True))`) after
   ``warmup_batches`` batches that are not timed. A fresh iterator per window makes
   every window pay the same start-up (threads, open files, buffer filling), and the
   warm-up takes that start-up out of the measurement; a continuing iterator would

@@ -244,7 +244,9 @@ def _factory(target: Any) -> Callable[[PipelineConfig], Iterable[Any]]:
     if hasattr(target, "build"):
 
         def factory(config: PipelineConfig) -> Iterable[Any]:
-            return target.build(config).repeat()
+            from tfinput.pipeline import build_repeated
+
+            return build_repeated(target, config)
 
         return factory
     if callable(target):
@@ -315,7 +317,7 @@ def _method(
         "window_batches": plan.window_batches,
         "warmup_batches": plan.warmup_batches,
         "order": "interleaved: one window per config per round, configs in the given order",
-        "iterator": "fresh iterator per window (pipeline.build(config).repeat()); warm-up "
+        "iterator": "fresh iterator per window (pipeline.build(config, repeat=True)); warm-up "
         "batches excluded",
         "examples_per_s": "median over windows; spread = min-max and CV over windows",
         "latency": "time between consecutive batches seen by the consumer, step included; "

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
-from tfinput.errors import SchemaError, SourceError
+from tfinput.errors import ConfigError, SchemaError, SourceError
 from tfinput.schema import MultiHot, Schema
 from tfinput.sources._text import did_you_mean
 from tfinput.sources.protocol import Decode, ReadRequest, Resume, Source
@@ -30,22 +30,42 @@ class DatasetSource(Source):
     The pipeline shards it by ``Dataset.shard`` under a distribution strategy, caches,
     shuffles and batches it (``ragged_batch``) unless its elements are already batches
     (``batched=True``: the source then batches by itself and ``shuffle_buffer`` has no
-    effect, with a warning). The interleave knobs and file shuffling have no effect on
-    a dataset without files (a warning names them). Whether a build's read position can
-    be checkpointed depends on the wrapped dataset (``resume = "dataset"``: tf.data's
-    iterator checkpointing works when every op of it supports it).
+    effect, with a warning). Batches of a static size other than the config's are refused
+    at build unless ``rebatch=True`` re-cuts them to the config's batch size (per replica
+    under a strategy) with ``Dataset.rebatch``, which the tuner's ``--tune-batch-size``
+    then searches. The interleave knobs and file shuffling have no
+    effect on a dataset without files (a warning names them). Whether a build's read
+    position can be checkpointed depends on the wrapped dataset (``resume =
+    "dataset"``: tf.data's iterator checkpointing works when every op of it supports it).
+
+    Elements may also be Keras-style ``(features, labels)`` pairs: ``labels`` a tensor
+    when the schema has one label (it becomes that label's source column), or a dict
+    keyed by the labels' source columns. They are merged into one dict before anything
+    else (a structural map, no copy).
 
     Attributes:
       dataset: Either a dataset or a zero-argument callable returning one (called at
         every build, so each build gets a fresh input). Elements are dicts keyed by the
-        schema's source columns: scalars for dense/categorical/labels, 1-D tensors of
-        any length for multi-hot lists (or, with ``batched=True``, ``[B]`` tensors and
-        ``RaggedTensor`` lists).
+        schema's source columns, or ``(features, labels)`` pairs: scalars for
+        dense/categorical/labels, 1-D tensors of any length for multi-hot lists (or,
+        with ``batched=True``, ``[B]`` tensors and ``RaggedTensor`` lists).
       batched: Whether elements are already batches.
+      rebatch: Re-cut the batches to the config's batch size (needs ``batched``).
+
+    Raises:
+      ConfigError: ``rebatch`` without ``batched``.
     """
 
     dataset: Any
     batched: bool = False
+    rebatch: bool = False
+
+    def __post_init__(self) -> None:
+        if self.rebatch and not self.batched:
+            raise ConfigError(
+                "wrap(..., rebatch=True) re-cuts batches: it needs batched=True (an "
+                "unbatched dataset is batched to the config's batch size already)"
+            )
 
     kind: ClassVar[str] = "dataset"
     resume: ClassVar[Resume] = "dataset"
@@ -57,6 +77,11 @@ class DatasetSource(Source):
 
     def files(self) -> list[str]:
         return []
+
+    @property
+    def ignored_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The interleave knobs (no files), and ``shuffle_buffer`` for batches."""
+        return _FILE_KNOBS + (("shuffle_buffer",) if self.batched else ())
 
     def make(self) -> tf.data.Dataset:
         """The wrapped dataset (the callable's result, when given one).
@@ -71,12 +96,19 @@ class DatasetSource(Source):
             )
         return ds
 
+    def dicts(self, schema: Schema) -> tf.data.Dataset:
+        """The wrapped dataset with ``(features, labels)`` pairs merged into dicts.
+
+        Raises:
+          SchemaError: elements are neither dicts nor such pairs, a label tensor with
+            a schema of several labels, or a label key that is also a feature key.
+        """
+        ds = self.make()
+        merge = _merger(ds.element_spec, schema)
+        return ds if merge is None else ds.map(merge)
+
     def validate(self, files: list[str], schema: Schema) -> None:
-        spec = self.make().element_spec
-        if not isinstance(spec, dict):
-            raise SchemaError(
-                f"wrapped dataset: elements must be dicts keyed by column, got {spec}"
-            )
+        spec = self.dicts(schema).element_spec
         wanted = [(f.name, f.source, f) for f in schema.features]
         wanted += [(lab.name, lab.source, lab) for lab in schema.labels]
         for name, key, f in wanted:
@@ -108,8 +140,20 @@ class DatasetSource(Source):
         return out
 
     def read(self, request: ReadRequest) -> tf.data.Dataset:
-        """The wrapped dataset, sharded by ``Dataset.shard`` for this input pipeline."""
-        ds = self.make()
+        """The wrapped dataset as dicts, sharded by ``Dataset.shard`` for this input
+        pipeline.
+
+        Raises:
+          ConfigError: batches of a static size other than the config's, not rebatched.
+        """
+        ds = self.dicts(request.schema)
+        size = _static_batch(ds.element_spec) if self.batched and not self.rebatch else None
+        if size is not None and size != request.batch_size:
+            raise ConfigError(
+                f"wrapped dataset: its batches hold {size} examples, the config asks for "
+                f"{request.batch_size} (per replica): build with batch_size={size} (times "
+                "the replicas), or wrap(..., batched=True, rebatch=True) to re-cut them"
+            )
         context = request.input_context
         if context is not None and context.num_input_pipelines > 1:
             ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
@@ -134,10 +178,61 @@ class DatasetSource(Source):
         """``ragged_batch(B)`` unless ``batched``; decoding squeezes ``[B, 1]`` scalars,
         makes lists ragged and casts numbers to the schema's dtypes."""
         ds = records
+        config = request.config
         if not self.batched:
-            config = request.config
             ds = ds.ragged_batch(request.batch_size, drop_remainder=config.drop_remainder)
+        elif self.rebatch:
+            ds = ds.rebatch(request.batch_size, drop_remainder=config.drop_remainder)
         return ds, _decoder(request.schema)
+
+
+def _static_batch(spec: Any) -> int | None:
+    """The static leading dimension of a batched element, if every part has the same."""
+    sizes = {
+        s.shape[0]
+        for s in tf.nest.flatten(spec)
+        if getattr(s, "shape", None) is not None and s.shape.rank
+    }
+    return int(next(iter(sizes))) if len(sizes) == 1 and None not in sizes else None
+
+
+def _merger(spec: Any, schema: Schema) -> Any:
+    """None for dict elements; for ``(features, labels)`` pairs, the function merging
+    them into one dict.
+
+    Raises:
+      SchemaError: another element structure, or labels that do not fit the schema.
+    """
+    if isinstance(spec, dict):
+        return None
+    if not (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], dict)):
+        raise SchemaError(
+            "wrapped dataset: elements must be dicts keyed by column or (features, labels) "
+            f"pairs of a dict and a tensor or dict, got {spec}"
+        )
+    features, labels = spec
+    sources = [lab.source for lab in schema.labels]
+    if isinstance(labels, dict):
+        keys = list(labels)
+    elif len(sources) == 1:
+        keys = sources
+    else:
+        raise SchemaError(
+            f"wrapped dataset: (features, label) pairs with one label tensor, but the schema "
+            f"has {len(sources)} labels {sources}: yield the labels as a dict keyed by "
+            "their source columns"
+        )
+    clash = sorted(set(keys) & set(features))
+    if clash:
+        raise SchemaError(
+            f"wrapped dataset: label key(s) {clash} are also feature keys of the "
+            "(features, labels) pairs: keep each column in one of the two"
+        )
+
+    def merge(x: dict[str, Any], y: Any) -> dict[str, Any]:
+        return {**x, **(y if isinstance(y, dict) else {keys[0]: y})}
+
+    return merge
 
 
 def _check_wrapped_shape(name: str, key: str, f: Any, shape: tf.TensorShape, batched: bool) -> None:

@@ -92,6 +92,11 @@ class ParquetSource(Source):
         """True for pyarrow (the reader cuts exact batches), False for tensorflow-io."""
         return self.engine == "pyarrow"
 
+    @property
+    def ignored_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
+        """``interleave_block_length`` with pyarrow (it reads each file in order)."""
+        return ("interleave_block_length",) if self.engine == "pyarrow" else ()
+
     def files(self) -> list[str]:
         files = resolve_paths(self.paths, what="Parquet")
         return drop_empty_files(files, self.empty_files)[0]

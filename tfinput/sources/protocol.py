@@ -153,6 +153,12 @@ class Source(Protocol):
         del request
         return {}
 
+    @property
+    def ignored_knobs(self) -> tuple[str, ...]:
+        """`PipelineConfig` knobs that never change what this source does (the tuner
+        does not search them)."""
+        return ()
+
     def count_records(self, path: str) -> int | None:
         """Records in one file, or None when the source cannot count them."""
         del path

@@ -3,13 +3,16 @@ declares and refuses, its checks of the elements, reading rows or batches."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import tensorflow as tf
 
 import tfinput
 from tests.helpers import wrapped_dataset
 from tfinput.config import PipelineConfig
-from tfinput.errors import SchemaError, SourceError
+from tfinput.errors import ConfigError, SchemaError, SourceError
+from tfinput.schema import Label
 from tfinput.sources import DatasetSource
 
 
@@ -108,7 +111,8 @@ def _without(cols, key: str, **replace) -> tf.data.Dataset:
         ),
         (
             lambda cols: tf.data.Dataset.range(3),
-            "wrapped dataset: elements must be dicts keyed by column, got TensorSpec",
+            "wrapped dataset: elements must be dicts keyed by column or (features, labels) "
+            "pairs of a dict and a tensor or dict, got TensorSpec",
         ),
     ],
     ids=["missing-key", "wrong-dtype", "wrong-shape", "not-a-dict"],
@@ -139,3 +143,83 @@ def test_scalars_as_length_one_vectors_and_int32_ids_are_accepted(small_columns,
     assert features["dense"]["price"].shape == (10,)
     want = small_columns.values["user_id"][:10] % 500
     assert features["ids"]["user_id"].numpy().tolist() == want.tolist()
+
+
+# ------------------------------------------------------ (features, labels) pairs
+def _pairs(ds: tf.data.Dataset, labels_as_dict: bool = False) -> tf.data.Dataset:
+    """The Keras-style form of the same rows: ``(features, label)``."""
+
+    def split(row):
+        row = dict(row)
+        label = row.pop("label")
+        return row, ({"label": label} if labels_as_dict else label)
+
+    return ds.map(split)
+
+
+@pytest.mark.parametrize("labels_as_dict", [False, True], ids=["label-tensor", "label-dict"])
+def test_keras_style_pairs_read_like_dicts(
+    labels_as_dict, small_columns, small_schema, assert_reads_fixture_rows
+):
+    pipeline = tfinput.wrap(
+        lambda: _pairs(wrapped_dataset(small_columns), labels_as_dict), small_schema
+    )
+    assert_reads_fixture_rows(pipeline)
+
+
+def test_batched_pairs_read_like_dicts(small_columns, small_schema, assert_reads_fixture_rows):
+    pipeline = tfinput.wrap(
+        lambda: _pairs(wrapped_dataset(small_columns)).ragged_batch(50),
+        small_schema,
+        batched=True,
+    )
+    assert_reads_fixture_rows(pipeline, batch_size=50)
+
+
+def test_pairs_that_do_not_fit_the_schema_are_refused(small_columns, small_schema):
+    two_labels = dataclasses.replace(
+        small_schema, labels=(*small_schema.labels, Label(name="clicked"))
+    )
+    pairs = _pairs(wrapped_dataset(small_columns))
+    with pytest.raises(SchemaError, match=r"one label tensor, but the schema has 2 labels"):
+        tfinput.wrap(pairs, two_labels).build(PipelineConfig(batch_size=10))
+    both = pairs.map(lambda x, y: ({**x, "label": y}, y))
+    with pytest.raises(SchemaError, match=r"label key\(s\) \['label'\] are also feature keys"):
+        tfinput.wrap(both, small_schema).build(PipelineConfig(batch_size=10))
+    triples = pairs.map(lambda x, y: (x, y, y))
+    with pytest.raises(SchemaError, match=r"elements must be dicts keyed by column or"):
+        tfinput.wrap(triples, small_schema).build(PipelineConfig(batch_size=10))
+
+
+# -------------------------------------------------------------------- rebatch
+def test_rebatch_recuts_the_batches_to_the_config_batch_size(
+    small_columns, small_schema, assert_reads_fixture_rows
+):
+    def make():  # batches of 50, the last 1000 rows in 20 batches
+        return wrapped_dataset(small_columns).ragged_batch(50)
+
+    pipeline = tfinput.wrap(make, small_schema, batched=True, rebatch=True)
+    assert_reads_fixture_rows(pipeline, batch_size=40)  # every row once, in order
+    sizes = [
+        int(labels.shape[0])
+        for _, labels in pipeline.build(PipelineConfig(batch_size=64, drop_remainder=True))
+    ]
+    assert sizes == [64] * (1000 // 64)  # the static shape XLA needs, the partial one dropped
+
+
+def test_batches_of_another_size_are_refused_unless_rebatched(small_columns, small_schema):
+    def make():
+        return wrapped_dataset(small_columns).batch(50, drop_remainder=True)
+
+    with pytest.raises(
+        ConfigError,
+        match=r"wrapped dataset: its batches hold 50 examples, the config asks for 64 \(per "
+        r"replica\): build with batch_size=50 \(times the replicas\), or wrap\(\.\.\., "
+        r"batched=True, rebatch=True\) to re-cut them",
+    ):
+        tfinput.wrap(make, small_schema, batched=True).build(PipelineConfig(batch_size=64))
+    rebatched = tfinput.wrap(make, small_schema, batched=True, rebatch=True)
+    _, labels = next(iter(rebatched.build(PipelineConfig(batch_size=64))))
+    assert labels.shape == (64,)
+    with pytest.raises(ConfigError, match=r"rebatch=True\) re-cuts batches: it needs batched"):
+        tfinput.wrap(make, small_schema, rebatch=True)
