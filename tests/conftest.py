@@ -1,13 +1,201 @@
-"""Shared fixtures: small real TFRecord and Parquet files written into tmp dirs."""
+"""Shared fixtures (small real TFRecord, Parquet and columnar files, written once per
+test run) and the split of the suite between the two ends of the supported matrix."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
+
+# ------------------------------------------------------------- which end runs what
+# CI runs this suite on both ends of the supported matrix (README, "Supported
+# versions"); `./dev test --oldest` / `--newest` set TFINPUT_TEST_END. This is the one
+# place that says which tests run where:
+#
+# - The newest end runs every test.
+# - The oldest end (Python 3.10, TensorFlow 2.17, Keras 3.12, numpy 1.x, pyarrow 25)
+#   runs every test too, except the end-to-end modules in `NEWEST_ONLY`. Each of those
+#   drives, in real processes, code whose version-dependent parts (reading, parsing,
+#   transforms, layouts, resume, the CLI entry points, the tf.data service API) other
+#   tests check on both ends; the reason is given per module.
+#
+# So a new test runs on both ends unless its module is listed here, with a reason.
+NEWEST_ONLY: dict[str, str] = {
+    "tests/test_examples.py": (
+        "the example scripts chain public calls (convert, schema inference, tune, fit, "
+        "export) that tests/tfinput and tests/tuners check on both ends; here they are "
+        "kept runnable as scripts"
+    ),
+    "tests/test_examples_resume.py": (
+        "the JAX example's preemption run; the JAX prefetcher's exact resume is checked "
+        "on both ends by tests/tfinput/test_device_prefetch.py and test_resume.py"
+    ),
+    "tests/test_docs_commands.py": (
+        "keeps the docs in step with the CLI (the same text and argument parser on both "
+        "ends); every command's behaviour is tested on both ends under tests/tfinput/cli "
+        "and tests/tuners/test_cli.py"
+    ),
+    "tests/test_docs_serving.py": (
+        "runs docs/serving.md's code blocks; export and its signatures are checked on "
+        "both ends by tests/tfinput/test_serving.py"
+    ),
+    "tests/test_docs_resume.py": (
+        "runs docs/resume.md's code blocks; every resume route is checked on both ends "
+        "by tests/tfinput/test_resume.py"
+    ),
+    "tests/test_preemption.py": (
+        "SIGKILLs a training process; the checkpoint and state paths it takes are "
+        "checked in-process on both ends by tests/tfinput/test_resume.py"
+    ),
+    "tests/test_service_faults.py": (
+        "kills tf.data service server processes; the guarded read it checks is plain "
+        "Python, and the service API on TensorFlow 2.17 is exercised on both ends by "
+        "tests/tfinput/test_service.py and test_fleet.py"
+    ),
+    "tests/tuners/test_storage_postgres.py": (
+        "tuner workers on a PostgreSQL storage: Optuna is 5.0 on both ends, and the "
+        "storage code paths are checked on both ends by tests/tuners/test_storage.py"
+    ),
+    "tests/tfinput/convert/test_ray_engine.py": (
+        "Ray Data runs tfinput's own readers and writers, which tests/tfinput/convert "
+        "checks on both ends (pyarrow 25 included)"
+    ),
+}
+
+#: The tests that take over 30 s alone on the 2-core development machine, each with why
+#: it cannot be cut further without checking less (every other test stays under 30 s).
+#: They are marked ``slow`` here (the quick run leaves them out).
+LONG_ALONE: dict[str, str] = {
+    "tests/test_examples.py::test_criteo_dcn_converts_tunes_trains_and_serves": (
+        "the real 39-column Criteo sample through convert, tune, XLA training and export"
+    ),
+    "tests/test_examples.py::test_wrap_existing_wraps_and_tunes_an_unchanged_input_fn": (
+        "traces a 39-input Keras model twice (tuning and training) on the real Criteo columns"
+    ),
+    "tests/test_examples.py::test_example_runs": (
+        "ranking_dcn.py --quick: two XLA compiles of the ranking step, tune and one epoch"
+    ),
+    "tests/test_docs_serving.py::test_every_code_block_runs": (
+        "docs/serving.md as written: an XLA ranking model trained, exported and served"
+    ),
+    "tests/test_docs_resume.py::test_every_code_block_runs": (
+        "every recipe of docs/resume.md: Keras fit, JAX, MirroredStrategy, check --resume"
+    ),
+    "tests/test_examples_resume.py::test_resume_jax_example_is_preempted_and_resumes_exactly": (
+        "two real processes (killed, then resumed), each importing TensorFlow and JAX"
+    ),
+    "tests/tfinput/steps/test_keras.py::test_keras_steps_and_tune_on_the_jax_backend": (
+        "one JAX child process: both Keras steps with each feeding knob, and two tunes"
+    ),
+    "tests/tfinput/test_tpu.py::test_keras_rs_model_trains_on_jax_and_the_format_matrix": (
+        "a keras-rs model trained per entry of the input format matrix (9 XLA compiles)"
+    ),
+    "tests/tfinput/test_tpu.py::test_keras_rs_model_trains_on_tensorflow_and_the_format_matrix": (
+        "the same matrix on the TensorFlow backend"
+    ),
+    "tests/profiles/test_cli.py::test_profile_the_ranking_steps_on_the_jax_backend": (
+        "profiles both ranking steps in a JAX child process (TensorFlow and JAX traces)"
+    ),
+    "tests/tfinput/test_fleet.py::test_the_tuner_searches_the_service_knobs_and_sizes_the_fleet": (
+        "starts tf.data service clusters of 1 and 2 worker processes for the tuner to compare"
+    ),
+    "tests/tfinput/test_resume.py::test_keras_fit_resumes_mid_epoch_on_jax": (
+        "Keras fit on JAX in a child process, stopped and resumed mid-epoch"
+    ),
+}
+
+#: Modules `./dev test --quick` leaves out besides tests marked ``slow``: end-to-end
+#: tests with real processes (examples, doc pages, servers, kills, PostgreSQL, Ray).
+END_TO_END = frozenset(NEWEST_ONLY)
+
+#: Tests that took 3 s or more (call and set-up) in the last recorded full run: the rest
+#: of ``--quick``'s leave-outs. Regenerate with ``./dev test --newest --record-slow``.
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+SLOW_SECONDS = 3.0
+
+END = os.environ.get("TFINPUT_TEST_END", "")
+
+
+def _slow_list() -> frozenset[str]:
+    if not SLOW_LIST.exists():
+        return frozenset()
+    lines = (line.split("#", 1)[0].strip() for line in SLOW_LIST.read_text().splitlines())
+    return frozenset(line for line in lines if line)
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="leave out the end-to-end modules, the tests marked slow and those in "
+        "tests/slow_tests.txt",
+    )
+    parser.addoption(
+        "--record-slow",
+        action="store_true",
+        help=f"rewrite tests/slow_tests.txt with the tests of this run that took "
+        f"{SLOW_SECONDS:g} s or more",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    quick = config.getoption("--quick")
+    slow = _slow_list() if quick else frozenset()
+    keep, dropped = [], []
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in LONG_ALONE:
+            item.add_marker(pytest.mark.slow)
+        module = _module(item)
+        newest_only = END == "oldest" and module in NEWEST_ONLY
+        long = quick and (
+            module in END_TO_END
+            or item.nodeid in slow
+            or item.get_closest_marker("slow") is not None
+        )
+        (dropped if newest_only or long else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Called in the controlling process for every worker's reports too.
+    if report.when in ("setup", "call"):
+        _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not session.config.getoption("--record-slow") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow = sorted(n for n, t in _seconds.items() if t >= SLOW_SECONDS)
+    SLOW_LIST.write_text(
+        f"# Tests that took {SLOW_SECONDS:g} s or more (set-up and call) in a full run of the\n"
+        "# suite on the 2-core development machine; `./dev test --quick` leaves them out.\n"
+        "# Written by `./dev test --newest --record-slow`; edit by hand only to add.\n"
+        + "".join(f"{n}\n" for n in slow)
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    what = "the newest end only: " + ", ".join(sorted(NEWEST_ONLY))
+    if END == "oldest":
+        return f"tfinput: oldest end; deselected here (tests/conftest.py NEWEST_ONLY), {what}"
+    return f"tfinput: {END or 'default'} end; runs every module"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,21 +228,57 @@ def small_columns(small_schema):
     return testing.generate(small_schema, ROWS, seed=7, max_list_len=8)
 
 
+def _run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory shared by every process of this test run (pytest-xdist's workers
+    each have their own base temporary directory, under a common parent)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def shared_files(
+    tmp_path_factory: pytest.TempPathFactory, name: str, write: Callable[[Path], list[str]]
+) -> list[str]:
+    """Files written once per test run and read by every worker: ``write(directory)``
+    runs in the first process that asks (the others wait on a lock), later ones read
+    the list of files it returned."""
+    root = _run_root(tmp_path_factory) / "shared-data"
+    root.mkdir(exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        listing = root / f"{name}.json"
+        if listing.exists():
+            return json.loads(listing.read_text())
+        directory = root / name
+        shutil.rmtree(directory, ignore_errors=True)  # a worker stopped mid-write
+        directory.mkdir()
+        files = [str(f) for f in write(directory)]
+        listing.write_text(json.dumps(files))
+        return files
+
+
 @pytest.fixture(scope="session")
 def small_tfrecord(tmp_path_factory, small_schema, small_columns):
     from tfinput import testing
 
-    d = tmp_path_factory.mktemp("tfrecord")
-    return testing.write_tfrecord(d, small_schema, rows=ROWS, files=4, columns=small_columns)
+    return shared_files(
+        tmp_path_factory,
+        "tfrecord",
+        lambda d: testing.write_tfrecord(
+            d, small_schema, rows=ROWS, files=4, columns=small_columns
+        ),
+    )
 
 
 @pytest.fixture(scope="session")
 def small_parquet(tmp_path_factory, small_schema, small_columns):
     from tfinput import testing
 
-    d = tmp_path_factory.mktemp("parquet")
-    return testing.write_parquet(
-        d, small_schema, rows=ROWS, files=4, columns=small_columns, row_group_size=100
+    return shared_files(
+        tmp_path_factory,
+        "parquet",
+        lambda d: testing.write_parquet(
+            d, small_schema, rows=ROWS, files=4, columns=small_columns, row_group_size=100
+        ),
     )
 
 
@@ -63,9 +287,12 @@ def small_columnar(tmp_path_factory, small_schema, small_columns):
     """The same rows as columnar records: chunks of 100 rows, files of 300, 300, 300, 100."""
     from tfinput import testing
 
-    d = tmp_path_factory.mktemp("columnar")
-    return testing.write_columnar(
-        d, small_schema, rows=ROWS, files=4, chunk_rows=100, columns=small_columns
+    return shared_files(
+        tmp_path_factory,
+        "columnar",
+        lambda d: testing.write_columnar(
+            d, small_schema, rows=ROWS, files=4, chunk_rows=100, columns=small_columns
+        ),
     )
 
 

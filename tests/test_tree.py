@@ -63,3 +63,20 @@ def test_no_test_module_without_a_library_module():
                 for t in want
             )
             assert ok, f"{test.relative_to(ROOT)} mirrors no library module"
+
+
+def test_the_matrix_split_names_real_modules_with_reasons():
+    """tests/conftest.py's `NEWEST_ONLY` (what the oldest end of CI leaves out) names
+    existing test modules, each with its reason, and never a whole folder: a new test
+    runs on both ends unless its module is listed."""
+    from tests.conftest import END_TO_END, LONG_ALONE, NEWEST_ONLY, SLOW_LIST
+
+    for module, reason in NEWEST_ONLY.items():
+        assert (ROOT / module).is_file() and module.endswith(".py"), module
+        assert len(reason.split()) >= 8, f"{module}: say why the oldest end cannot differ"
+    assert all((ROOT / module).is_file() for module in END_TO_END)
+    for test in LONG_ALONE:  # the tests allowed over 30 s alone exist
+        module, name = test.split("::")
+        assert f"def {name}(" in (ROOT / module).read_text(), test
+    listed = [line for line in SLOW_LIST.read_text().splitlines() if not line.startswith("#")]
+    assert all(line.startswith("tests/") and "::" in line for line in listed)

@@ -345,6 +345,11 @@ class Pipeline:
         if fmt == "dense":
             _warn_large_padded_batches(schema, request.batch_size)
 
+        # Traced as written: decode and the transforms hold no Python control flow on
+        # tensor values (a tensor used as a bool would fail the build loudly). Autograph
+        # conversion of the functions behind it costs seconds of CPU on the first build
+        # in every process (a CLI command, a tf.data service worker) and buys nothing.
+        @tf.autograph.experimental.do_not_convert
         def parse(encoded: Any) -> Any:
             # Packing is fused with the transforms, in the same map: no extra pass.
             out = transform_batch(

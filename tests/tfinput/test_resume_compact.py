@@ -25,23 +25,42 @@ def pipeline(small_columnar, small_schema):
     return tfinput.columnar(small_columnar, small_schema, shuffle="global")
 
 
+#: ``(batches taken, unconsumed)`` at which `test_compact_state_resumes_exactly` saves.
+SAVES = [(1, 0), (6, 4), (10, 0), (11, 3), (12, 2), (25, 8)]
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(pipeline):
+def saved_run(pipeline):
+    """One uninterrupted run of three passes (10 batches of 100 rows, one chunk each),
+    with the state it gave at each of `SAVES` (``get_state(unconsumed=...)`` after that
+    many ``next``): ``(rows of every batch, {(taken, unconsumed): state})``. Taking a
+    state does not move the iterator, so one run serves every save point (rather than
+    one three-pass run each), and each state is checked against the run that gave it."""
+    it = pipeline.iterator(CONFIG, epochs=3, keep=8)
+    batches, states = [], {}
+    for batch in it:
+        batches.append(_rows(batch))
+        for taken, unconsumed in SAVES:
+            if taken == len(batches):
+                states[taken, unconsumed] = it.get_state(unconsumed=unconsumed)
+    return batches, states
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(saved_run):
     """Every batch of three passes (10 batches of 100 rows, one chunk each)."""
-    return [_rows(b) for b in pipeline.iterator(CONFIG, epochs=3)]
+    return saved_run[0]
 
 
 @pytest.mark.parametrize(
     "taken,unconsumed",
-    [(1, 0), (6, 4), (10, 0), (11, 3), (12, 2), (25, 8)],
+    SAVES,
     ids=["first", "ahead", "pass-end", "back-over-pass-end", "second-pass", "third-pass"],
 )
-def test_compact_state_resumes_exactly(pipeline, uninterrupted, taken, unconsumed):
+def test_compact_state_resumes_exactly(pipeline, saved_run, taken, unconsumed):
+    uninterrupted, states = saved_run
     assert len(uninterrupted) == 30
-    it = pipeline.iterator(CONFIG, epochs=3, keep=8)
-    for _ in range(taken):
-        next(it)
-    state = it.get_state(unconsumed=unconsumed)
+    state = states[taken, unconsumed]
     header = json.loads(state)
     assert header["format"] == COMPACT_FORMAT and len(state) < 1024
     at = taken - unconsumed
@@ -91,12 +110,11 @@ def test_compact_state_of_another_pipeline_is_refused(pipeline, small_tfrecord, 
     buffered = tfinput.tfrecord(small_tfrecord, small_schema).iterator(CONFIG)
     with pytest.raises(ResumeError, match="cannot restore this tfrecord pipeline"):
         buffered.set_state(state)
+    same = pipeline.iterator(CONFIG)  # a refused state leaves it as it was
     with pytest.raises(ResumeError, match="not a tfinput input state"):
-        pipeline.iterator(CONFIG).set_state(b'{"format": "x"')
+        same.set_state(b'{"format": "x"')
     with pytest.raises(ResumeError, match="state format"):
-        pipeline.iterator(CONFIG).set_state(
-            json.dumps({**json.loads(state), "format": "other/9"}).encode()
-        )
+        same.set_state(json.dumps({**json.loads(state), "format": "other/9"}).encode())
 
 
 def test_buffer_shuffle_keeps_the_full_state(small_columnar, small_schema):

@@ -14,9 +14,14 @@ from tuners.space import SearchSpace
 from tuners.study import tune
 
 # The format advice (a roofline, a conversion, a side-by-side measurement) and the gain
-# by knob have their own tests; the other tune() tests leave them out.
+# by knob have their own tests; the other tune() tests leave them out. One confirmation
+# round (a fresh iterator per config and round): the verdict's spread over rounds has
+# its own tests (the fake clock's `FAKE_PLAN`, the CLI's ``--confirm-windows 2``).
 FAST = {"windows": 2, "window_batches": 2, "warmup_batches": 1, "confirm_top": 1}
-FAST.update(confirm_windows=2, advise_format=False, breakdown=False)
+FAST.update(confirm_windows=1, advise_format=False, breakdown=False)
+
+#: Trials of `tuned`: its three baselines and one searched config.
+TUNED_TRIALS = 4
 
 
 @pytest.fixture
@@ -31,7 +36,7 @@ def base():
 
 @pytest.fixture(scope="session")
 def tuned(small_tfrecord, small_schema, tmp_path_factory):
-    """One real `tune` of the shared TFRecord pipeline (5 trials, a current config,
+    """One real `tune` of the shared TFRecord pipeline (`TUNED_TRIALS`, a current config,
     `FAST` measurements, no format advice, no breakdown): ``(pipeline, current, result)``.
     Tests that only read a tune result share it."""
     pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
@@ -39,7 +44,7 @@ def tuned(small_tfrecord, small_schema, tmp_path_factory):
     current = base.replace(map_parallelism=2, prefetch=1)
     result = tune(
         pipeline,
-        n_trials=5,
+        n_trials=TUNED_TRIALS,
         base=base,
         current=current,
         cpu_count=2,
@@ -70,11 +75,14 @@ def cli_args(small_tfrecord, tmp_path, small_schema, monkeypatch):
 
 def tune_seeded(pipeline, tmp_path, **kwargs):
     """`tune` on 2 cores with a seeded random sampler and a one-window confirmation of
-    the best config; ``kwargs`` add the measurement and override the rest."""
+    the best config, without the format advice and the gain by knob (as `FAST`);
+    ``kwargs`` add the measurement and override the rest."""
     options = dict(
         cpu_count=2,
         confirm_top=1,
         confirm_windows=1,
+        advise_format=False,
+        breakdown=False,
         sampler=optuna.samplers.RandomSampler(seed=0),
         lock_path=str(tmp_path / "lock"),
     )

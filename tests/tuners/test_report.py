@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 
 import tfinput
-from tests.tuners.conftest import BEST, tune_result
+from tests.tuners.conftest import BEST, TUNED_TRIALS, tune_result
 from tfinput.config import PipelineConfig
 from tuners.report import NO_PLOTLY, has_plotly, print_summary, verdict_lines, write_outputs
 
@@ -29,7 +29,7 @@ def test_outputs_load_into_build(tuned, tmp_path):
     html = paths["report"].read_text()
     assert "<html" in html and "plotly" in html.lower() and "Best config" in html
     data = json.loads(paths["result"].read_text())
-    assert len(data["trials_detail"]) == 5 and data["format"] == "tfinput.tune/1"
+    assert len(data["trials_detail"]) == TUNED_TRIALS and data["format"] == "tfinput.tune/1"
 
 
 def test_outputs_without_a_study_or_html(tmp_path):

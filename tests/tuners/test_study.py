@@ -12,7 +12,13 @@ import pytest
 import tensorflow as tf
 
 import tfinput
-from tests.tuners.conftest import FAST, FakeWorkload, rate_by_parallelism, tune_seeded
+from tests.tuners.conftest import (
+    FAST,
+    TUNED_TRIALS,
+    FakeWorkload,
+    rate_by_parallelism,
+    tune_seeded,
+)
 from tfinput import steps
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError
@@ -75,7 +81,7 @@ def test_baselines_come_first_and_result_is_confirmed(tuned):
     auto = next(c for c in result.confirmed if c.name == "autotune")
     assert auto.ratio == 1.0
     assert result.fingerprint["cpu_count"] == 2 and result.fingerprint["tensorflow"]
-    assert sum(result.trials.values()) == 5
+    assert sum(result.trials.values()) == TUNED_TRIALS
 
 
 @pytest.mark.parametrize(
@@ -130,9 +136,9 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(pipeline, tmp_path):
         n_trials=6,
         base=PipelineConfig(batch_size=50, drop_remainder=True),
         space=SearchSpace(choices={"batch_size": (50, 800), "map_parallelism": (1, 2)}),
-        windows=2,
+        windows=1,
         window_batches=2,
-        warmup_batches=2,
+        warmup_batches=1,
         pruner=optuna.pruners.NopPruner(),
     )
     trials = result.study.get_trials()
@@ -156,18 +162,19 @@ def test_resume_from_a_storage_file(pipeline, base, tmp_path):
         lock_path=str(tmp_path / "lock"),
         **FAST,
     )
-    first = tune(pipeline, n_trials=3, **kwargs)
-    assert sum(first.trials.values()) == 3
-    second = tune(pipeline, n_trials=5, **kwargs)
+    first = tune(pipeline, n_trials=2, **kwargs)  # the two baselines
+    assert sum(first.trials.values()) == 2
+    second = tune(pipeline, n_trials=3, **kwargs)
     trials = second.study.get_trials()
-    assert len(trials) == 5, "two more trials, baselines not enqueued again"
+    assert len(trials) == 3, "one more trial, baselines not enqueued again"
     assert [t.user_attrs.get("baseline") for t in trials].count("autotune") == 1
+    assert "baseline" not in trials[2].user_attrs  # the one more is a searched config
     journal = tune(
         pipeline,
-        n_trials=3,
+        n_trials=2,
         **{**kwargs, "storage": str(tmp_path / "j.log"), "study_name": "journal"},
     )
-    assert sum(journal.trials.values()) == 3
+    assert sum(journal.trials.values()) == 2
 
 
 # ------------------------------------------- failures, on a fake clock

@@ -274,7 +274,9 @@ def test_measure_hands_the_data_to_a_loop_owning_step():
 def test_measure_with_keras_fit_interleaves_steps_per_execution(small_tfrecord, small_schema):
     from tfinput import models
 
-    model = models.ranking_model(small_schema)
+    # Without XLA: each steps_per_execution retraces the train function, and an XLA
+    # compile of each would cost seconds without changing what is measured here.
+    model = models.ranking_model(small_schema, jit_compile=False)
     configs = {
         "k1": PipelineConfig(batch_size=32, steps_per_execution=1),
         "k2": PipelineConfig(batch_size=32, steps_per_execution=2),

@@ -41,7 +41,8 @@ def _run(code: str, backend: str, timeout: int) -> subprocess.CompletedProcess[s
 def test_keras_step_on_the_tensorflow_backend(small_tfrecord, small_schema):
     from tfinput import models
 
-    model = models.ranking_model(small_schema)
+    # No XLA here (it compiles for seconds): this checks the step, not the model's jit.
+    model = models.ranking_model(small_schema, jit_compile=False)
     step = steps.keras_step(model)
     assert step.kind == "keras" and step.name.endswith("(tensorflow)")
     ds = tfinput.tfrecord(small_tfrecord, small_schema).build(tfinput.PipelineConfig(batch_size=50))
@@ -76,7 +77,9 @@ def test_keras_backend_is_read_without_importing_keras(tmp_path, monkeypatch):
 def fit_model(small_schema):
     from tfinput import models
 
-    return models.ranking_model(small_schema)
+    # Without XLA: every steps_per_execution below retraces the train function, and an
+    # XLA compile of each costs seconds without changing what the fit step does.
+    return models.ranking_model(small_schema, jit_compile=False)
 
 
 @pytest.mark.parametrize("k", [1, 4], ids=["steps_per_execution_1", "steps_per_execution_4"])
@@ -190,19 +193,22 @@ from tfinput import models, steps
 assert keras.config.backend() == BACKEND
 schema = tfinput.testing.small_schema()
 ds = tfinput.tfrecord(FILES, schema).build(tfinput.PipelineConfig(batch_size=50))
-step = steps.keras_step(models.ranking_model(schema))
+model = models.ranking_model(schema)
+step = steps.keras_step(model)
 losses = [float(np.asarray(step(b)).reshape(-1)[0]) for b in ds.take(3)]
 assert all(np.isfinite(losses)), losses
 print("NAME", step.name)
 """
 
-# Then, on JAX: both Keras steps measured with each feeding knob, and `tfinput tune`
-# with both ranking steps, all in the same child (one Python + TensorFlow + JAX start).
+# Then, on JAX: both Keras steps measured with each feeding knob (on the model above: its
+# train step is compiled once), and `tfinput tune` with both ranking steps, all in the
+# same child (one Python + TensorFlow + JAX start). The tunes skip the format advice: it
+# measures input only (tf.Example against columnar records, no step, nothing of JAX) and
+# took a third of this test's time.
 _JAX_MORE = """
 from tfinput import cli
 from tuners.objective import measure
 pipeline = tfinput.tfrecord(FILES, schema)
-model = models.ranking_model(schema)
 before = [np.array(w) for w in model.get_weights()]
 for step in (steps.keras_step(model), steps.keras_fit_step(model)):
     for extra in ({"device_prefetch": 2}, {"steps_per_execution": 2}):
@@ -217,7 +223,7 @@ for kind, trials, out in TUNES:
         "tune", *FILES, "--schema", SCHEMA, "--step", kind, "--n-trials", trials,
         "--batch-size", "50", "--windows", "2", "--window-batches", "2",
         "--warmup-batches", "1", "--confirm-top", "1", "--confirm-windows", "1",
-        "--out", out, "--json",
+        "--out", out, "--json", "--no-format-advice",
     ])
     print("TUNE", kind, code)
 """
