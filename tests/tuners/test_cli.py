@@ -155,8 +155,6 @@ def test_cli_resumes_a_journal_study_whose_worker_was_killed(cli_args, capsys, t
     # journal storage has no heartbeat, so only the restart can fail and retry it.
     journal = str(tmp_path / "study.log")
     study_args = ["--storage", journal, "--study-name", "killed", "--n-trials", "4"]
-    # The retry is what this test checks: one confirmation round, no gain by knob.
-    study_args += ["--confirm-windows", "1", "--no-breakdown"]
     with open(tmp_path / "worker.log", "w") as log:
         worker = subprocess.Popen(
             [
