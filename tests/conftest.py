@@ -110,6 +110,16 @@ LONG_ALONE: dict[str, str] = {
     "tests/tfinput/test_resume.py::test_keras_fit_resumes_mid_epoch_on_jax": (
         "Keras fit on JAX in a child process, stopped and resumed mid-epoch"
     ),
+    "tests/tfinput/test_models.py::test_ranking_model_takes_packed_batches_with_jit_compile": (
+        "one XLA compile of the ranking model per layout it checks"
+    ),
+    "tests/tfinput/test_retrieval.py::test_two_tower_model_trains_on_jax_under_xla": (
+        "a two-tower model trained under XLA in a JAX child process"
+    ),
+    "tests/tuners/test_storage_postgres.py::test_two_workers_one_killed": (
+        "two tuner worker processes on PostgreSQL, one SIGKILLed, trials long enough for "
+        "the heartbeat to find it"
+    ),
 }
 
 #: Modules `./dev test --quick` leaves out besides tests marked ``slow``: end-to-end
