@@ -86,85 +86,32 @@ def _params(kind: str, mode: str) -> Any:
 CASES = [_params(kind, mode) for kind in KINDS for mode in MODES]
 
 
-#: The two-epoch modes share one config; their saving runs are shared too.
-TWO_EPOCH_MODES = [m for m, (_, build) in MODES.items() if build.get("epochs", 1) == 2]
-assert len({repr(MODES[m][0]) for m in TWO_EPOCH_MODES}) == 1
-
-
-def _saving_run(batches: Any, save_at: set[int], save: Any) -> tuple[list[Any], dict[int, Any]]:
-    """Every batch of ``batches`` (an iterator), and ``save()`` taken after each count of
-    batches in ``save_at``. Saving does not move an iterator, so one uninterrupted run
-    gives the positions of several modes, each checked against the run it came from."""
-    out: list[Any] = []
-    saved: dict[int, Any] = {}
-    for batch in batches:
-        out.append(batch)
-        if len(out) in save_at:
-            saved[len(out)] = save(len(out))
-    return out, saved
-
-
-@pytest.fixture(scope="module")
-def two_epoch_runs(pipeline_of, tmp_path_factory):
-    """``two_epoch_runs(kind)``: the saving runs of the two-epoch modes of ``kind``, made
-    once for all of them: ``(batches, {save_after: state})`` of one `InputIterator` over
-    two epochs, and ``(batches, {save_after: checkpoint path})`` of one ``repeat`` of
-    the built dataset saved with ``tf.train.Checkpoint``."""
-    runs: dict[str, Any] = {}
-
-    def make(kind: str) -> Any:
-        if kind not in runs:
-            pipeline, config, context, epochs, _ = _case(pipeline_of, kind, TWO_EPOCH_MODES[0])
-            save_at = {_case(pipeline_of, kind, m)[4] for m in TWO_EPOCH_MODES}
-            it = pipeline.iterator(config, input_context=context, epochs=epochs)
-            states = _saving_run(it, save_at, lambda n: it.get_state())
-            directory = tmp_path_factory.mktemp(f"two-epochs-{kind}")
-            built = iter(pipeline.build(config, context).repeat(epochs))
-            checkpoints = _saving_run(
-                built,
-                save_at,
-                lambda n: tf.train.Checkpoint(iterator=built).write(str(directory / f"ckpt{n}")),
-            )
-            runs[kind] = states, checkpoints, it.position
-        return runs[kind]
-
-    return make
-
-
 # ------------------------------------------------------- 1. every source, every mode
 @pytest.mark.parametrize(("kind", "mode"), CASES)
-def test_every_source_and_mode_resumes_exactly_both_ways(
-    pipeline_of, two_epoch_runs, kind, mode, tmp_path
-):
+def test_every_source_and_mode_resumes_exactly_both_ways(pipeline_of, kind, mode, tmp_path):
     """Both ways of saving, on one pipeline: `InputIterator` states restored into a fresh
     build, and ``tf.train.Checkpoint`` with default options restored into
     ``iter(pipeline.build(...))``. In one epoch the position is saved once from the
     iterator's ``tf_iterator`` and its uninterrupted run is the reference of both; over
-    two epochs the built dataset's ``repeat`` is saved in a run of its own (the two
-    two-epoch modes take their positions from one such pair of runs, `two_epoch_runs`)."""
+    two epochs the built dataset's ``repeat`` is saved in a run of its own."""
     pipeline, config, context, epochs, save_after = _case(pipeline_of, kind, mode)
 
     # -- InputIterator.get_state / set_state, restored in a new build
-    if epochs == 1:
-        it = pipeline.iterator(config, input_context=context, epochs=epochs)
-        for _ in range(save_after):
-            next(it)
-        state = it.get_state()
-        # the same position the TensorFlow way, from its own tf.data iterator
-        tf_path = tf.train.Checkpoint(iterator=it.tf_iterator).write(str(tmp_path / "ckpt"))
-        want = list(it)
-        end = it.position
-    else:
-        (run, states), (built_run, paths), end = two_epoch_runs(kind)
-        state, want = states[save_after], run[save_after:]
+    it = pipeline.iterator(config, input_context=context, epochs=epochs)
+    for _ in range(save_after):
+        next(it)
+    state = it.get_state()
     assert isinstance(state, bytes)
+    if epochs == 1:  # the same position the TensorFlow way, from its own tf.data iterator
+        tf_path = tf.train.Checkpoint(iterator=it.tf_iterator).write(str(tmp_path / "ckpt"))
+    want = list(it)
     assert len(want) >= 3
     again = _case(pipeline_of, kind, mode)[0]  # a new build
     restored = again.iterator(config, input_context=context, epochs=epochs)
     restored.set_state(state)
     assert restored.position == save_after
     _assert_same_batches(list(restored), want, " (InputIterator state)")
-    assert restored.position == end
+    assert restored.position == it.position
 
     # -- tf.train.Checkpoint of the built dataset
     def dataset() -> tf.data.Dataset:
@@ -174,8 +121,12 @@ def test_every_source_and_mode_resumes_exactly_both_ways(
     if epochs == 1:
         path = tf_path  # restored into ``pipeline.build``: ``want`` is the reference
         uninterrupted = want
-    else:  # a repeat of the built dataset, saved in its own run, which goes on
-        path, uninterrupted = paths[save_after], built_run[save_after:]
+    else:  # a repeat of the built dataset, saved in its own run
+        built = iter(dataset())
+        for _ in range(save_after):
+            next(built)
+        path = tf.train.Checkpoint(iterator=built).write(str(tmp_path / "ckpt"))
+        uninterrupted = list(built)  # the uninterrupted run goes on
     fresh = iter(dataset())
     tf.train.Checkpoint(iterator=fresh).read(path).assert_consumed()
     got = list(fresh)
