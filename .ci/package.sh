@@ -25,7 +25,9 @@ echo "package: built $(cd "$work/dist" && ls | tr '\n' ' ')" >&2
 
 python -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q --upgrade pip >&2
-"$work/venv/bin/python" -m pip install -q "$wheel" >&2
+# --no-compile: byte-compiling TensorFlow and the rest takes a core-minute, and this
+# check imports only tfinput's light top-level modules.
+"$work/venv/bin/python" -m pip install -q --no-compile "$wheel" >&2
 cd "$work"   # away from the source tree, so the installed copy is what runs
 "$work/venv/bin/tfinput" demo --help >/dev/null
 "$work/venv/bin/python" - <<'PY'

@@ -22,7 +22,8 @@ import pytest
 #
 # - The newest end runs every test.
 # - The oldest end (Python 3.10, TensorFlow 2.17, Keras 3.12, numpy 1.x, pyarrow 25)
-#   runs every test too, except the end-to-end modules in `NEWEST_ONLY`. Each of those
+#   runs every test too, except the end-to-end modules in `NEWEST_ONLY` and some cases of
+#   the parametrised tests in `OLDEST_CASES`. Each of those modules
 #   drives, in real processes, code whose version-dependent parts (reading, parsing,
 #   transforms, layouts, resume, the CLI entry points, the tf.data service API) other
 #   tests check on both ends; the reason is given per module.
@@ -67,6 +68,68 @@ NEWEST_ONLY: dict[str, str] = {
     "tests/tfinput/convert/test_ray_engine.py": (
         "Ray Data runs tfinput's own readers and writers, which tests/tfinput/convert "
         "checks on both ends (pyarrow 25 included)"
+    ),
+}
+
+#: Parametrised tests the oldest end runs in part, with the cases it keeps and why. The
+#: kept cases cover every source, layout and mode (or knob) of the parametrisation at
+#: least once, so each version-dependent path still runs there; the newest end runs the
+#: full cross product, where a failure would be one source meeting one mode.
+OLDEST_CASES: dict[str, tuple[frozenset[str], str]] = {
+    "tests/tfinput/test_resume.py::test_every_source_and_mode_resumes_exactly_both_ways": (
+        frozenset(
+            {
+                "tfrecord-shuffle",
+                "parquet-interleave",
+                "wrapped-file_shuffle",
+                "columnar-sharded",
+                "parquet-two_epochs",
+                "tfrecord-across_epochs",
+                "columnar-across_epochs",
+            }
+        ),
+        "each of the 4 sources and each of the 6 modes once, columnar's own shuffle over "
+        "an epoch boundary too: the modes' checkpoint behaviour is TensorFlow's, the "
+        "sources' is tfinput's",
+    ),
+    "tests/tfinput/test_resume_compact.py::test_compact_state_resumes_exactly": (
+        frozenset({"first", "back-over-pass-end", "third-pass"}),
+        "a save in the first pass, one handing batches back over a pass's end, and one "
+        "in a later pass: the compact state's three arithmetic cases",
+    ),
+    "tests/test_exactly_once.py::test_every_example_exactly_once": (
+        frozenset(
+            {
+                "tfrecord-1-pipeline-deterministic",
+                "parquet-3-pipelines-nondeterministic",
+                "wrapped-3-pipelines-deterministic",
+                "tfrecord-3-pipelines-nondeterministic",
+            }
+        ),
+        "every source, one and three pipelines, both determinism settings",
+    ),
+    "tests/tfinput/columnar_records/test_reader.py::test_every_example_exactly_once": (
+        frozenset(
+            {
+                "rebatch-1-pipeline-deterministic",
+                "whole-chunks-3-pipelines-nondeterministic",
+                "rebatch-3-pipelines-nondeterministic",
+                "whole-chunks-1-pipeline-deterministic",
+            }
+        ),
+        "both read modes, one and three pipelines, both determinism settings",
+    ),
+    "tests/tfinput/sources/test_parquet.py::"
+    "test_a_restored_iterator_yields_exactly_the_rest_of_the_epoch": (
+        frozenset({"in-order", "row-shuffle", "sharded"}),
+        "in order, row-shuffled and sharded; the file-shuffle, interleave and partial-batch "
+        "cases are also resumed on both ends by tests/tfinput/test_resume.py",
+    ),
+    "tests/test_multi_host.py::test_fewer_files_than_hosts_fall_back_to_data_sharding": (
+        frozenset({"columnar"}),
+        "the fallback is one branch of tfinput's sharding; the file-level sharding of every "
+        "source runs on both ends in test_four_hosts_read_disjoint_whole_files_that_cover_"
+        "every_file",
     ),
 }
 
@@ -145,6 +208,29 @@ def _module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+def _left_to_the_newest_end(nodeid: str) -> bool:
+    """A case of an `OLDEST_CASES` test that the oldest end does not keep."""
+    function, _, case = nodeid.partition("[")
+    kept = OLDEST_CASES.get(function)
+    return kept is not None and case.rstrip("]") not in kept[0]
+
+
+def _check_oldest_cases(items: list[pytest.Item]) -> None:
+    """Every case `OLDEST_CASES` keeps is a real case of its test (a renamed parameter
+    would otherwise leave the oldest end running none of them)."""
+    seen: dict[str, set[str]] = {}
+    for item in items:
+        function, _, case = item.nodeid.partition("[")
+        if function in OLDEST_CASES:
+            seen.setdefault(function, set()).add(case.rstrip("]"))
+    for function, cases in seen.items():
+        if stale := OLDEST_CASES[function][0] - cases:
+            raise pytest.UsageError(
+                f"tests/conftest.py OLDEST_CASES: {function} has no case "
+                f"{', '.join(sorted(stale))}; its cases are {', '.join(sorted(cases))}"
+            )
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--quick",
@@ -168,13 +254,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid.split("[", 1)[0] in LONG_ALONE:
             item.add_marker(pytest.mark.slow)
         module = _module(item)
-        newest_only = END == "oldest" and module in NEWEST_ONLY
+        newest_only = END == "oldest" and (
+            module in NEWEST_ONLY or _left_to_the_newest_end(item.nodeid)
+        )
         long = quick and (
             module in END_TO_END
             or item.nodeid in slow
             or item.get_closest_marker("slow") is not None
         )
         (dropped if newest_only or long else keep).append(item)
+    _check_oldest_cases(items)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -204,7 +293,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     what = "the newest end only: " + ", ".join(sorted(NEWEST_ONLY))
     if END == "oldest":
-        return f"tfinput: oldest end; deselected here (tests/conftest.py NEWEST_ONLY), {what}"
+        return (
+            f"tfinput: oldest end; deselected here (tests/conftest.py NEWEST_ONLY), {what}; "
+            f"and the cases OLDEST_CASES does not keep of {len(OLDEST_CASES)} parametrised tests"
+        )
     return f"tfinput: {END or 'default'} end; runs every module"
 
 

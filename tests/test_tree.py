@@ -78,5 +78,12 @@ def test_the_matrix_split_names_real_modules_with_reasons():
     for test in LONG_ALONE:  # the tests allowed over 30 s alone exist
         module, name = test.split("::")
         assert f"def {name}(" in (ROOT / module).read_text(), test
+    from tests.conftest import OLDEST_CASES
+
+    for test, (kept, reason) in OLDEST_CASES.items():  # the cases are checked at collection
+        module, name = test.split("::")
+        assert f"def {name}(" in (ROOT / module).read_text(), test
+        assert kept and module not in NEWEST_ONLY, test
+        assert len(reason.split()) >= 8, f"{test}: say why the kept cases suffice"
     listed = [line for line in SLOW_LIST.read_text().splitlines() if not line.startswith("#")]
     assert all(line.startswith("tests/") and "::" in line for line in listed)

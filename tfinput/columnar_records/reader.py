@@ -191,6 +191,8 @@ def read_permuted_chunks(
     """
     import tensorflow as tf
 
+    from tfinput.sources.skeleton import traced
+
     del buffer_size
     n = len(index)
     paths = tf.constant(index.paths)
@@ -211,11 +213,11 @@ def read_permuted_chunks(
             return (tf.constant(True), key), {"key": key, "position": position}
 
         ds = tf.data.Dataset.zip((tf.data.Dataset.range(n), draws)).scan(
-            (tf.constant(False), tf.constant(0, tf.int64)), first_draw
+            (tf.constant(False), tf.constant(0, tf.int64)), traced(first_draw)
         )
     else:
         key = tf.constant(start[0], tf.int64)
-        ds = tf.data.Dataset.range(start[1], n).map(lambda p: {"key": key, "position": p})
+        ds = tf.data.Dataset.range(start[1], n).map(traced(lambda p: {"key": key, "position": p}))
 
     def read(e: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         i = tf.random.experimental.index_shuffle(
@@ -245,7 +247,7 @@ def read_permuted_chunks(
         }
 
     return ds.map(
-        read,
+        traced(read),
         num_parallel_calls=parallelism,
         deterministic=deterministic if parallelism else None,
         name="read",
@@ -327,6 +329,8 @@ def _file_reader(*, verify: bool, buffer_size: int | None) -> Callable[[Any], An
     """The interleave function: one file's planned chunks as a dataset."""
     import tensorflow as tf
 
+    from tfinput.sources.skeleton import traced
+
     def read(f: dict[str, tf.Tensor]) -> tf.data.Dataset:
         records = tf.data.TFRecordDataset(f["path"], buffer_size=buffer_size).take(f["take"])
         if not verify:
@@ -335,12 +339,14 @@ def _file_reader(*, verify: bool, buffer_size: int | None) -> Callable[[Any], An
             {"chunk": tf.range(f["take"]), "digest": f["digests"][: f["take"]]}
         )
         return tf.data.Dataset.zip((records, meta)).map(
-            lambda r, m: {
-                "record": r,
-                "path": f["path"],
-                "chunk": m["chunk"],
-                "digest": m["digest"],
-            }
+            traced(
+                lambda r, m: {
+                    "record": r,
+                    "path": f["path"],
+                    "chunk": m["chunk"],
+                    "digest": m["digest"],
+                }
+            )
         )
 
     return read
@@ -361,14 +367,14 @@ def batch_chunks(
     chunks here and cuts exact batches with ``rebatch``; the decode step is then the
     identity.
     """
-    from tfinput.sources.skeleton import deterministic_arg, parallel_calls
+    from tfinput.sources.skeleton import deterministic_arg, parallel_calls, traced
 
     if batch_size % chunk_rows == 0:
         ds = ds.batch(batch_size // chunk_rows, drop_remainder=config.drop_remainder)
         return ds, assemble
     parallel_map = parallel_calls(config.map_parallelism)
     ds = ds.batch(max(1, batch_size // chunk_rows)).map(
-        assemble,
+        traced(assemble),
         num_parallel_calls=parallel_map,
         deterministic=deterministic_arg(config) if parallel_map else None,
     )

@@ -12,7 +12,7 @@ from tfinput.errors import ConfigError, SchemaError, SourceError
 from tfinput.schema import MultiHot, Schema
 from tfinput.sources._text import did_you_mean
 from tfinput.sources.protocol import Decode, ReadRequest, Resume, Source
-from tfinput.sources.skeleton import knob_is_set
+from tfinput.sources.skeleton import knob_is_set, traced
 
 __all__ = ["DatasetSource"]
 
@@ -105,7 +105,7 @@ class DatasetSource(Source):
         """
         ds = self.make()
         merge = _merger(ds.element_spec, schema)
-        return ds if merge is None else ds.map(merge)
+        return ds if merge is None else ds.map(traced(merge))
 
     def validate(self, files: list[str], schema: Schema) -> None:
         spec = self.dicts(schema).element_spec

@@ -24,7 +24,7 @@ from tfinput.sources._arrow import (
 from tfinput.sources._text import did_you_mean, first_line
 from tfinput.sources.files import drop_empty_files, resolve_paths
 from tfinput.sources.protocol import Decode, ReadRequest, ReadStages, Resume, Source
-from tfinput.sources.skeleton import file_order, interleave_files, knob_is_set
+from tfinput.sources.skeleton import file_order, interleave_files, knob_is_set, traced
 
 __all__ = ["ParquetSource", "LIST_VALUES", "LIST_LENGTHS"]
 
@@ -327,9 +327,9 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
 
     positions = (
         tf.data.Dataset.zip((tf.data.Dataset.range(2**62), draws))
-        .scan(initial, first_draw)
-        .take_while(lambda seed, saved, count, k: k < count)
-        .map(lambda seed, saved, count, k: (seed, saved, k))
+        .scan(initial, traced(first_draw))
+        .take_while(traced(lambda seed, saved, count, k: k < count))
+        .map(traced(lambda seed, saved, count, k: (seed, saved, k)))
     )
 
     def numpy_batch(seed: Any, saved: Any, k: Any) -> list[Any]:
@@ -354,7 +354,7 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
         return out
 
     # Named for profiler traces: the reader's time shows up as this map.
-    return positions.map(read, name="parquet_read")
+    return positions.map(traced(read), name="parquet_read")
 
 
 def _tfio_read(request: ReadRequest) -> tf.data.Dataset:

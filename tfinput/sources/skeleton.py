@@ -48,6 +48,17 @@ def file_order(files: tf.data.Dataset, count: int, request: ReadRequest) -> tf.d
     return files
 
 
+def traced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` for a tf.data function, traced as written instead of converted by
+    autograph. tfinput's dataset functions hold no Python control flow on tensor values
+    (a tensor used as a bool fails the build loudly), so the graph is the same either
+    way; the conversion only costs CPU at every build, seconds on the first one in a
+    process (a CLI command, a tf.data service worker)."""
+    import tensorflow as tf
+
+    return tf.autograph.experimental.do_not_convert(fn)
+
+
 def interleave_files(
     files: tf.data.Dataset, read: Callable[[Any], tf.data.Dataset], config: PipelineConfig
 ) -> tf.data.Dataset:
@@ -59,7 +70,7 @@ def interleave_files(
         parallel = min(parallel, cycle)
     block = None if config.interleave_block_length == AUTOTUNE else config.interleave_block_length
     return files.interleave(
-        read,
+        traced(read),
         cycle_length=cycle,
         block_length=block,
         num_parallel_calls=parallel_calls(parallel),
