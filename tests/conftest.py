@@ -303,6 +303,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     # Three logical CPU devices, so tf.distribute tests have several replicas. This must
     # happen before TensorFlow initialises its devices, i.e. before any test runs.
+    # pytest-xdist's controlling process runs no test: it need not load TensorFlow.
+    if not hasattr(config, "workerinput") and (config.getoption("numprocesses", None) or 0):
+        return
     import tensorflow as tf
 
     cpus = tf.config.list_physical_devices("CPU")
