@@ -12,62 +12,82 @@ from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# XLA (TensorFlow's jit_compile and JAX, here and in the child processes the tests start)
+# compiles with LLVM's cheap pipeline: the tests run a few steps of each compiled
+# program, so full optimisation is CPU time spent for nothing (a fifth of an XLA test's
+# CPU on the 2-core machine). The programs and their numerics are XLA's as usual.
+os.environ.setdefault(
+    "XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+)
 
 import pytest
 
 # ------------------------------------------------------------- which end runs what
 # CI runs this suite on both ends of the supported matrix (README, "Supported
-# versions"); `./dev test --oldest` / `--newest` set TFINPUT_TEST_END. This is the one
-# place that says which tests run where:
+# versions"), the two at the same time; `./dev test --oldest` / `--newest` set
+# TFINPUT_TEST_END. This is the one place that says which tests run where:
 #
-# - The newest end runs every test.
-# - The oldest end (Python 3.10, TensorFlow 2.17, Keras 3.12, numpy 1.x, pyarrow 25)
-#   runs every test too, except the end-to-end modules in `NEWEST_ONLY` and some cases of
-#   the parametrised tests in `OLDEST_CASES`. Each of those modules
-#   drives, in real processes, code whose version-dependent parts (reading, parsing,
-#   transforms, layouts, resume, the CLI entry points, the tf.data service API) other
-#   tests check on both ends; the reason is given per module.
+# - Every test runs on both ends, except:
+# - the end-to-end modules in `ONE_END`, each on the one end it names. Each drives, in
+#   real processes, code whose version-dependent parts (reading, parsing, transforms,
+#   layouts, resume, the CLI entry points, the tf.data service API) other tests check
+#   on both ends; the reason is given per module. They are split between the ends so
+#   that the two take about the same time in CI (a 2-core machine: the end that
+#   finishes first would leave its core idle);
+# - some cases of the parametrised tests in `OLDEST_CASES`, which the newest end runs in
+#   full and the oldest end in part (the oldest end, Python 3.10, TensorFlow 2.17,
+#   Keras 3.12, numpy 1.x, pyarrow 25, still runs every source, layout and mode).
 #
 # So a new test runs on both ends unless its module is listed here, with a reason.
-NEWEST_ONLY: dict[str, str] = {
+ONE_END: dict[str, tuple[str, str]] = {
     "tests/test_examples.py": (
+        "oldest",
         "the example scripts chain public calls (convert, schema inference, tune, fit, "
         "export) that tests/tfinput and tests/tuners check on both ends; here they are "
-        "kept runnable as scripts"
+        "kept runnable as scripts, on the older TensorFlow and Keras they must run on",
     ),
     "tests/test_examples_resume.py": (
-        "the JAX example's preemption run; the JAX prefetcher's exact resume is checked "
-        "on both ends by tests/tfinput/test_device_prefetch.py and test_resume.py"
+        "oldest",
+        "the JAX example's preemption run (JAX 0.5 there); the JAX prefetcher's exact "
+        "resume is checked on both ends by tests/tfinput/test_device_prefetch.py and "
+        "test_resume.py",
     ),
     "tests/test_docs_commands.py": (
+        "newest",
         "keeps the docs in step with the CLI (the same text and argument parser on both "
-        "ends); every command's behaviour is tested on both ends under tests/tfinput/cli "
-        "and tests/tuners/test_cli.py"
+        "ends), on the versions a new reader installs; every command's behaviour is "
+        "tested on both ends under tests/tfinput/cli and tests/tuners/test_cli.py",
     ),
     "tests/test_docs_serving.py": (
-        "runs docs/serving.md's code blocks; export and its signatures are checked on "
-        "both ends by tests/tfinput/test_serving.py"
+        "newest",
+        "runs docs/serving.md's code blocks as a new reader would; export and its "
+        "signatures are checked on both ends by tests/tfinput/test_serving.py",
     ),
     "tests/test_docs_resume.py": (
-        "runs docs/resume.md's code blocks; every resume route is checked on both ends "
-        "by tests/tfinput/test_resume.py"
+        "newest",
+        "runs docs/resume.md's code blocks as a new reader would; every resume route is "
+        "checked on both ends by tests/tfinput/test_resume.py",
     ),
     "tests/test_preemption.py": (
+        "oldest",
         "SIGKILLs a training process; the checkpoint and state paths it takes are "
-        "checked in-process on both ends by tests/tfinput/test_resume.py"
+        "checked in-process on both ends by tests/tfinput/test_resume.py",
     ),
     "tests/test_service_faults.py": (
-        "kills tf.data service server processes; the guarded read it checks is plain "
-        "Python, and the service API on TensorFlow 2.17 is exercised on both ends by "
-        "tests/tfinput/test_service.py and test_fleet.py"
+        "oldest",
+        "kills tf.data service server processes (TensorFlow 2.17's service here); the "
+        "guarded read it checks is plain Python, and the service API is exercised on both "
+        "ends by tests/tfinput/test_service.py and test_fleet.py",
     ),
     "tests/tuners/test_storage_postgres.py": (
+        "oldest",
         "tuner workers on a PostgreSQL storage: Optuna is 5.0 on both ends, and the "
-        "storage code paths are checked on both ends by tests/tuners/test_storage.py"
+        "storage code paths are checked on both ends by tests/tuners/test_storage.py",
     ),
     "tests/tfinput/convert/test_ray_engine.py": (
+        "newest",
         "Ray Data runs tfinput's own readers and writers, which tests/tfinput/convert "
-        "checks on both ends (pyarrow 25 included)"
+        "checks on both ends (pyarrow 25 included)",
     ),
 }
 
@@ -187,7 +207,7 @@ LONG_ALONE: dict[str, str] = {
 
 #: Modules `./dev test --quick` leaves out besides tests marked ``slow``: end-to-end
 #: tests with real processes (examples, doc pages, servers, kills, PostgreSQL, Ray).
-END_TO_END = frozenset(NEWEST_ONLY)
+END_TO_END = frozenset(ONE_END)
 
 #: Tests that took 3 s or more (call and set-up) in the last recorded full run: the rest
 #: of ``--quick``'s leave-outs. Regenerate with ``./dev test --newest --record-slow``.
@@ -195,6 +215,7 @@ SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 SLOW_SECONDS = 3.0
 
 END = os.environ.get("TFINPUT_TEST_END", "")
+ENDS = ("newest", "oldest")
 
 
 def _slow_list() -> frozenset[str]:
@@ -254,15 +275,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid.split("[", 1)[0] in LONG_ALONE:
             item.add_marker(pytest.mark.slow)
         module = _module(item)
-        newest_only = END == "oldest" and (
-            module in NEWEST_ONLY or _left_to_the_newest_end(item.nodeid)
+        other_end = (module in ONE_END and END in ENDS and ONE_END[module][0] != END) or (
+            END == "oldest" and _left_to_the_newest_end(item.nodeid)
         )
         long = quick and (
             module in END_TO_END
             or item.nodeid in slow
             or item.get_closest_marker("slow") is not None
         )
-        (dropped if newest_only or long else keep).append(item)
+        (dropped if other_end or long else keep).append(item)
     _check_oldest_cases(items)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -291,13 +312,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    what = "the newest end only: " + ", ".join(sorted(NEWEST_ONLY))
+    if END not in ENDS:
+        return "tfinput: no end named (TFINPUT_TEST_END); runs every test"
+    other = "newest" if END == "oldest" else "oldest"
+    left = ", ".join(m for m, (end, _) in sorted(ONE_END.items()) if end == other)
+    header = f"tfinput: {END} end; left to the {other} end (tests/conftest.py ONE_END): {left}"
     if END == "oldest":
-        return (
-            f"tfinput: oldest end; deselected here (tests/conftest.py NEWEST_ONLY), {what}; "
-            f"and the cases OLDEST_CASES does not keep of {len(OLDEST_CASES)} parametrised tests"
+        header += (
+            f"; and the cases OLDEST_CASES does not keep of {len(OLDEST_CASES)} parametrised tests"
         )
-    return f"tfinput: {END or 'default'} end; runs every module"
+    return header
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -66,14 +66,15 @@ def test_no_test_module_without_a_library_module():
 
 
 def test_the_matrix_split_names_real_modules_with_reasons():
-    """tests/conftest.py's `NEWEST_ONLY` (what the oldest end of CI leaves out) names
-    existing test modules, each with its reason, and never a whole folder: a new test
-    runs on both ends unless its module is listed."""
-    from tests.conftest import END_TO_END, LONG_ALONE, NEWEST_ONLY, SLOW_LIST
+    """tests/conftest.py's `ONE_END` (the end-to-end modules each end of CI runs alone)
+    names existing test modules, each with its end and reason, and never a whole folder:
+    a new test runs on both ends unless its module is listed."""
+    from tests.conftest import END_TO_END, ENDS, LONG_ALONE, ONE_END, SLOW_LIST
 
-    for module, reason in NEWEST_ONLY.items():
+    for module, (end, reason) in ONE_END.items():
         assert (ROOT / module).is_file() and module.endswith(".py"), module
-        assert len(reason.split()) >= 8, f"{module}: say why the oldest end cannot differ"
+        assert end in ENDS, f"{module}: the end is one of {ENDS}, not {end!r}"
+        assert len(reason.split()) >= 8, f"{module}: say why the other end cannot differ"
     assert all((ROOT / module).is_file() for module in END_TO_END)
     for test in LONG_ALONE:  # the tests allowed over 30 s alone exist
         module, name = test.split("::")
@@ -83,7 +84,7 @@ def test_the_matrix_split_names_real_modules_with_reasons():
     for test, (kept, reason) in OLDEST_CASES.items():  # the cases are checked at collection
         module, name = test.split("::")
         assert f"def {name}(" in (ROOT / module).read_text(), test
-        assert kept and module not in NEWEST_ONLY, test
+        assert kept and module not in ONE_END, test
         assert len(reason.split()) >= 8, f"{test}: say why the kept cases suffice"
     listed = [line for line in SLOW_LIST.read_text().splitlines() if not line.startswith("#")]
     assert all(line.startswith("tests/") and "::" in line for line in listed)

@@ -156,7 +156,7 @@ def test_to_jax_with_a_sharding_splits_the_batch_over_devices(pipeline):
     files = list(pipeline.source.paths)
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
