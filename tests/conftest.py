@@ -284,7 +284,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or item.get_closest_marker("slow") is not None
         )
         (dropped if other_end or long else keep).append(item)
-    _check_oldest_cases(items)
+    if not any("::" in arg for arg in config.args):  # not when tests are picked by id
+        _check_oldest_cases(items)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep

@@ -74,6 +74,29 @@ def guard(ok: tf.Tensor, explain: Callable[[], tf.Tensor]) -> tf.Tensor:
     return tf.cond(ok, lambda: tf.constant(True), fail)
 
 
+#: A check of a batch: ``(ok, explain)``, ``explain()`` giving the message when not ok.
+Check = tuple[tf.Tensor, Callable[[], tf.Tensor]]
+
+
+def guard_all(checks: list[Check]) -> tf.Tensor | None:
+    """One `guard` for all of a batch's checks: it fails with the message of the first
+    check (in the order given) that does not hold. One ``cond`` per batch instead of one
+    per check: each ``cond`` is two traced branch functions when the pipeline is built,
+    and a function call per batch when it runs. The messages are computed only on
+    failure."""
+    if not checks:
+        return None
+    if len(checks) == 1:
+        return guard(*checks[0])
+    oks = tf.stack([ok for ok, _ in checks])
+
+    def explain() -> tf.Tensor:
+        messages = tf.stack([tf.reshape(explain(), []) for _, explain in checks])
+        return messages[tf.argmin(tf.cast(oks, tf.int32))]
+
+    return guard(tf.reduce_all(oks), explain)
+
+
 def _s(x: tf.Tensor) -> tf.Tensor:
     return tf.strings.as_string(x)
 
@@ -83,7 +106,7 @@ def _check_ids(
     singles: list[Categorical],
     lists: list[tuple[MultiHot, tf.Tensor]],
     tables: dict,
-) -> list:
+) -> list[Check]:
     """One vectorized range check over every int64 id feature.
 
     Ids are reinterpreted as uint64, so a negative id becomes a value >= 2**63 and one
@@ -135,7 +158,7 @@ def _check_ids(
         )
         return tf.where(lo < 0, neg, big)
 
-    return [guard(tf.logical_not(tf.reduce_any(bad)), explain)]
+    return [(tf.logical_not(tf.reduce_any(bad)), explain)]
 
 
 def _stack(values: list[tf.Tensor]) -> tf.Tensor:
@@ -168,7 +191,7 @@ def _dense_scalars(
             ]
         )
 
-    guards.append(guard(tf.reduce_all(finite), explain_finite))
+    guards.append((tf.reduce_all(finite), explain_finite))
     inf = float("inf")
     lows = [f.clip[0] if f.clip and f.clip[0] is not None else None for f, _ in feats]
     highs = [f.clip[1] if f.clip and f.clip[1] is not None else None for f, _ in feats]
@@ -196,7 +219,7 @@ def _dense_scalars(
                     ]
                 )
 
-            guards.append(guard(tf.logical_not(tf.reduce_any(bad)), explain_log))
+            guards.append((tf.logical_not(tf.reduce_any(bad)), explain_log))
         mask = tf.constant([[v] for v in logs])
         x = tf.math.log1p(x) if all(logs) else tf.where(mask, tf.math.log1p(x), x)
     blocks.update({("dense", f.name): Block(x, i, 0) for i, (f, _) in enumerate(feats)})
@@ -204,7 +227,7 @@ def _dense_scalars(
     return {f.name: c for (f, _), c in zip(feats, columns)}
 
 
-def _finite_labels(labels: dict[str, tf.Tensor]) -> tf.Tensor:
+def _finite_labels(labels: dict[str, tf.Tensor]) -> Check:
     """One finiteness check over every label (stacked ``[n, B]``)."""
     finite = tf.math.is_finite(_stack(list(labels.values())))
     names = tf.constant(list(labels))
@@ -215,7 +238,7 @@ def _finite_labels(labels: dict[str, tf.Tensor]) -> tf.Tensor:
             ["label '", names[col], "': NaN or inf in a label; expected finite numbers"]
         )
 
-    return guard(tf.reduce_all(finite), explain)
+    return (tf.reduce_all(finite), explain)
 
 
 def _single_ids(
@@ -263,7 +286,7 @@ def _finite(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
     CheckNumerics is a stateful op, which would make the pipeline's iterator refuse to
     be checkpointed)."""
     guards.append(
-        guard(
+        (
             tf.reduce_all(tf.math.is_finite(x)),
             lambda: tf.constant(
                 f"feature '{f.name}': NaN or inf in a dense feature; expected finite numbers "
@@ -302,7 +325,7 @@ def _dense_vector(x: tf.Tensor, f: Dense, guards: list) -> tf.Tensor:
         if low is None or low <= -1:  # only then can log1p see a value <= -1
             smallest = tf.reduce_min(x)
             guards.append(
-                guard(
+                (
                     smallest > -1.0,
                     lambda: tf.strings.join(
                         [
@@ -342,16 +365,16 @@ def _multi_hot(
     )
 
 
-def _weight_guards(f: MultiHot, value: tf.RaggedTensor, w: tf.RaggedTensor) -> list[tf.Tensor]:
+def _weight_guards(f: MultiHot, value: tf.RaggedTensor, w: tf.RaggedTensor) -> list[Check]:
     """Weights of a multi-hot feature are finite and one per id in every row."""
-    finite = guard(
+    finite = (
         tf.reduce_all(tf.math.is_finite(w.values)),
         lambda: tf.constant(
             f"feature '{f.name}': NaN or inf in weights column '{f.weights}'; "
             "expected finite numbers"
         ),
     )
-    same = guard(
+    same = (
         tf.reduce_all(tf.equal(value.row_lengths(), w.row_lengths())),
         lambda: tf.constant(
             f"feature '{f.name}': weights column '{f.weights}' has a different "
@@ -441,7 +464,7 @@ def transform_batch(
         )
     tables = {t.name: t for t in schema.tables}
     weights: dict[str, Any] = {}
-    guards: list[tf.Tensor] = []
+    guards: list[Check] = []
     blocks: dict = {}
     scalars = [(f, tf.cast(raw[f.source], tf.float32)) for f in schema.dense if f.length is None]
     dense = _dense_scalars(scalars, guards, blocks)
@@ -477,10 +500,10 @@ def transform_batch(
     labels = {lab.name: tf.cast(raw[lab.source], tf.float32) for lab in schema.labels}
     if labels:
         guards.append(_finite_labels(labels))
-    # The guards are stateful ops: a tf.function (and so a tf.data map) runs them as
-    # control outputs and returns only after they pass, so no identity ops are needed
+    # The guard is a stateful op: a tf.function (and so a tf.data map) runs it as a
+    # control output and returns only after it passes, so no identity ops are needed
     # to hold a bad batch back (tests/test_bad_input.py proves it).
-    del guards
+    guard_all(guards)
     features: dict[str, Any] = {"dense": dense, "ids": ids, "weights": weights}
     if layout is not None:
         features = pack(features, layout, blocks=blocks)

@@ -21,6 +21,7 @@ __all__ = [
     "capped_shuffle_buffer",
     "check_tail_once",
     "check_first_examples",
+    "check_first_examples_once",
     "check_first_example",
 ]
 
@@ -191,6 +192,27 @@ def check_first_examples(
                 f"present: {sorted(seen)[:40]}" + did_you_mean(key, seen) + " (fix the "
                 "schema, or list the key in allow_absent if it is that sparse)"
             )
+
+
+_SAMPLES_OK: set[tuple[Any, ...]] = set()  # check_first_examples passed on these
+
+
+def check_first_examples_once(
+    path: str, compression: str, schema: Schema, *, allow_absent: Sequence[str] = ()
+) -> None:
+    """`check_first_examples`, skipped for a file version (path, modification time,
+    size) that already passed it with the same schema: the tuner and bench build the
+    same pipeline many times, and each check starts a TensorFlow reader."""
+    try:
+        stat = os.stat(path)
+        key = (path, stat.st_mtime_ns, stat.st_size, compression, schema, tuple(allow_absent))
+        hash(key)
+    except (OSError, TypeError):  # a remote path, or a schema that cannot be a key
+        check_first_examples(path, compression, schema, allow_absent=allow_absent)
+        return
+    if key not in _SAMPLES_OK:
+        check_first_examples(path, compression, schema, allow_absent=allow_absent)
+        _SAMPLES_OK.add(key)
 
 
 def check_first_example(path: str, compression: str, schema: Schema) -> None:

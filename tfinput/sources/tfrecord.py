@@ -13,7 +13,7 @@ from tfinput.errors import SourceError
 from tfinput.schema import Schema
 from tfinput.sources._tfrecord_checks import (
     capped_shuffle_buffer,
-    check_first_examples,
+    check_first_examples_once,
     check_tail_once,
 )
 from tfinput.sources.files import check_empty_files_policy, drop_empty_files, resolve_paths
@@ -98,7 +98,7 @@ class TFRecordSource(Source):
         for path in files:
             if "://" not in path and not self.compression_of(path):
                 check_tail_once(path)
-        check_first_examples(
+        check_first_examples_once(
             files[0], self.compression_of(files[0]), schema, allow_absent=self.allow_absent
         )
 
