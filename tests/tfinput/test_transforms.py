@@ -293,6 +293,24 @@ def test_bad_values_fail_naming_the_feature_and_the_value(changes, message):
     assert message in clean_error(error.value)
 
 
+def test_several_bad_values_in_one_batch_fail_with_the_first_check_every_time():
+    """All of a batch's checks share one guard: with several failing, the error is the
+    first failing check's (dense features, then weights, ids, labels), eagerly and in a
+    traced function alike, not whichever check the runtime happened to run first."""
+    bad = raw_batch(
+        x=tf.constant([NAN, 0.0, 3.0]),
+        c=tf.constant([0, 10, 4], tf.int64),
+        y=tf.constant([0.0, NAN, 1.0]),
+    )
+    traced = tf.function(lambda raw: transform_batch(raw, SCHEMA, batch_size=3))
+    for run in (lambda: transform_batch(bad, SCHEMA, batch_size=3), lambda: traced(bad)) * 2:
+        with pytest.raises(tf.errors.InvalidArgumentError) as error:
+            run()
+        message = clean_error(error.value)
+        assert "feature 'x': NaN or inf in a dense feature" in message
+        assert "feature 'c'" not in message and "label 'y'" not in message
+
+
 # ------------------------------------------------------------ packed layout
 def _fused_schema() -> Schema:
     """Runs the fused packing must handle: clipped and log1p scalars around a vector,
