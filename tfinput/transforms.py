@@ -91,7 +91,7 @@ def guard_all(checks: list[Check]) -> tf.Tensor | None:
     oks = tf.stack([ok for ok, _ in checks])
 
     def explain() -> tf.Tensor:
-        messages = tf.stack([tf.reshape(explain(), []) for _, explain in checks])
+        messages = tf.stack([tf.reshape(why(), []) for _, why in checks])
         return messages[tf.argmin(tf.cast(oks, tf.int32))]
 
     return guard(tf.reduce_all(oks), explain)

@@ -78,11 +78,16 @@ def _masked_crc32c(data: bytes) -> int:
 _WHOLE_FILES: set[tuple[str, int, int]] = set()  # (path, mtime_ns, size) found whole
 
 
+def _version(path: str) -> tuple[str, int, int]:
+    """``(path, mtime_ns, size)``: a file version, for the checks done once per version."""
+    stat = os.stat(path)
+    return (path, stat.st_mtime_ns, stat.st_size)
+
+
 def check_tail_once(path: str) -> None:
     """`_check_tail`, skipped for a file version already found whole (the tuner and
     bench build the same pipeline many times)."""
-    stat = os.stat(path)
-    key = (path, stat.st_mtime_ns, stat.st_size)
+    key = _version(path)
     if key not in _WHOLE_FILES:
         _check_tail(path)
         _WHOLE_FILES.add(key)
@@ -204,10 +209,8 @@ def check_first_examples_once(
     size) that already passed it with the same schema: the tuner and bench build the
     same pipeline many times, and each check starts a TensorFlow reader."""
     try:
-        stat = os.stat(path)
-        key = (path, stat.st_mtime_ns, stat.st_size, compression, schema, tuple(allow_absent))
-        hash(key)
-    except (OSError, TypeError):  # a remote path, or a schema that cannot be a key
+        key = (*_version(path), compression, schema, tuple(allow_absent))
+    except OSError:  # a remote path (gs://...): checked every time
         check_first_examples(path, compression, schema, allow_absent=allow_absent)
         return
     if key not in _SAMPLES_OK:
