@@ -152,4 +152,7 @@ def test_filtered_stderr_replays_everything_when_the_import_fails(capfd):
     with pytest.raises(ImportError), tf_logs._filtered_stderr():
         os.write(2, (NOISE + KEPT).encode())
         raise ImportError("libtensorflow_framework.so.2: cannot open shared object file")
-    assert capfd.readouterr().err == NOISE + KEPT
+    # Everything written comes back, once and in order. Not `==`: other threads of this
+    # process may write to descriptor 2 meanwhile and are replayed too (seen: a tf.data
+    # service client of an earlier test in the same worker logging failed heartbeats).
+    assert capfd.readouterr().err.count(NOISE + KEPT) == 1

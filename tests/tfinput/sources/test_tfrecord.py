@@ -141,6 +141,26 @@ def test_a_key_absent_from_the_first_records_is_named_with_a_suggestion(
     np.testing.assert_array_equal(features["dense"]["price"].numpy(), np.zeros(10))
 
 
+def test_first_records_are_checked_every_time_where_a_file_has_no_local_version(
+    small_tfrecord, small_schema
+):
+    """A path os.stat cannot see (gs://..., here TensorFlow's ram://) has no version to
+    remember a passed check by: the check reads its first records on every build."""
+    from tfinput.sources import _tfrecord_checks as checks
+
+    path = "ram://tfinput-first-records/part-0.tfrecord"
+    tf.io.gfile.makedirs("ram://tfinput-first-records")
+    tf.io.gfile.copy(small_tfrecord[0], path, overwrite=True)
+    with pytest.raises(OSError):
+        os.stat(path)
+    wrong = _with(small_schema, "price", column="prize")
+    for _ in range(2):  # refused both times: nothing was remembered
+        with pytest.raises(SchemaError, match=r"^ram://.*key 'prize' is absent"):
+            checks.check_first_examples_once(path, "", wrong)
+    checks.check_first_examples_once(path, "", small_schema)
+    assert not any(key[0] == path for key in checks._SAMPLES_OK)
+
+
 def test_a_key_of_the_wrong_kind_is_named(small_tfrecord, small_schema):
     schema = _with(small_schema, "country", dtype="int64", default=None)
     with pytest.raises(SchemaError) as e:
