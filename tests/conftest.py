@@ -64,9 +64,10 @@ ONE_END: dict[str, tuple[str, str]] = {
         "signatures are checked on both ends by tests/tfinput/test_serving.py",
     ),
     "tests/test_docs_resume.py": (
-        "newest",
-        "runs docs/resume.md's code blocks as a new reader would; every resume route is "
-        "checked on both ends by tests/tfinput/test_resume.py",
+        "oldest",
+        "runs docs/resume.md's code blocks as a new reader would (on the oldest versions "
+        "the page covers); every resume route is checked on both ends by "
+        "tests/tfinput/test_resume.py",
     ),
     "tests/test_preemption.py": (
         "oldest",

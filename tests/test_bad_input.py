@@ -285,7 +285,9 @@ def test_empty_files_are_skipped_and_counted(tmp_path, tiny_schema, good_files, 
     assert "skipped 1 empty file(s)" in caplog.text and "empty.tfrecord" in caplog.text
     assert pipeline.check().empty_files == (str(empty),)
     strict = tfinput.tfrecord([*good_files, str(empty)], tiny_schema, empty_files="error")
-    with pytest.raises(SourceError, match=r"1 empty file\(s\), first '.*empty.tfrecord'"):
+    with pytest.raises(
+        SourceError, match=r"1 empty file\(s\) \(0 bytes or 0 rows\), first '.*empty.tfrecord'"
+    ):
         strict.build(CONFIG)
 
 

@@ -33,6 +33,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -605,9 +606,10 @@ class KerasInputCheckpoint:
     """Resume Keras ``fit`` mid-epoch at the same input position (any backend).
 
     Saves the model (weights and optimizer state, `keras.Model.save_weights`) and the
-    input position together every ``every`` steps into ``directory`` (written to a
-    temporary folder, then renamed: a crash leaves the previous checkpoint whole), and
-    restores both when the next run starts::
+    input position together every ``every`` steps into ``directory`` (each save a new
+    folder, ``ckpt-N``, written under a temporary name and renamed when complete; the
+    older one is removed after: a crash at any point leaves the last complete
+    checkpoint whole), and restores both when the next run starts::
 
         it = pipeline.iterator(config, epochs=None)      # endless, resumable
         ckpt = tfinput.resume.KerasInputCheckpoint(it, "local/dir", every=500)
@@ -678,8 +680,8 @@ class KerasInputCheckpoint:
         Returns:
           The training steps already done (0 without a checkpoint).
         """
-        current = os.path.join(self.directory, "current")
-        if not os.path.isdir(current):
+        current = self.latest
+        if current is None:
             return 0
         with open(os.path.join(current, "step.json")) as f:
             self.step = int(json.load(f)["step"])
@@ -690,28 +692,27 @@ class KerasInputCheckpoint:
         self.iterator._hold(self.step)
         return self.step
 
+    @property
+    def latest(self) -> str | None:
+        """The folder of the last complete checkpoint in ``directory`` (None: none)."""
+        return _latest_folder(self.directory, _KERAS_FILES)
+
     def save(self, model: Any) -> None:
         """Write model and input position now (the callback calls it every ``every``
-        steps)."""
+        steps). A crash at any point of it leaves the previous checkpoint whole, and
+        the next save clears what the crashed one left."""
         # The position after the last trained step, read under the iterator's lock:
         # Keras may be pulling the next batches on another thread meanwhile.
         state = self.iterator._state_at(self.step)
-        os.makedirs(self.directory, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.directory)
-        model.save_weights(os.path.join(tmp, "model.weights.h5"))
-        with open(os.path.join(tmp, "input.state"), "wb") as f:
-            f.write(state)
-        with open(os.path.join(tmp, "step.json"), "w") as f:
-            json.dump({"step": self.step}, f)
-        current = os.path.join(self.directory, "current")
-        old = os.path.join(self.directory, ".old")
-        if os.path.isdir(current):
-            os.replace(current, old)
-        os.replace(tmp, current)
-        if os.path.isdir(old):
-            import shutil
 
-            shutil.rmtree(old, ignore_errors=True)
+        def write(folder: str) -> None:
+            model.save_weights(os.path.join(folder, "model.weights.h5"))
+            with open(os.path.join(folder, "input.state"), "wb") as f:
+                f.write(state)
+            with open(os.path.join(folder, "step.json"), "w") as f:
+                json.dump({"step": self.step}, f)
+
+        _save_folder(self.directory, write)
 
     def callback(self) -> Any:
         """The Keras callback that counts trained steps and saves every ``every``."""
@@ -732,6 +733,105 @@ class KerasInputCheckpoint:
                     owner.save(self.model)
 
         return _Callback()
+
+
+# ------------------------------------------------------- checkpoint folders
+#: The files of a `KerasInputCheckpoint` folder: all present means complete.
+_KERAS_FILES = ("model.weights.h5", "input.state", "step.json")
+_FOLDER_PREFIX = "ckpt-"
+#: Folders that `KerasInputCheckpoint` of tfinput 0.1 wrote (``current``, and ``.old``
+#: while it swapped them): read when no ``ckpt-*`` folder exists, removed by the next save.
+_LEGACY_FOLDERS = ("current", ".old")
+
+
+def _failpoint(name: str) -> None:
+    """Called at each step of `_save_folder` (tests replace it to stop the process
+    there, and check that `_latest_folder` and the next save cope)."""
+
+
+def _numbered(directory: str) -> list[tuple[int, str]]:
+    """``(number, path)`` of every ``ckpt-N`` folder, complete or not, by number."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        number = name[len(_FOLDER_PREFIX) :]
+        if name.startswith(_FOLDER_PREFIX) and number.isdigit():
+            out.append((int(number), os.path.join(directory, name)))
+    return sorted(out)
+
+
+def _latest_folder(directory: str, required: tuple[str, ...]) -> str | None:
+    """The last complete checkpoint folder in ``directory``: the highest-numbered
+    ``ckpt-N`` that holds every ``required`` file (a save that was stopped while it
+    removed an older folder may leave part of that one behind), else a folder of the
+    earlier layout. None: no checkpoint."""
+
+    def complete(path: str) -> bool:
+        return all(os.path.isfile(os.path.join(path, name)) for name in required)
+
+    for _, path in reversed(_numbered(directory)):
+        if complete(path):
+            return path
+    for name in _LEGACY_FOLDERS:
+        path = os.path.join(directory, name)
+        if complete(path):
+            return path
+    return None
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save_folder(directory: str, write: Callable[[str], None]) -> str:
+    """Write a new checkpoint folder in ``directory`` so that a crash at any point
+    leaves the last complete one whole and findable (`_latest_folder`).
+
+    ``write(folder)`` fills a fresh temporary folder; its files are flushed to disk and
+    the folder is renamed, in one atomic step, to ``ckpt-N`` with N above every
+    existing number. Only then are the older folders removed, with what earlier
+    crashed saves left (``.tmp-*`` folders, parts of older folders).
+
+    Returns:
+      The new folder's path.
+    """
+    os.makedirs(directory, exist_ok=True)
+    _failpoint("start")
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=directory)
+    _failpoint("made")
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _failpoint("written")
+    for name in os.listdir(tmp):
+        if os.path.isfile(os.path.join(tmp, name)):
+            _fsync(os.path.join(tmp, name))
+    _fsync(tmp)
+    _failpoint("synced")
+    numbered = _numbered(directory)
+    final = os.path.join(directory, f"{_FOLDER_PREFIX}{numbered[-1][0] + 1 if numbered else 1}")
+    os.replace(tmp, final)
+    _fsync(directory)
+    _failpoint("renamed")
+    stale = [path for _, path in numbered]
+    stale += [os.path.join(directory, name) for name in _LEGACY_FOLDERS]
+    stale += [
+        os.path.join(directory, name) for name in os.listdir(directory) if name.startswith(".tmp-")
+    ]
+    for path in stale:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            _failpoint("removed")
+    return final
 
 
 # ----------------------------------------------------------- verification

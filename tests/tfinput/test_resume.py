@@ -214,7 +214,7 @@ def test_from_generator_fails_at_save_time_naming_the_source_and_remedy(
     ckpt = KerasInputCheckpoint(pipeline.iterator(config), tmp_path / "ckpt", every=1)
     with pytest.raises(ResumeError, match="tfinput convert"):
         ckpt.save(model)
-    assert not (tmp_path / "ckpt" / "current").exists()
+    assert ckpt.latest is None and not (tmp_path / "ckpt").exists()
     # Through tf.train.Checkpoint too, TensorFlow refuses (it never saves a position that
     # would restart from the beginning).
     with pytest.raises(tf.errors.OpError):
@@ -393,7 +393,8 @@ def interrupted_fit(
     look_ahead: list[int] = []  # batches Keras had pulled but not trained, per callback
     pulls: list[int] = []  # batches each fit call pulled
     first_start, first, first_preempted, _ = run(stop=7)
-    resumed_at = int(json.loads((Path(directory) / "current" / "step.json").read_text())["step"])
+    (saved,) = os.listdir(directory)  # the one checkpoint folder the first run left
+    resumed_at = int(json.loads((Path(directory) / saved / "step.json").read_text())["step"])
     # The second process finishes the epoch in two fit calls: the look-ahead the first
     # call dropped must be trained by the second.
     second_start, second, second_preempted, iterations = run(
@@ -457,6 +458,94 @@ def test_keras_fit_resumes_mid_epoch_on_tensorflow(
     # On TensorFlow the first fit of the second run pulled past its 3 steps (Keras reads
     # ahead through tf.data); the next fit trained those batches, in order.
     assert result["second_pulled"][0] > 3
+
+
+# ------------------------------------------------- 7. a crash at every point of a save
+_CRASH_SAVE = """
+import os, sys
+from tfinput import resume
+directory, at, generation = sys.argv[1], sys.argv[2], sys.argv[3]
+resume._failpoint = lambda name: os._exit(9) if name == at else None
+
+def write(folder):
+    for name in resume._KERAS_FILES:
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(generation)
+        if at == "mid-write":
+            os._exit(9)
+
+resume._save_folder(directory, write)
+"""
+SAVE_POINTS = ("start", "made", "mid-write", "written", "synced", "renamed", "removed")
+
+
+def _generation_writer(generation: str) -> Any:
+    def write(folder: str) -> None:
+        for name in ("model.weights.h5", "input.state", "step.json"):
+            Path(folder, name).write_text(generation)
+
+    return write
+
+
+def _latest_generation(directory: Path) -> str:
+    from tfinput.resume import _KERAS_FILES, _latest_folder
+
+    latest = _latest_folder(str(directory), _KERAS_FILES)
+    assert latest is not None
+    contents = {Path(latest, name).read_text() for name in _KERAS_FILES}
+    assert len(contents) == 1, f"a mixed checkpoint: {contents}"
+    return contents.pop()
+
+
+@pytest.mark.parametrize("at", SAVE_POINTS)
+def test_a_save_killed_at_any_point_leaves_the_last_checkpoint_whole(tmp_path, at):
+    """A process killed (os._exit) at each step of a checkpoint save: the last complete
+    checkpoint is found whole, the next save succeeds and leaves one folder, and the
+    temporary folders of crashed saves (this one, and one from before) are gone."""
+    from tfinput.resume import _save_folder
+
+    directory = tmp_path / "ckpt"
+    _save_folder(str(directory), _generation_writer("1"))
+    (directory / ".tmp-crashed-before").mkdir()
+    (directory / ".tmp-crashed-before" / "model.weights.h5").write_text("junk")
+    out = subprocess.run(
+        [sys.executable, "-c", _CRASH_SAVE, str(directory), at, "2"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert out.returncode == 9, out.stderr[-2000:]
+    assert _latest_generation(directory) == ("2" if at in ("renamed", "removed") else "1")
+    _save_folder(str(directory), _generation_writer("3"))
+    assert _latest_generation(directory) == "3"
+    left = "ckpt-3" if at in ("renamed", "removed") else "ckpt-2"
+    assert [p.name for p in directory.iterdir()] == [left]
+
+
+def test_a_failed_save_leaves_no_folder_and_the_earlier_layout_is_read(tmp_path):
+    from tfinput.resume import _save_folder
+
+    directory = tmp_path / "ckpt"
+
+    def failing(folder: str) -> None:
+        Path(folder, "model.weights.h5").write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        _save_folder(str(directory), failing)
+    assert list(directory.iterdir()) == []
+    # tfinput 0.1 swapped ``current`` through ``.old``: a run killed between its two
+    # renames left only ``.old``, one killed before removing it left both.
+    (directory / ".old").mkdir()
+    _generation_writer("old")(str(directory / ".old"))
+    assert _latest_generation(directory) == "old"
+    (directory / "current").mkdir()
+    _generation_writer("current")(str(directory / "current"))
+    assert _latest_generation(directory) == "current"
+    _save_folder(str(directory), _generation_writer("new"))
+    assert _latest_generation(directory) == "new"
+    assert [p.name for p in directory.iterdir()] == ["ckpt-1"]
 
 
 _JAX_FIT = """

@@ -91,6 +91,30 @@ def parquet_columns(path: str, mtime_ns: int | None, size: int | None) -> dict[s
     }
 
 
+@functools.lru_cache(maxsize=4096)
+def parquet_rows(path: str, mtime_ns: int | None, size: int | None) -> int:
+    """Rows in a Parquet file, from its footer, cached per file version."""
+    import pyarrow.parquet as pq
+
+    del mtime_ns, size  # part of the cache key only
+    try:
+        return int(pq.read_metadata(path).num_rows)
+    except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
+        raise DataError(f"{path}: not a readable Parquet file ({first_line(e)})") from e
+
+
+def footer_rows(path: str) -> int | None:
+    """A local Parquet file's rows (`parquet_rows`); None for a remote or unreadable
+    one (reading it reports why)."""
+    if "://" in path:
+        return None
+    stat = os.stat(path)
+    try:
+        return parquet_rows(path, stat.st_mtime_ns, stat.st_size)
+    except DataError:
+        return None
+
+
 _INT_BITS = {f"{u}int{n}": (u == "u", n) for u in ("", "u") for n in (8, 16, 32, 64)}
 _FLOAT_BITS = {"halffloat": 16, "float": 32, "double": 64}
 

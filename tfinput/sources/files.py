@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tfinput.errors import SourceError
 
@@ -39,14 +39,40 @@ def as_paths(paths: PathsLike) -> tuple[str, ...]:
 
 def data_files(directory: str) -> list[str]:
     """A directory's data files, sorted: not hidden, not ``_``-prefixed (``_SUCCESS``),
-    not ``.json`` (the ``schema.json`` and ``manifest.json`` tfinput writes beside them)."""
-    return sorted(
-        os.path.join(directory, n)
-        for n in os.listdir(directory)
-        if not n.startswith((".", "_"))
-        and not n.endswith(".json")
-        and os.path.isfile(os.path.join(directory, n))
-    )
+    not ``.json`` (the ``schema.json`` and ``manifest.json`` tfinput writes beside them).
+
+    Raises:
+      SourceError: any other entry that is not a readable file (a broken symbolic link,
+        a folder, a pipe, an unreadable file), named: leaving it out would lose its
+        data without a word.
+    """
+    out = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith((".", "_")) or name.endswith(".json"):
+            continue
+        path = os.path.join(directory, name)
+        problem = _not_a_data_file(path)
+        if problem:
+            raise SourceError(
+                f"{path}: {problem}. Every entry of an input folder is read, except hidden "
+                "and _-prefixed names and .json files; move it away or name the files to "
+                "read (a list or a glob)"
+            )
+        out.append(path)
+    return out
+
+
+def _not_a_data_file(path: str) -> str | None:
+    """Why ``path`` (an entry of an input folder) cannot be read as a data file."""
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+    if os.path.isdir(path):
+        return "a folder (files inside folders of an input folder are not read)"
+    if not os.path.isfile(path):
+        return "not a regular file (a pipe, socket or device)"
+    if not os.access(path, os.R_OK):
+        return "not readable (permission denied)"
+    return None
 
 
 def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
@@ -80,23 +106,34 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
     return out
 
 
-def drop_empty_files(files: list[str], policy: str) -> tuple[list[str], list[str]]:
-    """``(kept, empty)``: local zero-byte files left out (``policy="skip"``, logged).
+def drop_empty_files(
+    files: list[str], policy: str, *, rows: Callable[[str], int | None] | None = None
+) -> tuple[list[str], list[str]]:
+    """``(kept, empty)``: local files with no data left out (``policy="skip"``, logged):
+    zero bytes, or, where ``rows`` (a file's row count from its footer, None: unknown)
+    is given, zero rows.
 
     Raises:
       SourceError: an empty file with ``policy="error"``; every file empty.
     """
-    empty = [f for f in files if "://" not in f and os.path.getsize(f) == 0]
+    local = [f for f in files if "://" not in f]
+    empty = [f for f in local if os.path.getsize(f) == 0 or (rows is not None and rows(f) == 0)]
     if empty and policy == "error":
         raise SourceError(
-            f"{len(empty)} empty file(s), first {empty[0]!r}; pass empty_files='skip' to "
-            "skip them (tfinput logs how many)"
+            f"{len(empty)} empty file(s) (0 bytes or 0 rows), first {empty[0]!r}; pass "
+            "empty_files='skip' to skip them (tfinput logs how many)"
         )
     if empty:
-        log.warning("tfinput: skipped %d empty file(s): %s", len(empty), ", ".join(empty[:5]))
+        log.warning(
+            "tfinput: skipped %d empty file(s) (0 bytes or 0 rows): %s",
+            len(empty),
+            ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else ""),
+        )
     kept = [f for f in files if f not in empty]
     if not kept:
-        raise SourceError(f"all {len(files)} input file(s) are empty, first {files[0]!r}")
+        raise SourceError(
+            f"all {len(files)} input file(s) are empty (0 bytes or 0 rows), first {files[0]!r}"
+        )
     return kept, empty
 
 

@@ -17,6 +17,7 @@ from tfinput.sources._arrow import (
     LIST_VALUES,
     ParquetBatches,
     expected_arrow,
+    footer_rows,
     parquet_columns,
     parquet_signature,
     reads_as,
@@ -71,7 +72,8 @@ class ParquetSource(Source):
       engine: ``pyarrow`` (default) or ``tensorflow-io`` (flat columns only, and only
         where its native ops load for the installed TensorFlow). tensorflow-io reads
         through the pipeline's own interleave, cache, shuffle and batch steps.
-      empty_files: ``skip`` (default; logged) or ``error`` for zero-byte files.
+      empty_files: ``skip`` (default; logged, and listed by ``check``) or ``error``
+        for files without data: zero bytes, or zero rows in the footer.
     """
 
     paths: tuple[str, ...]
@@ -98,8 +100,15 @@ class ParquetSource(Source):
         return ("interleave_block_length",) if self.engine == "pyarrow" else ()
 
     def files(self) -> list[str]:
+        return self._files(self.empty_files)[0]
+
+    def check_files(self) -> tuple[list[str], list[str]]:
+        """``(files, empty files)``: 0-row files count as empty (skipped, listed)."""
+        return self._files("skip")
+
+    def _files(self, empty_files: str) -> tuple[list[str], list[str]]:
         files = resolve_paths(self.paths, what="Parquet")
-        return drop_empty_files(files, self.empty_files)[0]
+        return drop_empty_files(files, empty_files, rows=footer_rows)
 
     def count_records(self, path: str) -> int | None:
         """Rows in one file, from its footer (`Pipeline.check` reports it)."""

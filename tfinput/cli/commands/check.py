@@ -112,7 +112,13 @@ def _check(args: argparse.Namespace) -> int:
             status = "[green]ok[/]" if f.error is None else f"[red]{f.error}[/]"
             out.print(f"{f.path}: {f.records:,} records  {status}")
         if report.empty_files:
-            out.print(f"{len(report.empty_files)} empty file(s) skipped")
+            names = ", ".join(report.empty_files[:5]) + (
+                ", ..." if len(report.empty_files) > 5 else ""
+            )
+            out.print(
+                f"{len(report.empty_files)} empty file(s) skipped (0 bytes or 0 rows): {names}",
+                markup=False,
+            )
         out.print(
             f"{len(report.files)} file(s), {report.records:,} records, "
             f"{len(report.problems)} with problems"

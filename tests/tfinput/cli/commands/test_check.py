@@ -73,11 +73,40 @@ def test_check_prints_every_file_and_the_empty_ones(
     assert out.splitlines() == [
         f"{files[0]}: 250 records  ok",
         f"{files[1]}: 250 records  ok",
-        "1 empty file(s) skipped",
+        f"1 empty file(s) skipped (0 bytes or 0 rows): {tmp_path / 'empty.tfrecord'}",
         "2 file(s), 500 records, 0 with problems",
     ]
     assert err == ""
-    assert f"skipped 1 empty file(s): {tmp_path / 'empty.tfrecord'}" in caplog.text  # a warning
+    assert (
+        f"skipped 1 empty file(s) (0 bytes or 0 rows): {tmp_path / 'empty.tfrecord'}" in caplog.text
+    )
+
+
+def test_check_fails_on_a_folder_that_would_lose_a_file_and_lists_0_row_files(
+    tmp_path, small_parquet, small_schema, capsys, caplog
+):
+    """A shard on an unmounted volume (a broken link in the folder) would lose its rows:
+    check fails and names it. A Parquet file with 0 rows holds nothing: skipped, listed."""
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "data"
+    data.mkdir()
+    kept = [shutil.copy(path, data) for path in small_parquet[:2]]
+    empty = data / "part-9.parquet"
+    pq.write_table(pq.read_table(small_parquet[0]).slice(0, 0), empty)
+    small_schema.to_json(data / "schema.json")
+    code, out, _ = run_cli(capsys, "check", data)
+    assert code == 0
+    assert out.splitlines()[2:] == [
+        f"1 empty file(s) skipped (0 bytes or 0 rows): {empty}",
+        "2 file(s), 500 records, 0 with problems",
+    ], kept
+    assert f"skipped 1 empty file(s) (0 bytes or 0 rows): {empty}" in caplog.text
+    (data / "part-3.parquet").symlink_to(tmp_path / "unmounted" / "part-3.parquet")
+    code, out, err = run_cli(capsys, "check", data)
+    assert code == 2 and out == ""
+    assert f"{data / 'part-3.parquet'}: a symbolic link to " in err
+    assert "which does not exist" in err
 
 
 def test_check_json_on_good_data(small_parquet, schema_file, capsys):
