@@ -452,7 +452,7 @@ def pipeline_of(small_schema, small_columns, small_tfrecord, small_parquet, smal
             return tfinput.wrap(lambda: wrapped_dataset(small_columns), small_schema)
         if kind == "wrapped_batched":
             return tfinput.wrap(
-                lambda: wrapped_dataset(small_columns).ragged_batch(50),
+                lambda: wrapped_dataset(small_columns).ragged_batch(50, drop_remainder=True),
                 small_schema,
                 batched=True,
             )

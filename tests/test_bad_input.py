@@ -224,8 +224,19 @@ def test_parquet_null_in_required_column(tmp_path, tiny_schema):
     pq.write_table(
         pa.table({"x": [1.0, None], "c": [1, None], "m": [[1], None], "label": [0.0, 1.0]}), path
     )
-    with pytest.raises(DataError, match=r"nulls.parquet: column 'c': 1 null value"):
-        drain(tfinput.parquet([str(path)], tiny_schema), PipelineConfig(batch_size=2))
+    expected = (
+        f"{path}: column 'c': 1 null value(s) but the schema gives no default for it; add "
+        "a default or fix the data"
+    )
+    pipeline = tfinput.parquet([str(path)], tiny_schema)
+    with pytest.raises(DataError) as e:
+        drain(pipeline, PipelineConfig(batch_size=2))
+    assert str(e.value) == expected  # the reader's sentence, not its traceback
+    with pytest.raises(DataError) as e:
+        list(pipeline.iterator(PipelineConfig(batch_size=2)))
+    assert str(e.value) == expected
+    (problem,) = pipeline.check().problems
+    assert f"{problem.path}: {problem.error}" == expected
 
 
 def test_parquet_nulls_with_defaults_are_filled(tmp_path, tiny_schema):
@@ -521,7 +532,7 @@ def test_wrapped_dataset_of_one_element_vectors(tiny_schema, batched):
             rows.append(ex.SerializeToString())
         ds = tf.data.Dataset.from_tensor_slices(rows)
         if batched:
-            return ds.batch(4).map(lambda s: tf.io.parse_example(s, spec))
+            return ds.batch(4, drop_remainder=True).map(lambda s: tf.io.parse_example(s, spec))
         return ds.map(lambda s: tf.io.parse_single_example(s, spec))
 
     ds = tfinput.wrap(parsed, tiny_schema, batched=batched).build(PipelineConfig(batch_size=4))

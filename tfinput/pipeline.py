@@ -256,6 +256,7 @@ class Pipeline:
             or with `with_towers`.
         """
         config = _checked_config(config)
+        asked = config
         packed = self._packed_layout(config)
         request = self._request(config, input_context)
         config = request.config  # data sharding fixes the read order (see _request)
@@ -285,8 +286,12 @@ class Pipeline:
         if repeat:
             ds = ds.repeat()
         if self.service is not None:  # the workers run everything above
-            ds = self.service.apply(ds, config)
-        return ds
+            return self.service.apply(ds, config)
+        # Its iterators carry what the pipeline is into tf.train.Checkpoint, which then
+        # refuses to restore them into another pipeline (files, order, seed, schema...).
+        from tfinput.resume import identified, pipeline_identity
+
+        return identified(ds, pipeline_identity(self, asked, input_context))
 
     def _packed_layout(self, config: PipelineConfig) -> PackedLayout | None:
         """The packed layout the build emits, or None for ``per_feature``.
@@ -444,7 +449,11 @@ class Pipeline:
                 message = explained = message[len(path) + 2 :]  # FileCheck names the path
             if path is not None:  # e.g. name the columnar chunk
                 explained = self.source.explain_error(path, message)
-            ours = isinstance(e, TfinputError) or explained != message
+            ours = (
+                isinstance(e, TfinputError)
+                or explained != message
+                or bool(_RAISED_INSIDE.search(str(e).split("\nTraceback", 1)[0]))
+            )
             return records, (records, explained, ours)
         return records, None
 
@@ -641,6 +650,9 @@ def _batch_rows(features: dict[str, Any]) -> int:
 _ASSERT = re.compile(
     r"assertion failed: \[tfinput DataError: (.*?)\](?: \[([^\]]*)\])?(?=\s*(?:\[\[|\n|$))", re.S
 )
+_RAISED_INSIDE = re.compile(
+    r"(?<!tfinput )\b(?:DataError|SchemaError|SourceError|ConfigError): (.*)$", re.S
+)
 _NOISE = (
     r"\{\{function_node [^}]*\}\}\s*",
     r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ",
@@ -658,9 +670,16 @@ def clean_error(error: BaseException) -> str:
         return str(error)
     text = getattr(error, "message", None) or str(error)
     text = text.replace("\\'", "'").replace('\\"', '"')
+    # A Python exception raised inside the pipeline (a reader's callback): TensorFlow
+    # appends its traceback; the sentence before it is the message (tfinput's own
+    # errors, raised by its readers, without their class name).
+    text = text.split("\nTraceback (most recent call last):", 1)[0]
     m = _ASSERT.search(text)
     if m:
         return " ".join(p.strip() for p in m.groups() if p).strip()
+    inner = _RAISED_INSIDE.search(text)
+    if inner:
+        return inner.group(1).strip()
     for pattern in _NOISE:
         text = re.sub(pattern, "", text)
     text = " ".join(text.split())

@@ -29,6 +29,7 @@ another schema or other batch-shaping knobs.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import io
 import json
@@ -52,6 +53,8 @@ __all__ = [
     "KerasInputCheckpoint",
     "STATE_FORMAT",
     "distributed_steps",
+    "identified",
+    "identity_differences",
     "pipeline_identity",
     "verify",
 ]
@@ -65,6 +68,7 @@ _HEADER, _BATCHES, _CKPT = "header.json", "unconsumed/", "iterator/"
 #: Config fields that shape the batches: a state saved under other values is refused.
 IDENTITY_KNOBS = ("batch_size", "drop_remainder", "shuffle_buffer", "shuffle_seed", "cache")
 
+RESTORE_INTO = "Restore it into a build of the same files, schema and batch-shaping knobs"
 REMEDY = (
     "tf.data can checkpoint only native datasets: data read by Python code "
     "(Dataset.from_generator, py_function) has no position it can save. Convert the data "
@@ -74,16 +78,16 @@ REMEDY = (
 
 
 def pipeline_identity(pipeline: Any, config: Any, input_context: Any = None) -> dict[str, Any]:
-    """What a state must match to be restored into a build: source kind, files (as a
-    digest), schema digest, layout, multi-hot format, the batch-shaping knobs and the
+    """What a state must match to be restored into a build: source kind, files (each
+    local file by absolute path, size and modification time, so that the same files
+    named from another working directory match and a file rewritten under its name
+    does not), schema digest, layout, multi-hot format, the batch-shaping knobs and the
     input pipeline (``input_context``). Parallelism knobs may differ (a job restarted on
     another host may use other tuned settings)."""
-    files = pipeline.source.files()
     schema = json.dumps(pipeline.schema.to_dict(), sort_keys=True)
     identity = {
         "source": pipeline.source.kind,
-        "files": len(files),
-        "files_digest": hashlib.sha256("\n".join(files).encode()).hexdigest()[:16],
+        "files": [_file_entry(path) for path in pipeline.source.files()],
         "schema_digest": hashlib.sha256(schema.encode()).hexdigest()[:16],
         "layout": config.layout or pipeline.layout,
         "multi_hot_format": pipeline.multi_hot_format,
@@ -98,6 +102,160 @@ def pipeline_identity(pipeline: Any, config: Any, input_context: Any = None) -> 
             input_context.num_input_pipelines,
         ]
     return identity
+
+
+def _file_entry(path: str) -> list[Any]:
+    """``[absolute path, size, modification time in ns]`` of a local file; a remote
+    one (``gs://...``) by its name only (``[path, None, None]``)."""
+    if "://" in path:
+        return [path, None, None]
+    stat = os.stat(path)
+    return [os.path.abspath(path), stat.st_size, stat.st_mtime_ns]
+
+
+def identity_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What differs between a saved pipeline identity and the current one, in words
+    (which file, which field); empty when they match. Either may be the compact
+    summary of `_compact_identity`."""
+    # Compared as JSON gives them back (tuples as lists), as a saved identity is read.
+    saved, now = (json.loads(json.dumps(x, sort_keys=True, default=str)) for x in (saved, now))
+    out: list[str] = []
+    for key in sorted(set(saved) | set(now)):
+        a, b = saved.get(key), now.get(key)
+        if a == b:
+            continue
+        if key == "files":
+            out += _file_differences(a, b)
+        elif key != "files_digest":  # an earlier tfinput's; "files" says it
+            out.append(f"{key}: saved {a!r}, now {b!r}")
+    return out
+
+
+def _some(paths: list[str], n: int = 3) -> str:
+    return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
+def _file_differences(saved: Any, now: Any) -> list[str]:
+    if isinstance(saved, dict) or isinstance(now, dict):  # compact summaries
+        saved = saved if isinstance(saved, dict) else _files_summary(saved or [])
+        now = now if isinstance(now, dict) else _files_summary(now or [])
+        if saved.get("names") != now.get("names"):
+            return [f"files: other files ({saved.get('count')} saved, {now.get('count')} now)"]
+        if saved.get("order") != now.get("order"):
+            return [f"files: the same {now.get('count')} files in another order"]
+        return [
+            "files: a file changed since the save (its size or modification time; this "
+            "compact state does not record which)"
+        ]
+    if not isinstance(saved, list) or not isinstance(now, list):
+        return ["files: saved by an earlier tfinput, which recorded only a digest"]
+    before = {entry[0]: entry for entry in saved}
+    after = {entry[0]: entry for entry in now}
+    out = []
+    if missing := [p for p in before if p not in after]:
+        out.append(f"files: {len(missing)} saved but not given now: {_some(missing)}")
+    if added := [p for p in after if p not in before]:
+        out.append(f"files: {len(added)} given now but not saved: {_some(added)}")
+    if not missing and not added and list(before) != list(after):
+        i = next(i for i, (a, b) in enumerate(zip(before, after)) if a != b)
+        out.append(
+            f"files: the same {len(after)} files in another order: number {i + 1} was "
+            f"{list(before)[i]}, now {list(after)[i]}; list them in the saved order "
+            "(sorted, as a folder or glob gives them)"
+        )
+    for path, (_, size, mtime) in before.items():
+        if path in after and after[path][1:] != [size, mtime]:
+            new_size, new_mtime = after[path][1:]
+            what = (
+                f"size {size:,} -> {new_size:,} bytes"
+                if size != new_size
+                else f"modified at {_when(mtime)} -> {_when(new_mtime)}"
+            )
+            out.append(
+                f"{path} changed since the save: {what} (a copy that keeps modification "
+                "times, cp -p or rsync -t, resumes)"
+            )
+    return out
+
+
+def _when(mtime_ns: int | None) -> str:
+    if mtime_ns is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(mtime_ns / 1e9)) + " UTC"
+
+
+def _files_summary(files: list[list[Any]]) -> dict[str, Any]:
+    """A compact summary of an identity's file entries: their number and digests of
+    their names (any order), their order, and their sizes and modification times."""
+
+    def digest(value: Any) -> str:
+        return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+    return {
+        "count": len(files),
+        "names": digest(sorted(entry[0] for entry in files)),
+        "order": digest([entry[0] for entry in files]),
+        "stats": digest([entry[1:] for entry in files]),
+    }
+
+
+def _compact_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """An identity with its file list summarised (`_files_summary`): what a compact
+    state carries (under 1 KB whatever the number of files)."""
+    out = dict(identity)
+    if isinstance(out.get("files"), list):
+        out["files"] = _files_summary(out["files"])
+    return out
+
+
+def identified(dataset: tf.data.Dataset, identity: Mapping[str, Any]) -> tf.data.Dataset:
+    """``dataset``, whose iterators carry ``identity`` into ``tf.train.Checkpoint``: a
+    checkpoint of such an iterator restores only into an iterator of a dataset of the
+    same identity, and refuses any other at restore with a `ResumeError` naming what
+    differs. (Datasets derived from it by further transformations are plain ones.)"""
+    return _identified_class()(dataset, json.dumps(identity, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=1)
+def _identified_class() -> type:
+    import tensorflow as tf
+    from tensorflow.python.data.ops import dataset_ops  # no public unary base class
+
+    class IdentityCheck(tf.__internal__.tracking.Trackable):
+        """Saved beside an iterator's state: the identity of its pipeline."""
+
+        def __init__(self, identity: str) -> None:
+            self.identity = identity
+
+        def _serialize_to_tensors(self) -> dict[str, Any]:
+            return {"identity": tf.constant(self.identity)}
+
+        def _restore_from_tensors(self, restored: Mapping[str, Any]) -> Any:
+            saved = json.loads(restored["identity"].numpy().decode())
+            now = json.loads(self.identity)
+            if differences := identity_differences(saved, now):
+                raise ResumeError(
+                    "tf.train.Checkpoint: this iterator's position was saved from another "
+                    f"{saved.get('source')} pipeline. {'. '.join(differences)}. {RESTORE_INTO}"
+                )
+            return tf.no_op()
+
+    class IdentifiedDataset(dataset_ops.UnaryUnchangedStructureDataset):
+        """The same dataset; its eager iterators carry an `IdentityCheck`."""
+
+        def __init__(self, dataset: tf.data.Dataset, identity: str) -> None:
+            self._tfinput_identity = identity
+            super().__init__(dataset, dataset._variant_tensor)
+
+        def __iter__(self) -> Any:
+            iterator = super().__iter__()
+            if tf.executing_eagerly():
+                iterator._track_trackable(
+                    IdentityCheck(self._tfinput_identity), name="tfinput_pipeline", overwrite=True
+                )
+            return iterator
+
+    return IdentifiedDataset
 
 
 class InputIterator(Iterator[Any]):
@@ -338,7 +496,7 @@ class InputIterator(Iterator[Any]):
         position = {
             "format": COMPACT_FORMAT,
             "source": self._name,
-            "identity": _digest(self._identity),
+            "identity": _compact_identity(self._identity),
             "position": at,
             "epoch": epoch,
             "seed": self._seed,
@@ -367,12 +525,20 @@ class InputIterator(Iterator[Any]):
                 f"{self._name} pipeline; restore it into a build of the same files, schema "
                 "and batch-shaping knobs"
             )
-        if self._identity and header.get("identity") != _digest(self._identity):
+        saved = header.get("identity")
+        if self._identity and not isinstance(saved, dict):
+            raise ResumeError(
+                "set_state: this compact state was saved by an earlier tfinput (it "
+                "records a digest of its pipeline, not what the pipeline was), so it cannot "
+                "be checked against this one; resume with the tfinput that saved it, or "
+                "restart the epoch"
+            )
+        if self._identity and (
+            differences := identity_differences(saved, _compact_identity(self._identity))
+        ):
             raise ResumeError(
                 f"set_state: the state was saved from another {header.get('source')} "
-                "pipeline (its identity digest differs: other files, schema, batch size, "
-                "shuffle seed or input pipeline); restore it into a build of the same "
-                "files, schema and batch-shaping knobs"
+                f"pipeline. {'. '.join(differences)}. {RESTORE_INTO}"
             )
         position, epoch, seed, batch = values
         dataset = self._resume_dataset(epoch, seed, batch)
@@ -453,17 +619,10 @@ class InputIterator(Iterator[Any]):
     def _check_identity(self, saved: Mapping[str, Any]) -> None:
         if not self._identity or not saved:
             return
-        diff = {
-            k: (saved.get(k), self._identity.get(k))
-            for k in sorted(set(saved) | set(self._identity))
-            if saved.get(k) != self._identity.get(k)
-        }
-        if diff:
-            shown = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, a, b in _rows(diff))
+        if differences := identity_differences(saved, self._identity):
             raise ResumeError(
                 f"set_state: the state was saved from another {saved.get('source')} "
-                f"pipeline ({shown}); restore it into a build of the same files, schema "
-                "and batch-shaping knobs"
+                f"pipeline. {'. '.join(differences)}. {RESTORE_INTO}"
             )
 
     def _unsaveable(self, error: BaseException) -> str:
@@ -510,20 +669,10 @@ def distributed_steps(strategy: Any, batches: Iterator[Any]) -> Iterator[Any]:
         )
 
 
-def _digest(identity: Mapping[str, Any]) -> str:
-    """A short fingerprint of a pipeline identity (compact states carry this)."""
-    text = json.dumps(identity, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
 def epoch_seed(seed: int, epoch: int) -> int:
     """The shuffle seed of pass ``epoch`` (0: ``seed`` itself) of a multi-epoch
     `InputIterator`."""
     return seed if epoch == 0 else (seed + epoch * 0x9E3779B97F4A7C15) % 2**62
-
-
-def _rows(diff: Mapping[str, tuple[Any, Any]]) -> list[tuple[str, Any, Any]]:
-    return [(k, a, b) for k, (a, b) in diff.items()]
 
 
 def _first_line(error: BaseException) -> str:

@@ -340,6 +340,7 @@ class Schema:
                     f"{f.table!r} (ids in [0, {vocab[f.table]})); use an id in range or "
                     "out_of_range='modulo'"
                 )
+        self._check_column_shapes()
         unused = set(table_names) - {f.table for f in self.categorical}
         if unused:
             raise SchemaError(f"Schema: tables {sorted(unused)} are used by no feature")
@@ -347,6 +348,31 @@ class Schema:
             raise SchemaError("Schema: no features")
         if self.candidate_id is not None:
             self._check_candidate_id(self.candidate_id)
+
+    def _check_column_shapes(self) -> None:
+        """A source column has one shape: features may share a column (a numeric and
+        a categorical view of one field) only where they read it the same way."""
+
+        def shape(f: Any) -> str:
+            if isinstance(f, MultiHot):
+                return "a list of ids"
+            if isinstance(f, Dense) and f.length is not None:
+                return f"a vector of {f.length}"
+            return "one value"
+
+        readers: dict[str, tuple[str, str]] = {}  # column -> (shape, first feature)
+        for f in self.features:
+            columns = [(f.source, shape(f))]
+            if isinstance(f, MultiHot) and f.weights:
+                columns.append((f.weights, "a list of weights"))
+            for column, kind in columns:
+                seen, first = readers.setdefault(column, (kind, f.name))
+                if seen != kind and not {seen, kind} <= {"a list of ids", "a list of weights"}:
+                    raise SchemaError(
+                        f"Schema: column {column!r} is read as {seen} by feature {first!r} "
+                        f"and as {kind} by feature {f.name!r}; a column has one shape: "
+                        "give one of them its own column (column=...)"
+                    )
 
     def _check_candidate_id(self, name: Any) -> None:
         if not isinstance(name, str) or name not in {f.name for f in self.features}:

@@ -43,6 +43,7 @@ model trained on JAX is saved as ``.keras`` and exported with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -50,7 +51,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import LAYOUTS
-from tfinput.errors import ConfigError
+from tfinput.errors import ConfigError, SchemaError
 from tfinput.schema import Categorical, Dense, MultiHot, Schema
 
 if TYPE_CHECKING:
@@ -283,6 +284,7 @@ def serving_fn(
     import tensorflow as tf
 
     spec = ServingSpec(source, multi_hot_format=multi_hot_format, layout=layout)
+    check_trained_schema(model, spec.training_schema)
     call = _model_call(model)
 
     if inputs == "examples":
@@ -300,6 +302,53 @@ def serving_fn(
 
         return from_raw
     raise ConfigError(f'inputs: expected "examples" or "raw", got {inputs!r}')
+
+
+def check_trained_schema(model: Any, schema: Schema) -> None:
+    """Refuse to serve ``model`` through ``schema`` when the model records the schema it
+    was trained with (``model.schema``: `tfinput.models` keep it in their config) and
+    the two would transform a request differently: served ids or values would not be
+    the ones it learned from.
+
+    Raises:
+      SchemaError: naming each feature and field that differs.
+    """
+    trained = getattr(model, "schema", None)
+    if not isinstance(trained, Schema):
+        return
+    if differences := transform_differences(trained, schema):
+        raise SchemaError(
+            "serving: the schema given is not the one the model was trained with (the "
+            f"model records it): {'; '.join(differences)}. Serve through the training "
+            "schema (model.schema, or the schema.json the model was trained with)"
+        )
+
+
+def transform_differences(trained: Schema, given: Schema) -> list[str]:
+    """What would make ``given`` transform a request differently from ``trained``, in
+    words: features missing or added, any field of a feature, and the vocabulary size
+    of a feature's table (ids are folded or hashed into it). Labels, and table fields
+    the model alone uses (``dim``, ``combiner``), are not compared."""
+
+    def features(schema: Schema) -> dict[str, dict[str, Any]]:
+        out = {}
+        for f in schema.features:
+            fields = {"kind": f.kind, **dataclasses.asdict(f)}
+            table = getattr(f, "table", None)
+            if table is not None:
+                fields["table vocabulary_size"] = schema.table(table).vocabulary_size
+            out[f.name] = fields
+        return out
+
+    a, b = features(trained), features(given)
+    out = [f"feature {n!r} is missing (the model was trained with it)" for n in a if n not in b]
+    out += [f"feature {n!r} was not in the training schema" for n in b if n not in a]
+    for name in (n for n in a if n in b):
+        for field in sorted(set(a[name]) | set(b[name])):
+            x, y = a[name].get(field), b[name].get(field)
+            if x != y:
+                out.append(f"feature {name!r} {field}: trained {x!r}, given {y!r}")
+    return out
 
 
 def _model_call(model: Any) -> Any:
@@ -364,6 +413,7 @@ def export(
     if not hasattr(model, "train_on_batch"):
         raise ConfigError(f"export: expected a Keras model, got {type(model).__name__}")
     spec = ServingSpec(source, multi_hot_format=multi_hot_format, layout=layout)
+    check_trained_schema(model, spec.training_schema)
     options = {"multi_hot_format": spec.multi_hot_format, "layout": spec.layout}
     examples = serving_fn(spec.training_schema, model, inputs="examples", **options)
     raw = serving_fn(spec.training_schema, model, inputs="raw", **options)

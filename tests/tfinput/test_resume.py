@@ -4,10 +4,13 @@ through `InputIterator` states, for a distributed iterator, and under Keras ``fi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -188,7 +191,7 @@ def test_unconsumed_beyond_keep_or_delivered_is_refused(pipeline_of):
 def _generator_pipeline(small_columns: Any, small_schema: Any) -> Any:
     from tests.helpers import wrapped_dataset
 
-    rows = wrapped_dataset(small_columns).ragged_batch(50)
+    rows = wrapped_dataset(small_columns).ragged_batch(50, drop_remainder=True)
 
     def make() -> tf.data.Dataset:
         return tf.data.Dataset.from_generator(
@@ -243,11 +246,59 @@ def test_set_state_refuses_a_state_of_another_pipeline(pipeline_of, small_tfreco
     with pytest.raises(ResumeError, match="batch_size: saved 64, now 32"):
         other_batch.set_state(state)
     other_files = tfinput.tfrecord(small_tfrecord[:2], small_schema).iterator(config)
-    with pytest.raises(ResumeError, match="files: saved 4, now 2"):
+    missing = ", ".join(os.path.abspath(f) for f in small_tfrecord[2:])
+    with pytest.raises(
+        ResumeError, match=f"files: 2 saved but not given now: {re.escape(missing)}"
+    ):
         other_files.set_state(state)
     other_source = pipeline_of("columnar").iterator(config)
     with pytest.raises(ResumeError, match="source: saved 'tfrecord', now 'columnar'"):
         other_source.set_state(state)
+
+
+def test_tf_train_checkpoint_refuses_another_pipeline_naming_what_differs(
+    small_tfrecord, small_schema, tmp_path, monkeypatch
+):
+    """The route for TensorFlow loops, ``tf.train.Checkpoint(iterator=iter(ds))``: the
+    checkpoint carries the pipeline's identity, and a restore into another pipeline
+    (files reordered, one missing, another seed, a file rewritten) is refused at restore,
+    naming what differs; the same files named from another directory resume."""
+    files = [shutil.copy(f, tmp_path) for f in small_tfrecord]  # one is touched below
+    config = PipelineConfig(
+        batch_size=BATCH, shuffle_buffer=100, shuffle_seed=1, deterministic=True
+    )
+    it = iter(tfinput.tfrecord(files, small_schema).build(config))
+    next(it)
+    path = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+
+    def restore(paths: list[str], config: PipelineConfig = config) -> Any:
+        fresh = iter(tfinput.tfrecord(paths, small_schema).build(config))
+        tf.train.Checkpoint(iterator=fresh).read(path).assert_existing_objects_matched()
+        return fresh
+
+    prefix = (
+        "tf.train.Checkpoint: this iterator's position was saved from another tfrecord pipeline. "
+    )
+    with pytest.raises(ResumeError) as e:
+        restore(files[::-1])
+    assert str(e.value).startswith(
+        f"{prefix}files: the same 4 files in another order: number 1 was {files[0]}, now {files[3]}; "
+        "list them in the saved order"
+    )
+    with pytest.raises(
+        ResumeError, match=f"files: 1 saved but not given now: {re.escape(files[3])}\\. "
+    ):
+        restore(files[:3])
+    with pytest.raises(ResumeError, match="shuffle_seed: saved 1, now 2"):
+        restore(files, dataclasses.replace(config, shuffle_seed=2))
+    monkeypatch.chdir(tmp_path)  # the same files, by relative path from elsewhere
+    resumed = restore([os.path.basename(f) for f in files])
+    assert _row_ids(next(resumed)).tolist() == _row_ids(next(it)).tolist()
+    os.utime(files[2], ns=(0, 10**18))  # rewritten under its name
+    with pytest.raises(
+        ResumeError, match=f"{re.escape(files[2])} changed since the save: modified"
+    ):
+        restore(files)
 
 
 # ------------------------------------------------------- 5. the distributed iterator

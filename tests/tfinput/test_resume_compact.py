@@ -1,10 +1,12 @@
 """Compact `InputIterator` states: columnar records with the global shuffle save three
-integers and a digest, whatever the data or the batches handed back."""
+integers and a summary of the pipeline's identity, whatever the data or the batches
+handed back."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import pytest
 
@@ -105,7 +107,9 @@ def test_compact_state_of_another_pipeline_is_refused(pipeline, small_tfrecord, 
     next(it)
     state = it.get_state()
     other_seed = pipeline.iterator(dataclasses.replace(CONFIG, shuffle_seed=4))
-    with pytest.raises(ResumeError, match="another columnar pipeline"):
+    with pytest.raises(
+        ResumeError, match=r"another columnar pipeline\. shuffle_seed: saved 3, now 4"
+    ):
         other_seed.set_state(state)
     buffered = tfinput.tfrecord(small_tfrecord, small_schema).iterator(CONFIG)
     with pytest.raises(ResumeError, match="cannot restore this tfrecord pipeline"):
@@ -125,9 +129,19 @@ def test_buffer_shuffle_keeps_the_full_state(small_columnar, small_schema):
     assert state[:2] == b"PK"  # a zip with TensorFlow's iterator checkpoint
 
 
-def test_batches_not_made_of_whole_chunks_keep_the_full_state(pipeline, uninterrupted):
-    # Chunks of 100 rows rebatched to 96: the order cannot be restarted at a batch.
+def test_batches_not_made_of_whole_chunks_keep_the_full_state(pipeline, uninterrupted, caplog):
+    # Chunks of 100 rows rebatched to 96: the order cannot be restarted at a batch, and
+    # the user is told what that costs and how to avoid it.
+    from tfinput.sources.columnar import _warn_full_states
+
+    _warn_full_states.cache_clear()
     config = dataclasses.replace(CONFIG, batch_size=96)
-    it = pipeline.iterator(config)
+    with caplog.at_level(logging.WARNING, logger="tfinput"):
+        it = pipeline.iterator(config)
     next(it)
     assert it.get_state()[:2] == b"PK"
+    assert (
+        "columnar shuffle='global' with batch_size 96, not a multiple of the 100-row chunks"
+        in caplog.text
+    )
+    assert "a batch size that is a multiple of 100 keeps states small" in caplog.text

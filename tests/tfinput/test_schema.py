@@ -240,3 +240,28 @@ def test_candidate_id_from_json_is_checked(tmp_path):
     data["candidate_id"] = "last_item"  # not marked candidate
     with pytest.raises(SchemaError, match=r"<dict>: Schema.candidate_id: feature 'last_item'"):
         Schema.from_dict(data)
+
+
+def test_a_column_read_in_two_shapes_is_refused_naming_both_features():
+    tables = (Table(name="t", vocabulary_size=10, dim=4),)
+    with pytest.raises(SchemaError) as e:
+        Schema(
+            features=(
+                Categorical(name="c", table="t"),
+                MultiHot(name="c_list", column="c", table="t", max_len=3),
+            ),
+            tables=tables,
+        )
+    assert str(e.value) == (
+        "Schema: column 'c' is read as one value by feature 'c' and as a list of ids by "
+        "feature 'c_list'; a column has one shape: give one of them its own column (column=...)"
+    )
+    with pytest.raises(SchemaError, match="read as a vector of 3 by feature 'x'"):
+        Schema(
+            features=(Dense(name="x", length=3), Categorical(name="x_id", column="x", table="t")),
+            tables=tables,
+        )
+    # One field seen two ways, each of one value: a numeric and a categorical view.
+    Schema(
+        features=(Dense(name="x"), Categorical(name="x_id", column="x", table="t")), tables=tables
+    )

@@ -4,6 +4,7 @@ requests fail clearly or take the documented default."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,7 +14,7 @@ import tensorflow as tf
 import tfinput
 from tests.helpers import SEQUENTIAL
 from tfinput import serving
-from tfinput.errors import ConfigError
+from tfinput.errors import ConfigError, SchemaError
 
 ROWS = 100
 
@@ -198,3 +199,36 @@ def test_bad_arguments_are_config_errors(small_schema, tmp_path):
         serving.serving_fn({"features": []})
     with pytest.raises(ConfigError, match="Keras model"):
         serving.export(tmp_path / "x", small_schema, lambda f: f)
+
+
+def test_a_schema_other_than_the_training_one_is_refused_naming_feature_and_field(
+    trained, small_schema, tmp_path
+):
+    """A re-inferred schema with a smaller table folds served ids onto others: export
+    and serving_fn refuse it, naming the feature and the field, before writing."""
+    model, _, _ = trained
+    tables = tuple(
+        dataclasses.replace(t, vocabulary_size=5) if t.name == "user" else t
+        for t in small_schema.tables
+    )
+    features = tuple(
+        dataclasses.replace(f, log1p=False) if f.name == "price" else f
+        for f in small_schema.features
+        if f.name != "row_id"
+    )
+    other = small_schema.replace(tables=tables, features=features)
+    expected = (
+        "serving: the schema given is not the one the model was trained with (the model "
+        "records it): feature 'row_id' is missing (the model was trained with it); feature "
+        "'price' log1p: trained True, given False; feature 'user_id' table vocabulary_size: "
+        "trained 500, given 5. Serve through the training schema"
+    )
+    with pytest.raises(SchemaError) as e:
+        serving.export(tmp_path / "served", other, model)
+    assert str(e.value).startswith(expected)
+    assert not (tmp_path / "served").exists()
+    with pytest.raises(SchemaError) as e:
+        serving.serving_fn(other, model)
+    assert str(e.value).startswith(expected)
+    # Labels are not served: a schema without them is the same for serving.
+    serving.serving_fn(small_schema.replace(labels=()), model)

@@ -152,7 +152,17 @@ def _np_values(arr: Any, dtype: str) -> np.ndarray:
     import pyarrow as pa
 
     if dtype == "string":
-        return arr.cast(pa.string()).to_numpy(zero_copy_only=False)
+        try:
+            return arr.cast(pa.string()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            # Bytes that are not UTF-8 (ids written as raw bytes): the pipeline hashes
+            # the bytes as they are; here they only need telling apart (escaped, as for
+            # TFRecord, so that distinct bytes stay distinct).
+            raw = arr.cast(pa.binary()).to_pylist()
+            return np.array(
+                [None if v is None else v.decode("utf-8", "backslashreplace") for v in raw],
+                dtype=object,
+            )
     # Integers stay int64: float64 is exact only up to 2**53, and ids go beyond.
     target = pa.int64() if dtype == "int64" else pa.float64()
     return arr.cast(target).to_numpy(zero_copy_only=False)
@@ -225,7 +235,7 @@ def _example_columns(seen: dict[str, dict[str, Any]], rows: int) -> list[Sampled
         is_list = bool(present.size) and bool((present != 1).any())
         dtype = entry["dtype"]
         arr = (
-            np.array([v.decode("utf-8", "replace") for v in flat], dtype=object)
+            np.array([v.decode("utf-8", "backslashreplace") for v in flat], dtype=object)
             if dtype == "string"
             else np.asarray(flat, dtype=np.int64 if dtype == "int64" else np.float64)
         )

@@ -7,6 +7,8 @@ this module is the `tfinput.sources.Source` over them.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import os
 import re
 from collections.abc import Iterable
@@ -21,6 +23,8 @@ from tfinput.sources._text import did_you_mean
 from tfinput.sources.files import resolve_paths
 from tfinput.sources.protocol import Decode, ReadRequest, ReadStages, Resume, Source
 from tfinput.sources.skeleton import knob_is_set, single_core_options
+
+log = logging.getLogger("tfinput")
 
 __all__ = ["ColumnarSource", "check_size", "SHUFFLES"]
 
@@ -128,7 +132,10 @@ class ColumnarSource(Source):
         if self.shuffle != "global" or request.config.shuffle_seed is None:
             return False
         _, chunk, _, _ = self._plan(request)
-        return request.batch_size % chunk == 0
+        if request.batch_size % chunk:
+            _warn_full_states(request.batch_size, chunk)
+            return False
+        return True
 
     def __post_init__(self) -> None:
         if isinstance(self.paths, (str, os.PathLike)):
@@ -510,4 +517,19 @@ def check_size(path: str, m: Manifest, entry: FileEntry) -> None:
         f"{path}: {size:,} bytes on disk but the manifest {m.path} records {entry.bytes:,}; "
         f"the file was rewritten or appended to after its manifest (chunks after "
         f"{entry.chunks - 1} are unknown); convert again"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_full_states(batch_size: int, chunk_rows: int) -> None:
+    """Say once per batch and chunk size that states are full checkpoints."""
+    log.warning(
+        "tfinput: columnar shuffle='global' with batch_size %d, not a multiple of the "
+        "%d-row chunks: batches cut chunks, so an iterator's state is TensorFlow's full "
+        "iterator checkpoint (megabytes: the rows of the chunks being cut and of the "
+        "prefetched batches) instead of a position of under 1 KB; a batch size that is a "
+        "multiple of %d keeps states small (docs/resume.md)",
+        batch_size,
+        chunk_rows,
+        chunk_rows,
     )

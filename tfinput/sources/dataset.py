@@ -144,10 +144,20 @@ class DatasetSource(Source):
         pipeline.
 
         Raises:
-          ConfigError: batches of a static size other than the config's, not rebatched.
+          ConfigError: batches without a static size, or of one other than the
+            config's, not rebatched.
         """
         ds = self.dicts(request.schema)
         size = _static_batch(ds.element_spec) if self.batched and not self.rebatch else None
+        if self.batched and not self.rebatch and size is None:
+            raise ConfigError(
+                "wrapped dataset: batched=True, but its batches have no static size (a "
+                "Dataset.batch without drop_remainder=True, whose last batch may be "
+                f"partial), and the config asks for batches of {request.batch_size} (per "
+                "replica): batch with drop_remainder=True, or wrap(..., batched=True, "
+                "rebatch=True) to re-cut them to the config's size (a partial last batch is "
+                "then dropped or kept as drop_remainder says)"
+            )
         if size is not None and size != request.batch_size:
             raise ConfigError(
                 f"wrapped dataset: its batches hold {size} examples, the config asks for "

@@ -422,3 +422,18 @@ def test_inputs_that_cannot_give_a_schema(tmp_path, case, error, message):
         paths = [_write_tfrecord(tmp_path / "n.tfrecord", [b"\xff\xff not a proto"])]
     with pytest.raises(error, match=message):
         infer_schema(paths, **kwargs)
+
+
+def test_bytes_that_are_not_utf8_are_inferred_as_string_ids(tmp_path):
+    """Ids written as raw bytes (a binary column, or a string column another writer
+    filled with bytes): inferred like any string column, each distinct value counted,
+    and the pipeline reads the file with the inferred schema."""
+    raw = [b"\xff\xfe", b"\xff\xfd", b"ok", b"\x80", b"ok", b"\xff\xfe"] * 5
+    path = tmp_path / "bytes.parquet"
+    pq.write_table(pa.table({"c": pa.array(raw, pa.binary()), "label": [0.0, 1.0] * 15}), path)
+    result = infer_schema([str(path)])
+    (c,) = result.schema.features
+    assert isinstance(c, Categorical) and c.dtype == "string"
+    assert {c.name: c.distinct for c in result.columns}["c"] == 4
+    ds = tfinput.parquet([str(path)], result.schema).build(PipelineConfig(batch_size=10))
+    assert sum(int(y.shape[0]) for _, y in ds) == 30

@@ -26,7 +26,9 @@ def test_wrapped_reads_the_fixture_rows_in_order(
 
 def test_wrapped_declares_batching_and_no_files(small_columns):
     rows = DatasetSource(dataset=wrapped_dataset(small_columns))
-    batches = DatasetSource(dataset=wrapped_dataset(small_columns).batch(5), batched=True)
+    batches = DatasetSource(
+        dataset=wrapped_dataset(small_columns).batch(5, drop_remainder=True), batched=True
+    )
     assert (rows.kind, rows.batches_itself, rows.resume) == ("dataset", False, "dataset")
     assert batches.batches_itself is True
     assert rows.files() == [] and rows.check_files() == ([], [])
@@ -36,7 +38,7 @@ def test_wrapped_names_file_knobs_and_shuffling_of_batches(
     small_columns, small_schema, warnings_logged
 ):
     def make():
-        return wrapped_dataset(small_columns).ragged_batch(50)
+        return wrapped_dataset(small_columns).ragged_batch(50, drop_remainder=True)
 
     pipeline = tfinput.wrap(make, small_schema, batched=True).with_file_shuffling()
     config = PipelineConfig(batch_size=50, interleave_cycle_length=5, shuffle_buffer=123)
@@ -169,7 +171,7 @@ def test_keras_style_pairs_read_like_dicts(
 
 def test_batched_pairs_read_like_dicts(small_columns, small_schema, assert_reads_fixture_rows):
     pipeline = tfinput.wrap(
-        lambda: _pairs(wrapped_dataset(small_columns)).ragged_batch(50),
+        lambda: _pairs(wrapped_dataset(small_columns)).ragged_batch(50, drop_remainder=True),
         small_schema,
         batched=True,
     )
@@ -205,6 +207,30 @@ def test_rebatch_recuts_the_batches_to_the_config_batch_size(
         for _, labels in pipeline.build(PipelineConfig(batch_size=64, drop_remainder=True))
     ]
     assert sizes == [64] * (1000 // 64)  # the static shape XLA needs, the partial one dropped
+
+
+@pytest.mark.parametrize("batch_size", [50, 32])
+def test_batches_that_may_be_partial_are_refused_at_build_unless_rebatched(
+    small_columns, small_schema, batch_size
+):
+    """``Dataset.batch(50)`` keeps a partial last batch (its static size is unknown):
+    without ``rebatch`` the build refuses it, whatever the config's batch, instead of a
+    shape error at the end of the epoch (or at the first batch for another size)."""
+    rows = wrapped_dataset(small_columns).take(990)  # 19 batches of 50 and one of 40
+
+    with pytest.raises(ConfigError) as e:
+        tfinput.wrap(rows.batch(50), small_schema, batched=True).build(
+            PipelineConfig(batch_size=batch_size)
+        )
+    assert str(e.value).startswith(
+        "wrapped dataset: batched=True, but its batches have no static size (a "
+        "Dataset.batch without drop_remainder=True, whose last batch may be partial), and "
+        f"the config asks for batches of {batch_size} (per replica): batch with "
+        "drop_remainder=True, or wrap(..., batched=True, rebatch=True) to re-cut them"
+    )
+    rebatched = tfinput.wrap(rows.batch(50), small_schema, batched=True, rebatch=True)
+    sizes = [int(y.shape[0]) for _, y in rebatched.build(PipelineConfig(batch_size=batch_size))]
+    assert sizes == [batch_size] * (990 // batch_size)  # the partial one dropped
 
 
 def test_batches_of_another_size_are_refused_unless_rebatched(small_columns, small_schema):

@@ -24,7 +24,9 @@ from tfinput.resume import verify
 
 __all__ = ["CHECK_COMMAND"]
 
-#: Batch size of the resume check when no ``--config`` is given.
+#: Batch size of the data check when no ``--batch-size`` is given.
+CHECK_BATCH_SIZE = 1024
+#: Batch size of the resume check when neither ``--batch-size`` nor ``--config`` is given.
 RESUME_BATCH_SIZE = 64
 
 
@@ -40,7 +42,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
             "compression": "TFRecord compression: none, GZIP, ZLIB or auto (by extension)",
         },
     )
-    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help=f"batch size of the data check (default {CHECK_BATCH_SIZE}) and, when given, of "
+        f"the resume check too (default {RESUME_BATCH_SIZE}, or the saved --config's)",
+    )
     r = p.add_argument_group("resume check")
     r.add_argument(
         "--resume",
@@ -77,7 +85,7 @@ def _check(args: argparse.Namespace) -> int:
         raise ConfigError("--config is the config of the resume check: add --resume")
     pipeline = pipeline_from_args(args)
     config, notes = _resume_config(args) if args.resume else (None, [])
-    report = pipeline.check(batch_size=args.batch_size)
+    report = pipeline.check(batch_size=args.batch_size or CHECK_BATCH_SIZE)
     resume: dict[str, Any] | None = None
     if args.resume:
         if report.ok:
@@ -118,6 +126,7 @@ def _check(args: argparse.Namespace) -> int:
             out.print(
                 f"{len(report.empty_files)} empty file(s) skipped (0 bytes or 0 rows): {names}",
                 markup=False,
+                soft_wrap=True,  # one line, whatever the terminal's width
             )
         out.print(
             f"{len(report.files)} file(s), {report.records:,} records, "
@@ -137,12 +146,13 @@ def _resume_config(args: argparse.Namespace) -> tuple[Any, list[str]]:
     if args.config:
         from tfinput.bench import load_configs
 
-        # A preset gets the check's small batch size; a saved config keeps its own.
+        # A preset gets the check's small batch size; a saved config keeps its own;
+        # --batch-size, when given, sets either.
         preset = args.config in ("naive", "heuristic", "autotune")
-        batch_size = RESUME_BATCH_SIZE if preset else None
+        batch_size = args.batch_size or (RESUME_BATCH_SIZE if preset else None)
         (config,) = load_configs([args.config], batch_size=batch_size).values()
     else:
-        config = PipelineConfig(batch_size=RESUME_BATCH_SIZE)
+        config = PipelineConfig(batch_size=args.batch_size or RESUME_BATCH_SIZE)
     notes = []
     if not config.shuffle_buffer:
         buffer = max(1000, 2 * config.batch_size)

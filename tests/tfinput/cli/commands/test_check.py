@@ -147,13 +147,16 @@ def test_check_names_the_feature_and_what_was_expected(
 
 # ------------------------------------------------------------- --resume
 RESUMED = re.compile(
-    r"resume: saved after 3 batch\(es\) of 64: state [0-9,]+ bytes, save [0-9,]+ ms, "
+    r"resume: saved after 3 batch\(es\) of (?:32|64): state [0-9,]+ bytes, save [0-9,]+ ms, "
     r"restore [0-9,]+ ms"
 )
 
 
 def test_resume_is_exact_on_tfrecord(small_tfrecord, schema_file, capsys):
-    code, out, err = run_cli(capsys, "check", *small_tfrecord, "--schema", schema_file, "--resume")
+    # --batch-size sets the resume check's batch size too.
+    code, out, err = run_cli(
+        capsys, "check", *small_tfrecord, "--schema", schema_file, "--resume", "--batch-size", "32"
+    )
     assert code == 0, out + err
     lines = out.splitlines()
     assert lines[4:] == [
@@ -163,7 +166,7 @@ def test_resume_is_exact_on_tfrecord(small_tfrecord, schema_file, capsys):
         "resume: exact (3 batch(es) after the restore identical to the uninterrupted run, "
         "element by element)",
     ]
-    assert RESUMED.fullmatch(lines[6])
+    assert RESUMED.fullmatch(lines[6]) and " batch(es) of 32: " in lines[6]
 
 
 def test_resume_with_a_tuned_config_on_columnar_json(small_columnar, tmp_path, capsys):
@@ -213,7 +216,7 @@ def test_resume_fails_on_a_dataset_tf_data_cannot_save(small_columns, small_sche
     from tfinput.cli.commands.check import _resume_lines
     from tfinput.resume import verify
 
-    rows = wrapped_dataset(small_columns).ragged_batch(50)
+    rows = wrapped_dataset(small_columns).ragged_batch(50, drop_remainder=True)
 
     def dataset():
         return tf.data.Dataset.from_generator(
