@@ -3,8 +3,11 @@ a documented policy whose counts are reported. Never a silent wrong batch."""
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -90,11 +93,37 @@ def test_corrupt_or_truncated_tfrecord_names_the_file(tmp_path, tiny_schema, goo
     with pytest.raises(DataError) as e:
         drain(pipeline)
     msg = str(e.value)
-    assert "bad.tfrecord" in msg
-    assert ("corrupted record" if damage == "corrupt" else "truncated record") in msg
+    if damage == "corrupt":
+        assert re.fullmatch(
+            rf"{re.escape(str(bad))}: corrupted record at byte [\d,]+: its length or checksum "
+            "does not match: the bytes are damaged",
+            msg,
+        ), msg
+    else:  # named by its offset, without a range of records the file does not hold
+        assert re.fullmatch(
+            rf"{re.escape(str(bad))}: truncated record at byte [\d,]+: the file ends inside "
+            r"this record \(a partial copy\?\)",
+            msg,
+        ), msg
     report = pipeline.check()
     assert [p.path for p in report.problems] == [str(bad)]
     assert report.files[0].error is None and report.files[0].records == 100
+
+
+def test_compressed_bytes_under_a_plain_name_get_the_compression_to_set(
+    tmp_path, tiny_schema, good_files
+):
+    plain = tmp_path / "part-0.tfrecord"
+    plain.write_bytes(gzip.compress(Path(good_files[0]).read_bytes()))
+    with pytest.raises(DataError) as e:
+        tfinput.tfrecord([str(plain)], tiny_schema).build(CONFIG)
+    assert str(e.value) == (
+        f"{plain}: not a readable TFRecord file (corrupted record at byte 0: the file does "
+        "not start with a TFRecord record (another format?)); it starts like a GZIP stream: "
+        "read it with compression='GZIP' (--compression GZIP), or name it with a .gz extension"
+    )
+    ds = tfinput.tfrecord([str(plain)], tiny_schema, compression="GZIP").build(CONFIG)
+    assert sum(int(y.shape[0]) for _, y in ds) > 0
 
 
 # ---------------------------------------------------------------- ids, values

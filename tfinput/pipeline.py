@@ -287,6 +287,8 @@ class Pipeline:
             ds = ds.repeat()
         if self.service is not None:  # the workers run everything above
             return self.service.apply(ds, config)
+        if repeat:  # measuring (bench, tune): no position to save
+            return ds
         # Its iterators carry what the pipeline is into tf.train.Checkpoint, which then
         # refuses to restore them into another pipeline (files, order, seed, schema...).
         from tfinput.resume import identified, pipeline_identity
@@ -624,8 +626,8 @@ def _where(problem: tuple[int, str, bool], batch_size: int, total: int | None) -
     if parse:
         key, index, rest = parse.groups()
         return f"record {records + int(index)}: key {key!r}: {rest}"
-    if ours:
-        return message
+    if ours or re.match(r"(corrupted|truncated) record at byte ", message):
+        return message  # precise already (a damaged record is named by its byte offset)
     last = records + batch_size - 1
     if total is not None and records < total:
         last = min(last, total - 1)
@@ -683,8 +685,16 @@ def clean_error(error: BaseException) -> str:
     for pattern in _NOISE:
         text = re.sub(pattern, "", text)
     text = " ".join(text.split())
-    if re.search(r"(corrupted|truncated) record at \d+", text):
-        text += f" ({type(error).__name__}: the file is corrupt or truncated)"
+    damaged = re.search(r"(corrupted|truncated) record at (\d+)", text)
+    if damaged:
+        kind, offset = damaged.groups()
+        if kind == "truncated":
+            what = "the file ends inside this record (a partial copy?)"
+        elif int(offset) == 0:
+            what = "the file does not start with a TFRecord record (another format?)"
+        else:
+            what = "its length or checksum does not match: the bytes are damaged"
+        text = f"{kind} record at byte {int(offset):,}: {what}"
     return text or type(error).__name__
 
 

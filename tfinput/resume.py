@@ -42,7 +42,7 @@ import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tfinput.errors import ResumeError
+from tfinput.errors import DataError, ResumeError
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -87,13 +87,15 @@ def pipeline_identity(pipeline: Any, config: Any, input_context: Any = None) -> 
     schema = json.dumps(pipeline.schema.to_dict(), sort_keys=True)
     identity = {
         "source": pipeline.source.kind,
-        "files": [_file_entry(path) for path in pipeline.source.files()],
+        "files": _listed([_file_entry(path) for path in pipeline.source.files()]),
         "schema_digest": hashlib.sha256(schema.encode()).hexdigest()[:16],
         "layout": config.layout or pipeline.layout,
         "multi_hot_format": pipeline.multi_hot_format,
         "shuffle_files": pipeline.shuffle_files,
     }
     identity.update({k: getattr(config, k) for k in IDENTITY_KNOBS})
+    if not (config.shuffle_buffer or pipeline.shuffle_files or _shuffles(pipeline.source)):
+        identity["shuffle_seed"] = None  # nothing is shuffled: the seed changes nothing
     if getattr(pipeline, "towers", False):
         identity["towers"] = True
     if input_context is not None:
@@ -102,6 +104,20 @@ def pipeline_identity(pipeline: Any, config: Any, input_context: Any = None) -> 
             input_context.num_input_pipelines,
         ]
     return identity
+
+
+def _shuffles(source: Any) -> bool:
+    """Whether the source shuffles by itself (columnar ``shuffle="global"`` or
+    ``shuffle_rows``), so that the seed matters without a shuffle buffer."""
+    return getattr(source, "shuffle", None) == "global" or bool(
+        getattr(source, "shuffle_rows", False)
+    )
+
+
+#: Beyond this many files, an identity holds a summary of them (`_files_summary`): a
+#: difference is then named by its kind (other files, another order, a file
+#: rewritten), not by file, and a checkpoint does not grow with the number of files.
+MAX_LISTED_FILES = 1000
 
 
 def _file_entry(path: str) -> list[Any]:
@@ -197,6 +213,10 @@ def _files_summary(files: list[list[Any]]) -> dict[str, Any]:
         "order": digest([entry[0] for entry in files]),
         "stats": digest([entry[1:] for entry in files]),
     }
+
+
+def _listed(entries: list[list[Any]]) -> list[list[Any]] | dict[str, Any]:
+    return entries if len(entries) <= MAX_LISTED_FILES else _files_summary(entries)
 
 
 def _compact_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
@@ -354,6 +374,7 @@ class InputIterator(Iterator[Any]):
                         batch = next(self._iterator)
                         break
                     except StopIteration:
+                        self._check_not_empty()
                         if not self._next_epoch():
                             raise
                     except tf.errors.OpError as e:
@@ -365,6 +386,18 @@ class InputIterator(Iterator[Any]):
             self.position += 1
             self._release()
             return batch
+
+    def _check_not_empty(self) -> None:
+        """An epoch that ended before its first batch is an error, not a silent end."""
+        if self._epoch_starts.get(self.epoch) != self.position:
+            return
+        batch = self._identity.get("batch_size")
+        raise DataError(
+            f"{self._name} pipeline: the epoch gave no batch: the data hold fewer rows "
+            f"than one batch{f' of {batch:,}' if batch else ''} (a partial batch is "
+            "dropped with drop_remainder); lower the batch size, or see what the files "
+            "hold with tfinput check"
+        )
 
     def _next_epoch(self) -> bool:
         """Start the next pass, if there is one."""

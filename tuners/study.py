@@ -62,7 +62,7 @@ from typing import Any
 
 from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError, TfinputError
+from tfinput.errors import ConfigError, DataError, TfinputError
 from tuners.advice import clock_kwargs
 from tuners.confirm import (
     Progress,
@@ -231,6 +231,8 @@ def tune(
 
     Raises:
       ConfigError: bad space, storage or counts.
+      DataError: the data hold fewer rows than one batch (found by the first trial,
+        which stops the search; the message gives the row count).
       TrialsFailedError: no trial completed (the step or pipeline always raises).
     """
     _check_counts(
@@ -333,6 +335,8 @@ class _Tuning:
     clocks: Mapping[str, Callable[[], float]]
     lock_path: str | None
     progress: Progress | None
+    #: Set by a trial that found the data smaller than one batch: the search stops.
+    too_small: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def settle(
@@ -394,6 +398,10 @@ class _Tuning:
                     **self.clocks,
                 )
         except (TfinputError, MemoryError, Exception) as e:
+            if isinstance(e, DataError) and "produced no batch" in str(e):
+                # Every other config would fail the same way: stop, and say what to do.
+                self.too_small.append(self._too_small(config))
+                trial.study.stop()
             reason = explain_failure(self.pipeline, e)
             trial.set_user_attr("error", reason)
             log.warning("trial %d failed: %s", trial.number, reason)
@@ -403,6 +411,20 @@ class _Tuning:
         if m.stopped_early:
             raise optuna.TrialPruned(f"window rates {m.rates} pruned: a clear loser")
         return m.median
+
+    def _too_small(self, config: PipelineConfig) -> str:
+        """The error for data smaller than one batch of ``config``, with its rows."""
+        try:
+            rows: int | None = self.pipeline.check(batch_size=config.batch_size).records
+        except Exception:  # the count is a courtesy; the advice stands without it
+            rows = None
+        held = f"{rows:,} rows" if rows is not None else "fewer rows"
+        fit = f" (at most {rows:,})" if rows else ""
+        return (
+            f"tune: the data hold {held}, fewer than one batch of {config.batch_size:,} "
+            "(a partial batch is dropped): tune with the batch size you train with, "
+            f"--batch-size N{fit}, or on more data"
+        )
 
     def remeasure(self, windows: int) -> Remeasure:
         """The measurement of the steps after the search: ``windows`` per config."""
@@ -513,6 +535,7 @@ def _search(
       failures in a row, a note saying so.
 
     Raises:
+      DataError: the data hold fewer rows than one batch.
       TrialsFailedError: no trial completed.
     """
     import optuna
@@ -533,6 +556,8 @@ def _search(
             callbacks=callbacks,
         )
     seconds = time.time() - t0
+    if run.too_small:
+        raise DataError(run.too_small[0])
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not complete:
         errors = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error")]

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 import tfinput
 from tfinput.config import PipelineConfig
-from tfinput.errors import ResumeError
+from tfinput.errors import DataError, ResumeError
 from tfinput.resume import KerasInputCheckpoint, _first_difference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -630,3 +630,15 @@ def test_keras_fit_resumes_mid_epoch_on_jax(small_tfrecord, small_columnar, tmp_
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
     _check_one_epoch(json.loads(line[len("RESULT ") :]))
+
+
+def test_an_epoch_without_a_batch_is_an_error_not_a_silent_end(pipeline_of):
+    """1,000 rows and a batch of 2,048 with drop_remainder: the iterator says so."""
+    it = pipeline_of("tfrecord").iterator(PipelineConfig(batch_size=2048))
+    with pytest.raises(DataError) as e:
+        next(it)
+    assert str(e.value) == (
+        "tfrecord pipeline: the epoch gave no batch: the data hold fewer rows than one "
+        "batch of 2,048 (a partial batch is dropped with drop_remainder); lower the batch "
+        "size, or see what the files hold with tfinput check"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 
 import optuna
@@ -21,7 +22,7 @@ from tests.tuners.conftest import (
 )
 from tfinput import steps
 from tfinput.config import AUTOTUNE, PipelineConfig
-from tfinput.errors import ConfigError
+from tfinput.errors import ConfigError, DataError
 from tuners.report import write_outputs
 from tuners.result import TrialsFailedError
 from tuners.space import SearchSpace
@@ -247,3 +248,26 @@ def test_too_many_failures_in_a_row_stop_the_search_with_a_warning(tmp_path):
         "3 failed trials in a row" in w and "kernel not supported" in w for w in result.warnings
     )
     assert result.confirmed  # the baselines were confirmed
+
+
+def test_data_smaller_than_one_batch_stops_at_the_first_trial_with_the_row_count(
+    small_tfrecord, small_schema, tmp_path, caplog
+):
+    """1,000 rows and a batch of 2,048: every config would fail alike, so the first
+    trial ends the run with the row count and the batch size to use (no more trials,
+    no traceback per trial)."""
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    with caplog.at_level(logging.WARNING), pytest.raises(DataError) as e:
+        tune(
+            pipeline,
+            base=PipelineConfig(batch_size=2048),
+            n_trials=6,
+            lock_path=str(tmp_path / "lock"),
+            **FAST,
+        )
+    assert str(e.value) == (
+        "tune: the data hold 1,000 rows, fewer than one batch of 2,048 (a partial batch "
+        "is dropped): tune with the batch size you train with, --batch-size N (at most "
+        "1,000), or on more data"
+    )
+    assert "trial 0 failed: " in caplog.text and "trial 1 failed" not in caplog.text

@@ -172,7 +172,10 @@ def check_first_examples(
             records.append(record.numpy())
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
         if not records:
-            raise DataError(f"{path}: not a readable TFRecord file ({_tf_message(e, path)})") from e
+            raise DataError(
+                f"{path}: not a readable TFRecord file ({_tf_message(e, path)})"
+                + _compression_hint(path, compression)
+            ) from e
         # Damage after the first records is reported while reading, with its offset.
     if not records:
         return
@@ -223,12 +226,34 @@ def check_first_example(path: str, compression: str, schema: Schema) -> None:
     check_first_examples(path, compression, schema, allow_absent=schema.columns())
 
 
+#: The first bytes of a GZIP stream and the usual first bytes of a ZLIB one.
+_MAGIC = {"GZIP": (b"\x1f\x8b",), "ZLIB": (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda")}
+
+
+def _compression_hint(path: str, compression: str) -> str:
+    """``"; ..."`` naming the compression to set when ``path`` starts like a compressed
+    stream of another kind than ``compression``; empty otherwise."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            head = f.read(2)
+    except (OSError, tf.errors.OpError):
+        return ""
+    for kind, magic in _MAGIC.items():
+        if head in magic and kind != compression:
+            return (
+                f"; it starts like a {kind} stream: read it with compression={kind!r} "
+                f"(--compression {kind}), or name it with a {'.gz' if kind == 'GZIP' else '.zz'} "
+                "extension"
+            )
+    return ""
+
+
 def _tf_message(e: BaseException, path: str) -> str:
     """A TensorFlow error's sentence without graph-node noise or the path again."""
     from tfinput.pipeline import clean_error
 
     text = clean_error(e).replace(path, "").strip(" :")
-    return re.sub(r"\s*\(\w+Error: the file is corrupt or truncated\)$", "", text)
+    return re.sub(r"\s*\(\w+Error\)$", "", text)
 
 
 def _check_example_kinds(path: str, example: Any, schema: Schema) -> None:

@@ -237,7 +237,7 @@ class ColumnarSource(Source):
 
     def explain_error(self, path: str, message: str) -> str:
         """Name the chunk in a TFRecord corruption message (``corrupted record at N``)."""
-        m = re.search(r"(corrupted|truncated) record at (\d+)", message)
+        m = re.search(r"(corrupted|truncated) record at (?:byte )?([\d,]+)", message)
         if not m:
             return message
         try:
@@ -247,10 +247,11 @@ class ColumnarSource(Source):
         entry = manifest.entry(path)
         if entry is None:
             return message
-        chunk = entry.chunk_at(int(m.group(2)))
+        at = int(m.group(2).replace(",", ""))
+        chunk = entry.chunk_at(at)
         first, last = manifest.chunk_rows_range(entry, chunk)
         return (
-            f"chunk {chunk} (rows {first}-{last} of the file, byte {int(m.group(2))}): "
+            f"chunk {chunk} (rows {first}-{last} of the file, byte {at}): "
             f"{m.group(1)} record; the file is damaged on disk (TFRecord CRC32C mismatch). "
             "Restore or convert it again"
         )

@@ -54,8 +54,16 @@ def test_reserved_column_names_are_rejected():
 
 
 def test_one_column_read_with_two_layouts_is_refused():
+    # Two shapes: the schema itself refuses it.
+    with pytest.raises(SchemaError, match="column 'x' is read as one value by feature 'a' and"):
+        tfinput.Schema.of(
+            [tfinput.Dense(name="a", column="x"), tfinput.Dense(name="b", column="x", length=2)],
+            labels=["label"],
+        )
+    # One value each, stored two ways (float and id): the columnar layout refuses it.
     schema = tfinput.Schema.of(
-        [tfinput.Dense(name="a", column="x"), tfinput.Dense(name="b", column="x", length=2)],
+        [tfinput.Dense(name="a", column="x"), tfinput.Categorical(name="b", column="x", table="t")],
+        tables=[tfinput.Table(name="t", vocabulary_size=10, dim=4)],
         labels=["label"],
     )
     with pytest.raises(SchemaError, match="column 'x' is read by feature 'a' as fixed float32 and"):

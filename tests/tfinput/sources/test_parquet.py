@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -16,7 +17,7 @@ import tensorflow as tf
 import tfinput
 from tests.helpers import SEQUENTIAL, collect
 from tfinput.config import PipelineConfig
-from tfinput.errors import DataError, SchemaError, SourceError
+from tfinput.errors import DataError, ResumeError, SchemaError, SourceError
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 from tfinput.sources import ParquetSource
 from tfinput.sources.parquet import LIST_LENGTHS, LIST_VALUES
@@ -307,9 +308,19 @@ def test_a_position_restored_into_another_build_is_refused(
     files = small_parquet[change.get("files", slice(None))]
     other = dataclasses.replace(config, batch_size=change.get("batch_size", 10))
     fresh = iter(tfinput.parquet(files, small_schema).build(other))
-    tf.train.Checkpoint(iterator=fresh).read(saved)
+    # Refused at the restore, naming what differs (tfinput.resume.identified) ...
+    expected = (
+        f"files: 1 saved but not given now: {os.path.abspath(small_parquet[3])}"
+        if "files" in change
+        else "batch_size: saved 10, now 20"
+    )
+    with pytest.raises(ResumeError, match=re.escape(expected)):
+        tf.train.Checkpoint(iterator=fresh).read(saved)
+    # ... and, where the identity was not saved (a restore forced past it), by the reader.
+    plain = iter(tfinput.parquet(files, small_schema).build(other)._input_dataset)
+    tf.train.Checkpoint(iterator=plain).read(saved).expect_partial()
     with pytest.raises(tf.errors.OpError, match="saved by a build over other files"):
-        list(fresh)  # the batches tf.data had read ahead when saving come first
+        list(plain)  # the batches tf.data had read ahead when saving come first
 
 
 def test_reading_is_random_access_and_matches_the_sequential_read(small_parquet, small_schema):
