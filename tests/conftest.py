@@ -59,9 +59,10 @@ ONE_END: dict[str, tuple[str, str]] = {
         "tested on both ends under tests/tfinput/cli and tests/tuners/test_cli.py",
     ),
     "tests/test_docs_serving.py": (
-        "newest",
-        "runs docs/serving.md's code blocks as a new reader would; export and its "
-        "signatures are checked on both ends by tests/tfinput/test_serving.py",
+        "oldest",
+        "runs docs/serving.md's code blocks as a new reader would (on the oldest versions "
+        "the page covers); export and its signatures are checked on both ends by "
+        "tests/tfinput/test_serving.py",
     ),
     "tests/test_docs_resume.py": (
         "oldest",

@@ -160,8 +160,9 @@ def _file_differences(saved: Any, now: Any) -> list[str]:
         if saved.get("order") != now.get("order"):
             return [f"files: the same {now.get('count')} files in another order"]
         return [
-            "files: a file changed since the save (its size or modification time; this "
-            "compact state does not record which)"
+            "files: a file changed since the save (its size or modification time; a "
+            f"compact state, or one of more than {MAX_LISTED_FILES:,} files, does not "
+            "record which)"
         ]
     if not isinstance(saved, list) or not isinstance(now, list):
         return ["files: saved by an earlier tfinput, which recorded only a digest"]
