@@ -78,8 +78,8 @@ ONE_END: dict[str, tuple[str, str]] = {
     "tests/test_service_faults.py": (
         "oldest",
         "kills tf.data service server processes (TensorFlow 2.17's service here); the "
-        "guarded read it checks is plain Python, and the service API is exercised on both "
-        "ends by tests/tfinput/test_service.py and test_fleet.py",
+        "guard on the default read is exercised on both ends by "
+        "tests/tfinput/test_service.py, and the service API by it and test_fleet.py",
     ),
     "tests/tuners/test_storage_postgres.py": (
         "oldest",

@@ -22,6 +22,7 @@ build it again and again with different configs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -33,8 +34,9 @@ from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig
 from tfinput.errors import ConfigError, DataError, ResumeError, TfinputError
 from tfinput.layout import PackedLayout, is_packed
 from tfinput.schema import Schema
+from tfinput.service import DEFAULT_STALL_TIMEOUT_S
 from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
-from tfinput.sources.files import PathsLike, as_paths
+from tfinput.sources.files import PathsLike, as_paths, epoch_rows
 from tfinput.sources.protocol import Decode, ReadRequest, Source
 from tfinput.sources.skeleton import deterministic_arg, parallel_calls, plan_shards, warn_unhonoured
 from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
@@ -180,6 +182,7 @@ class Pipeline:
         workers: int | None = None,
         processing_mode: str = "dynamic",
         job_name: str | None = None,
+        stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S,
     ) -> Pipeline:
         """Read the built pipeline through tf.data service (None: read it here).
 
@@ -192,16 +195,25 @@ class Pipeline:
           processing_mode: ``dynamic`` (each file to one worker) or ``off``; see
             `tfinput.service`.
           job_name: Share one job between consumers of the same name.
+          stall_timeout_s: A read with no batch for this long raises (a worker died
+            and none came back at its address: tf.data service alone waits forever).
+            An epoch that ends with rows missing, beyond the workers' drop_remainder
+            tails, logs a warning counting them. None: tf.data's own read, unguarded.
 
         Raises:
-          ConfigError: ``service`` is neither an address nor a ``LocalFleet``.
+          ConfigError: ``service`` is neither an address nor a ``LocalFleet``, or a
+            non-positive ``stall_timeout_s``.
         """
         if service is None:
             return dataclasses.replace(self, service=None)
         from tfinput.fleet import ServiceRead
 
         read = ServiceRead(
-            service, workers=workers, processing_mode=processing_mode, job_name=job_name
+            service,
+            workers=workers,
+            processing_mode=processing_mode,
+            job_name=job_name,
+            stall_timeout_s=stall_timeout_s,
         )
         return dataclasses.replace(self, service=read)
 
@@ -270,6 +282,12 @@ class Pipeline:
         if config.shuffle_buffer and not source.batches_itself:
             ds = ds.shuffle(source.shuffle_buffer(ds, request), seed=config.shuffle_seed)
         ds, decode = source.batch(ds, request)
+        batches = None if repeat or self.service else source.batch_count(request)
+        if batches is not None:
+            # Keras's fit then knows its steps per epoch (no "ran out of data"), and a
+            # pass of another length fails. Not on tf.data service workers: each runs
+            # this graph over the part of the files it is handed.
+            ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
         parallel = parallel_calls(config.map_parallelism)
         ds = ds.map(
             self._parse(decode, request, packed),
@@ -286,7 +304,14 @@ class Pipeline:
         if repeat:
             ds = ds.repeat()
         if self.service is not None:  # the workers run everything above
-            return self.service.apply(ds, config)
+            one_pass = not repeat and request.data_shard is None and input_context is None
+            return self.service.apply(
+                ds,
+                config,
+                rows=functools.partial(epoch_rows, source, request.files) if one_pass else None,
+                files=len(request.files),
+                batch_size=request.batch_size,
+            )
         if repeat:  # measuring (bench, tune): no position to save
             return ds
         # Its iterators carry what the pipeline is into tf.train.Checkpoint, which then

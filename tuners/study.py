@@ -256,6 +256,7 @@ def tune(
         lock_path=lock_path,
         progress=progress,
     )
+    run.refuse_data_smaller_than_a_batch()
     storage_obj = _open_storage(
         storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period
     )
@@ -412,12 +413,37 @@ class _Tuning:
             raise optuna.TrialPruned(f"window rates {m.rates} pruned: a clear loser")
         return m.median
 
-    def _too_small(self, config: PipelineConfig) -> str:
-        """The error for data smaller than one batch of ``config``, with its rows."""
+    def refuse_data_smaller_than_a_batch(self) -> None:
+        """Before the first trial: the data must hold one batch of every batch size the
+        search may try (the files' counts: Parquet footers, columnar manifests, the
+        first records of TFRecord files; a source that cannot count is left to the
+        first trial, which stops the search the same way).
+
+        Raises:
+          DataError: fewer rows than one batch (with ``drop_remainder``), or none.
+        """
+        source = getattr(self.pipeline, "source", None)
+        if source is None:
+            return
+        sizes = [self.base.batch_size, *self.space.choices.get("batch_size", ())]
+        config = dataclasses.replace(self.base, batch_size=min(int(b) for b in sizes))
         try:
-            rows: int | None = self.pipeline.check(batch_size=config.batch_size).records
-        except Exception:  # the count is a courtesy; the advice stands without it
-            rows = None
+            files = source.files()
+            rows = source.count_records_up_to(files, config.batch_size) if files else None
+        except Exception:  # unreadable or missing files: the first trial names them
+            return
+        if rows is None:
+            return
+        if rows == 0 or (config.drop_remainder and rows < config.batch_size):
+            raise DataError(self._too_small(config, rows))
+
+    def _too_small(self, config: PipelineConfig, rows: int | None = None) -> str:
+        """The error for data smaller than one batch of ``config``, with its rows."""
+        if rows is None:
+            try:
+                rows = self.pipeline.check(batch_size=config.batch_size).records
+            except Exception:  # the count is a courtesy; the advice stands without it
+                rows = None
         held = f"{rows:,} rows" if rows is not None else "fewer rows"
         fit = f" (at most {rows:,})" if rows else ""
         return (

@@ -121,14 +121,58 @@ def test_guarded_read_refuses_a_non_positive_bound():
         service.guarded(_batches(5, 5), stall_timeout_s=0)
 
 
+def test_a_healthy_epoch_with_a_drop_remainder_tail_reports_no_loss(
+    address, small_columnar, caplog
+):
+    # 1,000 rows in batches of 300: the worker drops the last 100 (drop_remainder),
+    # which is not a loss; the default read compares the rows with the manifests'.
+    caplog.set_level("INFO")
+    pipeline = tfinput.columnar(small_columnar).with_service(address, workers=1)
+    ds = pipeline.build(PipelineConfig(batch_size=300, drop_remainder=True))
+    assert sum(int(f["dense"]["row_id"].shape[0]) for f, _ in ds) == 900
+    assert "lost" not in caplog.text
+
+
+def test_the_default_read_counts_the_rows_an_epoch_did_not_deliver(caplog):
+    # The guard every service build gets, on an epoch that ends 15 rows short.
+    ds = service.guarded_dataset(_batches(25, 10), expected_rows=lambda: 40, tail_rows=9)
+    assert sum(int(b["row_id"].shape[0]) for b in ds) == 25
+    assert "15 of 40 rows lost (at least 6; up to 9 may be the workers' drop_remainder" in (
+        caplog.text
+    )
+    caplog.clear()
+    ds = service.guarded_dataset(_batches(25, 10), expected_rows=lambda: 30, tail_rows=9)
+    assert sum(int(b["row_id"].shape[0]) for b in ds) == 25  # 5 short: a tail
+    assert "lost" not in caplog.text
+
+
+def test_a_service_read_without_a_stall_bound_is_tf_datas_own(address, small_columnar):
+    pipeline = tfinput.columnar(small_columnar).with_service(address, stall_timeout_s=None)
+    ds = pipeline.build(PipelineConfig(batch_size=250))
+    assert "DataService" in type(ds).__name__ and service.unguarded(ds) is ds
+    with pytest.raises(ConfigError, match="stall_timeout_s must be > 0 or None, got 0"):
+        tfinput.columnar(small_columnar).with_service(address, stall_timeout_s=0)
+
+
 def test_repeated_builds_repeat_inside_the_service_stage(address, small_columnar):
     # One job for every epoch: `.repeat()` on the service dataset would start a new job
     # per epoch, whose start-up a bench or tuning window crossing an epoch would time.
     config = PipelineConfig(batch_size=250, deterministic=True)
     pipeline = tfinput.columnar(small_columnar).with_service(address)
     ds = pipeline.build(config, repeat=True)
-    assert "DataService" in type(ds).__name__  # the repeat is inside, on the workers
+    assert "DataService" in type(service.unguarded(ds)).__name__  # the repeat is inside
     local = tfinput.columnar(small_columnar).build(config, repeat=True)
     assert "Repeat" in type(local).__name__
     rows = [b["dense"]["row_id"] for b, _ in ds.take(10)]  # 2.5 epochs of 4 batches
     np.testing.assert_array_equal(np.concatenate(rows).astype(int) % 1000, np.arange(2500) % 1000)
+
+
+def test_the_guarded_read_keeps_the_element_spec_and_every_batch(address, small_columnar):
+    config = PipelineConfig(batch_size=200, deterministic=True)
+    pipeline = tfinput.columnar(small_columnar)
+    guarded = pipeline.with_service(address).build(config)
+    plain = service.unguarded(guarded)
+    assert guarded.element_spec == plain.element_spec == pipeline.build(config).element_spec
+    for _ in range(2):  # each pass is checked on its own
+        rows = collect(guarded)["dense"]["row_id"].astype(int)
+        assert sorted(rows.tolist()) == list(range(1000))

@@ -38,13 +38,26 @@ def worker(args, log_path, lock_path):
     )
 
 
-def _running_trial_of(pid, study_name, storage):
-    """The number of the trial worker ``pid`` is running, once two trials finished."""
+def _running_trial_of(pid, study_name, storage, seen=None):
+    """The number of the trial worker ``pid`` is running, once two trials finished.
+
+    ``seen`` (a list) gets one line per call: what the poll saw, for the failure message."""
+    started = time.monotonic()
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
+        if seen is not None:
+            seen.append(f"{time.monotonic() - started:.2f}s no study yet")
         return None
     trials = study.get_trials(deepcopy=False)
+    if seen is not None:
+        seen.append(
+            f"{time.monotonic() - started:.2f}s "
+            + " ".join(
+                f"{t.number}:{t.state.name}:{t.user_attrs.get('worker', '').rsplit(':', 1)[-1]}"
+                for t in trials
+            )
+        )
     if sum(1 for t in trials if t.state.is_finished()) < 2:
         return None
     for t in trials:
@@ -108,9 +121,10 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
         # killed only if the trial is still running; otherwise A resumes and we wait on.
         deadline = time.time() + 120
         victim = None
+        seen = []
         while time.time() < deadline and victim is None:
-            time.sleep(0.3)
-            candidate = _running_trial_of(a.pid, study_name, storage)
+            time.sleep(0.1)
+            candidate = _running_trial_of(a.pid, study_name, storage, seen)
             if candidate is None:
                 continue
             a.send_signal(signal.SIGSTOP)
@@ -121,7 +135,10 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
             else:
                 a.send_signal(signal.SIGCONT)
         assert victim is not None, (
-            "worker A never ran a trial:\n" + (tmp_path / "a.log").read_text()
+            f"worker A (pid {a.pid}) was never seen running a trial; polls:\n"
+            + "\n".join(seen[-40:])
+            + "\n\nits log:\n"
+            + (tmp_path / "a.log").read_text()
         )
         a.wait(timeout=30)
         assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()

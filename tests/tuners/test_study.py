@@ -250,12 +250,12 @@ def test_too_many_failures_in_a_row_stop_the_search_with_a_warning(tmp_path):
     assert result.confirmed  # the baselines were confirmed
 
 
-def test_data_smaller_than_one_batch_stops_at_the_first_trial_with_the_row_count(
+def test_data_smaller_than_one_batch_is_refused_before_the_first_trial(
     small_tfrecord, small_schema, tmp_path, caplog
 ):
-    """1,000 rows and a batch of 2,048: every config would fail alike, so the first
-    trial ends the run with the row count and the batch size to use (no more trials,
-    no traceback per trial)."""
+    """1,000 rows and a batch of 2,048: every config would fail alike, so tune refuses
+    before any trial, with the row count and the batch size to use (the first 2,048
+    records are counted, no more)."""
     pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
     with caplog.at_level(logging.WARNING), pytest.raises(DataError) as e:
         tune(
@@ -270,4 +270,26 @@ def test_data_smaller_than_one_batch_stops_at_the_first_trial_with_the_row_count
         "is dropped): tune with the batch size you train with, --batch-size N (at most "
         "1,000), or on more data"
     )
+    assert "trial 0" not in caplog.text
+
+
+def test_data_a_source_cannot_count_stops_at_the_first_trial_with_the_row_count(
+    small_columns, small_schema, tmp_path, caplog
+):
+    """A wrapped dataset cannot be counted up front: its first trial ends the run the
+    same way (no more trials, no traceback per trial)."""
+    from tests.helpers import wrapped_dataset
+
+    pipeline = tfinput.wrap(wrapped_dataset(small_columns), small_schema)
+    with (
+        caplog.at_level(logging.WARNING),
+        pytest.raises(DataError, match="fewer than one batch of 2,048"),
+    ):
+        tune(
+            pipeline,
+            base=PipelineConfig(batch_size=2048),
+            n_trials=6,
+            lock_path=str(tmp_path / "lock"),
+            **FAST,
+        )
     assert "trial 0 failed: " in caplog.text and "trial 1 failed" not in caplog.text

@@ -395,6 +395,23 @@ class ColumnarSource(Source):
             )
         return ds, finish
 
+    def batch_count(self, request: ReadRequest) -> int | None:
+        """Batches in one pass of a build, from the manifests (None where the chunks
+        are sharded across input pipelines, or with the global shuffle's own order)."""
+        if self.shuffle == "global" or request.data_shard is not None:
+            return None
+        chosen, chunk, _, plan = self._plan(request)
+        rows = {path: entry.rows for path, _, entry in chosen}
+        drop = request.config.drop_remainder
+        if request.batch_size % chunk == 0:  # batches of whole chunks (`batch_chunks`)
+            chunks, per_batch = sum(plan.takes), request.batch_size // chunk
+        else:  # rows re-cut into exact batches
+            chunks = sum(
+                min(take * chunk, rows[path]) for path, take in zip(plan.paths, plan.takes)
+            )
+            per_batch = request.batch_size
+        return chunks // per_batch if drop else -(-chunks // per_batch)
+
     def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
         """``read``: ``TFRecordDataset`` over the files in order, batches of whole
         chunks; ``parse``: the same plus the decode (no verification, no transforms)."""

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from tfinput.errors import SourceError
 
 __all__ = [
+    "epoch_rows",
     "PathsLike",
     "as_paths",
     "resolve_paths",
@@ -141,3 +142,34 @@ def check_empty_files_policy(value: str) -> None:
     """Raise `SourceError` unless ``value`` is ``skip`` or ``error``."""
     if value not in ("skip", "error"):
         raise SourceError(f"empty_files: expected 'skip' or 'error', got {value!r}")
+
+
+# (kind, path, size, mtime_ns) -> rows: a file's rows are counted once per process
+# while it is unchanged (a TFRecord count reads the whole file).
+_ROWS: dict[tuple[str, str, int, int], int] = {}
+
+
+def epoch_rows(source: object, files: Sequence[str]) -> int | None:
+    """Rows in one pass over ``files`` (``source.count_records`` per file, remembered
+    while a file's size and modification time stay the same); None when a file cannot
+    be counted."""
+    count = getattr(source, "count_records", None)
+    if count is None:
+        return None
+    kind = str(getattr(source, "kind", type(source).__name__))
+    total = 0
+    for path in files:
+        try:
+            st = os.stat(path)
+            key: tuple[str, str, int, int] | None = (kind, path, st.st_size, st.st_mtime_ns)
+        except OSError:  # a remote path (gs://...): counted every time
+            key = None
+        rows = _ROWS.get(key) if key else None
+        if rows is None:
+            rows = count(path)
+            if rows is None:
+                return None
+            if key:
+                _ROWS[key] = rows
+        total += rows
+    return total

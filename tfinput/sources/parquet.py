@@ -362,8 +362,11 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
             out[key] = array
         return out
 
-    # Named for profiler traces: the reader's time shows up as this map.
-    return positions.map(traced(read), name="parquet_read")
+    # Named for profiler traces: the reader's time shows up as this map. The epoch's
+    # batch count is known from the footers: said to tf.data, Keras's fit knows its
+    # steps (no "ran out of data" warning) and a different count is an error.
+    batches_read = positions.map(traced(read), name="parquet_read")
+    return batches_read.apply(tf.data.experimental.assert_cardinality(batches))
 
 
 def _tfio_read(request: ReadRequest) -> tf.data.Dataset:

@@ -159,10 +159,32 @@ class Source(Protocol):
         does not search them)."""
         return ()
 
+    def batch_count(self, request: ReadRequest) -> int | None:
+        """Batches one pass of ``request``'s build yields, where the source knows it
+        without reading the data (None: unknown). `Pipeline.build` tells tf.data
+        (``assert_cardinality``), so Keras's ``fit`` knows its steps per epoch, and a
+        pass that yields another count is an error."""
+        del request
+        return None
+
     def count_records(self, path: str) -> int | None:
         """Records in one file, or None when the source cannot count them."""
         del path
         return None
+
+    def count_records_up_to(self, files: list[str], limit: int) -> int | None:
+        """Records in ``files``, counted up to ``limit`` (a larger count may stop at any
+        value >= ``limit``); None when the source cannot count them. By default the
+        files' `count_records`, until ``limit`` is reached."""
+        total = 0
+        for path in files:
+            rows = self.count_records(path)
+            if rows is None:
+                return None
+            total += rows
+            if total >= limit:
+                break
+        return total
 
     def explain_error(self, path: str, message: str) -> str:
         """A reading error's message, made more precise where the source can."""

@@ -111,6 +111,19 @@ class TFRecordSource(Source):
         except tf.errors.OpError:
             return None
 
+    def count_records_up_to(self, files: list[str], limit: int) -> int | None:
+        """Records in ``files`` up to ``limit``, reading at most ``limit`` records
+        (None: the files cannot be read that far)."""
+        try:
+            ds = tf.data.TFRecordDataset(files, self._compression(files)).take(limit)
+            return int(
+                ds.batch(4096).reduce(
+                    tf.constant(0, tf.int64), lambda n, b: n + tf.size(b, tf.int64)
+                )
+            )
+        except (tf.errors.OpError, SourceError):
+            return None
+
     def _compression(self, files: list[str]) -> str:
         compressions = {self.compression_of(f) for f in files}
         if len(compressions) > 1:

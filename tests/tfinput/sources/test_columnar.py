@@ -249,3 +249,15 @@ def test_global_shuffle_options_are_checked(small_columnar, small_schema, read_r
     resumed = dataclasses.replace(pipeline, source=pipeline.source.resume_at(iteration=0, batch=1))
     with pytest.raises(ConfigError, match=r"needs PipelineConfig\.shuffle_seed set"):
         resumed.build(unseeded)
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "drop_remainder"), [(200, True), (200, False), (64, True), (64, False)]
+)
+def test_a_build_knows_its_batch_count(tmp_path, small_schema, batch_size, drop_remainder):
+    """From the manifests (1,037 rows in chunks of 100: partial chunks in each file):
+    Keras's fit then knows its steps per epoch, as with Parquet."""
+    path = testing.write_columnar(tmp_path / "c", small_schema, rows=1037, files=3, chunk_rows=100)
+    config = PipelineConfig(batch_size=batch_size, drop_remainder=drop_remainder)
+    ds = tfinput.columnar(path, small_schema).build(config)
+    assert int(ds.cardinality()) == sum(1 for _ in ds) > 0
