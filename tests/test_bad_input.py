@@ -79,8 +79,11 @@ def good_files(tmp_path):
 
 
 # --------------------------------------------------------------- corrupt bytes
+@pytest.mark.parametrize("read_batch", [0, 32], ids=["records", "read-batch"])
 @pytest.mark.parametrize("damage", ["corrupt", "truncated"])
-def test_corrupt_or_truncated_tfrecord_names_the_file(tmp_path, tiny_schema, good_files, damage):
+def test_corrupt_or_truncated_tfrecord_names_the_file(
+    tmp_path, tiny_schema, good_files, damage, read_batch
+):
     bad = tmp_path / "bad.tfrecord"
     write_examples(bad, [good_row() for _ in range(100)])
     data = bytearray(bad.read_bytes())
@@ -90,8 +93,8 @@ def test_corrupt_or_truncated_tfrecord_names_the_file(tmp_path, tiny_schema, goo
         data = data[: len(data) - 7]
     bad.write_bytes(bytes(data))
     pipeline = tfinput.tfrecord([*good_files, str(bad)], tiny_schema)
-    with pytest.raises(DataError) as e:
-        drain(pipeline)
+    with pytest.raises(DataError) as e:  # inside a file branch with read_batch
+        drain(pipeline, CONFIG.replace(read_batch=read_batch))
     msg = str(e.value)
     if damage == "corrupt":
         assert re.fullmatch(

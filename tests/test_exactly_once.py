@@ -13,7 +13,7 @@ from tfinput.config import AUTOTUNE, PipelineConfig
 
 
 def make(kind, schema, cols, tfrecord_files, parquet_files):
-    if kind == "tfrecord":
+    if kind in ("tfrecord", "tfrecord-read-batch"):
         return tfinput.tfrecord(tfrecord_files, schema)
     if kind == "parquet":
         return tfinput.parquet(parquet_files, schema)
@@ -22,7 +22,7 @@ def make(kind, schema, cols, tfrecord_files, parquet_files):
 
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "nondeterministic"])
 @pytest.mark.parametrize("pipelines", [1, 3], ids=["1-pipeline", "3-pipelines"])
-@pytest.mark.parametrize("kind", ["tfrecord", "parquet", "wrapped"])
+@pytest.mark.parametrize("kind", ["tfrecord", "tfrecord-read-batch", "parquet", "wrapped"])
 def test_every_example_exactly_once(
     kind, pipelines, deterministic, small_schema, small_columns, small_tfrecord, small_parquet
 ):
@@ -36,6 +36,7 @@ def test_every_example_exactly_once(
         deterministic=deterministic,
         shuffle_buffer=128,
         shuffle_seed=3,
+        read_batch=24 if kind == "tfrecord-read-batch" else 0,
     )
     pipeline = pipeline.with_file_shuffling()
     parts = []

@@ -23,6 +23,7 @@ def test_every_knob_is_present():
         "prefetch",
         "shuffle_buffer",
         "shuffle_seed",
+        "read_batch",
         "private_threadpool_size",
         "max_intra_op_parallelism",
         "deterministic",

@@ -26,17 +26,23 @@ def _graph(ds: tf.data.Dataset) -> tf.compat.v1.GraphDef:
 
 
 # ------------------------------------------------------------ the skeleton
-def test_parsing_is_vectorized_batch_then_parse(small_tfrecord, small_schema):
-    ds = tfinput.tfrecord(small_tfrecord, small_schema).build(PipelineConfig(batch_size=32))
+@pytest.mark.parametrize(
+    ("read_batch", "batch_op"), [(64, "RebatchDatasetV2"), (0, "BatchDatasetV2")]
+)
+def test_parsing_is_vectorized_batch_then_parse(small_tfrecord, small_schema, read_batch, batch_op):
+    """Batches (re-cut mini-batches by default, batches of records with read_batch=0)
+    are parsed by one vectorized op."""
+    config = PipelineConfig(batch_size=32, read_batch=read_batch)
+    ds = tfinput.tfrecord(small_tfrecord, small_schema).build(config)
     graph = _graph(ds)
     ops = [n.op for n in graph.node]
-    assert "BatchDatasetV2" in ops and "ParallelMapDatasetV2" in ops
+    assert batch_op in ops and "ParallelMapDatasetV2" in ops
     fn_ops = {n.op for f in graph.library.function for n in f.node_def}
     assert "ParseExampleV2" in fn_ops and "ParseSingleExample" not in fn_ops
     # the map runs after the batch: batch's output feeds the map
     names = {n.name: n for n in graph.node}
     map_node = next(n for n in graph.node if n.op == "ParallelMapDatasetV2")
-    assert names[map_node.input[0].split(":")[0]].op == "BatchDatasetV2"
+    assert names[map_node.input[0].split(":")[0]].op == batch_op
 
 
 def test_packing_happens_in_the_parse_map(small_tfrecord, small_schema):

@@ -80,8 +80,9 @@ class DatasetSource(Source):
 
     @property
     def ignored_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
-        """The interleave knobs (no files), and ``shuffle_buffer`` for batches."""
-        return _FILE_KNOBS + (("shuffle_buffer",) if self.batched else ())
+        """The interleave knobs and ``read_batch`` (no files), and ``shuffle_buffer``
+        for batches."""
+        return _FILE_KNOBS + ("read_batch",) + (("shuffle_buffer",) if self.batched else ())
 
     def make(self) -> tf.data.Dataset:
         """The wrapped dataset (the callable's result, when given one).

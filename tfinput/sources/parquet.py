@@ -96,8 +96,9 @@ class ParquetSource(Source):
 
     @property
     def ignored_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
-        """``interleave_block_length`` with pyarrow (it reads each file in order)."""
-        return ("interleave_block_length",) if self.engine == "pyarrow" else ()
+        """``read_batch`` (TFRecord's), and ``interleave_block_length`` with pyarrow
+        (it reads each file in order)."""
+        return ("read_batch",) + (("interleave_block_length",) if self.engine == "pyarrow" else ())
 
     def files(self) -> list[str]:
         return self._files(self.empty_files)[0]

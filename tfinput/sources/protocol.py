@@ -156,8 +156,8 @@ class Source(Protocol):
     @property
     def ignored_knobs(self) -> tuple[str, ...]:
         """`PipelineConfig` knobs that never change what this source does (the tuner
-        does not search them)."""
-        return ()
+        does not search them). ``read_batch`` by default (TFRecord's)."""
+        return ("read_batch",)
 
     def batch_count(self, request: ReadRequest) -> int | None:
         """Batches one pass of ``request``'s build yields, where the source knows it

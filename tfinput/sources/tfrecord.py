@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 import tensorflow as tf
 
+from tfinput.config import PipelineConfig
 from tfinput.errors import SourceError
 from tfinput.schema import Schema
 from tfinput.sources._tfrecord_checks import (
@@ -24,6 +25,11 @@ from tfinput.transforms import parse_spec
 __all__ = ["TFRecordSource"]
 
 _COMPRESSION = {None: "", "": "", "none": "", "gzip": "GZIP", "zlib": "ZLIB"}
+
+
+def read_batch(config: PipelineConfig) -> int:
+    """The mini-batch size the file branches batch to (0: single records)."""
+    return config.read_batch if config.read_batch > 1 else 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,6 +117,11 @@ class TFRecordSource(Source):
         except tf.errors.OpError:
             return None
 
+    @property
+    def ignored_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
+        """None: every knob applies."""
+        return ()
+
     def count_records_up_to(self, files: list[str], limit: int) -> int | None:
         """Records in ``files`` up to ``limit``, reading at most ``limit`` records
         (None: the files cannot be read that far)."""
@@ -134,7 +145,8 @@ class TFRecordSource(Source):
         return compressions.pop()
 
     def read(self, request: ReadRequest) -> tf.data.Dataset:
-        """Serialized records of the files, interleaved.
+        """Serialized records of the files, interleaved (mini-batches of them with
+        ``read_batch``).
 
         Raises:
           SourceError: the files mix compressions.
@@ -143,22 +155,33 @@ class TFRecordSource(Source):
         compression = self._compression(files)
         buffer_size = self.buffer_size
 
+        mini = read_batch(request.config)
+
         def read(path: tf.Tensor) -> tf.data.Dataset:
-            return tf.data.TFRecordDataset(path, compression, buffer_size=buffer_size)
+            records = tf.data.TFRecordDataset(path, compression, buffer_size=buffer_size)
+            # With read_batch, each branch hands over mini-batches (partial at the end
+            # of its file), so no single record crosses to the consumer side.
+            return records.batch(mini) if mini else records
 
         paths = file_order(tf.data.Dataset.from_tensor_slices(files), len(files), request)
         return interleave_files(paths, read, request.config)
 
     def shuffle_buffer(self, records: tf.data.Dataset, request: ReadRequest) -> int:
-        """``shuffle_buffer`` capped at the most records the files can hold (logged)."""
+        """``shuffle_buffer`` capped at the most records the files can hold (logged); in
+        mini-batches with ``read_batch`` (the same records' memory)."""
         del records
         compressed = bool(self.compression_of(request.files[0]))
-        return capped_shuffle_buffer(request.config.shuffle_buffer, request.files, compressed)
+        buffer = capped_shuffle_buffer(request.config.shuffle_buffer, request.files, compressed)
+        mini = read_batch(request.config)
+        return max(1, buffer // mini) if mini else buffer
 
     def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:
         """``batch(B)`` of serialized records; decoding is one ``parse_example``."""
         config = request.config
-        ds = records.batch(request.batch_size, drop_remainder=config.drop_remainder)
+        if read_batch(config):  # mini-batches re-cut to exact batches
+            ds = records.rebatch(request.batch_size, drop_remainder=config.drop_remainder)
+        else:
+            ds = records.batch(request.batch_size, drop_remainder=config.drop_remainder)
         spec = parse_spec(request.schema)
 
         def decode(serialized: tf.Tensor) -> dict[str, Any]:

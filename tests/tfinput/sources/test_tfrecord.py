@@ -193,3 +193,54 @@ def test_roofline_reads_in_file_order_and_measures_record_size(small_tfrecord, s
     assert read.shape == (100,) and read[0].numpy() == first[0]
     parsed = next(iter(stages.factories["parse"]()))
     assert parsed["row_id"].numpy().ravel().tolist() == list(range(100))
+
+
+def _ops(ds):
+    """Op types of a dataset's graph: (top level, inside its functions)."""
+    graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
+    inner = {n.op for f in graph.library.function for n in f.node_def}
+    return {n.op for n in graph.node}, inner
+
+
+def test_read_batch_hands_mini_batches_from_the_file_branches(small_tfrecord, small_schema):
+    """With ``read_batch`` the records are batched inside the parallel interleave's
+    branches and the consumer side re-cuts mini-batches: no ``batch`` of single records
+    outside the branches."""
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    config = PipelineConfig(batch_size=100, read_batch=32, shuffle_buffer=256, shuffle_seed=1)
+    top, inner = _ops(pipeline.build(config))
+    assert "RebatchDatasetV2" in top and "BatchDatasetV2" in inner
+    assert "BatchDatasetV2" not in top
+    top, inner = _ops(pipeline.build(config.replace(read_batch=0)))  # today's plan
+    assert "BatchDatasetV2" in top and "RebatchDatasetV2" not in top
+
+
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_read_batch_keeps_batch_sizes_rows_and_determinism(
+    small_tfrecord, small_schema, drop_remainder
+):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema).with_file_shuffling()
+    config = PipelineConfig(
+        batch_size=96,
+        drop_remainder=drop_remainder,
+        read_batch=40,
+        shuffle_buffer=300,
+        shuffle_seed=7,
+        interleave_cycle_length=2,
+        interleave_parallelism=2,
+        deterministic=True,
+    )
+    runs = []
+    for _ in range(2):
+        sizes, rows = [], []
+        for features, _ in pipeline.build(config):
+            ids = features["dense"]["row_id"].numpy().astype(int)
+            sizes.append(len(ids))
+            rows.extend(ids.tolist())
+        runs.append(rows)
+        full = 1000 // 96
+        assert sizes[:full] == [96] * full
+        assert sizes[full:] == ([] if drop_remainder else [1000 - 96 * full])
+        assert len(set(rows)) == len(rows) == (96 * full if drop_remainder else 1000)
+    assert runs[0] == runs[1]  # deterministic=True with a seed: the same order
+    assert runs[0] != sorted(runs[0])  # and shuffled
