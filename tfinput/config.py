@@ -60,8 +60,10 @@ class PipelineConfig:
       interleave_cycle_length: Files read concurrently (`interleave(cycle_length)`).
         More files in flight hides I/O latency but costs memory and, on few cores, CPU
         that the parser needs. Parquet: files read ahead by pyarrow.
-      interleave_block_length: Consecutive records taken from one file before moving
-        on. Larger blocks mix files less. AUTOTUNE means tf.data's default (1).
+      interleave_block_length: Consecutive elements taken from one file before moving
+        on (TFRecord: mini-batches of ``read_batch`` records, or single records with
+        ``read_batch=0``). Larger blocks mix files less. AUTOTUNE means tf.data's
+        default (1).
       interleave_parallelism: Threads reading files (`interleave(num_parallel_calls)`).
         Parquet: 1 reads single-threaded, anything else lets pyarrow use its pool.
       map_parallelism: Batches parsed and transformed concurrently

@@ -42,6 +42,7 @@ TUNABLE = (
     "max_intra_op_parallelism",
     "deterministic",
     "cache",
+    "read_batch",
 )
 
 #: Feeding knobs: searched only where the pipeline or the step honours them (see
@@ -51,6 +52,11 @@ FEEDING = ("layout", "steps_per_execution", "device_prefetch")
 #: Knobs of a pipeline read through tf.data service (`Pipeline.with_service`).
 SERVICE = ("service_workers", "service_compression", "service_max_outstanding_requests")
 SERVICE_OUTSTANDING_CHOICES = (AUTOTUNE, 2, 8)
+
+#: Candidate values of ``read_batch`` (TFRecord: records per mini-batch handed from the
+#: file branches; 0: one record at a time). Other sources ignore it, so it is searched
+#: only for TFRecord pipelines (`SearchSpace.for_pipeline`).
+READ_BATCH_CHOICES = (0, 64, 256, 1024)
 
 #: Candidate values of the feeding knobs.
 LAYOUT_CHOICES = LAYOUTS
@@ -191,6 +197,7 @@ class SearchSpace:
             "private_threadpool_size": _uniq([AUTOTUNE, c, 2 * c]),
             "max_intra_op_parallelism": (AUTOTUNE, 1),
             "deterministic": (True, False),
+            "read_batch": READ_BATCH_CHOICES,
         }
         ram = ram_bytes or _ram()
         if tune_cache and data_bytes is not None and ram and data_bytes < ram // 4:

@@ -194,3 +194,12 @@ def test_space_for_pipeline_leaves_out_the_knobs_its_source_ignores(pipeline_of)
     assert "interleave_cycle_length" in parquet.searched
     tfrecord = SearchSpace.for_pipeline(pipeline_of("tfrecord"), cpu_count=2)
     assert interleave <= set(tfrecord.searched)
+
+
+def test_read_batch_is_searched_for_tfrecord_only(small_tfrecord, small_parquet, small_schema):
+    import tfinput
+
+    tfrecord = SearchSpace.for_pipeline(tfinput.tfrecord(small_tfrecord, small_schema))
+    assert tfrecord.choices["read_batch"] == (0, 64, 256, 1024)
+    parquet = SearchSpace.for_pipeline(tfinput.parquet(small_parquet, small_schema))
+    assert "read_batch" not in parquet.choices  # ignored there: no trial wasted on it
