@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from benchmarks._results import write_section  # noqa: E402
 from benchmarks.core import BATCH, FILES, data, machine, rate  # noqa: E402
-from benchmarks.resume_state import mixing  # noqa: E402
+from benchmarks.resume_state import mixing, state  # noqa: E402
 
 ROWS = 400_000
 MIX_ROWS = 8 * 16 * 1024  # whole 1024-row blocks per file, as `mixing` expects
@@ -86,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+        # The saved position (tf.train.Checkpoint of the built dataset's iterator) with
+        # the shuffle buffer full: its records are in the file, whichever the plan.
+        states = {
+            name: state(pipeline, variants[name], after=3, repeats=3)
+            for name in names
+            if variants[name].shuffle_buffer
+        }
         # Mixing: one epoch of each plan over rows whose row_id says file and position.
         from tfinput import testing
 
@@ -150,6 +157,21 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(
                 f"| {r} | {s:,} | {m['files']:.1f} | {m['spread']:.3f} | {m['order']:.2f} |"
             )
+    lines += [
+        "",
+        "Saved position with `shuffle_buffer=10,000` (`tf.train.Checkpoint` of the built "
+        "dataset's iterator after 3 batches, restored into a fresh build; "
+        "`benchmarks/resume_state.py`'s `state`, median of 3):",
+        "",
+        "| read_batch | checkpoint bytes | save s | restore s |",
+        "|---:|---:|---:|---:|",
+    ]
+    for name, st in states.items():
+        r = variants[name].read_batch
+        if "error" in st:
+            lines.append(f"| {r} | {st['error']} | | |")
+        else:
+            lines.append(f"| {r} | {st['bytes']:,} | {st['save_s']:.2f} | {st['restore_s']:.2f} |")
     lines.append("<!-- read-batch:end -->")
     text = "\n".join(lines)
     print(text)

@@ -81,9 +81,9 @@ class PipelineConfig:
         of up to ``read_batch`` consecutive records of one file (its buffer counts
         ``shuffle_buffer // read_batch`` mini-batches: the same memory). 0 or 1: records
         cross one at a time (the plan before this knob, which mixes a shuffled epoch
-        more finely). Default 64: on 2 cores 1.7x (no shuffle) and 2.0x (shuffle 10,000)
-        the examples/s of records one at a time, with the best mixing of the sizes
-        measured (benchmarks/RESULTS.md, "records batched in the file branches").
+        more finely). Default 64: the best mixing of the sizes measured, at 1.6-1.8x the
+        examples/s of records one at a time on 2 cores (benchmarks/RESULTS.md,
+        "records batched in the file branches").
         Ignored by other sources.
       private_threadpool_size: Size of a thread pool private to this pipeline; 0 or
         AUTOTUNE shares TensorFlow's inter-op pool. A private pool isolates the input
