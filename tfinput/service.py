@@ -409,13 +409,12 @@ class GuardedRead:
             item = self._queue.get(timeout=self.stall_timeout_s)
         except queue.Empty:
             self._stop.set()
-            where = f" from {self.address}" if self.address else ""
-            expected = f" of {self.expected_rows:,} expected" if self.expected_rows else ""
-            raise ServiceError(
-                f"no batch{where} in {time.monotonic() - started:.0f} s after "
-                f"{self.batches} batches ({self.rows:,} rows{expected}): a tf.data service worker "
-                "probably died. Restart it on the same address (its clients reconnect), "
-                "or start the job again; raise stall_timeout_s if batches are just slow"
+            raise _stalled(
+                self.address,
+                time.monotonic() - started,
+                self.batches,
+                self.rows,
+                self.expected_rows,
             ) from None
         if item is _END:
             self.finished = True
@@ -432,6 +431,20 @@ class GuardedRead:
     def close(self) -> None:
         """Stop the background thread once its current batch arrives."""
         self._stop.set()
+
+
+def _stalled(
+    address: str | None, waited: float, batches: int, rows: int, expected: int | None
+) -> ServiceError:
+    """The error of a read with no batch for ``waited`` seconds."""
+    where = f" from {address}" if address else ""
+    of = f" of {expected:,} expected" if expected else ""
+    return ServiceError(
+        f"no batch{where} in {waited:.0f} s after {batches} batches ({rows:,} rows{of}): "
+        "a tf.data service worker probably died. Restart it on the same address (its "
+        "clients reconnect), or start the job again; raise stall_timeout_s if batches are "
+        "just slow"
+    )
 
 
 def _batch_rows(element: Any) -> int:
@@ -650,14 +663,7 @@ class _Passes:
             return np.int32(3)
         waited = time.monotonic() - p.last
         if waited > self.stall_timeout_s:
-            where = f" from {self.address}" if self.address else ""
-            expected = f" of {p.expected:,} expected" if p.expected else ""
-            raise ServiceError(
-                f"no batch{where} in {waited:.0f} s after {p.batches} batches "
-                f"({p.rows:,} rows{expected}): a tf.data service worker probably died. "
-                "Restart it on the same address (its clients reconnect), or start the job "
-                "again; raise stall_timeout_s if batches are just slow"
-            )
+            raise _stalled(self.address, waited, p.batches, p.rows, p.expected)
         return np.int32(2)
 
 
