@@ -16,8 +16,13 @@ with its min-max.
 Workload: criteo-like (13 dense, 26 single ids, 4 multi-hot lists of 0-19 ids) as TFRecord,
 Parquet and columnar records,
 ``--rows`` rows in 8 files, batch 4096, one fixed config (interleave 1, map
-parallelism 3, prefetch 2), the data written once by the current version (the files
-are the same bytes for both).
+parallelism 3, prefetch 2) or, with ``--config autotune``, each version's
+``PipelineConfig.autotune`` (its own defaults), the data written once by the current
+version (the files are the same bytes for both). ``--step keras`` trains tfinput's Keras
+ranking model on every batch (``train_on_batch``) instead of only reading.
+
+    python benchmarks/versions.py --base dfc84f4 --rows 1000000 --config autotune \
+        --formats tfrecord --section versions-read-batch --write
 """
 
 from __future__ import annotations
@@ -46,10 +51,23 @@ import tfinput
 from tfinput import testing
 schema = testing.criteo_like_schema()
 SHUFFLE = int(sys.argv[2])
-config = tfinput.PipelineConfig(batch_size=BATCH, interleave_cycle_length=1,
-    interleave_parallelism=1, map_parallelism=3, prefetch=2, shuffle_buffer=SHUFFLE,
-    shuffle_seed=1 if SHUFFLE else None)
+CONFIG, STEP, NUMPY = sys.argv[3], sys.argv[4], sys.argv[5] == "numpy"
+shuffle = dict(shuffle_buffer=SHUFFLE, shuffle_seed=1 if SHUFFLE else None)
+if CONFIG == "autotune":
+    config = tfinput.PipelineConfig.autotune(batch_size=BATCH, **shuffle)
+else:
+    config = tfinput.PipelineConfig(batch_size=BATCH, interleave_cycle_length=1,
+        interleave_parallelism=1, map_parallelism=3, prefetch=2, **shuffle)
 FILES = json.loads(sys.argv[1])
+if STEP == "keras":
+    from tfinput import models
+    model = models.ranking_model(schema)
+    def step(batch):
+        features, labels = batch
+        model.train_on_batch(features, labels)
+else:
+    def step(batch):
+        pass
 def make(fmt):
     if fmt == "tfrecord":
         return tfinput.tfrecord(FILES["tfrecord"], schema).build(config)
@@ -59,12 +77,13 @@ def make(fmt):
 print(json.dumps({"ready": tfinput.__file__}), flush=True)
 for line in sys.stdin:
     fmt, warmup, batches = line.split()
-    it = iter(make(fmt).repeat())
+    ds = make(fmt).repeat()
+    it = ds.as_numpy_iterator() if NUMPY else iter(ds)
     for _ in range(int(warmup)):
-        next(it)
+        step(next(it))
     start = time.perf_counter()
     for _ in range(int(batches)):
-        next(it)
+        step(next(it))
     rate = int(batches) * BATCH / (time.perf_counter() - start)
     del it
     print(json.dumps({"rate": rate}), flush=True)
@@ -73,13 +92,20 @@ for line in sys.stdin:
 
 class Worker:
     def __init__(
-        self, name: str, source_root: Path, files: dict[str, list[str]], shuffle: int = 0
+        self,
+        name: str,
+        source_root: Path,
+        files: dict[str, list[str]],
+        shuffle: int = 0,
+        config: str = "fixed",
+        step: str = "none",
+        iterator: str = "tensors",
     ) -> None:
         env = {**os.environ, "PYTHONPATH": str(source_root), "TF_CPP_MIN_LOG_LEVEL": "2"}
         code = _WORKER.replace("BATCH", str(BATCH))
         self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, json.dumps(files), str(shuffle)],
+            [sys.executable, "-c", code, json.dumps(files), str(shuffle), config, step, iterator],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -142,8 +168,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         workers = {}
         try:
             workers = {
-                "before": Worker("before", tree, files, args.shuffle),
-                "after": Worker("after", ROOT, files, args.shuffle),
+                who: Worker(who, root, files, args.shuffle, args.config, args.step, args.iterator)
+                for who, root in (("before", tree), ("after", ROOT))
             }
             for r in range(args.rounds):
                 order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
@@ -174,6 +200,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "warmup": args.warmup,
         "batches": args.batches,
         "shuffle": args.shuffle,
+        "config": args.config,
+        "step": args.step,
+        "iterator": args.iterator,
+        "backend": os.environ.get("KERAS_BACKEND", "tensorflow"),
         "section": args.section,
         "formats": {},
     }
@@ -195,10 +225,16 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         f"Machine: {res['machine']}.",
         "",
-        f"Method: criteo-like, {res['rows']:,} rows, 8 files, batch {BATCH}, one fixed config "
-        "(interleave 1, map parallelism 3, prefetch 2"
-        + (f", shuffle buffer {res['shuffle']:,} rows, seed 1" if res["shuffle"] else "")
-        + "); one worker process per version "
+        f"Method: criteo-like, {res['rows']:,} rows, 8 files, batch {BATCH}, "
+        + _config_words(res)
+        + (
+            "; each batch trains tfinput's Keras ranking model "
+            f"(`models.ranking_model`, `train_on_batch`, Keras backend {res['backend']})"
+            if res.get("step") == "keras"
+            else "; input only"
+        )
+        + ("; batches as numpy (`as_numpy_iterator`)" if res.get("iterator") == "numpy" else "")
+        + "; one worker process per version "
         "(the base revision from a git worktree), measurements alternating between them with "
         f"the order rotated every round; {res['rounds']} rounds, each a fresh iterator, "
         f"{res['warmup']} warm-up batches, {res['batches']} timed batches. Ratio: median "
@@ -218,6 +254,13 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _config_words(res: dict[str, Any]) -> str:
+    shuffle = f", shuffle buffer {res['shuffle']:,} rows, seed 1" if res["shuffle"] else ""
+    if res.get("config") == "autotune":
+        return f"`PipelineConfig.autotune` (each version's defaults{shuffle})"
+    return f"one fixed config (interleave 1, map parallelism 3, prefetch 2{shuffle})"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base", required=True, help="git revision to compare against")
@@ -230,6 +273,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
     p.add_argument("--json", action="store_true")
     p.add_argument("--shuffle", type=int, default=0, help="shuffle buffer, rows (0: none)")
+    p.add_argument(
+        "--config",
+        choices=("fixed", "autotune"),
+        default="fixed",
+        help="fixed: interleave 1, map parallelism 3, prefetch 2; autotune: each version's "
+        "PipelineConfig.autotune (its defaults, e.g. read_batch)",
+    )
+    p.add_argument(
+        "--step",
+        choices=("none", "keras"),
+        default="none",
+        help="keras: each batch trains tfinput's Keras ranking model (train_on_batch)",
+    )
+    p.add_argument(
+        "--iterator",
+        choices=("tensors", "numpy"),
+        default="tensors",
+        help="numpy: read batches with as_numpy_iterator (as a JAX or PyTorch loop does)",
+    )
     p.add_argument("--section", default="versions", help="RESULTS.md section written with --write")
     args = p.parse_args(argv)
     res = run(args)

@@ -320,6 +320,36 @@ class Pipeline:
 
         return identified(ds, pipeline_identity(self, asked, input_context))
 
+    def serial_probe(
+        self, config: PipelineConfig | None = None
+    ) -> tuple[tf.data.Dataset, float] | None:
+        """The consumer side of ``build(config)`` alone: the same interleave, shuffle and
+        batch stages, over records held in memory (`Source.read_in_memory`) and without
+        parsing; `tfinput.bench.roofline` times it as the pipeline's serial stage.
+
+        Returns:
+          ``(endless dataset of encoded batches, elements crossing the consumer side
+          per batch)``, or None where no thread hands records over: the source's
+          elements are already batches (Parquet, columnar, wrapped datasets), or the
+          config reads the files sequentially (``interleave_parallelism`` or
+          ``interleave_cycle_length`` 1: the read and the consumer side are one thread,
+          the roofline's ``full`` stage).
+        """
+        config = _checked_config(config)
+        if 1 in (config.interleave_parallelism, config.interleave_cycle_length):
+            return None
+        request = self._request(config, None)
+        source = self.source
+        ds = source.read_in_memory(request)
+        if ds is None:
+            return None
+        if config.shuffle_buffer and not source.batches_itself:
+            ds = ds.shuffle(source.shuffle_buffer(ds, request), seed=config.shuffle_seed)
+        ds, _ = source.batch(ds, request)
+        if config.prefetch != 0:
+            ds = ds.prefetch(config.prefetch)
+        return ds.with_options(_options(config, sharded=False)), source.consumer_elements(request)
+
     def _packed_layout(self, config: PipelineConfig) -> PackedLayout | None:
         """The packed layout the build emits, or None for ``per_feature``.
 

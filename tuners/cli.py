@@ -238,6 +238,7 @@ class _Display:
 
 
 _STAGES = {
+    "roofline": "measuring the roofline with the winner's serial stage (a few seconds)",
     "breakdown": "measuring the gain by knob (the winner with each knob group reverted)",
     "format_advice": "parse may bound tf.Example: converting a sample to columnar records",
 }

@@ -20,7 +20,7 @@ from typing import Any
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
 
-__all__ = ["FormatAdvice", "parse_is_bound", "format_advice"]
+__all__ = ["FormatAdvice", "parse_is_bound", "format_advice", "quick_roofline"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -89,7 +89,11 @@ class FormatAdvice:
 
 
 def parse_is_bound(
-    pipeline: Any, *, batch_size: int, cpu_count: int | None = None
+    pipeline: Any,
+    *,
+    batch_size: int,
+    cpu_count: int | None = None,
+    roofline_result: Any = None,
 ) -> tuple[bool, dict[str, Any]]:
     """Whether parsing bounds a tf.Example pipeline, from `tfinput.bench.roofline`.
 
@@ -99,19 +103,14 @@ def parse_is_bound(
     when the pipeline is CPU-bound (not read-bound) and parsing is the largest of the
     three costs: then no tf.data knob removes it, and only a cheaper format does.
 
+    Args:
+      roofline_result: A `tfinput.bench.Roofline` already measured (`quick_roofline`);
+        None measures one.
+
     Returns:
       ``(parse_bound, signal)`` with the costs in microseconds per example.
     """
-    from tfinput import bench
-
-    rl = bench.roofline(
-        pipeline,
-        batch_size=batch_size,
-        windows=2,
-        window_batches=4,
-        warmup_batches=1,
-        cpu_count=cpu_count,
-    )
+    rl = roofline_result or quick_roofline(pipeline, batch_size=batch_size, cpu_count=cpu_count)
     cost = rl.cost_us()
     bound = rl.limited_by == "cpu" and cost["parse"] >= max(cost["read"], cost["transform"])
     signal = {
@@ -121,6 +120,28 @@ def parse_is_bound(
         "bound_examples_per_s": round(rl.bound, 1),
     }
     return bound, signal
+
+
+def quick_roofline(
+    pipeline: Any,
+    *,
+    batch_size: int,
+    cpu_count: int | None = None,
+    configs: Mapping[str, PipelineConfig] | None = None,
+) -> Any:
+    """The tuner's `tfinput.bench.roofline`: two windows of four batches per stage (a
+    couple of seconds), with the serial stage of ``configs`` (default: autotune's)."""
+    from tfinput import bench
+
+    return bench.roofline(
+        pipeline,
+        batch_size=batch_size,
+        windows=2,
+        window_batches=4,
+        warmup_batches=1,
+        cpu_count=cpu_count,
+        configs=configs,
+    )
 
 
 def _chunk_rows(batch_size: int) -> int:
@@ -150,6 +171,7 @@ def format_advice(
     cpu_count: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] | None = None,
+    roofline_result: Any = None,
 ) -> FormatAdvice | None:
     """Convert a sample of tf.Example files to columnar records and measure both.
 
@@ -168,6 +190,7 @@ def format_advice(
       require_parse_bound: Return None unless parse is the bound.
       cpu_count: Cores for the roofline.
       clock, cpu_clock: Injectable clocks for the measurement.
+      roofline_result: The roofline `parse_is_bound` reads (None: measured here).
 
     Returns:
       A `FormatAdvice`, or None: not a tf.Example source, or (with
@@ -185,7 +208,10 @@ def format_advice(
         return None
     t0 = time.perf_counter()
     parse_bound, signal = parse_is_bound(
-        pipeline, batch_size=config.batch_size, cpu_count=cpu_count
+        pipeline,
+        batch_size=config.batch_size,
+        cpu_count=cpu_count,
+        roofline_result=roofline_result,
     )
     if require_parse_bound and not parse_bound:
         return None

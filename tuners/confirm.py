@@ -32,6 +32,8 @@ __all__ = [
     "verdicts",
     "gain_by_knob",
     "winner_format_advice",
+    "winner_roofline",
+    "serial_sentence",
     "advice_sentences",
     "service_sizing",
 ]
@@ -209,6 +211,42 @@ def gain_by_knob(
         return ()
 
 
+def winner_roofline(how: Remeasure, best_config: PipelineConfig, *, notes: list[str]) -> Any | None:
+    """A short `tfinput.bench.roofline` with the winner's serial stage (``winner``), read
+    by the format advice and `serial_sentence`; None, with a note, if it raises."""
+    from tuners.columnar_advice import quick_roofline
+
+    try:
+        return quick_roofline(
+            how.pipeline,
+            batch_size=best_config.batch_size,
+            cpu_count=how.cpu_count,
+            configs={"winner": best_config},
+        )
+    except Exception as e:
+        _note(notes, f"roofline not measured: {explain_failure(how.pipeline, e)}")
+        return None
+
+
+def serial_sentence(roofline: Any | None) -> str | None:
+    """The advice when the winner's serial stage is its bound (one thread hands over
+    every element crossing the consumer side; `tfinput.bench.serial_advice`), else
+    None."""
+    if roofline is None:
+        return None
+    from tfinput.bench import serial_advice
+
+    stage = next((s for s in roofline.serial if s.config == "winner"), None)
+    prediction = roofline.predict("winner")
+    if stage is None or prediction.limited_by != "serial":
+        return None
+    return (
+        f"{serial_advice(stage)} (roofline: the winner can reach about "
+        f"{prediction.bound:,.0f} examples/s here; its parallel stages alone "
+        f"{prediction.parallel:,.0f})"
+    )
+
+
 def winner_format_advice(
     how: Remeasure,
     best_config: PipelineConfig,
@@ -216,15 +254,21 @@ def winner_format_advice(
     schema_path: str | None,
     progress: Progress | None,
     notes: list[str],
+    roofline: Any | None = None,
 ) -> FormatAdvice | None:
-    """`tuners.advice.format_advice` for the winner; None, with a note, if it raises."""
+    """`tuners.advice.format_advice` for the winner (reading ``roofline`` when given);
+    None, with a note, if it raises."""
     from tuners.advice import format_advice
 
     if progress is not None:
         progress("format_advice", {})
     try:
         return format_advice(
-            how.pipeline, best_config, schema_path=schema_path, cpu_count=how.cpu_count
+            how.pipeline,
+            best_config,
+            schema_path=schema_path,
+            cpu_count=how.cpu_count,
+            roofline_result=roofline,
         )
     except Exception as e:
         _note(notes, f"format advice not measured: {explain_failure(how.pipeline, e)}")
@@ -237,10 +281,12 @@ def advice_sentences(
     input_bound: bool | None,
     best_config: PipelineConfig,
     base: PipelineConfig,
+    serial: str | None = None,
 ) -> list[str]:
-    """`TuneResult.advice`: the format advice, and learning-rate scaling when the
-    batch size changed."""
-    advice = []
+    """`TuneResult.advice`: the serial stage when it bounds the winner
+    (`serial_sentence`), the format advice, and learning-rate scaling when the batch
+    size changed."""
+    advice = [serial] if serial else []
     if format_result is not None:
         advice.append(format_result.sentence())
         if input_bound is False:

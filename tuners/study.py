@@ -72,9 +72,11 @@ from tuners.confirm import (
     confirmation_configs,
     gain_by_knob,
     pick_winner,
+    serial_sentence,
     service_sizing,
     verdicts,
     winner_format_advice,
+    winner_roofline,
 )
 from tuners.objective import measure
 from tuners.result import (
@@ -629,10 +631,19 @@ def _confirm_and_advise(
     if breakdown and confirmed and best_name != "autotune":
         contributions = gain_by_knob(how, best_config, autotune, progress=progress, notes=notes)
     t3 = time.time()
-    format_result = None
+    format_result = serial = None
     if advise_format and getattr(getattr(run.pipeline, "source", None), "kind", None) == "tfrecord":
+        if progress is not None:
+            progress("roofline", {})
+        roofline = winner_roofline(how, best_config, notes=notes)
+        serial = serial_sentence(roofline)
         format_result = winner_format_advice(
-            how, best_config, schema_path=schema_path, progress=progress, notes=notes
+            how,
+            best_config,
+            schema_path=schema_path,
+            progress=progress,
+            notes=notes,
+            roofline=roofline,
         )
     t4 = time.time()
     return {
@@ -651,6 +662,7 @@ def _confirm_and_advise(
                 input_bound=verdict["input_bound"],
                 best_config=best_config,
                 base=run.base,
+                serial=serial,
             ),
             *service_sizing(run.pipeline, best_config, confirmed, target_rate),
         ),

@@ -326,6 +326,7 @@ def test_many_cheap_calls_are_reported_as_per_element_cost():
     p = only_pipeline(make_space(calls))
     assert p.bottleneck.display_name == "ParallelInterleaveV4"
     assert "the cost is per element (100 calls per batch, 15 µs each)" in p.bottleneck.summary
+    assert "one thread handles every element here" in p.bottleneck.summary
 
 
 def test_stage_results_are_stage_timings_and_the_old_name_still_works():

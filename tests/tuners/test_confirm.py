@@ -15,7 +15,7 @@ from tests.tuners.conftest import (
     config_stats,
     rate_by_parallelism,
 )
-from tfinput import steps
+from tfinput import bench, steps
 from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
 from tuners.confirm import (
@@ -23,6 +23,8 @@ from tuners.confirm import (
     advice_sentences,
     confirmation_configs,
     pick_winner,
+    serial_sentence,
+    winner_roofline,
 )
 from tuners.report import write_outputs
 from tuners.space import SearchSpace
@@ -55,6 +57,56 @@ def test_advice_sentences():
         None, input_bound=True, best_config=base.replace(batch_size=4096), base=base
     )
     assert "from 1024 to 4096" in lr and "learning rate linearly (x4)" in lr
+    serial = "one thread handles every record of winner: ..."
+    assert advice_sentences(None, input_bound=True, best_config=base, base=base, serial=serial) == [
+        serial
+    ]
+
+
+def _roofline(cores, serial_rate, *, elements=4096.0):
+    stages = [
+        bench.Stage(name=n, description=n, examples_per_s=r, examples_per_cpu_s=r, cores_busy=1)
+        for n, r in (("read", 1e6), ("parse", 2e5), ("full", 1e5))
+    ]
+    serial = bench.SerialStage(
+        config="winner",
+        elements_per_batch=elements,
+        batch_size=4096,
+        examples_per_s=serial_rate,
+        examples_per_cpu_s=serial_rate,
+    )
+    return bench.roofline_from_stages(stages, cores=cores, files=8, serial=[serial])
+
+
+def test_serial_sentence_only_when_the_serial_stage_is_the_bound():
+    text = serial_sentence(_roofline(16, 2.5e5))  # 1.6M of parallel work, 250k serial
+    assert text.startswith("one thread handles every record of winner: 4.00 us each caps it")
+    assert "can reach about 216,216 examples/s here; its parallel stages alone 1,600,000" in text
+    assert serial_sentence(_roofline(2, 2.5e5)) is None  # 200k of parallel work: cpu-bound
+    assert serial_sentence(None) is None
+
+
+def test_winner_roofline_finds_a_per_record_winner_serial_bound_on_many_cores(
+    small_tfrecord, small_schema
+):
+    import tfinput
+
+    how = Remeasure(
+        pipeline=tfinput.tfrecord(small_tfrecord, small_schema),
+        step=None,
+        plan=WindowPlan(),
+        windows=1,
+        cpu_count=64,  # parallel stages scaled to 64 cores; the serial stage is one thread
+    )
+    notes: list[str] = []
+    records = PipelineConfig.autotune(batch_size=200, read_batch=0)
+    roofline = winner_roofline(how, records, notes=notes)
+    assert notes == [] and [s.config for s in roofline.serial] == ["winner"]
+    text = serial_sentence(roofline)
+    assert text is not None and text.startswith("one thread handles every record of winner")
+    missing = Remeasure(pipeline=None, step=None, plan=WindowPlan(), windows=1, cpu_count=2)
+    assert winner_roofline(missing, records, notes=notes) is None
+    assert len(notes) == 1 and notes[0].startswith("roofline not measured: ")
 
 
 def test_remeasure_kwargs_are_those_of_bench_measure():
@@ -185,6 +237,7 @@ def test_tune_reports_the_format_advice_unless_opted_out(tuned, tmp_path):
     on = tune(
         pipeline, **common, **fast, lock_path=str(tmp_path / "lock"), schema_path="schema.json"
     )
+    assert not any("roofline not measured" in w for w in on.warnings)
     if on.format_advice is None:  # parse was measured not to be the bound here
         assert not any("format advice not measured" in w for w in on.warnings)
     else:

@@ -67,7 +67,9 @@ __all__ = [
     "TUNER_PLAN",
     "BenchResult",
     "ConfigStats",
+    "Prediction",
     "Roofline",
+    "SerialStage",
     "Stage",
     "Window",
     "WindowPlan",
@@ -84,6 +86,7 @@ __all__ = [
     "roofline",
     "roofline_from_stages",
     "run_window",
+    "serial_advice",
     "summarize",
 ]
 
@@ -95,7 +98,10 @@ _LAZY = {
     "preset_configs": "compare",
     "ConfigStats": "stats",
     "summarize": "stats",
+    "Prediction": "bound",
     "Roofline": "bound",
+    "SerialStage": "bound",
+    "serial_advice": "bound",
     "Stage": "bound",
     "roofline": "bound",
     "roofline_from_stages": "bound",
@@ -116,7 +122,15 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput.bench.bound import Roofline, Stage, roofline, roofline_from_stages
+    from tfinput.bench.bound import (
+        Prediction,
+        Roofline,
+        SerialStage,
+        Stage,
+        roofline,
+        roofline_from_stages,
+        serial_advice,
+    )
     from tfinput.bench.compare import (
         BENCH_FORMAT,
         BenchResult,

@@ -3,14 +3,16 @@
 `roofline` measures each stage alone on one core and derives the bound with
 `roofline_from_stages`; see `roofline`'s docstring and ``docs/bench.md``. The
 ``read`` and ``parse`` stages are the source's own (`tfinput.sources.Source.roofline_stages`);
-``full`` is the whole pipeline (`pipeline_stages`).
+``full`` is the whole pipeline (`pipeline_stages`). The serial stage, the consumer side
+of each config's plan (`tfinput.Pipeline.serial_probe`), gives each config its own
+prediction (`Roofline.predict`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,15 +28,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FULL_DESCRIPTION",
+    "Prediction",
     "Roofline",
+    "SerialStage",
     "Stage",
     "pipeline_stages",
     "roofline",
     "roofline_from_stages",
+    "serial_advice",
 ]
 
 #: What the ``full`` stage runs, whatever the source.
-FULL_DESCRIPTION = "the tfinput pipeline: naive config, one private thread, autotune off"
+FULL_DESCRIPTION = (
+    "the tfinput pipeline: naive config with the default read_batch, one private thread, "
+    "autotune off"
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -98,6 +106,107 @@ class Stage:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class SerialStage:
+    """The consumer side of one config's plan, timed with every thread the config
+    allows (`tfinput.Pipeline.serial_probe`: the config's interleave, shuffle and batch
+    over records held in memory, no parsing). One thread takes every element that
+    crosses it, so however many cores parse, the pipeline cannot exceed its rate.
+
+    Attributes:
+      config: The config's name.
+      elements_per_batch: Elements crossing the consumer side per batch (records, or
+        mini-batches with ``read_batch``).
+      batch_size: Examples per batch.
+      examples_per_s: Median wall rate: the serial bound.
+      examples_per_cpu_s: Median examples per CPU-second of the process (every thread the
+        probe kept busy: the consumer and the interleave's branches).
+      windows: Its windows.
+    """
+
+    config: str
+    elements_per_batch: float
+    batch_size: int
+    examples_per_s: float
+    examples_per_cpu_s: float
+    windows: tuple[Window, ...] = ()
+
+    @property
+    def us_per_element(self) -> float:
+        """Wall time per element crossing the consumer side, microseconds."""
+        elements_per_s = self.examples_per_s * self.elements_per_batch / self.batch_size
+        return 1e6 / elements_per_s if elements_per_s > 0 else float("inf")
+
+    @property
+    def cpu_us_per_example(self) -> float:
+        """CPU cost per example of the serial stage, microseconds."""
+        rate = self.examples_per_cpu_s
+        return 1e6 / rate if rate > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the ``roofline.serial`` entries of ``tfinput.bench/1``)."""
+        return {
+            "config": self.config,
+            "elements_per_batch": round(self.elements_per_batch, 2),
+            "batch_size": self.batch_size,
+            "us_per_element": round(self.us_per_element, 3),
+            "examples_per_s": round(self.examples_per_s, 1),
+            "cpu_us_per_example": round(self.cpu_us_per_example, 3),
+            "windows": [w.to_dict() for w in self.windows],
+        }
+
+
+def serial_advice(stage: SerialStage) -> str:
+    """What to change when a config's serial stage bounds it, in words that name the
+    stage ("one thread handles every record: ...")."""
+    rate = f"{stage.examples_per_s:,.0f}"
+    if stage.elements_per_batch >= stage.batch_size:
+        return (
+            f"one thread handles every record of {stage.config}: {stage.us_per_element:.2f} "
+            f"us each caps it at {rate} examples/s whatever the cores; batch records inside "
+            "the file branches (read_batch=64, the default; the tuner searches it)"
+        )
+    return (
+        f"one thread handles every mini-batch of {stage.config} ({stage.elements_per_batch:,.0f} "
+        f"per batch, {stage.us_per_element:.2f} us each: {rate} examples/s whatever the "
+        "cores); a larger read_batch hands over fewer, larger elements"
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """What one config can reach on this machine (`Roofline.predict`).
+
+    Attributes:
+      config: The config's name.
+      bound: The prediction, examples/s: ``min(read, 1 / (1 / parallel + 1 / serial))``
+        (the roofline's ``bound`` without a serial stage).
+      limited_by: ``read`` when reading bounds it; else ``serial`` when the serial
+        stage takes more of each example's time than the parallel stages, or ``cpu``.
+      parallel: The parallel stages over the cores: the roofline's ``cpu_bound``.
+      read: The roofline's read bound.
+      serial: The serial stage's rate (None: no serial stage, its elements are batches).
+    """
+
+    config: str
+    bound: float
+    limited_by: str
+    parallel: float
+    read: float
+    serial: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the ``roofline.predictions`` entries of ``tfinput.bench/1``)."""
+        return {
+            "config": self.config,
+            "bound_examples_per_s": round(self.bound, 1),
+            "limited_by": self.limited_by,
+            "parallel_examples_per_s": round(self.parallel, 1),
+            "read_examples_per_s": round(self.read, 1),
+            "serial_examples_per_s": None if self.serial is None else round(self.serial, 1),
+        }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Roofline:
     """The machine's estimated upper bound for one pipeline (see `roofline`).
 
@@ -108,8 +217,11 @@ class Roofline:
       bytes_per_example: Average serialized size (TFRecord) or on-disk size (Parquet).
       cpu_bound: ``cores`` x the full pipeline's examples per CPU-second.
       read_bound: ``min(cores, files)`` x the read stage's examples per CPU-second.
-      bound: ``min(cpu_bound, read_bound)``, examples/s.
+      bound: ``min(cpu_bound, read_bound)``, examples/s: the parallel stages' bound,
+        whatever the config (`predict` adds a config's serial stage).
       limited_by: ``cpu`` or ``read``.
+      serial: The serial stage of each config probed (see `SerialStage`); empty for
+        sources whose elements are batches.
     """
 
     stages: tuple[Stage, ...]
@@ -120,10 +232,43 @@ class Roofline:
     read_bound: float
     bound: float
     limited_by: str
+    serial: tuple[SerialStage, ...] = ()
 
     def stage(self, name: str) -> Stage:
         """The stage called ``name``."""
         return next(s for s in self.stages if s.name == name)
+
+    def predict(self, config: str) -> Prediction:
+        """What config ``config`` can reach: each example takes its share of the
+        parallel stages' work over the cores (``1 / cpu_bound``) plus its time on the
+        consumer thread, which hands over every element crossing the consumer side (the
+        serial stage), so ``min(read_bound, 1 / (1 / cpu_bound + 1 / serial rate))``.
+        The sum, not the larger of the two, is what was measured: the serial stage's
+        time is not hidden behind the parallel work (``benchmarks/serial_stage.py``). A
+        config without a serial stage (not probed, or a source whose elements are
+        batches) gets the parallel bound, ``bound``."""
+        serial = next((s for s in self.serial if s.config == config), None)
+        if serial is None or serial.examples_per_s <= 0:
+            return Prediction(
+                config=config,
+                bound=self.bound,
+                limited_by=self.limited_by,
+                parallel=self.cpu_bound,
+                read=self.read_bound,
+                serial=None,
+            )
+        combined = 1.0 / (1.0 / self.cpu_bound + 1.0 / serial.examples_per_s)
+        limited_by = "serial" if serial.examples_per_s < self.cpu_bound else "cpu"
+        if self.read_bound < combined:
+            combined, limited_by = self.read_bound, "read"
+        return Prediction(
+            config=config,
+            bound=combined,
+            limited_by=limited_by,
+            parallel=self.cpu_bound,
+            read=self.read_bound,
+            serial=serial.examples_per_s,
+        )
 
     def cost_us(self) -> dict[str, float]:
         """CPU cost per example of each part, microseconds (stage differences)."""
@@ -151,11 +296,18 @@ class Roofline:
             "read_bound_examples_per_s": round(self.read_bound, 1),
             "bound_examples_per_s": round(self.bound, 1),
             "limited_by": self.limited_by,
+            "serial": [s.to_dict() for s in self.serial],
+            "predictions": [self.predict(s.config).to_dict() for s in self.serial],
         }
 
 
 def roofline_from_stages(
-    stages: Sequence[Stage], *, cores: int, files: int, bytes_per_example: float | None = None
+    stages: Sequence[Stage],
+    *,
+    cores: int,
+    files: int,
+    bytes_per_example: float | None = None,
+    serial: Sequence[SerialStage] = (),
 ) -> Roofline:
     """The bound from measured stages: ``min(cores x full, min(cores, files) x read)``,
     with per-CPU-second rates.
@@ -179,6 +331,7 @@ def roofline_from_stages(
         read_bound=read_bound,
         bound=bound,
         limited_by="cpu" if cpu_bound <= read_bound else "read",
+        serial=tuple(serial),
     )
 
 
@@ -190,6 +343,7 @@ def roofline(
     window_batches: int = ROOFLINE_PLAN.window_batches,
     warmup_batches: int = ROOFLINE_PLAN.warmup_batches,
     cpu_count: int | None = None,
+    configs: Mapping[str, PipelineConfig] | None = None,
     clock: Clock = time.perf_counter,
     cpu_clock: Clock = process_cpu_seconds,
     rss: Callable[[], int] = current_rss_bytes,
@@ -203,16 +357,31 @@ def roofline(
     - ``read``: the bytes only (TFRecordDataset; or pyarrow record batches).
     - ``parse``: read + ``tf.io.parse_example`` without tfinput transforms (Parquet:
       read + conversion to numpy).
-    - ``full``: the whole tfinput pipeline (read + parse + transforms).
+    - ``full``: the whole tfinput pipeline (read + parse + transforms), TFRecord records
+      in mini-batches of the default ``read_batch``.
 
     The model: every example costs ``c = cpu_seconds / examples`` of the full stage
     (measured with the process CPU clock, so the work of any helper thread counts and
     other processes' use of the CPU does not), wherever it is processed; ``cores``
     cores cannot exceed ``cores / c`` examples/s. One file is read by one thread at a
     time, so reading cannot exceed ``min(cores, files)`` x the read stage's rate. The
-    bound is the smaller of the two. It is an upper
-    bound, not a forecast: coordination between threads, the GIL (Parquet's reader
-    runs Python), memory bandwidth and other processes keep real pipelines below it.
+    bound is the smaller of the two.
+
+    The serial stage: every element that crosses the consumer side (the parallel
+    interleave's output, the record shuffle, ``batch``) is handed over by one thread,
+    whatever the cores. For each config (TFRecord sources), ``serial`` times that side
+    alone (`tfinput.Pipeline.serial_probe`: the config's own interleave, shuffle and
+    batch over records held in memory, no parsing, every thread the config allows), and
+    `Roofline.predict` gives that config ``min(read bound, 1 / (1 / cpu bound + 1 /
+    serial rate))``: each example takes its share of the parallel work plus its time on
+    the consumer thread. Records one at a time (``read_batch=0``) cross that thread
+    ``batch_size`` times per batch, mini-batches ``batch_size / read_batch`` times. The
+    sum, not the larger of the two, is what was measured (``benchmarks/serial_stage.py``
+    compares the models): the serial stage's time is not hidden behind the parallel work.
+
+    It is an upper bound, not a forecast: coordination between threads, the GIL
+    (Parquet's reader runs Python), memory bandwidth and other processes keep real
+    pipelines below it.
 
     Args:
       pipeline: A `tfinput.Pipeline` over TFRecord, Parquet or columnar files.
@@ -220,6 +389,8 @@ def roofline(
       windows, window_batches, warmup_batches: As in `measure`, per stage (defaults:
         `ROOFLINE_PLAN`).
       cpu_count: Cores to scale to (None: the process's affinity mask).
+      configs: ``{name: config}`` whose serial stage to probe (default: ``autotune``,
+        `PipelineConfig.autotune` at ``batch_size``); their batch size is used.
       clock, cpu_clock, rss: Injectable probes.
       progress: Called after each window.
 
@@ -244,19 +415,64 @@ def roofline(
             rss=rss,
         )
 
-    measured = interleave({n: runner(n) for n in stages.factories}, windows, progress)
+    if configs is None:
+        configs = {"autotune": PipelineConfig.autotune(batch_size=batch_size)}
+    probes = {}
+    for name, config in configs.items():
+        probe = pipeline.serial_probe(config)
+        if probe is not None:
+            probes[name] = (probe, config.batch_size)
+
+    def serial_runner(name: str) -> Callable[[], Window]:
+        (dataset, _), size = probes[name]
+        return lambda: run_window(
+            lambda: dataset,
+            warmup_batches=warmup_batches,
+            window_batches=window_batches,
+            batch_size=size,
+            clock=clock,
+            cpu_clock=cpu_clock,
+            rss=rss,
+        )
+
+    runners = {n: runner(n) for n in stages.factories}
+    runners.update({_SERIAL + n: serial_runner(n) for n in probes})
+    measured = interleave(runners, windows, progress)
+    serial = [
+        _serial_stage(n, probes[n][0][1], probes[n][1], measured[_SERIAL + n]) for n in probes
+    ]
     return roofline_from_stages(
-        [Stage.from_windows(n, stages.descriptions[n], ws) for n, ws in measured.items()],
+        [Stage.from_windows(n, stages.descriptions[n], measured[n]) for n in stages.factories],
         cores=cores,
         files=stages.files,
         bytes_per_example=stages.bytes_per_example,
+        serial=serial,
+    )
+
+
+#: Window names of the serial probes (``serial <config>``).
+_SERIAL = "serial "
+
+
+def _serial_stage(
+    config: str, elements: float, batch_size: int, windows: Sequence[Window]
+) -> SerialStage:
+    stage = Stage.from_windows(_SERIAL + config, "", windows)
+    return SerialStage(
+        config=config,
+        elements_per_batch=elements,
+        batch_size=batch_size,
+        examples_per_s=stage.examples_per_s,
+        examples_per_cpu_s=stage.examples_per_cpu_s,
+        windows=tuple(windows),
     )
 
 
 def pipeline_stages(pipeline: Any, batch_size: int) -> ReadStages:
     """The stages `roofline` measures: the source's ``read`` and ``parse``
     (`tfinput.sources.Source.roofline_stages`), then ``full``, the whole pipeline with
-    the naive config on one private thread, autotune off.
+    the naive config on one private thread, autotune off, records in mini-batches of
+    the default ``read_batch`` (TFRecord: the per-record hand-over is the serial stage's).
 
     Raises:
       SourceError: the source has no roofline stages (a wrapped dataset).
@@ -265,8 +481,13 @@ def pipeline_stages(pipeline: Any, batch_size: int) -> ReadStages:
 
     source = pipeline.source
     files = source.files()
+    # Records in mini-batches (TFRecord): what a record costs the consumer side is the
+    # serial stage's, measured per config; ``full`` is the work that runs in parallel.
     single = PipelineConfig.naive(
-        batch_size=batch_size, private_threadpool_size=1, max_intra_op_parallelism=1
+        batch_size=batch_size,
+        private_threadpool_size=1,
+        max_intra_op_parallelism=1,
+        read_batch=PipelineConfig().read_batch,
     )
 
     def full() -> Iterable[Any]:

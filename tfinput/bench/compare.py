@@ -191,7 +191,9 @@ def measure(
       clock, cpu_clock, rss: Injectable probes (tests pass fakes).
       cpu_count: CPUs, for utilisation and the record (None: affinity mask).
       progress: Called as ``progress(done, total, window)`` after each window.
-      roofline_result: A `Roofline` to express each config as a fraction of.
+      roofline_result: A `Roofline` to express each config as a fraction of its
+        prediction (`Roofline.predict`: the parallel bound, with the serial stage of
+        the configs it probed).
 
     Returns:
       A `BenchResult`.
@@ -228,7 +230,11 @@ def measure(
         configs=configs,
         baseline=baseline,
         cpu_count=cores,
-        bound=roofline_result.bound if roofline_result else None,
+        bound=(
+            {name: roofline_result.predict(name).bound for name in configs}
+            if roofline_result
+            else None
+        ),
     )
     return BenchResult(
         method=_method(plan, step, per_config, clock, target),

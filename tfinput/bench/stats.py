@@ -132,7 +132,7 @@ def summarize(
     configs: Mapping[str, PipelineConfig | None] | None = None,
     baseline: str | None = None,
     cpu_count: int = 1,
-    bound: float | None = None,
+    bound: float | Mapping[str, float] | None = None,
 ) -> list[ConfigStats]:
     """Statistics per config, ratios to ``baseline`` per round, roofline fractions.
 
@@ -141,7 +141,9 @@ def summarize(
       configs: The configs, for the record.
       baseline: Config the ratios are relative to (None: no ratios).
       cpu_count: CPUs, for utilisation.
-      bound: The roofline bound in examples/s, for fractions (None: none).
+      bound: The roofline bound in examples/s, for fractions: one for every config, or
+        ``{name: bound}`` (`tfinput.bench.Roofline.predict` per config; a config
+        missing from it gets no fraction). None: no fractions.
 
     Returns:
       One `ConfigStats` per config, in the order of ``windows``.
@@ -159,7 +161,7 @@ def summarize(
             config=(configs or {}).get(name),
             base=base,
             cpu_count=cpu_count,
-            bound=bound,
+            bound=bound.get(name) if isinstance(bound, Mapping) else bound,
         )
         for name, ws in windows.items()
     ]

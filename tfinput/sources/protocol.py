@@ -89,7 +89,9 @@ class Source(Protocol):
     `files`, `validate`, `unhonoured`, `read`, `shuffle_buffer` (when shuffling records
     and the source does not batch by itself) and `batch`; `Pipeline.check` also uses
     `check_files`, `one_file`, `count_records`, `explain_error` and
-    `problems_across_files`; `tfinput.bench.roofline` uses `roofline_stages`.
+    `problems_across_files`; `tfinput.bench.roofline` uses `roofline_stages`, and
+    `tfinput.Pipeline.serial_probe` (the roofline's serial stage) `read_in_memory` and
+    `consumer_elements`.
 
     Sources that subclass `Source` inherit the defaults below.
 
@@ -209,6 +211,21 @@ class Source(Protocol):
         """Problems no file has alone, by file (message without the path)."""
         del files, schema
         return {}
+
+    def read_in_memory(self, request: ReadRequest) -> tf.data.Dataset | None:
+        """`read`'s plan for ``request`` over a few records held in memory, endlessly:
+        the same interleave and elements (records or mini-batches), without the files.
+        `tfinput.bench.roofline` times the consumer side of the pipeline with it (the
+        serial stage: `tfinput.Pipeline.serial_probe`). None (the default) where the
+        elements reaching the consumer side are already batches."""
+        del request
+        return None
+
+    def consumer_elements(self, request: ReadRequest) -> float:
+        """Elements crossing the consumer side (interleave output, shuffle, batch) per
+        output batch: 1 for a source whose `read` yields batches (the default)."""
+        del request
+        return 1.0
 
     def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
         """The ``read`` and ``parse`` stages `tfinput.bench.roofline` measures.

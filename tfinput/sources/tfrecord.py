@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -155,16 +155,55 @@ class TFRecordSource(Source):
         compression = self._compression(files)
         buffer_size = self.buffer_size
 
+        return self._branches(
+            request,
+            lambda path: tf.data.TFRecordDataset(path, compression, buffer_size=buffer_size),
+        )
+
+    def _branches(
+        self,
+        request: ReadRequest,
+        records_of: Callable[[tf.Tensor], tf.data.Dataset],
+        *,
+        batched: bool = False,
+    ) -> tf.data.Dataset:
+        """The parallel interleave over the files' branches, ``records_of(path)`` each
+        (already in mini-batches when ``batched``)."""
         mini = read_batch(request.config)
 
         def read(path: tf.Tensor) -> tf.data.Dataset:
-            records = tf.data.TFRecordDataset(path, compression, buffer_size=buffer_size)
+            records = records_of(path)
             # With read_batch, each branch hands over mini-batches (partial at the end
             # of its file), so no single record crosses to the consumer side.
-            return records.batch(mini) if mini else records
+            return records.batch(mini) if mini and not batched else records
 
+        files = request.files
         paths = file_order(tf.data.Dataset.from_tensor_slices(files), len(files), request)
         return interleave_files(paths, read, request.config)
+
+    def read_in_memory(self, request: ReadRequest) -> tf.data.Dataset:
+        """`read`'s interleave with every file's branch repeating the first file's first
+        records (up to 1,024, held in memory): the consumer side sees the same elements
+        as from the files, records or mini-batches of ``read_batch`` of them, and the
+        branches cost almost nothing (a mini-batch is built once, not per element)."""
+        files = request.files
+        sample = tf.data.TFRecordDataset(files[0], self._compression(files)).take(1024)
+        records = list(sample.as_numpy_iterator())
+        mini = read_batch(request.config)
+        if not mini:
+            held = tf.constant(records, tf.string)
+            return self._branches(
+                request, lambda path: tf.data.Dataset.from_tensor_slices(held).repeat()
+            )
+        block = tf.constant((records * (mini // len(records) + 1))[:mini], tf.string)
+        return self._branches(
+            request, lambda path: tf.data.Dataset.from_tensors(block).repeat(), batched=True
+        )
+
+    def consumer_elements(self, request: ReadRequest) -> float:
+        """``batch_size`` records per batch, or ``batch_size / read_batch`` mini-batches."""
+        mini = read_batch(request.config)
+        return request.batch_size / mini if mini else float(request.batch_size)
 
     def shuffle_buffer(self, records: tf.data.Dataset, request: ReadRequest) -> int:
         """``shuffle_buffer`` capped at the most records the files can hold (logged); in

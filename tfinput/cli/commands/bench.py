@@ -90,7 +90,7 @@ def _bench(args: argparse.Namespace) -> int:
     with progress() as bar:
         if args.roofline:
             sizes = {c.batch_size for c in configs.values()}
-            task = bar.add_task("roofline", total=3 * args.roofline_windows)
+            task = bar.add_task("roofline", total=None)
             rl = bench.roofline(
                 pipeline,
                 batch_size=max(sizes),
@@ -98,8 +98,9 @@ def _bench(args: argparse.Namespace) -> int:
                 window_batches=args.window_batches,
                 warmup_batches=max(1, min(args.warmup_batches, 3)),
                 cpu_count=args.cpu_count,
+                configs=configs,
                 progress=lambda done, total, w: bar.update(
-                    task, completed=done, description=f"roofline {w.name}"
+                    task, completed=done, total=total, description=f"roofline {w.name}"
                 ),
             )
         task = bar.add_task("configs", total=args.windows * len(configs))
@@ -204,10 +205,11 @@ def print_bench(result: Any, console: Any) -> None:
 
 
 def roofline_lines(rl: Any) -> list[str]:
-    """Two lines explaining a `tfinput.bench.Roofline`."""
+    """The lines explaining a `tfinput.bench.Roofline`: the parallel bound, the CPU
+    cost per example, then each probed config's serial stage and prediction."""
     cost = rl.cost_us()
     full, read = rl.stage("full"), rl.stage("read")
-    return [
+    lines = [
         f"roofline: {_fmt_rate(rl.bound)} examples/s, {rl.limited_by}-bound "
         f"(CPU: {rl.cores} cores x {_fmt_rate(full.examples_per_cpu_s)} examples per "
         f"CPU-second = {_fmt_rate(rl.cpu_bound)}; read: {max(1, min(rl.cores, rl.files))} "
@@ -217,6 +219,18 @@ def roofline_lines(rl: Any) -> list[str]:
         f"{cost['total']:.2f} us (stages ran at {full.cores_busy:.2f}/"
         f"{rl.stage('parse').cores_busy:.2f}/{read.cores_busy:.2f} cores busy: full/parse/read)",
     ]
+    from tfinput.bench import serial_advice
+
+    for s in rl.serial:
+        p = rl.predict(s.config)
+        lines.append(
+            f"{s.config}: serial stage {s.elements_per_batch:,.0f} element(s) per batch x "
+            f"{s.us_per_element:.2f} us = {_fmt_rate(s.examples_per_s)} examples/s; "
+            f"predicted {_fmt_rate(p.bound)} examples/s ({p.limited_by}-bound)"
+        )
+        if p.limited_by == "serial":
+            lines.append("  " + serial_advice(s))
+    return lines
 
 
 BENCH_COMMAND = Command(

@@ -38,6 +38,12 @@ def test_cli_bench_json_on_real_files(data_dir, tmp_path, capsys):
     assert [r["name"] for r in data["results"]] == ["naive", "mine"]
     assert data["results"][1]["config"]["batch_size"] == 256
     assert data["roofline"]["limited_by"] in ("cpu", "read")
+    (pred,) = data["roofline"]["predictions"]  # naive: sequential read, no serial stage
+    assert pred["config"] == "mine" and pred["limited_by"] in ("cpu", "read", "serial")
+    mine = data["results"][1]
+    assert mine["roofline_fraction"] == pytest.approx(
+        mine["examples_per_s"]["median"] / pred["bound_examples_per_s"], abs=1e-3
+    )
     assert json.loads((tmp_path / "r.json").read_text()) == data
 
 
@@ -61,6 +67,9 @@ def test_cli_bench_table_with_roofline_and_a_simulated_step(data_dir, capsys):
     assert "x autotune" in out and "of roofline" in out and " x2, TensorFlow" in out
     assert "roofline: " in out and "-bound (CPU: 2 cores x" in out
     assert "CPU cost per example on one core: read " in out
+    # autotune's serial stage and prediction; naive reads sequentially (none).
+    assert "autotune: serial stage 2 element(s) per batch x " in out  # 100 rows / 64
+    assert "naive: serial stage" not in out
 
 
 def test_cli_bench_json_records_the_simulated_step(data_dir, capsys):
