@@ -39,6 +39,11 @@ _OPTIONAL = {
         ("keras-rs",),
         "keras-rs",
     ),
+    "jax-tpu-embedding": (
+        "SparseCore preprocessing off the training thread (sparsecore_feed; Python >= 3.12)",
+        ("jax-tpu-embedding", "jax_tpu_embedding"),
+        "sparsecore",
+    ),
 }
 
 

@@ -73,6 +73,7 @@ def test_report_without_backend_check_reads_keras_backend_from_the_environment(m
         "psycopg",
         "tensorflow-io",
         "keras-rs",
+        "jax-tpu-embedding",
     ]
     for part in rep.optional:
         if part.version is None:

@@ -1,0 +1,265 @@
+"""`tfinput.integrations.sparsecore_feed`: jax-tpu-embedding's SparseCore preprocessing
+of each batch on worker threads, in order, bit for bit what a serial call returns; the
+plan from the schema and the measured limits; buffer usage and dropped ids counted;
+errors that name the batch."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import tfinput
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError, DataError
+
+pytest.importorskip(
+    "jax_tpu_embedding",
+    reason="jax-tpu-embedding is not installed (pip install 'tfinput[sparsecore]': wheels "
+    "for CPython 3.12+ on x86-64 Linux)",
+)
+
+from jax_tpu_embedding.sparsecore.lib.nn import embedding
+
+from tfinput.integrations.sparsecore_feed import (
+    SparseCorePlan,
+    _used_entries,
+    sparsecore_feed,
+)
+
+BATCH = 64
+DEVICES = 2
+SC = 4
+
+
+@pytest.fixture(scope="module")
+def batches(small_tfrecord, small_schema):
+    """Eight batches of the shared 1000 rows (deterministic order), as numpy."""
+    config = PipelineConfig(batch_size=BATCH, deterministic=True)
+    ds = tfinput.tfrecord(small_tfrecord, small_schema).build(config)
+    return list(ds.take(8).as_numpy_iterator())
+
+
+def _plan(schema, stacking, **kw):
+    return SparseCorePlan.from_schema(
+        schema,
+        batch_size=BATCH,
+        local_device_count=DEVICES,
+        num_sc_per_device=SC,
+        stacking=stacking,
+        **kw,
+    )
+
+
+def _serial(plan, features, number):
+    """The reference: jax-tpu-embedding called directly, with the batch's arrays
+    converted by hand (not through the plan's own conversion)."""
+    ids, weights = {}, {}
+    for name in plan.feature_specs:
+        x = features["ids"][name].astype(np.int32)
+        if x.ndim == 1:
+            x = x.reshape(-1, 1)
+        ids[name] = x
+        w = features["weights"].get(name)
+        weights[name] = np.ones(x.shape, np.float32) if w is None else w.astype(np.float32)
+    out, _ = embedding.preprocess_sparse_dense_matmul_input(
+        ids,
+        weights,
+        dict(plan.feature_specs),
+        local_device_count=DEVICES,
+        global_device_count=DEVICES,
+        num_sc_per_device=SC,
+        allow_id_dropping=plan.allow_id_dropping,
+        batch_number=number,
+    )
+    return out
+
+
+def _valid(row_pointers, size):
+    """The entries of a flat COO buffer that carry ids: per local SparseCore a segment of
+    ``size / SparseCores`` entries, its partition p from the previous end rounded up to
+    8 to ``row_pointers[p]`` (the rest is padding, left uninitialized)."""
+    partitions = DEVICES * SC
+    ends = row_pointers.reshape(-1, partitions).astype(np.int64)
+    segment = size // ends.shape[0]
+    mask = np.zeros(size, bool)
+    for k, sc_ends in enumerate(ends):
+        start = 0
+        for end in sc_ends:
+            mask[k * segment + start : k * segment + end] = True
+            start = -(-end // 8) * 8
+    return mask
+
+
+def _assert_same(got, want):
+    """Bit for bit on everything that carries data: the row pointers, and the ids,
+    sample ids and gains of every entry the row pointers cover (padding entries are
+    uninitialized memory, different between two serial calls)."""
+    assert sorted(got.lhs_row_pointers) == sorted(want.lhs_row_pointers)
+    for table, pointers in want.lhs_row_pointers.items():
+        assert got.lhs_row_pointers[table].tobytes() == pointers.tobytes(), table
+        size = want.lhs_embedding_ids[table].size
+        mask = _valid(pointers, size)
+        assert mask.any()
+        for field in ("lhs_embedding_ids", "lhs_sample_ids", "lhs_gains"):
+            a, b = getattr(got, field)[table], getattr(want, field)[table]
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert a[mask].tobytes() == b[mask].tobytes(), (field, table)
+    np.testing.assert_array_equal(got.num_minibatches, want.num_minibatches)
+
+
+@pytest.mark.parametrize("stacking", ["none", "auto"])
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_feed_is_bit_identical_to_serial_calls_in_order(
+    batches, small_schema, stacking, workers
+):
+    # small_schema has single ids (user_id, last_item, country), a weighted multi-hot
+    # list (history) and one without weights (tags); "items" and "tokens" are shared by
+    # two features each; "auto" stacks tables of the same width and combiner.
+    plan = _plan(small_schema, stacking)
+    stacks = {f.table_spec.setting_in_stack.stack_name for f in plan.feature_specs.values()}
+    assert len(stacks) == (3 if stacking == "none" else 2)  # items+user stack on "auto"
+    with sparsecore_feed(batches, plan, workers=workers, prefetch=2) as feed:
+        fed = list(feed)
+    assert len(fed) == len(batches) and feed.stats.batches == len(batches)
+    for number, (((dense, sparse), labels), (features, want_labels)) in enumerate(
+        zip(fed, batches)
+    ):
+        _assert_same(sparse, _serial(plan, features, number))
+        np.testing.assert_array_equal(labels, want_labels)
+        assert dense.keys() == features["dense"].keys()
+        np.testing.assert_array_equal(dense["price"], features["dense"]["price"])
+
+
+def test_a_built_dataset_feeds_directly_and_stats_count_the_buffers(
+    small_tfrecord, small_schema, batches
+):
+    plan = _plan(small_schema, "none")
+    config = PipelineConfig(batch_size=BATCH, deterministic=True)
+    ds = tfinput.tfrecord(small_tfrecord, small_schema).build(config).take(8)
+    with sparsecore_feed(ds, plan, workers=2) as feed:
+        fed = list(feed)
+    assert len(fed) == 8
+    stats = feed.stats.to_dict()
+    assert sorted(stats["tables"]) == ["items", "tokens", "user"]
+    user = stats["tables"]["user"]
+    # user_id: one id per row, 8 batches of 64 rows, nothing dropped.
+    assert user["batches"] == 8 and user["used_entries"] == 8 * BATCH
+    assert user["dropped_ids"] == 0 and 0 < user["usage"] < 1
+    tokens = stats["tables"]["tokens"]
+    # country (1 per row) + tags (4 per row, padding included: id 0, weight 0).
+    assert tokens["used_entries"] <= 8 * BATCH * 5
+    assert stats["preprocess_seconds"] > 0 and stats["wait_seconds"] >= 0
+    first = plan.preprocess(batches[0][0], batch_number=0)[0]
+    _assert_same(fed[0][0][1], first)
+
+
+def test_used_entries_reads_the_row_pointers():
+    # 2 SparseCores x 3 partitions, each partition starting at the previous end rounded
+    # up to 8. First: ends 3, 10, 17 -> [0, 3), [8, 10), [16, 17): 3 + 2 + 1. Second:
+    # ends 0, 9, 9 -> [0, 0), [0, 9), [16, 9): 0 + 9 + 0.
+    pointers = np.array([3, 10, 17, 0, 9, 9])
+    assert _used_entries(pointers, 64, 3) == 6 + 9
+    assert _used_entries(np.array([], np.int32), 64, 3) == 0
+
+
+def test_limits_from_the_data_fill_more_of_the_buffers(small_tfrecord, small_schema, batches):
+    stats = tfinput.sparsecore_stats(
+        tfinput.tfrecord(small_tfrecord, small_schema),
+        per_replica_batch_size=BATCH // DEVICES,
+        devices=DEVICES,
+        sparsecores_per_device=SC,
+    )
+    default = _plan(small_schema, "auto")
+    measured = _plan(small_schema, "auto", limits=stats)
+    with pytest.raises(ConfigError, match="the limits were measured for the stacks"):
+        _plan(small_schema, "none", limits=stats)  # stats of auto stacks, tables alone
+    by_table = {f.table_spec.name: f.table_spec for f in measured.feature_specs.values()}
+    limits = stats.table_limits()
+    for table, (ids, unique) in limits.items():
+        stacked = by_table[table].stacked_table_spec
+        assert stacked.max_ids_per_partition >= ids  # a stack takes its members' largest
+        assert stacked.max_unique_ids_per_partition >= unique
+    usage = {}
+    for name, plan in (("default", default), ("measured", measured)):
+        with sparsecore_feed(batches, plan, workers=2) as feed:
+            list(feed)
+        usage[name] = feed.stats
+        assert feed.stats.dropped_ids == 0
+    for table, u in usage["measured"].tables.items():
+        assert u.usage > usage["default"].tables[table].usage
+
+
+def test_overflow_is_counted_when_dropping_and_an_error_naming_the_batch_otherwise(
+    small_schema, batches, caplog
+):
+    tight = {t.name: (1, 1) for t in small_schema.tables}
+    dropping = _plan(small_schema, "none", limits=tight, allow_id_dropping=True)
+    feed = sparsecore_feed(batches, dropping, workers=2)
+    with caplog.at_level(logging.WARNING, logger="tfinput"), feed:
+        list(feed)
+    assert feed.stats.dropped_ids > 0
+    assert all(u.dropped_ids > 0 for u in feed.stats.tables.values())
+    assert "id(s) dropped in batch" in caplog.text and "counted in the feed's stats" in caplog.text
+    # Without dropping, jax-tpu-embedding aborts the process on an overflow; the feed
+    # preprocesses with dropping on and refuses a batch that dropped anything.
+    strict = _plan(small_schema, "none", limits=tight)
+    with sparsecore_feed(batches, strict, workers=2) as feed, pytest.raises(DataError) as e:
+        list(feed)
+    text = str(e.value)
+    assert text.startswith("SparseCore batch 0: table ")
+    assert "id(s) beyond max_ids_per_partition 1 / max_unique_ids_per_partition 1" in text
+    assert "allow_id_dropping=True" in text and "tfinput schema sparsecore" in text
+
+
+def test_bad_input_and_arguments_are_clear_errors(small_schema, batches):
+    plan = _plan(small_schema, "none")
+    with pytest.raises(ConfigError, match="workers must be an int >= 1, got 0"):
+        sparsecore_feed(batches, plan, workers=0)
+    with pytest.raises(ConfigError, match="local_device_count 4 exceeds global_device_count 2"):
+        SparseCorePlan(
+            feature_specs=plan.feature_specs,
+            local_device_count=4,
+            global_device_count=2,
+            num_sc_per_device=SC,
+        )
+    with pytest.raises(ConfigError, match=r"limits name table\(s\) \['nope'\] not in the schema"):
+        _plan(small_schema, "none", limits={"nope": (8, 8)})
+    packed = [({"packed_ids": np.zeros((BATCH, 3))}, np.zeros(BATCH))]
+    feed = sparsecore_feed(packed, plan)
+    with feed, pytest.raises(ConfigError, match="batch 0: SparseCore preprocessing needs tfinp"):
+        next(feed)
+
+    def broken():
+        yield batches[0]
+        raise OSError("disk gone")
+
+    with sparsecore_feed(broken(), plan) as feed:
+        assert next(feed) is not None
+        with pytest.raises(OSError, match="disk gone"):
+            next(feed)
+
+
+def test_closing_early_stops_the_feeder(small_schema, batches):
+    plan = _plan(small_schema, "none")
+    endless = (batches[i % len(batches)] for i in range(10**9))
+    feed = sparsecore_feed(endless, plan, workers=2, prefetch=2)
+    next(feed)
+    feed.close()
+    feed._feeder.join(timeout=10)
+    assert not feed._feeder.is_alive()
+
+
+def test_the_example_runs_on_cpu():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "examples" / "sparsecore_feed.py"
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "fed 7 batches of 1024" in proc.stdout and "dropped ids: 0" in proc.stdout
+    assert "COO buffers" in proc.stdout

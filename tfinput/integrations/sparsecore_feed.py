@@ -1,0 +1,679 @@
+"""SparseCore-ready batches: jax-tpu-embedding's input preprocessing off the training thread.
+
+On TPUs with SparseCore (v5p, v6e and later) on JAX, every batch is first turned on the
+host into SparseCore's input form: per device and per SparseCore partition, sorted and
+grouped COO buffers (row pointers, embedding ids, sample ids, gains) of static sizes.
+jax-tpu-embedding's ``preprocess_sparse_dense_matmul_input`` does it; keras-rs's
+``DistributedEmbedding.preprocess`` calls it on JAX. Called before each step on the
+training thread (keras-rs's own JAX example wraps the dataset in a Python generator), its
+whole time adds to every step.
+
+`sparsecore_feed` calls it for each batch of a tfinput pipeline on background worker
+threads, up to ``prefetch`` batches ahead, and hands the batches over in order::
+
+    plan = SparseCorePlan(feature_specs=specs, local_device_count=8,
+                          global_device_count=8, num_sc_per_device=4)
+    with sparsecore_feed(pipeline.build(config), plan, workers=2) as feed:
+        for (dense, sparse), labels in feed:
+            state = train_step(state, dense, sparse, labels)
+    print(feed.stats.to_dict())   # COO buffer usage and dropped ids, per table
+
+``sparse`` is exactly what ``preprocess_sparse_dense_matmul_input`` returns for that
+batch (a ``PreprocessedInput``), called with the plan's arguments and the batch's number
+in the stream (`SparseCorePlan.preprocess`); the tests compare every buffer with a serial
+call, bit for bit. ``dense`` is the batch's ``features["dense"]``.
+
+The input: tfinput's ``per_feature`` batches with the ``dense`` multi-hot format.
+``features["ids"][name]`` is ``[B]`` for a single id (fed as ``[B, 1]`` with weight 1) or
+``[B, max_len]`` for a multi-hot list (padded with id 0 and weight 0, weights in
+``features["weights"][name]``); the plan's ``feature_specs`` name the features it feeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from tfinput.errors import ConfigError, DataError
+from tfinput.schema import MultiHot, Schema
+
+__all__ = [
+    "SparseCoreFeed",
+    "SparseCoreFeedStats",
+    "SparseCorePlan",
+    "TableUsage",
+    "sparsecore_feed",
+]
+
+log = logging.getLogger("tfinput")
+
+_INSTALL = (
+    "pip install 'tfinput[sparsecore]' (jax-tpu-embedding; wheels for CPython 3.12+ on "
+    "x86-64 Linux)"
+)
+
+
+def _embedding_module() -> Any:
+    try:
+        from jax_tpu_embedding.sparsecore.lib.nn import embedding
+    except ImportError as e:
+        raise ConfigError(f"SparseCore preprocessing needs jax-tpu-embedding: {_INSTALL}") from e
+    return embedding
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SparseCorePlan:
+    """What `preprocess` passes to jax-tpu-embedding for every batch.
+
+    Attributes:
+      feature_specs: ``{tfinput feature name: jax_tpu_embedding FeatureSpec}``, prepared
+        for training (``embedding.prepare_feature_specs_for_training``, or stacked with
+        ``auto_stack_tables``; `SparseCorePlan.prepared` does the former).
+      local_device_count: TPU chips fed by this host (``mesh.local_mesh.size``).
+      global_device_count: TPU chips in all (``mesh.size``).
+      num_sc_per_device: SparseCores per chip (4 on v5p, 2 on v6e).
+      allow_id_dropping: Drop the ids beyond a table's ``max_ids_per_partition`` /
+        ``max_unique_ids_per_partition`` (counted per table in `SparseCoreFeedStats`
+        and logged) instead of failing.
+      sharding_strategy: jax-tpu-embedding's sharding strategy (``"MOD"``).
+      has_leading_dimension: Buffers shaped ``[local devices, ...]`` (for ``pmap``)
+        instead of flat (for ``jit``).
+    """
+
+    feature_specs: Mapping[str, Any]
+    local_device_count: int
+    global_device_count: int
+    num_sc_per_device: int
+    allow_id_dropping: bool = False
+    sharding_strategy: str = "MOD"
+    has_leading_dimension: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.feature_specs:
+            raise ConfigError("SparseCorePlan: feature_specs is empty")
+        for name in ("local_device_count", "global_device_count", "num_sc_per_device"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"SparseCorePlan.{name}: expected a positive int, got {value!r}")
+        if self.local_device_count > self.global_device_count:
+            raise ConfigError(
+                f"SparseCorePlan: local_device_count {self.local_device_count} exceeds "
+                f"global_device_count {self.global_device_count}"
+            )
+
+    @classmethod
+    def from_schema(
+        cls,
+        schema: Schema,
+        *,
+        batch_size: int,
+        local_device_count: int,
+        global_device_count: int | None = None,
+        num_sc_per_device: int = 4,
+        limits: Any = None,
+        stacking: str = "auto",
+        optimizer: Any = None,
+        allow_id_dropping: bool = False,
+    ) -> SparseCorePlan:
+        """The plan for a tfinput schema in one call: a jax-tpu-embedding ``TableSpec`` per
+        table and a ``FeatureSpec`` per categorical feature (single ids ``[B, 1]``,
+        multi-hot ``[B, max_len]``), stacked and prepared for training.
+
+        Args:
+          schema: The schema; every categorical feature is fed.
+          batch_size: Rows per batch this host feeds (what the pipeline yields).
+          local_device_count, global_device_count: Chips on this host and in all
+            (default: the same, one host).
+          num_sc_per_device: SparseCores per chip.
+          limits: ``max_ids_per_partition`` / ``max_unique_ids_per_partition``: None
+            (jax-tpu-embedding's default, 256 each), a dict table name -> ``(ids,
+            unique ids)``, or `tfinput.sparsecore_stats`'s result: the limits measured
+            from the data, and each stack's COO buffer size from the buffer the data
+            needed (both with the statistics' margin). Stacked tables share the largest
+            limits of their members. Statistics must have been measured with the same
+            stacking.
+          stacking: ``"auto"`` (jax-tpu-embedding's ``auto_stack_tables``, keras-rs's
+            default on JAX) or ``"none"`` (every table its own stack).
+          optimizer: A jax-tpu-embedding optimizer spec (default: SGD); preprocessing
+            does not depend on it.
+          allow_id_dropping: As the attribute.
+
+        Raises:
+          ConfigError: jax-tpu-embedding is missing; an unknown stacking; limits for a
+            table the schema lacks.
+        """
+        embedding = _embedding_module()  # a missing library is a ConfigError
+        import jax
+        from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec
+
+        if stacking not in ("auto", "none"):
+            raise ConfigError(
+                f"SparseCorePlan.from_schema: stacking must be 'auto' or 'none', got {stacking!r}"
+            )
+        global_count = global_device_count or local_device_count
+        per_table = _limits_by_table(limits, [t.name for t in schema.tables])
+        measured = [tuple(s.stack.tables) for s in getattr(limits, "stacks", ())]
+        tables = {}
+        for t in schema.tables:
+            ids, unique = per_table.get(t.name, (256, 256))
+            tables[t.name] = embedding_spec.TableSpec(
+                name=t.name,
+                vocabulary_size=t.vocabulary_size,
+                embedding_dim=t.dim,
+                initializer=jax.nn.initializers.truncated_normal(stddev=1 / t.dim**0.5),
+                optimizer=optimizer or embedding_spec.SGDOptimizerSpec(),
+                combiner=t.combiner,
+                max_ids_per_partition=ids,
+                max_unique_ids_per_partition=unique,
+            )
+        specs = {}
+        for f in schema.categorical:
+            length = f.max_len if isinstance(f, MultiHot) else 1
+            specs[f.name] = embedding_spec.FeatureSpec(
+                name=f.name,
+                table_spec=tables[f.table],
+                input_shape=(batch_size, length),
+                output_shape=(batch_size, tables[f.table].embedding_dim),
+            )
+        members = (
+            _stack_members(specs, global_count, num_sc_per_device)
+            if stacking == "auto"
+            else {t: [t] for t in tables}
+        )
+        if measured and sorted(map(sorted, measured)) != sorted(map(sorted, members.values())):
+            raise ConfigError(
+                "SparseCorePlan.from_schema: the limits were measured for the stacks "
+                f"{[list(m) for m in measured]}, but stacking={stacking!r} gives "
+                f"{list(members.values())}: a stack's limits cover its tables together. "
+                "Measure with the same stacking (tfinput.sparsecore_stats(..., stacking="
+                + ("'auto'" if stacking == "auto" else "'none'")
+                + "))"
+            )
+        if stacking == "auto":
+
+            def limit(index: int) -> Callable[[str, int], int]:
+                def of_stack(stack: str, _: int) -> int:
+                    return max(per_table.get(t, (256, 256))[index] for t in members[stack])
+
+                return of_stack
+
+            embedding.auto_stack_tables(
+                specs,
+                global_device_count=global_count,
+                num_sc_per_device=num_sc_per_device,
+                stack_to_max_ids_per_partition=limit(0),
+                stack_to_max_unique_ids_per_partition=limit(1),
+            )
+        plan = cls(
+            feature_specs=specs,
+            local_device_count=local_device_count,
+            global_device_count=global_count,
+            num_sc_per_device=num_sc_per_device,
+            allow_id_dropping=allow_id_dropping,
+        ).prepared()
+        if measured:
+            _apply_buffer_sizes(plan, limits)
+        return plan
+
+    def prepared(self) -> SparseCorePlan:
+        """This plan with its feature specs prepared for training in place
+        (``prepare_feature_specs_for_training``: a table left unstacked becomes a stack
+        of its own); a no-op for specs already stacked."""
+        _embedding_module().prepare_feature_specs_for_training(
+            dict(self.feature_specs),
+            global_device_count=self.global_device_count,
+            num_sc_per_device=self.num_sc_per_device,
+        )
+        return self
+
+    def inputs(self, features: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(ids, weights)`` of one batch as jax-tpu-embedding takes them: 2-D int32
+        ids and float32 weights per feature of the plan.
+
+        Raises:
+          ConfigError: a feature of the plan is not in the batch, or the batch is not
+            tfinput's per_feature layout with dense multi-hot ids.
+        """
+        try:
+            all_ids, all_weights = features["ids"], features.get("weights", {})
+        except (KeyError, TypeError):
+            raise ConfigError(
+                "SparseCore preprocessing needs tfinput's per_feature batches with "
+                '{"dense", "ids", "weights"} features (layout="per_feature", '
+                'multi_hot_format="dense"); got features of type '
+                f"{type(features).__name__}"
+            ) from None
+        ids, weights = {}, {}
+        for name in self.feature_specs:
+            if name not in all_ids:
+                raise ConfigError(
+                    f"SparseCore feature {name!r} is not in the batch's ids {sorted(all_ids)}"
+                )
+            x = np.asarray(all_ids[name])
+            if x.dtype == object or x.ndim not in (1, 2):
+                raise ConfigError(
+                    f"SparseCore feature {name!r}: expected dense int ids [B] or [B, max_len] "
+                    f"(multi_hot_format='dense'), got {x.dtype} of shape {x.shape}"
+                )
+            x = x.astype(np.int32, copy=False)
+            if x.ndim == 1:
+                ids[name] = x[:, None]
+                weights[name] = np.ones(ids[name].shape, np.float32)
+            else:
+                ids[name] = x
+                w = all_weights.get(name)
+                weights[name] = (
+                    np.ones(x.shape, np.float32)
+                    if w is None
+                    else np.asarray(w).astype(np.float32, copy=False)
+                )
+        return ids, weights
+
+    def preprocess(self, features: Mapping[str, Any], batch_number: int = 0) -> tuple[Any, Any]:
+        """jax-tpu-embedding's ``preprocess_sparse_dense_matmul_input`` for one batch's
+        features: ``(PreprocessedInput, SparseDenseMatmulInputStats)``.
+
+        It is always called with id dropping on: without it, jax-tpu-embedding 0.2 aborts
+        the whole process (a C++ check) on a batch with more ids than a table's limits.
+        A batch that needs no dropping gives the same buffers either way; one that
+        dropped ids raises here unless ``allow_id_dropping``.
+
+        Raises:
+          ConfigError: jax-tpu-embedding is missing, or the batch is not as `inputs`
+            expects.
+          DataError: ids beyond a table's limits, without ``allow_id_dropping``: names
+            the batch, the table, the count and the limits.
+        """
+        embedding = _embedding_module()
+        ids, weights = self.inputs(features)
+        out, stats = embedding.preprocess_sparse_dense_matmul_input(
+            ids,
+            weights,
+            dict(self.feature_specs),
+            local_device_count=self.local_device_count,
+            global_device_count=self.global_device_count,
+            num_sc_per_device=self.num_sc_per_device,
+            sharding_strategy=self.sharding_strategy,
+            has_leading_dimension=self.has_leading_dimension,
+            allow_id_dropping=True,
+            batch_number=batch_number,
+        )
+        dropped = {t: int(n) for t, n in stats.id_drop_counters.items() if n}
+        if dropped and not self.allow_id_dropping:
+            table, count = sorted(dropped.items())[0]
+            spec = self._stack_spec(table)
+            others = f"; other tables too: {sorted(dropped)[1:]}" if len(dropped) > 1 else ""
+            raise DataError(
+                f"SparseCore batch {batch_number}: table {table!r} has {count} id(s) beyond "
+                f"max_ids_per_partition {spec.max_ids_per_partition} / "
+                f"max_unique_ids_per_partition {spec.max_unique_ids_per_partition} (the "
+                f"batch needed {int(np.max(stats.max_ids_per_partition[table]))} / "
+                f"{int(np.max(stats.max_unique_ids_per_partition[table]))} in one "
+                f"partition{others}). Raise the limits (tfinput schema sparsecore measures "
+                "them from the data; SparseCorePlan.from_schema(limits=stats)), or "
+                "allow_id_dropping=True to drop and count them"
+            )
+        return out, stats
+
+    def _stack_spec(self, stack: str) -> Any:
+        """The stacked table spec of stack ``stack``."""
+        for f in self.feature_specs.values():
+            stacked = f.table_spec.stacked_table_spec
+            if stacked is not None and stacked.stack_name == stack:
+                return stacked
+        raise KeyError(stack)
+
+
+def _limits_by_table(limits: Any, tables: list[str]) -> dict[str, tuple[int, int]]:
+    if limits is None:
+        return {}
+    if hasattr(limits, "table_limits"):
+        limits = limits.table_limits()
+    unknown = set(limits) - set(tables)
+    if unknown:
+        raise ConfigError(
+            f"SparseCore limits name table(s) {sorted(unknown)} not in the schema {tables}"
+        )
+    return {t: (int(v[0]), int(v[1])) for t, v in limits.items()}
+
+
+def _apply_buffer_sizes(plan: SparseCorePlan, stats: Any) -> None:
+    """Each stack's COO buffer sized from the data: the measured limits and the
+    ``required_buffer_size_per_sc`` `tfinput.sparsecore_stats` observed (plus its
+    margin) times the SparseCores per device, through jax-tpu-embedding's
+    ``update_preprocessing_parameters`` (without it the buffer is sized for the worst
+    case of the limits in every partition at once)."""
+    embedding = _embedding_module()
+    by_tables = {frozenset(s.stack.tables): s.limits(stats.margin) for s in stats.stacks}
+    ids, unique, buffer = {}, {}, {}
+    for f in plan.feature_specs.values():
+        stacked = f.table_spec.stacked_table_spec
+        tables = frozenset(
+            g.table_spec.name
+            for g in plan.feature_specs.values()
+            if g.table_spec.stacked_table_spec.stack_name == stacked.stack_name
+        )
+        lim = by_tables[tables]
+        ids[stacked.stack_name] = np.array(lim.max_ids_per_partition)
+        unique[stacked.stack_name] = np.array(lim.max_unique_ids_per_partition)
+        buffer[stacked.stack_name] = np.full(
+            plan.num_sc_per_device, lim.required_buffer_size_per_sc, dtype=np.int64
+        )
+    embedding.update_preprocessing_parameters(
+        dict(plan.feature_specs),
+        embedding.SparseDenseMatmulInputStats(
+            max_ids_per_partition=ids,
+            max_unique_ids_per_partition=unique,
+            required_buffer_size_per_sc=buffer,
+        ),
+        num_sc_per_device=plan.num_sc_per_device,
+    )
+
+
+def _stack_members(
+    specs: Mapping[str, Any], global_count: int, num_sc: int
+) -> dict[str, list[str]]:
+    """Which tables ``auto_stack_tables`` puts in each stack, by stack name (a dry run on
+    copies of the specs)."""
+    import copy
+
+    trial = copy.deepcopy(dict(specs))
+    absl = logging.getLogger("absl")  # its warnings about default limits: not the real run
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        _embedding_module().auto_stack_tables(
+            trial, global_device_count=global_count, num_sc_per_device=num_sc
+        )
+    finally:
+        absl.setLevel(level)
+    members: dict[str, list[str]] = {}
+    for f in trial.values():
+        stack = f.table_spec.setting_in_stack.stack_name
+        if f.table_spec.name not in members.setdefault(stack, []):
+            members[stack].append(f.table_spec.name)
+    return members
+
+
+@dataclasses.dataclass
+class TableUsage:
+    """One stacked table's COO buffers over the batches fed so far.
+
+    Attributes:
+      batches: Batches preprocessed.
+      buffer_entries: Entries of the table's static COO buffers, summed over batches.
+      used_entries: Entries that carry an id (the rest is padding).
+      dropped_ids: Ids dropped because a partition overflowed (``allow_id_dropping``).
+      max_ids_per_partition: The most ids one partition needed in one batch.
+      max_unique_ids_per_partition: The most distinct ids one partition needed.
+    """
+
+    batches: int = 0
+    buffer_entries: int = 0
+    used_entries: int = 0
+    dropped_ids: int = 0
+    max_ids_per_partition: int = 0
+    max_unique_ids_per_partition: int = 0
+
+    @property
+    def usage(self) -> float:
+        """The share of the buffers that carried ids."""
+        return self.used_entries / self.buffer_entries if self.buffer_entries else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "usage": round(self.usage, 4)}
+
+
+@dataclasses.dataclass
+class SparseCoreFeedStats:
+    """What a `SparseCoreFeed` did.
+
+    Attributes:
+      batches: Batches handed to the training loop.
+      tables: `TableUsage` per stacked table.
+      preprocess_seconds: Wall time of the preprocessing calls, summed over workers.
+      wait_seconds: Time the training loop waited in ``next()`` for a ready batch.
+    """
+
+    batches: int = 0
+    tables: dict[str, TableUsage] = dataclasses.field(default_factory=dict)
+    preprocess_seconds: float = 0.0
+    wait_seconds: float = 0.0
+
+    @property
+    def dropped_ids(self) -> int:
+        """Ids dropped over every table."""
+        return sum(t.dropped_ids for t in self.tables.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batches": self.batches,
+            "preprocess_seconds": round(self.preprocess_seconds, 4),
+            "wait_seconds": round(self.wait_seconds, 4),
+            "dropped_ids": self.dropped_ids,
+            "tables": {name: t.to_dict() for name, t in sorted(self.tables.items())},
+        }
+
+
+def _used_entries(row_pointers: np.ndarray, buffer_size: int, partitions: int) -> int:
+    """Ids in one table's flat COO buffer: per SparseCore, its partitions' row pointers
+    are running ends, and each partition starts at the previous end rounded up to 8."""
+    ends = np.asarray(row_pointers, dtype=np.int64).reshape(-1)
+    if ends.size == 0:
+        return 0
+    per_sc = ends.reshape(-1, partitions) if ends.size % partitions == 0 else ends[None, :]
+    starts = np.zeros_like(per_sc)
+    starts[:, 1:] = -(-per_sc[:, :-1] // 8) * 8  # the previous end rounded up to 8
+    return min(int(np.clip(per_sc - starts, 0, None).sum()), buffer_size)
+
+
+class _Result:
+    """A preprocessed batch, or the error preprocessing it raised."""
+
+    __slots__ = ("error", "item", "number", "seconds", "stats")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.item: Any = None
+        self.stats: Any = None
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+
+
+_END = object()
+
+
+class SparseCoreFeed(Iterator[Any]):
+    """Batches with their SparseCore preprocessing done ahead on worker threads, in
+    order (`sparsecore_feed`). Iterate it, then `close` it (or use it as a context
+    manager); `stats` says what it did."""
+
+    def __init__(
+        self, batches: Iterable[Any], plan: SparseCorePlan, *, workers: int, prefetch: int
+    ) -> None:
+        for name, value in (("workers", workers), ("prefetch", prefetch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"sparsecore_feed: {name} must be an int >= 1, got {value!r}")
+        _embedding_module()  # a missing library fails here, not in a worker
+        self.plan = plan
+        self.stats = SparseCoreFeedStats()
+        self._source = _numpy_batches(batches)
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="tfinput-sparsecore")
+        self._ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+        self._feeder = threading.Thread(
+            target=self._feed, name="tfinput-sparsecore-feeder", daemon=True
+        )
+        self._feeder.start()
+
+    # ------------------------------------------------------------- the feeder
+    def _feed(self) -> None:
+        """Reads the batches and hands each to a worker; the bounded queue of futures
+        keeps at most ``prefetch`` batches ahead of the training loop."""
+        try:
+            for number, batch in enumerate(self._source):
+                if self._stop.is_set():
+                    return
+                future = self._pool.submit(self._work, number, batch)
+                if not self._put(future):
+                    return
+        except BaseException as e:  # the source's own error, raised in next()
+            self._put(e)
+            return
+        self._put(_END)
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _work(self, number: int, batch: Any) -> tuple[Any, _Result]:
+        result = _Result(number)
+        start = time.perf_counter()
+        try:
+            features, labels = batch
+            sparse, stats = self.plan.preprocess(features, batch_number=number)
+            result.item = ((features["dense"], sparse), labels)
+            partitions = self.plan.num_sc_per_device * self.plan.global_device_count
+            used = {
+                table: (
+                    int(np.size(ids)),
+                    _used_entries(sparse.lhs_row_pointers[table], int(np.size(ids)), partitions),
+                )
+                for table, ids in sparse.lhs_embedding_ids.items()
+            }
+            result.stats = (used, stats)
+        except BaseException as e:  # raised in next(), in order
+            result.error = e
+        result.seconds = time.perf_counter() - start
+        return batch, result
+
+    # ------------------------------------------------------------- the consumer
+    def __iter__(self) -> SparseCoreFeed:
+        return self
+
+    def __next__(self) -> Any:
+        start = time.perf_counter()
+        item = self._ready.get()
+        if item is _END:
+            self._ready.put(_END)  # later calls end too
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        assert isinstance(item, Future)
+        _, result = item.result()
+        self.stats.wait_seconds += time.perf_counter() - start
+        if result.error is not None:
+            self.close()
+            raise _explain(result.error, result.number) from result.error
+        self._record(result)
+        return result.item
+
+    def _record(self, result: _Result) -> None:
+        used, stats = result.stats
+        self.stats.batches += 1
+        self.stats.preprocess_seconds += result.seconds
+        for table, (size, entries) in used.items():
+            usage = self.stats.tables.setdefault(table, TableUsage())
+            usage.batches += 1
+            usage.buffer_entries += size
+            usage.used_entries += entries
+            dropped = int(stats.id_drop_counters.get(table, 0))
+            usage.dropped_ids += dropped
+            usage.max_ids_per_partition = max(
+                usage.max_ids_per_partition, int(np.max(stats.max_ids_per_partition[table]))
+            )
+            usage.max_unique_ids_per_partition = max(
+                usage.max_unique_ids_per_partition,
+                int(np.max(stats.max_unique_ids_per_partition[table])),
+            )
+            if dropped and table not in self._warned:
+                self._warned.add(table)
+                log.warning(
+                    "tfinput: SparseCore table %s: %d id(s) dropped in batch %d (beyond "
+                    "max_ids_per_partition / max_unique_ids_per_partition; this batch "
+                    "needed %d / %d); every drop is counted in the feed's stats. Raise "
+                    "the limits (tfinput schema sparsecore measures them)",
+                    table, dropped, result.number,
+                    int(np.max(stats.max_ids_per_partition[table])),
+                    int(np.max(stats.max_unique_ids_per_partition[table])),
+                )  # fmt: skip
+
+    def close(self) -> None:
+        """Stop the feeder and the workers (batches not yet taken are discarded)."""
+        self._stop.set()
+        while True:
+            try:
+                self._ready.get_nowait()
+            except queue.Empty:
+                break
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> SparseCoreFeed:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _explain(error: BaseException, number: int) -> BaseException:
+    """A preprocessing error with the batch it happened in (tfinput's own errors name
+    it already, or get it prefixed)."""
+    if isinstance(error, DataError):
+        return error
+    if isinstance(error, ConfigError):
+        return ConfigError(f"batch {number}: {error}")
+    return DataError(
+        f"SparseCore preprocessing of batch {number} failed: {type(error).__name__}: {error}"
+    )
+
+
+def _numpy_batches(batches: Iterable[Any]) -> Iterator[Any]:
+    """The batches as numpy (a `tf.data.Dataset` through ``as_numpy_iterator``)."""
+    as_numpy = getattr(batches, "as_numpy_iterator", None)
+    if callable(as_numpy):
+        return iter(as_numpy())
+    return iter(batches)
+
+
+def sparsecore_feed(
+    batches: Iterable[Any],
+    plan: SparseCorePlan,
+    *,
+    workers: int = 2,
+    prefetch: int | None = None,
+) -> SparseCoreFeed:
+    """Feed ``batches`` with their SparseCore preprocessing done ahead, in order.
+
+    Args:
+      batches: ``(features, labels)`` batches: a tfinput pipeline's built dataset, or any
+        iterable of numpy batches of the same structure.
+      plan: The `SparseCorePlan` (feature specs, device and SparseCore counts).
+      workers: Threads preprocessing batches at once.
+      prefetch: Preprocessed batches held ready (default: ``2 * workers``); bounds the
+        memory and how far the feed runs ahead of training.
+
+    Returns:
+      A `SparseCoreFeed` of ``((dense, preprocessed), labels)``.
+
+    Raises:
+      ConfigError: jax-tpu-embedding is missing, or a bad worker or prefetch count.
+    """
+    return SparseCoreFeed(
+        batches, plan, workers=workers, prefetch=prefetch if prefetch is not None else 2 * workers
+    )
