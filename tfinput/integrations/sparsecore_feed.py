@@ -509,7 +509,6 @@ class SparseCoreFeed(Iterator[Any]):
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="tfinput-sparsecore")
         self._ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()
-        self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._feeder = threading.Thread(
             target=self._feed, name="tfinput-sparsecore-feeder", daemon=True
@@ -541,7 +540,7 @@ class SparseCoreFeed(Iterator[Any]):
                 continue
         return False
 
-    def _work(self, number: int, batch: Any) -> tuple[Any, _Result]:
+    def _work(self, number: int, batch: Any) -> _Result:
         result = _Result(number)
         start = time.perf_counter()
         try:
@@ -560,7 +559,7 @@ class SparseCoreFeed(Iterator[Any]):
         except BaseException as e:  # raised in next(), in order
             result.error = e
         result.seconds = time.perf_counter() - start
-        return batch, result
+        return result
 
     # ------------------------------------------------------------- the consumer
     def __iter__(self) -> SparseCoreFeed:
@@ -576,7 +575,7 @@ class SparseCoreFeed(Iterator[Any]):
             self.close()
             raise item
         assert isinstance(item, Future)
-        _, result = item.result()
+        result = item.result()
         self.stats.wait_seconds += time.perf_counter() - start
         if result.error is not None:
             self.close()

@@ -25,7 +25,15 @@ def test_doctor_json_names_every_version_a_bug_report_needs(capsys):
 
     assert rep["keras_backend"] == keras.config.backend()
     parts = {p["name"]: p for p in rep["optional"]}
-    assert set(parts) == {"jax", "plotly", "xprof", "psycopg", "tensorflow-io", "keras-rs"}
+    assert set(parts) == {
+        "jax",
+        "plotly",
+        "xprof",
+        "psycopg",
+        "tensorflow-io",
+        "keras-rs",
+        "jax-tpu-embedding",
+    }
     for name, part in parts.items():
         dist = {"tensorflow-io": "tensorflow-io"}.get(name, name)
         try:
