@@ -38,7 +38,13 @@ from tfinput.service import DEFAULT_STALL_TIMEOUT_S
 from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
 from tfinput.sources.files import PathsLike, as_paths, epoch_rows
 from tfinput.sources.protocol import Decode, ReadRequest, Source
-from tfinput.sources.skeleton import deterministic_arg, parallel_calls, plan_shards, warn_unhonoured
+from tfinput.sources.skeleton import (
+    deterministic_arg,
+    parallel_calls,
+    plan_shards,
+    read_parallelism,
+    warn_unhonoured,
+)
 from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -336,7 +342,7 @@ class Pipeline:
           the roofline's ``full`` stage).
         """
         config = _checked_config(config)
-        if 1 in (config.interleave_parallelism, config.interleave_cycle_length):
+        if read_parallelism(config) == 1:
             return None
         request = self._request(config, None)
         source = self.source

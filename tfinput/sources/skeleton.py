@@ -19,6 +19,7 @@ __all__ = [
     "file_order",
     "interleave_files",
     "plan_shards",
+    "read_parallelism",
     "shard_files",
     "single_core_options",
     "knob_is_set",
@@ -59,15 +60,23 @@ def traced(fn: Callable[..., Any]) -> Callable[..., Any]:
     return tf.autograph.experimental.do_not_convert(fn)
 
 
-def interleave_files(
-    files: tf.data.Dataset, read: Callable[[Any], tf.data.Dataset], config: PipelineConfig
-) -> tf.data.Dataset:
-    """``files.interleave(read)`` with the config's interleave knobs (parallelism is
-    capped at the cycle length; 1 means the sequential op). Named ``read`` in traces."""
+def read_parallelism(config: PipelineConfig) -> int:
+    """The interleave's parallelism: ``interleave_parallelism`` capped at the cycle
+    length (AUTOTUNE stays); 1 means the files are read by the sequential op."""
     cycle = config.interleave_cycle_length
     parallel = config.interleave_parallelism
     if cycle != AUTOTUNE and parallel != AUTOTUNE:
         parallel = min(parallel, cycle)
+    return parallel
+
+
+def interleave_files(
+    files: tf.data.Dataset, read: Callable[[Any], tf.data.Dataset], config: PipelineConfig
+) -> tf.data.Dataset:
+    """``files.interleave(read)`` with the config's interleave knobs (`read_parallelism`;
+    1 means the sequential op). Named ``read`` in traces."""
+    cycle = config.interleave_cycle_length
+    parallel = read_parallelism(config)
     block = None if config.interleave_block_length == AUTOTUNE else config.interleave_block_length
     return files.interleave(
         traced(read),
