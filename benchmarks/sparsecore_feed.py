@@ -4,6 +4,8 @@ tfinput's feed (background workers), side by side, with a simulated TPU step.
     python benchmarks/sparsecore_feed.py              # measure and print the markdown section
     python benchmarks/sparsecore_feed.py --write      # also replace the section in RESULTS.md
     python benchmarks/sparsecore_feed.py --quick      # small data, 2 rounds: checks the script
+    python benchmarks/sparsecore_feed.py --step none --workers 1,2,4,8 --section sparsecore-feed-16
+                                                      # a many-core host: scaling, no step
 
 Needs jax-tpu-embedding (``pip install 'tfinput[sparsecore]'``, CPython 3.12+).
 
@@ -26,7 +28,8 @@ Method:
    the generator pattern (``for batch in dataset: preprocess(batch); step()``) and the
    feed with 1 and 2 workers (``for batch in sparsecore_feed(dataset, plan): step()``),
    with tfinput's simulated accelerator step (a sleep) of device time equal to the
-   measured preprocessing time. Reported: examples/s (median, min-max), the ratio to the
+   measured preprocessing time (``--step none``: no step, the input side's own rate;
+   ``--workers``: the worker counts measured). Reported: examples/s (median, min-max), the ratio to the
    generator (median of per-round ratios), and per batch the training thread's time
    outside the step (waiting for or preparing the next batch: wall time) and its CPU
    time there (``time.thread_time``; the preprocessing's own threads not counted).
@@ -83,7 +86,7 @@ def _alone(plan: Any, batches: list[Any], calls: int) -> dict[str, float]:
     return {"wall_ms": 1e3 * statistics.median(walls), "cpu_ms": 1e3 * statistics.median(cpus)}
 
 
-def _gil(plan: Any, batches: list[Any], calls: int) -> dict[str, Any]:
+def _gil(plan: Any, batches: list[Any], calls: int, threads: list[int]) -> dict[str, Any]:
     count = [0]
     stop = threading.Event()
 
@@ -106,7 +109,7 @@ def _gil(plan: Any, batches: list[Any], calls: int) -> dict[str, Any]:
     from concurrent.futures import ThreadPoolExecutor
 
     rates = {}
-    for n in (1, 2, 4):
+    for n in sorted({1, 2, 4, *threads}):
         with ThreadPoolExecutor(n) as pool:
             t0 = time.perf_counter()
             list(
@@ -117,6 +120,38 @@ def _gil(plan: Any, batches: list[Any], calls: int) -> dict[str, Any]:
             )
             rates[n] = calls / (time.perf_counter() - t0)
     return {"spin_ratio": busy / idle, "batches_per_s_by_threads": rates}
+
+
+def _process_calls(features: Any, calls: int, barrier: Any) -> tuple[float, float]:
+    """One process: its own plan (the same specs), two untimed calls, then ``calls``
+    timed ones started together with the other processes."""
+    from tfinput import testing
+
+    plan = _plan(testing.criteo_like_schema())
+    for i in range(2):
+        plan.preprocess(features, batch_number=i)
+    barrier.wait()
+    t0 = time.time()
+    for i in range(calls):
+        plan.preprocess(features, batch_number=i)
+    return t0, time.time()
+
+
+def _processes(features: Any, counts: list[int], calls: int) -> dict[int, float]:
+    """Batches/s with ``n`` processes preprocessing at once (each its own library
+    instance and thread pool), for each ``n`` in ``counts``."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = mp.get_context("spawn")
+    rates = {}
+    for n in counts:
+        with ctx.Manager() as manager:
+            barrier = manager.Barrier(n)
+            with ProcessPoolExecutor(n, mp_context=ctx) as pool:
+                spans = list(pool.map(_process_calls, [features] * n, [calls] * n, [barrier] * n))
+        rates[n] = n * calls / (max(e for _, e in spans) - min(s for s, _ in spans))
+    return rates
 
 
 def _generator(dataset: Any, plan: Any, step_s: float, warmup: int, batches: int) -> Any:
@@ -177,22 +212,23 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     )  # fmt: skip
     measured_plan = _plan(schema, limits=stats)
     alone = _alone(plan, sample, args.calls)
-    gil = _gil(plan, sample, args.calls)
-    step_s = alone["wall_ms"] / 1e3
+    gil = _gil(plan, sample, args.calls, args.workers)
+    if args.processes:
+        gil["batches_per_s_by_processes"] = _processes(sample[0][0], args.processes, args.calls)
+    step_s = alone["wall_ms"] / 1e3 if args.step == "measured" else 0.0
     variants = {
         "generator (preprocess on the training thread)": lambda: _generator(
             dataset, plan, step_s, args.warmup, args.batches
         ),
-        "sparsecore_feed, 1 worker": lambda: _feed(
-            dataset, plan, step_s, args.warmup, args.batches, 1
-        ),
-        "sparsecore_feed, 2 workers": lambda: _feed(
-            dataset, plan, step_s, args.warmup, args.batches, 2
-        ),
-        "sparsecore_feed, 2 workers, measured limits": lambda: _feed(
-            dataset, measured_plan, step_s, args.warmup, args.batches, 2
-        ),
     }
+    for n in args.workers:
+        variants[f"sparsecore_feed, {n} worker{'s' if n > 1 else ''}"] = lambda n=n: _feed(
+            dataset, plan, step_s, args.warmup, args.batches, n
+        )
+    most = max(args.workers)
+    variants[f"sparsecore_feed, {most} worker{'s' if most > 1 else ''}, measured limits"] = lambda: (
+        _feed(dataset, measured_plan, step_s, args.warmup, args.batches, most)
+    )
     names = list(variants)
     out: dict[str, dict[str, list[Any]]] = {
         n: {"rate": [], "cpu": [], "wall": [], "usage": []} for n in names
@@ -218,6 +254,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "alone": alone,
         "gil": gil,
         "step_ms": step_s * 1e3,
+        "workers": args.workers,
         "limits": stats.table_limits(),
         "variants": {},
     }
@@ -242,18 +279,31 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 def markdown(res: dict[str, Any], args: argparse.Namespace) -> str:
     g = res["gil"]
     threads = ", ".join(f"{n} thread(s) {r:.1f}" for n, r in g["batches_per_s_by_threads"].items())
+    if "batches_per_s_by_processes" in g:
+        threads += "; in processes (each its own library instance): " + ", ".join(
+            f"{n} process(es) {r:.1f}" for n, r in g["batches_per_s_by_processes"].items()
+        )
+    if res["step_ms"]:
+        step = (
+            f"A simulated TPU step sleeps {res['step_ms']:.1f} ms per batch (the preprocessing "
+            "time measured alone)."
+        )
+        title = "SparseCore preprocessing: on the training thread against tfinput's feed"
+    else:
+        step = "No step: the training thread only takes batches (the input side's own rate)."
+        title = "SparseCore preprocessing without a step: how the feed scales with workers"
+    section = args.section
     lines = [
-        "<!-- sparsecore-feed:begin (benchmarks/sparsecore_feed.py writes this section) -->",
-        "## SparseCore preprocessing: on the training thread against tfinput's feed",
+        f"<!-- {section}:begin (benchmarks/sparsecore_feed.py writes this section) -->",
+        f"## {title}",
         "",
         f"Machine: {res['machine']}.",
         "",
         f"Method (`benchmarks/sparsecore_feed.py`, its docstring has the details): criteo-like "
         f"{res['rows']:,} rows as columnar records, global batch {BATCH} = {DEVICES} devices x "
         f"{BATCH // DEVICES}, {SC} SparseCores per device, one table per feature, "
-        "jax-tpu-embedding's `preprocess_sparse_dense_matmul_input` on CPU. A simulated TPU "
-        f"step sleeps {res['step_ms']:.1f} ms per batch (the preprocessing time measured "
-        f"alone). {res['rounds']} interleaved rounds, order rotated, {args.warmup} warm-up and "
+        f"jax-tpu-embedding's `preprocess_sparse_dense_matmul_input` on CPU. {step} "
+        f"{res['rounds']} interleaved rounds, order rotated, {args.warmup} warm-up and "
         f"{args.batches} timed batches each; ratio: median of per-round ratios to the "
         "generator (min-max).",
         "",
@@ -275,7 +325,7 @@ def markdown(res: dict[str, Any], args: argparse.Namespace) -> str:
             f"{q[0]:.2f} ({q[1]:.2f}-{q[2]:.2f}) | {v['thread_wall_ms']:.1f} ms, "
             f"{v['thread_cpu_ms']:.2f} ms | {usage} | {dropped} |"
         )
-    lines.append("<!-- sparsecore-feed:end -->")
+    lines.append(f"<!-- {section}:end -->")
     return "\n".join(lines)
 
 
@@ -286,6 +336,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--batches", type=int, default=20)
     p.add_argument("--calls", type=int, default=10)
+    p.add_argument(
+        "--step", choices=("measured", "none"), default="measured",
+        help="the simulated step: as long as one preprocessing call (default), or none",
+    )  # fmt: skip
+    p.add_argument(
+        "--workers", type=lambda s: [int(n) for n in s.split(",")], default=[1, 2],
+        help="the feed's worker counts to measure, comma-separated (default 1,2)",
+    )  # fmt: skip
+    p.add_argument("--section", default="sparsecore-feed", help="RESULTS.md section to write")
+    p.add_argument(
+        "--processes", type=lambda s: [int(n) for n in s.split(",")], default=[],
+        help="also measure calls in this many processes at once (comma-separated)",
+    )  # fmt: skip
     p.add_argument("--data-dir", help="keep the data here (default: a temporary directory)")
     p.add_argument("--quick", action="store_true", help="small data, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
@@ -300,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(res, indent=2) if args.json else text)
     print(f"took {time.time() - t0:.0f} s", file=sys.stderr)
     if args.write:
-        write_section("sparsecore-feed", text)
+        write_section(args.section, text)
     return 0
 
 

@@ -34,11 +34,15 @@ import pytest
 #   on both ends; the reason is given per module. They are split between the ends so
 #   that the two take about the same time in CI (a 2-core machine: the end that
 #   finishes first would leave its core idle);
-# - some cases of the parametrised tests in `OLDEST_CASES`, which the newest end runs in
-#   full and the oldest end in part (the oldest end, Python 3.10, TensorFlow 2.17,
-#   Keras 3.12, numpy 1.x, pyarrow 25, still runs every source, layout and mode).
+# - single tests in `ONE_END_TESTS`, each on the one end it names, with the reason (the
+#   same code path runs on both ends in a cheaper test, or on the other end in an
+#   end-to-end module);
+# - the cases of the parametrised tests in `SPLIT_CASES`: the oldest end runs the cases
+#   listed, the newest end the others. The cross product runs in full, once, across the
+#   two ends, and each end's share still covers every source, layout and mode of it
+#   (the oldest end: Python 3.10, TensorFlow 2.17, Keras 3.12, numpy 1.x, pyarrow 25).
 #
-# So a new test runs on both ends unless its module is listed here, with a reason.
+# So a new test runs on both ends unless it or its module is listed here, with a reason.
 ONE_END: dict[str, tuple[str, str]] = {
     "tests/test_examples.py": (
         "oldest",
@@ -65,9 +69,9 @@ ONE_END: dict[str, tuple[str, str]] = {
         "tests/tfinput/test_serving.py",
     ),
     "tests/test_docs_resume.py": (
-        "oldest",
-        "runs docs/resume.md's code blocks as a new reader would (on the oldest versions "
-        "the page covers); every resume route is checked on both ends by "
+        "newest",
+        "runs docs/resume.md's code blocks as a new reader would (on the versions a new "
+        "reader installs); every resume route is checked on both ends by "
         "tests/tfinput/test_resume.py",
     ),
     "tests/test_preemption.py": (
@@ -93,11 +97,12 @@ ONE_END: dict[str, tuple[str, str]] = {
     ),
 }
 
-#: Parametrised tests the oldest end runs in part, with the cases it keeps and why. The
-#: kept cases cover every source, layout and mode (or knob) of the parametrisation at
-#: least once, so each version-dependent path still runs there; the newest end runs the
-#: full cross product, where a failure would be one source meeting one mode.
-OLDEST_CASES: dict[str, tuple[frozenset[str], str]] = {
+#: Parametrised tests whose cases are split between the ends: the oldest end runs the
+#: cases listed, the newest end the others, and why. The listed cases cover every source,
+#: layout and mode (or knob) of the parametrisation at least once, and so do the others,
+#: so each version-dependent path runs on both ends; the full cross product, where a
+#: failure would be one source meeting one mode, runs once across the two.
+SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
     "tests/tfinput/test_resume.py::test_every_source_and_mode_resumes_exactly_both_ways": (
         frozenset(
             {
@@ -152,6 +157,73 @@ OLDEST_CASES: dict[str, tuple[frozenset[str], str]] = {
         "the fallback is one branch of tfinput's sharding; the file-level sharding of every "
         "source runs on both ends in test_four_hosts_read_disjoint_whole_files_that_cover_"
         "every_file",
+    ),
+    "tests/test_bad_input.py::test_corrupt_or_truncated_tfrecord_names_the_file": (
+        frozenset({"corrupt-records", "truncated-read-batch"}),
+        "each end meets a corrupt and a truncated file, one read record by record and one "
+        "through read_batch's mini-batches",
+    ),
+}
+
+#: Single tests (a function, or one case of it) run on one end only: end and reason.
+ONE_END_TESTS: dict[str, tuple[str, str]] = {
+    "tests/tfinput/test_resume.py::test_keras_fit_resumes_mid_epoch_on_tensorflow[tfrecord]": (
+        "oldest",
+        "the newest end runs the other case (columnar, steps_per_execution 3, keep 0) of "
+        "the same fit, stop and resume; both ends run every resume route in-process",
+    ),
+    "tests/tfinput/test_resume.py::test_keras_fit_resumes_mid_epoch_on_tensorflow"
+    "[columnar-spe3-keep0]": (
+        "newest",
+        "the oldest end runs the other case (tfrecord) of the same fit, stop and resume, "
+        "and docs/resume.md's Keras fit recipe",
+    ),
+    "tests/tfinput/test_resume.py::test_keras_fit_resumes_mid_epoch_on_jax": (
+        "newest",
+        "the oldest end (JAX 0.5) preempts and resumes the JAX example in real processes "
+        "(tests/test_examples_resume.py) and runs docs/resume.md's JAX recipe",
+    ),
+    "tests/tfinput/test_models.py::test_ranking_model_fits_with_the_tuned_steps_per_execution": (
+        "oldest",
+        "the newest end fits the ranking model with steps_per_execution 3 in test_resume's "
+        "columnar case and tunes it in tests/tfinput/steps/test_keras.py",
+    ),
+    "tests/tfinput/test_fleet.py::test_the_tuner_searches_the_service_knobs_and_sizes_the_fleet": (
+        "newest",
+        "the tuner's search over the service knobs is tfinput's and Optuna's code (Optuna "
+        "5.0 on both ends); the oldest end starts, kills and restarts tf.data service "
+        "servers in tests/test_service_faults.py and runs test_fleet's other tests",
+    ),
+    # The JAX backend in a child process (JAX 0.5 and 0.12 at the two ends): each end
+    # trains through it, in two tests of the four.
+    "tests/tfinput/test_retrieval.py::test_two_tower_model_trains_on_jax_under_xla": (
+        "oldest",
+        "the newest end trains on the JAX backend in test_keras_steps_and_tune_on_the_jax_"
+        "backend and profiles it in tests/profiles/test_cli.py; the retrieval model's "
+        "layers run on both ends on TensorFlow",
+    ),
+    "tests/tfinput/test_models.py::test_ranking_model_takes_packed_numpy_batches_on_the_"
+    "jax_backend": (
+        "oldest",
+        "the newest end trains the ranking model on the JAX backend in "
+        "test_keras_steps_and_tune_on_the_jax_backend and the JAX Keras resume test; "
+        "packed batches are unpacked by the same layout code on both ends",
+    ),
+    "tests/tfinput/steps/test_keras.py::test_keras_steps_and_tune_on_the_jax_backend": (
+        "newest",
+        "the oldest end trains Keras models on the JAX backend in test_models' and "
+        "test_retrieval's JAX tests; the steps and their feeding knobs are tested on both "
+        "ends on TensorFlow, and the JAX step (tests/tfinput/steps/test_jax.py) on both",
+    ),
+    "tests/profiles/test_cli.py::test_profile_the_ranking_steps_on_the_jax_backend": (
+        "newest",
+        "the oldest end profiles steps on TensorFlow (this module's other tests), and "
+        "the trace analysis is the same code for both backends' traces",
+    ),
+    "tests/tuners/test_cli.py::test_cli_resumes_a_journal_study_whose_worker_was_killed": (
+        "newest",
+        "Optuna 5.0 on both ends; the oldest end kills a tuner worker of a study on "
+        "PostgreSQL in tests/tuners/test_storage_postgres.py, the same recovery path",
     ),
 }
 
@@ -231,27 +303,46 @@ def _module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
-def _left_to_the_newest_end(nodeid: str) -> bool:
-    """A case of an `OLDEST_CASES` test that the oldest end does not keep."""
+def _on_the_other_end(nodeid: str) -> bool:
+    """A case of a `SPLIT_CASES` test, or a test of `ONE_END_TESTS`, that this end
+    (`END`) leaves to the other."""
+    if END not in ENDS:
+        return False
     function, _, case = nodeid.partition("[")
-    kept = OLDEST_CASES.get(function)
-    return kept is not None and case.rstrip("]") not in kept[0]
+    split = SPLIT_CASES.get(function)
+    if split is not None and (case.rstrip("]") in split[0]) != (END == "oldest"):
+        return True
+    one = ONE_END_TESTS.get(nodeid) or ONE_END_TESTS.get(function)
+    return one is not None and one[0] != END
 
 
-def _check_oldest_cases(items: list[pytest.Item]) -> None:
-    """Every case `OLDEST_CASES` keeps is a real case of its test (a renamed parameter
-    would otherwise leave the oldest end running none of them)."""
+def _check_split_cases(items: list[pytest.Item]) -> None:
+    """Every case `SPLIT_CASES` lists is a real case of its test, and leaves the newest
+    end some (a renamed parameter would otherwise leave an end running none of them);
+    every `ONE_END_TESTS` entry is a collected test."""
     seen: dict[str, set[str]] = {}
+    ids, modules = set(), set()
     for item in items:
         function, _, case = item.nodeid.partition("[")
-        if function in OLDEST_CASES:
+        ids.update((item.nodeid, function))
+        modules.add(_module(item))
+        if function in SPLIT_CASES:
             seen.setdefault(function, set()).add(case.rstrip("]"))
     for function, cases in seen.items():
-        if stale := OLDEST_CASES[function][0] - cases:
+        listed = SPLIT_CASES[function][0]
+        if stale := listed - cases:
             raise pytest.UsageError(
-                f"tests/conftest.py OLDEST_CASES: {function} has no case "
+                f"tests/conftest.py SPLIT_CASES: {function} has no case "
                 f"{', '.join(sorted(stale))}; its cases are {', '.join(sorted(cases))}"
             )
+        if not cases - listed:
+            raise pytest.UsageError(
+                f"tests/conftest.py SPLIT_CASES: {function} leaves the newest end no case"
+            )
+    if stale_tests := {t for t in ONE_END_TESTS if t.split("::")[0] in modules} - ids:
+        raise pytest.UsageError(
+            f"tests/conftest.py ONE_END_TESTS: no such test {', '.join(sorted(stale_tests))}"
+        )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -277,9 +368,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid.split("[", 1)[0] in LONG_ALONE:
             item.add_marker(pytest.mark.slow)
         module = _module(item)
-        other_end = (module in ONE_END and END in ENDS and ONE_END[module][0] != END) or (
-            END == "oldest" and _left_to_the_newest_end(item.nodeid)
-        )
+        other_end = (
+            module in ONE_END and END in ENDS and ONE_END[module][0] != END
+        ) or _on_the_other_end(item.nodeid)
         long = quick and (
             module in END_TO_END
             or item.nodeid in slow
@@ -287,7 +378,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
         (dropped if other_end or long else keep).append(item)
     if not any("::" in arg for arg in config.args):  # not when tests are picked by id
-        _check_oldest_cases(items)
+        _check_split_cases(items)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -320,11 +411,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     other = "newest" if END == "oldest" else "oldest"
     left = ", ".join(m for m, (end, _) in sorted(ONE_END.items()) if end == other)
     header = f"tfinput: {END} end; left to the {other} end (tests/conftest.py ONE_END): {left}"
-    if END == "oldest":
-        header += (
-            f"; and the cases OLDEST_CASES does not keep of {len(OLDEST_CASES)} parametrised tests"
-        )
-    return header
+    return header + (
+        f"; and {sum(end == other for end, _ in ONE_END_TESTS.values())} tests of "
+        f"ONE_END_TESTS, and the {other} end's cases of {len(SPLIT_CASES)} parametrised tests "
+        "(SPLIT_CASES)"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -79,12 +79,17 @@ def test_the_matrix_split_names_real_modules_with_reasons():
     for test in LONG_ALONE:  # the tests allowed over 30 s alone exist
         module, name = test.split("::")
         assert f"def {name}(" in (ROOT / module).read_text(), test
-    from tests.conftest import OLDEST_CASES
+    from tests.conftest import ONE_END_TESTS, SPLIT_CASES
 
-    for test, (kept, reason) in OLDEST_CASES.items():  # the cases are checked at collection
+    for test, (kept, reason) in SPLIT_CASES.items():  # the cases are checked at collection
         module, name = test.split("::")
         assert f"def {name}(" in (ROOT / module).read_text(), test
         assert kept and module not in ONE_END, test
-        assert len(reason.split()) >= 8, f"{test}: say why the kept cases suffice"
+        assert len(reason.split()) >= 8, f"{test}: say why each end's cases suffice"
+    for test, (end, reason) in ONE_END_TESTS.items():
+        module, name = test.split("[")[0].split("::")
+        assert f"def {name}(" in (ROOT / module).read_text(), test
+        assert end in ENDS and module not in ONE_END and test.split("[")[0] not in SPLIT_CASES
+        assert len(reason.split()) >= 8, f"{test}: say where the other end runs that path"
     listed = [line for line in SLOW_LIST.read_text().splitlines() if not line.startswith("#")]
     assert all(line.startswith("tests/") and "::" in line for line in listed)

@@ -108,6 +108,12 @@ class PipelineConfig:
         More steps per call amortise the host's dispatch overhead.
       device_prefetch: Batches moved onto the device ahead of the step by the step's
         feeder (`tfinput.device_prefetch`); 0 feeds each batch when the step asks.
+      sparsecore_workers: Threads running SparseCore preprocessing ahead of the step,
+        read by a step that feeds SparseCore
+        (`tfinput.integrations.sparsecore_feed.sparsecore_step`); 0 preprocesses each
+        batch on the training thread when the step asks (keras-rs's generator pattern).
+      sparsecore_prefetch: Preprocessed batches held ready for such a step; 0: twice
+        ``sparsecore_workers``.
       service_workers: For a pipeline read through tf.data service
         (`Pipeline.with_service`): the workers serving it. With a
         `tfinput.fleet.LocalFleet` the build uses a cluster of exactly that many
@@ -140,6 +146,8 @@ class PipelineConfig:
     layout: str | None = None
     steps_per_execution: int = 1
     device_prefetch: int = 0
+    sparsecore_workers: int = 2
+    sparsecore_prefetch: int = 0
     service_workers: int = 0
     service_compression: str | None = "AUTO"
     service_max_outstanding_requests: int = AUTOTUNE
@@ -158,6 +166,8 @@ class PipelineConfig:
         _check_knob("autotune_ram_budget", self.autotune_ram_budget, minimum=1)
         _check_knob("steps_per_execution", self.steps_per_execution, minimum=1, autotune=False)
         _check_knob("device_prefetch", self.device_prefetch, minimum=0, autotune=False)
+        _check_knob("sparsecore_workers", self.sparsecore_workers, minimum=0, autotune=False)
+        _check_knob("sparsecore_prefetch", self.sparsecore_prefetch, minimum=0, autotune=False)
         _check_knob("service_workers", self.service_workers, minimum=0, autotune=False)
         _check_knob(
             "service_max_outstanding_requests", self.service_max_outstanding_requests, minimum=1

@@ -475,6 +475,25 @@ class InputIterator(Iterator[Any]):
         with self._lock:
             return self._state_at(self.position - unconsumed)
 
+    def state_at(self, position: int) -> bytes:
+        """The state whose next batch is the one delivered at ``position`` (batches
+        since the start of the data): for a consumer that counts what it trained on
+        while the iterator runs ahead on another thread (`tfinput.integrations.
+        sparsecore_feed`), where ``get_state(unconsumed=...)`` would race the reads.
+
+        Raises:
+          ResumeError: ``position`` is ahead of the batches delivered, or before the
+            batches kept (``keep``).
+        """
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ResumeError(f"position must be an integer >= 0, got {position!r}")
+        with self._lock:
+            if position > self.position:
+                raise ResumeError(
+                    f"state_at({position}): only {self.position} batch(es) were delivered"
+                )
+            return self._state_at(position)
+
     def _state_at(self, at: int) -> bytes:
         """The state whose next batch is the one delivered at position ``at`` (at most
         the current position; the batches delivered since must still be kept)."""

@@ -68,6 +68,7 @@ KNOB_GROUPS: dict[str, tuple[str, ...]] = {
     "layout": ("layout",),
     "steps_per_execution": ("steps_per_execution",),
     "device_prefetch": ("device_prefetch",),
+    "sparsecore feed": ("sparsecore_workers", "sparsecore_prefetch"),
 }
 
 

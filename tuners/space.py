@@ -13,8 +13,9 @@ meaningful numeric scale (``AUTOTUNE`` is -1).
 Besides the tf.data knobs the space holds the *feeding* knobs, each only where it
 means something: ``layout`` (``per_feature``/``packed``) for pipelines whose multi-hot
 lists are dense, ``steps_per_execution`` for ``keras_fit`` steps (the step runs
-``model.fit`` and honours it) and ``device_prefetch`` for steps that feed the device
-themselves (``Step.feeds_device``).
+``model.fit`` and honours it), ``device_prefetch`` for steps that feed the device
+themselves (``Step.feeds_device``), and ``sparsecore_workers`` / ``sparsecore_prefetch``
+for steps that preprocess batches for SparseCore (``Step.feeds_sparsecore``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,13 @@ TUNABLE = (
 
 #: Feeding knobs: searched only where the pipeline or the step honours them (see
 #: `SearchSpace.default`).
-FEEDING = ("layout", "steps_per_execution", "device_prefetch")
+FEEDING = (
+    "layout",
+    "steps_per_execution",
+    "device_prefetch",
+    "sparsecore_workers",
+    "sparsecore_prefetch",
+)
 
 #: Knobs of a pipeline read through tf.data service (`Pipeline.with_service`).
 SERVICE = ("service_workers", "service_compression", "service_max_outstanding_requests")
@@ -62,6 +69,8 @@ READ_BATCH_CHOICES = (0, 64, 256, 1024)
 LAYOUT_CHOICES = LAYOUTS
 STEPS_PER_EXECUTION_CHOICES = (1, 8, 32)
 DEVICE_PREFETCH_CHOICES = (0, 2)
+#: ``sparsecore_prefetch``: 0 is twice the workers.
+SPARSECORE_PREFETCH_CHOICES = (0, 2, 8)
 
 #: How a None knob value (``layout``: the pipeline's own) is stored in Optuna.
 _NONE = "none"
@@ -179,7 +188,10 @@ class SearchSpace:
             ``steps_per_execution`` (1, 8, 32: fewer host round trips per batch,
             coarser callbacks); a step with ``feeds_device`` adds ``device_prefetch``
             (0, 2: batches copied to the device ahead of the step, at the cost of
-            device memory). Other steps ignore both, so they are not searched.
+            device memory); a step with ``feeds_sparsecore`` adds
+            ``sparsecore_workers`` (1, 2, 4 and the CPU count, at most the CPU count)
+            and ``sparsecore_prefetch`` (0: twice the workers, 2, 8). Other steps
+            ignore them, so they are not searched.
           service: The pipeline's `tfinput.fleet.ServiceRead` (``Pipeline.service``):
             adds ``service_compression`` ("AUTO", None) and
             ``service_max_outstanding_requests`` (AUTOTUNE, 2, 8), and for a
@@ -215,6 +227,9 @@ class SearchSpace:
             choices["steps_per_execution"] = STEPS_PER_EXECUTION_CHOICES
         if getattr(step, "feeds_device", False):
             choices["device_prefetch"] = DEVICE_PREFETCH_CHOICES
+        if getattr(step, "feeds_sparsecore", False):
+            choices["sparsecore_workers"] = _uniq([v for v in (1, 2, 4, c) if v <= c])
+            choices["sparsecore_prefetch"] = SPARSECORE_PREFETCH_CHOICES
         if service is not None:
             choices["service_compression"] = ("AUTO", None)
             choices["service_max_outstanding_requests"] = SERVICE_OUTSTANDING_CHOICES

@@ -115,12 +115,19 @@ MAX_CONSECUTIVE_FAILURES = 5
 
 # ---------------------------------------------------------------- baselines
 def baseline_configs(
-    base: PipelineConfig, *, cpu_count: int, current: PipelineConfig | None = None
+    base: PipelineConfig,
+    *,
+    cpu_count: int,
+    current: PipelineConfig | None = None,
+    step: Any = None,
 ) -> dict[str, PipelineConfig]:
     """``autotune``, ``heuristic`` (and ``current``) with the user's batch settings.
 
     Both presets set the feeding knobs explicitly to what a plain training loop does:
-    ``layout="per_feature"``, ``steps_per_execution=1``, ``device_prefetch=0``.
+    ``layout="per_feature"``, ``steps_per_execution=1``, ``device_prefetch=0``, and for
+    a ``step`` that feeds SparseCore (``Step.feeds_sparsecore``)
+    ``sparsecore_workers=0`` (the preprocessing on the training thread, as keras-rs's
+    generator example does).
     """
     keep = {
         k: getattr(base, k)
@@ -133,8 +140,10 @@ def baseline_configs(
         )
     }
     # The feeding knobs as a plain training loop has them: one tensor per feature, one
-    # step per call, no device prefetch.
+    # step per call, no device prefetch, SparseCore preprocessing on the training thread.
     feeding = {"layout": "per_feature", "steps_per_execution": 1, "device_prefetch": 0}
+    if getattr(step, "feeds_sparsecore", False):
+        feeding["sparsecore_workers"] = 0
     out = {
         "autotune": PipelineConfig.autotune(**keep, **feeding),
         "heuristic": PipelineConfig.heuristic(cpu_count=cpu_count, **keep, **feeding),
@@ -362,7 +371,7 @@ class _Tuning:
         base = base or current or PipelineConfig()
         if space is None:
             space = SearchSpace.for_pipeline(pipeline, cpu_count=cores, step=step)
-        baselines = baseline_configs(base, cpu_count=cores, current=current)
+        baselines = baseline_configs(base, cpu_count=cores, current=current, step=step)
         return cls(
             pipeline=pipeline,
             step=step,

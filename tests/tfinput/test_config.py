@@ -32,6 +32,8 @@ def test_every_knob_is_present():
         "layout",
         "steps_per_execution",
         "device_prefetch",
+        "sparsecore_workers",
+        "sparsecore_prefetch",
         "service_workers",
         "service_compression",
         "service_max_outstanding_requests",

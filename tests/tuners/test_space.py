@@ -164,6 +164,11 @@ def _step(kind, **fields):
                 "device_prefetch": (0, 2),
             },
         ),
+        (
+            _step("simulated", feeds_sparsecore=True),
+            "dense",
+            {"sparsecore_workers": (1, 2), "sparsecore_prefetch": (0, 2, 8)},
+        ),
     ],
     ids=[
         "input-dense",
@@ -174,6 +179,7 @@ def _step(kind, **fields):
         "keras-sparse",
         "jax-feeds-device",
         "keras-fit-on-jax",
+        "feeds-sparsecore",
     ],
 )
 def test_space_feeding_knobs_follow_the_step_and_the_format(pipeline, step, fmt, expected):

@@ -53,10 +53,16 @@ def test_baseline_configs_keep_the_batch_settings():
 
 
 def test_baselines_feed_per_feature_one_step_per_call_without_device_prefetch(base):
-    packed = base.replace(layout="packed", steps_per_execution=8, device_prefetch=2)
+    packed = base.replace(
+        layout="packed", steps_per_execution=8, device_prefetch=2, sparsecore_workers=4
+    )
     for name, config in baseline_configs(packed, cpu_count=2).items():
         assert config.layout == "per_feature", name
         assert config.steps_per_execution == 1 and config.device_prefetch == 0, name
+        assert config.sparsecore_workers == 2, name  # the default: no step reads it
+    step = steps.Step(kind="simulated", name="sc", fn=lambda b: None, feeds_sparsecore=True)
+    for name, config in baseline_configs(packed, cpu_count=2, step=step).items():
+        assert config.sparsecore_workers == 0, name  # on the training thread
         assert config.batch_size == 50
     step = steps.Step(
         kind="keras_fit", name="keras_fit", fn=lambda batch: None, accepts_packed=True

@@ -27,11 +27,26 @@ The input: tfinput's ``per_feature`` batches with the ``dense`` multi-hot format
 ``features["ids"][name]`` is ``[B]`` for a single id (fed as ``[B, 1]`` with weight 1) or
 ``[B, max_len]`` for a multi-hot list (padded with id 0 and weight 0, weights in
 ``features["weights"][name]``); the plan's ``feature_specs`` name the features it feeds.
+
+Resuming: feed from a `tfinput.resume.InputIterator` (``pipeline.iterator(config)``)
+and save ``feed.get_state()``: the position after the last batch the training loop
+took, not after what the workers ran ahead to. A new feed over an iterator restored
+from it (``iterator.set_state(state)``) continues with the next batch, and numbers the
+batches from the iterator's position, so every batch is preprocessed as before::
+
+    it = pipeline.iterator(config)
+    it.set_state(saved)                      # when resuming
+    with sparsecore_feed(it, plan) as feed:
+        for step, ((dense, sparse), labels) in enumerate(feed):
+            ...
+            if step % 1000 == 0:
+                save(feed.get_state())
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import queue
 import threading
@@ -42,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from tfinput.errors import ConfigError, DataError
+from tfinput.errors import ConfigError, DataError, ResumeError
 from tfinput.schema import MultiHot, Schema
 
 __all__ = [
@@ -51,6 +66,7 @@ __all__ = [
     "SparseCorePlan",
     "TableUsage",
     "sparsecore_feed",
+    "sparsecore_step",
 ]
 
 log = logging.getLogger("tfinput")
@@ -453,6 +469,18 @@ class SparseCoreFeedStats:
         """Ids dropped over every table."""
         return sum(t.dropped_ids for t in self.tables.values())
 
+    def add(self, other: SparseCoreFeedStats) -> None:
+        """Add another feed's statistics to these (maxima: the larger)."""
+        self.batches += other.batches
+        self.preprocess_seconds += other.preprocess_seconds
+        self.wait_seconds += other.wait_seconds
+        for name, t in other.tables.items():
+            mine = self.tables.setdefault(name, TableUsage())
+            for field in ("batches", "buffer_entries", "used_entries", "dropped_ids"):
+                setattr(mine, field, getattr(mine, field) + getattr(t, field))
+            for field in ("max_ids_per_partition", "max_unique_ids_per_partition"):
+                setattr(mine, field, max(getattr(mine, field), getattr(t, field)))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "batches": self.batches,
@@ -497,19 +525,42 @@ class SparseCoreFeed(Iterator[Any]):
     manager); `stats` says what it did."""
 
     def __init__(
-        self, batches: Iterable[Any], plan: SparseCorePlan, *, workers: int, prefetch: int
+        self,
+        batches: Iterable[Any],
+        plan: SparseCorePlan,
+        *,
+        workers: int,
+        prefetch: int,
+        warned: set[str] | None = None,
     ) -> None:
-        for name, value in (("workers", workers), ("prefetch", prefetch)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"sparsecore_feed: {name} must be an int >= 1, got {value!r}")
+        for name, value, least in (("workers", workers, 0), ("prefetch", prefetch, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(
+                    f"sparsecore_feed: {name} must be an int >= {least}, got {value!r}"
+                )
         _embedding_module()  # a missing library fails here, not in a worker
         self.plan = plan
         self.stats = SparseCoreFeedStats()
+        # An InputIterator (tfinput.resume): batches are numbered from its position, and
+        # get_state() saves the position after the last batch the training loop took.
+        self._iterator = batches if callable(getattr(batches, "state_at", None)) else None
+        self._start = int(getattr(self._iterator, "position", 0))
+        if workers and self._iterator is not None and self._iterator.keep < prefetch + 1:
+            raise ConfigError(
+                f"sparsecore_feed: the iterator keeps {self._iterator.keep} batch(es), but "
+                f"the feed may hold {prefetch + 1} it delivered and the training loop has "
+                f"not taken (prefetch {prefetch} + 1): get_state() needs them. Make the "
+                f"iterator with keep >= {prefetch + 1} (pipeline.iterator(config, keep=...))"
+            )
         self._source = _numpy_batches(batches)
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="tfinput-sparsecore")
-        self._ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
+        # Tables whose drops were logged (shared by the feeds of one sparsecore_step).
+        self._warned: set[str] = warned if warned is not None else set()
         self._stop = threading.Event()
-        self._warned: set[str] = set()
+        self._ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
+        self._serial = workers == 0  # each batch on the training thread, when asked
+        if self._serial:
+            return
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="tfinput-sparsecore")
         self._feeder = threading.Thread(
             target=self._feed, name="tfinput-sparsecore-feeder", daemon=True
         )
@@ -520,7 +571,7 @@ class SparseCoreFeed(Iterator[Any]):
         """Reads the batches and hands each to a worker; the bounded queue of futures
         keeps at most ``prefetch`` batches ahead of the training loop."""
         try:
-            for number, batch in enumerate(self._source):
+            for number, batch in enumerate(self._source, start=self._start):
                 if self._stop.is_set():
                     return
                 future = self._pool.submit(self._work, number, batch)
@@ -567,6 +618,16 @@ class SparseCoreFeed(Iterator[Any]):
 
     def __next__(self) -> Any:
         start = time.perf_counter()
+        if self._serial:
+            if self._stop.is_set():
+                raise StopIteration
+            batch = next(self._source)  # the source's errors and its end, as they are
+            result = self._work(self.position, batch)
+            self.stats.wait_seconds += time.perf_counter() - start
+            if result.error is not None:
+                raise _explain(result.error, result.number) from result.error
+            self._record(result)
+            return result.item
         item = self._ready.get()
         if item is _END:
             self._ready.put(_END)  # later calls end too
@@ -613,9 +674,33 @@ class SparseCoreFeed(Iterator[Any]):
                     int(np.max(stats.max_unique_ids_per_partition[table])),
                 )  # fmt: skip
 
+    @property
+    def position(self) -> int:
+        """Batches taken by the training loop, counted from the start of the data when
+        the feed reads an `InputIterator` (from the feed's start otherwise)."""
+        return self._start + self.stats.batches
+
+    def get_state(self) -> bytes:
+        """The input position after the last batch the training loop took (the batches
+        the workers ran ahead to are read again after a restore): the feed's
+        `InputIterator`'s state at `position`.
+
+        Raises:
+          ResumeError: the feed does not read an `InputIterator`.
+        """
+        if self._iterator is None:
+            raise ResumeError(
+                "sparsecore_feed.get_state(): the feed reads a plain iterable; feed it "
+                "pipeline.iterator(config) (a tfinput.resume.InputIterator) to save and "
+                "restore its position"
+            )
+        return self._iterator.state_at(self.position)
+
     def close(self) -> None:
         """Stop the feeder and the workers (batches not yet taken are discarded)."""
         self._stop.set()
+        if self._serial:
+            return
         while True:
             try:
                 self._ready.get_nowait()
@@ -643,11 +728,22 @@ def _explain(error: BaseException, number: int) -> BaseException:
 
 
 def _numpy_batches(batches: Iterable[Any]) -> Iterator[Any]:
-    """The batches as numpy (a `tf.data.Dataset` through ``as_numpy_iterator``)."""
+    """The batches as numpy: a `tf.data.Dataset` through ``as_numpy_iterator``, other
+    iterables (an `InputIterator` yields TensorFlow tensors) converted batch by batch."""
     as_numpy = getattr(batches, "as_numpy_iterator", None)
     if callable(as_numpy):
         return iter(as_numpy())
-    return iter(batches)
+    return (_to_numpy(batch) for batch in batches)
+
+
+def _to_numpy(tree: Any) -> Any:
+    """Tensors (anything with ``.numpy()``) in dicts, tuples and lists as numpy."""
+    if isinstance(tree, Mapping):
+        return {k: _to_numpy(v) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_to_numpy(v) for v in tree)
+    to_numpy = getattr(tree, "numpy", None)
+    return to_numpy() if callable(to_numpy) else tree
 
 
 def sparsecore_feed(
@@ -660,10 +756,13 @@ def sparsecore_feed(
     """Feed ``batches`` with their SparseCore preprocessing done ahead, in order.
 
     Args:
-      batches: ``(features, labels)`` batches: a tfinput pipeline's built dataset, or any
-        iterable of numpy batches of the same structure.
+      batches: ``(features, labels)`` batches: a tfinput pipeline's built dataset, its
+        `InputIterator` (``pipeline.iterator(config)``: the feed can then save its
+        position, `SparseCoreFeed.get_state`), or any iterable of batches of the same
+        structure.
       plan: The `SparseCorePlan` (feature specs, device and SparseCore counts).
-      workers: Threads preprocessing batches at once.
+      workers: Threads preprocessing batches at once; 0 preprocesses each batch on the
+        calling thread in ``next()`` (keras-rs's generator pattern: the baseline).
       prefetch: Preprocessed batches held ready (default: ``2 * workers``); bounds the
         memory and how far the feed runs ahead of training.
 
@@ -671,8 +770,93 @@ def sparsecore_feed(
       A `SparseCoreFeed` of ``((dense, preprocessed), labels)``.
 
     Raises:
-      ConfigError: jax-tpu-embedding is missing, or a bad worker or prefetch count.
+      ConfigError: jax-tpu-embedding is missing; a bad worker or prefetch count; an
+        `InputIterator` that keeps fewer than ``prefetch + 1`` batches.
     """
     return SparseCoreFeed(
-        batches, plan, workers=workers, prefetch=prefetch if prefetch is not None else 2 * workers
+        batches,
+        plan,
+        workers=workers,
+        prefetch=prefetch if prefetch else max(1, 2 * workers),
     )
+
+
+def sparsecore_step(plan: SparseCorePlan, step: Any = None) -> Any:
+    """A step that feeds SparseCore: each batch preprocessed by `sparsecore_feed` (with
+    ``config.sparsecore_workers`` and ``config.sparsecore_prefetch``), then ``step``
+    run on ``((dense, preprocessed), labels)``. For `tfinput.bench` and `tuners.tune`:
+    the tuner searches the two knobs with the tf.data ones, and its baselines
+    preprocess on the training thread (``sparsecore_workers=0``).
+
+    Args:
+      plan: The `SparseCorePlan`.
+      step: A `tfinput.steps.Step` taking the preprocessed batches (for example
+        `tfinput.steps.simulated_step`: the device time of a TPU step, or
+        `tfinput.steps.function_step` around your own); None measures the input side
+        alone (the preprocessing included).
+
+    Returns:
+      A `tfinput.steps.Step` with ``feeds_sparsecore``. Its ``describe()["sparsecore"]``
+      holds the feed statistics summed over every measurement (`SparseCoreFeedStats`:
+      ids dropped and COO buffer usage per stacked table), which `tuners.tune` stores
+      in its result's ``step``.
+
+    Raises:
+      ConfigError: jax-tpu-embedding is missing; ``step`` owns its training loop
+        (``model.fit``), so it cannot take the preprocessed batches from the feed.
+    """
+    from tfinput.steps._feed import loop_windows
+    from tfinput.steps.base import Step
+
+    _embedding_module()
+    if step is not None and getattr(step, "owns_loop", False):
+        raise ConfigError(
+            f"sparsecore_step: step {step.name!r} runs its own loop ({step.kind}); pass a "
+            "step called on each batch (simulated_step, function_step)"
+        )
+    run = step.fn if step is not None else (lambda batch: None)
+    totals = SparseCoreFeedStats()
+    summary: dict[str, Any] = totals.to_dict()  # shared by every prepared step, updated
+    warned: set[str] = set()  # a table's drops are logged once, not once per measurement
+
+    def make(workers: int, prefetch: int) -> Any:
+        def feed(source: Any) -> Iterator[Any]:
+            fed = SparseCoreFeed(
+                source,
+                plan,
+                workers=workers,
+                prefetch=prefetch or max(1, 2 * workers),
+                warned=warned,
+            )
+            try:
+                yield from fed
+            finally:
+                fed.close()
+                totals.add(fed.stats)
+                summary.clear()
+                summary.update(totals.to_dict())
+
+        def one(batch: Any) -> Any:
+            (item,) = list(itertools.islice(feed([batch]), 1))
+            return run(item)
+
+        inner = f" + {step.name}" if step is not None else " (input only)"
+        return Step(
+            kind=step.kind if step is not None else "input_only",
+            name=f"SparseCore preprocessing, {workers} worker(s){inner}",
+            fn=one,
+            device_time_s=getattr(step, "device_time_s", None),
+            backend=getattr(step, "backend", None),
+            feeds_sparsecore=True,
+            prepare_fn=lambda config: make(config.sparsecore_workers, config.sparsecore_prefetch),
+            run_windows=lambda source, **kw: loop_windows(
+                source, feed=feed, run=run, sync=None, **kw
+            ),
+            details={
+                "sparsecore_workers": workers,
+                "sparsecore_prefetch": prefetch or max(1, 2 * workers),
+                "sparsecore": summary,
+            },
+        )
+
+    return make(2, 0)

@@ -46,6 +46,9 @@ class Step:
       backend: The Keras (or JAX) backend the step runs on; None when it has none.
       feeds_device: The step puts batches on the device itself and honours
         ``config.device_prefetch``.
+      feeds_sparsecore: The step runs SparseCore preprocessing on worker threads and
+        honours ``config.sparsecore_workers`` and ``config.sparsecore_prefetch``
+        (`tfinput.integrations.sparsecore_feed.sparsecore_step`).
       prepare_fn: ``config -> Step``: the step set up for a config's feeding knobs
         (`prepare`); None: the step is the same for every config.
       run_windows: When set, the step owns the training loop (``model.fit``, a JAX loop
@@ -67,6 +70,7 @@ class Step:
     device_time_s: float | None = None
     backend: str | None = None
     feeds_device: bool = False
+    feeds_sparsecore: bool = False
     prepare_fn: Callable[[PipelineConfig], Step] | None = None
     run_windows: RunWindows | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -106,5 +110,7 @@ class Step:
             out["backend"] = self.backend
         if self.feeds_device:
             out["feeds_device"] = True
+        if self.feeds_sparsecore:
+            out["feeds_sparsecore"] = True
         out.update(self.details)
         return out

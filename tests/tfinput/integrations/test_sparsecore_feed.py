@@ -6,6 +6,8 @@ errors that name the batch."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -26,6 +28,7 @@ from tfinput.integrations.sparsecore_feed import (
     SparseCorePlan,
     _used_entries,
     sparsecore_feed,
+    sparsecore_step,
 )
 
 BATCH = 64
@@ -215,8 +218,8 @@ def test_overflow_is_counted_when_dropping_and_an_error_naming_the_batch_otherwi
 
 def test_bad_input_and_arguments_are_clear_errors(small_schema, batches):
     plan = _plan(small_schema, "none")
-    with pytest.raises(ConfigError, match="workers must be an int >= 1, got 0"):
-        sparsecore_feed(batches, plan, workers=0)
+    with pytest.raises(ConfigError, match="workers must be an int >= 0, got -1"):
+        sparsecore_feed(batches, plan, workers=-1)
     with pytest.raises(ConfigError, match="local_device_count 4 exceeds global_device_count 2"):
         SparseCorePlan(
             feature_specs=plan.feature_specs,
@@ -263,3 +266,108 @@ def test_the_example_runs_on_cpu():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "fed 7 batches of 1024" in proc.stdout and "dropped ids: 0" in proc.stdout
     assert "COO buffers" in proc.stdout
+
+
+def test_a_feed_over_an_input_iterator_saves_where_training_stopped(small_tfrecord, small_schema):
+    # The workers run ahead of the training loop; the state is the position after the
+    # last batch the loop took, and a restored feed numbers its batches from there, so
+    # its buffers are bit for bit those of an uninterrupted feed.
+    plan = _plan(small_schema, "none")
+    config = PipelineConfig(
+        batch_size=BATCH, deterministic=True, shuffle_buffer=200, shuffle_seed=8
+    )
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    with sparsecore_feed(pipeline.iterator(config), plan, workers=2, prefetch=3) as feed:
+        whole = list(feed)
+    assert len(whole) == 15  # 1000 rows in batches of 64, the last one partial dropped
+    first = pipeline.iterator(config)
+    with sparsecore_feed(first, plan, workers=2, prefetch=3) as feed:
+        taken = [next(feed) for _ in range(5)]
+        deadline = time.monotonic() + 30
+        while first.position < 5 + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the feeder has read ahead of the loop
+        assert first.position > feed.position == 5
+        state = feed.get_state()
+    second = pipeline.iterator(config)
+    second.set_state(state)
+    with sparsecore_feed(second, plan, workers=3, prefetch=4) as feed:
+        rest = list(feed)
+    assert feed.position == 15 and len(taken) + len(rest) == len(whole)
+    for number, (got, want) in enumerate(zip(taken + rest, whole)):
+        ((_, sparse), labels), ((_, want_sparse), want_labels) = got, want
+        _assert_same(sparse, want_sparse)
+        np.testing.assert_array_equal(labels, want_labels, err_msg=f"batch {number}")
+
+
+def test_feed_state_needs_an_input_iterator_that_keeps_enough(
+    small_tfrecord, small_schema, batches
+):
+    from tfinput.errors import ResumeError
+
+    plan = _plan(small_schema, "none")
+    with sparsecore_feed(batches, plan) as feed:
+        next(feed)
+        with pytest.raises(ResumeError, match=r"plain iterable.*pipeline.iterator"):
+            feed.get_state()
+    it = tfinput.tfrecord(small_tfrecord, small_schema).iterator(
+        PipelineConfig(batch_size=BATCH), keep=2
+    )
+    with pytest.raises(ConfigError, match=r"keeps 2 batch.*prefetch 4 \+ 1.*keep >= 5"):
+        sparsecore_feed(it, plan, workers=2)
+
+
+def test_workers_zero_preprocesses_on_the_calling_thread(small_schema, batches):
+    # The baseline the tuner compares against: keras-rs's generator pattern.
+    plan = _plan(small_schema, "none")
+    with sparsecore_feed(batches, plan, workers=0) as feed:
+        fed = list(feed)
+    assert feed.stats.batches == len(batches) and not any(
+        t.name.startswith("tfinput-sparsecore") for t in threading.enumerate()
+    )
+    for number, ((_, sparse), _) in enumerate(fed):
+        _assert_same(sparse, _serial(plan, batches[number][0], number))
+
+
+def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
+    small_tfrecord, small_schema, tmp_path, caplog
+):
+    from tfinput import steps
+    from tuners.study import tune
+
+    # Limits far below what the data needs: every batch drops ids, counted per table.
+    plan = _plan(
+        small_schema,
+        "none",
+        limits={"items": (2, 2), "tokens": (2, 2), "user": (2, 2)},
+        allow_id_dropping=True,
+    )
+    step = sparsecore_step(plan, steps.simulated_step(0.002))
+    assert step.feeds_sparsecore and step.owns_loop
+    result = tune(
+        tfinput.tfrecord(small_tfrecord, small_schema),
+        step=step,
+        n_trials=3,
+        base=PipelineConfig(batch_size=BATCH),
+        cpu_count=2,
+        lock_path=str(tmp_path / "lock"),
+        windows=2,
+        window_batches=2,
+        warmup_batches=1,
+        confirm_top=1,
+        confirm_windows=1,
+        advise_format=False,
+        breakdown=False,
+    )
+    assert set(result.space["sparsecore_workers"]) == {0, 1, 2}  # 0: the baselines'
+    assert result.space["sparsecore_prefetch"] == [0, 2, 8]
+    baseline = result.study.get_trials()[0]
+    assert baseline.user_attrs.get("baseline") == "autotune"
+    assert baseline.params["sparsecore_workers"] == 0  # on the training thread
+    fed = result.step["sparsecore"]
+    assert fed["batches"] >= 3 * (1 + 2 * 2)  # every trial's warm-up and windows
+    assert sorted(fed["tables"]) == ["items", "tokens", "user"]
+    assert fed["dropped_ids"] == sum(t["dropped_ids"] for t in fed["tables"].values()) > 0
+    assert all(t["dropped_ids"] > 0 for t in fed["tables"].values())
+    assert result.step["feeds_sparsecore"] is True
+    drops = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(drops) == 3, "one line per table, not one per measurement"
