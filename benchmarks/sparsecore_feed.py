@@ -29,7 +29,8 @@ Method:
    feed with 1 and 2 workers (``for batch in sparsecore_feed(dataset, plan): step()``),
    with tfinput's simulated accelerator step (a sleep) of device time equal to the
    measured preprocessing time (``--step none``: no step, the input side's own rate;
-   ``--workers``: the worker counts measured). Reported: examples/s (median, min-max), the ratio to the
+   ``--workers``: the worker thread counts measured; ``--process-workers``: worker
+   process counts, ``sparsecore_feed(..., processes=True)``). Reported: examples/s (median, min-max), the ratio to the
    generator (median of per-round ratios), and per batch the training thread's time
    outside the step (waiting for or preparing the next batch: wall time) and its CPU
    time there (``time.thread_time``; the preprocessing's own threads not counted).
@@ -170,11 +171,19 @@ def _generator(dataset: Any, plan: Any, step_s: float, warmup: int, batches: int
     return rate, cpu / batches, wall / batches, None
 
 
-def _feed(dataset: Any, plan: Any, step_s: float, warmup: int, batches: int, workers: int) -> Any:
+def _feed(
+    dataset: Any,
+    plan: Any,
+    step_s: float,
+    warmup: int,
+    batches: int,
+    workers: int,
+    processes: bool = False,
+) -> Any:
     from tfinput.integrations.sparsecore_feed import sparsecore_feed
 
     cpu = wall = 0.0
-    with sparsecore_feed(dataset, plan, workers=workers) as feed:
+    with sparsecore_feed(dataset, plan, workers=workers, processes=processes) as feed:
         for i in range(warmup + batches):
             if i == warmup:
                 t0, cpu, wall = time.perf_counter(), 0.0, 0.0
@@ -224,6 +233,10 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     for n in args.workers:
         variants[f"sparsecore_feed, {n} worker{'s' if n > 1 else ''}"] = lambda n=n: _feed(
             dataset, plan, step_s, args.warmup, args.batches, n
+        )
+    for n in args.process_workers:
+        variants[f"sparsecore_feed, {n} worker process{'es' if n > 1 else ''}"] = lambda n=n: _feed(
+            dataset, plan, step_s, args.warmup, args.batches, n, True
         )
     most = max(args.workers)
     variants[f"sparsecore_feed, {most} worker{'s' if most > 1 else ''}, measured limits"] = lambda: (
@@ -343,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--workers", type=lambda s: [int(n) for n in s.split(",")], default=[1, 2],
         help="the feed's worker counts to measure, comma-separated (default 1,2)",
+    )  # fmt: skip
+    p.add_argument(
+        "--process-workers", type=lambda s: [int(n) for n in s.split(",")], default=[],
+        help="also measure the feed with this many worker processes (comma-separated)",
     )  # fmt: skip
     p.add_argument("--section", default="sparsecore-feed", help="RESULTS.md section to write")
     p.add_argument(

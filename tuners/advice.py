@@ -51,7 +51,7 @@ INPUT_BOUND_THRESHOLD = 0.03
 NOT_INPUT_BOUND = "input is not your bottleneck: tuning it will not speed up training"
 KEEP_AUTOTUNE = "keep autotune"
 
-#: Knob groups of the gain breakdown (at most six measurements): the tf.data threading
+#: Knob groups of the gain breakdown (at most seven measurements): the tf.data threading
 #: knobs act together, so they are reverted together.
 KNOB_GROUPS: dict[str, tuple[str, ...]] = {
     "tf.data threading": (

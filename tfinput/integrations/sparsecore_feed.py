@@ -52,7 +52,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -504,16 +504,68 @@ def _used_entries(row_pointers: np.ndarray, buffer_size: int, partitions: int) -
 
 
 class _Result:
-    """A preprocessed batch, or the error preprocessing it raised."""
+    """A batch's preprocessed input (``item``) with its buffer usage and statistics, or
+    the error preprocessing it raised. Returned by worker processes too (pickled)."""
 
     __slots__ = ("error", "item", "number", "seconds", "stats")
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, *, error: BaseException | None = None) -> None:
         self.number = number
         self.item: Any = None
         self.stats: Any = None
-        self.error: BaseException | None = None
+        self.error = error
         self.seconds = 0.0
+
+
+#: The plan of a worker process (`_start_worker`).
+_WORKER_PLAN: SparseCorePlan | None = None
+
+
+def _shippable(plan: SparseCorePlan) -> bytes:
+    """The plan pickled for worker processes. The table specs' initializers (closures
+    that do not pickle, and that preprocessing never reads) are left out of a copy."""
+    import copy
+    import pickle
+
+    specs = copy.deepcopy(dict(plan.feature_specs))  # shared table specs stay shared
+    for f in specs.values():
+        # jax-tpu-embedding refuses setattr on a stacked table spec; the copy is ours.
+        object.__setattr__(f.table_spec, "initializer", None)
+    return pickle.dumps(dataclasses.replace(plan, feature_specs=specs))
+
+
+def _start_worker(plan: bytes) -> None:
+    import pickle
+
+    global _WORKER_PLAN
+    _WORKER_PLAN = pickle.loads(plan)
+
+
+def _job(
+    plan: SparseCorePlan | None, number: int, features: Mapping[str, Any], in_process: bool
+) -> _Result:
+    """Preprocess batch ``number`` (with ``plan``, or the worker process's own): the
+    input, its buffer usage per table and jax-tpu-embedding's statistics."""
+    plan = plan if plan is not None else _WORKER_PLAN
+    assert plan is not None
+    result = _Result(number)
+    start = time.perf_counter()
+    try:
+        sparse, stats = plan.preprocess(features, batch_number=number)
+        partitions = plan.num_sc_per_device * plan.global_device_count
+        used = {
+            table: (
+                int(np.size(ids)),
+                _used_entries(sparse.lhs_row_pointers[table], int(np.size(ids)), partitions),
+            )
+            for table, ids in sparse.lhs_embedding_ids.items()
+        }
+        result.item, result.stats = sparse, (used, stats)
+    except BaseException as e:  # raised in next(), in order
+        # From a process, as tfinput's own error: any exception pickles as that.
+        result.error = _explain(e, number) if in_process else e
+    result.seconds = time.perf_counter() - start
+    return result
 
 
 _END = object()
@@ -531,6 +583,7 @@ class SparseCoreFeed(Iterator[Any]):
         *,
         workers: int,
         prefetch: int,
+        processes: bool = False,
         warned: set[str] | None = None,
     ) -> None:
         for name, value, least in (("workers", workers, 0), ("prefetch", prefetch, 1)):
@@ -545,6 +598,8 @@ class SparseCoreFeed(Iterator[Any]):
         # get_state() saves the position after the last batch the training loop took.
         self._iterator = batches if callable(getattr(batches, "state_at", None)) else None
         self._start = int(getattr(self._iterator, "position", 0))
+        self._taken = 0  # batches next() returned since _start
+        self._workers, self._prefetch = workers, prefetch
         if workers and self._iterator is not None and self._iterator.keep < prefetch + 1:
             raise ConfigError(
                 f"sparsecore_feed: the iterator keeps {self._iterator.keep} batch(es), but "
@@ -552,65 +607,91 @@ class SparseCoreFeed(Iterator[Any]):
                 f"not taken (prefetch {prefetch} + 1): get_state() needs them. Make the "
                 f"iterator with keep >= {prefetch + 1} (pipeline.iterator(config, keep=...))"
             )
-        self._source = _numpy_batches(batches)
+        self._batches = batches
         # Tables whose drops were logged (shared by the feeds of one sparsecore_step).
         self._warned: set[str] = warned if warned is not None else set()
-        self._stop = threading.Event()
-        self._ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
         self._serial = workers == 0  # each batch on the training thread, when asked
+        self._processes = bool(processes) and not self._serial
+        self._begin()
+
+    def _begin(self) -> None:
+        """Start a generation: the source read from its current position, a fresh queue
+        and stop flag (a feeder of an earlier generation only sees its own), workers."""
+        self._source = _numpy_batches(self._batches)
+        self._stop = threading.Event()
+        self._ready: queue.Queue[Any] = queue.Queue(maxsize=self._prefetch)
         if self._serial:
             return
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="tfinput-sparsecore")
+        self._pool: Executor
+        if self._processes:
+            import multiprocessing
+
+            # spawn: the training process has TensorFlow's and JAX's threads running, which
+            # a fork would copy mid-state. A worker imports numpy and jax-tpu-embedding only.
+            self._pool = ProcessPoolExecutor(
+                self._workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(_shippable(self.plan),),
+            )
+        else:
+            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="tfinput-sparsecore")
         self._feeder = threading.Thread(
-            target=self._feed, name="tfinput-sparsecore-feeder", daemon=True
+            target=self._feed,
+            args=(self._source, self._ready, self._stop, self._pool, self._start),
+            name="tfinput-sparsecore-feeder",
+            daemon=True,
         )
         self._feeder.start()
 
     # ------------------------------------------------------------- the feeder
-    def _feed(self) -> None:
+    def _feed(
+        self,
+        source: Iterator[Any],
+        ready: queue.Queue[Any],
+        stop: threading.Event,
+        pool: Executor,
+        start: int,
+    ) -> None:
         """Reads the batches and hands each to a worker; the bounded queue of futures
         keeps at most ``prefetch`` batches ahead of the training loop."""
+
+        def put(item: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         try:
-            for number, batch in enumerate(self._source, start=self._start):
-                if self._stop.is_set():
-                    return
-                future = self._pool.submit(self._work, number, batch)
-                if not self._put(future):
+            for number, batch in enumerate(source, start=start):
+                if stop.is_set() or not put((batch, self._submit(pool, number, batch))):
                     return
         except BaseException as e:  # the source's own error, raised in next()
-            self._put(e)
+            put(e)
             return
-        self._put(_END)
+        put(_END)
 
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _work(self, number: int, batch: Any) -> _Result:
-        result = _Result(number)
-        start = time.perf_counter()
+    def _submit(self, pool: Executor, number: int, batch: Any) -> Future[_Result]:
+        """Batch ``number`` handed to a worker: the whole features to a thread, only the
+        ids and weights (what preprocessing reads) to a process."""
         try:
-            features, labels = batch
-            sparse, stats = self.plan.preprocess(features, batch_number=number)
-            result.item = ((features["dense"], sparse), labels)
-            partitions = self.plan.num_sc_per_device * self.plan.global_device_count
-            used = {
-                table: (
-                    int(np.size(ids)),
-                    _used_entries(sparse.lhs_row_pointers[table], int(np.size(ids)), partitions),
-                )
-                for table, ids in sparse.lhs_embedding_ids.items()
-            }
-            result.stats = (used, stats)
-        except BaseException as e:  # raised in next(), in order
-            result.error = e
-        result.seconds = time.perf_counter() - start
-        return result
+            features, _labels = batch
+            if self._processes:
+                features = {"ids": features["ids"], "weights": features.get("weights", {})}
+        except (TypeError, ValueError, KeyError) as e:
+            done: Future[_Result] = Future()
+            done.set_result(_Result(number, error=e))  # raised in next(), in order
+            return done
+        plan = None if self._processes else self.plan
+        return pool.submit(_job, plan, number, features, self._processes)
+
+    @staticmethod
+    def _item(batch: Any, result: _Result) -> Any:
+        features, labels = batch
+        return (features["dense"], result.item), labels
 
     # ------------------------------------------------------------- the consumer
     def __iter__(self) -> SparseCoreFeed:
@@ -622,12 +703,17 @@ class SparseCoreFeed(Iterator[Any]):
             if self._stop.is_set():
                 raise StopIteration
             batch = next(self._source)  # the source's errors and its end, as they are
-            result = self._work(self.position, batch)
+            number = self.position
+            try:
+                features, _labels = batch
+            except (TypeError, ValueError) as e:
+                raise _explain(e, number) from e
+            result = _job(self.plan, number, features, False)
             self.stats.wait_seconds += time.perf_counter() - start
             if result.error is not None:
                 raise _explain(result.error, result.number) from result.error
             self._record(result)
-            return result.item
+            return self._item(batch, result)
         item = self._ready.get()
         if item is _END:
             self._ready.put(_END)  # later calls end too
@@ -635,17 +721,22 @@ class SparseCoreFeed(Iterator[Any]):
         if isinstance(item, BaseException):
             self.close()
             raise item
-        assert isinstance(item, Future)
-        result = item.result()
+        batch, future = item
+        try:
+            result = future.result()
+        except BaseException:  # a worker process died (BrokenProcessPool): as it is
+            self.close()
+            raise
         self.stats.wait_seconds += time.perf_counter() - start
         if result.error is not None:
             self.close()
             raise _explain(result.error, result.number) from result.error
         self._record(result)
-        return result.item
+        return self._item(batch, result)
 
     def _record(self, result: _Result) -> None:
         used, stats = result.stats
+        self._taken += 1
         self.stats.batches += 1
         self.stats.preprocess_seconds += result.seconds
         for table, (size, entries) in used.items():
@@ -678,23 +769,58 @@ class SparseCoreFeed(Iterator[Any]):
     def position(self) -> int:
         """Batches taken by the training loop, counted from the start of the data when
         the feed reads an `InputIterator` (from the feed's start otherwise)."""
-        return self._start + self.stats.batches
+        return self._start + self._taken
 
-    def get_state(self) -> bytes:
+    @property
+    def keep(self) -> int | None:
+        """Batches taken from the feed that `get_state` can still hand back as not
+        consumed (``unconsumed``): the iterator's ``keep`` less what the feed itself
+        may hold. None without an `InputIterator`."""
+        if self._iterator is None:
+            return None
+        return self._iterator.keep - (self._prefetch + 1 if self._workers else 0)
+
+    def _resumable(self, method: str) -> Any:
+        if self._iterator is None:
+            raise ResumeError(
+                f"sparsecore_feed.{method}(): the feed reads a plain iterable; feed it "
+                "pipeline.iterator(config) (a tfinput.resume.InputIterator) to save and "
+                "restore its position"
+            )
+        return self._iterator
+
+    def get_state(self, *, unconsumed: int = 0) -> bytes:
         """The input position after the last batch the training loop took (the batches
         the workers ran ahead to are read again after a restore): the feed's
         `InputIterator`'s state at `position`.
 
+        Args:
+          unconsumed: The last ``unconsumed`` batches taken from the feed were not
+            trained on (a device prefetcher holds them: `tfinput.device_prefetch.to_jax`
+            over the feed saves through this); they come again after a restore.
+
         Raises:
-          ResumeError: the feed does not read an `InputIterator`.
+          ResumeError: the feed does not read an `InputIterator`; ``unconsumed`` is not
+            between 0 and the batches taken, or more than `keep`.
         """
-        if self._iterator is None:
-            raise ResumeError(
-                "sparsecore_feed.get_state(): the feed reads a plain iterable; feed it "
-                "pipeline.iterator(config) (a tfinput.resume.InputIterator) to save and "
-                "restore its position"
-            )
-        return self._iterator.state_at(self.position)
+        iterator = self._resumable("get_state")
+        if isinstance(unconsumed, bool) or not isinstance(unconsumed, int) or unconsumed < 0:
+            raise ResumeError(f"unconsumed must be an integer >= 0, got {unconsumed!r}")
+        return iterator.state_at(self.position - unconsumed)
+
+    def set_state(self, state: bytes) -> None:
+        """Continue from ``state`` (`get_state` of a feed or an `InputIterator` of the
+        same pipeline): stops the workers, drops what they ran ahead to, restores the
+        iterator and starts again from its position; batches keep their numbers.
+
+        Raises:
+          ResumeError: the feed does not read an `InputIterator`, or it refuses the state.
+        """
+        iterator = self._resumable("set_state")
+        self.close()
+        iterator.set_state(state)
+        self._start, self._taken = iterator.position, 0
+        self._begin()
 
     def close(self) -> None:
         """Stop the feeder and the workers (batches not yet taken are discarded)."""
@@ -752,6 +878,7 @@ def sparsecore_feed(
     *,
     workers: int = 2,
     prefetch: int | None = None,
+    processes: bool = False,
 ) -> SparseCoreFeed:
     """Feed ``batches`` with their SparseCore preprocessing done ahead, in order.
 
@@ -765,6 +892,12 @@ def sparsecore_feed(
         calling thread in ``next()`` (keras-rs's generator pattern: the baseline).
       prefetch: Preprocessed batches held ready (default: ``2 * workers``); bounds the
         memory and how far the feed runs ahead of training.
+      processes: Workers are processes (started with ``spawn``; each imports
+        jax-tpu-embedding, a few seconds, and gets the ids and weights of its batches
+        pickled) instead of threads. jax-tpu-embedding serialises concurrent calls in one
+        process, so threads beyond one do not add throughput; processes do (measured:
+        benchmarks/RESULTS.md, "SparseCore preprocessing"). Worth it on a many-core host
+        whose steps need more than one process preprocesses.
 
     Returns:
       A `SparseCoreFeed` of ``((dense, preprocessed), labels)``.
@@ -778,10 +911,11 @@ def sparsecore_feed(
         plan,
         workers=workers,
         prefetch=prefetch if prefetch else max(1, 2 * workers),
+        processes=processes,
     )
 
 
-def sparsecore_step(plan: SparseCorePlan, step: Any = None) -> Any:
+def sparsecore_step(plan: SparseCorePlan, step: Any = None, *, processes: bool = False) -> Any:
     """A step that feeds SparseCore: each batch preprocessed by `sparsecore_feed` (with
     ``config.sparsecore_workers`` and ``config.sparsecore_prefetch``), then ``step``
     run on ``((dense, preprocessed), labels)``. For `tfinput.bench` and `tuners.tune`:
@@ -794,6 +928,7 @@ def sparsecore_step(plan: SparseCorePlan, step: Any = None) -> Any:
         `tfinput.steps.simulated_step`: the device time of a TPU step, or
         `tfinput.steps.function_step` around your own); None measures the input side
         alone (the preprocessing included).
+      processes: The feed's workers are processes (`sparsecore_feed`).
 
     Returns:
       A `tfinput.steps.Step` with ``feeds_sparsecore``. Its ``describe()["sparsecore"]``
@@ -826,6 +961,7 @@ def sparsecore_step(plan: SparseCorePlan, step: Any = None) -> Any:
                 plan,
                 workers=workers,
                 prefetch=prefetch or max(1, 2 * workers),
+                processes=processes,
                 warned=warned,
             )
             try:

@@ -371,3 +371,75 @@ def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
     assert result.step["feeds_sparsecore"] is True
     drops = [r for r in caplog.records if "dropped" in r.getMessage()]
     assert len(drops) == 3, "one line per table, not one per measurement"
+
+
+def test_worker_processes_give_the_same_buffers_and_errors(small_schema, batches):
+    # jax-tpu-embedding serialises concurrent calls in one process; processes scale
+    # (benchmarks/RESULTS.md). Their output is the same, and a worker's error still
+    # names the batch.
+    plan = _plan(small_schema, "auto")
+    with sparsecore_feed(batches, plan, workers=2, processes=True) as feed:
+        fed = list(feed)
+    assert feed.stats.batches == len(batches) and feed.stats.dropped_ids == 0
+    for number, (((dense, sparse), labels), (features, want_labels)) in enumerate(
+        zip(fed, batches)
+    ):
+        _assert_same(sparse, _serial(plan, features, number))
+        np.testing.assert_array_equal(labels, want_labels)
+        np.testing.assert_array_equal(dense["price"], features["dense"]["price"])
+    tight = _plan(small_schema, "none", limits={"items": (2, 2), "tokens": (2, 2), "user": (2, 2)})
+    with (
+        sparsecore_feed(batches, tight, workers=2, processes=True) as feed,
+        pytest.raises(DataError, match=r"SparseCore batch 0: table '\w+' has \d+ id"),
+    ):
+        next(feed)
+
+
+def test_device_prefetch_takes_the_feed_ahead_of_the_step(small_schema, batches):
+    # The transfer of the next preprocessed batch overlaps the step, as for any batches:
+    # `tfinput.device_prefetch.to_jax` over the feed.
+    import jax
+
+    from tfinput.device_prefetch import to_jax
+
+    plan = _plan(small_schema, "none")
+    with sparsecore_feed(batches, plan, workers=1) as feed:
+        on_device = list(to_jax(feed, size=2))
+    assert len(on_device) == len(batches)
+    for number, ((dense, sparse), labels) in enumerate(on_device):
+        assert isinstance(labels, jax.Array) and isinstance(dense["price"], jax.Array)
+        want = _serial(plan, batches[number][0], number)
+        for table, pointers in want.lhs_row_pointers.items():
+            got = sparse.lhs_row_pointers[table]
+            assert isinstance(got, jax.Array)
+            np.testing.assert_array_equal(np.asarray(got), pointers)
+
+
+def test_device_prefetch_over_the_feed_saves_what_it_holds_as_not_taken(
+    small_tfrecord, small_schema
+):
+    # to_jax(feed) runs up to size + 2 batches ahead of the step; its state hands them
+    # back through the feed (get_state(unconsumed=...)), so nothing is lost or repeated.
+    from tfinput.device_prefetch import to_jax
+
+    plan = _plan(small_schema, "none")
+    config = PipelineConfig(
+        batch_size=BATCH, deterministic=True, shuffle_buffer=200, shuffle_seed=8
+    )
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+
+    def rows(item):
+        return np.asarray(item[0][0]["row_id"]).tolist()
+
+    whole = [rows(b) for b in sparsecore_feed(pipeline.iterator(config), plan, workers=1)]
+    feed = sparsecore_feed(pipeline.iterator(config, keep=12), plan, workers=1, prefetch=2)
+    assert feed.keep == 12 - 3
+    with to_jax(feed, size=2) as prefetcher:
+        first = [rows(next(prefetcher)) for _ in range(4)]
+        state = prefetcher.get_state()
+    feed.close()
+    again = sparsecore_feed(pipeline.iterator(config, keep=12), plan, workers=1, prefetch=2)
+    with to_jax(again, size=2) as prefetcher:
+        prefetcher.set_state(state)
+        rest = [rows(b) for b in prefetcher]
+    assert first + rest == whole
