@@ -69,9 +69,9 @@ ONE_END: dict[str, tuple[str, str]] = {
         "tests/tfinput/test_serving.py",
     ),
     "tests/test_docs_resume.py": (
-        "newest",
-        "runs docs/resume.md's code blocks as a new reader would (on the versions a new "
-        "reader installs); every resume route is checked on both ends by "
+        "oldest",
+        "runs docs/resume.md's code blocks as a new reader would (on the oldest versions "
+        "the page covers); every resume route is checked on both ends by "
         "tests/tfinput/test_resume.py",
     ),
     "tests/test_preemption.py": (
@@ -158,6 +158,26 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         "source runs on both ends in test_four_hosts_read_disjoint_whole_files_that_cover_"
         "every_file",
     ),
+    "tests/tfinput/test_layout.py::test_every_feature_is_identical_in_both_layouts": (
+        frozenset(
+            {
+                "tfrecord-keep-tail",
+                "parquet-drop-remainder",
+                "columnar-keep-tail",
+                "wrapped-drop-remainder",
+            }
+        ),
+        "each end packs and unpacks every source once, with and without a partial last batch",
+    ),
+    "tests/tfinput/convert/test_readers.py::test_parquet_and_tfrecord_inputs": (
+        frozenset({"parquet-columnar", "tfrecord-parquet", "parquet-tfrecord"}),
+        "each end reads both input formats and writes each output format once (the "
+        "newest end: parquet-parquet, tfrecord-columnar, tfrecord-tfrecord)",
+    ),
+    "tests/test_bad_input.py::test_nan_or_inf_multi_hot_weight": (
+        frozenset({"nan-dense", "inf-ragged", "nan-sparse"}),
+        "each end meets every multi-hot format once, and both NaN and infinity",
+    ),
     "tests/test_bad_input.py::test_corrupt_or_truncated_tfrecord_names_the_file": (
         frozenset({"corrupt-records", "truncated-read-batch"}),
         "each end meets a corrupt and a truncated file, one read record by record and one "
@@ -187,6 +207,18 @@ ONE_END_TESTS: dict[str, tuple[str, str]] = {
         "oldest",
         "the newest end fits the ranking model with steps_per_execution 3 in test_resume's "
         "columnar case and tunes it in tests/tfinput/steps/test_keras.py",
+    ),
+    "tests/tfinput/test_models.py::test_ranking_model_trains_with_jit_compile": (
+        "oldest",
+        "the newest end compiles and trains the same model under XLA with packed batches "
+        "(test_ranking_model_takes_packed_batches_with_jit_compile); per-feature batches "
+        "go through the same layers on both ends without XLA",
+    ),
+    "tests/tfinput/test_models.py::test_ranking_model_takes_packed_batches_with_jit_compile": (
+        "newest",
+        "the oldest end compiles and trains the same model under XLA with per-feature "
+        "batches (test_ranking_model_trains_with_jit_compile); packing is checked on both "
+        "ends by tests/tfinput/test_layout.py",
     ),
     "tests/tfinput/test_fleet.py::test_the_tuner_searches_the_service_knobs_and_sizes_the_fleet": (
         "newest",
