@@ -45,9 +45,10 @@ batches from the iterator's position, so every batch is preprocessed as before::
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import itertools
 import logging
+import pickle
 import queue
 import threading
 import time
@@ -399,8 +400,6 @@ def _stack_members(
 ) -> dict[str, list[str]]:
     """Which tables ``auto_stack_tables`` puts in each stack, by stack name (a dry run on
     copies of the specs)."""
-    import copy
-
     trial = copy.deepcopy(dict(specs))
     absl = logging.getLogger("absl")  # its warnings about default limits: not the real run
     level = absl.level
@@ -524,9 +523,6 @@ _WORKER_PLAN: SparseCorePlan | None = None
 def _shippable(plan: SparseCorePlan) -> bytes:
     """The plan pickled for worker processes. The table specs' initializers (closures
     that do not pickle, and that preprocessing never reads) are left out of a copy."""
-    import copy
-    import pickle
-
     specs = copy.deepcopy(dict(plan.feature_specs))  # shared table specs stay shared
     for f in specs.values():
         # jax-tpu-embedding refuses setattr on a stacked table spec; the copy is ours.
@@ -535,8 +531,6 @@ def _shippable(plan: SparseCorePlan) -> bytes:
 
 
 def _start_worker(plan: bytes) -> None:
-    import pickle
-
     global _WORKER_PLAN
     _WORKER_PLAN = pickle.loads(plan)
 
@@ -954,6 +948,11 @@ def sparsecore_step(plan: SparseCorePlan, step: Any = None, *, processes: bool =
     summary: dict[str, Any] = totals.to_dict()  # shared by every prepared step, updated
     warned: set[str] = set()  # a table's drops are logged once, not once per measurement
 
+    def account(stats: SparseCoreFeedStats) -> None:
+        totals.add(stats)
+        summary.clear()
+        summary.update(totals.to_dict())
+
     def make(workers: int, prefetch: int) -> Any:
         def feed(source: Any) -> Iterator[Any]:
             fed = SparseCoreFeed(
@@ -968,12 +967,13 @@ def sparsecore_step(plan: SparseCorePlan, step: Any = None, *, processes: bool =
                 yield from fed
             finally:
                 fed.close()
-                totals.add(fed.stats)
-                summary.clear()
-                summary.update(totals.to_dict())
+                account(fed.stats)
 
         def one(batch: Any) -> Any:
-            (item,) = list(itertools.islice(feed([batch]), 1))
+            # One batch: preprocessed on this thread (no pool to start and stop for it).
+            with SparseCoreFeed([batch], plan, workers=0, prefetch=1, warned=warned) as fed:
+                item = next(fed)
+            account(fed.stats)
             return run(item)
 
         inner = f" + {step.name}" if step is not None else " (input only)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -112,5 +113,5 @@ class Step:
             out["feeds_device"] = True
         if self.feeds_sparsecore:
             out["feeds_sparsecore"] = True
-        out.update(self.details)
+        out.update(copy.deepcopy(self.details))  # a snapshot: details may be live (sparsecore)
         return out

@@ -329,7 +329,7 @@ def test_workers_zero_preprocesses_on_the_calling_thread(small_schema, batches):
 
 
 def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
-    small_tfrecord, small_schema, tmp_path, caplog
+    small_tfrecord, small_schema, tmp_path, caplog, batches
 ):
     from tfinput import steps
     from tuners.study import tune
@@ -369,6 +369,9 @@ def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
     assert fed["dropped_ids"] == sum(t["dropped_ids"] for t in fed["tables"].values()) > 0
     assert all(t["dropped_ids"] > 0 for t in fed["tables"].values())
     assert result.step["feeds_sparsecore"] is True
+    before = step.describe()["sparsecore"]["batches"]
+    step(batches[0])  # one batch on the calling thread, counted with the rest
+    assert step.describe()["sparsecore"]["batches"] == before + 1
     drops = [r for r in caplog.records if "dropped" in r.getMessage()]
     assert len(drops) == 3, "one line per table, not one per measurement"
 
