@@ -11,9 +11,11 @@ threads while the training loop takes ready batches.
 What changes on a TPU: the device counts come from the mesh
 (``local_device_count=mesh.local_mesh.size``, ``global_device_count=mesh.size``,
 ``num_sc_per_device`` from the chip: 4 on v5p, 2 on v6e), and the loop's step is the
-model's (the preprocessed input goes to jax-tpu-embedding's ``tpu_sparse_dense_matmul``,
-or to a keras-rs ``DistributedEmbedding`` built from the same tables, as its already
-preprocessed input). Nothing else in the recipe changes.
+model's (the preprocessed input goes to jax-tpu-embedding's ``tpu_sparse_dense_matmul``).
+With keras-rs, the plan comes from the layer instead,
+``SparseCorePlan.from_keras_rs(embedding)`` (its specs, limits and mesh), and the feed
+yields what ``embedding.preprocess`` returns (docs/sparsecore.md, "With keras-rs").
+Nothing else in the recipe changes.
 """
 
 from __future__ import annotations

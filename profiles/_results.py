@@ -11,7 +11,11 @@ from typing import Any
 from profiles._xprof import TESTED_XPROF
 from profiles.stages import Bottleneck, PipelineStages
 
-__all__ = ["Comparison", "InputOp", "ProfileAnalysis", "Spread", "StepTime"]
+__all__ = ["INPUT_WAIT_THRESHOLD", "Comparison", "InputOp", "ProfileAnalysis", "Spread", "StepTime"]
+
+#: Below this share of step time spent waiting for input (or within the step-to-step
+#: noise), the input pipeline is not what limits training (the tuner's threshold too).
+INPUT_WAIT_THRESHOLD = 0.03
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -156,12 +160,75 @@ class ProfileAnalysis:
         main = self.main_pipeline
         return main.bottleneck if main else None
 
+    @property
+    def input_limits(self) -> bool | None:
+        """Whether the input pipeline limits training: the average input wait is at
+        least `INPUT_WAIT_THRESHOLD` of the step time and beyond the step-to-step noise
+        (the step time's coefficient of variation). None without marked steps."""
+        if self.input_wait is None or self.step_time_ms is None:
+            return None
+        return self.input_wait.average >= max(INPUT_WAIT_THRESHOLD, self._step_noise())
+
+    def _step_noise(self) -> float:
+        st = self.step_time_ms
+        return st.stddev / st.average if st is not None and st.average > 0 else 0.0
+
+    @property
+    def verdict(self) -> str:
+        """One sentence: whether the input pipeline limits training, from the measured
+        input wait and the step-to-step noise (`input_limits`)."""
+        limits = self.input_limits
+        if limits is None or self.input_wait is None:
+            return "no marked steps: whether the input limits training cannot be told"
+        wait, noise = self.input_wait.average, self._step_noise()
+        if limits:
+            return (
+                f"the input pipeline limits training: the step waited for input {wait:.1%} "
+                f"of its time, beyond the step-to-step noise ({noise:.1%}) and "
+                f"{INPUT_WAIT_THRESHOLD:.0%}"
+            )
+        why = (
+            f"under {INPUT_WAIT_THRESHOLD:.0%}"
+            if wait < INPUT_WAIT_THRESHOLD
+            else f"within the step-to-step noise of the step time ({noise:.1%})"
+        )
+        return (
+            f"the input pipeline is not what limits training: the step waited for input "
+            f"{wait:.1%} of its time, {why}; no tf.data change will speed it up"
+        )
+
+    @property
+    def xprof_applies(self) -> tuple[bool, str]:
+        """Whether xprof's input-bound conclusion can be shown: ``(True, "")`` when it
+        agrees with `input_limits` (or there is nothing to compare), else ``(False,
+        why)``."""
+        said = self.xprof_conclusion.lower()
+        if not said or self.input_limits is None:
+            return True, ""
+        xprof_bound = "input-bound" in said and "not input-bound" not in said
+        if xprof_bound == self.input_limits:
+            return True, ""
+        step = (self.capture or {}).get("step") or {}
+        if step.get("backend") == "jax":
+            return False, (
+                "not applicable: the step runs on JAX, whose computation TensorFlow's "
+                "profiler does not see, so xprof counts the whole step as 'All others'"
+            )
+        return False, (
+            "not applicable: xprof's step breakdown disagrees with the measured input "
+            f"wait ({self.input_wait.average if self.input_wait else 0:.1%} of step time); "
+            "it counts time it cannot attribute as 'All others'"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return _jsonable(
             {
                 **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-                "bottleneck": self.bottleneck,
+                "bottleneck": self.bottleneck if self.input_limits is not False else None,
+                "input_limits": self.input_limits,
+                "verdict": self.verdict,
+                "xprof_applies": self.xprof_applies[0],
                 "is_complete": self.is_complete,
                 "tested_xprof": TESTED_XPROF,
             }

@@ -118,6 +118,10 @@ def _summary_rows(analysis: ProfileAnalysis) -> list[tuple[str, str]]:
         )
     )
     rows.append(("Device compute", _device_text(analysis)))
+    applies, why = analysis.xprof_applies
+    if not applies:  # xprof's input verdict contradicts the measured wait
+        rows.append(("xprof says", why))
+        return rows
     rows.append(("xprof says", analysis.xprof_conclusion or "-"))
     if analysis.xprof_recommendation and analysis.xprof_recommendation != analysis.xprof_conclusion:
         rows.append(("xprof overview", analysis.xprof_recommendation))
@@ -132,7 +136,7 @@ def _setting(params: Any, kind: str) -> str:
     return "\n".join(parts)
 
 
-def _stage_table(pipeline: PipelineStages, *, top: int) -> Any:
+def _stage_table(pipeline: PipelineStages, *, top: int, advise: bool = True) -> Any:
     from rich.table import Table
 
     title = (
@@ -140,6 +144,8 @@ def _stage_table(pipeline: PipelineStages, *, top: int) -> Any:
         f"{pipeline.input_ms:.1f} ms in {pipeline.root_calls} next() calls "
         f"({pipeline.slow_root_calls} slow), mean {pipeline.mean_call_ms:.3f} ms"
     )
+    if not advise:
+        title += " (for reference: the input does not limit training)"
     table = Table(title=title, title_justify="left", show_lines=False)
     for name, justify in (
         ("Stage", "left"),
@@ -149,7 +155,7 @@ def _stage_table(pipeline: PipelineStages, *, top: int) -> Any:
         ("Slow", "right"),
         ("Busy", "right"),
         ("Setting", "left"),
-        ("Knobs", "left"),
+        *((("Knobs", "left"),) if advise else ()),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for s in pipeline.stages[:top]:
@@ -161,7 +167,7 @@ def _stage_table(pipeline: PipelineStages, *, top: int) -> Any:
             str(s.slow_calls),
             f"{s.busy_ms:.2f} ms",
             _setting(s.params, s.kind),
-            "\n".join(s.knobs) or "-",
+            *(("\n".join(s.knobs) or "-",) if advise else ()),
         )
     return table
 
@@ -213,13 +219,17 @@ def render(analysis: ProfileAnalysis, console: Any = None, *, top: int = 8) -> N
         summary.add_row(key, value)
     console.print(summary)
 
+    limits = analysis.input_limits
+    console.print(
+        f"\nVerdict: {analysis.verdict}", style="bold red" if limits else "bold", markup=False
+    )
     bottleneck = analysis.bottleneck
-    if bottleneck is not None:
+    if bottleneck is not None and limits is not False:
         style = "bold red" if bottleneck.significant else "bold"
-        console.print(f"\nBottleneck: {bottleneck.summary}", style=style, markup=False)
+        console.print(f"Bottleneck: {bottleneck.summary}", style=style, markup=False)
     for pipeline in analysis.pipelines:
         console.print()
-        console.print(_stage_table(pipeline, top=top))
+        console.print(_stage_table(pipeline, top=top, advise=limits is not False))
         path = " > ".join(p.rsplit("::", 1)[-1] for p in pipeline.critical_path)
         console.print(f"critical path: {path}", markup=False, highlight=False)
     if analysis.steps:
@@ -281,10 +291,11 @@ def render_comparison(comparison: Comparison, console: Any = None, *, top: int =
     table.add_row("Host compute", _ms(a.host_compute_ms), _ms(b.host_compute_ms), "")
     table.add_row("Steps analysed", str(len(a.steps)), str(len(b.steps)), "")
     table.add_row("Captured", _capture_line(a), _capture_line(b), "")
+    table.add_row("Verdict", a.verdict, b.verdict, "")
     table.add_row(
         "Bottleneck",
-        a.bottleneck.summary if a.bottleneck else "-",
-        b.bottleneck.summary if b.bottleneck else "-",
+        a.bottleneck.summary if a.bottleneck and a.input_limits is not False else "-",
+        b.bottleneck.summary if b.bottleneck and b.input_limits is not False else "-",
         "",
     )
     sa, sb = _top_stages(a, top), _top_stages(b, top)
@@ -434,7 +445,7 @@ def _analysis_section(analysis: ProfileAnalysis, title: str) -> str:
     rows = "".join(
         f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in _summary_rows(analysis)
     )
-    bn = analysis.bottleneck
+    bn = analysis.bottleneck if analysis.input_limits is not False else None
     diag = "".join(f'<li class="warn">{_esc(m)}</li>' for m in analysis.diagnostics)
     return (
         f"<section><h2>{_esc(title)}</h2>"
@@ -442,6 +453,7 @@ def _analysis_section(analysis: ProfileAnalysis, title: str) -> str:
         f"{_esc(', '.join(analysis.hosts))}, xprof {_esc(analysis.xprof_version)}</p>"
         f"<p>captured: {_esc(_capture_line(analysis))}</p>"
         f"<table>{rows}</table>"
+        + f"<p><b>Verdict: {_esc(analysis.verdict)}</b></p>"
         + (f'<p class="bn">Bottleneck: {_esc(bn.summary)}</p>' if bn else "")
         + svg_step_breakdown(analysis.steps)
         + svg_stage_times(analysis.main_pipeline)

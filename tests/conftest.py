@@ -583,3 +583,64 @@ def pipeline_of(small_schema, small_columns, small_tfrecord, small_parquet, smal
         raise ValueError(f"unknown source kind {kind!r}")
 
     return make
+
+
+# ------------------------------------------------------------- where a test's time goes
+# TFINPUT_TEST_TIMES=FILE: one JSON line per test (appended, every pytest worker) with
+# its wall seconds, the CPU seconds of its process (all threads) and the seconds spent
+# in Python's garbage collector, to tell a test that waits from one that computes.
+_TIMES = os.environ.get("TFINPUT_TEST_TIMES")
+if _TIMES:
+    import gc
+    import time
+
+    _gc = {"seconds": 0.0, "full": 0, "started": 0.0}
+
+    def _on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            _gc["started"] = time.perf_counter()
+        else:
+            _gc["seconds"] += time.perf_counter() - _gc["started"]
+            _gc["full"] += info.get("generation") == 2
+
+    gc.callbacks.append(_on_gc)
+
+    def _threads() -> dict[str, tuple[str, float]]:
+        """CPU seconds of each thread of this process so far: tid -> (name, seconds)."""
+        out = {}
+        for task in Path("/proc/self/task").glob("*"):
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2 :].split()
+            out[task.name] = (name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+        return out
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+        wall, cpu = time.perf_counter(), time.process_time()
+        gc_s, full = _gc["seconds"], _gc["full"]
+        before = _threads()
+        yield
+        after = _threads()
+        busy: dict[str, float] = {}
+        for tid, (name, seconds) in after.items():
+            spent = seconds - before.get(tid, (name, 0.0))[1]
+            busy[name] = busy.get(name, 0.0) + spent
+        top = sorted(busy.items(), key=lambda kv: -kv[1])[:6]
+        record = {
+            "test": item.nodeid,
+            "end": END,
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+            "wall": round(time.perf_counter() - wall, 2),
+            "cpu": round(time.process_time() - cpu, 2),
+            "gc": round(_gc["seconds"] - gc_s, 2),
+            "full_gcs": _gc["full"] - full,
+            "objects": len(gc.get_objects()) if time.perf_counter() - wall > 20 else None,
+            "threads": len(after),
+            "busiest": [(n, round(t, 1)) for n, t in top if t >= 0.5],
+        }
+        with open(_TIMES, "a") as f:
+            f.write(json.dumps(record) + "\n")

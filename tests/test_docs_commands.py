@@ -21,7 +21,10 @@ Each one must be in exactly one of these categories, or
     serving, then stopped (`test_the_servers_start`);
 (d) a line in `NOT_RUN`, only where running it in a test is impossible (``./dev demo`` and
     ``./dev test``: the setup they do is what tests/tfinput/test_doctor.py checks against
-    ``./dev`` and CI).
+    ``./dev`` and CI);
+(e) a ``tfinput`` line in `RUN_ELSEWHERE`: a test elsewhere runs it through the CLI with
+    the same flags and checks what it wrote (the test is named there, and must exist):
+    where this module would start an expensive runtime a second time (Ray).
 
 Pages whose code blocks another test runs in full are in `PAGES_RUN_ELSEWHERE`
 (docs/resume.md, docs/serving.md: their sh lines need the Python blocks before them).
@@ -126,15 +129,19 @@ MIRRORED: dict[tuple[str, str], tuple[str, str]] = {
         "tfinput datagen data/criteo-pq --rows 2k --files 8 --format parquet",
         "2k rows instead of 1M",
     ),
+}
+
+# (page, command as written) -> (the test that runs it with the same flags, why not here).
+RUN_ELSEWHERE: dict[tuple[str, str], tuple[str, str]] = {
     (
         "docs/scaling.md",
         "tfinput convert logs/day-*.tsv --preset criteo --to columnar --out /shared/day-col "
         "--engine ray --ray-address auto",
     ): (
-        "tfinput convert logs/day-*.tsv --preset criteo --to columnar --out day-col "
-        "--engine ray --ray-cpus 2 --split-mb 1",
-        "no Ray cluster in a test: a local Ray instance with 2 CPUs, the output in the "
-        "working directory, 1 MB tasks so the sample makes several",
+        "tests/tfinput/convert/test_ray_engine.py::test_the_documented_ray_command",
+        "that module starts one local Ray instance for all its tests; here a second would "
+        "start (a minute of CPU on 2 cores). It runs these flags on raw Criteo TSV days "
+        "(--ray-address auto joins its instance) and compares with the one-process output",
     ),
 }
 
@@ -195,14 +202,6 @@ tfinput.PipelineConfig(batch_size=50, map_parallelism=2, prefetch=2).to_json("tu
 """,
     "docs/columnar.md": """
 small_data("data/criteo", "parquet")
-""",
-    "docs/scaling.md": """
-lines = (Path(SHARED_DATA) / "criteo_sample.txt").read_text().splitlines()[1:]
-Path("logs").mkdir()
-for day in range(2):  # raw Criteo layout: TSV, no header
-    Path(f"logs/day-{day}.tsv").write_text(
-        "".join(line.replace(",", "\\t") + "\\n" for line in lines[day::2])
-    )
 """,
     "docs/data.md": """
 import csv, gzip, shutil
@@ -301,7 +300,7 @@ def plan(command: Command) -> list[str] | None:
     """``tfinput`` argv (without ``tfinput``) the command runs as in the page's script;
     None for `NOT_RUN` lines and `SERVERS` (started by `test_the_servers_start`)."""
     key = (command.page, command.text)
-    if key in NOT_RUN:
+    if key in NOT_RUN or key in RUN_ELSEWHERE:
         return None
     text = (MIRRORED.get(key) or SERVERS.get(key) or (command.text,))[0]
     argv = shlex.split(text)
@@ -319,7 +318,8 @@ def _pages_with_commands() -> list[str]:
     names = {
         c.page
         for c in all_commands()
-        if c.page not in PAGES_RUN_ELSEWHERE and (c.page, c.text) not in {**NOT_RUN, **SERVERS}
+        if c.page not in PAGES_RUN_ELSEWHERE
+        and (c.page, c.text) not in {**NOT_RUN, **SERVERS, **RUN_ELSEWHERE}
     }
     return sorted(names, key=lambda p: (p != "README.md", p))
 
@@ -409,10 +409,14 @@ def test_the_tables_name_real_doc_lines():
     """MIRRORED, NOT_RUN, EXIT_CODES and PAGE_SETUP name commands and pages that exist,
     so the tables cannot outlive the docs; pages run elsewhere have their runner."""
     keys = {(c.page, c.text) for c in all_commands()}
-    for table in (MIRRORED, SERVERS, NOT_RUN, EXIT_CODES):
+    for table in (MIRRORED, SERVERS, NOT_RUN, EXIT_CODES, RUN_ELSEWHERE):
         stale = sorted(set(table) - keys)
         assert not stale, f"no such command in the docs (update the table): {stale}"
     assert not set(MIRRORED) & set(NOT_RUN) and not set(SERVERS) & (set(MIRRORED) | set(NOT_RUN))
+    assert not set(RUN_ELSEWHERE) & (set(MIRRORED) | set(NOT_RUN) | set(SERVERS))
+    for test, _ in RUN_ELSEWHERE.values():
+        path, name = test.split("::")
+        assert f"def {name}(" in (ROOT / path).read_text(), f"no test {test}"
     for page in PAGE_SETUP:
         assert (ROOT / page).is_file(), page
     for page, runner in PAGES_RUN_ELSEWHERE.items():

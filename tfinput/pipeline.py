@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
@@ -66,11 +66,16 @@ class FileCheck:
       error: None, or every problem found, one per failing feature, joined by ``"; "``;
         each starts with the record (``record 60``) or the batch's records
         (``records 0-39``) where it was found.
+      folded: Per int64 feature with ``out_of_range="modulo"`` whose ids in the file
+        are not all in its table: ``{"ids": ids outside [0, vocabulary_size), of
+        which "negative", "largest": the largest id read, "vocabulary_size"}``. The
+        pipeline folds these ids onto others (floor modulo), as the schema asks.
     """
 
     path: str
     records: int
     error: str | None = None
+    folded: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -91,6 +96,19 @@ class CheckReport:
     @property
     def problems(self) -> tuple[FileCheck, ...]:
         return tuple(f for f in self.files if f.error is not None)
+
+    @property
+    def folded(self) -> dict[str, dict[str, int]]:
+        """`FileCheck.folded` summed over the files (the largest id: the largest of
+        all), by feature in schema order."""
+        out: dict[str, dict[str, int]] = {}
+        for f in self.files:
+            for name, c in f.folded.items():
+                total = out.setdefault(name, {**c, "ids": 0, "negative": 0})
+                total["ids"] += c["ids"]
+                total["negative"] += c["negative"]
+                total["largest"] = max(total["largest"], c["largest"])
+        return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -456,8 +474,71 @@ class Pipeline:
             result = self._check_one(path, batch_size)
             if result.error is None and path in across:
                 result = dataclasses.replace(result, error=across[path])
+            if result.error is None:
+                result = dataclasses.replace(result, folded=self._folded_ids(path, batch_size))
             results.append(result)
         return CheckReport(files=tuple(results), empty_files=tuple(empty))
+
+    def _folded_ids(self, path: str, batch_size: int) -> dict[str, dict[str, int]]:
+        """`FileCheck.folded` of one file: its raw ids (decoded, before the transforms
+        fold them) of the int64 features with ``out_of_range="modulo"``, counted."""
+        feats = [
+            f for f in self.schema.categorical if f.dtype == "int64" and f.out_of_range == "modulo"
+        ]
+        if not feats:
+            return {}
+        vocab = {t.name: t.vocabulary_size for t in self.schema.tables}
+        one = dataclasses.replace(
+            self, service=None, towers=False, source=self.source.one_file(path)
+        ).with_schema(
+            Schema(
+                features=tuple(feats),
+                tables=tuple(t for t in self.schema.tables if t.name in {f.table for f in feats}),
+            )
+        )
+        config = PipelineConfig.naive(batch_size=batch_size, drop_remainder=False)
+        request = one._request(config, None)
+        ds, decode = one.source.batch(one.source.read(request), request)
+        lowest = tf.constant([-(2**63)], tf.int64)
+
+        @tf.autograph.experimental.do_not_convert
+        def count(encoded: Any) -> dict[str, tf.Tensor]:
+            raw = decode(encoded)
+            out = {}
+            for f in feats:
+                v = raw[f.source]
+                v = v.flat_values if isinstance(v, tf.RaggedTensor) else v
+                v = v.values if isinstance(v, tf.SparseTensor) else v
+                v = tf.reshape(tf.cast(v, tf.int64), [-1])
+                outside = tf.logical_or(v < 0, v >= vocab[f.table])
+                out[f.name] = tf.stack(
+                    [
+                        tf.reduce_sum(tf.cast(outside, tf.int64)),
+                        tf.reduce_sum(tf.cast(v < 0, tf.int64)),
+                        tf.reduce_max(tf.concat([v, lowest], 0)),
+                    ]
+                )
+            return out
+
+        totals = {f.name: [0, 0, -(2**63)] for f in feats}
+        for batch in ds.map(count).as_numpy_iterator():
+            for name, (outside, negative, largest) in batch.items():
+                t = totals[name]
+                t[0], t[1], t[2] = (
+                    t[0] + int(outside),
+                    t[1] + int(negative),
+                    max(t[2], int(largest)),
+                )
+        return {
+            f.name: {
+                "ids": totals[f.name][0],
+                "negative": totals[f.name][1],
+                "largest": totals[f.name][2],
+                "vocabulary_size": vocab[f.table],
+            }
+            for f in feats
+            if totals[f.name][0]
+        }
 
     def _check_one(self, path: str | None, batch_size: int) -> FileCheck:
         """Read one file; on a problem, read it again once per feature and label so

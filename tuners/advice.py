@@ -3,10 +3,12 @@
 - **Verdicts.** Does the winner beat autotune beyond the noise (`beats_autotune`: every
   round of the interleaved confirmation faster, the paired ratios' whole spread above
   1; otherwise "keep autotune")? Is the step input-bound at all (`input_verdict`: the
-  share of the step's time spent waiting for input; under `INPUT_BOUND_THRESHOLD`
-  "input is not your bottleneck")? When the step owns the loop (``model.fit``) the wait
-  cannot be seen, so it is derived from the step's own bound (`step_bound`: the step
-  fed one cached batch over and over): ``1 - fed / bound``.
+  share of the step's time spent waiting for input, judged against its spread over the
+  rounds; "input is not your bottleneck" under `INPUT_BOUND_THRESHOLD` or within the
+  noise, "cannot tell" when the rounds disagree)? When the step owns the loop
+  (``model.fit``) the wait cannot be seen, so it is derived from the step's own bound
+  (`step_bound`: the step fed one cached batch over and over): ``1 - fed / bound``,
+  input-bound only when every round fed slower than every round of the bound.
 - **Gain by knob** (`knob_breakdown`): the winner measured against itself with each
   group of knobs that differs from autotune reverted (leave-one-out), interleaved.
 - **Format advice** (`format_advice`, from `tuners.columnar_advice`): for tf.Example
@@ -39,6 +41,7 @@ __all__ = [
     "beats_autotune",
     "input_verdict",
     "step_bound",
+    "step_bound_stats",
     "differing_groups",
     "knob_breakdown",
     "parse_is_bound",
@@ -106,29 +109,104 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
     )
 
 
-def input_verdict(wait: float | None, *, input_only: bool = False) -> tuple[bool | None, str]:
-    """Whether the step is input-bound, from the share of its time spent waiting.
+def input_verdict(
+    waits: Sequence[float] | None = None,
+    *,
+    fed: Sequence[float] = (),
+    bound: Sequence[float] = (),
+    input_only: bool = False,
+) -> tuple[bool | None, str]:
+    """Whether the step is input-bound, judged against the spread of the rounds the
+    wait comes from.
+
+    Two sources of the wait:
+
+    - ``waits``, measured: each confirmation round's share of time spent waiting for
+      the next batch. Not input-bound when the median round waited under
+      `INPUT_BOUND_THRESHOLD`; input-bound when every round waited at least that;
+      cannot tell when the rounds fall on both sides.
+    - ``fed`` and ``bound`` (the step owns the loop, so the wait is ``1 - fed /
+      bound``): each round's examples/s with the winner, and with the step fed one
+      cached batch (`step_bound_stats`). Not input-bound when the wait is under the
+      threshold or the median fed rate reaches the bound's slowest round (the step
+      bound is reached within its noise); input-bound when every fed round is slower
+      than every bound round and the wait is at least the threshold; cannot tell when
+      the rounds overlap short of that.
+
+    Fewer than two rounds on a side: no spread, so cannot tell.
 
     Args:
-      wait: Share of the step's time spent waiting for the next batch.
+      waits: Per-round input waits (shares of the round's time).
+      fed, bound: Per-round examples/s of the winner and of the step bound.
       input_only: No training step was measured (``input_only``): the wait says
         nothing about training.
 
     Returns:
-      ``(input_bound, sentence)``; ``input_bound`` is None when it is unknown.
+      ``(input_bound, sentence)``; ``input_bound`` is None when it cannot be told.
     """
     if input_only:
         return None, (
             "measured input only (no training step): whether input bounds training is "
             "unknown; tune against your training step to find out"
         )
-    if wait is None:
-        return None, "the input wait could not be measured"
-    if wait < INPUT_BOUND_THRESHOLD:
-        return False, f"{NOT_INPUT_BOUND} (the step waited for input {wait:.1%} of the time)"
-    return True, (
-        f"the step waits for input {wait:.0%} of the time: the input pipeline bounds training"
-    )
+    threshold = INPUT_BOUND_THRESHOLD
+    if waits:
+        w = sorted(waits)
+        median = _median(w)
+        spread = f"rounds {w[0]:.1%}-{w[-1]:.1%}"
+        if len(w) < 2:
+            return None, (
+                f"cannot tell whether input bounds training: the step waited {median:.1%} in "
+                "one round, and one round has no spread (confirm with --confirm-windows 3)"
+            )
+        if median < threshold:
+            return False, (
+                f"{NOT_INPUT_BOUND} (the step waited for input {median:.1%} of the time, {spread})"
+            )
+        if w[0] >= threshold:
+            return True, (
+                f"the step waits for input {median:.0%} of the time ({spread}, every round "
+                f"at least {threshold:.0%}): the input pipeline bounds training"
+            )
+        return None, (
+            f"cannot tell whether input bounds training: the step waited {median:.1%} of "
+            f"the time, but the rounds ({w[0]:.1%}-{w[-1]:.1%}) fall on both sides of "
+            f"{threshold:.0%}"
+        )
+    if fed and bound:
+        f, b = sorted(fed), sorted(bound)
+        fed_median, bound_median = _median(f), _median(b)
+        wait = max(0.0, 1.0 - fed_median / bound_median) if bound_median > 0 else 0.0
+        numbers = (
+            f"fed {fed_median:,.0f} examples/s (rounds {f[0]:,.0f}-{f[-1]:,.0f}) against a "
+            f"step bound of {bound_median:,.0f} (rounds {b[0]:,.0f}-{b[-1]:,.0f})"
+        )
+        if len(f) < 2 or len(b) < 2:
+            return None, (
+                f"cannot tell whether input bounds training: {numbers}; one round has no "
+                "spread (confirm with --confirm-windows 3)"
+            )
+        if wait < threshold or fed_median >= b[0]:
+            return False, (
+                f"{NOT_INPUT_BOUND} ({numbers}: the step bound is reached within its noise)"
+            )
+        if f[-1] < b[0]:
+            return True, (
+                f"the step waits for input about {wait:.0%} of the time ({numbers}: every "
+                "round fed slower than every round of the bound): the input pipeline bounds "
+                "training"
+            )
+        return None, (
+            f"cannot tell whether input bounds training: {numbers}; about {wait:.0%} short, "
+            "but the rounds overlap (measure longer: --confirm-windows)"
+        )
+    return None, "the input wait could not be measured"
+
+
+def _median(values: Sequence[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
 def clock_kwargs(
@@ -156,7 +234,13 @@ def cached_source(pipeline: Any) -> Callable[[PipelineConfig], Iterable[Any]]:
     return source
 
 
-def step_bound(
+def step_bound(pipeline: Any, config: PipelineConfig, step: Any, **kwargs: Any) -> float:
+    """Examples/s of ``step`` fed one cached batch over and over (no input cost): the
+    most the step can take; the median of `step_bound_stats`."""
+    return step_bound_stats(pipeline, config, step, **kwargs).median
+
+
+def step_bound_stats(
     pipeline: Any,
     config: PipelineConfig,
     step: Any,
@@ -167,10 +251,10 @@ def step_bound(
     cpu_count: int | None = None,
     clock: Callable[[], float] | None = None,
     cpu_clock: Callable[[], float] | None = None,
-) -> float:
-    """Examples/s of ``step`` fed one cached batch over and over (no input cost): the
-    most the step can take, measured with `tfinput.bench.measure` (which lets a step
-    that owns the loop, ``model.fit``, drive the data)."""
+) -> ConfigStats:
+    """``step`` fed one cached batch over and over (no input cost), measured with
+    `tfinput.bench.measure` (which lets a step that owns the loop, ``model.fit``, drive
+    the data): its `tfinput.bench.ConfigStats`, one window per round."""
     from tfinput import bench
 
     clocks = clock_kwargs(clock, cpu_clock)
@@ -184,7 +268,7 @@ def step_bound(
         cpu_count=cpu_count,
         **clocks,
     )
-    return result.results[0].median
+    return result.results[0]
 
 
 # ------------------------------------------------------------- gain by knob
@@ -225,8 +309,11 @@ class KnobContribution:
       ratio_min, ratio_max: The spread of the per-round ratios.
       without_examples_per_s: Median examples/s of the winner with the group reverted.
       hurts: Every round measured the winner *slower* with this group than with it
-        reverted (``ratio_max < 1``): the search kept knobs that cost throughput, and
-        `describe` says how to pin them at autotune.
+        reverted (``ratio_max < 1``): the search kept knobs that cost throughput.
+      reverted: For a group that `hurts`, after `tuners.tune` confirmed the winner
+        with such groups reverted against it: True when that measured best (the saved
+        config has this group at autotune's values), False when not (kept); None when
+        not tried.
     """
 
     group: str
@@ -235,6 +322,7 @@ class KnobContribution:
     ratio_min: float
     ratio_max: float
     without_examples_per_s: float
+    reverted: bool | None = None
 
     @property
     def hurts(self) -> bool:
@@ -253,17 +341,29 @@ class KnobContribution:
             "ratio_max": round(self.ratio_max, 3),
             "without_examples_per_s": round(self.without_examples_per_s, 1),
             "hurts": self.hurts,
+            "reverted": self.reverted,
         }
 
     def describe(self) -> str:
         """One line: the group, its knobs and its contribution with the spread; for a
-        group that `hurts`, the ``--fix`` arguments that keep it at autotune."""
+        group that `hurts`, whether the saved config reverted it (or, when no revert was
+        tried, the ``--fix`` arguments that keep it at autotune)."""
         knobs = ", ".join(f"{k} {a}→{w}" for k, (w, a) in self.knobs.items())
         text = (
             f"{self.group} ({knobs}): {self.ratio:.2f}x "
             f"(rounds {self.ratio_min:.2f}x-{self.ratio_max:.2f}x)"
         )
-        if self.hurts:
+        if self.hurts and self.reverted:
+            text += (
+                "; slower with these knobs in every round: reverted to autotune's values in "
+                "the saved config (confirmed faster in the same windows)"
+            )
+        elif self.hurts and self.reverted is False:
+            text += (
+                "; slower with these knobs in every round, but reverting them measured no "
+                "faster when confirmed: kept"
+            )
+        elif self.hurts:
             fixes = " ".join(f"--fix {k}={_cli_value(a)}" for k, (_, a) in self.knobs.items())
             text += (
                 "; slower with these knobs in every round: keep them at autotune "

@@ -29,6 +29,7 @@ __all__ = [
     "confirmation_configs",
     "confirm",
     "pick_winner",
+    "revert_hurting_groups",
     "verdicts",
     "gain_by_knob",
     "winner_format_advice",
@@ -154,6 +155,58 @@ def pick_winner(
     return (list(candidates) or [("autotune", autotune)])[0]
 
 
+def revert_hurting_groups(
+    how: Remeasure,
+    winner: tuple[str, PipelineConfig],
+    autotune: PipelineConfig,
+    confirmed: Sequence[ConfigStats],
+    contributions: Sequence[KnobContribution],
+    *,
+    progress: Progress | None,
+    notes: list[str],
+) -> tuple[str, PipelineConfig, list[ConfigStats], tuple[KnobContribution, ...]]:
+    """The knob groups the gain breakdown measured slower in every round
+    (`KnobContribution.hurts`), reverted to autotune's values together, and that
+    config confirmed against the winner (with autotune and the current config) in the
+    same interleaved windows. The best measured of them is the winner.
+
+    Returns:
+      ``(name, config, confirmed, contributions)``: the winner's name and config, the
+      new confirmation (best first; the old one when nothing hurts or the new one
+      fails), and the contributions with ``reverted`` set on the groups that hurt.
+    """
+    name, config = winner
+    hurting = [c for c in contributions if c.hurts]
+    if not hurting:
+        return name, config, list(confirmed), tuple(contributions)
+    groups = ", ".join(c.group for c in hurting)
+    reverted = config.replace(**{k: a for c in hurting for k, (_, a) in c.knobs.items()})
+    reverted_name = "autotune" if reverted == autotune else f"{name} with {groups} at autotune"
+    configs = {c.name: c.config for c in confirmed if c.name in ("autotune", "current", name)}
+    configs = {"autotune": autotune, **configs, reverted_name: reverted}
+    again, error = confirm(how, configs, progress=progress, notes=notes)
+    if not again:
+        _note(notes, f"the winner with {groups} reverted was not confirmed ({error}): kept {name}")
+        return name, config, list(confirmed), tuple(contributions)
+    best = again[0]
+    by_name = {c.name: c for c in again}
+    if best.name == reverted_name:
+        kept, other = by_name[reverted_name], by_name[name]
+        _note(
+            notes,
+            f"{groups}: slower in every round of the gain breakdown, so reverted to "
+            f"autotune's values; the reverted config measured {kept.median:,.0f} examples/s "
+            f"against the search's winner's {other.median:,.0f} in the same windows, and is "
+            "the saved config",
+        )
+    flags = {c.group: best.name == reverted_name for c in hurting}
+    updated = tuple(
+        dataclasses.replace(c, reverted=flags[c.group]) if c.group in flags else c
+        for c in contributions
+    )
+    return best.name, best.config, again, updated
+
+
 def verdicts(
     how: Remeasure,
     confirmed: Sequence[ConfigStats],
@@ -163,24 +216,36 @@ def verdicts(
 ) -> dict[str, Any]:
     """The `TuneResult` verdict fields: beats autotune, input wait (measured, or from
     the step bound when the step owns the loop) and their sentences."""
-    from tuners.advice import beats_autotune, input_verdict, step_bound
+    from tuners.advice import beats_autotune, input_verdict, step_bound_stats
 
     beats, beats_text = beats_autotune(confirmed)
     wait = source = bound = None
+    input_only = getattr(how.step, "kind", None) == "input_only"
+    input_bound, input_text = input_verdict(None, input_only=input_only)
     if confirmed:
         winner = confirmed[0]
         if winner.stall is not None:
             wait, source = winner.stall, "measured"
+            waits = [
+                w.wait_seconds / w.seconds
+                for w in winner.windows
+                if w.wait_seconds is not None and w.seconds > 0
+            ]
+            input_bound, input_text = input_verdict(waits or [wait], input_only=input_only)
         else:
             try:
-                bound = step_bound(how.pipeline, best_config, **how.kwargs())
+                bound_stats = step_bound_stats(how.pipeline, best_config, **how.kwargs())
             except Exception as e:
                 _note(notes, f"step bound not measured: {explain_failure(how.pipeline, e)}")
+            else:
+                bound = bound_stats.median
             if bound:
                 wait, source = max(0.0, 1.0 - winner.median / bound), "step bound"
-    input_bound, input_text = input_verdict(
-        wait, input_only=getattr(how.step, "kind", None) == "input_only"
-    )
+                input_bound, input_text = input_verdict(
+                    fed=[w.examples_per_s for w in winner.windows],
+                    bound=[w.examples_per_s for w in bound_stats.windows],
+                    input_only=input_only,
+                )
     return {
         "beats_autotune": beats,
         "input_wait": wait,

@@ -64,7 +64,8 @@ class TuneResult:
         (measured; or ``1 - fed / step_bound`` when the step owns the loop); None when
         unknown.
       input_wait_source: ``measured``, ``step bound`` or None.
-      input_bound: ``input_wait >= 0.03`` (None when unknown).
+      input_bound: Whether the input bounds training, judged against the rounds'
+        spread (`tuners.advice.input_verdict`); None when it cannot be told.
       step_bound: Examples/s of the step fed one cached batch (when it was measured).
       verdicts: The plain-language verdicts: beats autotune or "keep autotune", and
         whether input is the bottleneck.
@@ -260,8 +261,10 @@ def describe_method(
         "confirmation all above 1 (the paired spread excludes 1)",
         "input wait": "share of the confirmation's window time spent waiting for the "
         "next batch; when the step owns the loop (model.fit), 1 - fed / step bound, the "
-        f"step bound measured on one cached batch repeated; input-bound from "
-        f"{INPUT_BOUND_THRESHOLD:.0%}",
+        f"step bound measured on one cached batch repeated; input-bound when every "
+        f"round waited at least {INPUT_BOUND_THRESHOLD:.0%} (measured), or every round fed "
+        "slower than every round of the step bound (step bound); not input-bound under "
+        f"{INPUT_BOUND_THRESHOLD:.0%} or within the rounds' spread; otherwise cannot tell",
         "gain by knob": "the winner against itself with each differing knob group "
         f"reverted to autotune's values, interleaved, {confirm_windows} windows each; "
         "contribution = winner / without the group, median of per-round ratios",

@@ -72,6 +72,7 @@ from tuners.confirm import (
     confirmation_configs,
     gain_by_knob,
     pick_winner,
+    revert_hurting_groups,
     serial_sentence,
     service_sizing,
     verdicts,
@@ -349,6 +350,8 @@ class _Tuning:
     progress: Progress | None
     #: Set by a trial that found the data smaller than one batch: the search stops.
     too_small: list[str] = dataclasses.field(default_factory=list)
+    #: Trials of this call that failed (the first one's traceback is logged).
+    failures: list[int] = dataclasses.field(default_factory=list)
 
     @classmethod
     def settle(
@@ -416,7 +419,11 @@ class _Tuning:
                 trial.study.stop()
             reason = explain_failure(self.pipeline, e)
             trial.set_user_attr("error", reason)
-            log.warning("trial %d failed: %s", trial.number, reason)
+            # The traceback once (the first failure; every one when the tuner's logger
+            # is set to DEBUG, as the CLI's --verbose does); later failures one line each.
+            first = not self.failures
+            self.failures.append(trial.number)
+            log.warning("trial %d failed: %s", trial.number, reason, exc_info=first or _verbose())
             raise
         for key, value in m.to_attrs().items():
             trial.set_user_attr(key, value)
@@ -585,13 +592,20 @@ def _search(
     if progress is not None:
         callbacks.append(lambda s, t: progress("trial", trial_info(s, t, n_trials)))
     if finished < n_trials:
-        study.optimize(
-            run,
-            n_trials=n_trials - finished if in_memory else None,
-            timeout=timeout,
-            catch=(Exception,),
-            callbacks=callbacks,
-        )
+        # Optuna logs every failed trial with its traceback; the objective logs each
+        # failure itself (the traceback once), so Optuna's records of them are dropped.
+        optimize_log = logging.getLogger("optuna.study._optimize")
+        optimize_log.addFilter(_drop_failed_trial_records)
+        try:
+            study.optimize(
+                run,
+                n_trials=n_trials - finished if in_memory else None,
+                timeout=timeout,
+                catch=(Exception,),
+                callbacks=callbacks,
+            )
+        finally:
+            optimize_log.removeFilter(_drop_failed_trial_records)
     seconds = time.time() - t0
     if run.too_small:
         raise DataError(run.too_small[0])
@@ -609,6 +623,21 @@ def _search(
         log.warning("%s", stop.reason)
         notes.append(stop.reason)
     return seconds, notes
+
+
+def _verbose() -> bool:
+    """Whether the tuner's logger (or tfinput's) is set to DEBUG: every failed trial's
+    traceback is logged, not only the first."""
+    return any(
+        logging.NOTSET < logging.getLogger(name).level <= logging.DEBUG
+        for name in ("tfinput", "tfinput.tuners")
+    )
+
+
+def _drop_failed_trial_records(record: logging.LogRecord) -> bool:
+    """False for Optuna's "Trial N failed with ..." records (logging filter)."""
+    message = str(record.msg)
+    return not (message.startswith("Trial ") and " failed with " in message)
 
 
 def _confirm_and_advise(
@@ -634,12 +663,24 @@ def _confirm_and_advise(
     confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
     confirm_seconds = time.time() - t1
     best_name, best_config = pick_winner(confirmed, candidates, autotune)
-    verdict = verdicts(how, confirmed, best_config, notes=notes)
     t2 = time.time()
     contributions: tuple[Any, ...] = ()
     if breakdown and confirmed and best_name != "autotune":
         contributions = gain_by_knob(how, best_config, autotune, progress=progress, notes=notes)
+        # A group measured slower in every round is reverted, and the reverted config
+        # confirmed against the winner: the saved config is the one measured best.
+        best_name, best_config, confirmed, contributions = revert_hurting_groups(
+            how,
+            (best_name, best_config),
+            autotune,
+            confirmed,
+            contributions,
+            progress=progress,
+            notes=notes,
+        )
     t3 = time.time()
+    verdict = verdicts(how, confirmed, best_config, notes=notes)
+    t_verdicts = time.time()
     format_result = serial = None
     if advise_format and getattr(getattr(run.pipeline, "source", None), "kind", None) == "tfrecord":
         if progress is not None:
@@ -661,9 +702,9 @@ def _confirm_and_advise(
         "confirmed": tuple(confirmed),
         "seconds": {
             "confirm": round(confirm_seconds, 1),
-            "verdicts": round(t2 - t1 - confirm_seconds, 1),
+            "verdicts": round(t_verdicts - t3, 1),
             "breakdown": round(t3 - t2, 1),
-            "format_advice": round(t4 - t3, 1),
+            "format_advice": round(t4 - t_verdicts, 1),
         },
         "advice": (
             *advice_sentences(

@@ -450,6 +450,11 @@ def test_profile_the_ranking_steps_on_the_jax_backend(tmp_path, demo_data_dir):
         assert data["capture"]["step"]["backend"] == "jax"
         assert data["capture"]["step"]["kind"] == kind
         assert data["steps"], data.get("diagnostics")
+        # The step's compute is invisible to TensorFlow's profiler on JAX: a verdict
+        # from the measured wait, no stage named when the input does not limit it.
+        assert data["verdict"] and data["input_limits"] in (True, False)
+        if data["input_limits"] is False:
+            assert data["bottleneck"] is None
 
 
 # ------------------------------------------------ the built-in model of --step keras

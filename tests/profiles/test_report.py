@@ -40,6 +40,58 @@ def test_text_report_of_an_analysis(slow_map):
     assert "\x1b[" not in text  # no colour codes
 
 
+def test_an_input_wait_within_the_noise_names_no_stage_or_knob(slow_map):
+    from profiles.analysis import Spread
+
+    assert slow_map.input_limits is True  # a 60 ms map under a 2 ms step
+    assert slow_map.verdict.startswith("the input pipeline limits training: the step waited")
+    assert slow_map.to_dict()["bottleneck"] is not None
+    # The same trace as if the step had waited 1% of its time, then 5% with a step time
+    # that varies by 10% from step to step: the input is not what limits training.
+    for wait, stddev, why in ((0.01, 0.0, "under 3%"), (0.05, 0.1, "within the step-to-step")):
+        step = slow_map.step_time_ms
+        quiet = dataclasses.replace(
+            slow_map,
+            input_wait=Spread(average=wait, minimum=wait, maximum=wait),
+            step_time_ms=dataclasses.replace(step, stddev=stddev * step.average),
+        )
+        assert quiet.input_limits is False
+        text = format_text(quiet, width=400)
+        assert "Verdict: the input pipeline is not what limits training" in text
+        assert why in quiet.verdict and quiet.verdict in text
+        assert "Bottleneck:" not in text and "Knobs" not in text
+        assert "for reference" in text
+        data = quiet.to_dict()
+        assert data["input_limits"] is False and data["bottleneck"] is None
+        assert "Bottleneck:" not in to_html(quiet)
+
+
+def test_xprof_is_quoted_only_where_it_agrees_with_the_measured_wait(slow_map):
+    from profiles.analysis import Spread
+
+    quiet = dataclasses.replace(
+        slow_map,
+        input_wait=Spread(average=0.007, minimum=0.0, maximum=0.02),
+        xprof_conclusion="Your program is POTENTIALLY input-bound because 98.8% of the "
+        "total step time sampled is spent on 'All Others' time.",
+    )
+    assert quiet.xprof_applies[0] is False
+    assert "POTENTIALLY" not in format_text(quiet)
+    assert quiet.xprof_applies[1] in format_text(quiet, width=400)
+    assert "xprof's step breakdown disagrees with the measured input wait" in quiet.xprof_applies[1]
+    on_jax = dataclasses.replace(
+        quiet, capture={**slow_map.capture, "step": {"kind": "keras", "backend": "jax"}}
+    )
+    assert (
+        "the step runs on JAX, whose computation TensorFlow's profiler does not see"
+        in (on_jax.xprof_applies[1])
+    )
+    assert on_jax.xprof_applies[1] in format_text(on_jax, width=400)
+    agrees = dataclasses.replace(quiet, xprof_conclusion="Your program is NOT input-bound.")
+    assert agrees.xprof_applies == (True, "")
+    assert "Your program is NOT input-bound." in format_text(agrees)
+
+
 def test_text_report_of_a_trace_not_captured_by_tfinput(slow_map):
     text = format_text(dataclasses.replace(slow_map, capture=None))
     assert "not captured by tfinput (no tfinput_capture.json): capture settings unknown" in text

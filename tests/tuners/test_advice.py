@@ -70,19 +70,37 @@ def test_beats_autotune_gives_no_verdict_from_one_round():
 
 
 @pytest.mark.parametrize(
-    "wait, bound, words",
+    "waits, bound, words",
     [
-        (0.01, False, "input is not your bottleneck: tuning it will not speed up training"),
-        (0.029, False, "input is not your bottleneck"),
-        (0.03, True, "waits for input 3%"),
-        (0.4, True, "the input pipeline bounds training"),
+        ([0.01, 0.012, 0.008], False, "input is not your bottleneck: tuning it will not speed"),
+        ([0.02, 0.029, 0.05], False, "waited for input 2.9% of the time, rounds 2.0%-5.0%"),
+        ([0.03, 0.04, 0.031], True, "waits for input 3% of the time (rounds 3.0%-4.0%, every"),
+        ([0.4, 0.35, 0.5], True, "the input pipeline bounds training"),
+        ([0.01, 0.05, 0.2], None, "cannot tell whether input bounds training: the step waited"),
+        ([0.3], None, "one round has no spread"),
         (None, None, "could not be measured"),
     ],
 )
-def test_input_verdict(wait, bound, words):
-    verdict, sentence = input_verdict(wait)
+def test_input_verdict_from_measured_waits(waits, bound, words):
+    verdict, sentence = input_verdict(waits)
     assert verdict is bound and words in sentence
-    assert input_verdict(0.5, input_only=True)[0] is None
+    assert input_verdict([0.5, 0.5], input_only=True)[0] is None
+
+
+@pytest.mark.parametrize(
+    "fed, bound, verdict, words",
+    [
+        # ./dev demo's case: fed 69k against 72k, rounds spread by ~8%: within the noise.
+        ((64e3, 69e3, 74e3), (66e3, 72e3, 78e3), False, "the step bound is reached within its"),
+        ((70e3, 71e3, 72e3), (72e3, 72e3, 73e3), False, "input is not your bottleneck"),
+        ((50e3, 52e3, 55e3), (70e3, 72e3, 75e3), True, "about 28% of the time"),
+        ((50e3, 52e3, 71e3), (70e3, 72e3, 75e3), None, "the rounds overlap"),
+        ((50e3,), (70e3, 72e3), None, "one round has no spread"),
+    ],
+)
+def test_input_verdict_from_the_step_bound_compares_the_rounds(fed, bound, verdict, words):
+    got, sentence = input_verdict(fed=fed, bound=bound)
+    assert got is verdict and words in sentence, sentence
 
 
 def test_clock_kwargs_leave_out_the_defaults():
@@ -182,6 +200,41 @@ def test_the_gain_is_broken_down_by_knob_group(tmp_path):
     assert work.tune(**kwargs, breakdown=False).breakdown == ()
 
 
+def _rate_where_prefetch_hurts(config):
+    # map_parallelism 4 doubles the rate; prefetch 4 costs a fifth of it.
+    rate = 100_000.0
+    rate *= 2.0 if config.map_parallelism == 4 else 1.0
+    rate *= 0.8 if config.prefetch == 4 else 1.0
+    return rate
+
+
+def test_a_group_slower_in_every_round_is_reverted_and_the_best_measured_is_saved(tmp_path):
+    work = FakeWorkload(_rate_where_prefetch_hurts, wobble=0.02)
+    # The search can only propose map_parallelism 4 with prefetch 4.
+    result = work.tune(
+        n_trials=4,
+        space=SearchSpace(choices={"map_parallelism": (4,), "prefetch": (4,)}),
+        lock_path=str(tmp_path / "lock"),
+    )
+    by_group = {c.group: c for c in result.breakdown}
+    buffering, threading = by_group["buffering"], by_group["tf.data threading"]
+    assert buffering.hurts and buffering.reverted is True
+    assert not threading.hurts and threading.reverted is None
+    assert "reverted to autotune's values in the saved config" in buffering.describe()
+    # The saved config is the winner with prefetch back at autotune: 200k against 160k,
+    # measured in the same windows as the search's winner and autotune.
+    assert result.best_config.map_parallelism == 4 and result.best_config.prefetch == AUTOTUNE
+    assert result.best_name.endswith("with buffering at autotune")
+    assert {c.name for c in result.confirmed} >= {"autotune", result.best_name}
+    assert len(result.confirmed) == 3  # autotune, the search's winner, the reverted one
+    best = next(c for c in result.confirmed if c.name == result.best_name)
+    assert best.median == pytest.approx(200_000, rel=0.05)
+    assert any("buffering: slower in every round" in w for w in result.warnings)
+    data = result.to_dict()
+    assert data["best_config"]["prefetch"] == "autotune"
+    assert data["breakdown"][1]["reverted"] is True or data["breakdown"][0]["reverted"] is True
+
+
 def test_knob_groups_revert_together():
     auto = baseline_configs(PipelineConfig(batch_size=64), cpu_count=2)["autotune"]
     winner = auto.replace(
@@ -219,6 +272,7 @@ def test_knob_contribution_describes_itself():
         "ratio_max": 1.612,
         "without_examples_per_s": 12345.7,
         "hurts": False,
+        "reverted": None,
     }
 
 

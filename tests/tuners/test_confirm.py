@@ -217,7 +217,7 @@ def test_the_input_wait_of_a_loop_owning_step_comes_from_the_step_bound(tmp_path
         clock=work.clock,
         cpu_clock=lambda: 0.0,
         lock_path=str(tmp_path / "lock"),
-        **FAST,
+        **{**FAST, "confirm_windows": 2},  # two rounds: a spread to judge the wait by
     )
     assert result.confirmed[0].stall is None
     # fed: 100 rows / 4 ms = 25,000/s; the step alone: 100 rows / 3 ms = 33,333/s

@@ -94,7 +94,7 @@ def test_describe_method_names_the_plan_the_pruner_and_the_sampler():
     assert method["pruning"] == NoiseAwarePruner().describe()
     assert method["sampler"] == "RandomSampler"
     assert "top 2 configs" in method["confirmation"] and "5 windows each" in method["confirmation"]
-    assert "input-bound from 3%" in method["input wait"]
+    assert "input-bound when every round waited at least 3%" in method["input wait"]
 
 
 def test_describe_pruner_and_step_fall_back_to_names():

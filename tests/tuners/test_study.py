@@ -205,17 +205,35 @@ def _always_raise(limit=500):
 @pytest.mark.parametrize(
     "storage", [None, "study.db", "study.log"], ids=["memory", "sqlite", "journal"]
 )
-def test_a_step_that_always_raises_ends_the_study_with_its_error(tmp_path, storage):
+def test_a_step_that_always_raises_ends_the_study_with_its_error(tmp_path, storage, caplog):
     work = FakeWorkload(rate_by_parallelism, fail=_always_raise())
     kwargs = {"lock_path": str(tmp_path / "lock"), "n_trials": 20}
     if storage:
         kwargs.update(storage=str(tmp_path / storage), study_name="always-fails")
-    with pytest.raises(TrialsFailedError, match="device lost") as raised:
+    with (
+        caplog.at_level(logging.WARNING),
+        pytest.raises(TrialsFailedError, match="device lost") as raised,
+    ):
         work.tune(**kwargs)
     trials = raised.value.study.get_trials()
     assert len(trials) == MAX_CONSECUTIVE_FAILURES
     assert all(t.state == optuna.trial.TrialState.FAIL for t in trials)
     assert all("device lost" in t.user_attrs["error"] for t in trials)
+    # The step's traceback once, with the first failure; the others one line each, and
+    # none of Optuna's own per-trial records (each with the same traceback).
+    failed = [r for r in caplog.records if r.getMessage().startswith("trial ")]
+    assert len(failed) == MAX_CONSECUTIVE_FAILURES
+    assert [bool(r.exc_info) for r in failed] == [True] + [False] * (len(failed) - 1)
+    assert not [r for r in caplog.records if "failed with parameters" in r.getMessage()]
+
+
+def test_with_the_tuner_logger_at_debug_every_failure_has_its_traceback(tmp_path, caplog):
+    work = FakeWorkload(rate_by_parallelism, fail=_always_raise())
+    with caplog.at_level(logging.DEBUG, logger="tfinput.tuners"), pytest.raises(TrialsFailedError):
+        work.tune(lock_path=str(tmp_path / "lock"), n_trials=20)
+    failed = [r for r in caplog.records if r.getMessage().startswith("trial ")]
+    assert len(failed) == MAX_CONSECUTIVE_FAILURES
+    assert all(r.exc_info for r in failed)
 
 
 def test_failed_trials_count_towards_n_trials_with_a_storage(tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -126,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose",
         action="store_true",
         help="show TensorFlow's own log lines and warnings (hidden by default unless "
-        "TF_CPP_MIN_LOG_LEVEL is set)",
+        "TF_CPP_MIN_LOG_LEVEL is set), and the traceback of every failed trial (not "
+        "only the first)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in commands():
@@ -161,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Before anything imports TensorFlow: its C++ log lines stay out of the output
     # unless --verbose (or the user's own TF_CPP_MIN_LOG_LEVEL).
     tokens = list(sys.argv[1:] if argv is None else argv)
-    quiet_tensorflow(verbose=wants_verbose(tokens))
+    verbose = wants_verbose(tokens)
+    quiet_tensorflow(verbose=verbose)
+    if verbose:  # e.g. the tuner logs every failed trial's traceback, not only the first
+        logging.getLogger("tfinput").setLevel(logging.DEBUG)
     args = build_parser().parse_args(argv)
     return run_command(args.func, args)

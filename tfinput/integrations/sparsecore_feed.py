@@ -21,7 +21,8 @@ threads, up to ``prefetch`` batches ahead, and hands the batches over in order::
 ``sparse`` is exactly what ``preprocess_sparse_dense_matmul_input`` returns for that
 batch (a ``PreprocessedInput``), called with the plan's arguments and the batch's number
 in the stream (`SparseCorePlan.preprocess`); the tests compare every buffer with a serial
-call, bit for bit. ``dense`` is the batch's ``features["dense"]``.
+call, bit for bit. With keras-rs (``SparseCorePlan.from_keras_rs(layer)``), it is what
+``layer.preprocess`` returns instead. ``dense`` is the batch's ``features["dense"]``.
 
 The input: tfinput's ``per_feature`` batches with the ``dense`` multi-hot format.
 ``features["ids"][name]`` is ``[B]`` for a single id (fed as ``[B, 1]`` with weight 1) or
@@ -72,6 +73,9 @@ __all__ = [
 
 log = logging.getLogger("tfinput")
 
+#: `SparseCorePlan.output`'s forms.
+_OUTPUTS = ("jax_tpu_embedding", "keras_rs")
+
 _INSTALL = (
     "pip install 'tfinput[sparsecore]' (jax-tpu-embedding; wheels for CPython 3.12+ on "
     "x86-64 Linux)"
@@ -103,6 +107,13 @@ class SparseCorePlan:
       sharding_strategy: jax-tpu-embedding's sharding strategy (``"MOD"``).
       has_leading_dimension: Buffers shaped ``[local devices, ...]`` (for ``pmap``)
         instead of flat (for ``jit``).
+      output: The form the feed yields a batch's SparseCore input in:
+        ``"jax_tpu_embedding"``, the ``PreprocessedInput`` of
+        ``preprocess_sparse_dense_matmul_input`` (for your own jax-tpu-embedding model),
+        or ``"keras_rs"``, what keras-rs's ``DistributedEmbedding.preprocess`` returns
+        (``{"preprocessed_inputs_per_placement": {"sparsecore": {"inputs": {stack:
+        ShardedCooMatrix}}}}``), to pass to the layer or model as its sparse input.
+        `SparseCorePlan.from_keras_rs` sets it.
     """
 
     feature_specs: Mapping[str, Any]
@@ -112,10 +123,23 @@ class SparseCorePlan:
     allow_id_dropping: bool = False
     sharding_strategy: str = "MOD"
     has_leading_dimension: bool = False
+    output: str = "jax_tpu_embedding"
 
     def __post_init__(self) -> None:
         if not self.feature_specs:
             raise ConfigError("SparseCorePlan: feature_specs is empty")
+        if self.output not in _OUTPUTS:
+            raise ConfigError(
+                f"SparseCorePlan.output: expected one of {', '.join(_OUTPUTS)}, got {self.output!r}"
+            )
+        if self.output == "keras_rs" and (
+            self.sharding_strategy != "MOD" or self.has_leading_dimension
+        ):
+            raise ConfigError(
+                "SparseCorePlan(output='keras_rs'): keras-rs preprocesses with "
+                "sharding_strategy='MOD' and has_leading_dimension=False; got "
+                f"{self.sharding_strategy!r} and {self.has_leading_dimension}"
+            )
         for name in ("local_device_count", "global_device_count", "num_sc_per_device"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -125,6 +149,61 @@ class SparseCorePlan:
                 f"SparseCorePlan: local_device_count {self.local_device_count} exceeds "
                 f"global_device_count {self.global_device_count}"
             )
+
+    @classmethod
+    def from_keras_rs(cls, layer: Any, *, allow_id_dropping: bool = False) -> SparseCorePlan:
+        """The plan that preprocesses every batch as ``layer.preprocess`` would, and
+        yields its output form (``output="keras_rs"``): a keras-rs 0.4
+        ``DistributedEmbedding`` on the JAX backend whose features are placed on
+        SparseCore (on a TPU host; keras-rs refuses that placement elsewhere).
+
+        The plan takes the layer's own feature specs (built here if the layer is not
+        yet: its tables, stacking and limits) and the device and SparseCore counts of
+        its mesh. The feature names of the layer (the keys of its feature configs,
+        joined with "." where nested) must be the pipeline's feature names, as
+        `tfinput.keras_rs_configs` makes them.
+
+        Two differences from keras-rs, both on the safe side: keras-rs always drops
+        the ids beyond a table's limits without a word; the plan raises, or with
+        ``allow_id_dropping`` drops and counts them. And ``preprocess(training=True)``
+        with the layer's ``update_stats`` raises the limits as batches need; the plan
+        keeps the layer's limits as they are when the plan is made (set them from the
+        data: `tfinput.keras_rs_configs` with ``tfinput.sparsecore_stats``'s limits).
+
+        Raises:
+          ConfigError: not a keras-rs ``DistributedEmbedding`` on the JAX backend, no
+            feature placed on SparseCore, or features on ``default_device`` too.
+        """
+        import keras
+
+        placements = getattr(layer, "_placement_to_path_to_feature_config", None)
+        if placements is None or keras.backend.backend() != "jax":
+            raise ConfigError(
+                "SparseCorePlan.from_keras_rs: expected a keras_rs.layers.DistributedEmbedding "
+                f"on the JAX backend, got {type(layer).__name__} on "
+                f"{keras.backend.backend()!r}"
+            )
+        if "sparsecore" not in placements or "default_device" in placements:
+            raise ConfigError(
+                "SparseCorePlan.from_keras_rs: the feed preprocesses features placed on "
+                f"SparseCore, and only those; this layer places its features on "
+                f"{sorted(placements)}. Give every FeatureConfig's table "
+                'placement="sparsecore" (default_device features need no preprocessing: '
+                "feed those to a layer of their own)"
+            )
+        if not layer._sparsecore_built:
+            layer._sparsecore_build()
+        from jax_tpu_embedding.sparsecore.utils import utils as jte_utils
+
+        mesh = layer._sparsecore_layout.device_mesh.backend_mesh
+        return cls(
+            feature_specs=dict(layer._config.feature_specs),
+            local_device_count=int(mesh.local_mesh.devices.size),
+            global_device_count=int(mesh.devices.size),
+            num_sc_per_device=int(jte_utils.num_sparsecores_per_device(mesh.devices.item(0))),
+            allow_id_dropping=allow_id_dropping,
+            output="keras_rs",
+        )
 
     @classmethod
     def from_schema(
@@ -139,6 +218,7 @@ class SparseCorePlan:
         stacking: str = "auto",
         optimizer: Any = None,
         allow_id_dropping: bool = False,
+        output: str = "jax_tpu_embedding",
     ) -> SparseCorePlan:
         """The plan for a tfinput schema in one call: a jax-tpu-embedding ``TableSpec`` per
         table and a ``FeatureSpec`` per categorical feature (single ids ``[B, 1]``,
@@ -161,7 +241,7 @@ class SparseCorePlan:
             default on JAX) or ``"none"`` (every table its own stack).
           optimizer: A jax-tpu-embedding optimizer spec (default: SGD); preprocessing
             does not depend on it.
-          allow_id_dropping: As the attribute.
+          allow_id_dropping, output: As the attributes.
 
         Raises:
           ConfigError: jax-tpu-embedding is missing; an unknown stacking; limits for a
@@ -235,6 +315,7 @@ class SparseCorePlan:
             global_device_count=global_count,
             num_sc_per_device=num_sc_per_device,
             allow_id_dropping=allow_id_dropping,
+            output=output,
         ).prepared()
         if measured:
             _apply_buffer_sizes(plan, limits)
@@ -339,6 +420,34 @@ class SparseCorePlan:
                 "allow_id_dropping=True to drop and count them"
             )
         return out, stats
+
+    def formatted(self, preprocessed: Any) -> Any:
+        """``preprocessed`` (`preprocess`'s ``PreprocessedInput``) in the plan's
+        ``output`` form: itself, or keras-rs's ``preprocess`` structure around the same
+        arrays (keras-rs's ``stack_and_shard_samples``: each stack's buffers as a
+        ``ShardedCooMatrix``, its shard starts each partition's start)."""
+        if self.output == "jax_tpu_embedding":
+            return preprocessed
+        try:
+            from keras_rs.src.layers.embedding.jax.embedding_utils import ShardedCooMatrix
+        except ImportError as e:
+            raise ConfigError(
+                "SparseCorePlan(output='keras_rs') needs keras-rs 0.4 with its JAX "
+                "embedding (pip install 'tfinput[keras-rs]')"
+            ) from e
+        matrices = {}
+        for stack, ends in preprocessed.lhs_row_pointers.items():
+            # As keras-rs 0.4 (embedding_utils.stack_and_shard_samples): a partition
+            # starts at the previous one's end rounded up to a multiple of 8.
+            starts = np.concatenate([np.asarray([0]), ((ends[:-1] + 7) // 8) * 8])
+            matrices[stack] = ShardedCooMatrix(
+                shard_starts=starts,
+                shard_ends=ends,
+                col_ids=preprocessed.lhs_embedding_ids[stack],
+                row_ids=preprocessed.lhs_sample_ids[stack],
+                values=preprocessed.lhs_gains[stack],
+            )
+        return {"preprocessed_inputs_per_placement": {"sparsecore": {"inputs": matrices}}}
 
     def _stack_spec(self, stack: str) -> Any:
         """The stacked table spec of stack ``stack``."""
@@ -554,7 +663,7 @@ def _job(
             )
             for table, ids in sparse.lhs_embedding_ids.items()
         }
-        result.item, result.stats = sparse, (used, stats)
+        result.item, result.stats = plan.formatted(sparse), (used, stats)
     except BaseException as e:  # raised in next(), in order
         # From a process, as tfinput's own error: any exception pickles as that.
         result.error = _explain(e, number) if in_process else e

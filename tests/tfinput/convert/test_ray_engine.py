@@ -189,13 +189,22 @@ def test_parquet_inputs_one_task_per_file(local_ray, small_parquet, tmp_path):
 
 
 @pytest.mark.skipif(not CRITEO.exists(), reason=f"{CRITEO} not found")
-def test_the_criteo_sample_through_the_cli(local_ray, tmp_path, capsys):
-    argv = ["--preset", "criteo", "--to", "columnar", "--chunk-rows", "64", "--json"]
-    assert cli_main(["convert", CRITEO, "--out", tmp_path / "l", *argv]) == 0
+def test_the_documented_ray_command(local_ray, tmp_path, capsys):
+    """docs/scaling.md's command as written (tests/test_docs_commands.py RUN_ELSEWHERE):
+    raw Criteo days (TSV, no header) through the CLI on Ray, ``--ray-address auto``
+    joining the running instance, equal to the one-process output."""
+    lines = CRITEO.read_text().splitlines()[1:]
+    days = []
+    for day in range(2):
+        days.append(tmp_path / f"day-{day}.tsv")
+        days[-1].write_text("".join(line.replace(",", "\t") + "\n" for line in lines[day::2]))
+    argv = ["--preset", "criteo", "--to", "columnar", "--json"]
+    assert cli_main(["convert", *days, "--out", tmp_path / "l", *argv]) == 0
     local = json.loads(capsys.readouterr().out)
-    code = cli_main(["convert", CRITEO, "--out", tmp_path / "r", *argv, "--engine", "ray"])
+    ray_argv = ["--engine", "ray", "--ray-address", "auto"]
+    code = cli_main(["convert", *days, "--out", tmp_path / "day-col", *argv, *ray_argv])
     assert code == 0
     dist = json.loads(capsys.readouterr().out)
     assert dist["rows"] == local["rows"] == 200
-    assert Counter(_columnar_rows(tmp_path / "r")) == Counter(_columnar_rows(tmp_path / "l"))
-    assert cli_main(["check", tmp_path / "r"]) == 0
+    assert Counter(_columnar_rows(tmp_path / "day-col")) == Counter(_columnar_rows(tmp_path / "l"))
+    assert cli_main(["check", tmp_path / "day-col"]) == 0

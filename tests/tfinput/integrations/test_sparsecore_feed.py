@@ -135,6 +135,67 @@ def test_the_feed_is_bit_identical_to_serial_calls_in_order(
         np.testing.assert_array_equal(dense["price"], features["dense"]["price"])
 
 
+def test_the_keras_rs_form_is_what_keras_rs_preprocessing_returns(batches, small_schema):
+    """``output="keras_rs"``: bit for bit what keras-rs 0.4's own JAX preprocessing
+    (``create_feature_samples`` and ``stack_and_shard_samples``, what
+    ``DistributedEmbedding.preprocess`` runs on a TPU) returns for the batch as a keras-rs
+    user passes it (single ids ``[B]``, multi-hot ``[B, max_len]`` with weights), in
+    the structure ``preprocess`` wraps it in."""
+    pytest.importorskip("keras_rs", reason="keras-rs is not installed (Python 3.11+)")
+    from keras_rs.src.layers.embedding.jax import embedding_utils
+
+    plan = _plan(small_schema, "auto", output="keras_rs")
+    with sparsecore_feed(batches[:4], plan, workers=2) as feed:
+        fed = [sparse for (_, sparse), _ in feed]
+    for (features, _), got in zip(batches[:4], fed, strict=True):
+        ids = {name: features["ids"][name] for name in plan.feature_specs}
+        weights = {
+            name: features["weights"].get(name, np.ones(ids[name].shape, np.float32))
+            for name in ids
+        }
+        samples = embedding_utils.create_feature_samples(plan.feature_specs, ids, weights)
+        want, _ = embedding_utils.stack_and_shard_samples(
+            plan.feature_specs, samples, DEVICES, DEVICES, SC
+        )
+        assert list(got) == ["preprocessed_inputs_per_placement"]
+        matrices = got["preprocessed_inputs_per_placement"]["sparsecore"]["inputs"]
+        assert sorted(matrices) == sorted(want) and len(want) == 2
+        for stack, w in want.items():
+            g = matrices[stack]
+            assert type(g) is type(w)
+            for field in ("shard_starts", "shard_ends"):
+                a, b = getattr(g, field), getattr(w, field)
+                assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (stack, field)
+            mask = _valid(w.shard_ends, w.col_ids.size)
+            assert mask.any()
+            for field in ("col_ids", "row_ids", "values"):
+                a, b = getattr(g, field), getattr(w, field)
+                assert a.dtype == b.dtype and a.shape == b.shape
+                assert a[mask].tobytes() == b[mask].tobytes(), (stack, field)
+
+
+def test_from_keras_rs_takes_only_a_sparsecore_layer_on_jax(small_schema):
+    pytest.importorskip("keras_rs", reason="keras-rs is not installed (Python 3.11+)")
+    import keras_rs
+
+    _, features = tfinput.keras_rs_configs(small_schema, per_replica_batch_size=BATCH)
+    layer = keras_rs.layers.DistributedEmbedding(features)  # this process: TensorFlow
+    with pytest.raises(ConfigError, match=r"expected a keras_rs\.layers\.DistributedEmbedding on"):
+        SparseCorePlan.from_keras_rs(layer)
+    plan = _plan(small_schema, "none")
+    with pytest.raises(ConfigError, match="keras-rs preprocesses with sharding_strategy='MOD'"):
+        SparseCorePlan(
+            feature_specs=plan.feature_specs,
+            local_device_count=DEVICES,
+            global_device_count=DEVICES,
+            num_sc_per_device=SC,
+            has_leading_dimension=True,
+            output="keras_rs",
+        )
+    with pytest.raises(ConfigError, match=r"SparseCorePlan\.output: expected one of"):
+        _plan(small_schema, "none", output="flax")
+
+
 def test_a_built_dataset_feeds_directly_and_stats_count_the_buffers(
     small_tfrecord, small_schema, batches
 ):

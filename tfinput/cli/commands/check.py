@@ -109,7 +109,8 @@ def _check(args: argparse.Namespace) -> int:
             "ok": ok,
             "records": report.records,
             "empty_files": list(report.empty_files),
-            "files": [f.__dict__ for f in report.files],
+            "files": [{**f.__dict__, "folded": dict(f.folded)} for f in report.files],
+            "folded_ids": report.folded,
         }
         if resume is not None:
             out_json["resume"] = resume
@@ -132,10 +133,31 @@ def _check(args: argparse.Namespace) -> int:
             f"{len(report.files)} file(s), {report.records:,} records, "
             f"{len(report.problems)} with problems"
         )
+        for line in _folded_lines(report.folded):
+            out.print(line, markup=False, soft_wrap=True)
         if resume is not None:
             for line in _resume_lines(resume):
                 out.print(line, markup=False)
     return 0 if ok else 1
+
+
+def _folded_lines(folded: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """Per feature whose ids ``out_of_range: "modulo"`` folded: how many, the largest."""
+    lines = []
+    for name, c in folded.items():
+        negative = f", {c['negative']:,} of them negative" if c["negative"] else ""
+        lines.append(
+            f"feature {name}: {c['ids']:,} id(s) outside its table [0, "
+            f"{c['vocabulary_size']:,}){negative}, folded onto other ids by "
+            f'out_of_range: "modulo"; largest id {c["largest"]:,}'
+        )
+    if lines:
+        lines.append(
+            "folded ids share embedding rows with the ids they fold onto: raise the "
+            "tables' vocabulary_size to keep them apart (tfinput schema infer on all the "
+            'data), or set out_of_range: "error" to stop on them'
+        )
+    return lines
 
 
 # ----------------------------------------------------------------- resume

@@ -118,8 +118,48 @@ def test_check_json_on_good_data(small_parquet, schema_file, capsys):
         "ok": True,
         "records": 500,
         "empty_files": [],
-        "files": [{"path": p, "records": 250, "error": None} for p in files],
+        "files": [{"path": p, "records": 250, "error": None, "folded": {}} for p in files],
+        "folded_ids": {},
     }
+
+
+def test_check_counts_the_ids_modulo_folds(
+    tmp_path, small_tfrecord, small_schema, small_columns, capsys
+):
+    # Tables too small for the data, with out_of_range "modulo": the check passes (the
+    # pipeline folds the ids, as asked) and says per feature how many it folded.
+    data = small_schema.to_dict()
+    for table in data["tables"]:
+        if table["name"] in ("user", "items"):
+            table["vocabulary_size"] = 100
+    for feature in data["features"]:
+        if feature["name"] in ("user_id", "last_item", "history"):
+            feature["out_of_range"] = "modulo"
+    schema = tmp_path / "folding.json"
+    schema.write_text(json.dumps(data))
+    argv = ["check", *small_tfrecord, "--schema", schema, "--batch-size", "100"]
+    code, out, _ = run_cli(capsys, *argv, "--json")
+    assert code == 0
+    folded = json.loads(out)["folded_ids"]
+    for name in ("user_id", "last_item"):
+        ids = small_columns.values[name]
+        assert folded[name] == {
+            "ids": int((ids >= 100).sum() + (ids < 0).sum()),
+            "negative": int((ids < 0).sum()),
+            "largest": int(ids.max()),
+            "vocabulary_size": 100,
+        }, name
+    history = small_columns.values["history"]
+    assert 0 < folded["history"]["ids"] <= int((history >= 100).sum())
+    assert folded["history"]["largest"] <= int(history.max())
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0
+    ids = small_columns.values["user_id"]
+    assert (
+        f"feature user_id: {int((ids >= 100).sum()):,} id(s) outside its table [0, 100), "
+        f'folded onto other ids by out_of_range: "modulo"; largest id {int(ids.max()):,}'
+    ) in out.replace("\n", " ")
+    assert "raise the tables' vocabulary_size to keep them apart" in out.replace("\n", " ")
 
 
 def test_check_names_the_feature_and_what_was_expected(
