@@ -164,14 +164,24 @@ class ProfileAnalysis:
     def input_limits(self) -> bool | None:
         """Whether the input pipeline limits training: the average input wait is at
         least `INPUT_WAIT_THRESHOLD` of the step time and beyond the step-to-step noise
-        (the step time's coefficient of variation). None without marked steps."""
+        (`step_noise`). None without marked steps."""
         if self.input_wait is None or self.step_time_ms is None:
             return None
-        return self.input_wait.average >= max(INPUT_WAIT_THRESHOLD, self._step_noise())
+        return self.input_wait.average >= max(INPUT_WAIT_THRESHOLD, self.step_noise)
 
-    def _step_noise(self) -> float:
+    @property
+    def step_noise(self) -> float:
+        """How much the step varies from step to step apart from its input wait: the
+        standard deviation of each step's time without its wait, over the mean step
+        time (a wait that comes and goes is what is judged, not noise)."""
         st = self.step_time_ms
-        return st.stddev / st.average if st is not None and st.average > 0 else 0.0
+        if st is None or st.average <= 0:
+            return 0.0
+        if not self.steps:
+            return st.stddev / st.average
+        rest = [s.step_ms - s.input_ms for s in self.steps]
+        mean = sum(rest) / len(rest)
+        return (sum((x - mean) ** 2 for x in rest) / len(rest)) ** 0.5 / st.average
 
     @property
     def verdict(self) -> str:
@@ -180,7 +190,7 @@ class ProfileAnalysis:
         limits = self.input_limits
         if limits is None or self.input_wait is None:
             return "no marked steps: whether the input limits training cannot be told"
-        wait, noise = self.input_wait.average, self._step_noise()
+        wait, noise = self.input_wait.average, self.step_noise
         if limits:
             return (
                 f"the input pipeline limits training: the step waited for input {wait:.1%} "
@@ -190,7 +200,7 @@ class ProfileAnalysis:
         why = (
             f"under {INPUT_WAIT_THRESHOLD:.0%}"
             if wait < INPUT_WAIT_THRESHOLD
-            else f"within the step-to-step noise of the step time ({noise:.1%})"
+            else f"within the step-to-step noise of the rest of the step ({noise:.1%})"
         )
         return (
             f"the input pipeline is not what limits training: the step waited for input "

@@ -8,7 +8,7 @@ import fcntl
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -183,6 +183,24 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         "each end meets a corrupt and a truncated file, one read record by record and one "
         "through read_batch's mini-batches",
     ),
+    "tests/tfinput/columnar_records/test_reader.py::test_batches_identical_to_tfrecord_and_parquet": (
+        frozenset({"1-chunk", "3-chunks-keep-tail", "rebatch-64"}),
+        "each end reads whole chunks and rebatches, with and without a partial last batch",
+    ),
+    "tests/test_multi_host.py::test_four_hosts_read_disjoint_whole_files_that_cover_every_file": (
+        frozenset({"tfrecord", "parquet"}),
+        "the file plan is tfinput's own (plan_shards) for every source; each source reads "
+        "a file list on both ends in its own tests (the newest end: columnar)",
+    ),
+    "tests/tfinput/test_sparsecore.py::test_counts_equal_brute_force": (
+        frozenset({"1-4-32-none-dense", "2-2-40-auto-ragged", "4-2-8-stacking2-sparse"}),
+        "the oldest end counts every multi-hot format and every stacking once; the counts "
+        "are numpy over the batches the pipeline builds (checked on both ends)",
+    ),
+    "tests/tfinput/test_transforms.py::test_sparse_and_ragged_formats_hold_the_same_ids": (
+        frozenset({"parquet-ragged", "tfrecord-sparse", "wrapped-ragged"}),
+        "each end reads every source once, and both formats",
+    ),
 }
 
 #: Single tests (a function, or one case of it) run on one end only: end and reason.
@@ -319,6 +337,21 @@ END_TO_END = frozenset(ONE_END)
 #: of ``--quick``'s leave-outs. Regenerate with ``./dev test --newest --record-slow``.
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 SLOW_SECONDS = 3.0
+
+#: Tests that read through tf.data service servers (or Ray) they stop or kill before
+#: their iterators are freed. Deleting such an iterator waits on its client's retries to
+#: the gone servers, and Python's garbage collector deletes those left in reference
+#: cycles in whatever later test it happens to run in: 10-90 s stalls in unrelated tests,
+#: about 400 s of one CI run (measured with TFINPUT_TEST_TIMES below). After each of these
+#: tests its garbage is frozen instead (`gc.freeze`: never collected, so never deleted):
+#: a few iterators' memory, held until the worker exits.
+FREEZE_GARBAGE_AFTER = (
+    "tests/tfinput/test_fleet.py",
+    "tests/tfinput/test_service.py",
+    "tests/test_service_faults.py",
+    "tests/tfinput/convert/test_ray_engine.py",
+    "tests/tfinput/cli/commands/test_bench.py::test_cli_bench_through_a_local_service",
+)
 
 END = os.environ.get("TFINPUT_TEST_END", "")
 ENDS = ("newest", "oldest")
@@ -464,6 +497,16 @@ def pytest_configure(config: pytest.Config) -> None:
         tf.config.set_logical_device_configuration(
             cpus[0], [tf.config.LogicalDeviceConfiguration()] * 3
         )
+
+
+@pytest.fixture(autouse=True)
+def _freeze_service_garbage(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`FREEZE_GARBAGE_AFTER`: this test's garbage frozen when it ends."""
+    yield
+    if request.node.nodeid.startswith(FREEZE_GARBAGE_AFTER):
+        import gc
+
+        gc.freeze()
 
 
 ROWS = 1000

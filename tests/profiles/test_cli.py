@@ -384,6 +384,7 @@ def test_profile_demo(capsys, tmp_path, demo_data_dir, monkeypatch):
         tmp_path / "demo.html",
     )
     assert code == 0, err
+    assert "Verdict: the input pipeline limits training" in out, out
     assert "Bottleneck:" in out and "Stages on host" in out
     assert "parse" in out  # the demo's map is named "parse"
     assert (tmp_path / "demo.html").is_file()

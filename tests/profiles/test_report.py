@@ -46,14 +46,20 @@ def test_an_input_wait_within_the_noise_names_no_stage_or_knob(slow_map):
     assert slow_map.input_limits is True  # a 60 ms map under a 2 ms step
     assert slow_map.verdict.startswith("the input pipeline limits training: the step waited")
     assert slow_map.to_dict()["bottleneck"] is not None
-    # The same trace as if the step had waited 1% of its time, then 5% with a step time
-    # that varies by 10% from step to step: the input is not what limits training.
-    for wait, stddev, why in ((0.01, 0.0, "under 3%"), (0.05, 0.1, "within the step-to-step")):
-        step = slow_map.step_time_ms
+    # The same trace as if the step had waited 1% of its time, then 5% with the rest of
+    # the step varying by 20% from step to step: the input is not what limits training.
+    for wait, swing, why in ((0.01, 0.0, "under 3%"), (0.05, 20.0, "within the step-to-step")):
+        steps = tuple(
+            dataclasses.replace(
+                s, step_ms=100.0 + (swing if i % 2 else -swing), input_ms=100.0 * wait
+            )
+            for i, s in enumerate(slow_map.steps)
+        )
         quiet = dataclasses.replace(
             slow_map,
+            steps=steps,
+            step_time_ms=Spread.of([s.step_ms for s in steps]),
             input_wait=Spread(average=wait, minimum=wait, maximum=wait),
-            step_time_ms=dataclasses.replace(step, stddev=stddev * step.average),
         )
         assert quiet.input_limits is False
         text = format_text(quiet, width=400)
