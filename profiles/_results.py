@@ -165,9 +165,15 @@ class ProfileAnalysis:
         """Whether the input pipeline limits training: the average input wait is at
         least `INPUT_WAIT_THRESHOLD` of the step time and beyond the step-to-step noise
         (`step_noise`). None without marked steps."""
-        if self.input_wait is None or self.step_time_ms is None:
+        if self.input_wait is None or self.step_time_ms is None or self._input_only:
             return None
         return self.input_wait.average >= max(INPUT_WAIT_THRESHOLD, self.step_noise)
+
+    @property
+    def _input_only(self) -> bool:
+        """Captured with no training step (``--step input_only``): the input is all
+        there is, so whether it limits training is unknown."""
+        return ((self.capture or {}).get("step") or {}).get("kind") == "input_only"
 
     @property
     def step_noise(self) -> float:
@@ -188,6 +194,12 @@ class ProfileAnalysis:
         """One sentence: whether the input pipeline limits training, from the measured
         input wait and the step-to-step noise (`input_limits`)."""
         limits = self.input_limits
+        if self._input_only:
+            return (
+                "measured input only (no training step): whether the input limits training "
+                "is unknown; the stages below are the pipeline's own (profile with your "
+                "step to find out)"
+            )
         if limits is None or self.input_wait is None:
             return "no marked steps: whether the input limits training cannot be told"
         wait, noise = self.input_wait.average, self.step_noise

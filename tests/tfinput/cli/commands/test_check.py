@@ -318,3 +318,33 @@ def test_resume_usage_errors_exit_2(small_tfrecord, schema_file, capsys, extra, 
     code, out, err = run_cli(capsys, "check", small_tfrecord[0], "--schema", schema_file, *extra)
     assert (code, out) == (2, "")
     assert message in err
+
+
+@pytest.mark.parametrize("kind", ["parquet", "columnar"])
+def test_folded_ids_are_counted_on_every_source(kind, pipeline_of, small_schema, small_columns):
+    """`Pipeline.check` counts the ids ``modulo`` folds from each source's raw ids (the
+    CLI test above reads TFRecord)."""
+    import dataclasses
+
+    from tfinput.schema import Schema
+
+    tables = tuple(
+        dataclasses.replace(t, vocabulary_size=100) if t.name == "user" else t
+        for t in small_schema.tables
+    )
+    features = tuple(
+        dataclasses.replace(f, out_of_range="modulo") if f.name == "user_id" else f
+        for f in small_schema.features
+    )
+    schema = Schema(features=features, tables=tables, labels=small_schema.labels)
+    report = pipeline_of(kind).with_schema(schema).check(batch_size=300)
+    ids = small_columns.values["user_id"]
+    assert report.ok and report.records == 1000
+    assert report.folded == {
+        "user_id": {
+            "ids": int((ids >= 100).sum() + (ids < 0).sum()),
+            "negative": int((ids < 0).sum()),
+            "largest": int(ids.max()),
+            "vocabulary_size": 100,
+        }
+    }
