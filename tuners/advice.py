@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -152,7 +153,7 @@ def input_verdict(
     threshold = INPUT_BOUND_THRESHOLD
     if waits:
         w = sorted(waits)
-        median = _median(w)
+        median = statistics.median(w)
         spread = f"rounds {w[0]:.1%}-{w[-1]:.1%}"
         if len(w) < 2:
             return None, (
@@ -175,7 +176,7 @@ def input_verdict(
         )
     if fed and bound:
         f, b = sorted(fed), sorted(bound)
-        fed_median, bound_median = _median(f), _median(b)
+        fed_median, bound_median = statistics.median(f), statistics.median(b)
         wait = max(0.0, 1.0 - fed_median / bound_median) if bound_median > 0 else 0.0
         numbers = (
             f"fed {fed_median:,.0f} examples/s (rounds {f[0]:,.0f}-{f[-1]:,.0f}) against a "
@@ -201,12 +202,6 @@ def input_verdict(
             "but the rounds overlap (measure longer: --confirm-windows)"
         )
     return None, "the input wait could not be measured"
-
-
-def _median(values: Sequence[float]) -> float:
-    v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
 def clock_kwargs(

@@ -161,12 +161,20 @@ def test_a_step_much_slower_than_the_input_is_told_input_is_not_the_bottleneck(t
 
 
 # -------------------------------------------------------------- gain by knob
-def _rate_by_map_and_prefetch(config):
-    # map_parallelism 4 doubles the rate, prefetch 4 adds half: known contributions.
-    rate = 100_000.0
-    rate *= 2.0 if config.map_parallelism == 4 else 1.0
-    rate *= 1.5 if config.prefetch == 4 else 1.0
+def _rate_by_map_and(prefetch_4):
+    """A rate function: map_parallelism 4 doubles the rate, prefetch 4 multiplies it by
+    ``prefetch_4``: known contributions."""
+
+    def rate(config):
+        rate = 100_000.0
+        rate *= 2.0 if config.map_parallelism == 4 else 1.0
+        rate *= prefetch_4 if config.prefetch == 4 else 1.0
+        return rate
+
     return rate
+
+
+_rate_by_map_and_prefetch = _rate_by_map_and(1.5)  # prefetch 4 adds half
 
 
 def test_the_gain_is_broken_down_by_knob_group(tmp_path):
@@ -200,12 +208,7 @@ def test_the_gain_is_broken_down_by_knob_group(tmp_path):
     assert work.tune(**kwargs, breakdown=False).breakdown == ()
 
 
-def _rate_where_prefetch_hurts(config):
-    # map_parallelism 4 doubles the rate; prefetch 4 costs a fifth of it.
-    rate = 100_000.0
-    rate *= 2.0 if config.map_parallelism == 4 else 1.0
-    rate *= 0.8 if config.prefetch == 4 else 1.0
-    return rate
+_rate_where_prefetch_hurts = _rate_by_map_and(0.8)  # prefetch 4 costs a fifth
 
 
 def test_a_group_slower_in_every_round_is_reverted_and_the_best_measured_is_saved(tmp_path):
