@@ -13,6 +13,9 @@
 #                                        rates per layout and steps_per_execution; transfer)
 #   tune-FMT.log, tune-FMT/result.json   `tfinput tune --step ranking_fit` against the GPU step,
 #                                        for each format in TUNE_SOURCES
+#   jax-profile-gpu.md                   benchmarks/jax_profile.py: the device compute per step
+#                                        read from JAX's trace vs the tuner's step bound
+#   profile-gpu.txt                      `tfinput profile --demo --step ranking`'s report
 #   log.txt                              everything else (setup, versions, timings)
 set -uo pipefail
 OUT=${OUT:-/tmp/tfinput-device-out}
@@ -25,6 +28,7 @@ TUNE_S=${TUNE_S:-150}       # bound on each tune (search at most TUNE_S / 3)
 SKIP_FEED=${SKIP_FEED:-}    # non-empty: skip the feed benchmark (the data is still written)
 TUNE_SOURCES=${TUNE_SOURCES:-tfrecord}  # tune against each of these formats in turn
 TUNE_FIX=${TUNE_FIX:-}      # e.g. cache=false: --fix for every tune
+PROFILE_S=${PROFILE_S:-150} # bound on the JAX profile benchmark and the profile report
 t0=$(date +%s)
 stamp() { echo "[device.sh +$(($(date +%s) - t0))s] $*"; }
 
@@ -49,6 +53,15 @@ cp benchmarks/results-feed-gpu.json "$OUT/" 2>/dev/null
 fi
 
 data=benchmarks/.data/criteo-$ROWS
+stamp "JAX profile vs step bound on the GPU"
+timeout "$PROFILE_S" python3 benchmarks/jax_profile.py --rows "$ROWS" --batch-size 4096 \
+  --rounds 3 > "$OUT/jax-profile-gpu.md"
+stamp "jax profile exit $?"
+echo '{"batch_size": 4096}' > /tmp/profile-config.json
+timeout "$PROFILE_S" python3 -c 'import sys; from tfinput.cli import main; sys.exit(main())' \
+  profile --demo --config /tmp/profile-config.json --step ranking --steps 10 --warmup 5 \
+  --logdir /tmp/profile-gpu > "$OUT/profile-gpu.txt" 2>&1
+stamp "profile exit $?"
 python3 -c "from tfinput import testing; testing.criteo_like_schema().to_json('/tmp/schema.json')"
 fix=(); for f in $TUNE_FIX; do fix+=(--fix "$f"); done
 for fmt in $TUNE_SOURCES; do

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from profiles._jax_trace import JaxDeviceTime
 from profiles._xprof import TESTED_XPROF
 from profiles.stages import Bottleneck, PipelineStages
 
@@ -122,6 +123,9 @@ class ProfileAnalysis:
         fix it. Empty for a complete trace.
       capture: What `profiles.capture` recorded about the run (TF version, cores,
         warm-up, steps, step kind), or None for traces captured otherwise.
+      jax_device: Device compute and host-to-device transfer per step from JAX's own
+        trace, for a step that runs on JAX (whose computation TensorFlow's profiler
+        does not see); None otherwise.
     """
 
     logdir: str
@@ -143,6 +147,7 @@ class ProfileAnalysis:
     step_markers: Mapping[str, int]
     diagnostics: tuple[str, ...]
     capture: Mapping[str, Any] | None = None
+    jax_device: JaxDeviceTime | None = None
 
     @property
     def is_complete(self) -> bool:
@@ -235,6 +240,7 @@ class ProfileAnalysis:
             return False, (
                 "not applicable: the step runs on JAX, whose computation TensorFlow's "
                 "profiler does not see, so xprof counts the whole step as 'All others'"
+                + ("; its device compute is from JAX's own trace" if self.jax_device else "")
             )
         return False, (
             "not applicable: xprof's step breakdown disagrees with the measured input "

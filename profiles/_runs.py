@@ -40,11 +40,15 @@ class TraceRun:
 
 
 def _runs_under(root: Path) -> dict[Path, list[Path]]:
+    """Run directory -> its trace files; a run inside another run's directory (the JAX
+    trace a capture keeps in ``<run>/jax/``) belongs to that run, not a run of its own."""
     runs: dict[Path, list[Path]] = {}
     for path in sorted(root.rglob("*.xplane.pb")):
         if path.is_file():
             runs.setdefault(path.parent, []).append(path)
-    return runs
+    return {
+        run: paths for run, paths in runs.items() if not any(other in run.parents for other in runs)
+    }
 
 
 def find_trace(

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from profiles._jax_trace import JaxDeviceTime, jax_device_time
 from profiles._results import Comparison, InputOp, ProfileAnalysis, Spread, StepTime
 from profiles._runs import TraceRun, find_trace
 from profiles._xplane import XSpaceFile, host_planes, load_xspace, stat_value
@@ -122,6 +123,7 @@ def analyze(
     diagnostics += missing
     capture = _read_capture(trace.run_dir)
     return ProfileAnalysis(
+        jax_device=_jax_device(trace.run_dir, capture),
         logdir=str(trace.logdir),
         run=trace.run,
         hosts=trace.hosts,
@@ -335,6 +337,14 @@ def _read_capture(run_dir: Path) -> Mapping[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _jax_device(run_dir: Path, capture: Mapping[str, Any] | None) -> JaxDeviceTime | None:
+    """Device compute and transfer per step from the JAX trace a capture kept."""
+    if not capture or not capture.get("jax_trace"):
+        return None
+    step_name = (capture.get("config") or {}).get("step_name") or "train"
+    return jax_device_time(run_dir, step_name=str(step_name))
 
 
 def _simulated_device_ms(capture: Mapping[str, Any] | None) -> float | None:

@@ -14,6 +14,12 @@ trace is a standard TensorBoard profile directory (``logdir/plugins/profile/<run
 step kind, wall-clock step times), so numbers from different machines or settings
 are never compared blindly.
 
+A step that runs on JAX (``--step jax``, or Keras on the JAX backend) is also traced by
+JAX's own profiler (`jax.profiler`), since TensorFlow's does not see its computation:
+each profiled step is marked in both traces, and JAX's trace is kept in the run
+directory (``<run>/jax/``, a TensorBoard log directory of its own) for
+`profiles.analysis` to read device compute and host-to-device transfer per step from.
+
 A step that owns the training loop (``keras_fit``: ``model.fit``) cannot be wrapped
 that way; its ``fit`` call gets a callback instead that starts the profiler at the
 profiled epoch and marks each call into the train function (``steps_per_execution``
@@ -32,17 +38,21 @@ tracer off) record the tf.data iterator events the stage analysis needs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
 import os
 import platform
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from profiles._jax_trace import JAX_TRACE_DIR
 from profiles.analysis import CAPTURE_METADATA, TESTED_XPROF
 from profiles.errors import ProfileError
 from tfinput.bench.probes import available_cpus
@@ -219,8 +229,14 @@ def capture(
     if getattr(the_step, "kind", None) == "keras_fit":
         before = _trace_files(logdir)
         started = datetime.datetime.now(datetime.timezone.utc)
-        durations = _capture_owned_loop(the_step, dataset, cfg, logdir, clock)
-        return _finish(the_step, dataset, cfg, logdir, before, started, durations, None)
+        jax_trace = _JaxTrace.of(the_step)
+        try:
+            durations = _capture_owned_loop(the_step, dataset, cfg, logdir, clock, jax_trace)
+            return _finish(
+                the_step, dataset, cfg, logdir, before, started, durations, None, jax_trace
+            )
+        finally:
+            jax_trace.discard()
 
     iterator = iter(dataset)
     done = warm_up(iterator, plan.warmup_batches, the_step)
@@ -232,9 +248,17 @@ def capture(
         )
     before = _trace_files(logdir)
     started = datetime.datetime.now(datetime.timezone.utc)
-    _start_profiler(logdir)
-    durations, ran_out_at = _profile_steps(iterator, the_step, plan, cfg.step_name, clock)
-    return _finish(the_step, dataset, cfg, logdir, before, started, durations, ran_out_at)
+    jax_trace = _JaxTrace.of(the_step)
+    try:
+        _start_profiler(logdir, jax_trace)
+        durations, ran_out_at = _profile_steps(
+            iterator, the_step, plan, cfg.step_name, clock, jax_trace
+        )
+        return _finish(
+            the_step, dataset, cfg, logdir, before, started, durations, ran_out_at, jax_trace
+        )
+    finally:
+        jax_trace.discard()
 
 
 def _profile_steps(
@@ -243,6 +267,7 @@ def _profile_steps(
     plan: WindowPlan,
     step_name: str,
     clock: Callable[[], float],
+    jax_trace: _JaxTrace,
 ) -> tuple[list[float], int | None]:
     """Run ``plan.window_batches`` steps in step markers numbered after the warm-up,
     then stop the profiler; returns each step's wall time in ms and the step at which
@@ -254,7 +279,11 @@ def _profile_steps(
     try:
         for i in range(plan.window_batches):
             t0 = clock()
-            with tf.profiler.experimental.Trace(step_name, step_num=plan.warmup_batches + i, _r=1):
+            n = plan.warmup_batches + i
+            with (
+                tf.profiler.experimental.Trace(step_name, step_num=n, _r=1),
+                jax_trace.marker(step_name, n),
+            ):
                 try:
                     batch = next(iterator)
                 except StopIteration:
@@ -263,11 +292,12 @@ def _profile_steps(
                 step(batch)
             durations.append((clock() - t0) * 1e3)
     finally:
+        jax_trace.stop()
         tf.profiler.experimental.stop()
     return durations, ran_out_at
 
 
-def _start_profiler(logdir: Path) -> None:
+def _start_profiler(logdir: Path, jax_trace: _JaxTrace) -> None:
     import tensorflow as tf
 
     try:
@@ -277,10 +307,94 @@ def _start_profiler(logdir: Path) -> None:
             f"cannot start the profiler ({type(e).__name__}: {e}); is another profiler "
             "session running in this process? Stop it with tf.profiler.experimental.stop()"
         ) from e
+    try:
+        jax_trace.start()
+    except BaseException:
+        tf.profiler.experimental.stop()
+        raise
+
+
+class _JaxTrace:
+    """JAX's own trace of the profiled steps, for a step that runs on JAX (TensorFlow's
+    profiler does not see its computation): written to a temporary directory, each step
+    inside a ``jax.profiler.StepTraceAnnotation`` named like the TensorFlow marker, then
+    moved into the TensorFlow run directory (`profiles._jax_trace.JAX_TRACE_DIR`). For
+    any other step every method does nothing."""
+
+    def __init__(self, profiler: Any = None) -> None:
+        self.profiler = profiler
+        self.directory: Path | None = None
+        self.active = False
+
+    @classmethod
+    def of(cls, step: Any) -> _JaxTrace:
+        if step.backend != "jax":
+            return cls()
+        try:
+            import jax.profiler
+        except ImportError:  # a JAX step without JAX cannot have run
+            return cls()
+        return cls(jax.profiler)
+
+    def start(self) -> None:
+        if self.profiler is None:
+            return
+        self.directory = Path(tempfile.mkdtemp(prefix="tfinput-jax-trace-"))
+        kwargs: dict[str, Any] = {}
+        if hasattr(self.profiler, "ProfileOptions"):  # JAX 0.6+: no Python tracer
+            options = self.profiler.ProfileOptions()
+            options.python_tracer_level = 0
+            kwargs["profiler_options"] = options
+        try:
+            self.profiler.start_trace(str(self.directory), **kwargs)
+        except Exception as e:
+            raise ProfileError(
+                f"cannot start JAX's profiler ({type(e).__name__}: {e}); is a "
+                "jax.profiler trace already running? Stop it with jax.profiler.stop_trace()"
+            ) from e
+        self.active = True
+
+    def marker(self, name: str, step_num: int) -> Any:
+        if not self.active:
+            return contextlib.nullcontext()
+        return self.profiler.StepTraceAnnotation(name, step_num=step_num)
+
+    def stop(self) -> None:
+        if self.active:
+            self.active = False
+            self.profiler.stop_trace()
+
+    def discard(self) -> None:
+        """Remove the temporary trace if it was not moved (the capture failed)."""
+        self.stop()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+    def move_into(self, run_dir: Path) -> str | None:
+        """Move the trace into ``run_dir``; returns its path relative to it."""
+        if self.directory is None:
+            return None
+        try:
+            runs = sorted(p.parent for p in self.directory.rglob("*.xplane.pb"))
+            if not runs:
+                return None
+            target = run_dir / JAX_TRACE_DIR / "plugins" / "profile" / runs[-1].name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(runs[-1]), str(target))
+            return JAX_TRACE_DIR
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
 
 
 def _capture_owned_loop(
-    step: Any, dataset: Any, cfg: CaptureConfig, logdir: Path, clock: Callable[[], float]
+    step: Any,
+    dataset: Any,
+    cfg: CaptureConfig,
+    logdir: Path,
+    clock: Callable[[], float],
+    jax_trace: _JaxTrace,
 ) -> list[float]:
     """Profile a loop-owning step (``model.fit``) through a Keras callback; returns
     the wall time of every marked call, in ms."""
@@ -294,7 +408,7 @@ def _capture_owned_loop(
             f"got {type(dataset).__name__}"
         )
     durations: list[float] = []
-    markers = _step_markers(cfg, logdir, clock, durations)
+    markers = _step_markers(cfg, logdir, clock, durations, jax_trace)
     # One marker per call into the train function: steps_per_execution batches.
     per_call = int(step.describe().get("steps_per_execution", 1))
     first = next(iter(dataset.take(1)), None)
@@ -314,12 +428,17 @@ def _capture_owned_loop(
     finally:
         if markers.active:  # fit failed inside the profiled epoch
             markers.close_marker()
+            jax_trace.stop()
             tf.profiler.experimental.stop()
     return durations
 
 
 def _step_markers(
-    cfg: CaptureConfig, logdir: Path, clock: Callable[[], float], durations: list[float]
+    cfg: CaptureConfig,
+    logdir: Path,
+    clock: Callable[[], float],
+    durations: list[float],
+    jax_trace: _JaxTrace,
 ) -> Any:
     """A Keras callback that starts the profiler at the last (timed) epoch and marks
     each call into the train function, appending its wall time (ms) to ``durations``."""
@@ -335,19 +454,22 @@ def _step_markers(
             self.marked = 0
 
         def open_marker(self, step_num: int) -> None:
-            self.trace = tf.profiler.experimental.Trace(cfg.step_name, step_num=step_num, _r=1)
-            self.trace.__enter__()
+            self.trace = contextlib.ExitStack()
+            self.trace.enter_context(
+                tf.profiler.experimental.Trace(cfg.step_name, step_num=step_num, _r=1)
+            )
+            self.trace.enter_context(jax_trace.marker(cfg.step_name, step_num))
             self.t0 = clock()
 
         def close_marker(self) -> None:
             if self.trace is not None:
-                self.trace.__exit__(None, None, None)
+                self.trace.close()
                 durations.append((clock() - self.t0) * 1e3)
                 self.trace = None
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             if epoch == self.params["epochs"] - 1:  # the one timed epoch
-                _start_profiler(logdir)
+                _start_profiler(logdir, jax_trace)
                 self.active = True
                 self.open_marker(cfg.warmup)
 
@@ -363,6 +485,7 @@ def _step_markers(
             if self.active:
                 self.close_marker()
                 self.active = False
+                jax_trace.stop()
                 tf.profiler.experimental.stop()
 
     return Markers()
@@ -388,6 +511,7 @@ def _finish(
     started: datetime.datetime,
     durations: list[float],
     ran_out_at: int | None,
+    jax_trace: _JaxTrace,
 ) -> CaptureResult:
     import tensorflow as tf
 
@@ -401,6 +525,7 @@ def _finish(
         )
     run_dir = written[-1].parent
     trace_files = tuple(p for p in written if p.parent == run_dir)
+    jax_dir = jax_trace.move_into(run_dir)
     if ran_out_at is not None:
         raise ProfileError(
             f"the pipeline ran out after {cfg.warmup + ran_out_at} batches (warm-up "
@@ -421,6 +546,7 @@ def _finish(
         "tensorflow": tf.__version__,
         "tested_xprof": TESTED_XPROF,
         "wall_step_ms": durations,
+        **({"jax_trace": jax_dir} if jax_dir else {}),
         "note": "wall_step_ms include profiler overhead; the trace has the precise times"
         + _fit_note(the_step),
     }

@@ -73,6 +73,14 @@ def _capture_line(analysis: ProfileAnalysis) -> str:
 
 
 def _device_text(analysis: ProfileAnalysis) -> str:
+    jax = analysis.jax_device
+    if jax is not None and jax.steps:
+        what = "kernels" if jax.platform == "gpu" else "XLA executions on the CPU"
+        return (
+            f"{jax.compute_ms:.2f} ms per step ({what}), host-to-device "
+            f"{jax.transfer_ms:.2f} ms per step, of a {jax.step_ms:.2f} ms step: medians of "
+            f"{len(jax.steps)} steps in JAX's own trace"
+        )
     if analysis.device_compute_ms is not None:
         text = _ms(analysis.device_compute_ms) + " per step"
     elif analysis.steps:

@@ -201,6 +201,12 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         frozenset({"parquet-ragged", "tfrecord-sparse", "wrapped-ragged"}),
         "each end reads every source once, and both formats",
     ),
+    "tests/tfinput/cli/test_tf_logs.py::test_commands_print_no_tensorflow_log_lines": (
+        frozenset({"demo", "check", "convert"}),
+        "each command once, in its own process; the filter that keeps TensorFlow's lines "
+        "out is the same code for all (its own tests run on both ends), the lines "
+        "TensorFlow writes differ by version, so each end runs commands that run ops",
+    ),
 }
 
 #: Single tests (a function, or one case of it) run on one end only: end and reason.
@@ -322,6 +328,10 @@ LONG_ALONE: dict[str, str] = {
     ),
     "tests/tfinput/test_retrieval.py::test_two_tower_model_trains_on_jax_under_xla": (
         "a two-tower model trained under XLA in a JAX child process"
+    ),
+    "tests/tfinput/cli/test_tf_logs.py::test_commands_print_no_tensorflow_log_lines": (
+        "its demo case runs `tfinput demo` in its own process as a user does: 200,000 rows "
+        "generated, a trial, the confirmation, the roofline and the columnar sample"
     ),
     "tests/tuners/test_storage_postgres.py::test_two_workers_one_killed": (
         "two tuner worker processes on PostgreSQL, one SIGKILLed, trials long enough for "

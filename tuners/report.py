@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -179,10 +180,12 @@ def _figures(result: TuneResult) -> list[tuple[str, Any]]:
         import optuna
 
         # A plot that cannot be drawn (too few complete trials, a single searched knob)
-        # is left out of the report.
+        # is left out of the report; so is Optuna's warning that importances of too few
+        # trials are all equal (the plot says so itself).
         with contextlib.suppress(Exception):
             figs.append(("history", optuna.visualization.plot_optimization_history(study)))
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
             figs.append(("importances", optuna.visualization.plot_param_importances(study)))
         rows = [r for r in summarize_trials(study) if r["median"] is not None]
         if rows:

@@ -281,6 +281,14 @@ def test_profile_pipeline(capsys, tmp_path, pipeline_module, spec, extra, kind):
     if kind == "simulated":
         assert data["simulated_device_ms"] == pytest.approx(2.0)
     assert list(logdir.glob("plugins/profile/*/*.xplane.pb"))
+    if kind == "jax":  # JAX's own trace, kept in the run: its XLA executions per step
+        assert list(logdir.glob("plugins/profile/*/jax/plugins/profile/*/*.xplane.pb"))
+        jax = data["jax_device"]
+        assert jax["platform"] == "cpu" and len(jax["steps"]) == 4
+        for s in jax["steps"]:
+            assert 0 < s["compute_ms"] <= s["step_ms"] and 0 <= s["transfer_ms"] <= s["step_ms"]
+    else:
+        assert data["jax_device"] is None
 
 
 def _profile_without_analysis(capsys, tmp_path, *argv):
@@ -432,7 +440,8 @@ print(json.dumps(results))
 @pytest.mark.slow
 def test_profile_the_ranking_steps_on_the_jax_backend(tmp_path, demo_data_dir):
     """`tfinput profile --step ranking` and `--step ranking_fit` under KERAS_BACKEND=jax: a
-    trace with step markers that the analysis reads, and the backend recorded."""
+    trace with step markers that the analysis reads, the backend recorded, and the device
+    compute and transfer per step from JAX's own trace."""
     import os
     import subprocess
     import sys
@@ -457,6 +466,12 @@ def test_profile_the_ranking_steps_on_the_jax_backend(tmp_path, demo_data_dir):
         assert data["verdict"] and data["input_limits"] in (True, False)
         if data["input_limits"] is False:
             assert data["bottleneck"] is None
+        # ... and JAX's own trace shows the step's XLA executions and its batch copies.
+        jax = data["jax_device"]
+        assert jax["platform"] == "cpu" and len(jax["steps"]) == 4, step
+        for s in jax["steps"]:
+            assert 0 < s["compute_ms"] <= s["step_ms"], (step, s)
+            assert 0 < s["transfer_ms"] <= s["step_ms"], (step, s)
 
 
 # ------------------------------------------------ the built-in model of --step keras

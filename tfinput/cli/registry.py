@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tfinput.cli.tf_logs import quiet_tensorflow, wants_verbose
+from tfinput.cli.tf_logs import filter_stderr, quiet_tensorflow, wants_verbose
 from tfinput.errors import TfinputError
 
 __all__ = ["COMMANDS", "Command", "build_parser", "commands", "main", "run_command"]
@@ -164,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # unless --verbose (or the user's own TF_CPP_MIN_LOG_LEVEL).
     tokens = list(sys.argv[1:] if argv is None else argv)
     verbose = wants_verbose(tokens)
-    quiet_tensorflow(verbose=verbose)
+    if quiet_tensorflow(verbose=verbose) and argv is None:
+        filter_stderr()  # the ``tfinput`` process itself: TF's C++ lines at any time
     if verbose:  # e.g. the tuner logs every failed trial's traceback, not only the first
         logging.getLogger("tfinput").setLevel(logging.DEBUG)
     args = build_parser().parse_args(argv)

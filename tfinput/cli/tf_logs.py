@@ -4,29 +4,36 @@ called by `tfinput.cli.main` before anything imports TensorFlow, unless the glob
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.abc
 import importlib.util
 import logging
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["quiet_tensorflow", "wants_verbose"]
+__all__ = ["filter_stderr", "quiet_tensorflow", "wants_verbose"]
 
-# Lines TensorFlow's C++ runtime writes to stderr while it loads, before its log level
-# applies (TF 2.20+: absl logs INFO lines such as the oneDNN notice whatever
-# TF_CPP_MIN_LOG_LEVEL says): INFO and WARNING lines in the glog/absl format, and the
-# continuation of the cpu_feature_guard notice. E(rror) and F(atal) lines are kept.
+# The lines TensorFlow's C++ runtime (and XLA, absl) writes to stderr: INFO, WARNING and
+# ERROR lines in the glog/absl formats (TF 2.20+ logs some whatever TF_CPP_MIN_LOG_LEVEL
+# says, e.g. the oneDNN notice as an E line on CPUs without AVX-512), the absl preamble
+# and the continuation of the cpu_feature_guard notice. Errors that matter reach the user
+# as Python exceptions; F(atal) lines, written just before an abort, are kept.
 _TF_NOISE = re.compile(
-    r"^(?:[IW]\d{4} +\d+:\d+:\d+\.\d+ +\d+ [\w.]+:\d+\]"
-    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] \S+:\d+\]"
+    r"^(?:[IWE]\d{4} +\d+:\d+:\d+\.\d+ +\d+ [\w./-]+:\d+\]"
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+:\d+\]"
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|To enable the following instructions:.*rebuild TensorFlow)"
+)
+# The start of a line that may turn out to be noise once its end arrives.
+_TF_NOISE_PREFIX = re.compile(
+    r"^(?:[IWE]\d{0,4}(?: .*)?|\d{1,4}(?:-.*)?|WARNING: All log.*|To enable the following.*)$"
 )
 _TF_WARNING_MODULES = r"(tensorflow|keras|tf_keras|absl|google\.protobuf|h5py)(\.|$)"
 
@@ -126,3 +133,112 @@ def _filtered_stderr() -> Iterator[None]:
             if keep:
                 sys.stderr.write("".join(keep))
                 sys.stderr.flush()
+
+
+# The filter process: reads what the command writes to descriptor 2 and writes every line
+# but TensorFlow's log lines to the real stderr (its stdout). Ctrl-C and SIGTERM reach it
+# with the command's process group: it ignores them and drains until every writer closes,
+# so nothing the command wrote (a traceback, a crash dump) is lost. A partial line is
+# passed on at once unless it may still become a log line; then it waits for its end, at
+# most a second.
+_FILTER = r"""
+import os, re, select, signal, sys
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+noise, prefix = re.compile(sys.argv[1].encode()), re.compile(sys.argv[2].encode())
+
+def out(data):
+    while data:
+        try:
+            data = data[os.write(1, data):]
+        except OSError:  # the real stderr is gone: keep draining, drop
+            return
+
+buf = b""
+while True:
+    ready, _, _ = select.select([0], [], [], 1.0 if buf else None)
+    if not ready:
+        out(buf)
+        buf = b""
+        continue
+    try:
+        chunk = os.read(0, 1 << 16)
+    except OSError:  # a pseudo-terminal whose writers all closed
+        chunk = b""
+    if not chunk:
+        break
+    *lines, buf = (buf + chunk).split(b"\n")
+    out(b"".join(line + b"\n" for line in lines if not noise.match(line)))
+    if buf and not prefix.match(buf):
+        out(buf)
+        buf = b""
+if buf and not noise.match(buf):
+    out(buf)
+"""
+
+
+def filter_stderr() -> bool:
+    """Drop TensorFlow's C++ log lines from everything this process (and the processes it
+    starts) writes to descriptor 2, for the rest of its life.
+
+    TensorFlow and XLA log from C++ straight to the descriptor, some lines whatever
+    ``TF_CPP_MIN_LOG_LEVEL`` says, and at any time (the first time an op runs, not only
+    while TensorFlow loads). Descriptor 2 becomes a pipe (a pseudo-terminal when stderr
+    is a terminal, so progress bars and colours stay) read by a small filter process that
+    writes the rest to the real stderr. The filter outlives a crash of this process, so
+    a traceback or a fatal error is never lost. `tfinput.cli.main` calls it for the
+    ``tfinput`` command (not for ``main(argv)`` called from Python) unless ``--verbose``
+    or the user's ``TF_CPP_MIN_LOG_LEVEL``.
+
+    Returns:
+      Whether the filter was started (not on Windows, nor without a stderr).
+    """
+    if os.name != "posix":
+        return False
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all
+        return False
+    if os.isatty(saved):
+        import termios
+        import tty
+
+        read_end, write_end = os.openpty()
+        with contextlib.suppress(OSError):
+            import fcntl
+
+            size = fcntl.ioctl(saved, termios.TIOCGWINSZ, b"\0" * 8)
+            fcntl.ioctl(write_end, termios.TIOCSWINSZ, size)
+        tty.setraw(write_end)  # bytes pass as written: the real terminal translates
+    else:
+        read_end, write_end = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", _FILTER, _TF_NOISE.pattern, _TF_NOISE_PREFIX.pattern],
+            stdin=read_end,
+            stdout=saved,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
+    except OSError:
+        for fd in (read_end, write_end, saved):
+            os.close(fd)
+        return False
+    os.close(read_end)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    atexit.register(_stop_filter, proc, saved)
+    return True
+
+
+def _stop_filter(proc: subprocess.Popen[bytes], saved: int) -> None:
+    """At exit: give descriptor 2 back and let the filter write what it still holds
+    (a few seconds at most: processes this one started may still hold the pipe)."""
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os.dup2(saved, 2)
+    os.close(saved)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
