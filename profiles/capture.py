@@ -55,9 +55,9 @@ from typing import Any
 from profiles._jax_trace import JAX_TRACE_DIR
 from profiles.analysis import CAPTURE_METADATA, TESTED_XPROF
 from profiles.errors import ProfileError
-from tfinput.bench.probes import available_cpus
-from tfinput.bench.windows import CAPTURE_PLAN, WindowPlan, warm_up
 from tfinput.errors import ConfigError
+from tfinput.measure.probes import available_cpus
+from tfinput.measure.windows import CAPTURE_PLAN, WindowPlan, warm_up
 
 __all__ = ["CaptureConfig", "CaptureResult", "capture"]
 

@@ -135,7 +135,7 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         ),
         "every source, one and three pipelines, both determinism settings",
     ),
-    "tests/tfinput/columnar_records/test_reader.py::test_every_example_exactly_once": (
+    "tests/tfinput/sources/test_columnar_reader.py::test_every_example_exactly_once": (
         frozenset(
             {
                 "rebatch-1-pipeline-deterministic",
@@ -183,7 +183,7 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         "each end meets a corrupt and a truncated file, one read record by record and one "
         "through read_batch's mini-batches",
     ),
-    "tests/tfinput/columnar_records/test_reader.py::test_batches_identical_to_tfrecord_and_parquet": (
+    "tests/tfinput/sources/test_columnar_reader.py::test_batches_identical_to_tfrecord_and_parquet": (
         frozenset({"1-chunk", "3-chunks-keep-tail", "rebatch-64"}),
         "each end reads whole chunks and rebatches, with and without a partial last batch",
     ),
@@ -648,13 +648,27 @@ if _TIMES:
     import time
 
     _gc = {"seconds": 0.0, "full": 0, "started": 0.0}
+    # TFINPUT_GC_STACKS=FILE as well: every thread's Python stack written to FILE when
+    # one garbage collection has run for 5 s (what the collector is stuck deleting).
+    _stacks = None
+    if "TFINPUT_GC_STACKS" in os.environ:  # one file per end and worker
+        _worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        _stacks = open(f"{os.environ['TFINPUT_GC_STACKS']}.{END or 'all'}.{_worker}", "a")  # noqa: SIM115
 
     def _on_gc(phase: str, info: dict) -> None:
         if phase == "start":
             _gc["started"] = time.perf_counter()
+            if _stacks is not None:
+                import faulthandler
+
+                faulthandler.dump_traceback_later(5, file=_stacks)
         else:
             _gc["seconds"] += time.perf_counter() - _gc["started"]
             _gc["full"] += info.get("generation") == 2
+            if _stacks is not None:
+                import faulthandler
+
+                faulthandler.cancel_dump_traceback_later()
 
     gc.callbacks.append(_on_gc)
 

@@ -7,6 +7,8 @@ reading tfinput's source.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "TfinputError",
     "ConfigError",
@@ -15,6 +17,8 @@ __all__ = [
     "DataError",
     "ResumeError",
     "ServiceError",
+    "clean_error",
+    "raised_inside",
 ]
 
 
@@ -46,3 +50,58 @@ class ResumeError(TfinputError, RuntimeError):
 class ServiceError(TfinputError, RuntimeError):
     """A read through tf.data service stalled (no batch within the bound: typically a
     worker died and was not restarted on its address)."""
+
+
+_ASSERT = re.compile(
+    r"assertion failed: \[tfinput DataError: (.*?)\](?: \[([^\]]*)\])?(?=\s*(?:\[\[|\n|$))", re.S
+)
+_RAISED_INSIDE = re.compile(
+    r"(?<!tfinput )\b(?:DataError|SchemaError|SourceError|ConfigError): (.*)$", re.S
+)
+_NOISE = (
+    r"\{\{function_node [^}]*\}\}\s*",
+    r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ",
+    r"\s*\[\[\{\{node [^}]*\}\}\]\]",
+    r"\s*\{\{node [^}]*\}\}",
+    r"\s*\[Op:\w+\]( name: \S*)?",
+    r"Name: <unknown>, ",
+)
+
+
+def clean_error(error: BaseException) -> str:
+    """The useful sentence of a TensorFlow error (tfinput's own assert messages, parse
+    errors, corrupt-record errors), without TensorFlow's graph-node noise."""
+    if isinstance(error, TfinputError):
+        return str(error)
+    text = getattr(error, "message", None) or str(error)
+    text = text.replace("\\'", "'").replace('\\"', '"')
+    # A Python exception raised inside the pipeline (a reader's callback): TensorFlow
+    # appends its traceback; the sentence before it is the message (tfinput's own
+    # errors, raised by its readers, without their class name).
+    text = text.split("\nTraceback (most recent call last):", 1)[0]
+    m = _ASSERT.search(text)
+    if m:
+        return " ".join(p.strip() for p in m.groups() if p).strip()
+    inner = _RAISED_INSIDE.search(text)
+    if inner:
+        return inner.group(1).strip()
+    for pattern in _NOISE:
+        text = re.sub(pattern, "", text)
+    text = " ".join(text.split())
+    damaged = re.search(r"(corrupted|truncated) record at (\d+)", text)
+    if damaged:
+        kind, offset = damaged.groups()
+        if kind == "truncated":
+            what = "the file ends inside this record (a partial copy?)"
+        elif int(offset) == 0:
+            what = "the file does not start with a TFRecord record (another format?)"
+        else:
+            what = "its length or checksum does not match: the bytes are damaged"
+        text = f"{kind} record at byte {int(offset):,}: {what}"
+    return text or type(error).__name__
+
+
+def raised_inside(error: BaseException) -> bool:
+    """Whether a TensorFlow error carries one of tfinput's errors raised inside the
+    pipeline (a reader's Python callback), before TensorFlow's appended traceback."""
+    return bool(_RAISED_INSIDE.search(str(error).split("\nTraceback", 1)[0]))

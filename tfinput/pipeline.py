@@ -31,7 +31,14 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig
-from tfinput.errors import ConfigError, DataError, ResumeError, TfinputError
+from tfinput.errors import (
+    ConfigError,
+    DataError,
+    ResumeError,
+    TfinputError,
+    clean_error,
+    raised_inside,
+)
 from tfinput.layout import PackedLayout, is_packed
 from tfinput.schema import Schema
 from tfinput.service import DEFAULT_STALL_TIMEOUT_S
@@ -593,11 +600,7 @@ class Pipeline:
                 message = explained = message[len(path) + 2 :]  # FileCheck names the path
             if path is not None:  # e.g. name the columnar chunk
                 explained = self.source.explain_error(path, message)
-            ours = (
-                isinstance(e, TfinputError)
-                or explained != message
-                or bool(_RAISED_INSIDE.search(str(e).split("\nTraceback", 1)[0]))
-            )
+            ours = isinstance(e, TfinputError) or explained != message or raised_inside(e)
             return records, (records, explained, ours)
         return records, None
 
@@ -789,55 +792,6 @@ def _batch_rows(features: dict[str, Any]) -> int:
                 return int(value.nrows())
             return int(value.shape[0])
     return 0
-
-
-_ASSERT = re.compile(
-    r"assertion failed: \[tfinput DataError: (.*?)\](?: \[([^\]]*)\])?(?=\s*(?:\[\[|\n|$))", re.S
-)
-_RAISED_INSIDE = re.compile(
-    r"(?<!tfinput )\b(?:DataError|SchemaError|SourceError|ConfigError): (.*)$", re.S
-)
-_NOISE = (
-    r"\{\{function_node [^}]*\}\}\s*",
-    r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ",
-    r"\s*\[\[\{\{node [^}]*\}\}\]\]",
-    r"\s*\{\{node [^}]*\}\}",
-    r"\s*\[Op:\w+\]( name: \S*)?",
-    r"Name: <unknown>, ",
-)
-
-
-def clean_error(error: BaseException) -> str:
-    """The useful sentence of a TensorFlow error (tfinput's own assert messages, parse
-    errors, corrupt-record errors), without TensorFlow's graph-node noise."""
-    if isinstance(error, TfinputError):
-        return str(error)
-    text = getattr(error, "message", None) or str(error)
-    text = text.replace("\\'", "'").replace('\\"', '"')
-    # A Python exception raised inside the pipeline (a reader's callback): TensorFlow
-    # appends its traceback; the sentence before it is the message (tfinput's own
-    # errors, raised by its readers, without their class name).
-    text = text.split("\nTraceback (most recent call last):", 1)[0]
-    m = _ASSERT.search(text)
-    if m:
-        return " ".join(p.strip() for p in m.groups() if p).strip()
-    inner = _RAISED_INSIDE.search(text)
-    if inner:
-        return inner.group(1).strip()
-    for pattern in _NOISE:
-        text = re.sub(pattern, "", text)
-    text = " ".join(text.split())
-    damaged = re.search(r"(corrupted|truncated) record at (\d+)", text)
-    if damaged:
-        kind, offset = damaged.groups()
-        if kind == "truncated":
-            what = "the file ends inside this record (a partial copy?)"
-        elif int(offset) == 0:
-            what = "the file does not start with a TFRecord record (another format?)"
-        else:
-            what = "its length or checksum does not match: the bytes are damaged"
-        text = f"{kind} record at byte {int(offset):,}: {what}"
-    return text or type(error).__name__
 
 
 def _options(config: PipelineConfig, *, sharded: bool) -> tf.data.Options:

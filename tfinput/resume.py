@@ -729,7 +729,7 @@ def epoch_seed(seed: int, epoch: int) -> int:
 
 
 def _first_line(error: BaseException) -> str:
-    from tfinput.pipeline import clean_error
+    from tfinput.errors import clean_error
 
     return clean_error(error).splitlines()[0] if str(error) else type(error).__name__
 
@@ -1121,7 +1121,7 @@ def verify(
         result["error"] = str(e)
         return result
     except (TfinputError, tf.errors.OpError) as e:
-        from tfinput.pipeline import clean_error
+        from tfinput.errors import clean_error
 
         result["error"] = f"{type(e).__name__}: {clean_error(e)}"
         return result

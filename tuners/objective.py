@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tfinput.bench.probes import process_cpu_seconds
-from tfinput.bench.windows import TUNER_PLAN, WindowPlan, consecutive_windows
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
+from tfinput.measure.probes import process_cpu_seconds
+from tfinput.measure.windows import TUNER_PLAN, WindowPlan, consecutive_windows
 
 if TYPE_CHECKING:
     from tfinput.bench import Window
@@ -104,7 +104,7 @@ def measure(
     """Measure ``config`` on ``pipeline`` with ``step`` (see the module docstring).
 
     This is the per-config primitive: one config, one iterator, consecutive windows
-    (`tfinput.bench.windows.consecutive_windows`). `tfinput.bench.measure`, the
+    (`tfinput.measure.windows.consecutive_windows`). `tfinput.bench.measure`, the
     side-by-side comparison of ``tfinput bench``, is a different measurement (a
     fresh iterator per window, configs interleaved) and does not call this one.
 
@@ -195,7 +195,7 @@ def _measurement(
     config: PipelineConfig, ws: Sequence[Window], plan: WindowPlan, *, seconds: float
 ) -> Measurement:
     """The `Measurement` of ``config``'s windows; ``seconds``: the whole run."""
-    from tfinput.bench.stats import stall_fraction
+    from tfinput.measure.stats import stall_fraction
 
     timed = sum(w.seconds for w in ws)
     return Measurement(

@@ -23,14 +23,14 @@ __all__ = [
 
 def explain_failure(pipeline: Any, error: BaseException) -> str:
     """Why a trial or measurement failed, in one line: tfinput's own message, "out of
-    memory", or the error's type and its cleaned-up message (`tfinput.pipeline.clean_error`).
+    memory", or the error's type and its cleaned-up message (`tfinput.errors.clean_error`).
     """
     if isinstance(error, TfinputError):
         return str(error)
     if isinstance(error, MemoryError):
         return "out of memory (MemoryError)"
     try:
-        from tfinput.pipeline import clean_error
+        from tfinput.errors import clean_error
 
         text = clean_error(error)
     except Exception:  # pragma: no cover - clean_error itself must not hide the error

@@ -10,9 +10,8 @@ import tensorflow as tf
 from tests.helpers import by_row_id, collect, expected_rows
 from tfinput import testing
 from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError
+from tfinput.errors import ConfigError, clean_error
 from tfinput.layout import PackedLayout, pack, unpack
-from tfinput.pipeline import clean_error
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 from tfinput.transforms import parse_spec, transform_batch
 

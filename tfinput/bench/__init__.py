@@ -32,17 +32,17 @@ How a measurement is taken (and recorded in ``result.method``):
 
 The package, one job per module:
 
-- `tfinput.bench.windows`: `WindowPlan` (warm-up, windows, batches per window: the
-  one object bench, tuner and profiler share, with their defaults), `Window`,
-  `measure_window` (all the timing logic), `run_window` (a fresh iterator and the
-  warm-up) and `consecutive_windows` (one iterator, windows back to back: the
-  tuner's trial).
-- `tfinput.bench.stats`: configs interleaved window by window, `ConfigStats`,
-  `summarize`.
 - `tfinput.bench.bound`: the `roofline` (the machine's upper bound; see its docstring
   and ``docs/bench.md``) over the source's own stages (`Source.roofline_stages`).
 - `tfinput.bench.compare`: `measure` (configs side by side), `BenchResult`, presets.
-- `tfinput.bench.probes`: clocks, CPU counters, memory probes, the machine record.
+
+It also re-exports the measurement primitives, which live one layer down in
+`tfinput.measure` (shared with `tfinput.steps`, the tuner and the profiler):
+`tfinput.measure.windows` (`WindowPlan`: warm-up, windows, batches per window, the one
+object bench, tuner and profiler share, with their defaults; `Window`, `measure_window`,
+`run_window`, `consecutive_windows`), `tfinput.measure.stats` (configs interleaved
+window by window, `ConfigStats`, `summarize`) and `tfinput.measure.probes` (clocks, CPU
+counters, memory probes, the machine record).
 
 Two functions are called ``measure``: `tuners.measure` is the per-config primitive
 (one config, one iterator, consecutive windows: the tuner's objective) and
@@ -91,34 +91,34 @@ __all__ = [
 ]
 
 _LAZY = {
-    "BENCH_FORMAT": "compare",
-    "BenchResult": "compare",
-    "load_configs": "compare",
-    "measure": "compare",
-    "preset_configs": "compare",
-    "ConfigStats": "stats",
-    "summarize": "stats",
-    "Prediction": "bound",
-    "Roofline": "bound",
-    "SerialStage": "bound",
-    "serial_advice": "bound",
-    "Stage": "bound",
-    "roofline": "bound",
-    "roofline_from_stages": "bound",
-    "BENCH_PLAN": "windows",
-    "CAPTURE_PLAN": "windows",
-    "ROOFLINE_PLAN": "windows",
-    "TUNER_PLAN": "windows",
-    "Window": "windows",
-    "WindowPlan": "windows",
-    "batch_rows": "windows",
-    "measure_window": "windows",
-    "run_window": "windows",
-    "available_cpus": "probes",
-    "current_rss_bytes": "probes",
-    "machine": "probes",
-    "peak_rss_bytes": "probes",
-    "process_cpu_seconds": "probes",
+    "BENCH_FORMAT": "tfinput.bench.compare",
+    "BenchResult": "tfinput.bench.compare",
+    "load_configs": "tfinput.bench.compare",
+    "measure": "tfinput.bench.compare",
+    "preset_configs": "tfinput.bench.compare",
+    "ConfigStats": "tfinput.measure.stats",
+    "summarize": "tfinput.measure.stats",
+    "Prediction": "tfinput.bench.bound",
+    "Roofline": "tfinput.bench.bound",
+    "SerialStage": "tfinput.bench.bound",
+    "serial_advice": "tfinput.bench.bound",
+    "Stage": "tfinput.bench.bound",
+    "roofline": "tfinput.bench.bound",
+    "roofline_from_stages": "tfinput.bench.bound",
+    "BENCH_PLAN": "tfinput.measure.windows",
+    "CAPTURE_PLAN": "tfinput.measure.windows",
+    "ROOFLINE_PLAN": "tfinput.measure.windows",
+    "TUNER_PLAN": "tfinput.measure.windows",
+    "Window": "tfinput.measure.windows",
+    "WindowPlan": "tfinput.measure.windows",
+    "batch_rows": "tfinput.measure.windows",
+    "measure_window": "tfinput.measure.windows",
+    "run_window": "tfinput.measure.windows",
+    "available_cpus": "tfinput.measure.probes",
+    "current_rss_bytes": "tfinput.measure.probes",
+    "machine": "tfinput.measure.probes",
+    "peak_rss_bytes": "tfinput.measure.probes",
+    "process_cpu_seconds": "tfinput.measure.probes",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,15 +138,15 @@ if TYPE_CHECKING:  # pragma: no cover
         measure,
         preset_configs,
     )
-    from tfinput.bench.probes import (
+    from tfinput.measure.probes import (
         available_cpus,
         current_rss_bytes,
         machine,
         peak_rss_bytes,
         process_cpu_seconds,
     )
-    from tfinput.bench.stats import ConfigStats, summarize
-    from tfinput.bench.windows import (
+    from tfinput.measure.stats import ConfigStats, summarize
+    from tfinput.measure.windows import (
         BENCH_PLAN,
         CAPTURE_PLAN,
         ROOFLINE_PLAN,
@@ -161,7 +161,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        value = getattr(importlib.import_module(f"tfinput.bench.{_LAZY[name]}"), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value  # later lookups skip this function
         return value
     raise AttributeError(f"module 'tfinput.bench' has no attribute {name!r}")

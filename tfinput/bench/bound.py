@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tfinput.bench.probes import available_cpus, current_rss_bytes, process_cpu_seconds
-from tfinput.bench.stats import interleave
-from tfinput.bench.windows import ROOFLINE_PLAN, Clock, Progress, Window, run_window
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
+from tfinput.measure.probes import available_cpus, current_rss_bytes, process_cpu_seconds
+from tfinput.measure.stats import interleave
+from tfinput.measure.windows import ROOFLINE_PLAN, Clock, Progress, Window, run_window
 
 if TYPE_CHECKING:
     from tfinput.sources import ReadStages

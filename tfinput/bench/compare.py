@@ -2,10 +2,10 @@
 
 `measure` is the side-by-side comparison behind ``tfinput bench``: each config gets
 a fresh iterator per window (`tfinput.bench.run_window`), configs take turns window by
-window (`tfinput.bench.stats.interleave`), and the windows are summarized per config
+window (`tfinput.measure.stats.interleave`), and the windows are summarized per config
 (`tfinput.bench.summarize`). The tuner's `tuners.measure` is the per-config primitive
 (one iterator, consecutive windows); this module never calls it, and it never calls
-this one: both build on `tfinput.bench.windows` and share `WindowPlan`.
+this one: both build on `tfinput.measure.windows` and share `WindowPlan`.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from tfinput.bench.bound import Roofline
-from tfinput.bench.probes import (
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError
+from tfinput.measure.probes import (
     available_cpus,
     current_rss_bytes,
     machine,
     peak_rss_bytes,
     process_cpu_seconds,
 )
-from tfinput.bench.stats import ConfigStats, interleave, summarize
-from tfinput.bench.windows import BENCH_PLAN, Clock, Progress, Window, WindowPlan, run_window
-from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError
+from tfinput.measure.stats import ConfigStats, interleave, summarize
+from tfinput.measure.windows import BENCH_PLAN, Clock, Progress, Window, WindowPlan, run_window
 
 __all__ = ["BENCH_FORMAT", "BenchResult", "load_configs", "measure", "preset_configs"]
 

@@ -86,7 +86,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tfinput.columnar_records.format import (
+from tfinput.formats.columnar.format import (
     DEFAULT_CHUNK_ROWS,
     EXTENSION,
     FORMAT,
@@ -94,11 +94,11 @@ from tfinput.columnar_records.format import (
     Column,
     storage_columns,
 )
-from tfinput.columnar_records.format import FORMAT_VERSION as FORMAT_VERSION
-from tfinput.columnar_records.manifest import FileEntry, Manifest, is_columnar, read_manifest
-from tfinput.columnar_records.reader import assembler as assembler
-from tfinput.columnar_records.writer import ColumnarWriter
+from tfinput.formats.columnar.format import FORMAT_VERSION as FORMAT_VERSION
+from tfinput.formats.columnar.manifest import FileEntry, Manifest, is_columnar, read_manifest
+from tfinput.formats.columnar.writer import ColumnarWriter
 from tfinput.schema import Schema
+from tfinput.sources._columnar_reader import assembler as assembler
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.columnar_records.verify import ChunkProblem, verify_files
@@ -172,8 +172,8 @@ def columnar(
     return Pipeline(source=source, schema=schema)
 
 
-#: Names imported on first use: `ColumnarSource` lives in `tfinput.sources.columnar`,
-#: which imports this package's modules (and TensorFlow).
+#: Names imported on first use (they import TensorFlow): `ColumnarSource` lives with the
+#: other sources, `verify_files` reads through it.
 _LAZY = {
     "ColumnarSource": "tfinput.sources.columnar",
     "verify_files": "tfinput.columnar_records.verify",

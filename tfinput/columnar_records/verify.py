@@ -6,7 +6,9 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from tfinput.columnar_records.format import (
+from tfinput.columnar_records.source import ColumnarSource, check_size
+from tfinput.errors import DataError
+from tfinput.formats.columnar.format import (
     CHECK_KEY,
     FORMAT_VERSION,
     RECORD_FRAMING,
@@ -16,9 +18,7 @@ from tfinput.columnar_records.format import (
     payload_check,
     payload_keys,
 )
-from tfinput.columnar_records.manifest import FileEntry, Manifest, file_stat
-from tfinput.columnar_records.source import ColumnarSource, check_size
-from tfinput.errors import DataError
+from tfinput.formats.columnar.manifest import FileEntry, Manifest, file_stat
 
 __all__ = ["ChunkProblem", "verify_files"]
 

@@ -27,7 +27,7 @@ The driver then joins the shards:
 - **Columnar:** each task writes whole chunks only and hands its last rows (fewer than
   ``chunk_rows``) back to the driver, which writes them, in piece order, as the last
   file(s); the per-piece manifests are merged into one ``manifest.json`` with every
-  chunk's digest (`tfinput.columnar_records.manifest.merge_manifests`). So, as with one
+  chunk's digest (`tfinput.formats.columnar.manifest.merge_manifests`). So, as with one
   process, only the very last chunk of the data set can be partial. Order: the rows of
   each piece stay in input order, except its last ``rows % chunk_rows`` rows, which move
   to the end of the data set.
@@ -371,7 +371,7 @@ def _join_columnar(out: Path, reports: list[dict], job: _Job) -> list[str]:
     import pyarrow as pa
 
     from tfinput.columnar_records import ColumnarWriter, read_manifest
-    from tfinput.columnar_records.manifest import merge_manifests
+    from tfinput.formats.columnar.manifest import merge_manifests
 
     tail = [_from_ipc(r["leftover"]) for r in reports if r["leftover"]]
     parts = [read_manifest(r["manifest"]) for r in reports if r["manifest"]]

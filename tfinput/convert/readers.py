@@ -399,7 +399,7 @@ def _tfrecord_blocks(
         except StopIteration:
             return
         except tf.errors.OpError as e:
-            from tfinput.pipeline import clean_error
+            from tfinput.errors import clean_error
 
             raise DataError(
                 f"{path}: rows {row}-{row + TYPED_BLOCK_ROWS - 1}: {clean_error(e)}"

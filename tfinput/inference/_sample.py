@@ -178,7 +178,7 @@ def sample_tfrecord(files: list[str], limit: int) -> tuple[list[SampledColumn], 
     """
     import tensorflow as tf
 
-    from tfinput.pipeline import clean_error
+    from tfinput.errors import clean_error
     from tfinput.sources import TFRecordSource
 
     source = TFRecordSource(paths=tuple(files))

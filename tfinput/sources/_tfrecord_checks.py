@@ -250,7 +250,7 @@ def _compression_hint(path: str, compression: str) -> str:
 
 def _tf_message(e: BaseException, path: str) -> str:
     """A TensorFlow error's sentence without graph-node noise or the path again."""
-    from tfinput.pipeline import clean_error
+    from tfinput.errors import clean_error
 
     text = clean_error(e).replace(path, "").strip(" :")
     return re.sub(r"\s*\(\w+Error\)$", "", text)

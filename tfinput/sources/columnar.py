@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from tfinput.columnar_records import reader
-from tfinput.columnar_records.format import NUMERIC_DTYPES, Column, storage_columns
-from tfinput.columnar_records.manifest import FileEntry, Manifest, file_stat, is_dir, read_manifest
+import tfinput.sources._columnar_reader as reader
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput.formats.columnar.format import NUMERIC_DTYPES, Column, storage_columns
+from tfinput.formats.columnar.manifest import FileEntry, Manifest, file_stat, is_dir, read_manifest
 from tfinput.schema import MultiHot, Schema
 from tfinput.sources._text import did_you_mean
 from tfinput.sources.files import resolve_paths
@@ -270,7 +270,7 @@ class ColumnarSource(Source):
 
     def read(self, request: ReadRequest) -> Any:
         """Serialized chunks of the files, interleaved (see
-        `tfinput.columnar_records.reader`).
+        `tfinput.sources._columnar_reader`).
 
         Raises:
           SourceError: no whole chunk to read (``drop_remainder=True`` skips each

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tfinput.bench.probes import process_cpu_seconds
-from tfinput.bench.windows import Window, WindowPlan, consecutive_windows
 from tfinput.errors import DataError
+from tfinput.measure.probes import process_cpu_seconds
+from tfinput.measure.windows import Window, WindowPlan, consecutive_windows
 
 __all__ = ["device_feed", "jax_put", "loop_windows", "numpy_source", "to_numpy_tree"]
 

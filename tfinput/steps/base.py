@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from tfinput.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tfinput.bench import Window
     from tfinput.config import PipelineConfig
+    from tfinput.measure.windows import Window
 
 __all__ = ["CLI_STEPS", "STEP_KINDS", "RunWindows", "Step"]
 

@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from tfinput._objects import load_object
 from tfinput.errors import ConfigError
 from tfinput.steps.base import CLI_STEPS, Step
 from tfinput.steps.jax import jax_step
@@ -42,8 +43,6 @@ def make(
     Raises:
       ConfigError: a missing or invalid companion option.
     """
-    from tfinput.cli.objects import load_object
-
     if kind == "input_only":
         return input_only()
     if kind == "simulated":
@@ -81,8 +80,6 @@ def _ranking_step(kind: str, schema: Any) -> Step:
 
 def _jax_step(step_fn: str | None, schema: Any) -> Step:
     """``--step jax``: ``step_fn`` names a factory returning ``(fn, initial_state)``."""
-    from tfinput.cli.objects import load_object
-
     if not step_fn:
         raise ConfigError(
             "--step jax needs --step-fn MODULE:FUNCTION, a function returning "
@@ -111,8 +108,6 @@ def _call_factory(factory: Callable[..., Any], schema: Any) -> Any:
 
 
 def _keras_model(model: str | None, schema: Any, option: str) -> Any:
-    from tfinput.cli.objects import load_object
-
     if not model:
         raise ConfigError(f"--step {option} needs --model MODULE:FUNCTION")
     factory = load_object(model, "--model")

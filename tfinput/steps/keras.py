@@ -8,14 +8,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tfinput.bench.probes import current_rss_bytes, process_cpu_seconds
-from tfinput.bench.windows import Window
 from tfinput.errors import ConfigError, DataError
+from tfinput.measure.probes import current_rss_bytes, keras_backend, process_cpu_seconds
+from tfinput.measure.windows import Window
 from tfinput.steps._feed import device_feed, loop_windows, to_numpy_tree
 from tfinput.steps.base import Step
 
@@ -23,27 +22,6 @@ if TYPE_CHECKING:
     from tfinput.config import PipelineConfig
 
 __all__ = ["keras_backend", "keras_fit_step", "keras_step"]
-
-
-def keras_backend() -> str:
-    """The Keras backend of this process (``KERAS_BACKEND``, else ``~/.keras/keras.json``,
-    else ``tensorflow``), read without importing Keras when it is not imported yet."""
-    import sys
-
-    keras = sys.modules.get("keras")
-    if keras is not None and hasattr(keras, "config"):
-        return str(keras.config.backend())
-    env = os.environ.get("KERAS_BACKEND")
-    if env:
-        return env
-    import json
-
-    path = os.path.join(os.environ.get("KERAS_HOME", os.path.expanduser("~/.keras")), "keras.json")
-    try:
-        with open(path) as f:
-            return str(json.load(f).get("backend", "tensorflow"))
-    except (OSError, ValueError, AttributeError):
-        return "tensorflow"
 
 
 def keras_step(model: Any) -> Step:

@@ -90,7 +90,7 @@ def _columnar_rows(directory) -> list[tuple]:
     import tensorflow as tf
 
     from tfinput.columnar_records import read_manifest
-    from tfinput.columnar_records.format import LENGTHS_SUFFIX, NUMPY_DTYPES, ROWS_KEY
+    from tfinput.formats.columnar.format import LENGTHS_SUFFIX, NUMPY_DTYPES, ROWS_KEY
 
     m = read_manifest(directory)
     rows = []

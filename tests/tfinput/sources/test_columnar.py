@@ -12,9 +12,9 @@ import pytest
 
 import tfinput
 from tfinput import testing
-from tfinput.columnar_records.manifest import read_manifest
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, SourceError
+from tfinput.formats.columnar.manifest import read_manifest
 from tfinput.sources import ColumnarSource
 
 # The shared fixture: chunks of 100 rows, files of 300, 300, 300 and 100 rows.

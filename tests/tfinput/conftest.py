@@ -1,4 +1,5 @@
-"""Fixtures of the columnar records tests."""
+"""Fixtures shared by the tests of tfinput's packages (the columnar format, its source
+and the columnar_records facade)."""
 
 from __future__ import annotations
 

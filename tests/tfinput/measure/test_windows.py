@@ -1,0 +1,264 @@
+"""`tfinput.measure.windows`: the `WindowPlan`, one timed window (`measure_window`), a
+fresh-iterator window (`run_window`) and back-to-back windows (`consecutive_windows`)."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import tensorflow as tf
+
+from tests.tfinput.bench.conftest import FakeClock, FakeCpu, batches
+from tfinput import bench, steps
+from tfinput.errors import ConfigError, DataError
+from tfinput.measure.windows import close_iterator, consecutive_windows, warm_up
+
+
+def test_measure_window_counts_time_wait_and_latency():
+    clock = FakeClock()
+    step = steps.simulated_step(0.02, sleep=clock.sleep)
+    it = batches(clock, rows=4, produce_s=0.01)
+    w = bench.measure_window(
+        it, batches=10, step=step, clock=clock, cpu_clock=FakeCpu(clock, 1.5), rss=lambda: 7
+    )
+    assert (w.batches, w.examples) == (10, 40)
+    assert w.seconds == pytest.approx(0.3)
+    assert w.examples_per_s == pytest.approx(40 / 0.3)
+    assert w.wait_seconds == pytest.approx(0.1)
+    assert w.batch_seconds == pytest.approx((0.03,) * 10)
+    assert w.cores_busy == pytest.approx(1.5)
+    assert w.peak_rss_bytes == 7
+
+
+def test_measure_window_stops_when_data_ends_and_needs_one_batch():
+    clock = FakeClock()
+    w = bench.measure_window(
+        batches(clock, rows=3, produce_s=0.5, count=2),
+        batches=10,
+        clock=clock,
+        cpu_clock=clock,
+        rss=lambda: 0,
+    )
+    assert (w.batches, w.examples, w.seconds) == (2, 6, pytest.approx(1.0))
+    with pytest.raises(DataError, match="no batch"):
+        bench.measure_window(iter([]), batches=3, clock=clock, cpu_clock=clock, rss=lambda: 0)
+
+
+def test_measure_window_sync_is_timed_in_the_window():
+    """An asynchronous step blocks in ``sync`` before the window's end is taken."""
+    clock = FakeClock()
+    it = batches(clock, rows=4, produce_s=0.01)
+    w = bench.measure_window(
+        it, batches=3, clock=clock, cpu_clock=FakeCpu(clock, 1.0), sync=lambda: clock.sleep(0.5)
+    )
+    assert w.seconds == pytest.approx(0.53)
+    assert w.batch_seconds[-1] == pytest.approx(0.51)
+    assert w.wait_seconds == pytest.approx(0.03)
+
+
+def test_measure_window_counts_fixed_batch_size_or_with_count():
+    clock = FakeClock()
+
+    def window(**kw):
+        it = batches(clock, rows=3, produce_s=0.1)
+        return bench.measure_window(
+            it, batches=2, clock=clock, cpu_clock=clock, rss=lambda: 0, **kw
+        )
+
+    assert window().examples == 6  # batch_rows: 3 per batch
+    assert window(batch_size=10).examples == 20  # drop_remainder: the config's size
+    assert window(count=lambda b: 5).examples == 10
+
+
+@pytest.mark.parametrize(
+    ("batch", "rows"),
+    [
+        ((({"dense": {}, "ids": {"a": np.zeros((5, 3))}}), np.zeros(5)), 5),
+        ({"x/values": np.zeros(2), "y": np.zeros(9)}, 2),
+        (pa.record_batch({"a": [1, 2, 3]}), 3),
+        ({"dense": {}, "ids": {}}, -1),
+    ],
+    ids=["pipeline-output", "first-leaf", "record-batch", "no-leaf"],
+)
+def test_batch_rows(batch, rows):
+    assert bench.batch_rows(batch) == rows
+
+
+@pytest.mark.parametrize(
+    ("batch", "rows"),
+    [
+        (tf.zeros([7, 2]), 7),
+        (pa.table({"a": [1, 2]}), 2),
+        ([np.float32(1.0), np.zeros(4)], 4),
+        (np.float32(1.0), -1),
+    ],
+    ids=["tensor", "arrow-table", "skips-scalar-leaf", "scalar"],
+)
+def test_batch_rows_of_tensors_tables_and_scalars(batch, rows):
+    assert bench.batch_rows(batch) == rows
+
+
+def test_run_window_uses_a_fresh_iterator_and_excludes_warmup():
+    clock = FakeClock()
+    made = []
+
+    def make():
+        made.append(1)
+
+        def gen():
+            clock.sleep(5.0)  # slow start: opening files, filling buffers
+            yield from batches(clock, rows=2, produce_s=0.1)
+
+        return gen()
+
+    for _ in range(2):
+        w = bench.run_window(
+            make, warmup_batches=1, window_batches=4, clock=clock, cpu_clock=clock, rss=lambda: 0
+        )
+        assert w.seconds == pytest.approx(0.4)  # the 5 s start-up is not in the window
+    assert len(made) == 2
+    with pytest.raises(DataError, match="ended after 2 warm-up"):
+        bench.run_window(
+            lambda: batches(clock, rows=1, produce_s=0, count=2),
+            warmup_batches=3,
+            window_batches=1,
+            clock=clock,
+        )
+
+
+def test_run_window_hands_warmup_batches_to_the_step_and_closes_the_iterator():
+    clock = FakeClock()
+    seen: list[int] = []
+    gen = batches(clock, rows=2, produce_s=0.1)
+    w = bench.run_window(
+        lambda: gen,
+        warmup_batches=3,
+        window_batches=2,
+        step=lambda b: seen.append(len(b["label"])),
+        clock=clock,
+        cpu_clock=clock,
+        rss=lambda: 0,
+    )
+    assert seen == [2] * 5 and w.batches == 2  # warm-up batches go through the step too
+    with pytest.raises(StopIteration):
+        next(gen)  # closed
+
+
+def test_warm_up_and_close_iterator():
+    clock = FakeClock()
+    seen: list[int] = []
+    gen = batches(clock, rows=1, produce_s=0, count=2)
+    assert warm_up(gen, 5, lambda b: seen.append(1)) == 2  # the data ended after 2
+    assert seen == [1, 1]
+    assert warm_up(iter(range(9)), 3, None) == 3
+    gen = batches(clock, rows=1, produce_s=0)
+    next(gen)
+    close_iterator(gen)
+    assert list(gen) == []
+    close_iterator(iter([1]))  # nothing to close: no error
+
+
+def _consecutive(clock, plan, **kw):
+    return consecutive_windows(
+        batches(clock, rows=4, produce_s=0.1, count=kw.pop("count", None)),
+        plan,
+        step=None,
+        batch_size=None,
+        ran_out=lambda done: DataError(f"only {done}"),
+        clock=clock,
+        cpu_clock=clock,
+        **kw,
+    )
+
+
+def test_consecutive_windows_continue_one_iterator_after_one_warmup():
+    clock = FakeClock()
+    plan = bench.WindowPlan(warmup_batches=2, windows=3, window_batches=5)
+    ws = _consecutive(clock, plan)
+    assert [w.round for w in ws] == [0, 1, 2]
+    assert [w.examples for w in ws] == [20, 20, 20]
+    assert all(w.seconds == pytest.approx(0.5) for w in ws)
+    assert clock.now == pytest.approx(100.0 + 0.1 * (2 + 15))  # one warm-up, not one per window
+
+
+def test_consecutive_windows_stop_when_report_says_so_and_raise_when_data_runs_out():
+    clock = FakeClock()
+    plan = bench.WindowPlan(warmup_batches=1, windows=4, window_batches=2)
+    seen: list[tuple[int, float]] = []
+    ws = _consecutive(clock, plan, report=lambda i, rate: seen.append((i, rate)) or i == 1)
+    assert len(ws) == 2 and [i for i, _ in seen] == [0, 1]
+    assert seen[0][1] == pytest.approx(40.0)  # 8 examples in 0.2 s
+    with pytest.raises(DataError, match="only 1"):
+        _consecutive(clock, bench.WindowPlan(warmup_batches=3, windows=1), count=1)
+
+
+def test_window_to_dict_and_rates_of_an_instant_window():
+    w = bench.Window(
+        name="a",
+        round=2,
+        batches=2,
+        examples=10,
+        seconds=0.1234567,
+        cpu_seconds=0.05,
+        batch_seconds=(0.06, 0.06),
+        wait_seconds=None,
+        peak_rss_bytes=3 * 2**20,
+    )
+    assert w.to_dict() == {
+        "round": 2,
+        "batches": 2,
+        "examples": 10,
+        "seconds": 0.123457,
+        "examples_per_s": 81.0,
+        "cpu_seconds": 0.05,
+        "wait_seconds": None,
+        "peak_rss_mb": 3.0,
+    }
+    instant = bench.Window(
+        batches=1, examples=1, seconds=0.0, cpu_seconds=0.0, batch_seconds=(0.0,),
+        wait_seconds=0.0,
+    )  # fmt: skip
+    assert instant.examples_per_s == float("inf") and instant.cores_busy == 0.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("windows", 0),
+        ("window_batches", 0),
+        ("warmup_batches", -1),
+        ("windows", True),
+        ("window_batches", 2.0),
+    ],
+    ids=["no-windows", "empty-window", "negative-warmup", "bool", "float"],
+)
+def test_window_plan_names_the_bad_field(field, value):
+    with pytest.raises(ConfigError, match=rf"WindowPlan\.{field}: expected an int"):
+        bench.WindowPlan(**{field: value})
+
+
+def test_window_plan_checked_names_the_caller():
+    plan = bench.WindowPlan.checked("benchmark", warmup_batches=0, windows=2, window_batches=3)
+    assert plan == bench.WindowPlan(warmup_batches=0, windows=2, window_batches=3)
+    with pytest.raises(
+        ConfigError, match=r"^benchmark: window_batches must be an int >= 1, got 0$"
+    ):
+        bench.WindowPlan.checked("benchmark", warmup_batches=0, windows=2, window_batches=0)
+
+
+def test_window_plan_carries_every_default():
+    from profiles import CaptureConfig
+    from tuners import objective
+
+    def counts(fn):
+        keys = ("warmup_batches", "windows", "window_batches")
+        params = inspect.signature(fn).parameters
+        return bench.WindowPlan(**{k: params[k].default for k in keys})
+
+    assert counts(bench.measure) == bench.BENCH_PLAN == bench.WindowPlan(warmup_batches=8)
+    assert counts(objective.measure) == bench.TUNER_PLAN == bench.WindowPlan()
+    assert counts(bench.roofline) == bench.ROOFLINE_PLAN
+    assert CaptureConfig().window_plan == bench.CAPTURE_PLAN
+    assert bench.TUNER_PLAN.to_dict() == {"warmup_batches": 5, "windows": 5, "window_batches": 20}

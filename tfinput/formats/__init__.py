@@ -1,0 +1,8 @@
+"""File formats, in the core: how each format tfinput writes itself is laid out, read
+and written, below the sources that read it into pipelines and the converters and
+tools that use it.
+
+- `tfinput.formats.columnar`: columnar pre-batched records (the layout, the manifest,
+  the writer); the user-facing API is `tfinput.columnar_records` and
+  `tfinput.columnar`.
+"""
