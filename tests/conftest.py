@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -202,10 +203,11 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         "each end reads every source once, and both formats",
     ),
     "tests/tfinput/cli/test_tf_logs.py::test_commands_print_no_tensorflow_log_lines": (
-        frozenset({"demo", "check", "convert"}),
-        "each command once, in its own process; the filter that keeps TensorFlow's lines "
-        "out is the same code for all (its own tests run on both ends), the lines "
-        "TensorFlow writes differ by version, so each end runs commands that run ops",
+        frozenset({"demo-check-convert"}),
+        "each command once (three per end, each end's in one process); the filter that "
+        "keeps TensorFlow's lines out is the same code for all (its own tests run on both "
+        "ends); the lines TensorFlow writes differ by version, so each end runs commands "
+        "that run ops",
     ),
 }
 
@@ -276,6 +278,12 @@ ONE_END_TESTS: dict[str, tuple[str, str]] = {
         "the oldest end profiles steps on TensorFlow (this module's other tests), and "
         "the trace analysis is the same code for both backends' traces",
     ),
+    "tests/tfinput/cli/test_tf_logs.py::test_verbose_shows_tensorflow_log_lines": (
+        "newest",
+        "--verbose only skips tfinput's filter (the same code on both ends), checked "
+        "against what a plain `import tensorflow` prints on that end; the oldest end checks "
+        "the quiet side with its own commands (test_commands_print_no_tensorflow_log_lines)",
+    ),
     "tests/tuners/test_cli.py::test_cli_resumes_a_journal_study_whose_worker_was_killed": (
         "newest",
         "Optuna 5.0 on both ends; the oldest end kills a tuner worker of a study on "
@@ -330,8 +338,9 @@ LONG_ALONE: dict[str, str] = {
         "a two-tower model trained under XLA in a JAX child process"
     ),
     "tests/tfinput/cli/test_tf_logs.py::test_commands_print_no_tensorflow_log_lines": (
-        "its demo case runs `tfinput demo` in its own process as a user does: 200,000 rows "
-        "generated, a trial, the confirmation, the roofline and the columnar sample"
+        "its oldest-end group runs `tfinput demo` as a user does (200,000 rows generated, "
+        "a trial, the confirmation, the roofline, the columnar sample), then check and "
+        "convert, in one process"
     ),
     "tests/tuners/test_storage_postgres.py::test_two_workers_one_killed": (
         "two tuner worker processes on PostgreSQL, one SIGKILLed, trials long enough for "
@@ -354,7 +363,11 @@ SLOW_SECONDS = 3.0
 #: cycles in whatever later test it happens to run in: 10-90 s stalls in unrelated tests,
 #: about 400 s of one CI run (measured with TFINPUT_TEST_TIMES below). After each of these
 #: tests its garbage is frozen instead (`gc.freeze`: never collected, so never deleted):
-#: a few iterators' memory, held until the worker exits.
+#: a few iterators' memory, held until the worker exits. The same for any test that
+#: leaves JAX arrays alive when it ends (`_live_jax_arrays` grew: arrays held in reference
+#: cycles): a collection that deletes them blocked for 12-40 s with the process idle (CI
+#: runs 34 and 35, TFINPUT_GC_STACKS: the collector inside a C-level deallocation, right
+#: after in-process JAX tests).
 FREEZE_GARBAGE_AFTER = (
     "tests/tfinput/test_fleet.py",
     "tests/tfinput/test_service.py",
@@ -511,12 +524,25 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _freeze_service_garbage(request: pytest.FixtureRequest) -> Iterator[None]:
-    """`FREEZE_GARBAGE_AFTER`: this test's garbage frozen when it ends."""
+    """`FREEZE_GARBAGE_AFTER`: this test's garbage frozen when it ends; also when the
+    test left more JAX arrays alive than there were before it."""
+    jax_arrays = _live_jax_arrays()
     yield
-    if request.node.nodeid.startswith(FREEZE_GARBAGE_AFTER):
+    if request.node.nodeid.startswith(FREEZE_GARBAGE_AFTER) or _live_jax_arrays() > jax_arrays:
         import gc
 
         gc.freeze()
+
+
+def _live_jax_arrays() -> int:
+    """JAX arrays alive in this process (0 before JAX is imported)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return 0
+    try:
+        return len(jax.live_arrays())
+    except Exception:  # a JAX without live_arrays, or one half imported
+        return 0
 
 
 ROWS = 1000

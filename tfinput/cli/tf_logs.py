@@ -177,6 +177,9 @@ if buf and not noise.match(buf):
 """
 
 
+_filtering = False  # whether this process's stderr goes through the filter already
+
+
 def filter_stderr() -> bool:
     """Drop TensorFlow's C++ log lines from everything this process (and the processes it
     starts) writes to descriptor 2, for the rest of its life.
@@ -191,9 +194,11 @@ def filter_stderr() -> bool:
     or the user's ``TF_CPP_MIN_LOG_LEVEL``.
 
     Returns:
-      Whether the filter was started (not on Windows, nor without a stderr).
+      Whether the filter was started (not on Windows, nor without a stderr, nor a
+      second time).
     """
-    if os.name != "posix":
+    global _filtering
+    if os.name != "posix" or _filtering:
         return False
     with contextlib.suppress(Exception):
         sys.stderr.flush()
@@ -230,6 +235,7 @@ def filter_stderr() -> bool:
     os.dup2(write_end, 2)
     os.close(write_end)
     atexit.register(_stop_filter, proc, saved)
+    _filtering = True
     return True
 
 
