@@ -520,36 +520,18 @@ def pytest_configure(config: pytest.Config) -> None:
         tf.config.set_logical_device_configuration(
             cpus[0], [tf.config.LogicalDeviceConfiguration()] * 3
         )
-    # Full garbage collections between tests, not inside them (`_full_collections`).
-    import gc
-
-    young, middle, _ = gc.get_threshold()
-    gc.set_threshold(young, middle, 10**9)
-
-
-#: A full garbage collection runs after every this many tests of a worker, and never by
-#: itself: automatic full collections (about 80 per CI run) fell inside TensorFlow's
-#: graph building, and one in five blocked for 5-90 s, the process idle (CI runs 34-36,
-#: TFINPUT_GC_STACKS: the main thread always inside a trace or a dataset function's
-#: construction). Between tests nothing is being built.
-FULL_GC_EVERY = 30
-_tests_run = [0]
 
 
 @pytest.fixture(autouse=True)
 def _freeze_service_garbage(request: pytest.FixtureRequest) -> Iterator[None]:
     """`FREEZE_GARBAGE_AFTER`: this test's garbage frozen when it ends; also when the
-    test left more JAX arrays alive than there were before it. Every `FULL_GC_EVERY`
-    tests, a full garbage collection."""
+    test left more JAX arrays alive than there were before it."""
     jax_arrays = _live_jax_arrays()
     yield
-    import gc
-
     if request.node.nodeid.startswith(FREEZE_GARBAGE_AFTER) or _live_jax_arrays() > jax_arrays:
+        import gc
+
         gc.freeze()
-    _tests_run[0] += 1
-    if _tests_run[0] % FULL_GC_EVERY == 0:
-        gc.collect()
 
 
 def _live_jax_arrays() -> int:
