@@ -222,22 +222,33 @@ def capture(
         if overrides
         else (config or CaptureConfig())
     )
-    plan = cfg.window_plan
     the_step = _as_step(step)
     dataset = _as_iterable(pipeline)
     logdir = Path(logdir)
+    jax_trace = _JaxTrace.of(the_step)
+    try:
+        return _capture(the_step, dataset, cfg, logdir, clock, jax_trace)
+    finally:
+        jax_trace.discard()
+
+
+def _capture(
+    the_step: Any,
+    dataset: Any,
+    cfg: CaptureConfig,
+    logdir: Path,
+    clock: Callable[[], float],
+    jax_trace: _JaxTrace,
+) -> CaptureResult:
+    """`capture` once its arguments are checked: a loop-owning step through its
+    callback, any other step in marked steps after the warm-up."""
     if getattr(the_step, "kind", None) == "keras_fit":
         before = _trace_files(logdir)
         started = datetime.datetime.now(datetime.timezone.utc)
-        jax_trace = _JaxTrace.of(the_step)
-        try:
-            durations = _capture_owned_loop(the_step, dataset, cfg, logdir, clock, jax_trace)
-            return _finish(
-                the_step, dataset, cfg, logdir, before, started, durations, None, jax_trace
-            )
-        finally:
-            jax_trace.discard()
+        durations = _capture_owned_loop(the_step, dataset, cfg, logdir, clock, jax_trace)
+        return _finish(the_step, dataset, cfg, logdir, before, started, durations, None, jax_trace)
 
+    plan = cfg.window_plan
     iterator = iter(dataset)
     done = warm_up(iterator, plan.warmup_batches, the_step)
     if done < plan.warmup_batches:
@@ -248,17 +259,13 @@ def capture(
         )
     before = _trace_files(logdir)
     started = datetime.datetime.now(datetime.timezone.utc)
-    jax_trace = _JaxTrace.of(the_step)
-    try:
-        _start_profiler(logdir, jax_trace)
-        durations, ran_out_at = _profile_steps(
-            iterator, the_step, plan, cfg.step_name, clock, jax_trace
-        )
-        return _finish(
-            the_step, dataset, cfg, logdir, before, started, durations, ran_out_at, jax_trace
-        )
-    finally:
-        jax_trace.discard()
+    _start_profiler(logdir, jax_trace)
+    durations, ran_out_at = _profile_steps(
+        iterator, the_step, plan, cfg.step_name, clock, jax_trace
+    )
+    return _finish(
+        the_step, dataset, cfg, logdir, before, started, durations, ran_out_at, jax_trace
+    )
 
 
 def _profile_steps(
