@@ -15,6 +15,8 @@
 #                                        for each format in TUNE_SOURCES
 #   jax-profile-gpu.md                   benchmarks/jax_profile.py: the device compute per step
 #                                        read from JAX's trace vs the tuner's step bound
+#   traces/batchN-0.xplane.pb            JAX's trace of each batch size's first round (to read
+#                                        again offline)
 #   profile-gpu.txt                      `tfinput profile --demo --step ranking`'s report
 #   log.txt                              everything else (setup, versions, timings)
 set -uo pipefail
@@ -26,9 +28,10 @@ ROWS=${ROWS:-200000}
 FEED_S=${FEED_S:-240}       # bound on the feed benchmark (new rounds stop at FEED_S - 90)
 TUNE_S=${TUNE_S:-150}       # bound on each tune (search at most TUNE_S / 3)
 SKIP_FEED=${SKIP_FEED:-}    # non-empty: skip the feed benchmark (the data is still written)
-TUNE_SOURCES=${TUNE_SOURCES:-tfrecord}  # tune against each of these formats in turn
+TUNE_SOURCES=${TUNE_SOURCES-tfrecord}  # tune against each of these formats in turn (empty: no tune)
 TUNE_FIX=${TUNE_FIX:-}      # e.g. cache=false: --fix for every tune
 PROFILE_S=${PROFILE_S:-150} # bound on the JAX profile benchmark and the profile report
+PROFILE_BATCHES=${PROFILE_BATCHES:-4096}  # batch sizes for the JAX profile benchmark (commas)
 t0=$(date +%s)
 stamp() { echo "[device.sh +$(($(date +%s) - t0))s] $*"; }
 
@@ -39,7 +42,9 @@ nproc
 python3 -c 'import jax, keras, tensorflow as tf; print("jax", jax.__version__, jax.devices(), "| keras", keras.__version__, keras.config.backend(), "| tf", tf.__version__)' \
   || { stamp "no TensorFlow/JAX here: stopping"; exit 1; }
 
-if [ -n "$SKIP_FEED" ]; then
+if [ -n "$SKIP_FEED" ] && [ -z "$TUNE_SOURCES" ]; then
+  stamp "feed benchmark and tune skipped (jax_profile.py writes its own data)"
+elif [ -n "$SKIP_FEED" ]; then
   stamp "writing the data (feed benchmark skipped)"
   python3 -c "import sys; sys.path.insert(0, '.'); from pathlib import Path
 from benchmarks.core import data; from benchmarks.columnar import columnar_data
@@ -54,8 +59,8 @@ fi
 
 data=benchmarks/.data/criteo-$ROWS
 stamp "JAX profile vs step bound on the GPU"
-timeout "$PROFILE_S" python3 benchmarks/jax_profile.py --rows "$ROWS" --batch-size 4096 \
-  --rounds 3 > "$OUT/jax-profile-gpu.md"
+timeout "$PROFILE_S" python3 benchmarks/jax_profile.py --rows "$ROWS" \
+  --batch-size "$PROFILE_BATCHES" --rounds 3 --keep-traces "$OUT/traces" > "$OUT/jax-profile-gpu.md"
 stamp "jax profile exit $?"
 echo '{"batch_size": 4096}' > /tmp/profile-config.json
 timeout "$PROFILE_S" python3 -c 'import sys; from tfinput.cli import main; sys.exit(main())' \

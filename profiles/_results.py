@@ -12,11 +12,23 @@ from profiles._jax_trace import JaxDeviceTime
 from profiles._xprof import TESTED_XPROF
 from profiles.stages import Bottleneck, PipelineStages
 
-__all__ = ["INPUT_WAIT_THRESHOLD", "Comparison", "InputOp", "ProfileAnalysis", "Spread", "StepTime"]
+__all__ = [
+    "DEVICE_BUSY_THRESHOLD",
+    "INPUT_WAIT_THRESHOLD",
+    "Comparison",
+    "InputOp",
+    "ProfileAnalysis",
+    "Spread",
+    "StepTime",
+]
 
 #: Below this share of step time spent waiting for input (or within the step-to-step
 #: noise), the input pipeline is not what limits training (the tuner's threshold too).
 INPUT_WAIT_THRESHOLD = 0.03
+
+#: When neither the input nor the device fills the step (device compute under this share
+#: of a JAX step), the step's own host work limits training.
+DEVICE_BUSY_THRESHOLD = 0.5
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -175,6 +187,15 @@ class ProfileAnalysis:
         return self.input_wait.average >= max(INPUT_WAIT_THRESHOLD, self.step_noise)
 
     @property
+    def device_busy(self) -> float | None:
+        """Device compute over step time, medians from JAX's own trace (on the CPU: the
+        XLA executions); None without one."""
+        jax = self.jax_device
+        if jax is None or not jax.steps or jax.step_ms <= 0:
+            return None
+        return jax.compute_ms / jax.step_ms
+
+    @property
     def _input_only(self) -> bool:
         """Captured with no training step (``--step input_only``): the input is all
         there is, so whether it limits training is unknown."""
@@ -219,10 +240,19 @@ class ProfileAnalysis:
             if wait < INPUT_WAIT_THRESHOLD
             else f"within the step-to-step noise of the rest of the step ({noise:.1%})"
         )
-        return (
+        verdict = (
             f"the input pipeline is not what limits training: the step waited for input "
             f"{wait:.1%} of its time, {why}; no tf.data change will speed it up"
         )
+        busy = self.device_busy
+        if busy is not None and busy < DEVICE_BUSY_THRESHOLD:
+            what = "the device" if self.jax_device.platform == "gpu" else "XLA"  # type: ignore[union-attr]
+            verdict += (
+                f". {what[0].upper()}{what[1:]} computed {busy:.0%} of the step (JAX's trace): "
+                "the step's own host work limits it (framework work per call: run several "
+                "steps per call, e.g. Keras' steps_per_execution, or larger batches)"
+            )
+        return verdict
 
     @property
     def xprof_applies(self) -> tuple[bool, str]:
@@ -256,6 +286,7 @@ class ProfileAnalysis:
                 "bottleneck": self.bottleneck if self.input_limits is not False else None,
                 "input_limits": self.input_limits,
                 "verdict": self.verdict,
+                "device_busy": self.device_busy,
                 "xprof_applies": self.xprof_applies[0],
                 "is_complete": self.is_complete,
                 "tested_xprof": TESTED_XPROF,

@@ -2,13 +2,19 @@
 host-to-device transfer per step. A real CPU trace is read by tests/profiles/test_cli.py
 (``--step jax``, and Keras on JAX); here, traces in the GPU layout the CUPTI tracer writes
 (device planes with ``Stream #`` lines, kernels and ``MemcpyH2D`` events on the host's
-clock), written as real ``.xplane.pb`` files, with known answers."""
+clock), written as real ``.xplane.pb`` files with known answers, and a real one from an
+H200 (tests/profiles/data)."""
 
 from __future__ import annotations
+
+import dataclasses
+import gzip
+from pathlib import Path
 
 import pytest
 
 from profiles._jax_trace import JAX_TRACE_DIR, jax_device_time
+from profiles._results import DEVICE_BUSY_THRESHOLD
 from profiles._xplane import xspace_class
 
 US = 1_000_000  # picoseconds per microsecond
@@ -112,3 +118,79 @@ def test_no_jax_trace_or_no_marked_step(tmp_path):
     _write(tmp_path, space)
     assert jax_device_time(tmp_path) is None
     assert jax_device_time(tmp_path, step_name="other") is None
+
+
+H200_TRACE = Path(__file__).parent / "data" / "h200-keras-ranking-jax.xplane.pb.gz"
+
+
+def test_a_real_gpu_trace(tmp_path):
+    """JAX's trace of 10 profiled steps of tfinput's Keras ranking model on JAX (batch
+    4096) on an NVIDIA H200, from ``benchmarks/jax_profile.py`` (benchmarks/RESULTS.md):
+    the GPU plane as CUPTI wrote it, and of the host plane the step markers alone. The
+    kernels are read again here straight from the protobuf. Consecutive kernels on the
+    one compute stream overlap (about 1,100 of 1,500: the next one starts before the last
+    one ends), so it is their union that counts, not their sum."""
+    space = xspace_class()()
+    space.ParseFromString(gzip.decompress(H200_TRACE.read_bytes()))
+    _write(tmp_path, space)
+    jax = jax_device_time(tmp_path)
+    assert jax.platform == "gpu"
+    assert [s.step for s in jax.steps] == list(range(5, 15))
+
+    gpu = next(p for p in space.planes if p.name == "/device:GPU:0")
+    # One compute stream (with device-to-device copies), the copies' own streams.
+    compute = [line for line in gpu.lines if "Compute" in line.name]
+    assert [line.name for line in compute] == ["Stream #14(MemcpyD2D,Compute)"]
+    assert all(line.name.startswith("Stream #") for line in gpu.lines)
+    names = {k: m.name for k, m in gpu.event_metadata.items()}
+    kernels = [
+        (compute[0].timestamp_ns * 1000 + e.offset_ps, e.duration_ps)
+        for e in compute[0].events
+        if not names[e.metadata_id].startswith(("Memcpy", "Memset"))
+    ]
+    host = next(p for p in space.planes if p.name == "/host:CPU")
+    markers = sorted(
+        (line.timestamp_ns * 1000 + e.offset_ps, e.duration_ps)
+        for line in host.lines
+        for e in line.events
+    )
+    for step, (start, duration) in zip(jax.steps, markers, strict=True):
+        busy, reached = 0, start  # the kernels' union inside the step, merged in order
+        for s, d in sorted(kernels):
+            lo, hi = max(s, reached), min(s + d, start + duration)
+            busy += max(0, hi - lo)
+            reached = max(reached, s + d)
+        assert step.compute_ms == pytest.approx(busy / 1e9, rel=1e-6)
+        assert step.step_ms == pytest.approx(duration / 1e9)
+        # Host-bound: the kernels are about 1.2 ms of a 20-30 ms train_on_batch.
+        assert 1.0 < step.compute_ms < 1.5 and 0.2 < step.transfer_ms < 1.0
+        assert 15 < step.step_ms < 40
+
+
+def test_a_host_bound_jax_step_is_named_in_the_verdict(tmp_path, slow_map):
+    from profiles.analysis import Spread
+
+    space = xspace_class()()
+    space.ParseFromString(gzip.decompress(H200_TRACE.read_bytes()))
+    _write(tmp_path, space)
+    quiet = dataclasses.replace(
+        slow_map,
+        jax_device=jax_device_time(tmp_path),
+        input_wait=Spread(average=0.005, minimum=0.004, maximum=0.006),
+    )
+    assert quiet.input_limits is False
+    busy = quiet.device_busy
+    assert busy == pytest.approx(quiet.jax_device.compute_ms / quiet.jax_device.step_ms)
+    assert busy < DEVICE_BUSY_THRESHOLD
+    assert f"The device computed {busy:.0%} of the step" in quiet.verdict
+    assert "steps_per_execution" in quiet.verdict
+    assert quiet.to_dict()["device_busy"] == pytest.approx(busy)
+    # A step that keeps the device busy gets no such sentence.
+    busy_steps = tuple(
+        dataclasses.replace(s, compute_ms=0.9 * s.step_ms) for s in quiet.jax_device.steps
+    )
+    full = dataclasses.replace(
+        quiet, jax_device=dataclasses.replace(quiet.jax_device, steps=busy_steps)
+    )
+    assert full.device_busy == pytest.approx(0.9)
+    assert "computed" not in full.verdict and full.verdict in quiet.verdict
