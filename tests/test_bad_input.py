@@ -704,3 +704,39 @@ def test_parquet_type_drift_that_reads_exactly_is_accepted(tmp_path, tiny_schema
     ]
     assert got == [[1.0, 2.0], [1.0, 2.0]]
     assert pipeline.check().ok
+
+
+def _live_iterators() -> int:
+    import gc
+
+    return sum(isinstance(o, tf.data.Iterator) for o in gc.get_objects())
+
+
+@pytest.mark.parametrize("kind", ["tfrecord", "parquet"])
+def test_a_failed_pipeline_lets_go_of_its_iterators(tmp_path, tiny_schema, kind):
+    """The error keeps no iterator of the failed pipeline (or of the checks that named
+    the file) alive: they are deleted when the error is raised, not by a later garbage
+    collection (deleting a tf.data iterator waits for its threads; inside a collection
+    that blocked other work for seconds). Held here as a user's code would hold it."""
+    import gc
+
+    if kind == "tfrecord":
+        path = write_examples(tmp_path / "nan.tfrecord", [good_row()] * 10 + [good_row(x=1e400)])
+        pipeline = tfinput.tfrecord([path], tiny_schema)
+    else:
+        path = str(tmp_path / "nan.parquet")
+        pq.write_table(
+            pa.table({"x": [1.0, float("nan")], "c": [1, 2], "m": [[1], []], "label": [0.0, 1.0]}),
+            path,
+        )
+        pipeline = tfinput.parquet([path], tiny_schema)
+    gc.collect()
+    before = _live_iterators()
+    gc.disable()
+    try:
+        with pytest.raises(DataError, match="NaN or inf") as excinfo:
+            drain(pipeline, PipelineConfig(batch_size=2, drop_remainder=False))
+        assert _live_iterators() == before
+        assert excinfo.value.__cause__ is not None  # the TensorFlow error is still chained
+    finally:
+        gc.enable()

@@ -8,6 +8,7 @@ reading tfinput's source.
 from __future__ import annotations
 
 import re
+import traceback
 
 __all__ = [
     "TfinputError",
@@ -19,6 +20,7 @@ __all__ = [
     "ServiceError",
     "clean_error",
     "raised_inside",
+    "without_locals",
 ]
 
 
@@ -105,3 +107,23 @@ def raised_inside(error: BaseException) -> bool:
     """Whether a TensorFlow error carries one of tfinput's errors raised inside the
     pipeline (a reader's Python callback), before TensorFlow's appended traceback."""
     return bool(_RAISED_INSIDE.search(str(error).split("\nTraceback", 1)[0]))
+
+
+def without_locals(error: BaseException) -> BaseException:
+    """``error`` with the local variables of its traceback's finished frames cleared
+    (and those of the errors chained to it); returns it.
+
+    A TensorFlow error raised by ``next(iterator)`` holds, through its traceback, the
+    frames of tf.data's iterator methods and so the iterator itself (its threads, its
+    buffers). Held by whatever keeps the error (an ``except ... as e`` kept, a test's
+    ``pytest.raises``), the iterator then outlives the failure and is deleted by a later
+    garbage collection, which waits for its threads there. Cleared, the iterator is
+    deleted as soon as its last owner lets go. The traceback's lines stay.
+    """
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
+    return error

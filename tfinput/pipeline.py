@@ -38,6 +38,7 @@ from tfinput.errors import (
     TfinputError,
     clean_error,
     raised_inside,
+    without_locals,
 )
 from tfinput.layout import PackedLayout, is_packed
 from tfinput.schema import Schema
@@ -616,8 +617,11 @@ class Pipeline:
             except StopIteration:
                 return
             except tf.errors.OpError as e:
-                raise self.explain(e, diagnose=diagnose) from e
+                error = without_locals(e)
+                break
             yield batch
+        del it  # the failed iterator goes now, before the checks that name the file
+        raise self.explain(error, diagnose=diagnose) from error
 
     def iterator(
         self,

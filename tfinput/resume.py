@@ -42,7 +42,7 @@ import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tfinput.errors import DataError, ResumeError
+from tfinput.errors import DataError, ResumeError, without_locals
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -381,7 +381,7 @@ class InputIterator(Iterator[Any]):
                     except tf.errors.OpError as e:
                         if self._explain is None:
                             raise
-                        raise self._explain(e) from e
+                        raise self._explain(without_locals(e)) from e
             if self._keep or self._hold_from is not None:
                 self._recent.append(batch)
             self.position += 1

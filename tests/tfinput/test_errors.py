@@ -66,3 +66,33 @@ def test_each_error_is_raised_for_its_kind_of_bad_input(tmp_path, kind, make, me
     with pytest.raises(kind) as error:
         make(tmp_path)
     assert message in str(error.value)
+
+
+def test_without_locals_lets_go_of_what_the_failed_frames_held():
+    import traceback
+    import weakref
+
+    from tfinput.errors import without_locals
+
+    class Resource:
+        pass
+
+    def inner(resource):
+        raise ValueError("inner")
+
+    def outer():
+        resource = Resource()
+        try:
+            inner(resource)
+        except ValueError as e:
+            raise RuntimeError("outer") from e
+
+    try:
+        outer()
+    except RuntimeError as e:
+        error = e
+    held = weakref.ref(error.__cause__.__traceback__.tb_next.tb_frame.f_locals["resource"])
+    assert held() is not None  # the traceback keeps it alive
+    assert without_locals(error) is error
+    assert held() is None  # deleted at once, both frames cleared (no collection needed)
+    assert "inner" in "".join(traceback.format_exception(error))  # the lines stay
