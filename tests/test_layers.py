@@ -44,6 +44,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tfinput.transforms",
         "tfinput.graph",
         "tfinput.sources",
+        "tfinput._service_guard",
+        "tfinput._service_read",
         "tfinput.pipeline",
         "tfinput.resume",
     ),
@@ -57,25 +59,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 LAYER_NAMES = ("core", "measurement", "applications")
 
 #: (importer, imported) -> why it is still there.
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("tfinput.pipeline", "tfinput.service"): (
-        "Pipeline.with_service's default stall timeout; goes with the next entry"
-    ),
-    ("tfinput.pipeline", "tfinput.fleet"): (
-        "Pipeline.with_service builds a tfinput.fleet.ServiceRead: the service stage "
-        "needs a core protocol that the service integration implements (issue 'Layers a "
-        "newcomer can see', point 3)"
-    ),
-}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 #: Sets of modules, or of packages, that import each other -> why the cycle is still there.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"tfinput.convert", "tfinput.inference"}): (
-        "convert infers schemas, and schema inference reads CSV with convert's reader: "
-        "CSV and the other formats' reading move into tfinput.formats (issue 'Layers a "
-        "newcomer can see', point 2)"
-    ),
-}
+KNOWN_CYCLES: dict[frozenset[str], str] = {}
 
 
 def _modules() -> dict[str, Path]:

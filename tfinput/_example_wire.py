@@ -1,8 +1,7 @@
 """Vectorized ``tf.train.Example`` encoder: the protobuf wire format written with numpy.
 
 Building one ``tf.train.Example`` per row through the protobuf API costs tens of
-microseconds per row (about 36 µs for a Criteo-like row). This module writes the same
-messages column by column instead:
+microseconds per row. This module writes the same messages column by column instead:
 
     Example  { Features features = 1; }
     Features { map<string, Feature> feature = 1; }   # entry: key = 1, value = 2

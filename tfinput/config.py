@@ -80,10 +80,9 @@ class PipelineConfig:
         hand-over caps tf.Example input whatever the cores. The shuffle then mixes runs
         of up to ``read_batch`` consecutive records of one file (its buffer counts
         ``shuffle_buffer // read_batch`` mini-batches: the same memory). 0 or 1: records
-        cross one at a time (the plan before this knob, which mixes a shuffled epoch
-        more finely). Default 64: the best mixing of the sizes measured, at 1.6-1.8x the
-        examples/s of records one at a time on 2 cores (benchmarks/RESULTS.md,
-        "records batched in the file branches").
+        cross one at a time (which mixes a shuffled epoch more finely). Default 64: the
+        best mixing of the sizes compared in benchmarks/RESULTS.md, "records batched in
+        the file branches".
         Ignored by other sources.
       private_threadpool_size: Size of a thread pool private to this pipeline; 0 or
         AUTOTUNE shares TensorFlow's inter-op pool. A private pool isolates the input

@@ -23,19 +23,16 @@ separate machines.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import math
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-from tfinput.config import AUTOTUNE, PipelineConfig
+from tfinput._service_read import ServiceRead
 from tfinput.errors import ConfigError
-from tfinput.service import DEFAULT_STALL_TIMEOUT_S
 
 __all__ = ["LocalFleet", "ServiceRead", "workers_needed"]
 
@@ -167,149 +164,6 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
     # Keep draining its output so a chatty server never blocks on a full pipe.
     threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
     return result[0]
-
-
-@dataclasses.dataclass(frozen=True)
-class ServiceRead:
-    """How a pipeline is read through tf.data service (`Pipeline.with_service`).
-
-    Attributes:
-      service: A dispatcher address (``grpc://host:port``) or a `LocalFleet`.
-      workers: The address's worker count (for `workers_needed`); a `LocalFleet`
-        uses ``PipelineConfig.service_workers`` instead.
-      processing_mode: ``dynamic`` (default: the dispatcher hands each file to one
-        worker, so every example comes once per epoch, at most once if a worker dies)
-        or ``off`` (every worker reads everything: use with one worker); see
-        `tfinput.service`.
-      job_name: Consumers with the same name share one job (None: a job per
-        iterator).
-      stall_timeout_s: A read with no batch for this long raises `ServiceError` (a
-        worker died and none came back at its address); None: no bound, and no count
-        of the rows lost (`tfinput.service.guarded_dataset`).
-    """
-
-    service: Any
-    workers: int | None = None
-    processing_mode: str = "dynamic"
-    job_name: str | None = None
-    stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.service, (str, LocalFleet)):
-            raise ConfigError(
-                "with_service: expected a dispatcher address (grpc://host:port) or a "
-                f"tfinput.fleet.LocalFleet, got {type(self.service).__name__}"
-            )
-        if self.stall_timeout_s is not None and not self.stall_timeout_s > 0:
-            raise ConfigError(
-                f"with_service: stall_timeout_s must be > 0 or None, got {self.stall_timeout_s}"
-            )
-        if isinstance(self.service, LocalFleet) and self.workers is not None:
-            raise ConfigError(
-                "with_service: a LocalFleet takes its worker count from "
-                "PipelineConfig.service_workers, not workers="
-            )
-
-    @property
-    def fleet(self) -> LocalFleet | None:
-        return self.service if isinstance(self.service, LocalFleet) else None
-
-    def worker_count(self, config: PipelineConfig) -> int | None:
-        """The workers serving a build with ``config`` (None: unknown)."""
-        if self.fleet is not None:
-            return config.service_workers or self.fleet.max_workers
-        return self.workers
-
-    def address(self, config: PipelineConfig) -> str:
-        """The dispatcher a build with ``config`` reads from.
-
-        Raises:
-          ConfigError: ``service_workers`` asks a fixed fleet for another worker count.
-        """
-        if self.fleet is not None:
-            return self.fleet.address_for(config.service_workers)
-        if config.service_workers and self.workers and config.service_workers != self.workers:
-            raise ConfigError(
-                f"service_workers={config.service_workers}, but {self.service} has "
-                f"{self.workers} workers; a remote fleet's size is set where it runs "
-                "(search worker counts with a tfinput.fleet.LocalFleet)"
-            )
-        return str(self.service)
-
-    def apply(
-        self,
-        dataset: Any,
-        config: PipelineConfig,
-        *,
-        rows: Callable[[], int | None] | None = None,
-        files: int = 0,
-        batch_size: int | None = None,
-    ) -> Any:
-        """``dataset`` read through the service with ``config``'s service knobs,
-        guarded (`stall_timeout_s`).
-
-        Args:
-          rows: Computes the rows of one pass over the files, where one pass is read
-            (None: a repeated or sharded build, nothing to compare).
-          files: The files the workers share (dynamic sharding hands out whole files).
-          batch_size: The batch size each worker batches its part with.
-        """
-        from tfinput.service import distribute
-
-        expected, tail = self._epoch(config, rows, files, batch_size or config.batch_size)
-        outstanding = config.service_max_outstanding_requests
-        return distribute(
-            dataset,
-            self.address(config),
-            processing_mode=self.processing_mode,
-            job_name=self.job_name,
-            compression=config.service_compression,
-            max_outstanding_requests=None if outstanding == AUTOTUNE else outstanding,
-            stall_timeout_s=self.stall_timeout_s,
-            expected_rows=expected,
-            tail_rows=tail,
-        )
-
-    def _epoch(
-        self,
-        config: PipelineConfig,
-        rows: Callable[[], int | None] | None,
-        files: int,
-        batch_size: int,
-    ) -> tuple[Callable[[], int | None] | None, int]:
-        """``(rows one epoch delivers, rows its drop_remainder tails may drop)``.
-
-        Dynamic sharding: every row once; each worker that read a file batches its
-        own part, so up to ``batch_size - 1`` rows per such worker (at most one per
-        file) are dropped by ``drop_remainder``. ``off``: every worker reads every row.
-        """
-        workers = self.worker_count(config)
-        if rows is None:
-            return None, 0
-        readers = min(workers, files) if workers else files
-        if self.processing_mode == "off":
-            if not workers:
-                return None, 0
-            count = rows
-
-            def rows_off() -> int | None:
-                n = count()
-                return None if n is None else n * workers
-
-            rows, readers = rows_off, workers
-        elif self.processing_mode != "dynamic":
-            return None, 0
-        tail = readers * (batch_size - 1) if config.drop_remainder else 0
-        return rows, tail
-
-    def describe(self) -> dict[str, Any]:
-        where = f"LocalFleet(max_workers={self.fleet.max_workers})" if self.fleet else self.service
-        return {
-            "service": where,
-            "workers": self.workers,
-            "processing_mode": self.processing_mode,
-            "stall_timeout_s": self.stall_timeout_s,
-        }
 
 
 def workers_needed(rate: float, workers: int, target_rate: float) -> int:

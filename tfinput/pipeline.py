@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
+from tfinput._service_read import DEFAULT_STALL_TIMEOUT_S, ServiceRead
 from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig
 from tfinput.errors import (
     ConfigError,
@@ -42,7 +43,6 @@ from tfinput.errors import (
 )
 from tfinput.layout import PackedLayout, is_packed
 from tfinput.schema import Schema
-from tfinput.service import DEFAULT_STALL_TIMEOUT_S
 from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
 from tfinput.sources.files import PathsLike, as_paths, epoch_rows
 from tfinput.sources.protocol import Decode, ReadRequest, Source
@@ -137,8 +137,8 @@ class Pipeline:
         {...}}``, one tensor per feature) or ``packed`` (one float32 ``dense``, one int32
         ``ids`` and one float32 ``weights`` tensor, ``[B, n]`` each; see
         `tfinput.layout`). Packed batches cost one host-to-device transfer per group
-        instead of one per feature (48 features: 2.64 ms vs 0.56 ms for
-        ``jax.device_put`` on an H100), at the price of a concat in the parse map and a
+        instead of one per feature (benchmarks/RESULTS.md, "Host to device"), at the
+        price of a concat in the parse map and a
         slice (`tfinput.layout.unpack`) in the model. ``PipelineConfig.layout``, when
         set, overrides it.
       service: Read through tf.data service (`with_service`, a
@@ -219,9 +219,10 @@ class Pipeline:
         """Read the built pipeline through tf.data service (None: read it here).
 
         Args:
-          service: A dispatcher address (``grpc://host:port``) or a
-            `tfinput.fleet.LocalFleet` (worker processes on this machine, as many as
-            ``PipelineConfig.service_workers``).
+          service: A dispatcher address (``grpc://host:port``) or a fleet sized by
+            ``PipelineConfig.service_workers``: a `tfinput.fleet.LocalFleet` (worker
+            processes on this machine) or any object with ``max_workers`` and
+            ``address_for(workers)`` (the `tfinput._service_read.Fleet` protocol).
           workers: How many workers the address has (for the tuner's workers-needed
             estimate).
           processing_mode: ``dynamic`` (each file to one worker) or ``off``; see
@@ -233,13 +234,11 @@ class Pipeline:
             tails, logs a warning counting them. None: tf.data's own read, unguarded.
 
         Raises:
-          ConfigError: ``service`` is neither an address nor a ``LocalFleet``, or a
+          ConfigError: ``service`` is neither an address nor a fleet, or a
             non-positive ``stall_timeout_s``.
         """
         if service is None:
             return dataclasses.replace(self, service=None)
-        from tfinput.fleet import ServiceRead
-
         read = ServiceRead(
             service,
             workers=workers,

@@ -163,8 +163,8 @@ def _check_ids(
 
 def _stack(values: list[tf.Tensor]) -> tf.Tensor:
     """``[n, B]``: one feature per row, so stacking and splitting again are contiguous
-    copies and per-feature reductions run along rows (the ``[B, n]`` layout made both
-    strided and cost more than the per-feature ops it replaced)."""
+    copies and per-feature reductions run along rows (in a ``[B, n]`` layout both would
+    be strided)."""
     return tf.stack(values, axis=0) if len(values) > 1 else tf.expand_dims(values[0], 0)
 
 

@@ -91,3 +91,24 @@ def test_a_service_pipeline_has_no_resumable_iterator(small_columnar, small_sche
     with pytest.raises(ResumeError, match=r"tf\.data service"):
         pipeline.iterator(PipelineConfig(batch_size=100))
     assert pipeline.with_service(None).service is None
+
+
+def test_any_fleet_is_read_through_the_core_protocol():
+    """`Pipeline.with_service` takes any `Fleet` (the core's protocol), not one class:
+    `LocalFleet` is one, and so is a user's own (here one that knows a fixed cluster)."""
+    from tfinput._service_read import Fleet
+
+    assert isinstance(LocalFleet(1), Fleet)
+
+    class Cluster:
+        max_workers = 4
+
+        def address_for(self, workers):
+            return f"grpc://dispatcher-{workers or self.max_workers}:5050"
+
+    read = ServiceRead(Cluster())
+    assert read.fleet is not None
+    assert read.worker_count(PipelineConfig(service_workers=2)) == 2
+    assert read.address(PipelineConfig(service_workers=2)) == "grpc://dispatcher-2:5050"
+    assert read.describe()["service"] == "Cluster(max_workers=4)"
+    assert ServiceRead(LocalFleet(3)).describe()["service"] == "LocalFleet(max_workers=3)"

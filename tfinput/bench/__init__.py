@@ -24,8 +24,8 @@ How a measurement is taken (and recorded in ``result.method``):
   step included), the fraction of time the consumer waited for input (``stall``),
   CPU use of the whole process during windows (``cores_busy``: CPU-seconds per
   second, from `time.process_time`) and the peak resident memory sampled after every batch.
-  Runs of one config on a 2-core machine vary by 10-20%: differences smaller than
-  the spread are not differences.
+  Runs of one config vary from run to run: differences smaller than the spread are
+  not differences.
 - **Step.** Each batch is handed to a `tfinput.steps.Step` (default ``input_only``),
   so the same measurement serves a simulated or real training step; this is the
   objective the tuner optimizes.

@@ -243,8 +243,8 @@ class Roofline:
         parallel stages' work over the cores (``1 / cpu_bound``) plus its time on the
         consumer thread, which hands over every element crossing the consumer side (the
         serial stage), so ``min(read_bound, 1 / (1 / cpu_bound + 1 / serial rate))``.
-        The sum, not the larger of the two, is what was measured: the serial stage's
-        time is not hidden behind the parallel work (``benchmarks/serial_stage.py``). A
+        The sum, not the larger of the two: the serial stage's time is not hidden
+        behind the parallel work (``benchmarks/serial_stage.py`` compares the models). A
         config without a serial stage (not probed, or a source whose elements are
         batches) gets the parallel bound, ``bound``."""
         serial = next((s for s in self.serial if s.config == config), None)
@@ -376,8 +376,8 @@ def roofline(
     serial rate))``: each example takes its share of the parallel work plus its time on
     the consumer thread. Records one at a time (``read_batch=0``) cross that thread
     ``batch_size`` times per batch, mini-batches ``batch_size / read_batch`` times. The
-    sum, not the larger of the two, is what was measured (``benchmarks/serial_stage.py``
-    compares the models): the serial stage's time is not hidden behind the parallel work.
+    sum, not the larger of the two: the serial stage's time is not hidden behind the
+    parallel work (``benchmarks/serial_stage.py`` compares the models).
 
     It is an upper bound, not a forecast: coordination between threads, the GIL
     (Parquet's reader runs Python), memory bandwidth and other processes keep real

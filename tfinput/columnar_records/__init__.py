@@ -34,7 +34,7 @@ Batch assembly. When ``batch_size`` is a multiple of ``chunk_rows`` (``k`` chunk
 batch), the reader batches ``k`` serialized chunks and decodes them in one vectorized
 step: no per-row work at all. Any other batch size works too, at a cost: chunks are
 decoded in groups and cut into batches with ``Dataset.rebatch``, which moves list
-columns row by row (typically 2-4x slower end to end). Choose ``chunk_rows`` to divide
+columns row by row (slower end to end: benchmarks/RESULTS.md). Choose ``chunk_rows`` to divide
 your batch sizes (1024 divides every usual power-of-two batch >= 1024). With
 ``drop_remainder=True`` on the multiple path, the last (partial) chunk of a conversion
 is skipped, as the tail of any data set is: at most ``chunk_rows - 1`` rows per input
@@ -64,7 +64,7 @@ Shuffling, from cheapest to most random:
   rows within each batch; the iterator checkpoint holds positions only (about 2 KB
   instead of the buffer), so choose it for resumable training
   (``shuffle_buffer`` must then be 0). It reads chunk by chunk (one positioned read
-  each), at about 0.7-0.8x the examples/s of a buffer shuffle on 2 cores.
+  each), more slowly than a buffer shuffle (benchmarks/RESULTS.md has the figures).
 
 So the randomness unit is the chunk: rows that were written next to each other (within
 ``chunk_rows``) are always trained in the same batch. That is fine for data that was

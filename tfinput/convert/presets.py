@@ -5,25 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from tfinput.errors import ConfigError
+from tfinput.formats.csv import KNOWN_COLUMNS
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
 __all__ = ["PRESETS", "PRESET_COLUMNS", "PRESET_LISTS", "preset_schema"]
 
 PRESETS = ("criteo", "movielens")
-
-_CRITEO_COLUMNS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
-_MOVIELENS_COLUMNS = [
-    "user_id",
-    "movie_id",
-    "rating",
-    "timestamp",
-    "title",
-    "genres",
-    "gender",
-    "age",
-    "occupation",
-    "zip",
-]
 
 
 def preset_schema(name: str, *, hash_buckets: int = 100_000, dim: int = 16) -> Schema:
@@ -79,5 +66,5 @@ def preset_schema(name: str, *, hash_buckets: int = 100_000, dim: int = 16) -> S
     raise ConfigError(f"convert: unknown preset {name!r}; expected one of {list(PRESETS)}")
 
 
-PRESET_COLUMNS: dict[str, list[str]] = {"criteo": _CRITEO_COLUMNS, "movielens": _MOVIELENS_COLUMNS}
+PRESET_COLUMNS: dict[str, list[str]] = KNOWN_COLUMNS
 PRESET_LISTS: dict[str, dict[str, str]] = {"criteo": {}, "movielens": {"genres": "|"}}

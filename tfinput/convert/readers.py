@@ -4,19 +4,18 @@ by `tfinput.convert.values`."""
 
 from __future__ import annotations
 
-import dataclasses
-import io
 import os
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from tfinput.convert._guards import QuoteGuard
 from tfinput.convert.plan import Column
 from tfinput.convert.sniff import Layout, sniff_layout, tfrecord_compression
 from tfinput.convert.values import convert_batch, convert_typed, is_list_type
 from tfinput.errors import DataError, SchemaError, SourceError
+from tfinput.formats import csv as _csv
+from tfinput.formats.csv import BLOCK_SIZE
 from tfinput.schema import Schema
 
 __all__ = [
@@ -29,8 +28,6 @@ __all__ = [
     "typed_names",
 ]
 
-#: Bytes of CSV parsed at a time (a record must fit in one block).
-BLOCK_SIZE = 4 << 20
 #: Rows read at a time from Parquet and TFRecord inputs.
 TYPED_BLOCK_ROWS = 65_536
 
@@ -40,125 +37,9 @@ Blocks = Generator[tuple[str, Any, list[tuple[int, str]], int], None, None]
 
 
 # --------------------------------------------------------------------- CSV
-class CsvReader:
-    """Streams one CSV file as text batches, each row tagged with its line number.
-
-    Args:
-      path: The file (``.gz``/``.bz2`` decompressed on the fly).
-      layout: Its `Layout`.
-      on_read: Called with the number of (compressed) bytes read, or None.
-      block_size: Bytes of CSV parsed at a time (a record must fit in one block).
-      byte_range: Read only bytes ``[start, end)`` of an uncompressed file, both at line
-        breaks (the Ray engine's pieces): line 1 is the range's first line (the caller
-        adds the lines before it), the header is skipped in the first range only, and
-        ``raw.newlines`` counts the line breaks read.
-
-    Attributes:
-      invalid: Structural bad rows not yet reported, ``(line, reason)`` in line order.
-      next_line: The line number of the next row read.
-      reader: The pyarrow streaming CSV reader.
-
-    Raises:
-      DataError: the file cannot be read or parsed.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        layout: Layout,
-        on_read: Callable[[int], None] | None,
-        *,
-        block_size: int = BLOCK_SIZE,
-        byte_range: tuple[int, int] | None = None,
-    ):
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-
-        if byte_range is not None and byte_range[0] > 0:
-            layout = dataclasses.replace(layout, header=False)
-        self.path = path
-        self.layout = layout
-        self.invalid: list[tuple[int, str]] = []  # (line, reason), in line order
-        self.next_line = 2 if layout.header else 1
-        n = len(layout.names)
-
-        def on_invalid(row: Any) -> str:
-            text = (row.text or "")[:80]
-            number = int(row.number) if row.number is not None else -1
-            reason = self.guard.bad.get(number) or (
-                f"expected {n} fields ({layout.names_from}), found {row.actual_columns}: {text!r}"
-            )
-            self.invalid.append((number, reason))
-            return "skip"
-
-        self.raw = _stream(path, on_read) if byte_range is None else _Range(path, *byte_range)
-        self.guard = QuoteGuard(self.raw, delimiter=layout.delimiter, fields=n)
-        self.stream = pa.PythonFile(self.guard, mode="r")
-        try:  # the reader reads the first block now
-            self.reader = self._open_csv(pa, pacsv, block_size, on_invalid)
-        except (OSError, pa.ArrowException) as e:
-            self.close()
-            raise self._read_error(e) from e
-        except BaseException:
-            self.close()
-            raise
-
-    def _read_error(self, e: Exception) -> DataError:
-        """A read failure (a truncated .gz, corrupt bytes) as a `DataError` naming the file."""
-        if isinstance(e, OSError) or "compress" in str(e).lower():
-            return DataError(f"{self.path}: cannot read ({e}); is the file truncated or corrupt?")
-        return DataError(f"{self.path}: cannot parse as CSV: {e}")
-
-    def _open_csv(self, pa: Any, pacsv: Any, block_size: int, on_invalid: Any) -> Any:
-        layout = self.layout
-        return pacsv.open_csv(
-            self.stream,
-            read_options=pacsv.ReadOptions(
-                use_threads=False,
-                block_size=block_size,
-                column_names=layout.names,
-                skip_rows=1 if layout.header else 0,
-            ),
-            parse_options=pacsv.ParseOptions(
-                delimiter=layout.delimiter,
-                newlines_in_values=False,
-                ignore_empty_lines=False,
-                invalid_row_handler=on_invalid,
-            ),
-            convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.string() for name in layout.names},
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=True,
-                null_values=[""],
-            ),
-        )
-
-    def batches(self) -> Iterable[tuple[Any, np.ndarray]]:
-        """``(batch, line numbers)``; structural bad rows go to ``self.invalid``."""
-        import pyarrow as pa
-
-        while True:
-            try:
-                batch = self.reader.read_next_batch()
-            except StopIteration:
-                break
-            except (OSError, pa.ArrowException) as e:
-                raise self._read_error(e) from e
-            n = batch.num_rows
-            skip = {line for line, _ in self.invalid if line >= self.next_line}
-            lines = np.empty(n, dtype=np.int64)
-            line, i = self.next_line, 0
-            if not skip:
-                lines[:] = np.arange(line, line + n)
-                line += n
-            else:
-                while i < n:
-                    if line not in skip:
-                        lines[i] = line
-                        i += 1
-                    line += 1
-            self.next_line = line
-            yield batch, lines
+class CsvReader(_csv.CsvReader):
+    """`tfinput.formats.csv.CsvReader` whose text batches convert to the planned
+    columns (`converted`)."""
 
     def converted(self, plan: Mapping[str, Column]) -> Iterator[tuple[Any, list, int]]:
         """``(converted table, bad rows as (line, reason), blank lines)`` per block, then
@@ -172,34 +53,6 @@ class CsvReader:
             events += [(int(lines[row]), reason) for row, reason in bad.items()]
             yield table, events, n_blank
         yield None, list(self.invalid), 0
-
-    def close(self) -> None:
-        """Close the file."""
-        self.stream.close()
-        self.raw.close()
-
-
-class _Range:
-    """Bytes ``[start, end)`` of a file, as a readable binary stream; counts the line
-    breaks read (``newlines``)."""
-
-    def __init__(self, path: str, start: int, end: int):
-        self.f = open(path, "rb")  # noqa: SIM115 - closed by close()
-        self.f.seek(start)
-        self.left = end - start
-        self.newlines = 0
-        self.closed = False
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.left if n is None or n < 0 else min(n, self.left)
-        data = self.f.read(n)
-        self.left -= len(data)
-        self.newlines += data.count(b"\n")
-        return data
-
-    def close(self) -> None:
-        self.closed = True
-        self.f.close()
 
 
 def csv_batches(
@@ -241,40 +94,6 @@ def csv_batches(
                 yield path, table, events, n_blank
         finally:
             reader.close()
-
-
-class _Counting(io.RawIOBase):
-    """A binary file that counts the bytes read (for progress)."""
-
-    def __init__(self, path: str, on_read: Callable[[int], None] | None):
-        self._f = open(path, "rb")  # noqa: SIM115 - closed by close()
-        self._on_read = on_read
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        n = self._f.readinto(b)
-        if n and self._on_read is not None:
-            self._on_read(n)
-        return n
-
-    def close(self) -> None:
-        self._f.close()
-        super().close()
-
-
-def _stream(path: str, on_read: Callable[[int], None] | None) -> Any:
-    """A file as a pyarrow stream, ``.gz``/``.bz2`` decompressed, counting bytes read."""
-    import pyarrow as pa
-
-    raw = _Counting(path, on_read)
-    lower = path.lower()
-    if lower.endswith((".gz", ".gzip")):
-        return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "gzip")
-    if lower.endswith(".bz2"):
-        return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "bz2")
-    return pa.PythonFile(raw, mode="r")
 
 
 # ---------------------------------------------------- Parquet and TFRecord

@@ -1,4 +1,4 @@
-"""Sampling CSV/TSV text as `tfinput.convert` reads it, and typing each column from its
+"""Sampling CSV/TSV text as `tfinput.convert` reads it (`tfinput.formats.csv`), and typing each column from its
 text: integers, floats or strings, with a note on the values that do not fit."""
 
 from __future__ import annotations
@@ -122,8 +122,7 @@ def _read_rows(
     are none), the ``file:line`` of each row, and the column names."""
     import pyarrow as pa
 
-    from tfinput.convert.readers import CsvReader
-    from tfinput.convert.sniff import sniff_layout
+    from tfinput.formats.csv import CsvReader, sniff_layout
 
     def layout_of(path: str) -> Any:
         return sniff_layout(path, preset=None, list_delimiters=set(lists.values()), **layout_args)

@@ -998,8 +998,8 @@ def sparsecore_feed(
       processes: Workers are processes (started with ``spawn``; each imports
         jax-tpu-embedding, a few seconds, and gets the ids and weights of its batches
         pickled) instead of threads. jax-tpu-embedding serialises concurrent calls in one
-        process, so threads beyond one do not add throughput; processes do (measured:
-        benchmarks/RESULTS.md, "SparseCore preprocessing"). Worth it on a many-core host
+        process, so threads beyond one do not add throughput; processes do
+        (benchmarks/RESULTS.md, "SparseCore preprocessing"). Worth it on a many-core host
         whose steps need more than one process preprocesses.
 
     Returns:

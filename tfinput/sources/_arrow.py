@@ -317,8 +317,8 @@ class ParquetBatches:
         readahead (``interleave_cycle_length``, 4 for AUTOTUNE, batches twice that) and
         the background threads (``interleave_parallelism``: that many, 4 for AUTOTUNE).
         pyarrow decodes a row group's columns in parallel on its own threads in every
-        case: with them off at 1, one thread decoded every column in turn and the reader
-        ran at 0.75x the generator reader it replaced (benchmarks/RESULTS.md, issue 17).
+        case (one thread decoding every column in turn is slower:
+        benchmarks/RESULTS.md).
       batch_size: Rows per batch.
       shuffle_files: Shuffle the file order every epoch (by the epoch's seed).
 

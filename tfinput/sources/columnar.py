@@ -77,9 +77,8 @@ class ColumnarSource(Source):
         (``shuffle_rows`` is implied); no buffer, a checkpoint of positions only, and
         every batch draws its chunks from the whole data set. It reads one chunk per
         request (``interleave_parallelism`` at a time, one positioned read each)
-        rather than streaming files. Measured on 2 cores (criteo-like, 400k rows in 8
-        files, batch 4096, AUTOTUNE, 5 interleaved rounds): 0.71-0.77x the examples/s
-        of a 16k-row buffer shuffle with ``shuffle_rows``. ``shuffle_buffer`` and ``cache`` must
+        rather than streaming files, more slowly than a buffer shuffle with
+        ``shuffle_rows`` (benchmarks/RESULTS.md). ``shuffle_buffer`` and ``cache`` must
         then be 0 / off (`ConfigError` otherwise); the interleave cycle and block
         lengths and file shuffling have no effect (logged).
       start: ``(iteration, batch)``: with ``shuffle="global"`` and a fixed

@@ -10,9 +10,8 @@ import pytest
 import tfinput
 from tests.helpers import cli_main
 from tfinput.convert import convert
-from tfinput.convert._guards import unclosed_quote
 from tfinput.convert.plan import plan_columns
-from tfinput.convert.readers import CsvReader, csv_batches, typed_names
+from tfinput.convert.readers import csv_batches, typed_names
 from tfinput.convert.sniff import Layout
 from tfinput.errors import DataError, SchemaError
 from tfinput.schema import Dense, Schema
@@ -21,18 +20,6 @@ SCHEMA = Schema.of([Dense(name="v")], labels=["label"])
 
 
 # --------------------------------------------------------------------- CSV
-def test_csv_reader_tags_rows_with_their_line_numbers(tmp_path):
-    path = tmp_path / "in.csv"
-    path.write_text("v,label\n1,0\n2\n3,1\n4,0\n")
-    layout = Layout(delimiter=",", names=["v", "label"], header=True, names_from="the header")
-    reader = CsvReader(str(path), layout, None)
-    try:
-        [(batch, lines)] = list(reader.batches())
-    finally:
-        reader.close()
-    assert batch.column("v").to_pylist() == ["1", "3", "4"]
-    assert lines.tolist() == [2, 4, 5]
-    assert reader.invalid == [(3, "expected 2 fields (the header), found 1: '2'")]
 
 
 def test_csv_files_with_other_columns_are_refused(tmp_path):
@@ -143,12 +130,6 @@ def test_quote_balance_follows_the_csv_parser(tmp_path, write_text, line, bad):
     result = convert(path, tmp_path / "out", on_bad_rows="skip", header=True)
     assert [b.line for b in result.bad_rows] == ([2] if bad else [])
     assert result.rows == (1 if bad else 2)
-
-
-@pytest.mark.parametrize(("line", "bad"), QUOTE_CASES, ids=QUOTE_IDS)
-def test_unclosed_quote(line, bad):
-    assert unclosed_quote(line, ",") is bad
-    assert unclosed_quote(line.replace(",", "\t"), "\t") is bad
 
 
 def test_truncated_gzip_is_a_clean_error(tmp_path, capsys):

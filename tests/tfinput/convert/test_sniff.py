@@ -3,8 +3,6 @@ header, column names) sniffed from its first lines."""
 
 from __future__ import annotations
 
-import gzip
-
 import pytest
 
 from tests.helpers import cli_main
@@ -12,7 +10,6 @@ from tfinput.convert import convert
 from tfinput.convert.sniff import (
     detect_input_format,
     resolve_inputs,
-    sniff_layout,
     tfrecord_compression,
 )
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
@@ -82,66 +79,6 @@ def test_tfrecord_compression_from_the_name(name, compression):
 
 
 # -------------------------------------------------------------- CSV layout
-@pytest.mark.parametrize(
-    ("text", "delimiter"),
-    [
-        ("a;b;label\n1;2;0\n", ";"),
-        ("a\tb\n1\t2\n", "\t"),
-        ('name,v\n"x;y",1\n', ","),  # the ';' is inside quotes
-    ],
-    ids=["semicolon", "tab", "quoted"],
-)
-def test_delimiter_is_sniffed(tmp_path, text, delimiter):
-    path = tmp_path / "in.csv"
-    path.write_text(text)
-    layout = sniff_layout(str(path), list_delimiters=(), **NO_OPTIONS)
-    assert layout.delimiter == delimiter and layout.header
-
-
-def test_list_delimiter_is_never_the_field_delimiter(tmp_path):
-    path = tmp_path / "in.csv"
-    path.write_text("1,a|b|c\n2,d|e|f\n")  # '|' splits lines into more fields
-    assert sniff_layout(str(path), list_delimiters=(), **NO_OPTIONS).delimiter == "|"
-    layout = sniff_layout(str(path), list_delimiters=("|",), **NO_OPTIONS)
-    assert (layout.delimiter, layout.names) == (",", ["f0", "f1"])
-
-
-def test_names_without_a_header(tmp_path):
-    path = tmp_path / "in.tsv"
-    path.write_text("1\t2\t3\n4\t5\t6\n")
-    layout = sniff_layout(str(path), list_delimiters=(), **NO_OPTIONS)
-    assert (layout.header, layout.names, layout.names_from) == (
-        False,
-        ["f0", "f1", "f2"],
-        "as on line 1",
-    )
-    criteo = sniff_layout(str(path), list_delimiters=(), **{**NO_OPTIONS, "preset": "criteo"})
-    assert criteo.names[:3] == ["label", "I1", "I2"]
-    assert criteo.names_from == "the criteo preset's columns"
-
-
-@pytest.mark.parametrize(
-    ("text", "options", "error", "message"),
-    [
-        ("", {}, SourceError, "is empty"),
-        ("a,a,b\n1,2,3\n", {}, SchemaError, "column names must be unique and non-empty"),
-        ("a,b\n1,2\n", {"header": "yes"}, ConfigError, "header must be 'auto', True or False"),
-    ],
-    ids=["empty", "duplicate-names", "bad-header-option"],
-)
-def test_layout_errors(tmp_path, text, options, error, message):
-    path = tmp_path / "in.csv"
-    path.write_text(text)
-    with pytest.raises(error, match=message):
-        sniff_layout(str(path), list_delimiters=(), **{**NO_OPTIONS, **options})
-
-
-def test_compressed_input_is_sniffed_decompressed(tmp_path):
-    path = tmp_path / "in.csv.gz"
-    with gzip.open(path, "wt") as f:
-        f.write("x;y\n1;2\n")
-    layout = sniff_layout(str(path), list_delimiters=(), **NO_OPTIONS)
-    assert (layout.delimiter, layout.names) == (";", ["x", "y"])
 
 
 def test_header_and_column_names(tmp_path, write_text, output):
