@@ -15,7 +15,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ import tensorflow as tf
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import DataError
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema
+from tfinput.sources._idle_pool import IdlePool
 from tfinput.sources._text import first_line
 
 __all__ = [
@@ -40,6 +41,9 @@ __all__ = [
 LIST_VALUES = "/values"
 #: Key suffix of a list column's row lengths in a `ParquetBatches` batch.
 LIST_LENGTHS = "/lengths"
+#: Seconds without a read after which a `ParquetBatches` lets its read-ahead threads
+#: exit and drops what it read ahead (read again if asked for).
+READER_IDLE_S = 10.0
 
 
 def _arrow_kind(t: Any) -> str:
@@ -308,7 +312,9 @@ class ParquetBatches:
     Reading is random access (`batch`), but a sequential reader is served ahead: each
     call starts the next ``readahead`` batches (row groups read, nulls filled, windows
     shuffled, columns converted) on ``threads`` background threads, pyarrow releasing
-    the GIL while it decodes.
+    the GIL while it decodes. After `READER_IDLE_S` without work the threads exit and
+    what was read ahead is dropped: TensorFlow keeps a dataset's Python functions, and so
+    this reader, after the dataset and its iterators are gone.
 
     Args:
       files: The files, in order.
@@ -357,7 +363,9 @@ class ParquetBatches:
         self._target: Any = None
         self._epochs: dict[int, _Epoch] = {}
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool = IdlePool(
+            self.threads, idle_s=READER_IDLE_S, name="tfinput-parquet", on_idle=self._forget
+        )
 
     @property
     def shuffles(self) -> bool:
@@ -419,10 +427,6 @@ class ParquetBatches:
 
     def _submit(self, plan: _Epoch, k: int, future: Future) -> None:
         """Compute batch ``k`` on the pool into ``future`` (cached for it)."""
-        if self._pool is None:
-            with self._lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self.threads, "tfinput-parquet")
 
         def run() -> None:
             try:
@@ -431,6 +435,13 @@ class ParquetBatches:
                 future.set_exception(e)
 
         self._pool.submit(run)
+
+    def _forget(self) -> None:
+        """Drop the epochs' caches once the read-ahead threads have gone idle: an
+        iterator abandoned mid-epoch (a tuner trial, an error) leaves no batches, row
+        groups or shuffle windows behind. A later read computes them again."""
+        with self._lock:
+            self._epochs.clear()
 
     def __call__(self, seed: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """The batches of one epoch, in order."""

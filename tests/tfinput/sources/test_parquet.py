@@ -344,6 +344,63 @@ def test_reading_is_random_access_and_matches_the_sequential_read(small_parquet,
     assert sorted(ids.tolist()) == list(range(1000))
 
 
+def test_an_abandoned_reader_lets_its_threads_go_and_drops_its_read_ahead(
+    small_parquet, small_schema, monkeypatch
+):
+    """TensorFlow keeps a dataset's Python functions (and so the reader) after the
+    dataset and its iterators are gone: the reader itself must not keep threads and
+    batches. Its read-ahead threads exit after `READER_IDLE_S` without work, the last one
+    dropping what was read ahead; a later read is the same as before."""
+    import threading
+    import time
+
+    from tfinput.sources import _arrow
+
+    monkeypatch.setattr(_arrow, "READER_IDLE_S", 0.3)
+    config = PipelineConfig(batch_size=50, shuffle_buffer=200, interleave_parallelism=3)
+    reader = _arrow.ParquetBatches(
+        files=small_parquet, schema=small_schema, config=config, batch_size=50, shuffle_files=True
+    )
+    first = [reader.batch(4, k) for k in range(3)]  # abandoned mid-epoch, read ahead
+    assert 0 < reader._pool.threads <= 3
+    assert any(t.name.startswith("tfinput-parquet") for t in threading.enumerate())
+    assert reader._epochs[4].batches  # batches read ahead
+    deadline = time.monotonic() + 30
+    while (reader._pool.threads or reader._epochs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reader._pool.threads == 0 and not reader._epochs
+    again = [reader.batch(4, k) for k in range(3)]  # read again: the same batches
+    for a, b in zip(first, again, strict=True):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert reader._pool.threads > 0  # the pool starts threads again on demand
+
+
+def test_the_idle_pool_runs_every_task_and_keeps_no_thread():
+    import threading
+    import time
+
+    from tfinput.sources._idle_pool import IdlePool
+
+    idle = threading.Event()
+    pool = IdlePool(3, idle_s=0.2, name="test-pool", on_idle=idle.set)
+    done, lock = [], threading.Lock()
+
+    def task(i):
+        time.sleep(0.01)
+        with lock:
+            done.append(i)
+
+    for round_ in range(3):  # each round after the threads went idle and exited
+        idle.clear()
+        for i in range(40):
+            pool.submit(lambda r=round_, i=i: task((r, i)))
+        assert pool.threads <= 3
+        assert idle.wait(30)
+        assert pool.threads == 0
+    assert sorted(done) == [(r, i) for r in range(3) for i in range(40)]
+
+
 def test_a_build_knows_its_batch_count(small_parquet, small_schema):
     """From the footers: Keras's fit then knows its steps per epoch (it warns that the
     "input ran out of data" on a dataset of unknown length), and a shorter read fails."""
