@@ -664,6 +664,31 @@ def pipeline_of(small_schema, small_columns, small_tfrecord, small_parquet, smal
     return make
 
 
+#: The watchdog of TFINPUT_GC_NATIVE (argv: pid, flag file, output file): once per
+#: collection that has run 5 s, gdb's backtrace of every thread, appended to the output.
+_GC_WATCHDOG = """
+import os, struct, subprocess, sys, time
+pid, flag, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dumped = 0.0
+while True:
+    try:
+        os.kill(pid, 0)
+        with open(flag, "rb") as f:
+            running, started = struct.unpack("<dd", f.read(16))
+    except (OSError, struct.error):
+        break
+    if running and started != dumped and time.time() - started > 5:
+        dumped = started
+        with open(out, "a") as f:
+            f.write("\\nNATIVE %s: a collection running %.0f s\\n" % (time.ctime(), time.time() - started))
+            f.flush()
+            subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off",
+                            "-ex", "thread apply all bt 25"], stdout=f, stderr=subprocess.STDOUT,
+                           timeout=120)
+    time.sleep(1)
+"""
+
+
 # ------------------------------------------------------------- where a test's time goes
 # TFINPUT_TEST_TIMES=FILE: one JSON line per test (appended, every pytest worker) with
 # its wall seconds, the CPU seconds of its process (all threads) and the seconds spent
@@ -681,6 +706,29 @@ if _TIMES:
         _worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         _stacks = open(f"{os.environ['TFINPUT_GC_STACKS']}.{END or 'all'}.{_worker}", "a")  # noqa: SIM115
 
+    # TFINPUT_GC_NATIVE=1 as well: also the native (C/C++) stacks of every thread, from
+    # gdb, run by a watchdog process (the collector holds the GIL, so no Python thread
+    # of this process could start it): what a collection blocked inside TensorFlow waits
+    # on. The collector's state goes to the watchdog through a shared 16-byte file.
+    _native = None
+    if _stacks is not None and os.environ.get("TFINPUT_GC_NATIVE") and shutil.which("gdb"):
+        import mmap
+        import struct
+        import subprocess
+
+        _flag_path = f"{_stacks.name}.flag"
+        with open(_flag_path, "wb") as f:
+            f.write(bytes(16))
+        _flag_file = open(_flag_path, "r+b")  # noqa: SIM115
+        _native = mmap.mmap(_flag_file.fileno(), 16)
+        subprocess.Popen(
+            [sys.executable, "-c", _GC_WATCHDOG, str(os.getpid()), _flag_path, _stacks.name],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
     def _on_gc(phase: str, info: dict) -> None:
         if phase == "start":
             _gc["started"] = time.perf_counter()
@@ -688,6 +736,8 @@ if _TIMES:
                 import faulthandler
 
                 faulthandler.dump_traceback_later(5, file=_stacks)
+            if _native is not None:
+                _native[:16] = struct.pack("<dd", 1.0, time.time())
         else:
             _gc["seconds"] += time.perf_counter() - _gc["started"]
             _gc["full"] += info.get("generation") == 2
@@ -695,6 +745,8 @@ if _TIMES:
                 import faulthandler
 
                 faulthandler.cancel_dump_traceback_later()
+            if _native is not None:
+                _native[:16] = bytes(16)
 
     gc.callbacks.append(_on_gc)
 
