@@ -695,6 +695,7 @@ while True:
 # in Python's garbage collector, to tell a test that waits from one that computes.
 _TIMES = os.environ.get("TFINPUT_TEST_TIMES")
 if _TIMES:
+    import faulthandler  # here: a collection at interpreter exit cannot import it
     import gc
     import time
 
@@ -733,8 +734,6 @@ if _TIMES:
         if phase == "start":
             _gc["started"] = time.perf_counter()
             if _stacks is not None:
-                import faulthandler
-
                 faulthandler.dump_traceback_later(5, file=_stacks)
             if _native is not None:
                 _native[:16] = struct.pack("<dd", 1.0, time.time())
@@ -742,8 +741,6 @@ if _TIMES:
             _gc["seconds"] += time.perf_counter() - _gc["started"]
             _gc["full"] += info.get("generation") == 2
             if _stacks is not None:
-                import faulthandler
-
                 faulthandler.cancel_dump_traceback_later()
             if _native is not None:
                 _native[:16] = bytes(16)

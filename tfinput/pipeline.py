@@ -45,7 +45,7 @@ from tfinput.layout import PackedLayout, is_packed
 from tfinput.schema import Schema
 from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
 from tfinput.sources.files import PathsLike, as_paths, epoch_rows
-from tfinput.sources.protocol import Decode, ReadRequest, Source
+from tfinput.sources.protocol import Decode, ReadRequest, RestartsOrder, Source
 from tfinput.sources.skeleton import (
     deterministic_arg,
     parallel_calls,
@@ -669,14 +669,18 @@ class Pipeline:
             return self.build(seeded, input_context)
 
         resume_dataset = None
-        recomputes = getattr(self.source, "recomputes_order", None)
         first = dataclasses.replace(config, shuffle_seed=epoch_seed(seed, 0))
         request = self._request(first, input_context)
-        if recomputes is not None and request.data_shard is None and recomputes(request):
+        restarts = self.source if isinstance(self.source, RestartsOrder) else None
+        if (
+            restarts is not None
+            and request.data_shard is None
+            and restarts.recomputes_order(request)
+        ):
             # The order is a function of (seed, epoch, batch): states are three integers.
             def resume_dataset(epoch: int, base: int, batch: int) -> tf.data.Dataset:
                 seeded = dataclasses.replace(config, shuffle_seed=epoch_seed(base, epoch))
-                source = self.source.resume_at(iteration=0, batch=batch)
+                source = restarts.resume_at(iteration=0, batch=batch)
                 return dataclasses.replace(self, source=source).build(seeded, input_context)
 
         return InputIterator(

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tfinput.schema import Schema
 
-__all__ = ["Source", "ReadRequest", "ReadStages", "Resume", "Decode"]
+__all__ = ["Source", "RestartsOrder", "ReadRequest", "ReadStages", "Resume", "Decode"]
 
 #: Maps one encoded batch to a raw batch (a dict of column tensors; see `tfinput.transforms`).
 Decode = Callable[[Any], dict[str, Any]]
@@ -239,3 +239,20 @@ class Source(Protocol):
         raise SourceError(
             f"roofline: supported for tfrecord, parquet and columnar sources, not {self.kind!r}"
         )
+
+
+@runtime_checkable
+class RestartsOrder(Protocol):
+    """A capability a source may have beyond `Source`: restarting a build's order at a
+    batch, so that a saved input position is three integers (seed, epoch, batch) instead
+    of tf.data's iterator state (`tfinput.Pipeline.iterator` saves such compact states).
+    The columnar source has it (its global shuffle)."""
+
+    def recomputes_order(self, request: ReadRequest) -> bool:
+        """Whether this build's order is a function of (seed, epoch, batch)."""
+        ...
+
+    def resume_at(self, *, iteration: int, batch: int) -> Source:
+        """This source, its builds starting at batch ``batch`` of iteration
+        ``iteration``."""
+        ...

@@ -41,9 +41,13 @@ def _kind(request):
 
 
 def test_sources_declare_batching_and_resumability(pipeline, request):
+    from tfinput.sources.protocol import RestartsOrder
+
     batches_itself, resume = DECLARED[_kind(request)]
     assert pipeline.source.batches_itself is batches_itself
     assert pipeline.source.resume == resume
+    # The capability of compact positions is declared, not probed: columnar only.
+    assert isinstance(pipeline.source, RestartsOrder) is (_kind(request) == "columnar")
 
 
 def test_classes_and_import_paths():
