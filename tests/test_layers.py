@@ -36,7 +36,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tfinput.errors",
         "tfinput._json",
         "tfinput._objects",
-        "tfinput._example_wire",
         "tfinput.schema",
         "tfinput.config",
         "tfinput.formats",

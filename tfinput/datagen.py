@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tfinput.errors import ConfigError
+from tfinput.formats import parquet, tfrecord
 from tfinput.schema import Schema
 
 __all__ = ["CHUNK_ROWS", "PRESETS", "DatagenResult", "generate_files", "preset_schema"]
@@ -183,13 +184,9 @@ def generate_files(
 
     def open_file(i: int) -> Any:
         if format == "tfrecord":
-            import tensorflow as tf
-
-            return tf.io.TFRecordWriter(paths[i])
-        import pyarrow.parquet as pq
-
+            return tfrecord.writer(paths[i])
         first = testing.to_arrow(_chunk(schema, seed, 0, min(rows, 16), chunk_rows))
-        return pq.ParquetWriter(paths[i], first.schema)
+        return parquet.writer(paths[i], first.schema)
 
     def write(cols: Any) -> None:
         if format == "tfrecord":

@@ -198,10 +198,10 @@ def _paths(directory: str | os.PathLike[str], prefix: str, files: int, ext: str)
 
 
 def wire_columns(cols: Columns) -> list[Any]:
-    """The columns as `tfinput._example_wire.WireColumn`s, in column order: integer
+    """The columns as `tfinput.formats.tfrecord.WireColumn`s, in column order: integer
     arrays become Int64Lists, object arrays of bytes BytesLists, anything else
     FloatLists; 2-D arrays are fixed-length lists and list columns keep their lengths."""
-    from tfinput._example_wire import WireColumn, bytes_column
+    from tfinput.formats.tfrecord import WireColumn, bytes_column
 
     out = []
     for col, v in cols.values.items():
@@ -217,7 +217,7 @@ def wire_columns(cols: Columns) -> list[Any]:
 def to_examples(cols: Columns, schema: Schema | None = None) -> list[bytes]:
     """Serialize rows as ``tf.train.Example`` records, vectorized with numpy.
 
-    Writes the protobuf wire format column by column (see `tfinput._example_wire`),
+    Writes the protobuf wire format column by column (see `tfinput.formats.tfrecord.encode_examples`),
     much faster than building one protobuf message per row; `tf.io.parse_example`
     parses the result exactly as it parses protobuf's own serialization.
 
@@ -228,7 +228,7 @@ def to_examples(cols: Columns, schema: Schema | None = None) -> list[bytes]:
     Returns:
       One serialized ``tf.train.Example`` per row.
     """
-    from tfinput._example_wire import encode_examples
+    from tfinput.formats.tfrecord import encode_examples
 
     return encode_examples(wire_columns(cols), cols.rows)
 
@@ -302,16 +302,13 @@ def write_tfrecord(
     Returns:
       The file paths, in order.
     """
-    import tensorflow as tf
+    from tfinput.formats import tfrecord
 
     cols = columns or generate(schema, rows, seed=seed)
     ext = {None: ".tfrecord", "GZIP": ".tfrecord.gz", "ZLIB": ".tfrecord.zz"}[compression]
     paths = _paths(directory, prefix, files, ext)
-    options = tf.io.TFRecordOptions(compression_type=compression or "")
     for path, (a, b) in zip(paths, _split(cols.rows, files)):
-        with tf.io.TFRecordWriter(path, options) as w:
-            for record in to_examples(cols.row_slice(a, b), schema):
-                w.write(record)
+        tfrecord.write_records(path, to_examples(cols.row_slice(a, b), schema), compression)
     return paths
 
 
@@ -348,12 +345,12 @@ def write_parquet(
 ) -> list[str]:
     """Write ``rows`` generated rows as Parquet files (same rows as `write_tfrecord`
     with the same seed). Arguments as in `write_tfrecord`."""
-    import pyarrow.parquet as pq
+    from tfinput.formats import parquet
 
     cols = columns or generate(schema, rows, seed=seed)
     paths = _paths(directory, prefix, files, ".parquet")
     for path, (a, b) in zip(paths, _split(cols.rows, files)):
-        pq.write_table(to_arrow(cols.row_slice(a, b)), path, row_group_size=row_group_size)
+        parquet.write_table(to_arrow(cols.row_slice(a, b)), path, row_group_size=row_group_size)
     return paths
 
 

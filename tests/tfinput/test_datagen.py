@@ -1,5 +1,4 @@
-"""`tfinput.datagen`: deterministic synthetic data sets, and the vectorized tf.Example
-encoder (`tfinput._example_wire`) that writes its TFRecord files."""
+"""`tfinput.datagen`: deterministic synthetic data sets."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfinput import datagen, testing
-from tfinput._example_wire import WireColumn, bytes_column, encode_examples
+from tfinput import datagen
 from tfinput.errors import ConfigError
 from tfinput.transforms import parse_spec
 
@@ -25,80 +23,6 @@ def _parse(records: list[bytes], spec: dict) -> dict[str, np.ndarray | tuple]:
         else:
             out[key] = value.numpy()
     return out
-
-
-def _assert_same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        if isinstance(a[key], tuple):
-            for x, y in zip(a[key], b[key], strict=True):
-                np.testing.assert_array_equal(x, y, err_msg=key)
-        else:
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-
-
-SCHEMAS = {
-    "criteo-like": lambda: testing.criteo_like_schema(),
-    "small": lambda: testing.small_schema(),
-    "strings+weights+row_id": lambda: testing.criteo_like_schema(
-        n_dense=2, n_categorical=2, n_multi_hot=2, n_string=3, weights=True, row_id=True
-    ),
-}
-
-
-@pytest.mark.parametrize("make_schema", SCHEMAS.values(), ids=SCHEMAS.keys())
-def test_fast_encoder_parses_like_protobuf(make_schema):
-    schema = make_schema()
-    cols = testing.generate(schema, 700, seed=3)
-    fast = testing.to_examples(cols)
-    reference = testing._to_examples_protobuf(cols)
-    assert len(fast) == len(reference) == 700
-    spec = parse_spec(schema)
-    _assert_same(_parse(fast, spec), _parse(reference, spec))
-    for i in (0, 1, 350, 699):  # the same message, field for field
-        assert tf.train.Example.FromString(fast[i]) == tf.train.Example.FromString(reference[i])
-
-
-def test_fast_encoder_edge_values():
-    rows = 4
-    big = np.array([0, 127, 128, 2**62], dtype=np.int64)
-    long_text = b"x" * 300  # a length that needs a two-byte varint
-    columns = [
-        WireColumn(key="ints", kind="int64", values=np.array([-1, -(2**63), 2**63 - 1, 5])),
-        WireColumn(key="big", kind="int64", values=big),
-        WireColumn(key="f", kind="float", values=np.array([0.5, -1.25, np.inf, 3e38])),
-        WireColumn(key="vec", kind="float", values=np.arange(8, dtype=np.float32).reshape(4, 2)),
-        WireColumn(
-            key="ids",
-            kind="int64",
-            values=np.array([1, 2, 3, 300000], dtype=np.int64),
-            row_lengths=np.array([0, 3, 0, 1]),
-        ),
-        bytes_column("s", [b"", long_text, "é".encode(), b"a"]),
-        bytes_column("toks", [b"a", b"", long_text], row_lengths=np.array([2, 0, 0, 1])),
-        WireColumn(
-            key="maybe",
-            kind="int64",
-            values=np.array([7, 0, 9, 0]),
-            present=np.array([True, False, True, False]),
-        ),
-    ]
-    records = encode_examples(columns, rows, chunk_rows=3)  # two chunks
-    examples = [tf.train.Example.FromString(r) for r in records]
-    feats = [e.features.feature for e in examples]
-    assert [f["ints"].int64_list.value[0] for f in feats] == [-1, -(2**63), 2**63 - 1, 5]
-    assert [f["big"].int64_list.value[0] for f in feats] == big.tolist()
-    assert list(feats[1]["f"].float_list.value) == [-1.25]
-    assert list(feats[3]["vec"].float_list.value) == [6.0, 7.0]
-    assert [list(f["ids"].int64_list.value) for f in feats] == [[], [1, 2, 3], [], [300000]]
-    assert feats[1]["s"].bytes_list.value[0] == long_text
-    assert feats[2]["s"].bytes_list.value[0] == "é".encode()
-    assert [list(f["toks"].bytes_list.value) for f in feats] == [[b"a", b""], [], [], [long_text]]
-    assert ["maybe" in f for f in feats] == [True, False, True, False]
-    parsed = tf.io.parse_example(
-        tf.constant(records), {"maybe": tf.io.FixedLenFeature([], tf.int64, default_value=-5)}
-    )
-    assert parsed["maybe"].numpy().tolist() == [7, -5, 9, -5]
 
 
 def _digest(paths) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from tfinput.cli.objects import load_object
 from tfinput.errors import ConfigError
+from tfinput.formats.parquet import is_parquet_name
 
 __all__ = [
     "add_output_arguments",
@@ -255,7 +256,7 @@ def pipeline_from_paths(
     schema = Schema.from_json(schema_path or find_schema(paths))
     files = resolve_paths(paths)
     if fmt is None:
-        fmt = "parquet" if files[0].lower().endswith((".parquet", ".pq", ".parq")) else "tfrecord"
+        fmt = "parquet" if is_parquet_name(files[0]) else "tfrecord"
     if fmt == "parquet":
         return tfinput.parquet(files, schema)
     return tfinput.tfrecord(files, schema, compression=compression)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from tfinput.columnar_records.source import ColumnarSource, check_size
 from tfinput.errors import DataError
+from tfinput.formats import tfrecord
 from tfinput.formats.columnar.format import (
     CHECK_KEY,
     FORMAT_VERSION,
@@ -76,7 +77,7 @@ def _verify_file(
     index = 0
     offset = 0
     try:
-        for record in tf.data.TFRecordDataset(path):
+        for record in tfrecord.records(path):
             reason = _verify_record(record.numpy(), m, entry, index, offset, keys, strings)
             if reason:
                 problems.append(ChunkProblem(path=path, chunk=index, reason=reason))

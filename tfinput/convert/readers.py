@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from tfinput.convert.plan import Column
-from tfinput.convert.sniff import Layout, sniff_layout, tfrecord_compression
+from tfinput.convert.sniff import Layout, sniff_layout
 from tfinput.convert.values import convert_batch, convert_typed, is_list_type
 from tfinput.errors import DataError, SchemaError, SourceError
 from tfinput.formats import csv as _csv
+from tfinput.formats import parquet, tfrecord
 from tfinput.formats.csv import BLOCK_SIZE
 from tfinput.schema import Schema
 
@@ -107,23 +108,15 @@ def typed_names(path: str, *, kind: str, schema: Schema) -> tuple[list[str], str
       SchemaError: the first record's kinds do not fit the schema.
     """
     if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            names = list(pq.read_schema(path).names)
-        except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
-            raise DataError(f"{path}: not a readable Parquet file ({e})") from e
-        return names, "in the Parquet schema"
-    import tensorflow as tf
-
+        return list(parquet.read_schema(path).names), "in the Parquet schema"
     from tfinput.sources import check_first_example
 
-    compression = tfrecord_compression(path)
+    compression = tfrecord.compression_from_name(path)
     check_first_example(path, compression, schema)
-    first = next(iter(tf.data.TFRecordDataset(path, compression).take(1)), None)
+    first = next(iter(tfrecord.records(path, compression).take(1)), None)
     if first is None:
         raise SourceError(f"convert: input {path!r} holds no records")
-    keys = list(tf.train.Example.FromString(first.numpy()).features.feature)
+    keys = list(tfrecord.parse_example(first.numpy(), path=path, index=0).features.feature)
     # A key absent from the first record may only be missing there: accept schema keys.
     extra = [c for c in schema.columns() if c not in keys]
     return keys + extra, "keys of the first tf.Example"
@@ -164,12 +157,7 @@ def _parquet_blocks(
     path: str, plan: Mapping[str, Column], on_read: Callable[[int], None]
 ) -> Iterator[Any]:
     """Record batches of a Parquet file's planned columns, shapes checked first."""
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
-        raise DataError(f"{path}: not a readable Parquet file ({e})") from e
+    pf = parquet.open_file(path)
     arrow_schema = pf.schema_arrow
     for name, col in plan.items():
         if name not in arrow_schema.names:
@@ -208,7 +196,7 @@ def _tfrecord_blocks(
         size = tf.reduce_sum(tf.strings.length(serialized)) + 16 * tf.size(serialized, tf.int32)
         return tf.io.parse_example(serialized, spec), size
 
-    ds = tf.data.TFRecordDataset(path, tfrecord_compression(path))
+    ds = tfrecord.records(path, tfrecord.compression_from_name(path))
     ds = ds.batch(TYPED_BLOCK_ROWS).map(parse).prefetch(1)
     row = 1
     it = iter(ds)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from collections.abc import Sequence
 
 from tfinput.errors import ConfigError, SourceError
+from tfinput.formats import parquet, tfrecord
 from tfinput.formats.csv import Layout, sniff_layout
 
 __all__ = [
@@ -17,13 +17,9 @@ __all__ = [
     "detect_input_format",
     "resolve_inputs",
     "sniff_layout",
-    "tfrecord_compression",
 ]
 
 INPUT_FORMATS = ("auto", "csv", "parquet", "tfrecord")
-
-_PARQUET_EXT = (".parquet", ".pq", ".parq")
-_TFRECORD_EXT = re.compile(r"\.(tfrecords?|tfr)(\.(gz|gzip|zz|zlib))?$", re.I)
 
 
 # ------------------------------------------------------------------ inputs
@@ -82,9 +78,9 @@ def detect_input_format(paths: list[str], requested: str) -> str:
         return requested
 
     def kind(p: str) -> str:
-        if p.lower().endswith(_PARQUET_EXT):
+        if parquet.is_parquet_name(p):
             return "parquet"
-        return "tfrecord" if _TFRECORD_EXT.search(p) else "csv"
+        return "tfrecord" if tfrecord.is_tfrecord_name(p) else "csv"
 
     kinds = {p: kind(p) for p in paths}
     found = sorted(set(kinds.values()))
@@ -95,14 +91,6 @@ def detect_input_format(paths: list[str], requested: str) -> str:
             "format separately, or pass input_format / --input-format"
         )
     return found[0]
-
-
-def tfrecord_compression(path: str) -> str:
-    """The `tf.data.TFRecordDataset` compression a TFRecord file name says."""
-    lower = path.lower()
-    if lower.endswith((".gz", ".gzip")):
-        return "GZIP"
-    return "ZLIB" if lower.endswith((".zz", ".zlib")) else ""
 
 
 # -------------------------------------------------------------- CSV layout

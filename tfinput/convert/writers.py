@@ -12,6 +12,7 @@ import numpy as np
 
 from tfinput.convert.plan import Column
 from tfinput.errors import SourceError
+from tfinput.formats import parquet, tfrecord
 from tfinput.schema import Schema
 
 __all__ = ["FORMATS", "ColumnarShards", "Shards", "open_shards", "prepare_out_dir"]
@@ -101,14 +102,11 @@ class Shards:
         self.paths.append(path)
         if self.fmt == "parquet":
             import pyarrow as pa
-            import pyarrow.parquet as pq
 
             arrow_schema = pa.schema([(c.name, c.arrow_type) for c in self.plan.values()])
-            self.writer = pq.ParquetWriter(path, arrow_schema)
+            self.writer = parquet.writer(path, arrow_schema)
         else:
-            import tensorflow as tf
-
-            self.writer = tf.io.TFRecordWriter(path)
+            self.writer = tfrecord.writer(path)
         self.in_file = 0
 
     def _flush(self) -> None:
@@ -196,7 +194,7 @@ def _examples(table: Any, plan: Mapping[str, Column]) -> list[bytes]:
     """A table of converted columns as tf.Example records (missing values: absent)."""
     import pyarrow.compute as pc
 
-    from tfinput._example_wire import WireColumn, encode_examples
+    from tfinput.formats.tfrecord import WireColumn, encode_examples
 
     columns = []
     for name, col in plan.items():

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 
 from tfinput.errors import DataError
+from tfinput.formats import parquet, tfrecord
 
 __all__ = ["ColumnSample", "SampledColumn", "format_of", "sample_parquet", "sample_tfrecord"]
 
 _CSV_EXT = re.compile(r"\.(csv|tsv|txt|tab|dat)(\.(gz|gzip|bz2))?$", re.I)
-_TFRECORD_EXT = re.compile(r"\.(tfrecords?|tfr)(\.(gz|gzip|zz|zlib))?$", re.I)
 #: tf.train.Feature kinds and the dtypes they are sampled as.
 _EXAMPLE_DTYPES = {"int64_list": "int64", "float_list": "float32", "bytes_list": "string"}
 
@@ -60,9 +60,9 @@ class SampledColumn:
 def format_of(path: str) -> str:
     """``parquet``, ``tfrecord`` or ``csv``: from the extension, else from the first bytes
     (text is CSV, binary is TFRecord)."""
-    if path.lower().endswith((".parquet", ".pq", ".parq")):
+    if parquet.is_parquet_name(path):
         return "parquet"
-    if _TFRECORD_EXT.search(path):
+    if tfrecord.is_tfrecord_name(path):
         return "tfrecord"
     if _CSV_EXT.search(path):
         return "csv"
@@ -84,16 +84,10 @@ def sample_parquet(files: list[str], limit: int) -> tuple[list[SampledColumn], i
     Raises:
       DataError: a file that is not Parquet.
     """
-    import pyarrow.parquet as pq
-
     cols: dict[str, SampledColumn] = {}
     rows = 0
     for path in files:
-        try:
-            pf = pq.ParquetFile(path)
-        except Exception as e:
-            raise DataError(f"{path}: not a readable Parquet file ({e})") from e
-        for rb in pf.iter_batches(batch_size=min(limit, 65536)):
+        for rb in parquet.iter_batches(path, batch_size=min(limit, 65536)):
             take = min(rb.num_rows, limit - rows)
             _add_record_batch(cols, rb.slice(0, take))
             rows += take
@@ -179,19 +173,14 @@ def sample_tfrecord(files: list[str], limit: int) -> tuple[list[SampledColumn], 
     import tensorflow as tf
 
     from tfinput.errors import clean_error
-    from tfinput.sources import TFRecordSource
 
-    source = TFRecordSource(paths=tuple(files))
     seen: dict[str, dict[str, Any]] = {}
     rows = 0
     for path in files:
-        ds = tf.data.TFRecordDataset(path, source.compression_of(path)).take(limit - rows)
+        ds = tfrecord.records(path, tfrecord.compression_from_name(path)).take(limit - rows)
         try:
             for record in ds.as_numpy_iterator():
-                try:
-                    ex = tf.train.Example.FromString(record)
-                except Exception as e:
-                    raise DataError(f"{path}: record {rows} is not a tf.train.Example ({e})") from e
+                ex = tfrecord.parse_example(record, path=path, index=rows)
                 _add_example(seen, ex, row=rows, path=path)
                 rows += 1
         except tf.errors.OpError as e:

@@ -23,9 +23,9 @@ import tensorflow as tf
 
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import DataError
+from tfinput.formats import parquet
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema
 from tfinput.sources._idle_pool import IdlePool
-from tfinput.sources._text import first_line
 
 __all__ = [
     "LIST_VALUES",
@@ -79,42 +79,32 @@ def expected_arrow(f: Dense | Categorical | MultiHot | Label) -> tuple[str, ...]
 
 
 @functools.lru_cache(maxsize=4096)
-def parquet_columns(path: str, mtime_ns: int | None, size: int | None) -> dict[str, tuple]:
-    """``{column: (kind, arrow type)}`` from a Parquet footer, cached per file version
-    (the tuner and bench build the same pipeline many times)."""
-    import pyarrow.parquet as pq
-
+def _footer_columns(path: str, mtime_ns: int | None, size: int | None) -> dict[str, tuple]:
     del mtime_ns, size  # part of the cache key only
-    try:
-        arrow_schema = pq.read_schema(path)
-    except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
-        raise DataError(f"{path}: not a readable Parquet file ({first_line(e)})") from e
     return {
         field.name: (_arrow_kind(field.type), str(field.type), _arrow_type_key(field.type))
-        for field in arrow_schema
+        for field in parquet.read_schema(path)
     }
 
 
-@functools.lru_cache(maxsize=4096)
-def parquet_rows(path: str, mtime_ns: int | None, size: int | None) -> int:
-    """Rows in a Parquet file, from its footer, cached per file version."""
-    import pyarrow.parquet as pq
+def parquet_columns(path: str) -> dict[str, tuple]:
+    """``{column: (kind, arrow type, type key)}`` from a Parquet footer, cached per file
+    version (the tuner and bench build the same pipeline many times).
 
-    del mtime_ns, size  # part of the cache key only
-    try:
-        return int(pq.read_metadata(path).num_rows)
-    except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
-        raise DataError(f"{path}: not a readable Parquet file ({first_line(e)})") from e
+    Raises:
+      DataError: the file cannot be opened or is not Parquet.
+    """
+    stat = os.stat(path) if "://" not in path else None
+    return _footer_columns(path, stat and stat.st_mtime_ns, stat and stat.st_size)
 
 
 def footer_rows(path: str) -> int | None:
-    """A local Parquet file's rows (`parquet_rows`); None for a remote or unreadable
-    one (reading it reports why)."""
+    """A local Parquet file's rows (from its cached footer); None for a remote or
+    unreadable one (reading it reports why)."""
     if "://" in path:
         return None
-    stat = os.stat(path)
     try:
-        return parquet_rows(path, stat.st_mtime_ns, stat.st_size)
+        return parquet.num_rows(path)
     except DataError:
         return None
 
@@ -172,34 +162,6 @@ def parquet_signature(schema: Schema) -> dict[str, tf.TensorSpec]:
     for lab in schema.labels:
         sig[lab.source] = tf.TensorSpec([None], tf.float32)
     return sig
-
-
-@functools.lru_cache(maxsize=4096)
-def parquet_footer(path: str, mtime_ns: int | None, size: int | None) -> Any:
-    """A file's parsed Parquet footer (``pyarrow.parquet.FileMetaData``), cached per file
-    version like `parquet_columns`."""
-    del mtime_ns, size  # part of the cache key only
-    try:
-        return _open(path).metadata
-    except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
-        raise DataError(f"{path}: not a readable Parquet file ({first_line(e)})") from e
-
-
-def _footer(path: str) -> Any:
-    stat = os.stat(path) if "://" not in path else None
-    return parquet_footer(path, stat and stat.st_mtime_ns, stat and stat.st_size)
-
-
-def _open(path: str, metadata: Any = None) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` for a local path or a URI (``s3://...``)."""
-    import pyarrow.parquet as pq
-
-    if "://" in path:
-        import pyarrow.fs as pafs
-
-        fs, inner = pafs.FileSystem.from_uri(path)
-        return pq.ParquetFile(fs.open_input_file(inner), metadata=metadata)
-    return pq.ParquetFile(path, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,7 +308,7 @@ class ParquetBatches:
         self.config = config
         self.batch_size = batch_size
         self.shuffle_files = shuffle_files
-        footers = [_footer(p) for p in self.files]
+        footers = [parquet.footer(p) for p in self.files]
         self.group_rows = [
             [f.row_group(g).num_rows for g in range(f.num_row_groups)] for f in footers
         ]
@@ -455,12 +417,12 @@ class ParquetBatches:
           DataError: a null without default, naming the file and column.
         """
         path = self.files[piece.file]
-        pf = _open(path, self._footers[piece.file])
+        pf = parquet.open_file(path, metadata=self._footers[piece.file])
         # the columns decode in parallel on pyarrow's threads, the GIL released
         table = pf.read_row_group(piece.group, columns=self.columns, use_threads=True)
         table = table.select(self.columns)
         if self._target is None:
-            first = _footer(self.files[0]).schema.to_arrow_schema()
+            first = parquet.read_schema(self.files[0])
             self._target = _select(first, self.columns)
         if not table.schema.equals(self._target):
             table = table.cast(self._target)

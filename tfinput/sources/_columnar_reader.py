@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tfinput.config import PipelineConfig
+from tfinput.formats import tfrecord
 from tfinput.formats.columnar.format import (
     CHECK_KEY,
     FORMAT_VERSION,
@@ -333,7 +334,7 @@ def _file_reader(*, verify: bool, buffer_size: int | None) -> Callable[[Any], An
     import tensorflow as tf
 
     def read(f: dict[str, tf.Tensor]) -> tf.data.Dataset:
-        records = tf.data.TFRecordDataset(f["path"], buffer_size=buffer_size).take(f["take"])
+        records = tfrecord.records(f["path"], buffer_size=buffer_size).take(f["take"])
         if not verify:
             return records
         meta = tf.data.Dataset.from_tensor_slices(

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfinput.errors import DataError, SchemaError
+from tfinput.formats import tfrecord
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema
 from tfinput.sources._text import did_you_mean
 
@@ -168,7 +169,7 @@ def check_first_examples(
     """Compare the first `SAMPLE_RECORDS` records of ``path`` with the schema."""
     records: list[bytes] = []
     try:
-        for record in tf.data.TFRecordDataset(path, compression).take(SAMPLE_RECORDS):
+        for record in tfrecord.records(path, compression).take(SAMPLE_RECORDS):
             records.append(record.numpy())
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
         if not records:
@@ -179,12 +180,7 @@ def check_first_examples(
         # Damage after the first records is reported while reading, with its offset.
     if not records:
         return
-    examples = []
-    for i, record in enumerate(records):
-        try:
-            examples.append(tf.train.Example.FromString(record))
-        except Exception as e:  # protobuf's DecodeError has no stable import path
-            raise DataError(f"{path}: record {i} is not a tf.train.Example ({e})") from e
+    examples = [tfrecord.parse_example(r, path=path, index=i) for i, r in enumerate(records)]
     _check_example_kinds(path, examples[0], schema)
     seen: set[str] = set()
     for example in examples:

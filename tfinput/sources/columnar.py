@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import tfinput.sources._columnar_reader as reader
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput.formats import tfrecord
 from tfinput.formats.columnar.format import NUMERIC_DTYPES, Column, storage_columns
 from tfinput.formats.columnar.manifest import FileEntry, Manifest, file_stat, is_dir, read_manifest
 from tfinput.schema import MultiHot, Schema
@@ -414,7 +415,6 @@ class ColumnarSource(Source):
     def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
         """``read``: ``TFRecordDataset`` over the files in order, batches of whole
         chunks; ``parse``: the same plus the decode (no verification, no transforms)."""
-        import tensorflow as tf
 
         manifest = self.manifest()
         chunk = manifest.chunk_rows
@@ -426,11 +426,11 @@ class ColumnarSource(Source):
         buffer_size = self.buffer_size
 
         def read() -> Iterable[Any]:
-            ds = tf.data.TFRecordDataset(files, buffer_size=buffer_size)
+            ds = tfrecord.records(files, buffer_size=buffer_size)
             return ds.batch(k, drop_remainder=True).repeat().with_options(opts)
 
         def parse() -> Iterable[Any]:
-            ds = tf.data.TFRecordDataset(files, buffer_size=buffer_size)
+            ds = tfrecord.records(files, buffer_size=buffer_size)
             return ds.batch(k, drop_remainder=True).map(assemble).repeat().with_options(opts)
 
         def chunk_rows(batch: Any) -> int:

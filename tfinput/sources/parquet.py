@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import tensorflow as tf
 
 from tfinput.config import PipelineConfig
-from tfinput.errors import SchemaError, SourceError, TfinputError
+from tfinput.errors import DataError, SchemaError, SourceError, TfinputError
+from tfinput.formats import parquet
 from tfinput.schema import Schema
 from tfinput.sources._arrow import (
     LIST_LENGTHS,
@@ -113,11 +114,9 @@ class ParquetSource(Source):
 
     def count_records(self, path: str) -> int | None:
         """Rows in one file, from its footer (`Pipeline.check` reports it)."""
-        import pyarrow.parquet as pq
-
         try:
-            return int(pq.ParquetFile(path).metadata.num_rows)
-        except Exception:  # unreadable: the check reports why
+            return parquet.num_rows(path)
+        except DataError:  # unreadable: the check reports why
             return None
 
     def validate(self, files: list[str], schema: Schema) -> None:
@@ -131,8 +130,7 @@ class ParquetSource(Source):
         wanted += [(lab.name, lab.source, expected_arrow(lab)) for lab in schema.labels]
         first: dict[str, tuple[str, str, str]] = {}  # column -> (path, type, type key)
         for path in files:
-            stat = os.stat(path) if "://" not in path else None
-            columns = parquet_columns(path, stat and stat.st_mtime_ns, stat and stat.st_size)
+            columns = parquet_columns(path)
             for name, column, expected in wanted:
                 seen = _check_column(path, name, column, expected, columns)
                 seen = first.setdefault(column, seen)
@@ -177,8 +175,6 @@ class ParquetSource(Source):
         """``read``: pyarrow's reads of the schema's columns, row group by row group;
         ``parse``: tfinput's reader (`ParquetBatches`: the same reads plus the
         conversion to numpy), one thread each."""
-        import pyarrow.parquet as pq
-
         single = PipelineConfig.naive(
             batch_size=batch_size, private_threadpool_size=1, max_intra_op_parallelism=1
         )
@@ -190,7 +186,7 @@ class ParquetSource(Source):
             key = next(k for k in batch if "/" not in k or k.endswith(LIST_LENGTHS))
             return len(batch[key])
 
-        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+        rows = sum(parquet.num_rows(p) for p in files)
         size = sum(os.path.getsize(p) for p in files)
         return ReadStages(
             factories={
@@ -265,13 +261,9 @@ def _list_decoder(schema: Schema) -> Decode:
 def _scan_forever(files: list[str], columns: list[str]) -> Iterator[Any]:
     """The reads tfinput's reader does (row groups, the schema's columns), without
     conversion, in file order, one thread, endlessly."""
-    import pyarrow.parquet as pq
-
     while True:
         for path in files:
-            pf = pq.ParquetFile(path)
-            for group in range(pf.num_row_groups):
-                yield pf.read_row_group(group, columns=columns, use_threads=False)
+            yield from parquet.row_groups(path, columns=columns)
 
 
 def _batches_forever(

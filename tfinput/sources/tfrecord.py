@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import SourceError
+from tfinput.formats import tfrecord
 from tfinput.schema import Schema
 from tfinput.sources._tfrecord_checks import (
     capped_shuffle_buffer,
@@ -23,8 +24,6 @@ from tfinput.sources.skeleton import file_order, interleave_files, single_core_o
 from tfinput.transforms import parse_spec
 
 __all__ = ["TFRecordSource"]
-
-_COMPRESSION = {None: "", "": "", "none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
 
 def read_batch(config: PipelineConfig) -> int:
@@ -63,23 +62,12 @@ class TFRecordSource(Source):
     resume: ClassVar[Resume] = "iterator"
 
     def __post_init__(self) -> None:
-        if self.compression != "auto" and ((self.compression or "").lower() not in _COMPRESSION):
-            raise SourceError(
-                f"TFRecord compression {self.compression!r} unknown; expected one of "
-                "None, 'GZIP', 'ZLIB', 'auto'"
-            )
+        tfrecord.check_compression(self.compression)
         check_empty_files_policy(self.empty_files)
 
     def compression_of(self, path: str) -> str:
         """The TensorFlow compression type of ``path`` (``""`` for none)."""
-        if self.compression == "auto":
-            lower = path.lower()
-            if lower.endswith((".gz", ".gzip")):
-                return "GZIP"
-            if lower.endswith((".zz", ".zlib")):
-                return "ZLIB"
-            return ""
-        return _COMPRESSION[(self.compression or "").lower()]
+        return tfrecord.compression_of(self.compression, path)
 
     def files(self) -> list[str]:
         files = resolve_paths(self.paths, what="TFRecord")
@@ -111,9 +99,8 @@ class TFRecordSource(Source):
     def count_records(self, path: str) -> int | None:
         """Records in one file, counted natively (`Pipeline.check` reports it); None
         when the file cannot be read to its end."""
-        ds = tf.data.TFRecordDataset(path, self.compression_of(path)).batch(4096)
         try:
-            return int(ds.reduce(tf.constant(0, tf.int64), lambda n, b: n + tf.size(b, tf.int64)))
+            return tfrecord.count_records(path, self.compression_of(path))
         except tf.errors.OpError:
             return None
 
@@ -126,12 +113,7 @@ class TFRecordSource(Source):
         """Records in ``files`` up to ``limit``, reading at most ``limit`` records
         (None: the files cannot be read that far)."""
         try:
-            ds = tf.data.TFRecordDataset(files, self._compression(files)).take(limit)
-            return int(
-                ds.batch(4096).reduce(
-                    tf.constant(0, tf.int64), lambda n, b: n + tf.size(b, tf.int64)
-                )
-            )
+            return tfrecord.count_records(files, self._compression(files), limit=limit)
         except (tf.errors.OpError, SourceError):
             return None
 
@@ -157,7 +139,7 @@ class TFRecordSource(Source):
 
         return self._branches(
             request,
-            lambda path: tf.data.TFRecordDataset(path, compression, buffer_size=buffer_size),
+            lambda path: tfrecord.records(path, compression, buffer_size=buffer_size),
         )
 
     def _branches(
@@ -187,7 +169,7 @@ class TFRecordSource(Source):
         as from the files, records or mini-batches of ``read_batch`` of them, and the
         branches cost almost nothing (a mini-batch is built once, not per element)."""
         files = request.files
-        sample = tf.data.TFRecordDataset(files[0], self._compression(files)).take(1024)
+        sample = tfrecord.records(files[0], self._compression(files)).take(1024)
         records = list(sample.as_numpy_iterator())
         mini = read_batch(request.config)
         if not mini:
@@ -236,15 +218,15 @@ class TFRecordSource(Source):
         opts = single_core_options()
 
         def read() -> Iterable[Any]:
-            ds = tf.data.TFRecordDataset(files, compression)
+            ds = tfrecord.records(files, compression)
             return ds.batch(batch_size, drop_remainder=True).repeat().with_options(opts)
 
         def parse() -> Iterable[Any]:
-            ds = tf.data.TFRecordDataset(files, compression).batch(batch_size, drop_remainder=True)
+            ds = tfrecord.records(files, compression).batch(batch_size, drop_remainder=True)
             ds = ds.map(lambda x: tf.io.parse_example(x, spec))
             return ds.repeat().with_options(opts)
 
-        first = next(iter(tf.data.TFRecordDataset(files[0], compression).batch(256)), None)
+        first = next(iter(tfrecord.records(files[0], compression).batch(256)), None)
         per_example = None
         if first is not None:
             per_example = float(np.mean([len(x) for x in first.numpy()]))

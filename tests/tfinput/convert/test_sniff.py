@@ -10,7 +10,6 @@ from tfinput.convert import convert
 from tfinput.convert.sniff import (
     detect_input_format,
     resolve_inputs,
-    tfrecord_compression,
 )
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
 from tfinput.schema import Dense, Schema
@@ -68,14 +67,6 @@ def test_detect_input_format_refuses_mixed_and_unknown_formats():
         detect_input_format(["a.csv", "b.parquet"], "auto")
     with pytest.raises(ConfigError, match=r"input_format must be one of .* got 'orc'"):
         detect_input_format(["a.orc"], "orc")
-
-
-@pytest.mark.parametrize(
-    ("name", "compression"),
-    [("a.tfrecord", ""), ("a.tfrecord.GZ", "GZIP"), ("a.tfr.gzip", "GZIP"), ("a.tfr.zz", "ZLIB")],
-)
-def test_tfrecord_compression_from_the_name(name, compression):
-    assert tfrecord_compression(name) == compression
 
 
 # -------------------------------------------------------------- CSV layout

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tfinput.errors import ConfigError, DataError, SchemaError
+from tfinput.formats import tfrecord
 from tfinput.formats.columnar.format import (
     CHECK_KEY,
     DEFAULT_CHUNK_ROWS,
@@ -215,13 +216,11 @@ class ColumnarWriter:
             self._files[-1]["bytes"] = self._offset
 
     def _write_chunk(self, table: Any) -> None:
-        import tensorflow as tf
-
         if self._writer is None or len(self._files[-1]["offsets"]) >= self.chunks_per_file:
             self._finish_file()
             name = f"{self.prefix}-{len(self._files):05d}{EXTENSION}"
             self._files.append({"name": name, "rows": 0, "offsets": [], "digests": []})
-            self._writer = tf.io.TFRecordWriter(str(self.out_dir / name))
+            self._writer = tfrecord.writer(self.out_dir / name)
             self._offset = 0
         record, digest = _encode_chunk(table, self.columns, self.fill)
         f = self._files[-1]
