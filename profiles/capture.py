@@ -55,6 +55,7 @@ from typing import Any
 from profiles._jax_trace import JAX_TRACE_DIR
 from profiles.analysis import CAPTURE_METADATA, TESTED_XPROF
 from profiles.errors import ProfileError
+from tfinput import steps
 from tfinput.errors import ConfigError
 from tfinput.measure.probes import available_cpus
 from tfinput.measure.windows import CAPTURE_PLAN, WindowPlan, warm_up
@@ -148,9 +149,7 @@ class CaptureResult:
     metadata: Mapping[str, Any]
 
 
-def _as_step(step: Any) -> Any:
-    from tfinput import steps
-
+def _as_step(step: Any) -> steps.Step:
     if step is None:
         return steps.input_only()
     if isinstance(step, steps.Step):
@@ -233,7 +232,7 @@ def capture(
 
 
 def _capture(
-    the_step: Any,
+    the_step: steps.Step,
     dataset: Any,
     cfg: CaptureConfig,
     logdir: Path,
@@ -242,7 +241,7 @@ def _capture(
 ) -> CaptureResult:
     """`capture` once its arguments are checked: a loop-owning step through its
     callback, any other step in marked steps after the warm-up."""
-    if getattr(the_step, "kind", None) == "keras_fit":
+    if the_step.kind == "keras_fit":
         before = _trace_files(logdir)
         started = datetime.datetime.now(datetime.timezone.utc)
         durations = _capture_owned_loop(the_step, dataset, cfg, logdir, clock, jax_trace)

@@ -115,11 +115,15 @@ def resolve_pipeline(spec: str, config: Any = None, *, with_schema: bool = False
 
         return PipelineConfig()
 
+    import tensorflow as tf
+
+    from tfinput.measure.target import Buildable, Target
+
     schema = None
-    if hasattr(obj, "build") and not isinstance(obj, type):
-        schema = getattr(obj, "schema", None)
+    if isinstance(obj, Buildable) and not isinstance(obj, type):
+        schema = Target.of(obj).schema
         obj = obj.build(default_config()).repeat()
-    elif callable(obj) and not hasattr(obj, "element_spec"):
+    elif callable(obj) and not isinstance(obj, tf.data.Dataset):
         if _accepts_argument(obj):
             obj = obj(config) if config is not None else obj()
         elif config is not None:
@@ -129,12 +133,12 @@ def resolve_pipeline(spec: str, config: Any = None, *, with_schema: bool = False
             )
         else:
             obj = obj()
-        if hasattr(obj, "build") and not hasattr(obj, "element_spec"):
-            schema = getattr(obj, "schema", None)
+        if isinstance(obj, Buildable) and not isinstance(obj, tf.data.Dataset):
+            schema = Target.of(obj).schema
             obj = obj.build(default_config()).repeat()
     elif config is not None:
         raise ConfigError(f"--config was given but {spec} is a dataset, not a factory")
-    if not hasattr(obj, "element_spec"):
+    if not isinstance(obj, tf.data.Dataset):
         raise ConfigError(
             f"--pipeline {spec}: expected a tf.data.Dataset, got {type(obj).__name__}"
         )

@@ -21,12 +21,12 @@ Nothing here needs Optuna.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
+from tfinput.measure.target import Target
 from tuners.columnar_advice import FormatAdvice, format_advice, parse_is_bound
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -220,13 +220,7 @@ def clock_kwargs(
 def cached_source(pipeline: Any) -> Callable[[PipelineConfig], Iterable[Any]]:
     """``config -> one batch repeated``: the step fed without any input cost."""
 
-    def source(config: PipelineConfig) -> Iterable[Any]:
-        if hasattr(pipeline, "build"):
-            return pipeline.build(config).take(1).cache().repeat()
-        batch = next(iter(pipeline(config)))
-        return itertools.repeat(batch)
-
-    return source
+    return Target.of(pipeline, what="tuner").one_batch_repeated
 
 
 def step_bound(pipeline: Any, config: PipelineConfig, step: Any, **kwargs: Any) -> float:
@@ -271,7 +265,7 @@ def _norm(knob: str, value: Any, pipeline: Any) -> Any:
     from tuners.space import canonical
 
     if knob == "layout" and value is None:
-        return getattr(pipeline, "layout", "per_feature")
+        return "per_feature" if pipeline is None else Target.of(pipeline).layout
     return canonical(knob, value)
 
 

@@ -30,6 +30,7 @@ from tfinput.cli.console import console, progress
 from tfinput.cli.demo import DEMO, demo_pipeline
 from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
+from tfinput.measure.target import Target
 
 __all__ = ["DEMO_COMMAND", "TUNE_COMMAND", "add_subcommands"]
 
@@ -173,7 +174,7 @@ def _space_and_base(
         cpu_count=bench.available_cpus(),
         batch_size=base.batch_size,
         tune_batch_size=args.tune_batch_size,
-        tune_cache=getattr(args, "tune_cache", False),
+        tune_cache=args.tune_cache,
         step=step,
     )
     for text in args.narrow:
@@ -328,7 +329,7 @@ def _tune(args: argparse.Namespace) -> int:
     pipeline = pipeline_from_args(args, say=console(stderr=True).print)
     step = steps.make(
         args.step,
-        schema=getattr(pipeline, "schema", None),
+        schema=Target.of(pipeline, what="tune").schema,
         model=args.model,
         step_fn=args.step_fn,
         device_time_ms=args.device_time_ms,

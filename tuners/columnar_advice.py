@@ -19,6 +19,7 @@ from typing import Any
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
+from tfinput.measure.target import Target
 
 __all__ = ["FormatAdvice", "parse_is_bound", "format_advice", "quick_roofline"]
 
@@ -203,8 +204,10 @@ def format_advice(
 
     if sample_files < 1:
         raise ConfigError(f"format advice: sample_files must be >= 1, got {sample_files}")
-    source = getattr(pipeline, "source", None)
-    if getattr(source, "kind", None) != "tfrecord" or not hasattr(pipeline, "schema"):
+    from tfinput.sources import TFRecordSource
+
+    source = Target.of(pipeline, what="format advice").source
+    if not isinstance(source, TFRecordSource):
         return None
     t0 = time.perf_counter()
     parse_bound, signal = parse_is_bound(
@@ -236,7 +239,7 @@ def format_advice(
         s.name: s
         for s in bench.summarize(measured, baseline="tf.Example", cpu_count=cpu_count or 1)
     }
-    paths = list(getattr(source, "paths", files))
+    paths = list(source.paths)
     target = out_dir or _out_dir(files, paths)
     command = _convert_command(
         paths, schema=pipeline.schema, schema_path=schema_path, chunk_rows=chunk, out=target

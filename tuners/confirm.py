@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
+from tfinput.measure.target import Target
+from tfinput.steps import Step
 from tuners.trials import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -220,7 +222,7 @@ def verdicts(
 
     beats, beats_text = beats_autotune(confirmed)
     wait = source = bound = None
-    input_only = getattr(how.step, "kind", None) == "input_only"
+    input_only = isinstance(how.step, Step) and how.step.kind == "input_only"
     input_bound, input_text = input_verdict(None, input_only=input_only)
     if confirmed:
         winner = confirmed[0]
@@ -380,7 +382,7 @@ def service_sizing(
     (`tfinput.fleet.workers_needed`). Empty for a local pipeline."""
     from tfinput.fleet import workers_needed
 
-    service = getattr(pipeline, "service", None)
+    service = Target.of(pipeline, what="tune").service
     if service is None or not confirmed:
         return ()
     winner = next((c for c in confirmed if c.config == best_config), confirmed[0])

@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
 from tfinput.measure.probes import process_cpu_seconds
+from tfinput.measure.target import Target
 from tfinput.measure.windows import TUNER_PLAN, WindowPlan, consecutive_windows
+from tfinput.steps import Step
 
 if TYPE_CHECKING:
     from tfinput.bench import Window
@@ -134,17 +136,10 @@ def measure(
     plan = WindowPlan(warmup_batches=warmup_batches, windows=windows, window_batches=window_batches)
     cpu_clock = cpu_clock or process_cpu_seconds
     begin = clock()
-    if hasattr(pipeline, "build"):
-        from tfinput.pipeline import build_repeated
-
-        iterable = build_repeated(pipeline, config)
-    else:
-        iterable = pipeline(config)
-    prepare = getattr(step, "prepare", None)
-    if callable(prepare):
-        step = prepare(config)
+    iterable = Target.of(pipeline, what="tuner").batches(config)
+    prepared = Step.of(step).prepare(config)
     size = config.batch_size if config.drop_remainder else None
-    owner = getattr(step, "run_windows", None)
+    owner = prepared.run_windows
     if owner is not None:
         ws = owner(
             iterable,
@@ -157,14 +152,14 @@ def measure(
             report=report,
         )
     else:
-        ws = _own_windows(iterable, config, step, plan, size, clock, cpu_clock, report)
+        ws = _own_windows(iterable, config, prepared, plan, size, clock, cpu_clock, report)
     return _measurement(config, ws, plan, seconds=clock() - begin)
 
 
 def _own_windows(
     iterable: Iterable[Any],
     config: PipelineConfig,
-    step: Callable[[Any], Any] | None,
+    step: Step,
     plan: WindowPlan,
     size: int | None,
     clock: Callable[[], float],

@@ -280,5 +280,8 @@ def describe_pruner(pruner: Any) -> str:
 
 def describe_step(step: Any) -> dict[str, Any]:
     """The step's own description (`tfinput.steps.Step.describe`), or its name."""
-    describe = getattr(step, "describe", None)
-    return describe() if callable(describe) else {"name": getattr(step, "__name__", str(step))}
+    from tfinput.steps import Step
+
+    if isinstance(step, Step):
+        return step.describe()
+    return {"name": getattr(step, "__name__", str(step))}

@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig, knob_names
 from tfinput.errors import ConfigError
+from tfinput.measure.target import Target
+from tfinput.steps import Step
+
+if TYPE_CHECKING:
+    from tfinput.fleet import ServiceRead
 
 __all__ = ["SearchSpace", "TUNABLE", "FEEDING", "SERVICE", "encode", "decode", "parse_assignment"]
 
@@ -158,8 +163,8 @@ class SearchSpace:
         data_bytes: int | None = None,
         ram_bytes: int | None = None,
         multi_hot_format: str | None = None,
-        step: Any = None,
-        service: Any = None,
+        step: Step | Callable[[Any], Any] | None = None,
+        service: ServiceRead | None = None,
     ) -> SearchSpace:
         """Ranges derived from the machine, the data and the step.
 
@@ -220,20 +225,20 @@ class SearchSpace:
             choices["batch_size"] = _uniq(
                 [max(1, batch_size // 2), batch_size, 2 * batch_size, 4 * batch_size]
             )
-        takes_packed = step is None or getattr(step, "accepts_packed", False)
-        if multi_hot_format == "dense" and takes_packed:
+        the_step = Step.of(step)
+        if multi_hot_format == "dense" and the_step.accepts_packed:
             choices["layout"] = LAYOUT_CHOICES
-        if getattr(step, "kind", None) == "keras_fit":
+        if the_step.kind == "keras_fit":
             choices["steps_per_execution"] = STEPS_PER_EXECUTION_CHOICES
-        if getattr(step, "feeds_device", False):
+        if the_step.feeds_device:
             choices["device_prefetch"] = DEVICE_PREFETCH_CHOICES
-        if getattr(step, "feeds_sparsecore", False):
+        if the_step.feeds_sparsecore:
             choices["sparsecore_workers"] = _uniq([v for v in (1, 2, 4, c) if v <= c])
             choices["sparsecore_prefetch"] = SPARSECORE_PREFETCH_CHOICES
         if service is not None:
             choices["service_compression"] = ("AUTO", None)
             choices["service_max_outstanding_requests"] = SERVICE_OUTSTANDING_CHOICES
-            fleet = getattr(service, "fleet", None)
+            fleet = service.fleet
             if fleet is not None:
                 choices["service_workers"] = tuple(range(1, fleet.max_workers + 1))
         return cls(choices=choices)
@@ -254,10 +259,9 @@ class SearchSpace:
         multi-hot format (``layout`` when ``dense``) and the step's feeding knobs, less the
         knobs its source ignores (`Source.ignored_knobs`: the interleave knobs of a
         wrapped dataset, the block length of pyarrow Parquet)."""
-        files: list[str] = []
-        source = getattr(pipeline, "source", None)
-        if source is not None and hasattr(source, "files"):
-            files = source.files()
+        target = Target.of(pipeline, what="SearchSpace.for_pipeline")
+        source = target.source
+        files = source.files() if source is not None else []
         local = [f for f in files if "://" not in f and os.path.exists(f)]
         size = (
             sum(os.path.getsize(f) for f in local) if local and len(local) == len(files) else None
@@ -269,16 +273,11 @@ class SearchSpace:
             tune_batch_size=tune_batch_size,
             tune_cache=tune_cache,
             data_bytes=size,
-            # two-tower batches are nested dicts: the packed layout does not apply
-            multi_hot_format=(
-                None
-                if getattr(pipeline, "towers", False)
-                else getattr(pipeline, "multi_hot_format", None)
-            ),
+            multi_hot_format=target.multi_hot_format,
             step=step,
-            service=getattr(pipeline, "service", None),
+            service=target.service,
         )
-        ignored = [k for k in getattr(source, "ignored_knobs", ()) if k in space.choices]
+        ignored = [k for k in (source.ignored_knobs if source else ()) if k in space.choices]
         if not ignored:
             return space
         # knobs that never change what the source does: searching them wastes trials

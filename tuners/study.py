@@ -63,6 +63,8 @@ from typing import Any
 from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, TfinputError
+from tfinput.measure.target import Target
+from tfinput.steps import Step
 from tuners.advice import clock_kwargs
 from tuners.confirm import (
     Progress,
@@ -143,7 +145,7 @@ def baseline_configs(
     # The feeding knobs as a plain training loop has them: one tensor per feature, one
     # step per call, no device prefetch, SparseCore preprocessing on the training thread.
     feeding = {"layout": "per_feature", "steps_per_execution": 1, "device_prefetch": 0}
-    if getattr(step, "feeds_sparsecore", False):
+    if Step.of(step).feeds_sparsecore:
         feeding["sparsecore_workers"] = 0
     out = {
         "autotune": PipelineConfig.autotune(**keep, **feeding),
@@ -311,17 +313,16 @@ def tune(
         step=describe_step(run.step),
         space=run.space.to_dict(),
         warnings=tuple(notes),
-        packed_layout=_packed_layout(pipeline, outcome["best_config"]),
+        packed_layout=_packed_layout(run.target, outcome["best_config"]),
         study=study,
         **outcome,
     )
 
 
-def _packed_layout(pipeline: Any, config: PipelineConfig) -> dict[str, Any] | None:
+def _packed_layout(target: Target, config: PipelineConfig) -> dict[str, Any] | None:
     """The JSON layout description when ``config`` builds packed batches."""
-    layout = config.layout or getattr(pipeline, "layout", None)
-    describe = getattr(pipeline, "packed_layout", None)
-    return describe().to_dict() if layout == "packed" and describe is not None else None
+    layout = target.packed_layout(config)
+    return layout.to_dict() if layout is not None else None
 
 
 # --------------------------------------------------------------- the steps
@@ -338,7 +339,8 @@ class _Tuning:
     trial, it is the objective."""
 
     pipeline: Any
-    step: Any
+    target: Target
+    step: Step
     space: SearchSpace
     base: PipelineConfig
     current: PipelineConfig | None
@@ -367,9 +369,9 @@ class _Tuning:
     ) -> _Tuning:
         """The defaults of `tune`: input only, the available cores, ``current`` or
         ``PipelineConfig()`` as the base, the default space widened to the baselines."""
-        from tfinput import bench, steps
+        from tfinput import bench
 
-        step = step or steps.input_only()
+        step = Step.of(step)
         cores = cpu_count or bench.available_cpus()
         base = base or current or PipelineConfig()
         if space is None:
@@ -377,6 +379,7 @@ class _Tuning:
         baselines = baseline_configs(base, cpu_count=cores, current=current, step=step)
         return cls(
             pipeline=pipeline,
+            target=Target.of(pipeline, what="tune"),
             step=step,
             space=space.including(*baselines.values()),
             base=base,
@@ -440,7 +443,7 @@ class _Tuning:
         Raises:
           DataError: fewer rows than one batch (with ``drop_remainder``), or none.
         """
-        source = getattr(self.pipeline, "source", None)
+        source = self.target.source
         if source is None:
             return
         sizes = [self.base.batch_size, *self.space.choices.get("batch_size", ())]
@@ -457,9 +460,9 @@ class _Tuning:
 
     def _too_small(self, config: PipelineConfig, rows: int | None = None) -> str:
         """The error for data smaller than one batch of ``config``, with its rows."""
-        if rows is None:
+        if rows is None and self.target.pipeline is not None:
             try:
-                rows = self.pipeline.check(batch_size=config.batch_size).records
+                rows = self.target.pipeline.check(batch_size=config.batch_size).records
             except Exception:  # the count is a courtesy; the advice stands without it
                 rows = None
         held = f"{rows:,} rows" if rows is not None else "fewer rows"
@@ -682,7 +685,8 @@ def _confirm_and_advise(
     verdict = verdicts(how, confirmed, best_config, notes=notes)
     t_verdicts = time.time()
     format_result = serial = None
-    if advise_format and getattr(getattr(run.pipeline, "source", None), "kind", None) == "tfrecord":
+    source = run.target.source
+    if advise_format and source is not None and source.kind == "tfrecord":
         if progress is not None:
             progress("roofline", {})
         roofline = winner_roofline(how, best_config, notes=notes)
@@ -714,7 +718,7 @@ def _confirm_and_advise(
                 base=run.base,
                 serial=serial,
             ),
-            *service_sizing(run.pipeline, best_config, confirmed, target_rate),
+            *service_sizing(run.target, best_config, confirmed, target_rate),
         ),
         "confirmation_error": confirmation_error,
         "breakdown": contributions,

@@ -29,7 +29,9 @@ from tfinput.measure.probes import (
     process_cpu_seconds,
 )
 from tfinput.measure.stats import ConfigStats, interleave, summarize
+from tfinput.measure.target import Target
 from tfinput.measure.windows import BENCH_PLAN, Clock, Progress, Window, WindowPlan, run_window
+from tfinput.steps.base import Step
 
 __all__ = ["BENCH_FORMAT", "BenchResult", "load_configs", "measure", "preset_configs"]
 
@@ -210,17 +212,23 @@ def measure(
     baseline = baseline if baseline is not None else next(iter(configs))
     if baseline not in configs:
         raise ConfigError(f"benchmark: baseline {baseline!r} is not one of {list(configs)}")
-    if step is None:
-        from tfinput.steps import input_only
-
-        step = input_only()
+    the_step = Step.of(step)
+    measured_target = Target.of(target, what="benchmark")
     cores = cpu_count or available_cpus()
-    factory = _factory(target)
+    factory = measured_target.batches
     machine_info = machine(cpu_count=cores)
     per_config: dict[str, Any] = {}
     runs = {
         name: _config_run(
-            name, config, factory, step, plan, per_config, clock=clock, cpu_clock=cpu_clock, rss=rss
+            name,
+            config,
+            factory,
+            the_step,
+            plan,
+            per_config,
+            clock=clock,
+            cpu_clock=cpu_clock,
+            rss=rss,
         )
         for name, config in configs.items()
     }
@@ -237,7 +245,7 @@ def measure(
         ),
     )
     return BenchResult(
-        method=_method(plan, step, per_config, clock, target),
+        method=_method(plan, the_step, per_config, clock, measured_target),
         machine=machine_info,
         baseline=baseline,
         results=tuple(stats),
@@ -245,29 +253,11 @@ def measure(
     )
 
 
-def _factory(target: Any) -> Callable[[PipelineConfig], Iterable[Any]]:
-    """``config -> iterable of batches`` for a Pipeline (built, repeated) or a callable."""
-    if hasattr(target, "build"):
-
-        def factory(config: PipelineConfig) -> Iterable[Any]:
-            from tfinput.pipeline import build_repeated
-
-            return build_repeated(target, config)
-
-        return factory
-    if callable(target):
-        return target
-    raise ConfigError(
-        f"benchmark: target must be a tfinput Pipeline or a callable config -> batches, "
-        f"got {type(target).__name__}"
-    )
-
-
 def _config_run(
     name: str,
     config: PipelineConfig,
     factory: Callable[[PipelineConfig], Iterable[Any]],
-    step: Callable[[Any], Any],
+    step: Step,
     plan: WindowPlan,
     per_config: dict[str, Any],
     *,
@@ -279,12 +269,9 @@ def _config_run(
     now (its description recorded in ``per_config[name]``); each window then takes a
     fresh iterator, or hands fresh data to a step that owns the loop."""
     size = config.batch_size if config.drop_remainder else None
-    prepare = getattr(step, "prepare", None)
-    prepared = prepare(config) if callable(prepare) else step
-    describe = getattr(prepared, "describe", None)
-    if callable(describe):
-        per_config[name] = describe()
-    owner = getattr(prepared, "run_windows", None)
+    prepared = step.prepare(config)
+    per_config[name] = prepared.describe()
+    owner = prepared.run_windows
     if owner is not None:
         # The step drives the data itself (model.fit): one fresh source per window.
         def owned() -> Window:
@@ -313,10 +300,9 @@ def _config_run(
 
 
 def _method(
-    plan: WindowPlan, step: Any, per_config: Mapping[str, Any], clock: Clock, target: Any
+    plan: WindowPlan, step: Step, per_config: Mapping[str, Any], clock: Clock, target: Target
 ) -> dict[str, Any]:
     """The ``method`` record of a `BenchResult`: how every number was taken."""
-    describe = getattr(step, "describe", None)
     first = next(iter(per_config), None)
     return {
         "windows": plan.windows,
@@ -331,7 +317,7 @@ def _method(
         "cpu": "process user+system CPU seconds per wall second (time.process_time), median",
         "memory": "resident set size sampled after every batch (/proc/self/statm), max",
         "ratio": "median over rounds of (config / baseline) in the same round",
-        "step": describe() if callable(describe) else {"name": str(step)},
+        "step": step.describe(),
         "step_per_config": per_config
         if any(d != per_config[first] for d in per_config.values())
         else None,
@@ -341,11 +327,10 @@ def _method(
     }
 
 
-def _describe(target: Any) -> dict[str, Any] | None:
-    describe = getattr(target, "describe", None)
-    if callable(describe):
-        try:
-            return describe()
-        except Exception:  # a description must never fail a measurement
-            return None
-    return None
+def _describe(target: Target) -> dict[str, Any] | None:
+    if target.pipeline is None:
+        return None
+    try:
+        return target.pipeline.describe()
+    except Exception:  # a description must never fail a measurement
+        return None

@@ -20,6 +20,7 @@ from typing import Any
 from tfinput.cli.objects import load_object
 from tfinput.errors import ConfigError
 from tfinput.formats.parquet import is_parquet_name
+from tfinput.measure.target import Buildable
 
 __all__ = [
     "add_output_arguments",
@@ -170,8 +171,8 @@ def pipeline_from_args(args: argparse.Namespace, *, say: Callable[[str], Any] | 
         return demo_pipeline(say=say)
     if spec:
         obj = load_object(spec, "--pipeline")
-        pipeline = obj() if callable(obj) and not hasattr(obj, "build") else obj
-        if not hasattr(pipeline, "build"):
+        pipeline = obj() if callable(obj) and not isinstance(obj, Buildable) else obj
+        if not isinstance(pipeline, Buildable):
             raise ConfigError(
                 f"--pipeline {spec}: expected a tfinput.Pipeline, got {type(pipeline).__name__}"
             )

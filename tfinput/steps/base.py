@@ -78,6 +78,22 @@ class Step:
     state_fn: Callable[[], Any] | None = None
     accepts_packed: bool = False
 
+    @classmethod
+    def of(cls, step: Step | Callable[[Any], Any] | None) -> Step:
+        """``step`` as a `Step`: a step as it is, None as `input_only`'s step, any
+        other callable as a ``function`` step that calls it on every batch as it is.
+
+        Raises:
+          ConfigError: ``step`` is not callable.
+        """
+        if isinstance(step, Step):
+            return step
+        if step is None:
+            return cls(kind="input_only", name="input only", fn=_nothing, accepts_packed=True)
+        if not callable(step):
+            raise ConfigError(f"expected a tfinput Step or a callable, got {type(step).__name__}")
+        return cls(kind="function", name=getattr(step, "__name__", str(step)), fn=step)
+
     @property
     def state(self) -> Any:
         """The current state of a stateful step (``jax``: the last ``fn`` output).
@@ -115,3 +131,7 @@ class Step:
             out["feeds_sparsecore"] = True
         out.update(copy.deepcopy(self.details))  # a snapshot: details may be live (sparsecore)
         return out
+
+
+def _nothing(batch: Any) -> None:
+    del batch

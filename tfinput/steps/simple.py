@@ -14,7 +14,7 @@ __all__ = ["function_step", "input_only", "simulated_step"]
 
 def input_only() -> Step:
     """A step that only consumes the batch (the pipeline's own throughput)."""
-    return Step(kind="input_only", name="input only", fn=lambda batch: None, accepts_packed=True)
+    return Step.of(None)
 
 
 def function_step(fn: Callable[[Any], Any], *, name: str | None = None) -> Step:

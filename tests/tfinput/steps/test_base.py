@@ -25,6 +25,25 @@ def test_a_plain_step_calls_its_function_and_is_the_same_for_every_config():
     assert step.describe() == {"kind": "function", "name": "mine"}
 
 
+def test_of_declares_a_callable_or_nothing_as_a_step():
+    step = steps.function_step(len)
+    assert steps.Step.of(step) is step
+    seen = []
+
+    def mine(batch):
+        seen.append(batch)
+        return "not fetched"
+
+    declared = steps.Step.of(mine)
+    assert declared("b") == "not fetched" and seen == ["b"]  # called as it is
+    assert declared.describe() == {"kind": "function", "name": "mine"}
+    nothing = steps.Step.of(None)
+    assert nothing.describe() == steps.input_only().describe()
+    assert nothing.accepts_packed and nothing("batch") is None
+    with pytest.raises(ConfigError, match="expected a tfinput Step or a callable, got int"):
+        steps.Step.of(3)
+
+
 def test_prepare_and_describe_carry_every_field():
     def prepare(config):
         return steps.Step(

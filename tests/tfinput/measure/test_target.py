@@ -1,0 +1,68 @@
+"""`tfinput.measure.target`: what the bench, the tuner and the profiler measure, declared
+once whatever form it came in."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import tfinput
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError
+from tfinput.measure.target import Buildable, Target
+
+
+def test_a_pipeline_is_built_repeated_and_answers_for_its_source(small_tfrecord, small_schema):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    target = Target.of(pipeline)
+    assert Target.of(target) is target
+    assert target.pipeline is pipeline and target.source is pipeline.source
+    assert target.schema is small_schema and target.service is None
+    assert (target.layout, target.multi_hot_format) == ("per_feature", "dense")
+    config = PipelineConfig(batch_size=500)
+    batches = list(itertools.islice(iter(target.batches(config)), 5))  # 1,000 rows
+    assert len(batches) == 5  # past the end: repeated
+    assert target.packed_layout(config) is None
+    packed = target.packed_layout(config.replace(layout="packed"))
+    assert packed is not None and packed.to_dict() == pipeline.packed_layout().to_dict()
+    schema = small_schema.with_towers(
+        query=("user_id", "country", "history", "embedding"),
+        candidate=("last_item", "tags", "price"),
+        candidate_id="last_item",
+    )
+    towers = pipeline.with_schema(schema).with_towers()
+    assert Target.of(towers).multi_hot_format is None  # nested batches: no packed layout
+
+
+def test_a_callable_and_a_builder_are_targets_without_a_source():
+    calls = []
+
+    def batches(config):
+        calls.append(config.batch_size)
+        return iter(range(config.batch_size, 10**6))
+
+    target = Target.of(batches)
+    assert target.pipeline is None and target.source is None and target.schema is None
+    assert (target.layout, target.multi_hot_format, target.service) == ("per_feature", None, None)
+    config = PipelineConfig(batch_size=3)
+    assert target.packed_layout(config.replace(layout="packed")) is None
+    assert list(itertools.islice(target.one_batch_repeated(config), 3)) == [3, 3, 3]
+    assert calls == [3]
+
+    class Builder:
+        def build(self, config):
+            import tensorflow as tf
+
+            return tf.data.Dataset.range(2).batch(config.batch_size)
+
+    assert isinstance(Builder(), Buildable)
+    built = Target.of(Builder())
+    assert built.pipeline is None and built.label == "Builder"
+    out = [b.numpy().tolist() for b in itertools.islice(iter(built.batches(config)), 3)]
+    assert out == [[0, 1]] * 3
+
+
+def test_anything_else_is_refused_naming_the_caller():
+    with pytest.raises(ConfigError, match=r"bench: target must be a tfinput Pipeline .*got int"):
+        Target.of(5, what="bench")

@@ -1,0 +1,124 @@
+"""What the measurement takes: a pipeline, declared (`Target`), whatever form it came in.
+
+`tfinput bench`, `tuners.tune` and `profiles.capture` accept a `tfinput.Pipeline`, any
+object with ``build(config)`` (`Buildable`), or a callable ``config -> iterable of
+batches``. `Target.of` turns each into one declared object once, at the entry, so the
+code below it asks named questions (the source, the schema, the layout, the service)
+instead of probing attributes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError
+
+if TYPE_CHECKING:  # the pipeline module imports TensorFlow: on first use only
+    from tfinput._service_read import ServiceRead
+    from tfinput.layout import PackedLayout
+    from tfinput.pipeline import Pipeline
+    from tfinput.schema import Schema
+    from tfinput.sources.protocol import Source
+
+__all__ = ["BatchFactory", "Buildable", "Target"]
+
+#: ``config -> iterable of batches``: a fresh, endless stream per call.
+BatchFactory = Callable[[PipelineConfig], Iterable[Any]]
+
+
+@runtime_checkable
+class Buildable(Protocol):
+    """An object whose ``build(config)`` returns a ``tf.data.Dataset`` (a
+    `tfinput.Pipeline`, or a user's own builder)."""
+
+    def build(self, config: PipelineConfig) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A pipeline to measure.
+
+    Attributes:
+      batches: ``config -> endless iterable of batches``, fresh on every call.
+      pipeline: The `tfinput.Pipeline` when it is one (its source, schema, layout and
+        service are then known); None for another builder or a callable.
+      label: What it is, for messages.
+    """
+
+    batches: BatchFactory
+    pipeline: Pipeline | None = None
+    label: str = "pipeline"
+
+    @classmethod
+    def of(cls, obj: Target | Pipeline | Buildable | BatchFactory, *, what: str = "") -> Target:
+        """``obj`` as a `Target`: a `Pipeline` built and repeated (inside the service
+        stage when it reads through tf.data service), a `Buildable`'s ``build(config)``
+        repeated, a callable as it is.
+
+        Raises:
+          ConfigError: ``obj`` is none of these (``what`` names the caller).
+        """
+        if isinstance(obj, Target):
+            return obj
+        from tfinput.pipeline import Pipeline, build_repeated
+
+        if isinstance(obj, Pipeline):
+            return cls(batches=lambda config: build_repeated(obj, config), pipeline=obj)
+        if isinstance(obj, Buildable) and not isinstance(obj, type):
+            builder = obj
+            return cls(
+                batches=lambda config: builder.build(config).repeat(),
+                label=type(obj).__name__,
+            )
+        if callable(obj):
+            return cls(batches=obj, label=getattr(obj, "__name__", "callable"))
+        raise ConfigError(
+            f"{what or 'measure'}: target must be a tfinput Pipeline or a callable config -> "
+            f"batches (or an object with build(config)), got {type(obj).__name__}"
+        )
+
+    def one_batch_repeated(self, config: PipelineConfig) -> Iterable[Any]:
+        """The first batch of ``config``, repeated endlessly: the step fed without any
+        input cost (cached in tf.data for a builder)."""
+        if self.pipeline is not None:
+            return self.pipeline.build(config).take(1).cache().repeat()
+        return itertools.repeat(next(iter(self.batches(config))))
+
+    @property
+    def source(self) -> Source | None:
+        """The tfinput source read, when the target is a `Pipeline`."""
+        return self.pipeline.source if self.pipeline is not None else None
+
+    @property
+    def schema(self) -> Schema | None:
+        """The schema, when the target is a `Pipeline`."""
+        return self.pipeline.schema if self.pipeline is not None else None
+
+    @property
+    def layout(self) -> str:
+        """The batch layout the target builds when a config leaves ``layout`` unset."""
+        return self.pipeline.layout if self.pipeline is not None else "per_feature"
+
+    @property
+    def multi_hot_format(self) -> str | None:
+        """``dense`` or ``ragged`` for a `Pipeline` of single-tower batches; None for
+        two-tower batches (nested: no packed layout) and for other targets."""
+        if self.pipeline is None or self.pipeline.towers:
+            return None
+        return self.pipeline.multi_hot_format
+
+    @property
+    def service(self) -> ServiceRead | None:
+        """How the target reads through tf.data service; None when it reads locally."""
+        return self.pipeline.service if self.pipeline is not None else None
+
+    def packed_layout(self, config: PipelineConfig) -> PackedLayout | None:
+        """Where each feature lives in a batch of ``config`` when it is packed; None
+        when it is not (or the target is no `Pipeline`)."""
+        if self.pipeline is None or (config.layout or self.layout) != "packed":
+            return None
+        return self.pipeline.packed_layout()
