@@ -47,6 +47,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tfinput._service_read",
         "tfinput.pipeline",
         "tfinput.resume",
+        "tfinput._resume_identity",
+        "tfinput._input_iterator",
+        "tfinput._keras_checkpoint",
+        "tfinput._resume_verify",
     ),
     (
         "tfinput.measure",

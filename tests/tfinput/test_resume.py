@@ -22,9 +22,10 @@ import pytest
 import tensorflow as tf
 
 import tfinput
+from tfinput._resume_verify import _first_difference
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError, ResumeError
-from tfinput.resume import KerasInputCheckpoint, _first_difference
+from tfinput.resume import KerasInputCheckpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = 64  # 1000 rows: 15 full batches an epoch
@@ -532,18 +533,18 @@ def test_keras_fit_resumes_mid_epoch_on_tensorflow(
 # ------------------------------------------------- 7. a crash at every point of a save
 _CRASH_SAVE = """
 import os, sys
-from tfinput import resume
+from tfinput import _keras_checkpoint as folders
 directory, at, generation = sys.argv[1], sys.argv[2], sys.argv[3]
-resume._failpoint = lambda name: os._exit(9) if name == at else None
+folders._failpoint = lambda name: os._exit(9) if name == at else None
 
 def write(folder):
-    for name in resume._KERAS_FILES:
+    for name in folders._KERAS_FILES:
         with open(os.path.join(folder, name), "w") as f:
             f.write(generation)
         if at == "mid-write":
             os._exit(9)
 
-resume._save_folder(directory, write)
+folders._save_folder(directory, write)
 """
 SAVE_POINTS = ("start", "made", "mid-write", "written", "synced", "renamed", "removed")
 
@@ -557,7 +558,7 @@ def _generation_writer(generation: str) -> Any:
 
 
 def _latest_generation(directory: Path) -> str:
-    from tfinput.resume import _KERAS_FILES, _latest_folder
+    from tfinput._keras_checkpoint import _KERAS_FILES, _latest_folder
 
     latest = _latest_folder(str(directory), _KERAS_FILES)
     assert latest is not None
@@ -571,7 +572,7 @@ def test_a_save_killed_at_any_point_leaves_the_last_checkpoint_whole(tmp_path, a
     """A process killed (os._exit) at each step of a checkpoint save: the last complete
     checkpoint is found whole, the next save succeeds and leaves one folder, and the
     temporary folders of crashed saves (this one, and one from before) are gone."""
-    from tfinput.resume import _save_folder
+    from tfinput._keras_checkpoint import _save_folder
 
     directory = tmp_path / "ckpt"
     _save_folder(str(directory), _generation_writer("1"))
@@ -593,7 +594,7 @@ def test_a_save_killed_at_any_point_leaves_the_last_checkpoint_whole(tmp_path, a
 
 
 def test_a_failed_save_leaves_no_folder_and_the_earlier_layout_is_read(tmp_path):
-    from tfinput.resume import _save_folder
+    from tfinput._keras_checkpoint import _save_folder
 
     directory = tmp_path / "ckpt"
 
