@@ -24,12 +24,8 @@ pytest.importorskip(
 
 from jax_tpu_embedding.sparsecore.lib.nn import embedding
 
-from tfinput.integrations.sparsecore_feed import (
-    SparseCorePlan,
-    _used_entries,
-    sparsecore_feed,
-    sparsecore_step,
-)
+from tfinput.integrations._sparsecore_stats import used_entries
+from tfinput.integrations.sparsecore_feed import SparseCorePlan, sparsecore_feed, sparsecore_step
 
 BATCH = 64
 DEVICES = 2
@@ -224,8 +220,8 @@ def test_used_entries_reads_the_row_pointers():
     # up to 8. First: ends 3, 10, 17 -> [0, 3), [8, 10), [16, 17): 3 + 2 + 1. Second:
     # ends 0, 9, 9 -> [0, 0), [0, 9), [16, 9): 0 + 9 + 0.
     pointers = np.array([3, 10, 17, 0, 9, 9])
-    assert _used_entries(pointers, 64, 3) == 6 + 9
-    assert _used_entries(np.array([], np.int32), 64, 3) == 0
+    assert used_entries(pointers, 64, 3) == 6 + 9
+    assert used_entries(np.array([], np.int32), 64, 3) == 0
 
 
 def test_limits_from_the_data_fill_more_of_the_buffers(small_tfrecord, small_schema, batches):
