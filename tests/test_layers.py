@@ -45,6 +45,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tfinput.sources",
         "tfinput._service_guard",
         "tfinput._service_read",
+        "tfinput._pipeline_check",
+        "tfinput._pipeline_parts",
         "tfinput.pipeline",
         "tfinput.resume",
         "tfinput._resume_identity",

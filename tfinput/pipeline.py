@@ -24,24 +24,28 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
+from tfinput._pipeline_check import CheckReport, FileCheck, check_files
+from tfinput._pipeline_parts import (
+    check_towers,
+    pipeline_options,
+    split_towers,
+    warn_large_padded_batches,
+)
 from tfinput._service_read import DEFAULT_STALL_TIMEOUT_S, ServiceRead
-from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig
+from tfinput.config import LAYOUTS, PipelineConfig
 from tfinput.errors import (
     ConfigError,
     DataError,
     ResumeError,
-    TfinputError,
     clean_error,
-    raised_inside,
     without_locals,
 )
-from tfinput.layout import PackedLayout, is_packed
+from tfinput.layout import PackedLayout
 from tfinput.schema import Schema
 from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
 from tfinput.sources.files import PathsLike, as_paths, epoch_rows
@@ -60,63 +64,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "build_repeated", "FileCheck", "CheckReport"]
 log = logging.getLogger("tfinput")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FileCheck:
-    """Result of reading one file completely with `Pipeline.check`.
-
-    Attributes:
-      path: The file (``<dataset>`` for a wrapped dataset).
-      records: Records in the file: all of them when it reads cleanly; for a file with
-        a problem, all of them when the source can count them, else those read before
-        the first error.
-      error: None, or every problem found, one per failing feature, joined by ``"; "``;
-        each starts with the record (``record 60``) or the batch's records
-        (``records 0-39``) where it was found.
-      folded: Per int64 feature with ``out_of_range="modulo"`` whose ids in the file
-        are not all in its table: ``{"ids": ids outside [0, vocabulary_size), of
-        which "negative", "largest": the largest id read, "vocabulary_size"}``. The
-        pipeline folds these ids onto others (floor modulo), as the schema asks.
-    """
-
-    path: str
-    records: int
-    error: str | None = None
-    folded: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CheckReport:
-    """What `Pipeline.check` found, file by file."""
-
-    files: tuple[FileCheck, ...]
-    empty_files: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return all(f.error is None for f in self.files)
-
-    @property
-    def records(self) -> int:
-        return sum(f.records for f in self.files)
-
-    @property
-    def problems(self) -> tuple[FileCheck, ...]:
-        return tuple(f for f in self.files if f.error is not None)
-
-    @property
-    def folded(self) -> dict[str, dict[str, int]]:
-        """`FileCheck.folded` summed over the files (the largest id: the largest of
-        all), by feature in schema order."""
-        out: dict[str, dict[str, int]] = {}
-        for f in self.files:
-            for name, c in f.folded.items():
-                total = out.setdefault(name, {**c, "ids": 0, "negative": 0})
-                total["ids"] += c["ids"]
-                total["negative"] += c["negative"]
-                total["largest"] = max(total["largest"], c["largest"])
-        return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -168,7 +115,7 @@ class Pipeline:
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout: expected one of {list(LAYOUTS)}, got {self.layout!r}")
         if self.towers:
-            _check_towers(self.schema, self.layout)
+            check_towers(self.schema, self.layout)
 
     # ------------------------------------------------------------ builders
     def with_multi_hot_format(self, fmt: str) -> Pipeline:
@@ -328,7 +275,7 @@ class Pipeline:
         )
         if config.prefetch != 0:
             ds = ds.prefetch(config.prefetch)
-        opts = _options(config, sharded=input_context is not None)
+        opts = pipeline_options(config, sharded=input_context is not None)
         if source.symbolic_checkpoint(request):
             opts.experimental_symbolic_checkpoint = True
         ds = ds.with_options(opts)
@@ -379,7 +326,9 @@ class Pipeline:
         ds, _ = source.batch(ds, request)
         if config.prefetch != 0:
             ds = ds.prefetch(config.prefetch)
-        return ds.with_options(_options(config, sharded=False)), source.consumer_elements(request)
+        return ds.with_options(pipeline_options(config, sharded=False)), source.consumer_elements(
+            request
+        )
 
     def _packed_layout(self, config: PipelineConfig) -> PackedLayout | None:
         """The packed layout the build emits, or None for ``per_feature``.
@@ -390,7 +339,7 @@ class Pipeline:
         if (config.layout or self.layout) != "packed":
             return None
         if self.towers:
-            _check_towers(self.schema, "packed")
+            check_towers(self.schema, "packed")
         if self.multi_hot_format != "dense":
             raise ConfigError(
                 f'layout "packed" needs multi_hot_format "dense", got multi_hot_format '
@@ -436,7 +385,7 @@ class Pipeline:
         static_batch = request.batch_size if config.drop_remainder else None
         schema, fmt = self._read_schema(), self.multi_hot_format
         if fmt == "dense":
-            _warn_large_padded_batches(schema, request.batch_size)
+            warn_large_padded_batches(schema, request.batch_size)
 
         # Traced as written: decode and the transforms hold no Python control flow on
         # tensor values (a tensor used as a bool would fail the build loudly). Autograph
@@ -449,7 +398,7 @@ class Pipeline:
                 decode(encoded), schema, batch_size=static_batch, multi_hot_format=fmt,
                 layout=packed,
             )  # fmt: skip
-            return _split_towers(out, schema) if self.towers else out
+            return split_towers(out, schema) if self.towers else out
 
         return parse
 
@@ -470,139 +419,7 @@ class Pipeline:
             record index.
           max_files: Stop after this many files (None: all).
         """
-        files, empty = self.source.check_files()
-        if not files and not empty:  # a source without files: read it whole
-            return CheckReport(files=(self._check_one(None, batch_size),))
-        across = {}
-        if len(files) > 1:
-            across = self.source.problems_across_files(files, self.schema)
-        results = []
-        for path in files[:max_files]:
-            result = self._check_one(path, batch_size)
-            if result.error is None and path in across:
-                result = dataclasses.replace(result, error=across[path])
-            if result.error is None:
-                result = dataclasses.replace(result, folded=self._folded_ids(path, batch_size))
-            results.append(result)
-        return CheckReport(files=tuple(results), empty_files=tuple(empty))
-
-    def _folded_ids(self, path: str, batch_size: int) -> dict[str, dict[str, int]]:
-        """`FileCheck.folded` of one file: its raw ids (decoded, before the transforms
-        fold them) of the int64 features with ``out_of_range="modulo"``, counted."""
-        feats = [
-            f for f in self.schema.categorical if f.dtype == "int64" and f.out_of_range == "modulo"
-        ]
-        if not feats:
-            return {}
-        vocab = {t.name: t.vocabulary_size for t in self.schema.tables}
-        one = dataclasses.replace(
-            self, service=None, towers=False, source=self.source.one_file(path)
-        ).with_schema(
-            Schema(
-                features=tuple(feats),
-                tables=tuple(t for t in self.schema.tables if t.name in {f.table for f in feats}),
-            )
-        )
-        config = PipelineConfig.naive(batch_size=batch_size, drop_remainder=False)
-        request = one._request(config, None)
-        ds, decode = one.source.batch(one.source.read(request), request)
-        lowest = tf.constant([-(2**63)], tf.int64)
-
-        @tf.autograph.experimental.do_not_convert
-        def count(encoded: Any) -> dict[str, tf.Tensor]:
-            raw = decode(encoded)
-            out = {}
-            for f in feats:
-                v = raw[f.source]
-                v = v.flat_values if isinstance(v, tf.RaggedTensor) else v
-                v = v.values if isinstance(v, tf.SparseTensor) else v
-                v = tf.reshape(tf.cast(v, tf.int64), [-1])
-                outside = tf.logical_or(v < 0, v >= vocab[f.table])
-                out[f.name] = tf.stack(
-                    [
-                        tf.reduce_sum(tf.cast(outside, tf.int64)),
-                        tf.reduce_sum(tf.cast(v < 0, tf.int64)),
-                        tf.reduce_max(tf.concat([v, lowest], 0)),
-                    ]
-                )
-            return out
-
-        totals = {f.name: [0, 0, -(2**63)] for f in feats}
-        for batch in ds.map(count).as_numpy_iterator():
-            for name, (outside, negative, largest) in batch.items():
-                t = totals[name]
-                t[0], t[1], t[2] = (
-                    t[0] + int(outside),
-                    t[1] + int(negative),
-                    max(t[2], int(largest)),
-                )
-        return {
-            f.name: {
-                "ids": totals[f.name][0],
-                "negative": totals[f.name][1],
-                "largest": totals[f.name][2],
-                "vocabulary_size": vocab[f.table],
-            }
-            for f in feats
-            if totals[f.name][0]
-        }
-
-    def _check_one(self, path: str | None, batch_size: int) -> FileCheck:
-        """Read one file; on a problem, read it again once per feature and label so
-        that every failing feature is named (in schema order, whatever order the
-        checks ran in), each with the records it was found in."""
-        # Checks read here, file by file, every feature (towers or not).
-        one = dataclasses.replace(self, service=None, towers=False)
-        if path is not None:
-            one = dataclasses.replace(one, source=self.source.one_file(path))
-        records, error = one._read_all(path, batch_size)
-        if error is None:
-            return FileCheck(path=path or "<dataset>", records=records)
-        total = self.source.count_records(path) if path is not None else None
-        messages: list[str] = []
-        schema = self.schema
-        if len(schema.features) + len(schema.labels) > 1:
-            clean = None
-            subsets = []
-            for f in schema.features:
-                _, sub = one._alone(f)._read_all(path, batch_size)
-                clean = clean or (f if sub is None else None)
-                subsets.append(sub)
-            for lab in schema.labels if clean is not None else ():
-                subsets.append(one._alone(clean, (lab,))._read_all(path, batch_size)[1])
-            for sub in subsets:
-                text = None if sub is None else _where(sub, batch_size, total)
-                if text is not None and text not in messages:
-                    messages.append(text)
-        return FileCheck(
-            path=path or "<dataset>",
-            records=total if total is not None else records,
-            error="; ".join(messages) if messages else _where(error, batch_size, total),
-        )
-
-    def _alone(self, feature: Any, labels: tuple = ()) -> Pipeline:
-        """This pipeline with one feature (and the given labels) only."""
-        name = getattr(feature, "table", None)
-        tables = tuple(t for t in self.schema.tables if t.name == name)
-        return self.with_schema(Schema(features=(feature,), tables=tables, labels=labels))
-
-    def _read_all(self, path: str | None, batch_size: int) -> tuple[int, Any]:
-        """``(records, None)``, or ``(records read before the error, problem)`` where
-        the problem goes through `_where` to become a message."""
-        config = PipelineConfig.naive(batch_size=batch_size, drop_remainder=False)
-        records = 0
-        try:
-            for features, _ in self.build(config):
-                records += int(_batch_rows(features))
-        except (tf.errors.OpError, TfinputError) as e:
-            message = explained = clean_error(e)
-            if path is not None and message.startswith(path + ": "):
-                message = explained = message[len(path) + 2 :]  # FileCheck names the path
-            if path is not None:  # e.g. name the columnar chunk
-                explained = self.source.explain_error(path, message)
-            ours = isinstance(e, TfinputError) or explained != message or raised_inside(e)
-            return records, (records, explained, ours)
-        return records, None
+        return check_files(self, batch_size=batch_size, max_files=max_files)
 
     def iterate(
         self, config: PipelineConfig | None = None, *, diagnose: bool = True
@@ -706,37 +523,6 @@ class Pipeline:
         return DataError(message)
 
 
-def _check_towers(schema: Schema, layout: str) -> None:
-    """Raise `ConfigError` unless ``schema`` marks both towers and ``layout`` is
-    per-feature."""
-    missing = [side for side in ("query", "candidate") if not schema.tower(side)]
-    if missing:
-        raise ConfigError(
-            f"with_towers: the schema marks no {' and no '.join(missing)} feature; set "
-            'tower="query" / tower="candidate" on its features (Schema.with_towers, or '
-            '"tower" in the schema JSON)'
-        )
-    if layout == "packed":
-        raise ConfigError(
-            "with_towers: the packed layout is not supported with towers; use the "
-            'per_feature layout (leave PipelineConfig.layout None or "per_feature")'
-        )
-
-
-def _split_towers(out: tuple[Any, Any], schema: Schema) -> tuple[Any, Any]:
-    """``(features, labels)`` of `transform_batch` split into ``{"query": ...,
-    "candidate": ...}``, each with the ``dense``/``ids``/``weights`` groups."""
-    features, labels = out
-    towers: dict[str, Any] = {}
-    for side in ("query", "candidate"):
-        names = {f.name for f in schema.tower(side)}
-        towers[side] = {
-            group: {n: v for n, v in values.items() if n in names}
-            for group, values in features.items()
-        }
-    return towers, labels
-
-
 def _checked_config(config: PipelineConfig | None) -> PipelineConfig:
     """``config``, or the default `PipelineConfig()` for None.
 
@@ -747,74 +533,6 @@ def _checked_config(config: PipelineConfig | None) -> PipelineConfig:
     if not isinstance(config, PipelineConfig):
         raise ConfigError(f"config: expected a PipelineConfig, got {type(config).__name__}")
     return config
-
-
-#: One padded dense multi-hot batch above this many bytes is logged at build.
-LARGE_BATCH_BYTES = 256 * 2**20
-
-
-def _warn_large_padded_batches(schema: Schema, batch_size: int) -> None:
-    """The dense format pads every list to ``max_len``: ``batch * max_len`` int32 ids
-    plus float32 weights per feature, whatever the real list lengths."""
-    for f in schema.multi_hot:
-        size = 8 * batch_size * f.max_len
-        if size > LARGE_BATCH_BYTES:
-            log.warning(
-                "tfinput: feature %r: max_len %d pads each batch of %d to %.0f MiB of ids "
-                "and weights; lower max_len (most lists are shorter?) or use "
-                'with_multi_hot_format("ragged"/"sparse")',
-                f.name,
-                f.max_len,
-                batch_size,
-                size / 2**20,
-            )
-
-
-def _where(problem: tuple[int, str, bool], batch_size: int, total: int | None) -> str:
-    """A problem's message, starting with the record (parse errors give the index in
-    the batch) or the batch's records, which stop at the file's last record."""
-    records, message, ours = problem
-    parse = re.match(r"Key: (\S+?), Index: (\d+)\.\s*(.*)", message)
-    if parse:
-        key, index, rest = parse.groups()
-        return f"record {records + int(index)}: key {key!r}: {rest}"
-    if ours or re.match(r"(corrupted|truncated) record at byte ", message):
-        return message  # precise already (a damaged record is named by its byte offset)
-    last = records + batch_size - 1
-    if total is not None and records < total:
-        last = min(last, total - 1)
-    return f"{'record' if last == records else 'records'} {records}" + (
-        f"-{last}: {message}" if last != records else f": {message}"
-    )
-
-
-def _batch_rows(features: dict[str, Any]) -> int:
-    if is_packed(features):
-        return int(next(iter(features.values())).shape[0])
-    for group in features.values():
-        for value in group.values():
-            if isinstance(value, tf.SparseTensor):
-                return int(value.dense_shape[0])
-            if isinstance(value, tf.RaggedTensor):
-                return int(value.nrows())
-            return int(value.shape[0])
-    return 0
-
-
-def _options(config: PipelineConfig, *, sharded: bool) -> tf.data.Options:
-    opts = tf.data.Options()
-    if config.private_threadpool_size != AUTOTUNE:
-        opts.threading.private_threadpool_size = config.private_threadpool_size
-    if config.max_intra_op_parallelism != AUTOTUNE:
-        opts.threading.max_intra_op_parallelism = config.max_intra_op_parallelism
-    if config.deterministic is not AUTOTUNE:
-        opts.deterministic = bool(config.deterministic)
-    if config.autotune_ram_budget != AUTOTUNE:
-        opts.autotune.ram_budget = config.autotune_ram_budget
-    if sharded:
-        # tfinput shards files itself; stop tf.distribute from sharding again.
-        opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return opts
 
 
 # ------------------------------------------------------------------ factories
