@@ -1,0 +1,400 @@
+"""The search of `tuners.tune`: its settled arguments (`Tuning`, the objective), the
+baselines, opening the storage and the study, and the trials. `tuners.study` is the
+public API."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tfinput.bench import WindowPlan
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError, DataError, TfinputError
+from tfinput.measure.target import Target
+from tfinput.steps import Step
+from tuners.confirm import (
+    Progress,
+    Remeasure,
+)
+from tuners.objective import measure
+from tuners.result import (
+    TrialsFailedError,
+    describe_step,
+)
+from tuners.space import SearchSpace
+from tuners.storage import host_lock, make_storage, open_study
+from tuners.trials import (
+    explain_failure,
+    is_counted,
+    trailing_failures,
+    trial_info,
+)
+from tuners.workers import requeue_dead_workers, tag_worker
+
+__all__ = [
+    "Tuning",
+    "baseline_configs",
+    "default_pruner",
+    "default_sampler",
+    "open_storage",
+    "open_tuning_study",
+    "search_trials",
+    "study_name_for",
+]
+
+log = logging.getLogger("tfinput.tuners")
+
+
+# ---------------------------------------------------------------- baselines
+def baseline_configs(
+    base: PipelineConfig,
+    *,
+    cpu_count: int,
+    current: PipelineConfig | None = None,
+    step: Any = None,
+) -> dict[str, PipelineConfig]:
+    """``autotune``, ``heuristic`` (and ``current``) with the user's batch settings.
+
+    Both presets set the feeding knobs explicitly to what a plain training loop does:
+    ``layout="per_feature"``, ``steps_per_execution=1``, ``device_prefetch=0``, and for
+    a ``step`` that feeds SparseCore (``Step.feeds_sparsecore``)
+    ``sparsecore_workers=0`` (the preprocessing on the training thread, as keras-rs's
+    generator example does).
+    """
+    keep = {
+        k: getattr(base, k)
+        for k in (
+            "batch_size",
+            "drop_remainder",
+            "shuffle_buffer",
+            "shuffle_seed",
+            "autotune_ram_budget",
+        )
+    }
+    # The feeding knobs as a plain training loop has them: one tensor per feature, one
+    # step per call, no device prefetch, SparseCore preprocessing on the training thread.
+    feeding = {"layout": "per_feature", "steps_per_execution": 1, "device_prefetch": 0}
+    if Step.of(step).feeds_sparsecore:
+        feeding["sparsecore_workers"] = 0
+    out = {
+        "autotune": PipelineConfig.autotune(**keep, **feeding),
+        "heuristic": PipelineConfig.heuristic(cpu_count=cpu_count, **keep, **feeding),
+    }
+    if current is not None:
+        out["current"] = current
+    return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Tuning:
+    """What the steps of one `tune` call share, defaults settled; called on an Optuna
+    trial, it is the objective."""
+
+    pipeline: Any
+    target: Target
+    step: Step
+    space: SearchSpace
+    base: PipelineConfig
+    current: PipelineConfig | None
+    baselines: Mapping[str, PipelineConfig]
+    cpu_count: int
+    plan: WindowPlan
+    clocks: Mapping[str, Callable[[], float]]
+    lock_path: str | None
+    progress: Progress | None
+    #: Set by a trial that found the data smaller than one batch: the search stops.
+    too_small: list[str] = dataclasses.field(default_factory=list)
+    #: Trials of this call that failed (the first one's traceback is logged).
+    failures: list[int] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def settle(
+        cls,
+        pipeline: Any,
+        *,
+        step: Any,
+        space: SearchSpace | None,
+        base: PipelineConfig | None,
+        current: PipelineConfig | None,
+        cpu_count: int | None,
+        **fixed: Any,
+    ) -> Tuning:
+        """The defaults of `tune`: input only, the available cores, ``current`` or
+        ``PipelineConfig()`` as the base, the default space widened to the baselines."""
+        from tfinput import bench
+
+        step = Step.of(step)
+        cores = cpu_count or bench.available_cpus()
+        base = base or current or PipelineConfig()
+        if space is None:
+            space = SearchSpace.for_pipeline(pipeline, cpu_count=cores, step=step)
+        baselines = baseline_configs(base, cpu_count=cores, current=current, step=step)
+        return cls(
+            pipeline=pipeline,
+            target=Target.of(pipeline, what="tune"),
+            step=step,
+            space=space.including(*baselines.values()),
+            base=base,
+            current=current,
+            baselines=baselines,
+            cpu_count=cores,
+            **fixed,
+        )
+
+    def __call__(self, trial: Any) -> float:
+        """One trial: a config from the space (a baseline exactly as the user has it),
+        measured under the host lock, every window reported to the pruner."""
+        import optuna
+
+        tag_worker(trial)
+
+        def report(i: int, rate: float) -> bool:
+            trial.report(rate, i)
+            return trial.should_prune()
+
+        try:
+            config = self.space.suggest(trial, self.base)
+            name = trial.user_attrs.get("baseline")
+            if name in self.baselines:  # measure the baseline exactly as the user has it
+                config = self.baselines[name]
+            trial.set_user_attr("config", config.to_dict())
+            with host_lock(self.lock_path):
+                m = measure(
+                    self.pipeline,
+                    config,
+                    self.step,
+                    report=report,
+                    **self.plan.to_dict(),
+                    **self.clocks,
+                )
+        except (TfinputError, MemoryError, Exception) as e:
+            if isinstance(e, DataError) and "produced no batch" in str(e):
+                # Every other config would fail the same way: stop, and say what to do.
+                self.too_small.append(self._too_small(config))
+                trial.study.stop()
+            reason = explain_failure(self.pipeline, e)
+            trial.set_user_attr("error", reason)
+            # The traceback once (the first failure; every one when the tuner's logger
+            # is set to DEBUG, as the CLI's --verbose does); later failures one line each.
+            first = not self.failures
+            self.failures.append(trial.number)
+            log.warning("trial %d failed: %s", trial.number, reason, exc_info=first or _verbose())
+            raise
+        for key, value in m.to_attrs().items():
+            trial.set_user_attr(key, value)
+        if m.stopped_early:
+            raise optuna.TrialPruned(f"window rates {m.rates} pruned: a clear loser")
+        return m.median
+
+    def refuse_data_smaller_than_a_batch(self) -> None:
+        """Before the first trial: the data must hold one batch of every batch size the
+        search may try (the files' counts: Parquet footers, columnar manifests, the
+        first records of TFRecord files; a source that cannot count is left to the
+        first trial, which stops the search the same way).
+
+        Raises:
+          DataError: fewer rows than one batch (with ``drop_remainder``), or none.
+        """
+        source = self.target.source
+        if source is None:
+            return
+        sizes = [self.base.batch_size, *self.space.choices.get("batch_size", ())]
+        config = dataclasses.replace(self.base, batch_size=min(int(b) for b in sizes))
+        try:
+            files = source.files()
+            rows = source.count_records_up_to(files, config.batch_size) if files else None
+        except Exception:  # unreadable or missing files: the first trial names them
+            return
+        if rows is None:
+            return
+        if rows == 0 or (config.drop_remainder and rows < config.batch_size):
+            raise DataError(self._too_small(config, rows))
+
+    def _too_small(self, config: PipelineConfig, rows: int | None = None) -> str:
+        """The error for data smaller than one batch of ``config``, with its rows."""
+        if rows is None and self.target.pipeline is not None:
+            try:
+                rows = self.target.pipeline.check(batch_size=config.batch_size).records
+            except Exception:  # the count is a courtesy; the advice stands without it
+                rows = None
+        held = f"{rows:,} rows" if rows is not None else "fewer rows"
+        fit = f" (at most {rows:,})" if rows else ""
+        return (
+            f"tune: the data hold {held}, fewer than one batch of {config.batch_size:,} "
+            "(a partial batch is dropped): tune with the batch size you train with, "
+            f"--batch-size N{fit}, or on more data"
+        )
+
+    def remeasure(self, windows: int) -> Remeasure:
+        """The measurement of the steps after the search: ``windows`` per config."""
+        return Remeasure(
+            pipeline=self.pipeline,
+            step=self.step,
+            plan=self.plan,
+            windows=windows,
+            cpu_count=self.cpu_count,
+            clocks=self.clocks,
+        )
+
+
+def open_storage(storage: Any, *, heartbeat_interval: int, grace_period: int) -> Any:
+    """`make_storage`, Optuna quiet (warnings and up; its heartbeats are "experimental"
+    since Optuna 2.8)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return make_storage(
+            storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period
+        )
+
+
+def study_name_for(study_name: str | None, storage: Any) -> str:
+    """The given name, or a fresh one for an in-memory study."""
+    if study_name is not None:
+        return study_name
+    if storage is not None:
+        raise ConfigError("a study stored in a file or database needs a study_name")
+    return f"tfinput-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def default_sampler(seed: int | None) -> Any:
+    """Seeded multivariate TPE with the constant liar (parallel workers)."""
+    import optuna
+
+    return optuna.samplers.TPESampler(
+        seed=seed, multivariate=True, constant_liar=True, n_startup_trials=8
+    )
+
+
+def default_pruner() -> Any:
+    """`tuners.pruning.NoiseAwarePruner`: bottom quarter beyond the measured noise."""
+    from tuners.pruning import NoiseAwarePruner
+
+    return NoiseAwarePruner(quantile=0.25, n_startup_trials=4, n_warmup_steps=1)
+
+
+def open_tuning_study(run: Tuning, storage: Any, **study: Any) -> Any:
+    """Open the study (`tuners.storage.open_study` with ``study``'s arguments), requeue
+    the trials of dead workers of this host, record the space and the step, and enqueue
+    the baselines once. All under the host lock, which keeps two workers on one host
+    from enqueueing the baselines twice."""
+    with host_lock(run.lock_path):
+        opened = open_study(storage, **study)
+        requeue_dead_workers(opened)
+        opened.set_user_attr("space", run.space.to_dict())
+        opened.set_user_attr("step", describe_step(run.step))
+        for name, config in run.baselines.items():
+            opened.enqueue_trial(
+                run.space.params(config), user_attrs={"baseline": name}, skip_if_exists=True
+            )
+    return opened
+
+
+class _StopRule:
+    """Optuna callback: stop once ``n_trials`` trials count (`tuners.trials.is_counted`),
+    or after ``max_consecutive_failures`` failed in a row since it was made (a resumed
+    study whose step was fixed searches again); ``reason`` then says why."""
+
+    def __init__(self, *, n_trials: int, max_consecutive_failures: int) -> None:
+        self.n_trials = n_trials
+        self.max_consecutive_failures = max_consecutive_failures
+        self.since = datetime.datetime.now()
+        self.reason: str | None = None
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        trials = study.get_trials(deepcopy=False)
+        if sum(1 for t in trials if is_counted(t)) >= self.n_trials:
+            study.stop()
+            return
+        failed = trailing_failures(trials, since=self.since)
+        if len(failed) >= self.max_consecutive_failures:
+            if self.reason is None:
+                self.reason = (
+                    f"the search stopped after {len(failed)} failed trials in a row; the "
+                    f"last error: {failed[-1].user_attrs.get('error')}"
+                )
+            study.stop()
+
+
+def search_trials(
+    study: Any,
+    run: Tuning,
+    *,
+    n_trials: int,
+    timeout: float | None,
+    in_memory: bool,
+    max_consecutive_failures: int,
+) -> tuple[float, list[str]]:
+    """Run the trials still missing (every worker of a shared study stops at the total).
+
+    Returns:
+      ``(seconds, notes)``: the search's wall time and, when it stopped after too many
+      failures in a row, a note saying so.
+
+    Raises:
+      DataError: the data hold fewer rows than one batch.
+      TrialsFailedError: no trial completed.
+    """
+    import optuna
+
+    finished = sum(1 for t in study.get_trials(deepcopy=False) if is_counted(t))
+    progress = run.progress
+    t0 = time.time()
+    stop = _StopRule(n_trials=n_trials, max_consecutive_failures=max_consecutive_failures)
+    callbacks: list[Any] = [stop]
+    if progress is not None:
+        callbacks.append(lambda s, t: progress("trial", trial_info(s, t, n_trials)))
+    if finished < n_trials:
+        # Optuna logs every failed trial with its traceback; the objective logs each
+        # failure itself (the traceback once), so Optuna's records of them are dropped.
+        optimize_log = logging.getLogger("optuna.study._optimize")
+        optimize_log.addFilter(_drop_failed_trial_records)
+        try:
+            study.optimize(
+                run,
+                n_trials=n_trials - finished if in_memory else None,
+                timeout=timeout,
+                catch=(Exception,),
+                callbacks=callbacks,
+            )
+        finally:
+            optimize_log.removeFilter(_drop_failed_trial_records)
+    seconds = time.time() - t0
+    if run.too_small:
+        raise DataError(run.too_small[0])
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not complete:
+        errors = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error")]
+        last = errors[-1].user_attrs["error"] if errors else "no trial finished"
+        raise TrialsFailedError(
+            f"tune: no trial completed ({len(errors)} failed); every config failed, so the "
+            f"step or the pipeline is broken. The last error: {last}",
+            study=study,
+        )
+    notes = []
+    if stop.reason:
+        log.warning("%s", stop.reason)
+        notes.append(stop.reason)
+    return seconds, notes
+
+
+def _verbose() -> bool:
+    """Whether the tuner's logger (or tfinput's) is set to DEBUG: every failed trial's
+    traceback is logged, not only the first."""
+    return any(
+        logging.NOTSET < logging.getLogger(name).level <= logging.DEBUG
+        for name in ("tfinput", "tfinput.tuners")
+    )
+
+
+def _drop_failed_trial_records(record: logging.LogRecord) -> bool:
+    """False for Optuna's "Trial N failed with ..." records (logging filter)."""
+    message = str(record.msg)
+    return not (message.startswith("Trial ") and " failed with " in message)
