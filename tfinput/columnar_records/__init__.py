@@ -98,7 +98,7 @@ from tfinput.formats.columnar.format import FORMAT_VERSION as FORMAT_VERSION
 from tfinput.formats.columnar.manifest import FileEntry, Manifest, is_columnar, read_manifest
 from tfinput.formats.columnar.writer import ColumnarWriter
 from tfinput.schema import Schema
-from tfinput.sources._columnar_reader import assembler as assembler
+from tfinput.sources._columnar_decode import assembler as assembler
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.columnar_records.verify import ChunkProblem, verify_files

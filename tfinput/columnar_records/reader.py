@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import warnings
 
+from tfinput.sources._columnar_decode import assembler as assembler
 from tfinput.sources._columnar_reader import *  # noqa: F403
-from tfinput.sources._columnar_reader import __all__ as __all__
+from tfinput.sources._columnar_reader import __all__ as _reader_all
+
+__all__ = [*_reader_all, "assembler"]
 
 warnings.warn(
     "tfinput.columnar_records.reader moved into tfinput.sources (the columnar source's "

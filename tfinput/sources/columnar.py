@@ -20,6 +20,7 @@ from tfinput.formats import tfrecord
 from tfinput.formats.columnar.format import NUMERIC_DTYPES, Column, storage_columns
 from tfinput.formats.columnar.manifest import FileEntry, Manifest, file_stat, is_dir, read_manifest
 from tfinput.schema import MultiHot, Schema
+from tfinput.sources._columnar_decode import assembler
 from tfinput.sources._text import did_you_mean
 from tfinput.sources.files import resolve_paths
 from tfinput.sources.protocol import Decode, ReadRequest, ReadStages, Resume, Source
@@ -378,7 +379,7 @@ class ColumnarSource(Source):
         ``shuffle="global"``: always, within each decoded group of chunks, seeded by the
         iteration's key and the group's first chunk position)."""
         chosen, chunk, skip_partial, _ = self._plan(request)
-        assemble = reader.assembler(
+        assemble = assembler(
             storage_columns(request.schema),
             chosen[0][1].columns,
             verify=self.verify,
@@ -420,9 +421,7 @@ class ColumnarSource(Source):
         chunk = manifest.chunk_rows
         k = max(1, batch_size // chunk)
         opts = single_core_options()
-        assemble = reader.assembler(
-            storage_columns(schema), manifest.columns, verify=False, uniform=False
-        )
+        assemble = assembler(storage_columns(schema), manifest.columns, verify=False, uniform=False)
         buffer_size = self.buffer_size
 
         def read() -> Iterable[Any]:

@@ -14,5 +14,7 @@ def test_the_alias_warns_and_is_the_moved_module():
     with pytest.warns(DeprecationWarning, match="tfinput.columnar_records.reader moved"):
         alias = importlib.import_module("tfinput.columnar_records.reader")
     real = importlib.import_module("tfinput.sources._columnar_reader")
-    assert alias.__all__ == real.__all__
+    decode = importlib.import_module("tfinput.sources._columnar_decode")
+    assert set(alias.__all__) == {*real.__all__, "assembler"}  # every name it had
     assert all(getattr(alias, name) is getattr(real, name) for name in real.__all__)
+    assert alias.assembler is decode.assembler
