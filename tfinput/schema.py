@@ -21,11 +21,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from tfinput import _json
+from tfinput._schema_checks import (
+    TOWERS,
+    check_categorical,
+    check_choice,
+    check_int,
+    check_name,
+    check_tower,
+    field_error,
+)
 from tfinput.errors import SchemaError
 
 __all__ = [
@@ -49,30 +58,8 @@ MAX_LEN = 65_536
 SCHEMA_FORMAT = "tfinput.schema/1"
 
 _COMBINERS = ("mean", "sum", "sqrtn")
-_ID_DTYPES = ("int64", "string")
 _DENSE_DTYPES = ("float32", "int64")
 _LABEL_DTYPES = ("float32", "int64")
-
-
-def _err(owner: str, field: str, expected: str, got: Any) -> SchemaError:
-    return SchemaError(f"{owner}.{field}: expected {expected}, got {got!r}")
-
-
-def _check_name(owner: str, name: Any) -> None:
-    if not isinstance(name, str) or not name or name != name.strip():
-        raise _err(owner, "name", "a non-empty string without surrounding spaces", name)
-
-
-def _check_int(owner: str, field: str, value: Any, minimum: int, maximum: int | None = None):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _err(owner, field, f"an int >= {minimum}", value)
-    if maximum is not None and value > maximum:
-        raise _err(owner, field, f"an int <= {maximum}", value)
-
-
-def _check_choice(owner: str, field: str, value: Any, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise _err(owner, field, f"one of {list(choices)}", value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -94,10 +81,10 @@ class Table:
 
     def __post_init__(self) -> None:
         owner = f"Table {self.name!r}"
-        _check_name("Table", self.name)
-        _check_int(owner, "vocabulary_size", self.vocabulary_size, 1, MAX_INT32_VOCAB)
-        _check_int(owner, "dim", self.dim, 1)
-        _check_choice(owner, "combiner", self.combiner, _COMBINERS)
+        check_name("Table", self.name)
+        check_int(owner, "vocabulary_size", self.vocabulary_size, 1, MAX_INT32_VOCAB)
+        check_int(owner, "dim", self.dim, 1)
+        check_choice(owner, "combiner", self.combiner, _COMBINERS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -130,26 +117,28 @@ class Dense:
 
     def __post_init__(self) -> None:
         owner = f"Dense {self.name!r}"
-        _check_tower(owner, self.tower)
-        _check_name("Dense", self.name)
+        check_tower(owner, self.tower)
+        check_name("Dense", self.name)
         if self.length is not None:
-            _check_int(owner, "length", self.length, 1)
-        _check_choice(owner, "dtype", self.dtype, _DENSE_DTYPES)
+            check_int(owner, "length", self.length, 1)
+        check_choice(owner, "dtype", self.dtype, _DENSE_DTYPES)
         if isinstance(self.default, bool) or not isinstance(self.default, (int, float)):
-            raise _err(owner, "default", "a number", self.default)
+            raise field_error(owner, "default", "a number", self.default)
         if self.default != self.default or self.default in (float("inf"), float("-inf")):
-            raise _err(owner, "default", "a finite number", self.default)
+            raise field_error(owner, "default", "a finite number", self.default)
         if self.clip is not None:
             clip = tuple(self.clip)
             if len(clip) != 2 or not all(c is None or isinstance(c, (int, float)) for c in clip):
-                raise _err(owner, "clip", "[low, high] with numbers or nulls", self.clip)
+                raise field_error(owner, "clip", "[low, high] with numbers or nulls", self.clip)
             if any(c is not None and c != c for c in clip):
-                raise _err(owner, "clip", "[low, high] with numbers (not NaN) or nulls", self.clip)
+                raise field_error(
+                    owner, "clip", "[low, high] with numbers (not NaN) or nulls", self.clip
+                )
             if clip[0] is not None and clip[1] is not None and clip[0] > clip[1]:
-                raise _err(owner, "clip", "low <= high", self.clip)
+                raise field_error(owner, "clip", "low <= high", self.clip)
             object.__setattr__(self, "clip", clip)
         if not isinstance(self.log1p, bool):
-            raise _err(owner, "log1p", "true or false", self.log1p)
+            raise field_error(owner, "log1p", "true or false", self.log1p)
 
     @property
     def source(self) -> str:
@@ -185,7 +174,7 @@ class Categorical:
     tower: Literal["query", "candidate"] | None = None
 
     def __post_init__(self) -> None:
-        _check_categorical(self)
+        check_categorical(self)
 
     @property
     def source(self) -> str:
@@ -222,10 +211,10 @@ class MultiHot:
     tower: Literal["query", "candidate"] | None = None
 
     def __post_init__(self) -> None:
-        _check_categorical(self)
-        _check_int(f"MultiHot {self.name!r}", "max_len", self.max_len, 1, MAX_LEN)
+        check_categorical(self)
+        check_int(f"MultiHot {self.name!r}", "max_len", self.max_len, 1, MAX_LEN)
         if self.weights is not None:
-            _check_name(f"MultiHot {self.name!r}.weights", self.weights)
+            check_name(f"MultiHot {self.name!r}.weights", self.weights)
 
     @property
     def source(self) -> str:
@@ -250,38 +239,12 @@ class Label:
     column: str | None = None
 
     def __post_init__(self) -> None:
-        _check_name("Label", self.name)
-        _check_choice(f"Label {self.name!r}", "dtype", self.dtype, _LABEL_DTYPES)
+        check_name("Label", self.name)
+        check_choice(f"Label {self.name!r}", "dtype", self.dtype, _LABEL_DTYPES)
 
     @property
     def source(self) -> str:
         return self.column or self.name
-
-
-#: The sides of a two-tower retrieval model a feature can feed (`Dense.tower`).
-TOWERS = ("query", "candidate")
-
-
-def _check_tower(owner: str, tower: Any) -> None:
-    if tower is not None and tower not in TOWERS:
-        raise _err(owner, "tower", '"query", "candidate" or null', tower)
-
-
-def _check_categorical(f: Categorical | MultiHot) -> None:
-    owner = f"{type(f).__name__} {getattr(f, 'name', None)!r}"
-    _check_name(type(f).__name__, f.name)
-    _check_name(f"{owner}.table", f.table)
-    _check_choice(owner, "dtype", f.dtype, _ID_DTYPES)
-    _check_choice(owner, "out_of_range", f.out_of_range, ("error", "modulo"))
-    _check_tower(owner, f.tower)
-    default = getattr(f, "default", None)
-    if default is not None:
-        if f.dtype == "string" and not isinstance(default, str):
-            raise _err(owner, "default", "a string (dtype is string)", default)
-        if f.dtype == "int64" and (isinstance(default, bool) or not isinstance(default, int)):
-            raise _err(owner, "default", "an int (dtype is int64)", default)
-        if f.dtype == "int64" and default < 0:
-            raise _err(owner, "default", "a non-negative id", default)
 
 
 Feature = Dense | Categorical | MultiHot
