@@ -46,7 +46,7 @@ Python.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tfinput._sparsecore_counting import IdCounter
@@ -125,9 +125,48 @@ def sparsecore_stats(
       ConfigError: bad sizes, a batch size not divisible into SparseCore slices, or a
         dataset without a schema.
     """
-    import numpy as np
-    import tensorflow as tf
+    _check_sizes(per_replica_batch_size, devices, sparsecores_per_device, max_batches, margin)
+    global_batch = per_replica_batch_size * devices
+    ds, schema, fmt = _ids_dataset(
+        pipeline,
+        global_batch=global_batch,
+        config=config,
+        schema=schema,
+        multi_hot_format=multi_hot_format,
+    )
+    sizes = {
+        "global_batch_size": global_batch,
+        "devices": devices,
+        "sparsecores_per_device": sparsecores_per_device,
+    }
+    stacks = plan_stacks(schema, stacking=stacking, **sizes)
+    counter = IdCounter(schema, stacks, **sizes)
+    series, batches, complete = _scan(ds, counter, stacks, global_batch, max_batches, tick)
+    if batches == 0:
+        raise ConfigError(
+            f"sparsecore_stats: no full batch of {global_batch} rows in the data "
+            f"(per_replica_batch_size {per_replica_batch_size} x {devices} devices)"
+        )
+    return SparseCoreStats(
+        devices=devices,
+        sparsecores_per_device=sparsecores_per_device,
+        per_replica_batch_size=per_replica_batch_size,
+        multi_hot_format=fmt,
+        margin=float(margin),
+        batches=batches,
+        complete=complete,
+        stacks=tuple(_stack_stats(s, series[s.name]) for s in stacks),
+    )
 
+
+def _check_sizes(
+    per_replica_batch_size: int,
+    devices: int,
+    sparsecores_per_device: int,
+    max_batches: int | None,
+    margin: float,
+) -> None:
+    """Raise `ConfigError` for sizes `sparsecore_stats` cannot count with."""
     _check_positive("per_replica_batch_size", per_replica_batch_size)
     _check_positive("devices", devices)
     _check_positive("sparsecores_per_device", sparsecores_per_device)
@@ -147,7 +186,21 @@ def sparsecore_stats(
             f"{sparsecores_per_device} SparseCores per device; use a multiple of "
             f"{sparsecores_per_device}"
         )
-    global_batch = per_replica_batch_size * devices
+
+
+def _ids_dataset(
+    pipeline: Any,
+    *,
+    global_batch: int,
+    config: Any,
+    schema: Schema | None,
+    multi_hot_format: str | None,
+) -> tuple[Any, Schema, str]:
+    """``(dataset of global batches, schema, multi-hot format)``: a tfinput pipeline
+    built with its ids only (no dense features or labels to parse), or the user's
+    dataset as it is."""
+    import tensorflow as tf
+
     if isinstance(pipeline, tf.data.Dataset):
         if schema is None:
             raise ConfigError("sparsecore_stats: pass schema= with a tf.data.Dataset")
@@ -169,20 +222,20 @@ def sparsecore_stats(
                 base, batch_size=global_batch, drop_remainder=True, layout="per_feature"
             )
         )
-    stacks = plan_stacks(
-        schema,
-        global_batch_size=global_batch,
-        devices=devices,
-        sparsecores_per_device=sparsecores_per_device,
-        stacking=stacking,
-    )
-    counter = IdCounter(
-        schema,
-        stacks,
-        global_batch_size=global_batch,
-        devices=devices,
-        sparsecores_per_device=sparsecores_per_device,
-    )
+    return ds, schema, fmt
+
+
+def _scan(
+    ds: Any,
+    counter: IdCounter,
+    stacks: Sequence[Stack],
+    global_batch: int,
+    max_batches: int | None,
+    tick: Callable[[int], None] | None,
+) -> tuple[dict[str, dict[str, list[Any]]], int, bool]:
+    """Count every batch (up to ``max_batches``) in parallel tf.data maps: ``(per stack,
+    per count, one array per batch; batches counted; whether the data were all read)``."""
+    import tensorflow as tf
 
     def count(features: Any, *_: Any) -> Any:
         first = next(iter(features["ids"].values()))
@@ -219,31 +272,18 @@ def sparsecore_stats(
         batches += 1
         if tick is not None:
             tick(batches)
-    if batches == 0:
-        raise ConfigError(
-            f"sparsecore_stats: no full batch of {global_batch} rows in the data "
-            f"(per_replica_batch_size {per_replica_batch_size} x {devices} devices)"
-        )
-    results = []
-    for s in stacks:
-        v = series[s.name]
-        results.append(
-            StackStats(
-                stack=s,
-                ids=np.asarray(v["ids"], np.int64),
-                unique=np.asarray(v["unique"], np.int64),
-                buffer=np.asarray(v["buffer"], np.int64),
-                partition_ids=np.max(np.stack(v["partition_ids"]), axis=0),
-                partition_unique=np.max(np.stack(v["partition_unique"]), axis=0),
-            )
-        )
-    return SparseCoreStats(
-        devices=devices,
-        sparsecores_per_device=sparsecores_per_device,
-        per_replica_batch_size=per_replica_batch_size,
-        multi_hot_format=fmt,
-        margin=float(margin),
-        batches=batches,
-        complete=complete,
-        stacks=tuple(results),
+    return series, batches, complete
+
+
+def _stack_stats(stack: Stack, v: Mapping[str, list[Any]]) -> StackStats:
+    """One stack's `StackStats` from its per-batch counts."""
+    import numpy as np
+
+    return StackStats(
+        stack=stack,
+        ids=np.asarray(v["ids"], np.int64),
+        unique=np.asarray(v["unique"], np.int64),
+        buffer=np.asarray(v["buffer"], np.int64),
+        partition_ids=np.max(np.stack(v["partition_ids"]), axis=0),
+        partition_unique=np.max(np.stack(v["partition_unique"]), axis=0),
     )
