@@ -13,7 +13,13 @@ from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError
 from tfinput.schema import Schema
 
-__all__ = ["check_towers", "pipeline_options", "split_towers", "warn_large_padded_batches"]
+__all__ = [
+    "check_towers",
+    "checked_config",
+    "pipeline_options",
+    "split_towers",
+    "warn_large_padded_batches",
+]
 
 log = logging.getLogger("tfinput")
 
@@ -84,3 +90,15 @@ def pipeline_options(config: PipelineConfig, *, sharded: bool) -> tf.data.Option
         # tfinput shards files itself; stop tf.distribute from sharding again.
         opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return opts
+
+
+def checked_config(config: PipelineConfig | None) -> PipelineConfig:
+    """``config``, or the default `PipelineConfig()` for None.
+
+    Raises:
+      ConfigError: not a `PipelineConfig`.
+    """
+    config = config or PipelineConfig()
+    if not isinstance(config, PipelineConfig):
+        raise ConfigError(f"config: expected a PipelineConfig, got {type(config).__name__}")
+    return config

@@ -32,6 +32,7 @@ import tensorflow as tf
 from tfinput._pipeline_check import CheckReport, FileCheck, check_files
 from tfinput._pipeline_parts import (
     check_towers,
+    checked_config,
     pipeline_options,
     split_towers,
     warn_large_padded_batches,
@@ -245,21 +246,14 @@ class Pipeline:
           ConfigError: the ``packed`` layout with a multi-hot format other than ``dense``,
             or with `with_towers`.
         """
-        config = _checked_config(config)
+        config = checked_config(config)
         asked = config
         packed = self._packed_layout(config)
         request = self._request(config, input_context)
         config = request.config  # data sharding fixes the read order (see _request)
         source = self.source
         warn_unhonoured(source, request)
-        ds = source.read(request)  # shuffle files, interleave (or batches, see below)
-        if request.data_shard is not None:  # fewer files than input pipelines
-            ds = ds.shard(*request.data_shard)
-        if config.cache:
-            ds = ds.cache()
-        if config.shuffle_buffer and not source.batches_itself:
-            ds = ds.shuffle(source.shuffle_buffer(ds, request), seed=config.shuffle_seed)
-        ds, decode = source.batch(ds, request)
+        ds, decode = source.batch(self._records(request), request)
         batches = None if repeat or self.service else source.batch_count(request)
         if batches is not None:
             # Keras's fit then knows its steps per epoch (no "ran out of data"), and a
@@ -298,6 +292,20 @@ class Pipeline:
 
         return identified(ds, pipeline_identity(self, asked, input_context))
 
+    def _records(self, request: ReadRequest) -> tf.data.Dataset:
+        """The source's records (or batches, for a source that batches itself) for
+        ``request``: files shuffled and interleaved, sharded by element when there are
+        fewer files than input pipelines, cached and shuffled as the config asks."""
+        config, source = request.config, self.source
+        ds = source.read(request)
+        if request.data_shard is not None:  # fewer files than input pipelines
+            ds = ds.shard(*request.data_shard)
+        if config.cache:
+            ds = ds.cache()
+        if config.shuffle_buffer and not source.batches_itself:
+            ds = ds.shuffle(source.shuffle_buffer(ds, request), seed=config.shuffle_seed)
+        return ds
+
     def serial_probe(
         self, config: PipelineConfig | None = None
     ) -> tuple[tf.data.Dataset, float] | None:
@@ -313,7 +321,7 @@ class Pipeline:
           ``interleave_cycle_length`` 1: the read and the consumer side are one thread,
           the roofline's ``full`` stage).
         """
-        config = _checked_config(config)
+        config = checked_config(config)
         if read_parallelism(config) == 1:
             return None
         request = self._request(config, None)
@@ -470,7 +478,7 @@ class Pipeline:
                 "workers hold it); checkpoint a local pipeline, or use the service's "
                 "fault-tolerant dispatcher (with_service(None) reads here)"
             )
-        config = _checked_config(config)
+        config = checked_config(config)
         if epochs is not None and (not isinstance(epochs, int) or epochs < 1):
             raise ConfigError(f"epochs must be an integer >= 1 or None, got {epochs!r}")
         identity = pipeline_identity(self, config, input_context)
@@ -521,18 +529,6 @@ class Pipeline:
                 first = report.problems[0]
                 return DataError(f"{first.path}: {first.error}")
         return DataError(message)
-
-
-def _checked_config(config: PipelineConfig | None) -> PipelineConfig:
-    """``config``, or the default `PipelineConfig()` for None.
-
-    Raises:
-      ConfigError: not a `PipelineConfig`.
-    """
-    config = config or PipelineConfig()
-    if not isinstance(config, PipelineConfig):
-        raise ConfigError(f"config: expected a PipelineConfig, got {type(config).__name__}")
-    return config
 
 
 # ------------------------------------------------------------------ factories

@@ -25,7 +25,7 @@ All checks are vectorized asserts whose messages name the feature and the value 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -437,6 +437,14 @@ def _pad_lists(
             blocks[("weights", f.name)] = Block(block, i, 1)
 
 
+def _stamp_batch_size(groups: Sequence[dict[str, Any]], batch_size: int) -> None:
+    """Give every dense tensor of ``groups`` the static batch dimension, in place."""
+    for group in groups:
+        for key, value in group.items():
+            if isinstance(value, tf.Tensor) and not value.shape.is_fully_defined():
+                group[key] = tf.ensure_shape(value, [batch_size] + value.shape.as_list()[1:])
+
+
 def transform_batch(
     raw: dict[str, Any],
     schema: Schema,
@@ -511,11 +519,7 @@ def transform_batch(
     else:
         groups = (dense, ids, weights, labels)
     if batch_size is not None:
-        for group in groups:
-            for key, value in group.items():
-                if isinstance(value, tf.Tensor) and not value.shape.is_fully_defined():
-                    shape = [batch_size] + value.shape.as_list()[1:]
-                    group[key] = tf.ensure_shape(value, shape)
+        _stamp_batch_size(groups, batch_size)
     out_labels: Any = labels
     if len(schema.labels) == 1:
         out_labels = labels[schema.labels[0].name]

@@ -73,6 +73,7 @@ from tuners._search import (
 )
 from tuners.advice import clock_kwargs
 from tuners.confirm import (
+    Remeasure,
     advice_sentences,
     confirm,
     confirmation_configs,
@@ -291,6 +292,35 @@ def _check_counts(**counts: int) -> None:
             raise ConfigError(f"{name} must be >= 1, got {value}")
 
 
+def _format_advice(
+    run: Tuning,
+    how: Remeasure,
+    best_config: PipelineConfig,
+    *,
+    advise: bool,
+    schema_path: str | None,
+    notes: list[str],
+) -> tuple[Any, str | None]:
+    """``(format advice, serial-stage sentence)`` for tf.Example TFRecord data (a short
+    roofline of the winner, then the columnar sample measured side by side); ``(None,
+    None)`` for other data or when not asked."""
+    source = run.target.source
+    if not advise or source is None or source.kind != "tfrecord":
+        return None, None
+    if run.progress is not None:
+        run.progress("roofline", {})
+    roofline = winner_roofline(how, best_config, notes=notes)
+    advice = winner_format_advice(
+        how,
+        best_config,
+        schema_path=schema_path,
+        progress=run.progress,
+        notes=notes,
+        roofline=roofline,
+    )
+    return advice, serial_sentence(roofline)
+
+
 def _confirm_and_advise(
     study: Any,
     run: Tuning,
@@ -332,21 +362,9 @@ def _confirm_and_advise(
     t3 = time.time()
     verdict = verdicts(how, confirmed, best_config, notes=notes)
     t_verdicts = time.time()
-    format_result = serial = None
-    source = run.target.source
-    if advise_format and source is not None and source.kind == "tfrecord":
-        if progress is not None:
-            progress("roofline", {})
-        roofline = winner_roofline(how, best_config, notes=notes)
-        serial = serial_sentence(roofline)
-        format_result = winner_format_advice(
-            how,
-            best_config,
-            schema_path=schema_path,
-            progress=progress,
-            notes=notes,
-            roofline=roofline,
-        )
+    format_result, serial = _format_advice(
+        run, how, best_config, advise=advise_format, schema_path=schema_path, notes=notes
+    )
     t4 = time.time()
     return {
         "best_config": best_config,

@@ -277,6 +277,36 @@ def _batches_forever(
         yield from batches(0)
 
 
+def _positions(draws: tf.data.Dataset, fingerprint: int, batches: int) -> tf.data.Dataset:
+    """``(seed, fingerprint, k)`` for each batch ``k`` of an epoch of ``batches``."""
+    # Batch index k zipped with a native draw; the scan keeps the epoch's first draw,
+    # this build's fingerprint and batch count as its state. The draw stays alive for
+    # the whole epoch (so tf.data saves the generator of the next epochs' draws at any
+    # point, even after reading ahead to the epoch's end) and the scan state is saved
+    # with the position: a position restored into a build over other files, another
+    # batch size or shuffle window keeps the saved fingerprint and count, and is
+    # refused at the next read instead of ending the epoch early or yielding other rows.
+    initial = (
+        tf.constant(False),
+        tf.constant(0, tf.int64),
+        tf.constant(fingerprint, tf.int64),
+        tf.constant(batches, tf.int64),
+    )
+
+    def first_draw(state: Any, element: Any) -> Any:
+        have, seed, saved, count = state
+        k, draw = element
+        seed = tf.where(have, seed, draw)
+        return (tf.constant(True), seed, saved, count), (seed, saved, count, k)
+
+    return (
+        tf.data.Dataset.zip((tf.data.Dataset.range(2**62), draws))
+        .scan(initial, traced(first_draw))
+        .take_while(traced(lambda seed, saved, count, k: k < count))
+        .map(traced(lambda seed, saved, count, k: (seed, saved, k)))
+    )
+
+
 def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
     """Batches of `ParquetBatches` at native positions: ``(seed, fingerprint, k)`` for
     ``k`` in ``range(batches per epoch)``, mapped through ``tf.numpy_function`` (a
@@ -307,32 +337,7 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
         )
     else:
         draws = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
-    # Batch index k zipped with a native draw; the scan keeps the epoch's first draw,
-    # this build's fingerprint and batch count as its state. The draw stays alive for
-    # the whole epoch (so tf.data saves the generator of the next epochs' draws at any
-    # point, even after reading ahead to the epoch's end) and the scan state is saved
-    # with the position: a position restored into a build over other files, another
-    # batch size or shuffle window keeps the saved fingerprint and count, and is
-    # refused at the next read instead of ending the epoch early or yielding other rows.
-    initial = (
-        tf.constant(False),
-        tf.constant(0, tf.int64),
-        tf.constant(fingerprint, tf.int64),
-        tf.constant(batches, tf.int64),
-    )
-
-    def first_draw(state: Any, element: Any) -> Any:
-        have, seed, saved, count = state
-        k, draw = element
-        seed = tf.where(have, seed, draw)
-        return (tf.constant(True), seed, saved, count), (seed, saved, count, k)
-
-    positions = (
-        tf.data.Dataset.zip((tf.data.Dataset.range(2**62), draws))
-        .scan(initial, traced(first_draw))
-        .take_while(traced(lambda seed, saved, count, k: k < count))
-        .map(traced(lambda seed, saved, count, k: (seed, saved, k)))
-    )
+    positions = _positions(draws, fingerprint, batches)
 
     def numpy_batch(seed: Any, saved: Any, k: Any) -> list[Any]:
         if int(saved) != fingerprint:
