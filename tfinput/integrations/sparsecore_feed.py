@@ -62,6 +62,8 @@ import numpy as np
 from tfinput.errors import ConfigError, DataError, ResumeError
 from tfinput.integrations._sparsecore_plan import SparseCorePlan, embedding_module
 from tfinput.integrations._sparsecore_stats import SparseCoreFeedStats, TableUsage, used_entries
+from tfinput.steps._feed import loop_windows
+from tfinput.steps.base import Step
 
 __all__ = [
     "SparseCoreFeed",
@@ -507,65 +509,79 @@ def sparsecore_step(plan: SparseCorePlan, step: Any = None, *, processes: bool =
       ConfigError: jax-tpu-embedding is missing; ``step`` owns its training loop
         (``model.fit``), so it cannot take the preprocessed batches from the feed.
     """
-    from tfinput.steps._feed import loop_windows
-    from tfinput.steps.base import Step
-
+    inner = Step.of(step)
     embedding_module()
-    if step is not None and getattr(step, "owns_loop", False):
+    if inner.owns_loop:
         raise ConfigError(
-            f"sparsecore_step: step {step.name!r} runs its own loop ({step.kind}); pass a "
+            f"sparsecore_step: step {inner.name!r} runs its own loop ({inner.kind}); pass a "
             "step called on each batch (simulated_step, function_step)"
         )
-    run = step.fn if step is not None else (lambda batch: None)
-    totals = SparseCoreFeedStats()
-    summary: dict[str, Any] = totals.to_dict()  # shared by every prepared step, updated
-    warned: set[str] = set()  # a table's drops are logged once, not once per measurement
+    steps = _SparseCoreSteps(plan, inner, processes=processes, alone=step is None)
+    return steps.make(2, 0)
 
-    def account(stats: SparseCoreFeedStats) -> None:
-        totals.add(stats)
-        summary.clear()
-        summary.update(totals.to_dict())
 
-    def make(workers: int, prefetch: int) -> Any:
-        def feed(source: Any) -> Iterator[Any]:
-            fed = SparseCoreFeed(
-                source,
-                plan,
-                workers=workers,
-                prefetch=prefetch or max(1, 2 * workers),
-                processes=processes,
-                warned=warned,
-            )
-            try:
-                yield from fed
-            finally:
-                fed.close()
-                account(fed.stats)
+class _SparseCoreSteps:
+    """The steps `sparsecore_step` makes, one per config's feed knobs, sharing the feed
+    statistics (summed over every measurement) and the tables already warned about."""
 
-        def one(batch: Any) -> Any:
-            # One batch: preprocessed on this thread (no pool to start and stop for it).
-            with SparseCoreFeed([batch], plan, workers=0, prefetch=1, warned=warned) as fed:
-                item = next(fed)
-            account(fed.stats)
-            return run(item)
+    def __init__(self, plan: SparseCorePlan, inner: Step, *, processes: bool, alone: bool):
+        self.plan, self.inner, self.processes, self.alone = plan, inner, processes, alone
+        self.totals = SparseCoreFeedStats()
+        self.summary: dict[str, Any] = self.totals.to_dict()  # shared, updated in place
+        self.warned: set[str] = set()  # a table's drops are logged once
 
-        inner = f" + {step.name}" if step is not None else " (input only)"
+    def account(self, stats: SparseCoreFeedStats) -> None:
+        self.totals.add(stats)
+        self.summary.clear()
+        self.summary.update(self.totals.to_dict())
+
+    def feed(self, source: Any, workers: int, prefetch: int) -> Iterator[Any]:
+        """``source``'s batches preprocessed by ``workers`` workers."""
+        fed = SparseCoreFeed(
+            source,
+            self.plan,
+            workers=workers,
+            prefetch=prefetch,
+            processes=self.processes,
+            warned=self.warned,
+        )
+        try:
+            yield from fed
+        finally:
+            fed.close()
+            self.account(fed.stats)
+
+    def one(self, batch: Any) -> Any:
+        """One batch, preprocessed on this thread (no pool to start and stop for it)."""
+        with SparseCoreFeed([batch], self.plan, workers=0, prefetch=1, warned=self.warned) as fed:
+            item = next(fed)
+        self.account(fed.stats)
+        return self.inner.fn(item)
+
+    def make(self, workers: int, prefetch: int) -> Step:
+        prefetch = prefetch or max(1, 2 * workers)
+        inner = self.inner
         return Step(
-            kind=step.kind if step is not None else "input_only",
-            name=f"SparseCore preprocessing, {workers} worker(s){inner}",
-            fn=one,
-            device_time_s=getattr(step, "device_time_s", None),
-            backend=getattr(step, "backend", None),
+            kind=inner.kind,
+            name=f"SparseCore preprocessing, {workers} worker(s)"
+            + (" (input only)" if self.alone else f" + {inner.name}"),
+            fn=self.one,
+            device_time_s=inner.device_time_s,
+            backend=inner.backend,
             feeds_sparsecore=True,
-            prepare_fn=lambda config: make(config.sparsecore_workers, config.sparsecore_prefetch),
+            prepare_fn=lambda config: self.make(
+                config.sparsecore_workers, config.sparsecore_prefetch
+            ),
             run_windows=lambda source, **kw: loop_windows(
-                source, feed=feed, run=run, sync=None, **kw
+                source,
+                feed=lambda batches: self.feed(batches, workers, prefetch),
+                run=inner.fn,
+                sync=None,
+                **kw,
             ),
             details={
                 "sparsecore_workers": workers,
-                "sparsecore_prefetch": prefetch or max(1, 2 * workers),
-                "sparsecore": summary,
+                "sparsecore_prefetch": prefetch,
+                "sparsecore": self.summary,
             },
         )
-
-    return make(2, 0)

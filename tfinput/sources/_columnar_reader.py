@@ -160,6 +160,32 @@ def permutation_key(seed: int, iteration: int) -> int:
     return key
 
 
+def _permutation_positions(n: int, seed: int | None, start: tuple[int, int] | None) -> Any:
+    """``{"key", "position"}`` per chunk position of an iteration (see
+    `read_permuted_chunks`)."""
+    import tensorflow as tf
+
+    if start is None:
+        # Each position zipped with a native draw; the scan keeps the iteration's first
+        # draw (the key `permutation_keys` would give) as its state. The draws stay
+        # alive for the whole iteration, so tf.data saves the generator of the next
+        # iterations' keys at any point, even after reading ahead to the end.
+        draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+
+        def first_draw(state: Any, element: Any) -> Any:
+            have, key = state
+            position, draw = element
+            key = tf.where(have, key, draw)
+            return (tf.constant(True), key), {"key": key, "position": position}
+
+        return tf.data.Dataset.zip((tf.data.Dataset.range(n), draws)).scan(
+            (tf.constant(False), tf.constant(0, tf.int64)), traced(first_draw)
+        )
+    else:
+        key = tf.constant(start[0], tf.int64)
+        return tf.data.Dataset.range(start[1], n).map(traced(lambda p: {"key": key, "position": p}))
+
+
 def read_permuted_chunks(
     index: ChunkIndex,
     *,
@@ -193,25 +219,7 @@ def read_permuted_chunks(
     files, chunks = tf.constant(index.file), tf.constant(index.chunk)
     offsets, sizes = tf.constant(index.offset), tf.constant(index.size)
     digests = tf.constant(index.digest)
-    if start is None:
-        # Each position zipped with a native draw; the scan keeps the iteration's first
-        # draw (the key `permutation_keys` would give) as its state. The draws stay
-        # alive for the whole iteration, so tf.data saves the generator of the next
-        # iterations' keys at any point, even after reading ahead to the end.
-        draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-
-        def first_draw(state: Any, element: Any) -> Any:
-            have, key = state
-            position, draw = element
-            key = tf.where(have, key, draw)
-            return (tf.constant(True), key), {"key": key, "position": position}
-
-        ds = tf.data.Dataset.zip((tf.data.Dataset.range(n), draws)).scan(
-            (tf.constant(False), tf.constant(0, tf.int64)), traced(first_draw)
-        )
-    else:
-        key = tf.constant(start[0], tf.int64)
-        ds = tf.data.Dataset.range(start[1], n).map(traced(lambda p: {"key": key, "position": p}))
+    ds = _permutation_positions(n, seed, start)
 
     def read(e: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         i = tf.random.experimental.index_shuffle(
