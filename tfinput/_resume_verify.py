@@ -57,45 +57,7 @@ def verify(
         "error": None,
     }
     try:
-        first = pipeline.iterator(config, keep=0)
-        for i in range(after):
-            if next(first, None) is None:
-                result["error"] = (
-                    f"the data hold only {i} batch(es) of {config.batch_size}: lower "
-                    "--resume-after or use a config with a smaller batch size"
-                )
-                return result
-            tick()
-        t0 = time.perf_counter()
-        state = first.get_state()
-        result["save_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
-        result["state_bytes"] = len(state)
-        expected = []
-        for batch in first:
-            expected.append(batch)
-            tick()
-            if len(expected) == compare:
-                break
-        ended = len(expected) < compare
-        restored = pipeline.iterator(config, keep=0)
-        t0 = time.perf_counter()
-        restored.set_state(state)
-        result["restore_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
-        for i, want in enumerate(expected):
-            got = next(restored, None)
-            tick()
-            where = after + i
-            if got is None:
-                return _differs(result, where, None, f"the restored run ended at batch {where}")
-            feature = _first_difference(want, got)
-            if feature is not None:
-                return _differs(result, where, feature, None)
-            result["compared"] = i + 1
-        if ended and next(restored, None) is not None:
-            where = after + len(expected)
-            return _differs(
-                result, where, None, f"the restored run goes on after batch {where - 1}"
-            )
+        return _save_restore_compare(pipeline, config, after, compare, tick, result)
     except ResumeError as e:
         result["error"] = str(e)
         return result
@@ -104,6 +66,54 @@ def verify(
 
         result["error"] = f"{type(e).__name__}: {clean_error(e)}"
         return result
+
+
+def _save_restore_compare(
+    pipeline: Any,
+    config: Any,
+    after: int,
+    compare: int,
+    tick: Callable[[], Any],
+    result: dict[str, Any],
+) -> dict[str, Any]:
+    """`verify`'s run: ``result`` filled in, ``ok`` when the restored run is exact."""
+    first = pipeline.iterator(config, keep=0)
+    for i in range(after):
+        if next(first, None) is None:
+            result["error"] = (
+                f"the data hold only {i} batch(es) of {config.batch_size}: lower "
+                "--resume-after or use a config with a smaller batch size"
+            )
+            return result
+        tick()
+    t0 = time.perf_counter()
+    state = first.get_state()
+    result["save_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
+    result["state_bytes"] = len(state)
+    expected = []
+    for batch in first:
+        expected.append(batch)
+        tick()
+        if len(expected) == compare:
+            break
+    ended = len(expected) < compare
+    restored = pipeline.iterator(config, keep=0)
+    t0 = time.perf_counter()
+    restored.set_state(state)
+    result["restore_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
+    for i, want in enumerate(expected):
+        got = next(restored, None)
+        tick()
+        where = after + i
+        if got is None:
+            return _differs(result, where, None, f"the restored run ended at batch {where}")
+        feature = _first_difference(want, got)
+        if feature is not None:
+            return _differs(result, where, feature, None)
+        result["compared"] = i + 1
+    if ended and next(restored, None) is not None:
+        where = after + len(expected)
+        return _differs(result, where, None, f"the restored run goes on after batch {where - 1}")
     result["ok"] = result["exact"] = True
     return result
 

@@ -265,6 +265,36 @@ def is_columnar(path: str | os.PathLike[str]) -> bool:
     return isinstance(data, dict) and str(data.get("format", "")).startswith("tfinput.columnar/")
 
 
+def _check_mergeable(parts: Sequence[Manifest], out: Path) -> None:
+    """Raise `SourceError` unless ``parts`` are shards of one conversion, each with
+    every data file complete."""
+    if not parts:
+        raise SourceError(f"merge manifests into {out}: no manifests to merge")
+    first = parts[0]
+    for m in parts[1:]:
+        for what, mine, theirs in (
+            ("chunk_rows", m.chunk_rows, first.chunk_rows),
+            ("columns", m.columns, first.columns),
+            ("schema", m.schema, first.schema),
+            ("version", m.version, first.version),
+        ):
+            if mine != theirs:
+                raise SourceError(
+                    f"merge manifests into {out}: {m.path} was written with another "
+                    f"{what} than {first.path}; only shards of one conversion can be merged"
+                )
+    for m in parts:
+        for f in m.files:
+            src = os.path.join(m.directory, f.name)
+            stat = file_stat(src)
+            if stat is None or stat[1] != f.bytes:
+                found = "missing" if stat is None else f"{stat[1]} bytes"
+                raise SourceError(
+                    f"merge manifests into {out}: {src} is {found}, its manifest says "
+                    f"{f.bytes} bytes; the shard was not written completely"
+                )
+
+
 def merge_manifests(
     parts: Sequence[Manifest], path: str | os.PathLike[str], *, prefix: str = "part"
 ) -> Manifest:
@@ -292,30 +322,9 @@ def merge_manifests(
         that would overwrite an existing file that is not one of the parts' files.
     """
     out = Path(path)
-    if not parts:
-        raise SourceError(f"merge manifests into {out}: no manifests to merge")
+    _check_mergeable(parts, out)
     first = parts[0]
-    for m in parts[1:]:
-        for what, mine, theirs in (
-            ("chunk_rows", m.chunk_rows, first.chunk_rows),
-            ("columns", m.columns, first.columns),
-            ("schema", m.schema, first.schema),
-            ("version", m.version, first.version),
-        ):
-            if mine != theirs:
-                raise SourceError(
-                    f"merge manifests into {out}: {m.path} was written with another "
-                    f"{what} than {first.path}; only shards of one conversion can be merged"
-                )
     sources = [(os.path.join(m.directory, f.name), f) for m in parts for f in m.files]
-    for src, f in sources:
-        stat = file_stat(src)
-        if stat is None or stat[1] != f.bytes:
-            found = "missing" if stat is None else f"{stat[1]} bytes"
-            raise SourceError(
-                f"merge manifests into {out}: {src} is {found}, its manifest says "
-                f"{f.bytes} bytes; the shard was not written completely"
-            )
     n = len(sources)
     names = [f"{prefix}-{i:05d}-of-{n:05d}{EXTENSION}" for i in range(n)]
     own = {os.path.abspath(src) for src, _ in sources}
