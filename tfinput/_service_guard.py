@@ -262,14 +262,7 @@ def guarded_dataset(
     flat_specs = tf.nest.flatten(spec, expand_composites=True)
 
     def placeholder() -> tuple[Any, ...]:
-        # What the watchdog's elements carry in place of a batch (filtered out).
-        out = []
-        for s in flat_specs:
-            if s.shape.rank is None:
-                out.append(tf.zeros([], s.dtype))
-            else:
-                out.append(tf.zeros([d if d is not None else 0 for d in s.shape], s.dtype))
-        return tuple(out)
+        return _placeholder(flat_specs)
 
     def beat(*element: Any) -> Any:
         value = element[0] if len(element) == 1 else element
@@ -280,11 +273,7 @@ def guarded_dataset(
         return kind, tuple(tf.nest.flatten(value, expand_composites=True))
 
     def marker(call: Callable[[], Any], kind: int, name: str) -> Any:
-        def element(_: Any) -> Any:
-            done = tf.numpy_function(call, [], tf.int64, stateful=True, name=name)
-            return tf.cast(done, tf.int32) * 0 + kind, placeholder()
-
-        return tf.data.Dataset.range(1).map(element)
+        return _marker(call, kind, name, flat_specs)
 
     def watch(_: Any) -> Any:
         kind = tf.numpy_function(passes.watch, [], tf.int32, stateful=True, name="svc_watch")
@@ -315,6 +304,31 @@ def guarded_dataset(
     out = passes_ds.filter(lambda k, _: k == 0).map(unpack)
     out._tfinput_unguarded = dataset  # for `unguarded`
     return out
+
+
+def _placeholder(flat_specs: list[Any]) -> tuple[Any, ...]:
+    """What the watchdog's elements carry in place of a batch (filtered out): zeros of
+    the batches' static shapes (0 where unknown)."""
+    import tensorflow as tf
+
+    out = []
+    for s in flat_specs:
+        if s.shape.rank is None:
+            out.append(tf.zeros([], s.dtype))
+        else:
+            out.append(tf.zeros([d if d is not None else 0 for d in s.shape], s.dtype))
+    return tuple(out)
+
+
+def _marker(call: Callable[[], Any], kind: int, name: str, flat_specs: list[Any]) -> Any:
+    """A one-element dataset of ``kind`` that runs ``call`` (a pass's start or end)."""
+    import tensorflow as tf
+
+    def element(_: Any) -> Any:
+        done = tf.numpy_function(call, [], tf.int64, stateful=True, name=name)
+        return tf.cast(done, tf.int32) * 0 + kind, _placeholder(flat_specs)
+
+    return tf.data.Dataset.range(1).map(element)
 
 
 def _rows_of(element: Any) -> Any:

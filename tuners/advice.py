@@ -150,58 +150,67 @@ def input_verdict(
             "measured input only (no training step): whether input bounds training is "
             "unknown; tune against your training step to find out"
         )
-    threshold = INPUT_BOUND_THRESHOLD
     if waits:
-        w = sorted(waits)
-        median = statistics.median(w)
-        spread = f"rounds {w[0]:.1%}-{w[-1]:.1%}"
-        if len(w) < 2:
-            return None, (
-                f"cannot tell whether input bounds training: the step waited {median:.1%} in "
-                "one round, and one round has no spread (confirm with --confirm-windows 3)"
-            )
-        if median < threshold:
-            return False, (
-                f"{NOT_INPUT_BOUND} (the step waited for input {median:.1%} of the time, {spread})"
-            )
-        if w[0] >= threshold:
-            return True, (
-                f"the step waits for input {median:.0%} of the time ({spread}, every round "
-                f"at least {threshold:.0%}): the input pipeline bounds training"
-            )
-        return None, (
-            f"cannot tell whether input bounds training: the step waited {median:.1%} of "
-            f"the time, but the rounds ({w[0]:.1%}-{w[-1]:.1%}) fall on both sides of "
-            f"{threshold:.0%}"
-        )
+        return _verdict_from_waits(waits, INPUT_BOUND_THRESHOLD)
     if fed and bound:
-        f, b = sorted(fed), sorted(bound)
-        fed_median, bound_median = statistics.median(f), statistics.median(b)
-        wait = max(0.0, 1.0 - fed_median / bound_median) if bound_median > 0 else 0.0
-        numbers = (
-            f"fed {fed_median:,.0f} examples/s (rounds {f[0]:,.0f}-{f[-1]:,.0f}) against a "
-            f"step bound of {bound_median:,.0f} (rounds {b[0]:,.0f}-{b[-1]:,.0f})"
-        )
-        if len(f) < 2 or len(b) < 2:
-            return None, (
-                f"cannot tell whether input bounds training: {numbers}; one round has no "
-                "spread (confirm with --confirm-windows 3)"
-            )
-        if wait < threshold or fed_median >= b[0]:
-            return False, (
-                f"{NOT_INPUT_BOUND} ({numbers}: the step bound is reached within its noise)"
-            )
-        if f[-1] < b[0]:
-            return True, (
-                f"the step waits for input about {wait:.0%} of the time ({numbers}: every "
-                "round fed slower than every round of the bound): the input pipeline bounds "
-                "training"
-            )
-        return None, (
-            f"cannot tell whether input bounds training: {numbers}; about {wait:.0%} short, "
-            "but the rounds overlap (measure longer: --confirm-windows)"
-        )
+        return _verdict_from_bound(fed, bound, INPUT_BOUND_THRESHOLD)
     return None, "the input wait could not be measured"
+
+
+def _verdict_from_waits(waits: Sequence[float], threshold: float) -> tuple[bool | None, str]:
+    """`input_verdict` from measured per-round waits."""
+    w = sorted(waits)
+    median = statistics.median(w)
+    spread = f"rounds {w[0]:.1%}-{w[-1]:.1%}"
+    if len(w) < 2:
+        return None, (
+            f"cannot tell whether input bounds training: the step waited {median:.1%} in "
+            "one round, and one round has no spread (confirm with --confirm-windows 3)"
+        )
+    if median < threshold:
+        return False, (
+            f"{NOT_INPUT_BOUND} (the step waited for input {median:.1%} of the time, {spread})"
+        )
+    if w[0] >= threshold:
+        return True, (
+            f"the step waits for input {median:.0%} of the time ({spread}, every round "
+            f"at least {threshold:.0%}): the input pipeline bounds training"
+        )
+    return None, (
+        f"cannot tell whether input bounds training: the step waited {median:.1%} of "
+        f"the time, but the rounds ({w[0]:.1%}-{w[-1]:.1%}) fall on both sides of "
+        f"{threshold:.0%}"
+    )
+
+
+def _verdict_from_bound(
+    fed: Sequence[float], bound: Sequence[float], threshold: float
+) -> tuple[bool | None, str]:
+    """`input_verdict` from the fed rounds against the step bound's rounds."""
+    f, b = sorted(fed), sorted(bound)
+    fed_median, bound_median = statistics.median(f), statistics.median(b)
+    wait = max(0.0, 1.0 - fed_median / bound_median) if bound_median > 0 else 0.0
+    numbers = (
+        f"fed {fed_median:,.0f} examples/s (rounds {f[0]:,.0f}-{f[-1]:,.0f}) against a "
+        f"step bound of {bound_median:,.0f} (rounds {b[0]:,.0f}-{b[-1]:,.0f})"
+    )
+    if len(f) < 2 or len(b) < 2:
+        return None, (
+            f"cannot tell whether input bounds training: {numbers}; one round has no "
+            "spread (confirm with --confirm-windows 3)"
+        )
+    if wait < threshold or fed_median >= b[0]:
+        return False, (f"{NOT_INPUT_BOUND} ({numbers}: the step bound is reached within its noise)")
+    if f[-1] < b[0]:
+        return True, (
+            f"the step waits for input about {wait:.0%} of the time ({numbers}: every "
+            "round fed slower than every round of the bound): the input pipeline bounds "
+            "training"
+        )
+    return None, (
+        f"cannot tell whether input bounds training: {numbers}; about {wait:.0%} short, "
+        "but the rounds overlap (measure longer: --confirm-windows)"
+    )
 
 
 def clock_kwargs(
