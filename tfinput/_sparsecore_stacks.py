@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Sequence
 
 from tfinput.errors import ConfigError
-from tfinput.schema import Schema
+from tfinput.schema import Schema, Table
 
 __all__ = [
     "ACTIVATION_BYTES_LIMIT",
@@ -68,6 +68,64 @@ def _stack_name(tables: Sequence[str]) -> str:
     return name[:50] + "..." + hashlib.sha256(name.encode()).hexdigest()[:12]
 
 
+def _auto_groups(
+    order: list[str], used: dict[str, list[str]], tables: dict[str, Table], per_sparsecore: int
+) -> list[list[str]]:
+    """keras-rs's automatic stacking: tables of one padded width and combiner stacked
+    while their activations fit `ACTIVATION_BYTES_LIMIT`."""
+    keyed: dict[tuple[int, str], list[str]] = {}
+    for t in order:
+        key = (round_up(tables[t].dim, ALIGNMENT), tables[t].combiner)
+        keyed.setdefault(key, []).append(t)
+    samples = {t: len(used[t]) * per_sparsecore for t in order}
+    groups = []
+    for group in keyed.values():
+        split: list[list[str]] = []
+        for t in group:
+            cost = round_up(tables[t].dim, ALIGNMENT) * samples[t] * 4
+            for candidate in split:
+                held = sum(round_up(tables[c].dim, ALIGNMENT) * samples[c] * 4 for c in candidate)
+                if held + cost <= ACTIVATION_BYTES_LIMIT:
+                    candidate.append(t)
+                    break
+            else:
+                split.append([t])
+        groups.extend(split)
+    return groups
+
+
+def _given_groups(
+    stacking: Sequence[Sequence[str] | str],
+    order: list[str],
+    used: dict[str, list[str]],
+    tables: dict[str, Table],
+) -> list[list[str]]:
+    """The user's stacks (checked), then every other used table alone."""
+    groups = []
+    seen: set[str] = set()
+    for group in stacking:
+        group = [group] if isinstance(group, str) else list(group)
+        for t in group:
+            if t not in tables:
+                raise ConfigError(
+                    f"stacking: no table {t!r} in the schema; tables: {sorted(tables)}"
+                )
+            if t in seen:
+                raise ConfigError(f"stacking: table {t!r} is in more than one stack")
+            seen.add(t)
+        combiners = {tables[t].combiner for t in group}
+        if len(combiners) > 1:
+            raise ConfigError(
+                f"stacking: tables {group} have different combiners {sorted(combiners)}; "
+                "keras-rs stacks only tables with the same combiner and optimizer"
+            )
+        group = [t for t in group if t in used]
+        if group:
+            groups.append(group)
+    groups.extend([t] for t in order if t not in seen)
+    return groups
+
+
 def plan_stacks(
     schema: Schema,
     *,
@@ -102,53 +160,13 @@ def plan_stacks(
     if stacking is None or stacking == "none":
         groups = [[t] for t in order]
     elif stacking == "auto":
-        keyed: dict[tuple[int, str], list[str]] = {}
-        for t in order:
-            key = (round_up(tables[t].dim, ALIGNMENT), tables[t].combiner)
-            keyed.setdefault(key, []).append(t)
-        samples = {t: len(used[t]) * (global_batch_size // num_sc) for t in order}
-        groups = []
-        for group in keyed.values():
-            split: list[list[str]] = []
-            for t in group:
-                cost = round_up(tables[t].dim, ALIGNMENT) * samples[t] * 4
-                for candidate in split:
-                    held = sum(
-                        round_up(tables[c].dim, ALIGNMENT) * samples[c] * 4 for c in candidate
-                    )
-                    if held + cost <= ACTIVATION_BYTES_LIMIT:
-                        candidate.append(t)
-                        break
-                else:
-                    split.append([t])
-            groups.extend(split)
+        groups = _auto_groups(order, used, tables, global_batch_size // num_sc)
     elif isinstance(stacking, str):
         raise ConfigError(
             f'stacking: expected "auto", "none" or lists of table names, got {stacking!r}'
         )
     else:
-        groups = []
-        seen: set[str] = set()
-        for group in stacking:
-            group = [group] if isinstance(group, str) else list(group)
-            for t in group:
-                if t not in tables:
-                    raise ConfigError(
-                        f"stacking: no table {t!r} in the schema; tables: {sorted(tables)}"
-                    )
-                if t in seen:
-                    raise ConfigError(f"stacking: table {t!r} is in more than one stack")
-                seen.add(t)
-            combiners = {tables[t].combiner for t in group}
-            if len(combiners) > 1:
-                raise ConfigError(
-                    f"stacking: tables {group} have different combiners {sorted(combiners)}; "
-                    "keras-rs stacks only tables with the same combiner and optimizer"
-                )
-            group = [t for t in group if t in used]
-            if group:
-                groups.append(group)
-        groups.extend([t] for t in order if t not in seen)
+        groups = _given_groups(stacking, order, used, tables)
     stacks = []
     for group in groups:
         shifts, offsets, rows = [], [], 0
