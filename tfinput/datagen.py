@@ -122,6 +122,39 @@ def _chunk(schema: Schema, seed: int, k: int, rows: int, chunk_rows: int) -> Any
     return cols
 
 
+def _check_arguments(*, format: str, rows: int, files: int, chunk_rows: int) -> None:
+    """Raise `ConfigError` for arguments `generate_files` cannot write."""
+    if format not in FORMATS:
+        raise ConfigError(f"datagen: format must be one of {list(FORMATS)}, got {format!r}")
+    for name, value in (("rows", rows), ("files", files), ("chunk_rows", chunk_rows)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"datagen: {name} must be an int >= 1, got {value!r}")
+    if files > rows:
+        raise ConfigError(f"datagen: {files} files for {rows} rows leaves files empty")
+
+
+def _format_writer(
+    format: str, paths: list[str], schema: Schema, seed: int, rows: int, chunk_rows: int
+) -> tuple[Callable[[int], Any], Callable[[Any, Any], None]]:
+    """``(open file i, write columns to a writer)`` for ``format``."""
+    from tfinput import testing
+
+    def open_file(i: int) -> Any:
+        if format == "tfrecord":
+            return tfrecord.writer(paths[i])
+        first = testing.to_arrow(_chunk(schema, seed, 0, min(rows, 16), chunk_rows))
+        return parquet.writer(paths[i], first.schema)
+
+    def write(writer: Any, cols: Any) -> None:
+        if format == "tfrecord":
+            for record in testing.to_examples(cols):
+                writer.write(record)
+        else:
+            writer.write_table(testing.to_arrow(cols), row_group_size=chunk_rows)
+
+    return open_file, write
+
+
 def generate_files(
     out_dir: str | os.PathLike[str],
     *,
@@ -158,15 +191,7 @@ def generate_files(
     Raises:
       ConfigError: unknown preset or format, or non-positive rows/files.
     """
-    from tfinput import testing
-
-    if format not in FORMATS:
-        raise ConfigError(f"datagen: format must be one of {list(FORMATS)}, got {format!r}")
-    for name, value in (("rows", rows), ("files", files), ("chunk_rows", chunk_rows)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"datagen: {name} must be an int >= 1, got {value!r}")
-    if files > rows:
-        raise ConfigError(f"datagen: {files} files for {rows} rows leaves files empty")
+    _check_arguments(format=format, rows=rows, files=files, chunk_rows=chunk_rows)
     if schema is None:
         if preset is None:
             raise ConfigError("datagen: give a preset name or a schema")
@@ -181,20 +206,7 @@ def generate_files(
 
     writer: Any = None
     current = -1
-
-    def open_file(i: int) -> Any:
-        if format == "tfrecord":
-            return tfrecord.writer(paths[i])
-        first = testing.to_arrow(_chunk(schema, seed, 0, min(rows, 16), chunk_rows))
-        return parquet.writer(paths[i], first.schema)
-
-    def write(cols: Any) -> None:
-        if format == "tfrecord":
-            for record in testing.to_examples(cols):
-                writer.write(record)
-        else:
-            writer.write_table(testing.to_arrow(cols), row_group_size=chunk_rows)
-
+    open_file, write = _format_writer(format, paths, schema, seed, rows, chunk_rows)
     try:
         for k in range((rows + chunk_rows - 1) // chunk_rows):
             cols = _chunk(schema, seed, k, rows, chunk_rows)
@@ -207,7 +219,7 @@ def generate_files(
                     if writer is not None:
                         writer.close()
                     writer, current = open_file(i), i
-                write(cols.row_slice(a - lo, b - lo))
+                write(writer, cols.row_slice(a - lo, b - lo))
             if progress is not None:
                 progress(hi, rows)
     finally:
