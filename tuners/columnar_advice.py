@@ -200,11 +200,10 @@ def format_advice(
     Raises:
       ConfigError: ``sample_files`` < 1.
     """
-    from tfinput import bench
+    from tfinput.sources import TFRecordSource
 
     if sample_files < 1:
         raise ConfigError(f"format advice: sample_files must be >= 1, got {sample_files}")
-    from tfinput.sources import TFRecordSource
 
     source = Target.of(pipeline, what="format advice").source
     if not isinstance(source, TFRecordSource):
@@ -221,24 +220,19 @@ def format_advice(
     files = source.files()[:sample_files]
     chunk = _chunk_rows(config.batch_size)
     t1 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tfinput-format-advice-") as tmp:
-        sample = os.path.join(tmp, "columnar")
-        rows = _convert_sample(pipeline, files, sample, chunk)
-        t2 = time.perf_counter()
-        measured = _measure_side_by_side(
-            _sample_pipelines(pipeline, files, sample),
-            config,
-            windows=windows,
-            window_batches=window_batches,
-            warmup_batches=warmup_batches,
-            clock=clock,
-            cpu_clock=cpu_clock or bench.process_cpu_seconds,
-        )
-        t3 = time.perf_counter()
-    stats = {
-        s.name: s
-        for s in bench.summarize(measured, baseline="tf.Example", cpu_count=cpu_count or 1)
-    }
+    rows, stats, t2 = _convert_and_measure(
+        pipeline,
+        files,
+        chunk,
+        config,
+        windows=windows,
+        window_batches=window_batches,
+        warmup_batches=warmup_batches,
+        clock=clock,
+        cpu_clock=cpu_clock,
+        cpu_count=cpu_count,
+    )
+    t3 = time.perf_counter()
     paths = list(source.paths)
     target = out_dir or _out_dir(files, paths)
     command = _convert_command(
@@ -264,6 +258,34 @@ def format_advice(
         f"{window_batches} batches after {warmup_batches} warm-up batches, fresh iterator "
         "per window; ratio = median of per-round ratios",
     )
+
+
+def _convert_and_measure(
+    pipeline: Any,
+    files: Sequence[str],
+    chunk_rows: int,
+    config: PipelineConfig,
+    *,
+    cpu_count: int | None,
+    cpu_clock: Callable[[], float] | None,
+    **plan: Any,
+) -> tuple[int, dict[str, Any], float]:
+    """Convert ``files`` to columnar records in a temporary directory and measure both
+    side by side: ``(rows converted, {name: ConfigStats}, when the conversion ended)``."""
+    from tfinput import bench
+
+    with tempfile.TemporaryDirectory(prefix="tfinput-format-advice-") as tmp:
+        sample = os.path.join(tmp, "columnar")
+        rows = _convert_sample(pipeline, files, sample, chunk_rows)
+        converted = time.perf_counter()
+        measured = _measure_side_by_side(
+            _sample_pipelines(pipeline, files, sample),
+            config,
+            cpu_clock=cpu_clock or bench.process_cpu_seconds,
+            **plan,
+        )
+    stats = bench.summarize(measured, baseline="tf.Example", cpu_count=cpu_count or 1)
+    return rows, {s.name: s for s in stats}, converted
 
 
 def _convert_sample(pipeline: Any, files: Sequence[str], out: str, chunk_rows: int) -> int:
