@@ -63,7 +63,7 @@ from tfinput.errors import ConfigError, DataError, ResumeError
 from tfinput.integrations._sparsecore_plan import SparseCorePlan, embedding_module
 from tfinput.integrations._sparsecore_stats import SparseCoreFeedStats, TableUsage, used_entries
 from tfinput.steps._feed import loop_windows
-from tfinput.steps.base import Step
+from tfinput.steps.base import STEP_CLASSES, Step
 
 __all__ = [
     "SparseCoreFeed",
@@ -561,7 +561,7 @@ class _SparseCoreSteps:
     def make(self, workers: int, prefetch: int) -> Step:
         prefetch = prefetch or max(1, 2 * workers)
         inner = self.inner
-        return Step(
+        return STEP_CLASSES.get(inner.kind, Step)(
             kind=inner.kind,
             name=f"SparseCore preprocessing, {workers} worker(s)"
             + (" (input only)" if self.alone else f" + {inner.name}"),

@@ -27,7 +27,11 @@ A step is set up for a config's feeding knobs with `Step.prepare` (once per conf
 measured); measurements then either call it on every batch or, when it has
 ``run_windows``, hand it the data and let it run the windows itself.
 
-Modules: `tfinput.steps.base` (`Step`, the kind names), `tfinput.steps.simple`
+Each kind is a class (`InputOnlyStep`, `FunctionStep`, `SimulatedStep`, `KerasStep`,
+`KerasFitStep`, `JaxStep`: a `Step` whose ``kind`` is fixed), made by the constructors
+below.
+
+Modules: `tfinput.steps.base` (`Step`, the kind classes and names), `tfinput.steps.simple`
 (input only, function, simulated), `tfinput.steps.keras`, `tfinput.steps.jax`,
 `tfinput.steps.cli` (`make`, from command-line choices); the device feeding and the
 window loop of steps that feed the device themselves are in ``_feed``.
@@ -35,7 +39,18 @@ window loop of steps that feed the device themselves are in ``_feed``.
 
 from __future__ import annotations
 
-from tfinput.steps.base import CLI_STEPS, STEP_KINDS, Step
+from tfinput.steps.base import (
+    CLI_STEPS,
+    STEP_CLASSES,
+    STEP_KINDS,
+    FunctionStep,
+    InputOnlyStep,
+    JaxStep,
+    KerasFitStep,
+    KerasStep,
+    SimulatedStep,
+    Step,
+)
 from tfinput.steps.base import RunWindows as RunWindows  # the type of Step.run_windows
 from tfinput.steps.cli import make
 from tfinput.steps.jax import jax_step
@@ -44,6 +59,13 @@ from tfinput.steps.simple import function_step, input_only, simulated_step
 
 __all__ = [
     "Step",
+    "InputOnlyStep",
+    "FunctionStep",
+    "SimulatedStep",
+    "KerasStep",
+    "KerasFitStep",
+    "JaxStep",
+    "STEP_CLASSES",
     "input_only",
     "keras_step",
     "keras_fit_step",

@@ -13,7 +13,19 @@ if TYPE_CHECKING:
     from tfinput.config import PipelineConfig
     from tfinput.measure.windows import Window
 
-__all__ = ["CLI_STEPS", "STEP_KINDS", "RunWindows", "Step"]
+__all__ = [
+    "CLI_STEPS",
+    "STEP_CLASSES",
+    "STEP_KINDS",
+    "FunctionStep",
+    "InputOnlyStep",
+    "JaxStep",
+    "KerasFitStep",
+    "KerasStep",
+    "RunWindows",
+    "SimulatedStep",
+    "Step",
+]
 
 STEP_KINDS = ("input_only", "keras", "keras_fit", "jax", "function", "simulated")
 #: Step names accepted on the command line: the kinds, plus ``ranking`` and
@@ -78,6 +90,11 @@ class Step:
     state_fn: Callable[[], Any] | None = None
     accepts_packed: bool = False
 
+    def __post_init__(self) -> None:
+        fixed = type(self).__dataclass_fields__["kind"].default
+        if fixed is not dataclasses.MISSING and self.kind != fixed:
+            raise ConfigError(f"{type(self).__name__}: its kind is {fixed!r}, not {self.kind!r}")
+
     @classmethod
     def of(cls, step: Step | Callable[[Any], Any] | None) -> Step:
         """``step`` as a `Step`: a step as it is, None as `input_only`'s step, any
@@ -89,10 +106,10 @@ class Step:
         if isinstance(step, Step):
             return step
         if step is None:
-            return cls(kind="input_only", name="input only", fn=_nothing, accepts_packed=True)
+            return InputOnlyStep(name="input only", fn=_nothing, accepts_packed=True)
         if not callable(step):
             raise ConfigError(f"expected a tfinput Step or a callable, got {type(step).__name__}")
-        return cls(kind="function", name=getattr(step, "__name__", str(step)), fn=step)
+        return FunctionStep(name=getattr(step, "__name__", str(step)), fn=step)
 
     @property
     def state(self) -> Any:
@@ -135,3 +152,54 @@ class Step:
 
 def _nothing(batch: Any) -> None:
     del batch
+
+
+# The kinds. Each is a `Step` whose ``kind`` is fixed; the constructors in
+# `tfinput.steps` make them. (A plain `Step` with a ``kind`` name is still accepted.)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InputOnlyStep(Step):
+    """Consumes the batch and does nothing else (the pipeline's own throughput)."""
+
+    kind: str = "input_only"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FunctionStep(Step):
+    """A user's callable run on every batch."""
+
+    kind: str = "function"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SimulatedStep(Step):
+    """A fixed device time per batch with the host CPUs free."""
+
+    kind: str = "simulated"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KerasStep(Step):
+    """``model.train_on_batch`` on a compiled Keras model."""
+
+    kind: str = "keras"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KerasFitStep(Step):
+    """``model.fit`` on the pipeline's dataset: the step owns the loop."""
+
+    kind: str = "keras_fit"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JaxStep(Step):
+    """A user's jitted ``fn(state, batch) -> state`` with device prefetch."""
+
+    kind: str = "jax"
+
+
+#: The class of each kind in `STEP_KINDS`.
+STEP_CLASSES: dict[str, type[Step]] = {
+    c.kind: c  # type: ignore[misc]
+    for c in (InputOnlyStep, KerasStep, KerasFitStep, JaxStep, FunctionStep, SimulatedStep)
+}

@@ -7,7 +7,7 @@ from typing import Any
 
 from tfinput.errors import ConfigError
 from tfinput.steps._feed import device_feed, jax_put, loop_windows, to_numpy_tree
-from tfinput.steps.base import Step
+from tfinput.steps.base import JaxStep, Step
 
 __all__ = ["jax_step"]
 
@@ -57,8 +57,7 @@ def jax_step(fn: Callable[[Any, Any], Any], state: Any, *, sharding: Any = None)
     )
 
     def make_step(size: int) -> Step:
-        return Step(
-            kind="jax",
+        return JaxStep(
             name=f"jax {name}",
             fn=one,
             backend="jax",

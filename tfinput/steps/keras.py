@@ -16,7 +16,7 @@ from tfinput.errors import ConfigError, DataError
 from tfinput.measure.probes import current_rss_bytes, keras_backend, process_cpu_seconds
 from tfinput.measure.windows import Window
 from tfinput.steps._feed import device_feed, loop_windows, to_numpy_tree
-from tfinput.steps.base import Step
+from tfinput.steps.base import KerasFitStep, KerasStep, Step
 
 if TYPE_CHECKING:
     from tfinput.config import PipelineConfig
@@ -51,7 +51,7 @@ def keras_step(model: Any) -> Step:
 
     packed = _takes_packed(model)
     if backend == "tensorflow":
-        return Step(kind="keras", name=name, fn=train, backend=backend, accepts_packed=packed)
+        return KerasStep(name=name, fn=train, backend=backend, accepts_packed=packed)
 
     def run(batch: Any) -> Any:
         return train(to_numpy_tree(batch))
@@ -73,8 +73,7 @@ def keras_step(model: Any) -> Step:
             ),
         )
 
-    base = Step(
-        kind="keras",
+    base = KerasStep(
         name=name,
         fn=run,
         backend=backend,
@@ -123,8 +122,7 @@ def keras_fit_step(model: Any) -> Step:
     per_batch = keras_step(model)
 
     def make_step(k: int) -> Step:
-        return Step(
-            kind="keras_fit",
+        return KerasFitStep(
             name=f"keras fit {getattr(model, 'name', 'model')} ({backend})",
             fn=per_batch.fn,
             backend=backend,

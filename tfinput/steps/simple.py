@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfinput.errors import ConfigError
-from tfinput.steps.base import Step
+from tfinput.steps.base import FunctionStep, SimulatedStep, Step
 
 __all__ = ["function_step", "input_only", "simulated_step"]
 
@@ -32,7 +32,7 @@ def function_step(fn: Callable[[Any], Any], *, name: str | None = None) -> Step:
         _block_on(out)
         return out
 
-    return Step(kind="function", name=name or getattr(fn, "__name__", "step"), fn=run)
+    return FunctionStep(name=name or getattr(fn, "__name__", "step"), fn=run)
 
 
 def simulated_step(device_time_s: float, *, sleep: Callable[[float], None] = time.sleep) -> Step:
@@ -48,8 +48,7 @@ def simulated_step(device_time_s: float, *, sleep: Callable[[float], None] = tim
     """
     if not device_time_s > 0:
         raise ConfigError(f"simulated_step: device_time_s must be > 0, got {device_time_s!r}")
-    return Step(
-        kind="simulated",
+    return SimulatedStep(
         name=f"simulated accelerator {device_time_s * 1e3:g} ms/batch",
         fn=lambda batch: sleep(device_time_s),
         device_time_s=device_time_s,

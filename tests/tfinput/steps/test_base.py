@@ -44,6 +44,26 @@ def test_of_declares_a_callable_or_nothing_as_a_step():
         steps.Step.of(3)
 
 
+def test_each_kind_is_a_class_with_its_kind_fixed():
+    assert set(steps.STEP_CLASSES) == set(steps.STEP_KINDS)
+    made = {
+        "input_only": steps.input_only(),
+        "function": steps.function_step(len),
+        "simulated": steps.simulated_step(0.01),
+        "declared function": steps.Step.of(len),
+    }
+    assert type(made["input_only"]) is steps.InputOnlyStep
+    assert type(made["function"]) is type(made["declared function"]) is steps.FunctionStep
+    assert type(made["simulated"]) is steps.SimulatedStep
+    for step in made.values():
+        assert steps.STEP_CLASSES[step.kind] is type(step)
+        assert isinstance(step, steps.Step)
+    assert steps.KerasFitStep(name="n", fn=len).kind == "keras_fit"
+    with pytest.raises(ConfigError, match="KerasStep: its kind is 'keras', not 'jax'"):
+        steps.KerasStep(kind="jax", name="n", fn=len)
+    assert steps.Step(kind="jax", name="n", fn=len).kind == "jax"  # a plain Step still works
+
+
 def test_prepare_and_describe_carry_every_field():
     def prepare(config):
         return steps.Step(
