@@ -11,6 +11,7 @@ prediction (`Roofline.predict`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -360,28 +361,13 @@ def roofline(
     - ``full``: the whole tfinput pipeline (read + parse + transforms), TFRecord records
       in mini-batches of the default ``read_batch``.
 
-    The model: every example costs ``c = cpu_seconds / examples`` of the full stage
-    (measured with the process CPU clock, so the work of any helper thread counts and
-    other processes' use of the CPU does not), wherever it is processed; ``cores``
-    cores cannot exceed ``cores / c`` examples/s. One file is read by one thread at a
-    time, so reading cannot exceed ``min(cores, files)`` x the read stage's rate. The
-    bound is the smaller of the two.
-
-    The serial stage: every element that crosses the consumer side (the parallel
-    interleave's output, the record shuffle, ``batch``) is handed over by one thread,
-    whatever the cores. For each config (TFRecord sources), ``serial`` times that side
-    alone (`tfinput.Pipeline.serial_probe`: the config's own interleave, shuffle and
-    batch over records held in memory, no parsing, every thread the config allows), and
-    `Roofline.predict` gives that config ``min(read bound, 1 / (1 / cpu bound + 1 /
-    serial rate))``: each example takes its share of the parallel work plus its time on
-    the consumer thread. Records one at a time (``read_batch=0``) cross that thread
-    ``batch_size`` times per batch, mini-batches ``batch_size / read_batch`` times. The
-    sum, not the larger of the two: the serial stage's time is not hidden behind the
-    parallel work (``benchmarks/serial_stage.py`` compares the models).
-
-    It is an upper bound, not a forecast: coordination between threads, the GIL
-    (Parquet's reader runs Python), memory bandwidth and other processes keep real
-    pipelines below it.
+    The bound (an upper bound, not a forecast: coordination, the GIL and memory
+    bandwidth keep real pipelines below it) is the smaller of ``cores / c``, where
+    ``c`` is the full stage's process CPU seconds per example, and ``min(cores, files)``
+    x the read stage's rate (one thread reads a file at a time). For each config
+    (TFRecord sources), the serial stage, the elements the consumer thread hands over
+    (`tfinput.Pipeline.serial_probe`), is timed alone; `Roofline.predict` combines it
+    with that bound (docs/bench.md).
 
     Args:
       pipeline: A `tfinput.Pipeline` over TFRecord, Parquet or columnar files.
@@ -402,41 +388,18 @@ def roofline(
     """
     cores = cpu_count or available_cpus()
     stages = pipeline_stages(pipeline, batch_size)
-
-    def runner(name: str) -> Callable[[], Window]:
-        return lambda: run_window(
-            stages.factories[name],
-            warmup_batches=warmup_batches,
-            window_batches=window_batches,
-            batch_size=None if name in stages.counters else batch_size,
-            count=stages.counters.get(name),
-            clock=clock,
-            cpu_clock=cpu_clock,
-            rss=rss,
-        )
-
     if configs is None:
         configs = {"autotune": PipelineConfig.autotune(batch_size=batch_size)}
-    probes = {}
-    for name, config in configs.items():
-        probe = pipeline.serial_probe(config)
-        if probe is not None:
-            probes[name] = (probe, config.batch_size)
-
-    def serial_runner(name: str) -> Callable[[], Window]:
-        (dataset, _), size = probes[name]
-        return lambda: run_window(
-            lambda: dataset,
-            warmup_batches=warmup_batches,
-            window_batches=window_batches,
-            batch_size=size,
-            clock=clock,
-            cpu_clock=cpu_clock,
-            rss=rss,
-        )
-
-    runners = {n: runner(n) for n in stages.factories}
-    runners.update({_SERIAL + n: serial_runner(n) for n in probes})
+    probes = _serial_probes(pipeline, configs)
+    window = functools.partial(
+        run_window,
+        warmup_batches=warmup_batches,
+        window_batches=window_batches,
+        clock=clock,
+        cpu_clock=cpu_clock,
+        rss=rss,
+    )
+    runners = _stage_runners(window, stages, probes, batch_size)
     measured = interleave(runners, windows, progress)
     serial = [
         _serial_stage(n, probes[n][0][1], probes[n][1], measured[_SERIAL + n]) for n in probes
@@ -448,6 +411,43 @@ def roofline(
         bytes_per_example=stages.bytes_per_example,
         serial=serial,
     )
+
+
+def _serial_probes(
+    pipeline: Any, configs: Mapping[str, PipelineConfig]
+) -> dict[str, tuple[tuple[Any, Any], int]]:
+    """``{config name: (Pipeline.serial_probe, batch size)}`` for the configs whose
+    source has a serial stage (records crossing the consumer thread)."""
+    probes = {}
+    for name, config in configs.items():
+        probe = pipeline.serial_probe(config)
+        if probe is not None:
+            probes[name] = (probe, config.batch_size)
+    return probes
+
+
+def _stage_runners(
+    window: Callable[..., Window],
+    stages: ReadStages,
+    probes: Mapping[str, tuple[tuple[Any, Any], int]],
+    batch_size: int,
+) -> dict[str, Callable[[], Window]]:
+    """``() -> Window`` of each stage alone and of each config's serial probe."""
+
+    def stage(name: str) -> Callable[[], Window]:
+        return lambda: window(
+            stages.factories[name],
+            batch_size=None if name in stages.counters else batch_size,
+            count=stages.counters.get(name),
+        )
+
+    def serial(name: str) -> Callable[[], Window]:
+        (dataset, _), size = probes[name]
+        return lambda: window(lambda: dataset, batch_size=size)
+
+    runners = {n: stage(n) for n in stages.factories}
+    runners.update({_SERIAL + n: serial(n) for n in probes})
+    return runners
 
 
 #: Window names of the serial probes (``serial <config>``).
