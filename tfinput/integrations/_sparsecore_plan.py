@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tfinput._sparsecore_results import SparseCoreStats
 from tfinput.errors import ConfigError, DataError
 from tfinput.schema import MultiHot, Schema
 
@@ -192,67 +193,23 @@ class SparseCorePlan:
             table the schema lacks.
         """
         embedding = embedding_module()  # a missing library is a ConfigError
-        import jax
-        from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec
-
         if stacking not in ("auto", "none"):
             raise ConfigError(
                 f"SparseCorePlan.from_schema: stacking must be 'auto' or 'none', got {stacking!r}"
             )
         global_count = global_device_count or local_device_count
         per_table = _limits_by_table(limits, [t.name for t in schema.tables])
-        measured = [tuple(s.stack.tables) for s in getattr(limits, "stacks", ())]
-        tables = {}
-        for t in schema.tables:
-            ids, unique = per_table.get(t.name, (256, 256))
-            tables[t.name] = embedding_spec.TableSpec(
-                name=t.name,
-                vocabulary_size=t.vocabulary_size,
-                embedding_dim=t.dim,
-                initializer=jax.nn.initializers.truncated_normal(stddev=1 / t.dim**0.5),
-                optimizer=optimizer or embedding_spec.SGDOptimizerSpec(),
-                combiner=t.combiner,
-                max_ids_per_partition=ids,
-                max_unique_ids_per_partition=unique,
-            )
-        specs = {}
-        for f in schema.categorical:
-            length = f.max_len if isinstance(f, MultiHot) else 1
-            specs[f.name] = embedding_spec.FeatureSpec(
-                name=f.name,
-                table_spec=tables[f.table],
-                input_shape=(batch_size, length),
-                output_shape=(batch_size, tables[f.table].embedding_dim),
-            )
+        stats = limits if isinstance(limits, SparseCoreStats) else None
+        measured = [tuple(s.stack.tables) for s in stats.stacks] if stats else []
+        specs = _feature_specs(schema, per_table, batch_size=batch_size, optimizer=optimizer)
         members = (
             _stack_members(specs, global_count, num_sc_per_device)
             if stacking == "auto"
-            else {t: [t] for t in tables}
+            else {t.name: [t.name] for t in schema.tables}
         )
-        if measured and sorted(map(sorted, measured)) != sorted(map(sorted, members.values())):
-            raise ConfigError(
-                "SparseCorePlan.from_schema: the limits were measured for the stacks "
-                f"{[list(m) for m in measured]}, but stacking={stacking!r} gives "
-                f"{list(members.values())}: a stack's limits cover its tables together. "
-                "Measure with the same stacking (tfinput.sparsecore_stats(..., stacking="
-                + ("'auto'" if stacking == "auto" else "'none'")
-                + "))"
-            )
+        _check_measured_stacks(measured, members, stacking)
         if stacking == "auto":
-
-            def limit(index: int) -> Callable[[str, int], int]:
-                def of_stack(stack: str, _: int) -> int:
-                    return max(per_table.get(t, (256, 256))[index] for t in members[stack])
-
-                return of_stack
-
-            embedding.auto_stack_tables(
-                specs,
-                global_device_count=global_count,
-                num_sc_per_device=num_sc_per_device,
-                stack_to_max_ids_per_partition=limit(0),
-                stack_to_max_unique_ids_per_partition=limit(1),
-            )
+            _auto_stack(embedding, specs, members, per_table, global_count, num_sc_per_device)
         plan = cls(
             feature_specs=specs,
             local_device_count=local_device_count,
@@ -402,10 +359,84 @@ class SparseCorePlan:
         raise KeyError(stack)
 
 
+def _check_measured_stacks(
+    measured: list[tuple[str, ...]], members: dict[str, list[str]], stacking: str
+) -> None:
+    """Raise `ConfigError` when limits measured for other stacks are applied."""
+    if measured and sorted(map(sorted, measured)) != sorted(map(sorted, members.values())):
+        raise ConfigError(
+            "SparseCorePlan.from_schema: the limits were measured for the stacks "
+            f"{[list(m) for m in measured]}, but stacking={stacking!r} gives "
+            f"{list(members.values())}: a stack's limits cover its tables together. "
+            "Measure with the same stacking (tfinput.sparsecore_stats(..., stacking="
+            + ("'auto'" if stacking == "auto" else "'none'")
+            + "))"
+        )
+
+
+def _auto_stack(
+    embedding: Any,
+    specs: dict[str, Any],
+    members: dict[str, list[str]],
+    per_table: dict[str, tuple[int, int]],
+    global_count: int,
+    num_sc_per_device: int,
+) -> None:
+    """jax-tpu-embedding's ``auto_stack_tables`` on ``specs``, each stack with the
+    largest limits of its members."""
+
+    def limit(index: int) -> Callable[[str, int], int]:
+        def of_stack(stack: str, _: int) -> int:
+            return max(per_table.get(t, (256, 256))[index] for t in members[stack])
+
+        return of_stack
+
+    embedding.auto_stack_tables(
+        specs,
+        global_device_count=global_count,
+        num_sc_per_device=num_sc_per_device,
+        stack_to_max_ids_per_partition=limit(0),
+        stack_to_max_unique_ids_per_partition=limit(1),
+    )
+
+
+def _feature_specs(
+    schema: Schema, per_table: dict[str, tuple[int, int]], *, batch_size: int, optimizer: Any
+) -> dict[str, Any]:
+    """A jax-tpu-embedding ``FeatureSpec`` per categorical feature, over a ``TableSpec``
+    per table with its limits (256 each where none is given)."""
+    import jax
+    from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec
+
+    tables = {}
+    for t in schema.tables:
+        ids, unique = per_table.get(t.name, (256, 256))
+        tables[t.name] = embedding_spec.TableSpec(
+            name=t.name,
+            vocabulary_size=t.vocabulary_size,
+            embedding_dim=t.dim,
+            initializer=jax.nn.initializers.truncated_normal(stddev=1 / t.dim**0.5),
+            optimizer=optimizer or embedding_spec.SGDOptimizerSpec(),
+            combiner=t.combiner,
+            max_ids_per_partition=ids,
+            max_unique_ids_per_partition=unique,
+        )
+    specs = {}
+    for f in schema.categorical:
+        length = f.max_len if isinstance(f, MultiHot) else 1
+        specs[f.name] = embedding_spec.FeatureSpec(
+            name=f.name,
+            table_spec=tables[f.table],
+            input_shape=(batch_size, length),
+            output_shape=(batch_size, tables[f.table].embedding_dim),
+        )
+    return specs
+
+
 def _limits_by_table(limits: Any, tables: list[str]) -> dict[str, tuple[int, int]]:
     if limits is None:
         return {}
-    if hasattr(limits, "table_limits"):
+    if isinstance(limits, SparseCoreStats):
         limits = limits.table_limits()
     unknown = set(limits) - set(tables)
     if unknown:
