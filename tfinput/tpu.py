@@ -186,27 +186,16 @@ def keras_rs_configs(
     optimizers = _per_table("optimizer", optimizer, names, default="adam")
     for table, opt in optimizers.items():
         _check_optimizer(table, opt)
-    if placement == "advice":
-        placements = _keras_rs_advice(schema)
-    else:
-        placements = _per_table("placement", placement, names, default="auto")
-    for table, where in placements.items():
-        if where not in _KERAS_RS_PLACEMENTS:
-            raise ConfigError(
-                f"placement for table {table!r}: expected one of "
-                f"{['advice', *_KERAS_RS_PLACEMENTS]}, got {where!r}"
-            )
+    placements = _keras_rs_placements(schema, placement)
     table_limits = _table_limits(limits, names)
 
     global_batch = per_replica_batch_size * replicas
     layers = keras_rs.layers
     tables = {}
     for t in schema.tables:
-        kwargs: dict[str, Any] = {}
-        if initializer is not None:
-            kwargs["initializer"] = initializer
-        if t.name in table_limits:
-            ids, unique = table_limits[t.name]
+        kwargs: dict[str, Any] = {"initializer": initializer} if initializer is not None else {}
+        ids, unique = table_limits.get(t.name, (None, None))
+        if ids is not None:
             kwargs.update(max_ids_per_partition=ids, max_unique_ids_per_partition=unique)
         tables[t.name] = layers.TableConfig(
             name=t.name,
@@ -228,6 +217,22 @@ def keras_rs_configs(
             output_shape=(global_batch, table.embedding_dim),
         )
     return tables, features
+
+
+def _keras_rs_placements(schema: Schema, placement: str | Mapping[str, str]) -> dict[str, str]:
+    """Each table's keras-rs placement (see `keras_rs_configs`), checked."""
+    if placement == "advice":
+        placements = _keras_rs_advice(schema)
+    else:
+        names = [t.name for t in schema.tables]
+        placements = _per_table("placement", placement, names, default="auto")
+    for table, where in placements.items():
+        if where not in _KERAS_RS_PLACEMENTS:
+            raise ConfigError(
+                f"placement for table {table!r}: expected one of "
+                f"{['advice', *_KERAS_RS_PLACEMENTS]}, got {where!r}"
+            )
+    return placements
 
 
 def _check_positive_int(name: str, value: Any) -> None:
