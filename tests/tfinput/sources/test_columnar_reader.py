@@ -14,8 +14,8 @@ from tfinput.columnar_records import read_manifest, storage_columns
 from tfinput.columnar_records.verify import verify_files
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
+from tfinput.sources._columnar_decode import assembler
 from tfinput.sources._columnar_reader import (
-    assembler,
     chunk_buffer,
     index_chunks,
     permutation_key,
