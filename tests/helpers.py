@@ -133,3 +133,15 @@ def assert_each_row_once(
         for name, expected in want[group].items():
             np.testing.assert_allclose(got[group][name], expected, rtol=1e-6, err_msg=name)
     np.testing.assert_array_equal(got["labels"]["label"], cols.values["label"])
+
+
+def parse_records(records: list[bytes], spec: dict) -> dict[str, np.ndarray | tuple]:
+    """``tf.io.parse_example`` of serialized records as numpy: ragged keys as
+    ``(values, row_splits)``."""
+    out = {}
+    for key, value in tf.io.parse_example(tf.constant(records), spec).items():
+        if isinstance(value, tf.RaggedTensor):
+            out[key] = (value.values.numpy(), value.row_splits.numpy())
+        else:
+            out[key] = value.numpy()
+    return out

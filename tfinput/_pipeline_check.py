@@ -82,21 +82,7 @@ class CheckReport:
 def check_files(
     pipeline: Pipeline, *, batch_size: int = 1024, max_files: int | None = None
 ) -> CheckReport:
-    """Read every file alone, to the end, through the full parse and transforms.
-
-    Slow (one file at a time) but exact: a problem is reported with the file it is
-    in. `iterate` calls this when a pipeline fails, to name the culprit file.
-    A file with a problem is read again once per feature and label (and its
-    records counted), so that every failing feature is named, each with the
-    records it was found in; files that read cleanly are read once. Problems
-    between files (Parquet column types that differ) are reported on the file
-    that differs from the first.
-
-    Args:
-      batch_size: Records per batch while checking; errors name the batch's first
-        record index.
-      max_files: Stop after this many files (None: all).
-    """
+    """`Pipeline.check` of ``pipeline`` (its docstring has the contract)."""
     files, empty = pipeline.source.check_files()
     if not files and not empty:  # a source without files: read it whole
         return CheckReport(files=(_check_one(pipeline, None, batch_size),))

@@ -10,19 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.helpers import parse_records
 from tfinput import datagen
 from tfinput.errors import ConfigError
 from tfinput.transforms import parse_spec
-
-
-def _parse(records: list[bytes], spec: dict) -> dict[str, np.ndarray | tuple]:
-    out = {}
-    for key, value in tf.io.parse_example(tf.constant(records), spec).items():
-        if isinstance(value, tf.RaggedTensor):
-            out[key] = (value.values.numpy(), value.row_splits.numpy())
-        else:
-            out[key] = value.numpy()
-    return out
 
 
 def _digest(paths) -> str:
@@ -37,7 +28,7 @@ def _all_rows(result) -> dict[str, np.ndarray]:
     schema = result.schema
     if result.format == "tfrecord":
         records = [r.numpy() for r in tf.data.TFRecordDataset(list(result.paths))]
-        parsed = _parse(records, parse_spec(schema))
+        parsed = parse_records(records, parse_spec(schema))
         return {k: (v[0] if isinstance(v, tuple) else v) for k, v in parsed.items()}
     import pyarrow.compute as pc
     import pyarrow.parquet as pq

@@ -7,21 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.helpers import parse_records
 from tfinput import testing
 from tfinput.errors import DataError, SourceError
 from tfinput.formats import tfrecord
 from tfinput.formats.tfrecord import WireColumn, bytes_column, encode_examples
 from tfinput.transforms import parse_spec
-
-
-def _parse(records: list[bytes], spec: dict) -> dict[str, np.ndarray | tuple]:
-    out = {}
-    for key, value in tf.io.parse_example(tf.constant(records), spec).items():
-        if isinstance(value, tf.RaggedTensor):
-            out[key] = (value.values.numpy(), value.row_splits.numpy())
-        else:
-            out[key] = value.numpy()
-    return out
 
 
 def _assert_same(a: dict, b: dict) -> None:
@@ -51,7 +42,7 @@ def test_fast_encoder_parses_like_protobuf(make_schema):
     reference = testing._to_examples_protobuf(cols)
     assert len(fast) == len(reference) == 700
     spec = parse_spec(schema)
-    _assert_same(_parse(fast, spec), _parse(reference, spec))
+    _assert_same(parse_records(fast, spec), parse_records(reference, spec))
     for i in (0, 1, 350, 699):  # the same message, field for field
         assert tf.train.Example.FromString(fast[i]) == tf.train.Example.FromString(reference[i])
 
