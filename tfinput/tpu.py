@@ -119,104 +119,93 @@ def keras_rs_configs(
     placement: str | Mapping[str, str] = "auto",
     limits: Any = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Build keras-rs `DistributedEmbedding` configs from the schema.
+    """Build keras-rs `DistributedEmbedding` configs from the schema (docs/tpu.md).
 
-    The keras-rs counterpart of `embedding_configs`: one ``keras_rs.layers.TableConfig``
-    per table, shared (the same object) by every feature that names it, and one
-    ``keras_rs.layers.FeatureConfig`` per categorical feature, shaped like the batches
-    tfinput builds. With ``G = per_replica_batch_size * replicas`` (keras-rs shapes use
-    the global, per-host batch):
-
-    - single-id features: ``input_shape=(G,)`` (the ``[B]`` int ids tfinput emits,
-      looked up without reduction), ``output_shape=(G, dim)``;
-    - multi-hot features: ``input_shape=(G, max_len)`` (dense ids plus weights, or
-      SparseTensor / RaggedTensor ids of at most ``max_len`` per row),
-      ``output_shape=(G, dim)`` (combined by the table's combiner).
-
-    Call the layer with the batch's ids and a weights dict with the same keys (None
-    for single ids)::
-
-        ids = batch["ids"]
-        out = embedding(ids, {name: batch["weights"].get(name) for name in ids})
+    One ``keras_rs.layers.TableConfig`` per table, shared by every feature that names
+    it, and one ``keras_rs.layers.FeatureConfig`` per categorical feature, shaped like
+    tfinput's batches at the per-host batch ``G = per_replica_batch_size * replicas``:
+    single ids ``input_shape=(G,)``, multi-hot ``(G, max_len)`` (dense ids plus
+    weights, or sparse / ragged ids), ``output_shape=(G, dim)``.
 
     Args:
       schema: The schema; every categorical feature gets a `FeatureConfig`.
       per_replica_batch_size: Batch size of one replica (what
         ``pipeline.build(config, input_context)`` yields per replica).
-      replicas: Replicas fed by this host (``strategy.num_replicas_in_sync`` on a
-        single host); keras-rs shapes use ``per_replica_batch_size * replicas``.
-      optimizer: The embedding tables' optimizer, applied by keras-rs itself on
-        SparseCore: a name (``"sgd"``, ``"adagrad"``, ``"adam"``, ``"ftrl"``) or a
-        `keras.optimizers` SGD / Adagrad / Adam / Ftrl, for every table; or a dict
-        table name -> optimizer (tables left out get keras-rs's default, Adam). On
-        the ``default_device`` placement the model's optimizer trains the tables.
-      initializer: Table initializer (a Keras initializer or its name); None keeps
-        keras-rs's default (truncated normal with stddev ``1 / sqrt(dim)``).
-      placement: ``"auto"`` (keras-rs decides: SparseCore when there is one, the
-        default device otherwise), ``"advice"`` (`placement`'s advice:
-        ``default_device`` for small tables, ``sparsecore`` for big ones; on a
-        machine without SparseCore, ``sparsecore`` fails when the layer is built),
-        ``"default_device"`` / ``"sparsecore"`` for every table, or a dict table name
-        -> placement (tables left out get ``"auto"``).
-      limits: SparseCore buffer limits: None (keras-rs's defaults, 256 and 256), a
-        dict table name -> ``(max_ids_per_partition, max_unique_ids_per_partition)``,
-        or an object with a ``table_limits()`` method returning that dict (the
-        SparseCore statistics pass). Too small and SparseCore drops or fails on ids;
-        too large wastes SparseCore memory. keras-rs 0.4 uses them on the JAX
-        backend; its TensorFlow backend does not read them yet.
+      replicas: Replicas fed by this host (``strategy.num_replicas_in_sync`` on one host).
+      optimizer: The tables' optimizer, applied by keras-rs on SparseCore (on
+        ``default_device``, the model's trains them): ``"sgd"``, ``"adagrad"``,
+        ``"adam"``, ``"ftrl"`` or such a `keras.optimizers` object; or a dict table
+        name -> optimizer (others: Adam).
+      initializer: A Keras initializer or its name (None: keras-rs's default).
+      placement: ``"auto"`` (keras-rs decides: SparseCore when there is one),
+        ``"advice"`` (`placement`'s advice: ``default_device`` for small tables,
+        ``sparsecore`` for big ones), ``"default_device"`` / ``"sparsecore"`` for
+        every table, or a dict table name -> placement (others: ``"auto"``).
+      limits: SparseCore buffer limits: None (keras-rs's, 256 and 256), a dict table
+        name -> ``(max_ids_per_partition, max_unique_ids_per_partition)``, or an
+        object whose ``table_limits()`` returns one (the SparseCore statistics pass).
+        Too small drops or fails on ids; too large wastes SparseCore memory.
 
     Returns:
-      ``(tables, features)``: dicts of ``keras_rs.layers.TableConfig`` by table name
-      and ``keras_rs.layers.FeatureConfig`` by feature name (the keys match
-      ``features["ids"]`` of the built batches).
+      ``(tables, features)``: ``TableConfig`` by table name and ``FeatureConfig`` by
+      feature name (the keys of ``features["ids"]`` of the built batches).
 
     Raises:
-      ConfigError: keras-rs is not installed (``pip install 'tfinput[keras-rs]'``,
-        Python >= 3.11); a batch size or replica count that is not a positive int; an
-        unknown optimizer or placement; a dict naming a table the schema lacks; limits
-        that are not two positive ints with unique ids <= ids.
+      ConfigError: keras-rs is missing (``pip install 'tfinput[keras-rs]'``, Python
+        >= 3.11); a bad batch size or replica count, optimizer, placement, table name
+        or limits (two positive ints, unique ids <= ids).
     """
     try:
         import keras_rs
     except ImportError as e:
         raise ConfigError(f"keras_rs_configs needs keras-rs: {_INSTALL_HINT}") from e
-    _check_positive_int("per_replica_batch_size", per_replica_batch_size)
-    _check_positive_int("replicas", replicas)
+    for name, value in (("per_replica_batch_size", per_replica_batch_size), ("replicas", replicas)):
+        _check_positive_int(name, value)
     names = [t.name for t in schema.tables]
-    optimizers = _per_table("optimizer", optimizer, names, default="adam")
-    for table, opt in optimizers.items():
-        _check_optimizer(table, opt)
+    optimizers = _keras_rs_optimizers(optimizer, names)
     placements = _keras_rs_placements(schema, placement)
     table_limits = _table_limits(limits, names)
-
-    global_batch = per_replica_batch_size * replicas
     layers = keras_rs.layers
-    tables = {}
-    for t in schema.tables:
-        kwargs: dict[str, Any] = {"initializer": initializer} if initializer is not None else {}
-        ids, unique = table_limits.get(t.name, (None, None))
-        if ids is not None:
-            kwargs.update(max_ids_per_partition=ids, max_unique_ids_per_partition=unique)
-        tables[t.name] = layers.TableConfig(
+    tables = {
+        t.name: layers.TableConfig(
             name=t.name,
             vocabulary_size=t.vocabulary_size,
             embedding_dim=t.dim,
             optimizer=optimizers[t.name],
             combiner=t.combiner,
             placement=placements[t.name],
-            **kwargs,
+            **_table_extras(initializer, table_limits.get(t.name)),
         )
-    features = {}
-    for f in schema.categorical:
-        table = tables[f.table]
-        shape = (global_batch, f.max_len) if isinstance(f, MultiHot) else (global_batch,)
-        features[f.name] = layers.FeatureConfig(
+        for t in schema.tables
+    }
+    g = per_replica_batch_size * replicas
+    features = {
+        f.name: layers.FeatureConfig(
             name=f.name,
-            table=table,
-            input_shape=shape,
-            output_shape=(global_batch, table.embedding_dim),
+            table=tables[f.table],
+            input_shape=(g, f.max_len) if isinstance(f, MultiHot) else (g,),
+            output_shape=(g, tables[f.table].embedding_dim),
         )
+        for f in schema.categorical
+    }
     return tables, features
+
+
+def _keras_rs_optimizers(optimizer: Any, names: list[str]) -> dict[str, Any]:
+    """Each table's keras-rs optimizer (see `keras_rs_configs`), checked."""
+    optimizers = _per_table("optimizer", optimizer, names, default="adam")
+    for table, opt in optimizers.items():
+        _check_optimizer(table, opt)
+    return optimizers
+
+
+def _table_extras(initializer: Any, limits: tuple[int, int] | None) -> dict[str, Any]:
+    """A keras-rs ``TableConfig``'s optional keywords: the initializer, when given, and
+    the SparseCore buffer limits, when known."""
+    extras: dict[str, Any] = {"initializer": initializer} if initializer is not None else {}
+    if limits is not None:
+        extras.update(max_ids_per_partition=limits[0], max_unique_ids_per_partition=limits[1])
+    return extras
 
 
 def _keras_rs_placements(schema: Schema, placement: str | Mapping[str, str]) -> dict[str, str]:

@@ -18,6 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "tune",
+    "TuneOptions",
+    "SearchOptions",
+    "StudyOptions",
+    "MeasureOptions",
+    "ConfirmOptions",
     "TuneResult",
     "TrialsFailedError",
     "SearchSpace",
@@ -33,6 +38,11 @@ __all__ = [
 
 _LAZY = {
     "tune": "tuners.study",
+    "TuneOptions": "tuners.options",
+    "SearchOptions": "tuners.options",
+    "StudyOptions": "tuners.options",
+    "MeasureOptions": "tuners.options",
+    "ConfirmOptions": "tuners.options",
     "TuneResult": "tuners.result",
     "make_storage": "tuners.storage",
     "TrialsFailedError": "tuners.result",
@@ -50,6 +60,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuners.advice import KnobContribution, knob_breakdown
     from tuners.columnar_advice import FormatAdvice, format_advice
     from tuners.objective import Measurement, measure
+    from tuners.options import (
+        ConfirmOptions,
+        MeasureOptions,
+        SearchOptions,
+        StudyOptions,
+        TuneOptions,
+    )
     from tuners.pruning import NoiseAwarePruner
     from tuners.result import TrialsFailedError, TuneResult
     from tuners.space import SearchSpace

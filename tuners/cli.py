@@ -31,6 +31,7 @@ from tfinput.cli.demo import DEMO, demo_pipeline
 from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
 from tfinput.measure.target import Target
+from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyOptions, TuneOptions
 
 __all__ = ["DEMO_COMMAND", "TUNE_COMMAND", "add_subcommands"]
 
@@ -306,19 +307,46 @@ def _write_failed(error: Any, out: str) -> None:
 
 
 def _search(args: argparse.Namespace, out: str, pipeline: Any, **kwargs: Any) -> Any:
-    """`tuners.tune` with ``--n-trials`` under the progress display; when no trial
+    """`tuners.tune` under the progress display (``--n-trials`` trials); when no trial
     completed, ``result.json`` is written before the error goes on."""
     from tuners.study import TrialsFailedError, tune
 
     try:
         with _Display(args.n_trials) as display:
-            return tune(pipeline, n_trials=args.n_trials, progress=display, **kwargs)
+            return tune(pipeline, progress=display, **kwargs)
     except TrialsFailedError as e:
         _write_failed(e, out)
         raise
 
 
 # ---------------------------------------------------------------- commands
+def _options(args: argparse.Namespace) -> TuneOptions:
+    """The `TuneOptions` ``tfinput tune``'s arguments ask for (the one place they map)."""
+    return TuneOptions(
+        search=SearchOptions(n_trials=args.n_trials, timeout=args.timeout, seed=args.seed),
+        study=StudyOptions(
+            storage=args.storage,
+            study_name=args.study_name,
+            load_if_exists=not args.no_resume,
+            heartbeat_interval=args.heartbeat_interval,
+            grace_period=args.grace_period,
+        ),
+        measurement=MeasureOptions(
+            windows=args.windows,
+            window_batches=args.window_batches,
+            warmup_batches=args.warmup_batches,
+        ),
+        confirmation=ConfirmOptions(
+            confirm_top=args.confirm_top,
+            confirm_windows=args.confirm_windows,
+            breakdown=not args.no_breakdown,
+            advise_format=not args.no_format_advice,
+            schema_path=_schema_path(args),
+            target_rate=args.target_rate,
+        ),
+    )
+
+
 def _tune(args: argparse.Namespace) -> int:
     """Run ``tfinput tune``: check the arguments, build pipeline and step, search, report."""
     out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -340,25 +368,10 @@ def _tune(args: argparse.Namespace) -> int:
         out,
         pipeline,
         step=step,
-        timeout=args.timeout,
-        storage=args.storage,
-        study_name=args.study_name,
-        load_if_exists=not args.no_resume,
         space=space,
         base=base,
         current=current,
-        windows=args.windows,
-        window_batches=args.window_batches,
-        warmup_batches=args.warmup_batches,
-        confirm_top=args.confirm_top,
-        confirm_windows=args.confirm_windows,
-        seed=args.seed,
-        heartbeat_interval=args.heartbeat_interval,
-        grace_period=args.grace_period,
-        breakdown=not args.no_breakdown,
-        advise_format=not args.no_format_advice,
-        schema_path=_schema_path(args),
-        target_rate=args.target_rate,
+        options=_options(args),
     )
     return _finish(result, args, out)
 
@@ -387,11 +400,17 @@ def _demo(args: argparse.Namespace) -> int:
         step=step,
         base=base,
         space=space,
-        windows=DEMO["windows"],
-        window_batches=DEMO["window_batches"],
-        warmup_batches=DEMO["warmup_batches"],
-        confirm_top=DEMO["confirm_top"],
-        confirm_windows=DEMO["confirm_windows"],
+        options=TuneOptions(
+            search=SearchOptions(n_trials=args.n_trials),
+            measurement=MeasureOptions(
+                windows=DEMO["windows"],
+                window_batches=DEMO["window_batches"],
+                warmup_batches=DEMO["warmup_batches"],
+            ),
+            confirmation=ConfirmOptions(
+                confirm_top=DEMO["confirm_top"], confirm_windows=DEMO["confirm_windows"]
+            ),
+        ),
     )
     code = _finish(result, args, args.out)
     if not args.json:

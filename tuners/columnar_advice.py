@@ -15,13 +15,23 @@ import shlex
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
+from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Target
+from tfinput.measure.windows import WindowPlan
+from tfinput.options import with_keywords
 
-__all__ = ["FormatAdvice", "parse_is_bound", "format_advice", "quick_roofline"]
+if TYPE_CHECKING:
+    from tfinput.bench import Roofline
+    from tfinput.measure.stats import ConfigStats
+
+__all__ = ["ADVICE_PLAN", "FormatAdvice", "parse_is_bound", "format_advice", "quick_roofline"]
+
+#: The format advice's side-by-side windows: short, as it runs after the search.
+ADVICE_PLAN = WindowPlan(warmup_batches=2, windows=3, window_batches=10)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -165,55 +175,44 @@ def format_advice(
     schema_path: str | None = None,
     out_dir: str | None = None,
     sample_files: int = 2,
-    windows: int = 3,
-    window_batches: int = 10,
-    warmup_batches: int = 2,
     require_parse_bound: bool = True,
-    cpu_count: int | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    cpu_clock: Callable[[], float] | None = None,
-    roofline_result: Any = None,
+    measurement: MeasureOptions | None = None,
+    roofline_result: Roofline | None = None,
+    **keywords: Any,
 ) -> FormatAdvice | None:
-    """Convert a sample of tf.Example files to columnar records and measure both.
-
-    Bounded in time: a roofline of a few batches per stage (`parse_is_bound`), at most
-    ``sample_files`` files converted into a temporary directory (deleted afterwards),
-    then ``windows`` interleaved input-only windows of each with ``config``.
+    """Convert a sample of tf.Example files to columnar records and measure both:
+    a short roofline (`parse_is_bound`), at most ``sample_files`` files converted in a
+    temporary directory, then interleaved input-only windows of each with ``config``.
 
     Args:
       pipeline: A `tfinput.Pipeline` over TFRecord files of tf.Example.
       config: The config both are measured with (the tuner's winner).
-      schema_path: The schema JSON file, for the command (None: ``SCHEMA.json``, to be
-        written with ``pipeline.schema.to_json``).
+      schema_path: The schema file the command names (None: ``SCHEMA.json``).
       out_dir: Where the command writes (default: ``<data directory>-columnar``).
       sample_files: Files converted (1 or 2 keep it short).
-      windows, window_batches, warmup_batches: The side-by-side measurement.
       require_parse_bound: Return None unless parse is the bound.
-      cpu_count: Cores for the roofline.
-      clock, cpu_clock: Injectable clocks for the measurement.
+      measurement: `tfinput.measure.MeasureOptions`: the windows (`ADVICE_PLAN`),
+        the roofline's cores, the clocks.
       roofline_result: The roofline `parse_is_bound` reads (None: measured here).
+      **keywords: Fields of ``measurement`` given directly (``windows=``,
+        ``cpu_count=``, ...); they override ``measurement``'s.
 
     Returns:
-      A `FormatAdvice`, or None: not a tf.Example source, or (with
-      ``require_parse_bound``) parse is not the bound.
+      A `FormatAdvice`; None for other data, or if parse is not the bound (and required).
 
     Raises:
       ConfigError: ``sample_files`` < 1.
     """
-    from tfinput.sources import TFRecordSource
-
     if sample_files < 1:
         raise ConfigError(f"format advice: sample_files must be >= 1, got {sample_files}")
-
+    options = with_keywords(measurement or MeasureOptions(), keywords, what="format_advice")
+    plan, cpu_count = options.plan(ADVICE_PLAN, what="format advice"), options.cpu_count
     source = Target.of(pipeline, what="format advice").source
-    if not isinstance(source, TFRecordSource):
+    if source is None or source.kind != "tfrecord":
         return None
     t0 = time.perf_counter()
     parse_bound, signal = parse_is_bound(
-        pipeline,
-        batch_size=config.batch_size,
-        cpu_count=cpu_count,
-        roofline_result=roofline_result,
+        pipeline, batch_size=config.batch_size, cpu_count=cpu_count, roofline_result=roofline_result
     )
     if require_parse_bound and not parse_bound:
         return None
@@ -225,39 +224,46 @@ def format_advice(
         files,
         chunk,
         config,
-        windows=windows,
-        window_batches=window_batches,
-        warmup_batches=warmup_batches,
-        clock=clock,
-        cpu_clock=cpu_clock,
+        **plan.to_dict(),
+        clock=options.clock or time.perf_counter,
+        cpu_clock=options.cpu_clock,
         cpu_count=cpu_count,
     )
-    t3 = time.perf_counter()
-    paths = list(source.paths)
-    target = out_dir or _out_dir(files, paths)
-    command = _convert_command(
-        paths, schema=pipeline.schema, schema_path=schema_path, chunk_rows=chunk, out=target
-    )
-    c = stats["columnar"]
+    seconds = {"roofline": t1 - t0, "convert": t2 - t1, "measure": time.perf_counter() - t2}
+    target = out_dir or _out_dir(files, list(source.paths))
     return FormatAdvice(
         parse_bound=parse_bound,
         signal=signal,
         sample_files=tuple(files),
         rows=rows,
-        tf_example_examples_per_s=stats["tf.Example"].median,
-        columnar_examples_per_s=c.median,
-        ratio=c.ratio or 0.0,
-        ratio_min=c.ratio_min or 0.0,
-        ratio_max=c.ratio_max or 0.0,
-        command=command,
+        command=_convert_command(
+            list(source.paths),
+            schema=pipeline.schema,
+            schema_path=schema_path,
+            chunk_rows=chunk,
+            out=target,
+        ),
         out_dir=target,
         chunk_rows=chunk,
-        seconds={"roofline": t1 - t0, "convert": t2 - t1, "measure": t3 - t2},
-        method=f"{len(files)} file(s) converted to columnar in a temporary directory; both "
-        f"measured input only with the winner config, interleaved, {windows} windows of "
-        f"{window_batches} batches after {warmup_batches} warm-up batches, fresh iterator "
-        "per window; ratio = median of per-round ratios",
+        seconds=seconds,
+        **_measured_fields(stats, plan, files=len(files)),
     )
+
+
+def _measured_fields(stats: Mapping[str, ConfigStats], plan: WindowPlan, *, files: int) -> dict:
+    """The `FormatAdvice` fields of the side-by-side measurement: rates, ratio, method."""
+    c = stats["columnar"]
+    return {
+        "tf_example_examples_per_s": stats["tf.Example"].median,
+        "columnar_examples_per_s": c.median,
+        "ratio": c.ratio or 0.0,
+        "ratio_min": c.ratio_min or 0.0,
+        "ratio_max": c.ratio_max or 0.0,
+        "method": f"{files} file(s) converted to columnar in a temporary directory; both "
+        f"measured input only with the winner config, interleaved, {plan.windows} windows "
+        f"of {plan.window_batches} batches after {plan.warmup_batches} warm-up batches, "
+        "fresh iterator per window; ratio = median of per-round ratios",
+    }
 
 
 def _convert_and_measure(

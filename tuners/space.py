@@ -115,6 +115,39 @@ def decode(value: Any) -> Any:
     return AUTOTUNE if value == "autotune" else value
 
 
+def _tf_data_choices(cpus: int, files: int) -> dict[str, tuple[Any, ...]]:
+    """The tf.data knobs' values for ``cpus`` cores and ``files`` input files."""
+    cycle = [AUTOTUNE] + [v for v in (1, 2, 4, 8, 16) if v <= max(1, min(files, 4 * cpus))]
+    return {
+        "interleave_cycle_length": tuple(cycle),
+        "interleave_block_length": (1, 4, 16),
+        "interleave_parallelism": _uniq([AUTOTUNE, 1, 2, cpus]),
+        "map_parallelism": _uniq([AUTOTUNE, *range(1, 2 * cpus + 1)]),
+        "prefetch": (AUTOTUNE, 1, 2, 4, 8),
+        "private_threadpool_size": _uniq([AUTOTUNE, cpus, 2 * cpus]),
+        "max_intra_op_parallelism": (AUTOTUNE, 1),
+        "deterministic": (True, False),
+        "read_batch": READ_BATCH_CHOICES,
+    }
+
+
+def _feeding_choices(
+    step: Step, multi_hot_format: str | None, cpus: int
+) -> dict[str, tuple[Any, ...]]:
+    """The feeding knobs ``step`` reads (`SearchSpace.default`'s ``step``)."""
+    choices: dict[str, tuple[Any, ...]] = {}
+    if multi_hot_format == "dense" and step.accepts_packed:
+        choices["layout"] = LAYOUT_CHOICES
+    if step.kind == "keras_fit":
+        choices["steps_per_execution"] = STEPS_PER_EXECUTION_CHOICES
+    if step.feeds_device:
+        choices["device_prefetch"] = DEVICE_PREFETCH_CHOICES
+    if step.feeds_sparsecore:
+        choices["sparsecore_workers"] = _uniq([v for v in (1, 2, 4, cpus) if v <= cpus])
+        choices["sparsecore_prefetch"] = SPARSECORE_PREFETCH_CHOICES
+    return choices
+
+
 def _uniq(values: Sequence[Any]) -> tuple[Any, ...]:
     out: list[Any] = []
     for v in values:
@@ -203,19 +236,7 @@ class SearchSpace:
             `tfinput.fleet.LocalFleet` ``service_workers`` (1 to its ``max_workers``).
         """
         c = max(1, cpu_count or _cpus())
-        max_files = files or 64
-        cycle = [AUTOTUNE] + [v for v in (1, 2, 4, 8, 16) if v <= max(1, min(max_files, 4 * c))]
-        choices: dict[str, tuple[Any, ...]] = {
-            "interleave_cycle_length": tuple(cycle),
-            "interleave_block_length": (1, 4, 16),
-            "interleave_parallelism": _uniq([AUTOTUNE, 1, 2, c]),
-            "map_parallelism": _uniq([AUTOTUNE, *range(1, 2 * c + 1)]),
-            "prefetch": (AUTOTUNE, 1, 2, 4, 8),
-            "private_threadpool_size": _uniq([AUTOTUNE, c, 2 * c]),
-            "max_intra_op_parallelism": (AUTOTUNE, 1),
-            "deterministic": (True, False),
-            "read_batch": READ_BATCH_CHOICES,
-        }
+        choices = _tf_data_choices(c, files or 64)
         ram = ram_bytes or _ram()
         if tune_cache and data_bytes is not None and ram and data_bytes < ram // 4:
             choices["cache"] = (False, True)
@@ -225,22 +246,12 @@ class SearchSpace:
             choices["batch_size"] = _uniq(
                 [max(1, batch_size // 2), batch_size, 2 * batch_size, 4 * batch_size]
             )
-        the_step = Step.of(step)
-        if multi_hot_format == "dense" and the_step.accepts_packed:
-            choices["layout"] = LAYOUT_CHOICES
-        if the_step.kind == "keras_fit":
-            choices["steps_per_execution"] = STEPS_PER_EXECUTION_CHOICES
-        if the_step.feeds_device:
-            choices["device_prefetch"] = DEVICE_PREFETCH_CHOICES
-        if the_step.feeds_sparsecore:
-            choices["sparsecore_workers"] = _uniq([v for v in (1, 2, 4, c) if v <= c])
-            choices["sparsecore_prefetch"] = SPARSECORE_PREFETCH_CHOICES
+        choices.update(_feeding_choices(Step.of(step), multi_hot_format, c))
         if service is not None:
             choices["service_compression"] = ("AUTO", None)
             choices["service_max_outstanding_requests"] = SERVICE_OUTSTANDING_CHOICES
-            fleet = service.fleet
-            if fleet is not None:
-                choices["service_workers"] = tuple(range(1, fleet.max_workers + 1))
+            if service.fleet is not None:
+                choices["service_workers"] = tuple(range(1, service.fleet.max_workers + 1))
         return cls(choices=choices)
 
     @classmethod

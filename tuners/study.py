@@ -55,12 +55,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError
-from tfinput.measure.target import Target
+from tfinput.measure.target import BatchFactory, Buildable, Target
+from tfinput.measure.windows import TUNER_PLAN
+from tfinput.options import check_counts, with_keywords
+from tfinput.steps.base import Step
 from tuners._search import (
     Tuning,
     baseline_configs,
@@ -71,7 +72,6 @@ from tuners._search import (
     search_trials,
     study_name_for,
 )
-from tuners.advice import clock_kwargs
 from tuners.confirm import (
     Remeasure,
     advice_sentences,
@@ -86,6 +86,14 @@ from tuners.confirm import (
     winner_format_advice,
     winner_roofline,
 )
+from tuners.options import (
+    MAX_CONSECUTIVE_FAILURES,
+    ConfirmOptions,
+    MeasureOptions,
+    SearchOptions,
+    StudyOptions,
+    TuneOptions,
+)
 from tuners.result import (
     TrialsFailedError,
     TuneResult,
@@ -94,15 +102,26 @@ from tuners.result import (
     fingerprint,
 )
 from tuners.space import SearchSpace
-from tuners.storage import GRACE_PERIOD, HEARTBEAT_INTERVAL, host_lock, make_storage
+from tuners.storage import host_lock, make_storage
 from tuners.trials import (
     state_counts,
     top_configs,
 )
 from tuners.trials import summarize_trials as summarize_trials  # importable from here
 
+if TYPE_CHECKING:
+    import optuna
+
+    from tfinput.pipeline import Pipeline
+
 __all__ = [
     "tune",
+    "TuneOptions",
+    "SearchOptions",
+    "StudyOptions",
+    "MeasureOptions",
+    "ConfirmOptions",
+    "MAX_CONSECUTIVE_FAILURES",
     "TuneResult",
     "TrialsFailedError",
     "make_storage",
@@ -112,92 +131,36 @@ __all__ = [
 
 log = logging.getLogger("tfinput.tuners")
 
-MAX_CONSECUTIVE_FAILURES = 5
-
 
 # -------------------------------------------------------------------- tune
 def tune(
-    pipeline: Any,
+    pipeline: Target | Pipeline | Buildable | BatchFactory,
     *,
-    step: Callable[[Any], Any] | None = None,
-    n_trials: int = 30,
-    timeout: float | None = None,
-    storage: Any = None,
-    study_name: str | None = None,
-    load_if_exists: bool = True,
+    step: Step | Callable[[Any], object] | None = None,
     space: SearchSpace | None = None,
     base: PipelineConfig | None = None,
     current: PipelineConfig | None = None,
-    windows: int = 5,
-    window_batches: int = 20,
-    warmup_batches: int = 5,
-    confirm_top: int = 3,
-    confirm_windows: int = 5,
-    sampler: Any = None,
-    pruner: Any = None,
-    seed: int | None = 0,
-    cpu_count: int | None = None,
+    options: TuneOptions | None = None,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
-    lock_path: str | None = None,
-    heartbeat_interval: int = HEARTBEAT_INTERVAL,
-    grace_period: int = GRACE_PERIOD,
-    max_consecutive_failures: int = MAX_CONSECUTIVE_FAILURES,
-    clock: Callable[[], float] | None = None,
-    cpu_clock: Callable[[], float] | None = None,
-    breakdown: bool = True,
-    advise_format: bool = True,
-    schema_path: str | None = None,
-    target_rate: float | None = None,
+    **keywords: Any,
 ) -> TuneResult:
     """Search pipeline configs against a training step and confirm the winner.
 
     Args:
-      pipeline: A `tfinput.Pipeline` (anything with ``build(config)``).
+      pipeline: A `tfinput.Pipeline`, anything with ``build(config)``, or a callable
+        ``config -> batches``.
       step: A `tfinput.steps.Step` or callable run on every batch (default: input only).
-      n_trials: Trials to finish (complete, pruned, or failed because the step or
-        pipeline raised), baselines included, summed over every worker of a shared
-        study. Each trial costs about
-        ``warmup_batches + windows * window_batches`` steps.
-      timeout: Stop searching after this many seconds (None: no limit).
-      storage: None, a path or a URL (see the module docstring), or an Optuna storage.
-      study_name: Name in the storage (default: a fresh name for in-memory studies;
-        required to share or resume one).
-      load_if_exists: Resume the named study if the storage already holds it.
-      space: The `SearchSpace` (default: `SearchSpace.default` for this machine).
+      space: The `SearchSpace` (default: `SearchSpace.for_pipeline` on this machine).
       base: Values of knobs that are not searched, batch size included (default:
         ``current`` or ``PipelineConfig()``).
       current: The user's current config, measured as a baseline.
-      windows, window_batches, warmup_batches: The measurement (see `measure`).
-      confirm_top: Distinct best configs re-measured against ``autotune`` at the end.
-      confirm_windows: Interleaved windows per config in the confirmation.
-      sampler, pruner: Optuna overrides (default: seeded multivariate TPE;
-        `tuners.pruning.NoiseAwarePruner`: bottom quarter beyond the measured noise,
-        after one window).
-      seed: Sampler seed.
-      cpu_count: Cores for the default space and the heuristic baseline.
-      progress: ``progress(event, info)`` for display (events: ``trial``, ``confirm``).
-      lock_path: Host lock file (default: one per user in the temp directory).
-      heartbeat_interval, grace_period: Seconds between a running trial's heartbeats,
-        and of silence after which another worker fails and retries it (RDB storages).
-      max_consecutive_failures: Stop searching after this many failed trials in a
-        row (by every worker together): a step or pipeline that always raises ends the
-        study instead of failing forever. Higher tolerates search spaces with many
-        configs that do not fit (out of memory); lower gives up sooner.
-      clock, cpu_clock: Injectable wall and process CPU clocks for every measurement
-        (tests pass fakes; default: the real ones).
-      breakdown: After the confirmation, when the winner differs from autotune,
-        measure the gain by knob group (`tuners.advice.knob_breakdown`: the winner
-        with each differing group reverted, interleaved; one more confirmation's
-        worth of windows per group, at most six groups).
-      advise_format: For tf.Example TFRecord data whose parse stage is the bound,
-        convert a sample (at most 2 files, in a temporary directory) to columnar
-        records and measure both side by side (`tuners.advice.format_advice`: a few
-        seconds of roofline, the conversion, 3 short windows each).
-      schema_path: The pipeline's schema file, for the ``tfinput convert`` command of
-        the format advice.
-      target_rate: Examples/s the training needs. For a pipeline read through tf.data
-        service (`Pipeline.with_service`) the advice then says how many workers the
-        winner's confirmed rate implies for it (`tfinput.fleet.workers_needed`).
+      options: A `tuners.TuneOptions`: the search (``n_trials``, ``timeout``, sampler,
+        pruner), the study (storage, name, heartbeats), the measurement (window counts,
+        CPUs, clocks) and the confirmation (top configs, gain by knob, format advice).
+      progress: ``progress(event, info)`` for display (events: ``trial``, ``confirm``,
+        ``roofline``, ...).
+      **keywords: Fields of the groups of ``options`` given directly (``n_trials=``,
+        ``storage=``, ``windows=``, ``confirm_top=``, ...); they override ``options``.
 
     Returns:
       A `TuneResult`.
@@ -207,67 +170,76 @@ def tune(
       DataError: the data hold fewer rows than one batch (found by the first trial,
         which stops the search; the message gives the row count).
       TrialsFailedError: no trial completed (the step or pipeline always raises).
+      TypeError: a keyword that is no field of the options.
     """
-    _check_counts(
-        n_trials=n_trials,
-        windows=windows,
-        window_batches=window_batches,
-        max_consecutive_failures=max_consecutive_failures,
-    )
-    plan = WindowPlan.checked(
-        "tune", warmup_batches=warmup_batches, windows=windows, window_batches=window_batches
-    )
+    opts = with_keywords(options or TuneOptions(), keywords, what="tune")
+    measured, search, kept = opts.measurement, opts.search, opts.study
+    check_counts(windows=measured.windows, window_batches=measured.window_batches)
+    plan = measured.plan(TUNER_PLAN, what="tune")
     run = Tuning.settle(
         pipeline,
         step=step,
         space=space,
         base=base,
         current=current,
-        cpu_count=cpu_count,
+        cpu_count=measured.cpu_count,
         plan=plan,
-        clocks=clock_kwargs(clock, cpu_clock),
-        lock_path=lock_path,
+        clocks=measured.clocks(),
+        lock_path=kept.lock_path,
         progress=progress,
     )
     run.refuse_data_smaller_than_a_batch()
-    storage_obj = open_storage(
-        storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period
-    )
-    study = open_tuning_study(
-        run,
-        storage_obj,
-        shown=storage,
-        study_name=study_name_for(study_name, storage_obj),
-        sampler=sampler or default_sampler(seed),
-        pruner=default_pruner() if pruner is None else pruner,
-        load_if_exists=load_if_exists,
-    )
+    study, in_memory = _open_study(run, search, kept)
     search_seconds, notes = search_trials(
         study,
         run,
-        n_trials=n_trials,
-        timeout=timeout,
-        in_memory=storage_obj is None,
-        max_consecutive_failures=max_consecutive_failures,
+        n_trials=search.n_trials,
+        timeout=search.timeout,
+        in_memory=in_memory,
+        max_consecutive_failures=search.max_consecutive_failures,
     )
-    outcome = _confirm_and_advise(
-        study,
+    outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
+    outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
+    return _result(study, run, opts.confirmation, notes, outcome)
+
+
+def _open_study(
+    run: Tuning, search: SearchOptions, kept: StudyOptions
+) -> tuple[optuna.Study, bool]:
+    """The study in its storage (created, or loaded to resume or share), and whether
+    it is in memory."""
+    storage = open_storage(
+        kept.storage, heartbeat_interval=kept.heartbeat_interval, grace_period=kept.grace_period
+    )
+    study = open_tuning_study(
         run,
-        confirm_top=confirm_top,
-        confirm_windows=confirm_windows,
-        breakdown=breakdown,
-        advise_format=advise_format,
-        schema_path=schema_path,
-        notes=notes,
-        target_rate=target_rate,
+        storage,
+        shown=kept.storage,
+        study_name=study_name_for(kept.study_name, storage),
+        sampler=search.sampler or default_sampler(search.seed),
+        pruner=default_pruner() if search.pruner is None else search.pruner,
+        load_if_exists=kept.load_if_exists,
     )
+    return study, storage is None
+
+
+def _result(
+    study: optuna.Study,
+    run: Tuning,
+    confirming: ConfirmOptions,
+    notes: list[str],
+    outcome: dict[str, Any],
+) -> TuneResult:
+    """The `TuneResult` of a finished search and its confirmation (``outcome``)."""
     return TuneResult(
         study_name=study.study_name,
         trials=state_counts(study),
-        seconds={"search": round(search_seconds, 1), **outcome.pop("seconds")},
         fingerprint=fingerprint(run.cpu_count),
         method=describe_method(
-            plan, confirm_top=confirm_top, confirm_windows=confirm_windows, study=study
+            run.plan,
+            confirm_top=confirming.confirm_top,
+            confirm_windows=confirming.confirm_windows,
+            study=study,
         ),
         step=describe_step(run.step),
         space=run.space.to_dict(),
@@ -285,13 +257,6 @@ def _packed_layout(target: Target, config: PipelineConfig) -> dict[str, Any] | N
 
 
 # --------------------------------------------------------------- the steps
-def _check_counts(**counts: int) -> None:
-    """Raise `ConfigError` for a count below 1."""
-    for name, value in counts.items():
-        if value < 1:
-            raise ConfigError(f"{name} must be >= 1, got {value}")
-
-
 def _format_advice(
     run: Tuning,
     how: Remeasure,
@@ -322,31 +287,22 @@ def _format_advice(
 
 
 def _confirm_and_advise(
-    study: Any,
-    run: Tuning,
-    *,
-    confirm_top: int,
-    confirm_windows: int,
-    breakdown: bool,
-    advise_format: bool,
-    schema_path: str | None,
-    notes: list[str],
-    target_rate: float | None = None,
+    study: optuna.Study, run: Tuning, options: ConfirmOptions, *, notes: list[str]
 ) -> dict[str, Any]:
     """Confirm the search's top configs, then the verdicts, the gain by knob and the
     format advice (`tuners.confirm`): the `TuneResult` fields they give, ``seconds``
     (without the search's) included."""
-    how = run.remeasure(confirm_windows)
+    how = run.remeasure(options.confirm_windows)
     progress, autotune = run.progress, run.baselines["autotune"]
     t1 = time.time()
-    candidates = top_configs(study, confirm_top)
+    candidates = top_configs(study, options.confirm_top)
     configs = confirmation_configs(autotune, run.current, candidates)
     confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
     confirm_seconds = time.time() - t1
     best_name, best_config = pick_winner(confirmed, candidates, autotune)
     t2 = time.time()
     contributions: tuple[Any, ...] = ()
-    if breakdown and confirmed and best_name != "autotune":
+    if options.breakdown and confirmed and best_name != "autotune":
         contributions = gain_by_knob(how, best_config, autotune, progress=progress, notes=notes)
         # A group measured slower in every round is reverted, and the reverted config
         # confirmed against the winner: the saved config is the one measured best.
@@ -363,7 +319,12 @@ def _confirm_and_advise(
     verdict = verdicts(how, confirmed, best_config, notes=notes)
     t_verdicts = time.time()
     format_result, serial = _format_advice(
-        run, how, best_config, advise=advise_format, schema_path=schema_path, notes=notes
+        run,
+        how,
+        best_config,
+        advise=options.advise_format,
+        schema_path=options.schema_path,
+        notes=notes,
     )
     t4 = time.time()
     return {
@@ -384,7 +345,7 @@ def _confirm_and_advise(
                 base=run.base,
                 serial=serial,
             ),
-            *service_sizing(run.target, best_config, confirmed, target_rate),
+            *service_sizing(run.target, best_config, confirmed, options.target_rate),
         ),
         "confirmation_error": confirmation_error,
         "breakdown": contributions,

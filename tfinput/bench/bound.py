@@ -20,9 +20,11 @@ import numpy as np
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
+from tfinput.measure.options import MeasureOptions
 from tfinput.measure.probes import available_cpus, current_rss_bytes, process_cpu_seconds
 from tfinput.measure.stats import interleave
-from tfinput.measure.windows import ROOFLINE_PLAN, Clock, Progress, Window, run_window
+from tfinput.measure.windows import ROOFLINE_PLAN, Progress, Window, run_window
+from tfinput.options import with_keywords
 
 if TYPE_CHECKING:
     from tfinput.sources import ReadStages
@@ -340,15 +342,10 @@ def roofline(
     pipeline: Any,
     *,
     batch_size: int = 4096,
-    windows: int = ROOFLINE_PLAN.windows,
-    window_batches: int = ROOFLINE_PLAN.window_batches,
-    warmup_batches: int = ROOFLINE_PLAN.warmup_batches,
-    cpu_count: int | None = None,
     configs: Mapping[str, PipelineConfig] | None = None,
-    clock: Clock = time.perf_counter,
-    cpu_clock: Clock = process_cpu_seconds,
-    rss: Callable[[], int] = current_rss_bytes,
+    measurement: MeasureOptions | None = None,
     progress: Progress | None = None,
+    **keywords: Any,
 ) -> Roofline:
     """Measure each stage alone on one core and derive the machine's upper bound.
 
@@ -372,13 +369,14 @@ def roofline(
     Args:
       pipeline: A `tfinput.Pipeline` over TFRecord, Parquet or columnar files.
       batch_size: Batch size of every stage (use the configs' batch size).
-      windows, window_batches, warmup_batches: As in `measure`, per stage (defaults:
-        `ROOFLINE_PLAN`).
-      cpu_count: Cores to scale to (None: the process's affinity mask).
       configs: ``{name: config}`` whose serial stage to probe (default: ``autotune``,
         `PipelineConfig.autotune` at ``batch_size``); their batch size is used.
-      clock, cpu_clock, rss: Injectable probes.
+      measurement: `tfinput.measure.MeasureOptions`: the window counts per stage
+        (default `ROOFLINE_PLAN`), the cores to scale to (None: the affinity mask)
+        and the probes.
       progress: Called after each window.
+      **keywords: Fields of ``measurement`` given directly (``windows=``,
+        ``cpu_count=``, ...); they override ``measurement``'s.
 
     Returns:
       A `Roofline`.
@@ -386,21 +384,23 @@ def roofline(
     Raises:
       SourceError: the pipeline reads none of TFRecord, Parquet, columnar files.
     """
-    cores = cpu_count or available_cpus()
+    options = with_keywords(measurement or MeasureOptions(), keywords, what="roofline")
+    plan = options.plan(ROOFLINE_PLAN, what="roofline")
+    cores = options.cpu_count or available_cpus()
     stages = pipeline_stages(pipeline, batch_size)
     if configs is None:
         configs = {"autotune": PipelineConfig.autotune(batch_size=batch_size)}
     probes = _serial_probes(pipeline, configs)
     window = functools.partial(
         run_window,
-        warmup_batches=warmup_batches,
-        window_batches=window_batches,
-        clock=clock,
-        cpu_clock=cpu_clock,
-        rss=rss,
+        warmup_batches=plan.warmup_batches,
+        window_batches=plan.window_batches,
+        clock=options.clock or time.perf_counter,
+        cpu_clock=options.cpu_clock or process_cpu_seconds,
+        rss=options.rss or current_rss_bytes,
     )
     runners = _stage_runners(window, stages, probes, batch_size)
-    measured = interleave(runners, windows, progress)
+    measured = interleave(runners, plan.windows, progress)
     serial = [
         _serial_stage(n, probes[n][0][1], probes[n][1], measured[_SERIAL + n]) for n in probes
     ]

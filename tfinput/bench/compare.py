@@ -16,11 +16,12 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput.bench.bound import Roofline
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
+from tfinput.measure.options import MeasureOptions
 from tfinput.measure.probes import (
     available_cpus,
     current_rss_bytes,
@@ -29,9 +30,13 @@ from tfinput.measure.probes import (
     process_cpu_seconds,
 )
 from tfinput.measure.stats import ConfigStats, interleave, summarize
-from tfinput.measure.target import Target
+from tfinput.measure.target import BatchFactory, Buildable, Target
 from tfinput.measure.windows import BENCH_PLAN, Clock, Progress, Window, WindowPlan, run_window
+from tfinput.options import with_keywords
 from tfinput.steps.base import Step
+
+if TYPE_CHECKING:
+    from tfinput.pipeline import Pipeline
 
 __all__ = ["BENCH_FORMAT", "BenchResult", "load_configs", "measure", "preset_configs"]
 
@@ -154,20 +159,15 @@ def _saved_config(path: str, batch_size: int | None) -> PipelineConfig:
 
 
 def measure(
-    target: Any,
+    target: Target | Pipeline | Buildable | BatchFactory,
     configs: Mapping[str, PipelineConfig],
     *,
-    step: Callable[[Any], Any] | None = None,
-    windows: int = BENCH_PLAN.windows,
-    window_batches: int = BENCH_PLAN.window_batches,
-    warmup_batches: int = BENCH_PLAN.warmup_batches,
+    step: Step | Callable[[Any], object] | None = None,
     baseline: str | None = None,
-    clock: Clock = time.perf_counter,
-    cpu_clock: Clock = process_cpu_seconds,
-    rss: Callable[[], int] = current_rss_bytes,
-    cpu_count: int | None = None,
+    measurement: MeasureOptions | None = None,
     progress: Progress | None = None,
     roofline_result: Roofline | None = None,
+    **keywords: Any,
 ) -> BenchResult:
     """Measure configs side by side, interleaved window by window.
 
@@ -180,22 +180,17 @@ def measure(
         that owns the loop (``keras_fit``, ``jax``) gets each window's fresh data
         through its ``run_windows`` instead (``model.fit`` hides input waits: their
         stall is None).
-      windows: Windows per config. More windows narrow the spread; five is the
-        least that makes a median meaningful on a noisy machine.
-      window_batches: Timed batches per window. Longer windows average out jitter
-        but cost time; a window should last at least about a second.
-      warmup_batches: Untimed batches at the start of each window (thread start,
-        file opening, buffers filling). Keep it at least ``map_parallelism +
-        prefetch``: batches made while the consumer waited for the first one sit in
-        buffers, and timing them would flatter parallel configs (hence 8 here, more
-        than the tuner's 5: see `WindowPlan`).
       baseline: Config the ratios refer to (default: the first).
-      clock, cpu_clock, rss: Injectable probes (tests pass fakes).
-      cpu_count: CPUs, for utilisation and the record (None: affinity mask).
+      measurement: Window counts, CPUs and probes (`tfinput.measure.MeasureOptions`;
+        the window counts default to `BENCH_PLAN`: a fresh iterator per window, so
+        the warm-up must cover ``map_parallelism + prefetch``).
       progress: Called as ``progress(done, total, window)`` after each window.
       roofline_result: A `Roofline` to express each config as a fraction of its
         prediction (`Roofline.predict`: the parallel bound, with the serial stage of
         the configs it probed).
+      **keywords: Fields of ``measurement`` given directly (``windows=``,
+        ``window_batches=``, ``warmup_batches=``, ``cpu_count=``, ``clock=``,
+        ``cpu_clock=``, ``rss=``); they override ``measurement``'s.
 
     Returns:
       A `BenchResult`.
@@ -204,49 +199,40 @@ def measure(
       ConfigError: no configs, bad counts, or an unknown baseline.
       DataError: the data hold fewer batches than a warm-up plus one.
     """
+    options = with_keywords(measurement or MeasureOptions(), keywords, what="measure")
     if not configs:
         raise ConfigError("benchmark: no configs to measure")
-    plan = WindowPlan.checked(
-        "benchmark", warmup_batches=warmup_batches, windows=windows, window_batches=window_batches
-    )
+    plan = options.plan(BENCH_PLAN, what="benchmark")
     baseline = baseline if baseline is not None else next(iter(configs))
     if baseline not in configs:
         raise ConfigError(f"benchmark: baseline {baseline!r} is not one of {list(configs)}")
     the_step = Step.of(step)
     measured_target = Target.of(target, what="benchmark")
-    cores = cpu_count or available_cpus()
-    factory = measured_target.batches
-    machine_info = machine(cpu_count=cores)
+    cores = options.cpu_count or available_cpus()
+    clock = options.clock or time.perf_counter
     per_config: dict[str, Any] = {}
     runs = {
         name: _config_run(
             name,
             config,
-            factory,
+            measured_target.batches,
             the_step,
             plan,
             per_config,
             clock=clock,
-            cpu_clock=cpu_clock,
-            rss=rss,
+            cpu_clock=options.cpu_clock or process_cpu_seconds,
+            rss=options.rss or current_rss_bytes,
         )
         for name, config in configs.items()
     }
     measured = interleave(runs, plan.windows, progress)
-    stats = summarize(
-        measured,
-        configs=configs,
-        baseline=baseline,
-        cpu_count=cores,
-        bound=(
-            {name: roofline_result.predict(name).bound for name in configs}
-            if roofline_result
-            else None
-        ),
-    )
+    bound = None
+    if roofline_result is not None:
+        bound = {name: roofline_result.predict(name).bound for name in configs}
+    stats = summarize(measured, configs=configs, baseline=baseline, cpu_count=cores, bound=bound)
     return BenchResult(
         method=_method(plan, the_step, per_config, clock, measured_target),
-        machine=machine_info,
+        machine=machine(cpu_count=cores),
         baseline=baseline,
         results=tuple(stats),
         roofline=roofline_result,

@@ -76,6 +76,13 @@ The package, one job per module: `tfinput.convert.sniff` (inputs, formats, CSV l
 
 from __future__ import annotations
 
+from tfinput.convert.options import (
+    ColumnOptions,
+    ConvertOptions,
+    RayOptions,
+    ReadOptions,
+    WriteOptions,
+)
 from tfinput.convert.presets import PRESETS, preset_schema
 from tfinput.convert.readers import BLOCK_SIZE
 from tfinput.convert.readers import TYPED_BLOCK_ROWS as TYPED_BLOCK_ROWS
@@ -91,7 +98,12 @@ __all__ = [
     "MAX_REPORTED",
     "PRESETS",
     "BadRow",
+    "ColumnOptions",
+    "ConvertOptions",
     "ConvertResult",
+    "RayOptions",
+    "ReadOptions",
+    "WriteOptions",
     "convert",
     "preset_schema",
 ]

@@ -56,21 +56,21 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tfinput.convert.options import SPLIT_BYTES, ConvertOptions, RayOptions
 from tfinput.convert.plan import Column
-from tfinput.convert.readers import BLOCK_SIZE, CsvReader, typed_batches
+from tfinput.convert.readers import CsvReader, typed_batches
 from tfinput.convert.results import MAX_REPORTED, BadRow, BadRowLog, ConvertResult
-from tfinput.convert.run import open_inputs
+from tfinput.convert.run import converted, open_inputs
 from tfinput.convert.sniff import Layout, sniff_layout
 from tfinput.convert.writers import Shards, prepare_out_dir
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
+from tfinput.options import with_keywords
 from tfinput.schema import Schema
 
 __all__ = ["ENGINES", "SPLIT_BYTES", "convert_ray"]
 
 #: Conversion engines of ``tfinput convert --engine``.
 ENGINES = ("local", "ray")
-#: Bytes of uncompressed CSV per Ray task (pieces start and end at line breaks).
-SPLIT_BYTES = 32 << 20
 #: Where the tasks write, inside ``out_dir``, before the driver joins their files.
 _PARTS_DIR = ".ray-parts"
 _ERRORS = {e.__name__: e for e in (ConfigError, DataError, SchemaError, SourceError)}
@@ -81,26 +81,10 @@ def convert_ray(
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
     *,
-    ray_address: str | None = None,
-    num_cpus: int | None = None,
-    split_bytes: int = SPLIT_BYTES,
-    to: str = "parquet",
-    schema: Schema | None = None,
-    preset: str | None = None,
-    input_format: str = "auto",
-    delimiter: str | None = None,
-    header: bool | str = "auto",
-    column_names: Sequence[str] | None = None,
-    list_columns: Mapping[str, str] | None = None,
-    label: str | None = None,
-    hash_buckets: int | None = None,
-    rows_per_file: int = 1_000_000,
-    chunk_rows: int = 1024,
-    on_bad_rows: str = "error",
-    infer_rows: int = 10_000,
-    overwrite: bool = False,
-    block_size: int = BLOCK_SIZE,
+    options: ConvertOptions | None = None,
+    ray: RayOptions | None = None,
     progress: Callable[[int, int], None] | None = None,
+    **keywords: Any,
 ) -> ConvertResult:
     """`tfinput.convert.convert` on Ray Data: the same output rows and values, written by
     many tasks (see the module docstring for how the work is cut and the order).
@@ -108,17 +92,12 @@ def convert_ray(
     Args:
       inputs: As for `convert`.
       out_dir: As for `convert`; on a cluster, a path every node sees.
-      ray_address: The Ray cluster to connect to (``ray.init(address=...)``, for example
-        ``auto`` or ``ray://head:10001``); None starts a local Ray instance, unless Ray
-        is already initialized in this process (then that one is used).
-      num_cpus: CPUs of the local Ray instance started here, and at most that many
-        tasks at once on a cluster; None: all of them.
-      split_bytes: Bytes of uncompressed CSV per task.
-      to, schema, preset, input_format, delimiter, header, column_names, list_columns,
-      label, hash_buckets, rows_per_file, chunk_rows, on_bad_rows, infer_rows,
-      overwrite, block_size: As for `convert` (``rows_per_file`` counts per task: each
-        task starts its own files).
+      options: As for `convert` (``rows_per_file`` counts per task: each task starts
+        its own files).
+      ray: `RayOptions`: the cluster, the CPUs and the bytes per task.
       progress: Called once as ``progress(total_bytes, total_bytes)`` when done.
+      **keywords: Fields of ``ray`` (``ray_address=``, ``num_cpus=``,
+        ``split_bytes=``) or of the groups of ``options``, given directly.
 
     Returns:
       A `ConvertResult`, as `convert` returns it.
@@ -127,60 +106,36 @@ def convert_ray(
       ConfigError: Ray is not installed (``pip install 'tfinput[ray]'``), or an invalid
         argument.
       SourceError, SchemaError, DataError: as `convert` raises them.
+      TypeError: a keyword that is no field of the options.
     """
-    for name, value in (("split_bytes", split_bytes), ("num_cpus", num_cpus)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise ConfigError(f"convert --engine ray: {name} must be an int >= 1, got {value!r}")
-    ray = _import_ray()
-    source, plan, dropped = open_inputs(
-        inputs,
-        to=to,
-        schema=schema,
-        preset=preset,
-        input_format=input_format,
-        delimiter=delimiter,
-        header=header,
-        column_names=column_names,
-        list_columns=list_columns,
-        label=label,
-        hash_buckets=hash_buckets,
-        rows_per_file=rows_per_file,
-        chunk_rows=chunk_rows,
-        on_bad_rows=on_bad_rows,
-        infer_rows=infer_rows,
-        block_size=block_size,
-    )
-    paths, kind = source.paths, source.kind
+    given = _RayRun(convert=options or ConvertOptions(), ray=ray or RayOptions())
+    run = with_keywords(given, keywords, what="convert_ray")
+    opts, where = run.convert, run.ray
+    _check_ray(where)
+    ray_module = _import_ray()
+    source, plan, dropped = open_inputs(inputs, opts)
+    paths, kind, write = source.paths, source.kind, opts.write
     layouts = _layouts(paths, source.layout, source.layout_args) if kind == "csv" else {}
-    pieces = _pieces(paths, kind=kind, split_bytes=split_bytes, layouts=layouts)
+    pieces = _pieces(paths, kind=kind, split_bytes=where.split_bytes, layouts=layouts)
     out = Path(out_dir)
-    prepare_out_dir(out, overwrite)
+    prepare_out_dir(out, write.overwrite)
     parts = out / _PARTS_DIR
     shutil.rmtree(parts, ignore_errors=True)
     job = _Job(
         parts=str(parts / uuid.uuid4().hex[:8]),
         kind=kind,
-        to=to,
+        to=write.to,
         schema=source.schema,
         plan=dict(plan),
-        rows_per_file=rows_per_file,
-        chunk_rows=chunk_rows,
-        stop_at_bad=on_bad_rows == "error",
-        block_size=block_size,
+        rows_per_file=write.rows_per_file,
+        chunk_rows=write.chunk_rows,
+        stop_at_bad=opts.read.on_bad_rows == "error",
+        block_size=opts.read.block_size,
     )
-    started = _start_ray(ray, ray_address, num_cpus)
+    started = _start_ray(ray_module, where.ray_address, where.num_cpus)
     try:
-        reports = _run(ray, pieces, job, num_cpus)
-        log = BadRowLog(on_bad_rows=on_bad_rows, unit="line" if kind == "csv" else "row")
-        bad, skipped = _bad_rows(reports, pieces, paths, stop=on_bad_rows == "error")
-        for row in bad:
-            log.add(row.path, row.line, row.reason)  # raises the first one with "error"
-        rows = sum(r["rows"] for r in reports)
-        if rows == 0:
-            first_bad = f"; first bad row: {bad[0]}" if bad else ""
-            raise DataError(f"convert: no valid rows in {paths}" + first_bad)
+        reports = _run(ray_module, pieces, job, where.num_cpus)
+        log = _checked_reports(reports, pieces, paths, opts.read.on_bad_rows, kind=kind)
         files = _join(out, reports, job)
     except BaseException:
         _remove_outputs(out)
@@ -188,27 +143,62 @@ def convert_ray(
     finally:
         shutil.rmtree(parts, ignore_errors=True)
         if started:
-            ray.shutdown()
-    schema_path = str(out / "schema.json")
-    source.schema.to_json(schema_path)
+            ray_module.shutdown()
     if progress is not None:
         total = sum(os.path.getsize(p) for p in paths)
         progress(total, total)
-    return ConvertResult(
-        paths=tuple(files),
-        schema=source.schema,
-        schema_path=schema_path,
-        format=to,
-        rows=rows,
-        skipped=skipped,
-        bad_rows=tuple(log.reported),
-        blank_lines=sum(r["blank"] for r in reports),
-        dropped_columns=dropped,
-        delimiter=source.layout.delimiter if source.layout else "",
-        header=source.layout.header if source.layout else False,
-        input_format=kind,
-        manifest_path=str(out / "manifest.json") if to == "columnar" else None,
+    return converted(
+        source,
+        out,
+        write.to,
+        files=files,
+        rows=sum(r["rows"] for r in reports),
+        log=log,
+        blank=sum(r["blank"] for r in reports),
+        dropped=dropped,
     )
+
+
+def _check_ray(where: RayOptions) -> None:
+    """Raise `ConfigError` for a ``split_bytes`` or ``num_cpus`` that is no int >= 1."""
+    for name, value in (("split_bytes", where.split_bytes), ("num_cpus", where.num_cpus)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ConfigError(f"convert --engine ray: {name} must be an int >= 1, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _RayRun:
+    """`convert_ray`'s two options objects, so that one keyword maps onto either."""
+
+    convert: ConvertOptions
+    ray: RayOptions
+
+
+def _checked_reports(
+    reports: list[dict[str, Any]],
+    pieces: list[dict[str, Any]],
+    paths: list[str],
+    on_bad_rows: str,
+    *,
+    kind: str,
+) -> BadRowLog:
+    """The tasks' bad rows in input order (the first one raised with ``error``), and
+    no valid row at all refused.
+
+    Raises:
+      DataError: a bad row with ``on_bad_rows="error"``, or no valid row.
+    """
+    log = BadRowLog(on_bad_rows=on_bad_rows, unit="line" if kind == "csv" else "row")
+    bad, skipped = _bad_rows(reports, pieces, paths, stop=on_bad_rows == "error")
+    for row in bad:
+        log.add(row.path, row.line, row.reason)  # raises the first one with "error"
+    if sum(r["rows"] for r in reports) == 0:
+        first_bad = f"; first bad row: {bad[0]}" if bad else ""
+        raise DataError(f"convert: no valid rows in {paths}" + first_bad)
+    log.skipped = skipped
+    return log
 
 
 # ------------------------------------------------------------------- driver

@@ -9,39 +9,27 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tfinput.convert.options import ConvertOptions
 from tfinput.convert.plan import Column, match_columns, plan_columns
 from tfinput.convert.presets import PRESET_LISTS, PRESETS, preset_schema
-from tfinput.convert.readers import BLOCK_SIZE, Blocks, csv_batches, typed_batches, typed_names
+from tfinput.convert.readers import Blocks, csv_batches, typed_batches, typed_names
 from tfinput.convert.results import BadRowLog, ConvertResult
 from tfinput.convert.sniff import Layout, detect_input_format, resolve_inputs, sniff_layout
 from tfinput.convert.writers import FORMATS, ColumnarShards, Shards, open_shards, prepare_out_dir
 from tfinput.errors import ConfigError, DataError, SchemaError
+from tfinput.options import with_keywords
 from tfinput.schema import Schema
 
-__all__ = ["convert", "open_inputs"]
+__all__ = ["convert", "converted", "open_inputs"]
 
 
 def convert(
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
     *,
-    to: str = "parquet",
-    schema: Schema | None = None,
-    preset: str | None = None,
-    input_format: str = "auto",
-    delimiter: str | None = None,
-    header: bool | str = "auto",
-    column_names: Sequence[str] | None = None,
-    list_columns: Mapping[str, str] | None = None,
-    label: str | None = None,
-    hash_buckets: int | None = None,
-    rows_per_file: int = 1_000_000,
-    chunk_rows: int = 1024,
-    on_bad_rows: str = "error",
-    infer_rows: int = 10_000,
-    overwrite: bool = False,
-    block_size: int = BLOCK_SIZE,
+    options: ConvertOptions | None = None,
     progress: Callable[[int, int], None] | None = None,
+    **keywords: Any,
 ) -> ConvertResult:
     """Convert CSV/TSV, Parquet or tf.Example TFRecord files into sharded Parquet,
     TFRecord or columnar files plus ``schema.json``.
@@ -50,40 +38,12 @@ def convert(
       inputs: Files or glob patterns, read in order (``.gz``/``.bz2`` CSV decompressed,
         ``.tfrecord.gz``/``.zz`` TFRecord too).
       out_dir: Output directory; it must be empty unless ``overwrite``.
-      to: ``parquet`` (what `tfinput.parquet` reads), ``tfrecord`` (``tf.train.Example``
-        records, for `tfinput.tfrecord`) or ``columnar`` (pre-batched columnar records
-        plus ``manifest.json``, for `tfinput.columnar`: the fastest to read, and native).
-      schema: The schema to write; its source columns must exist in the input.
-        Overrides ``preset`` kinds and inference.
-      preset: ``criteo`` or ``movielens`` (see the `tfinput.convert` docstring).
-      input_format: ``auto`` (by extension: ``.parquet``/``.pq`` is Parquet,
-        ``.tfrecord[s]``/``.tfr`` (optionally ``.gz``/``.zz``) is TFRecord, anything
-        else CSV/TSV), ``csv``, ``parquet`` or ``tfrecord``.
-      delimiter: Field delimiter; None sniffs it from the first lines (CSV only).
-      header: ``"auto"`` (sniffed), True or False (CSV only).
-      column_names: Names of the columns, for files without a header (CSV only).
-      list_columns: ``{column: item delimiter}`` for multi-valued CSV columns, for
-        example ``{"genres": "|"}``. Multi-hot columns of a schema default to ``|``.
-      label: The label column when inferring (default: every column named one of
-        `LABEL_NAMES`, in any case).
-      hash_buckets: Table rows for hashed string columns (and folded int id tables)
-        of presets (default 100,000) and of inferred schemas (default: 4 x distinct
-        values seen, rounded up to a power of two, as ``tfinput schema infer``). More
-        rows mean fewer collisions and a bigger embedding table.
-      rows_per_file: Rows per output file (columnar: rounded up to whole chunks).
-        Several files let readers interleave and shard across input pipelines; each
-        should still hold many batches.
-      chunk_rows: Columnar only: rows per record. Batch sizes that are a multiple of
-        it are assembled without per-row work; smaller chunks shuffle at a finer grain.
-      on_bad_rows: ``error`` (raise at the first bad row) or ``skip`` (leave bad rows
-        out and count them).
-      infer_rows: Rows sampled from the first input to infer kinds (no schema/preset).
-      overwrite: Replace the ``part-*`` files, ``schema.json`` and ``manifest.json`` of
-        ``out_dir``.
-      block_size: Bytes of CSV parsed at a time. Memory grows with it; a record must
-        fit in one block; smaller blocks mean more Python work per byte.
+      options: A `ConvertOptions`: how the inputs are read (`ReadOptions`), what the
+        columns are (`ColumnOptions`) and what is written (`WriteOptions`).
       progress: Called as ``progress(bytes_read, total_bytes)`` (compressed bytes for
         compressed inputs) as blocks are read.
+      **keywords: Fields of the groups of ``options`` given directly (``to=``,
+        ``preset=``, ``delimiter=``, ``rows_per_file=``, ...); they override ``options``.
 
     Returns:
       A `ConvertResult` with counts, the output paths and the schema.
@@ -93,43 +53,46 @@ def convert(
       SchemaError: the schema's columns are not in the input.
       DataError: a bad row with ``on_bad_rows="error"``, or no valid row at all.
       ConfigError: an invalid argument.
+      TypeError: a keyword that is no field of the options.
     """
-    source, plan, dropped = open_inputs(
-        inputs,
-        to=to,
-        schema=schema,
-        preset=preset,
-        input_format=input_format,
-        delimiter=delimiter,
-        header=header,
-        column_names=column_names,
-        list_columns=list_columns,
-        label=label,
-        hash_buckets=hash_buckets,
-        rows_per_file=rows_per_file,
-        chunk_rows=chunk_rows,
-        on_bad_rows=on_bad_rows,
-        infer_rows=infer_rows,
-        block_size=block_size,
-    )
+    opts = with_keywords(options or ConvertOptions(), keywords, what="convert")
+    read, write = opts.read, opts.write
+    source, plan, dropped = open_inputs(inputs, opts)
     paths, kind = source.paths, source.kind
     out = Path(out_dir)
-    prepare_out_dir(out, overwrite)
+    prepare_out_dir(out, write.overwrite)
     shards = open_shards(
         out,
-        to=to,
+        to=write.to,
         schema=source.schema,
         plan=plan,
-        rows_per_file=rows_per_file,
-        chunk_rows=chunk_rows,
+        rows_per_file=write.rows_per_file,
+        chunk_rows=write.chunk_rows,
     )
     on_read = _ByteProgress(sum(os.path.getsize(p) for p in paths), progress)
-    blocks = source.blocks(plan, block_size=block_size, on_read=on_read)
-    log = BadRowLog(on_bad_rows=on_bad_rows, unit="line" if kind == "csv" else "row")
+    blocks = source.blocks(plan, block_size=read.block_size, on_read=on_read)
+    log = BadRowLog(on_bad_rows=read.on_bad_rows, unit="line" if kind == "csv" else "row")
     files, rows, blank = _write_blocks(blocks, shards, log)
     if rows == 0:
         first_bad = f"; first bad row: {log.reported[0]}" if log.reported else ""
         raise DataError(f"convert: no valid rows in {paths}" + first_bad)
+    return converted(
+        source, out, write.to, files=files, rows=rows, log=log, blank=blank, dropped=dropped
+    )
+
+
+def converted(
+    source: _Source,
+    out: Path,
+    to: str,
+    *,
+    files: Sequence[str],
+    rows: int,
+    log: BadRowLog,
+    blank: int,
+    dropped: list[str],
+) -> ConvertResult:
+    """The finished conversion's result, ``schema.json`` written beside the files."""
     schema_path = str(out / "schema.json")
     source.schema.to_json(schema_path)
     return ConvertResult(
@@ -144,61 +107,56 @@ def convert(
         dropped_columns=dropped,
         delimiter=source.layout.delimiter if source.layout else "",
         header=source.layout.header if source.layout else False,
-        input_format=kind,
+        input_format=source.kind,
         manifest_path=str(out / "manifest.json") if to == "columnar" else None,
     )
 
 
 def open_inputs(
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    *,
-    to: str,
-    schema: Schema | None,
-    preset: str | None,
-    input_format: str,
-    delimiter: str | None,
-    header: bool | str,
-    column_names: Sequence[str] | None,
-    list_columns: Mapping[str, str] | None,
-    label: str | None,
-    hash_buckets: int | None,
-    rows_per_file: int,
-    chunk_rows: int,
-    on_bad_rows: str,
-    infer_rows: int,
-    block_size: int,
+    options: ConvertOptions,
 ) -> tuple[_Source, dict[str, Column], list[str]]:
-    """The checked arguments' inputs, as every engine converts them: the source (files,
+    """The checked options' inputs, as every engine converts them: the source (files,
     kind, layout and output schema), the column plan and the input columns left out.
 
-    Arguments as for `convert`; raises what `convert` raises for them.
+    Raises what `convert` raises for its arguments.
     """
+    read, columns, write = options.read, options.columns, options.write
+    preset, schema, hash_buckets = columns.preset, columns.schema, columns.hash_buckets
     _check_arguments(
-        to=to,
-        on_bad_rows=on_bad_rows,
+        to=write.to,
+        on_bad_rows=read.on_bad_rows,
         preset=preset,
-        delimiter=delimiter,
+        delimiter=read.delimiter,
         sizes={
-            "rows_per_file": rows_per_file,
-            "chunk_rows": chunk_rows,
-            "infer_rows": infer_rows,
-            "block_size": block_size,
+            "rows_per_file": write.rows_per_file,
+            "chunk_rows": write.chunk_rows,
+            "infer_rows": columns.infer_rows,
+            "block_size": read.block_size,
         },
     )
     paths = resolve_inputs(inputs)
-    kind = detect_input_format(paths, input_format)
+    kind = detect_input_format(paths, read.input_format)
     lists = dict(PRESET_LISTS.get(preset or "", {}))
-    lists.update(list_columns or {})
+    lists.update(read.list_columns or {})
     if schema is None and preset is not None:
         schema = preset_schema(preset, hash_buckets=hash_buckets or 100_000)
     source = _open_source(
         paths,
         kind=kind,
         schema=schema,
-        csv_options={"delimiter": delimiter, "header": header, "column_names": column_names},
+        csv_options={
+            "delimiter": read.delimiter,
+            "header": read.header,
+            "column_names": read.column_names,
+        },
         preset=preset,
         lists=lists,
-        inference={"label": label, "infer_rows": infer_rows, "hash_buckets": hash_buckets},
+        inference={
+            "label": columns.label,
+            "infer_rows": columns.infer_rows,
+            "hash_buckets": hash_buckets,
+        },
     )
     plan = plan_columns(source.schema, lists)
     dropped = match_columns(plan, names=source.names, names_from=source.names_from, path=paths[0])

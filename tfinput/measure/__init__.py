@@ -8,6 +8,8 @@ tune and profile (`tfinput.bench`, `tuners`, `profiles`), which all measure with
   `consecutive_windows`);
 - `tfinput.measure.stats`: windows of several configs interleaved and summarised
   (`ConfigStats`, `summarize`);
+- `tfinput.measure.options`: `MeasureOptions` (the plan's counts, the CPUs, the
+  probes), what bench and the tuner take as ``measurement=``;
 - `tfinput.measure.probes`: clocks, CPU and memory counters, the CPU count, the
   machine record.
 
@@ -18,6 +20,7 @@ without sleeping.
 
 from __future__ import annotations
 
+from tfinput.measure.options import MeasureOptions
 from tfinput.measure.probes import (
     available_cpus,
     current_rss_bytes,
@@ -41,6 +44,7 @@ from tfinput.measure.windows import (
 __all__ = [
     "BENCH_PLAN",
     "CAPTURE_PLAN",
+    "MeasureOptions",
     "ROOFLINE_PLAN",
     "TUNER_PLAN",
     "Window",

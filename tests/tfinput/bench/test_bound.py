@@ -8,6 +8,7 @@ from tfinput import bench
 from tfinput.bench.bound import FULL_DESCRIPTION, pipeline_stages
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, SourceError
+from tfinput.measure.options import MeasureOptions
 
 
 def _stage(name, cpu_rate, *, wall=None, cores=1.0):
@@ -133,6 +134,17 @@ def test_roofline_on_real_files(pipeline_of, fmt):
     assert rl.stage("full").description == FULL_DESCRIPTION
     # Only TFRecord hands records over one by one; the default probes autotune.
     assert [s.config for s in rl.serial] == (["autotune"] if fmt == "tfrecord" else [])
+
+
+def test_roofline_measures_with_the_roofline_plan_unless_told(pipeline_of):
+    rl = bench.roofline(pipeline_of("columnar"), batch_size=64, cpu_count=2)
+    assert {len(s.windows) for s in rl.stages} == {bench.ROOFLINE_PLAN.windows}
+    told = bench.roofline(
+        pipeline_of("columnar"),
+        batch_size=64,
+        measurement=MeasureOptions(windows=1, window_batches=1, warmup_batches=0, cpu_count=2),
+    )
+    assert {len(s.windows) for s in told.stages} == {1}
 
 
 def test_roofline_probes_the_serial_stage_of_each_config(pipeline_of):

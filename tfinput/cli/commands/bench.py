@@ -10,6 +10,7 @@ from tfinput.cli.args import add_output_arguments, add_source_arguments, count, 
 from tfinput.cli.console import console, progress
 from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
+from tfinput.measure.options import MeasureOptions
 
 __all__ = ["BENCH_COMMAND", "print_bench", "roofline_lines"]
 
@@ -64,6 +65,16 @@ def _fmt_rate(x: float | None) -> str:
     return f"{x / 1e3:,.1f}k" if x < 1e6 else f"{x / 1e6:,.2f}M"
 
 
+def _measurement(args: argparse.Namespace) -> MeasureOptions:
+    """The measurement ``tfinput bench``'s arguments ask for."""
+    return MeasureOptions(
+        windows=args.windows,
+        window_batches=args.window_batches,
+        warmup_batches=args.warmup_batches,
+        cpu_count=args.cpu_count,
+    )
+
+
 def _bench(args: argparse.Namespace) -> int:
     """Measure configs side by side (and optionally the roofline)."""
     from tfinput import bench, steps
@@ -108,11 +119,8 @@ def _bench(args: argparse.Namespace) -> int:
             pipeline,
             configs,
             step=step,
-            windows=args.windows,
-            window_batches=args.window_batches,
-            warmup_batches=args.warmup_batches,
             baseline=args.baseline,
-            cpu_count=args.cpu_count,
+            measurement=_measurement(args),
             roofline_result=rl,
             progress=lambda done, total, w: bar.update(
                 task,

@@ -6,18 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput.cli.args import add_output_arguments, count, delimiter, list_columns
 from tfinput.cli.console import console, progress
 from tfinput.cli.registry import Command
 
+if TYPE_CHECKING:
+    from tfinput.convert.options import ConvertOptions
+
 __all__ = ["CONVERT_COMMAND"]
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from tfinput.convert import PRESETS
-
+    """The command's arguments, grouped as `ConvertOptions` groups them."""
     p.add_argument(
         "inputs",
         nargs="+",
@@ -27,58 +29,76 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--out", "-o", required=True, help="output directory (must be empty)")
-    p.add_argument(
-        "--to",
-        choices=["parquet", "tfrecord", "columnar"],
-        default="parquet",
-        help="output format (columnar: pre-batched records + manifest.json, see docs/columnar.md)",
-    )
-    p.add_argument(
+    _read_arguments(p.add_argument_group("reading"))
+    _column_arguments(p.add_argument_group("columns"))
+    _write_arguments(p.add_argument_group("writing"))
+    _engine_arguments(p.add_argument_group("distributed conversion (Ray Data)"))
+    add_output_arguments(p, json_help="machine-readable summary")
+
+
+def _read_arguments(r: argparse._ArgumentGroup) -> None:
+    r.add_argument(
         "--input-format",
         choices=["auto", "csv", "parquet", "tfrecord"],
         default="auto",
         help="input format (default: by extension)",
     )
-    p.add_argument(
-        "--chunk-rows",
-        type=count,
-        default=1024,
-        help="columnar: rows per record; batch sizes that are multiples read fastest "
-        "(default 1024)",
-    )
-    p.add_argument("--preset", choices=list(PRESETS), help="known layout and schema")
-    p.add_argument("--schema", help="schema JSON to convert to (overrides preset/inference)")
-    p.add_argument("--delimiter", help="field delimiter: a character, tab, comma... (sniffed)")
-    p.add_argument("--header", choices=["auto", "yes", "no"], default="auto")
-    p.add_argument("--columns", help="comma-separated column names (files without a header)")
-    p.add_argument(
+    r.add_argument("--delimiter", help="field delimiter: a character, tab, comma... (sniffed)")
+    r.add_argument("--header", choices=["auto", "yes", "no"], default="auto")
+    r.add_argument("--columns", help="comma-separated column names (files without a header)")
+    r.add_argument(
         "--list-column",
         action="append",
         metavar="NAME[=DELIM]",
         help="a multi-valued column and its item delimiter (default |); repeatable",
     )
-    p.add_argument("--label", help="label column when inferring the schema")
-    p.add_argument(
+    r.add_argument(
+        "--on-bad-rows",
+        choices=["error", "skip"],
+        default="error",
+        help="stop at the first bad row, or skip and count bad rows",
+    )
+
+
+def _column_arguments(c: argparse._ArgumentGroup) -> None:
+    from tfinput.convert import PRESETS
+
+    c.add_argument("--preset", choices=list(PRESETS), help="known layout and schema")
+    c.add_argument("--schema", help="schema JSON to convert to (overrides preset/inference)")
+    c.add_argument("--label", help="label column when inferring the schema")
+    c.add_argument(
         "--hash-buckets",
         type=count,
         default=None,
         help="table rows of hashed string columns (default: 100k with a preset; as "
         "`tfinput schema infer` when inferring: 4x the distinct values seen)",
     )
-    p.add_argument("--rows-per-file", type=count, default=1_000_000)
-    p.add_argument(
-        "--on-bad-rows",
-        choices=["error", "skip"],
-        default="error",
-        help="stop at the first bad row, or skip and count bad rows",
+    c.add_argument("--infer-rows", type=count, default=10_000)
+
+
+def _write_arguments(w: argparse._ArgumentGroup) -> None:
+    w.add_argument(
+        "--to",
+        choices=["parquet", "tfrecord", "columnar"],
+        default="parquet",
+        help="output format (columnar: pre-batched records + manifest.json, see docs/columnar.md)",
     )
-    p.add_argument("--infer-rows", type=count, default=10_000)
-    p.add_argument(
+    w.add_argument("--rows-per-file", type=count, default=1_000_000)
+    w.add_argument(
+        "--chunk-rows",
+        type=count,
+        default=1024,
+        help="columnar: rows per record; batch sizes that are multiples read fastest "
+        "(default 1024)",
+    )
+    w.add_argument(
         "--overwrite",
         action="store_true",
         help="replace part-* files (and schema.json, manifest.json) in --out",
     )
-    e = p.add_argument_group("distributed conversion (Ray Data)")
+
+
+def _engine_arguments(e: argparse._ArgumentGroup) -> None:
     e.add_argument(
         "--engine",
         choices=["local", "ray"],
@@ -103,43 +123,18 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="--engine ray: MB of uncompressed CSV per task (default 32)",
     )
-    add_output_arguments(p, json_help="machine-readable summary")
 
 
 def _convert(args: argparse.Namespace) -> int:
     """Convert CSV/TSV, Parquet or TFRecord to Parquet, TFRecord or columnar records."""
-    from tfinput.schema import Schema
-
-    lists = list_columns(args.list_column)
-    header: bool | str = {"auto": "auto", "yes": True, "no": False}[args.header]
-    schema_path = args.schema or (None if args.preset else _schema_beside(args.inputs))
-    schema = Schema.from_json(schema_path) if schema_path else None
-    if schema_path and not args.schema and not args.json:
-        console().print(
-            f"schema: {schema_path} (found beside the inputs; --schema to choose another)",
-            markup=False,
-        )
+    options = _options(args)
     run, engine_options = _engine(args)
     with progress() as bar:
         task = bar.add_task("converting", total=None)
         result = run(
             args.inputs,
             args.out,
-            to=args.to,
-            schema=schema,
-            preset=args.preset,
-            input_format=args.input_format,
-            delimiter=delimiter(args.delimiter) if args.delimiter else None,
-            header=header,
-            column_names=args.columns.split(",") if args.columns else None,
-            list_columns=lists,
-            label=args.label,
-            hash_buckets=args.hash_buckets,
-            rows_per_file=args.rows_per_file,
-            chunk_rows=args.chunk_rows,
-            on_bad_rows=args.on_bad_rows,
-            infer_rows=args.infer_rows,
-            overwrite=args.overwrite,
+            options=options,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
             **engine_options,
         )
@@ -148,6 +143,43 @@ def _convert(args: argparse.Namespace) -> int:
     else:
         _print_summary(result, args.out)
     return 0
+
+
+def _options(args: argparse.Namespace) -> ConvertOptions:
+    """The `ConvertOptions` ``tfinput convert``'s arguments ask for (the one place they
+    map); the schema found beside the inputs is said unless ``--json``."""
+    from tfinput.convert.options import ColumnOptions, ConvertOptions, ReadOptions, WriteOptions
+    from tfinput.schema import Schema
+
+    schema_path = args.schema or (None if args.preset else _schema_beside(args.inputs))
+    if schema_path and not args.schema and not args.json:
+        console().print(
+            f"schema: {schema_path} (found beside the inputs; --schema to choose another)",
+            markup=False,
+        )
+    return ConvertOptions(
+        read=ReadOptions(
+            input_format=args.input_format,
+            delimiter=delimiter(args.delimiter) if args.delimiter else None,
+            header={"auto": "auto", "yes": True, "no": False}[args.header],
+            column_names=args.columns.split(",") if args.columns else None,
+            list_columns=list_columns(args.list_column),
+            on_bad_rows=args.on_bad_rows,
+        ),
+        columns=ColumnOptions(
+            schema=Schema.from_json(schema_path) if schema_path else None,
+            preset=args.preset,
+            label=args.label,
+            hash_buckets=args.hash_buckets,
+            infer_rows=args.infer_rows,
+        ),
+        write=WriteOptions(
+            to=args.to,
+            rows_per_file=args.rows_per_file,
+            chunk_rows=args.chunk_rows,
+            overwrite=args.overwrite,
+        ),
+    )
 
 
 def _schema_beside(inputs: list[str]) -> str | None:
@@ -180,13 +212,15 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         from tfinput.convert import convert
 
         return convert, {}
-    from tfinput.convert.ray_engine import SPLIT_BYTES, convert_ray
+    from tfinput.convert.options import SPLIT_BYTES, RayOptions
+    from tfinput.convert.ray_engine import convert_ray
 
-    return convert_ray, {
-        "ray_address": args.ray_address,
-        "num_cpus": args.ray_cpus,
-        "split_bytes": args.split_mb << 20 if args.split_mb else SPLIT_BYTES,
-    }
+    ray = RayOptions(
+        ray_address=args.ray_address,
+        num_cpus=args.ray_cpus,
+        split_bytes=args.split_mb << 20 if args.split_mb else SPLIT_BYTES,
+    )
+    return convert_ray, {"ray": ray}
 
 
 def _print_summary(result: Any, out_dir: str) -> None:

@@ -1,0 +1,40 @@
+"""`MeasureOptions`: the plan from a default, the given clocks, and bench's keywords."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tests.tfinput.bench.conftest import FakeClock
+from tfinput import bench
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError
+from tfinput.measure.options import MeasureOptions
+
+
+def test_measure_options_fill_the_plan_from_a_default_and_keep_given_clocks():
+    options = MeasureOptions(windows=3)
+    assert options.plan(bench.BENCH_PLAN, what="x") == bench.WindowPlan(
+        warmup_batches=8, windows=3, window_batches=20
+    )
+    with pytest.raises(ConfigError, match=r"^tune: windows must be an int >= 1, got 0$"):
+        MeasureOptions(windows=0).plan(bench.TUNER_PLAN, what="tune")
+    clock = FakeClock()
+    assert MeasureOptions(clock=clock).clocks() == {"clock": clock}
+    assert MeasureOptions().clocks() == {}
+
+
+def test_bench_keywords_are_fields_of_the_measurement_and_override_it():
+    ticks = itertools.count()
+    result = bench.measure(
+        lambda config: itertools.repeat(np.zeros((4, 1))),
+        {"only": PipelineConfig()},
+        measurement=MeasureOptions(windows=2, window_batches=3, warmup_batches=1),
+        windows=1,
+        clock=lambda: float(next(ticks)),
+    )
+    assert (result.method["windows"], result.method["window_batches"]) == (1, 3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'window'"):
+        bench.measure(lambda config: [], {"only": PipelineConfig()}, window=1)

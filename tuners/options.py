@@ -1,0 +1,141 @@
+"""What `tuners.tune` takes besides the pipeline, the step and the space: one frozen
+`TuneOptions` of four small groups.
+
+    options = tuners.TuneOptions(
+        search=tuners.SearchOptions(n_trials=50, timeout=3600),
+        study=tuners.StudyOptions(storage="postgresql://db/tune", study_name="ranker"),
+    )
+    result = tuners.tune(pipeline, step=step, options=options)
+
+Every field is also a keyword of `tune` (``tune(pipeline, n_trials=50)``), which
+overrides the same field of ``options``. ``tfinput tune`` maps its arguments onto
+these objects in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from tfinput.measure.options import MeasureOptions
+from tfinput.options import check_counts
+from tuners.storage import GRACE_PERIOD, HEARTBEAT_INTERVAL
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = [
+    "ConfirmOptions",
+    "MAX_CONSECUTIVE_FAILURES",
+    "MeasureOptions",
+    "SearchOptions",
+    "StudyOptions",
+    "TuneOptions",
+]
+
+#: Failed trials in a row (by every worker together) after which the search stops.
+MAX_CONSECUTIVE_FAILURES = 5
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """How long the search runs and how it proposes configs.
+
+    Attributes:
+      n_trials: Trials to finish (complete, pruned, or failed because the step or
+        pipeline raised), baselines included, summed over every worker of a shared
+        study. Each costs about ``warmup_batches + windows * window_batches`` steps.
+      timeout: Stop searching after this many seconds (None: no limit).
+      seed: The default sampler's seed.
+      sampler, pruner: Optuna overrides (default: seeded multivariate TPE with the
+        constant liar; `tuners.pruning.NoiseAwarePruner`: bottom quarter beyond the
+        measured noise, after one window).
+      max_consecutive_failures: Stop after this many failed trials in a row: a step
+        or pipeline that always raises ends the study instead of failing forever.
+        Higher tolerates spaces with many configs that do not fit in memory.
+
+    Raises:
+      ConfigError: ``n_trials`` or ``max_consecutive_failures`` below 1.
+    """
+
+    n_trials: int = 30
+    timeout: float | None = None
+    seed: int | None = 0
+    sampler: optuna.samplers.BaseSampler | None = None
+    pruner: optuna.pruners.BasePruner | None = None
+    max_consecutive_failures: int = MAX_CONSECUTIVE_FAILURES
+
+    def __post_init__(self) -> None:
+        check_counts(n_trials=self.n_trials, max_consecutive_failures=self.max_consecutive_failures)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StudyOptions:
+    """Where the trials are kept, and how workers share them.
+
+    Attributes:
+      storage: None (in memory), a path or URL (``.db``/``sqlite:///``: one host,
+        resumable; ``.log``/``.journal``: several processes on one host;
+        ``postgresql://``: several hosts), or an Optuna storage.
+      study_name: The study's name in the storage (default: a fresh name for an
+        in-memory study; required to share or resume one).
+      load_if_exists: Resume the named study if the storage already holds it.
+      lock_path: The host lock file: one trial measures per host at a time
+        (default: one per user in the temp directory).
+      heartbeat_interval, grace_period: Seconds between a running trial's heartbeats,
+        and of silence after which another worker fails and retries it (RDB storages).
+    """
+
+    storage: str | optuna.storages.BaseStorage | None = None
+    study_name: str | None = None
+    load_if_exists: bool = True
+    lock_path: str | None = None
+    heartbeat_interval: int = HEARTBEAT_INTERVAL
+    grace_period: int = GRACE_PERIOD
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConfirmOptions:
+    """What happens after the search: the confirmation and the advice.
+
+    Attributes:
+      confirm_top: Distinct best configs re-measured against ``autotune``.
+      confirm_windows: Interleaved windows per config in the confirmation.
+      breakdown: When the winner differs from autotune, measure the gain by knob
+        group (`tuners.advice.knob_breakdown`: one more confirmation's worth of
+        windows per differing group, at most six groups).
+      advise_format: For tf.Example TFRecord data whose parse stage is the bound,
+        convert a sample (at most 2 files, in a temporary directory) to columnar
+        records and measure both side by side (`tuners.format_advice`).
+      schema_path: The pipeline's schema file, for the ``tfinput convert`` command
+        of the format advice.
+      target_rate: Examples/s the training needs: for a pipeline read through
+        tf.data service, the advice says how many workers the winner's confirmed
+        rate implies (`tfinput.fleet.workers_needed`).
+    """
+
+    confirm_top: int = 3
+    confirm_windows: int = 5
+    breakdown: bool = True
+    advise_format: bool = True
+    schema_path: str | None = None
+    target_rate: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TuneOptions:
+    """Everything `tuners.tune` takes besides the pipeline, step, space and configs.
+
+    Attributes:
+      search: `SearchOptions`: trials, time limit, sampler and pruner.
+      study: `StudyOptions`: the storage and how workers share it.
+      measurement: `tfinput.measure.MeasureOptions`: each trial's window counts
+        (default `TUNER_PLAN`: 5 warm-up batches, 5 windows of 20), the CPUs the
+        default space and the heuristic baseline are sized for, and the clocks.
+      confirmation: `ConfirmOptions`: the confirmation and the advice.
+    """
+
+    search: SearchOptions = dataclasses.field(default_factory=SearchOptions)
+    study: StudyOptions = dataclasses.field(default_factory=StudyOptions)
+    measurement: MeasureOptions = dataclasses.field(default_factory=MeasureOptions)
+    confirmation: ConfirmOptions = dataclasses.field(default_factory=ConfirmOptions)
