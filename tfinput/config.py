@@ -20,11 +20,11 @@ from typing import Any
 from tfinput import _json
 from tfinput.errors import ConfigError
 
-__all__ = ["AUTOTUNE", "LAYOUTS", "SERVICE_COMPRESSIONS", "PipelineConfig"]
+__all__ = ["AUTOTUNE", "LAYOUTS", "SERVICE_COMPRESSIONS", "PipelineConfig", "knob_names"]
 
-#: Batch layouts (`PipelineConfig.layout`, `Pipeline.with_layout`).
 #: Values of ``PipelineConfig.service_compression``.
 SERVICE_COMPRESSIONS = ("AUTO", None)
+#: Batch layouts (`PipelineConfig.layout`, `Pipeline.with_layout`).
 LAYOUTS = ("per_feature", "packed")
 
 #: Same value as `tf.data.AUTOTUNE`, importable without TensorFlow.

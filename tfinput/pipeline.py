@@ -49,7 +49,7 @@ from tfinput.errors import (
 from tfinput.layout import PackedLayout
 from tfinput.schema import Schema
 from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
-from tfinput.sources.files import PathsLike, as_paths, epoch_rows
+from tfinput.sources.files import PathsLike, as_paths, data_files, epoch_rows
 from tfinput.sources.protocol import Decode, ReadRequest, RestartsOrder, Source
 from tfinput.sources.skeleton import (
     deterministic_arg,
@@ -63,7 +63,16 @@ from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.resume import InputIterator
 
-__all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "build_repeated", "FileCheck", "CheckReport"]
+__all__ = [
+    "Pipeline",
+    "tfrecord",
+    "parquet",
+    "wrap",
+    "build_repeated",
+    "data_files",
+    "FileCheck",
+    "CheckReport",
+]
 log = logging.getLogger("tfinput")
 
 

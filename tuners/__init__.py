@@ -25,6 +25,7 @@ __all__ = [
     "ConfirmOptions",
     "TuneResult",
     "TrialsFailedError",
+    "resume_record",
     "SearchSpace",
     "Measurement",
     "measure",
@@ -44,6 +45,7 @@ _LAZY = {
     "MeasureOptions": "tuners.options",
     "ConfirmOptions": "tuners.options",
     "TuneResult": "tuners.result",
+    "resume_record": "tuners.result",
     "make_storage": "tuners.storage",
     "TrialsFailedError": "tuners.result",
     "NoiseAwarePruner": "tuners.pruning",
@@ -68,7 +70,7 @@ if TYPE_CHECKING:  # pragma: no cover
         TuneOptions,
     )
     from tuners.pruning import NoiseAwarePruner
-    from tuners.result import TrialsFailedError, TuneResult
+    from tuners.result import TrialsFailedError, TuneResult, resume_record
     from tuners.space import SearchSpace
     from tuners.storage import make_storage
     from tuners.study import tune

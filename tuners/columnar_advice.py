@@ -355,7 +355,7 @@ def _convert_command(
     """The ``tfinput convert`` command that converts the whole data set: its directory
     when the files are all of a local directory's data files (without ``--schema`` when
     the directory's ``schema.json`` is this schema, which ``convert`` then reads)."""
-    from tfinput.sources.files import data_files
+    from tfinput.pipeline import data_files
 
     inputs = [os.fspath(p) for p in paths]
     folder = None

@@ -61,7 +61,7 @@ from tfinput.config import PipelineConfig
 from tfinput.measure.target import BatchFactory, Buildable, Target
 from tfinput.measure.windows import TUNER_PLAN
 from tfinput.options import check_counts, with_keywords
-from tfinput.steps.base import Step
+from tfinput.steps import Step
 from tuners._search import (
     Tuning,
     baseline_configs,

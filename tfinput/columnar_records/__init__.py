@@ -95,7 +95,13 @@ from tfinput.formats.columnar.format import (
     storage_columns,
 )
 from tfinput.formats.columnar.format import FORMAT_VERSION as FORMAT_VERSION
-from tfinput.formats.columnar.manifest import FileEntry, Manifest, is_columnar, read_manifest
+from tfinput.formats.columnar.manifest import (
+    FileEntry,
+    Manifest,
+    is_columnar,
+    merge_manifests,
+    read_manifest,
+)
 from tfinput.formats.columnar.writer import ColumnarWriter
 from tfinput.schema import Schema
 from tfinput.sources._columnar_decode import assembler as assembler
@@ -117,6 +123,7 @@ __all__ = [
     "columnar",
     "storage_columns",
     "read_manifest",
+    "merge_manifests",
     "is_columnar",
     "verify_files",
     "ChunkProblem",
