@@ -15,6 +15,7 @@ from tfinput.config import PipelineConfig
 from tfinput.errors import TfinputError, clean_error, raised_inside
 from tfinput.layout import is_packed
 from tfinput.schema import Schema
+from tfinput.sources.protocol import FileChecks
 
 #: A `tfinput.Pipeline` (not imported: `tfinput.pipeline` imports this module).
 Pipeline = Any
@@ -83,12 +84,13 @@ def check_files(
     pipeline: Pipeline, *, batch_size: int = 1024, max_files: int | None = None
 ) -> CheckReport:
     """`Pipeline.check` of ``pipeline`` (its docstring has the contract)."""
-    files, empty = pipeline.source.check_files()
-    if not files and not empty:  # a source without files: read it whole
+    source = pipeline.source
+    if not isinstance(source, FileChecks):  # a source without files: read it whole
         return CheckReport(files=(_check_one(pipeline, None, batch_size),))
+    files, empty = source.check_files()
     across = {}
     if len(files) > 1:
-        across = pipeline.source.problems_across_files(files, pipeline.schema)
+        across = source.problems_across_files(files, pipeline.schema)
     results = []
     for path in files[:max_files]:
         result = _check_one(pipeline, path, batch_size)
@@ -98,6 +100,13 @@ def check_files(
             result = dataclasses.replace(result, folded=_folded_ids(pipeline, path, batch_size))
         results.append(result)
     return CheckReport(files=tuple(results), empty_files=tuple(empty))
+
+
+def _file_checks(pipeline: Pipeline) -> FileChecks:
+    """The pipeline's source, whose files are being checked one by one."""
+    source = pipeline.source
+    assert isinstance(source, FileChecks), "a file is checked only for a file source"
+    return source
 
 
 def _folded_ids(pipeline: Pipeline, path: str, batch_size: int) -> dict[str, dict[str, int]]:
@@ -110,7 +119,7 @@ def _folded_ids(pipeline: Pipeline, path: str, batch_size: int) -> dict[str, dic
         return {}
     vocab = {t.name: t.vocabulary_size for t in pipeline.schema.tables}
     one = dataclasses.replace(
-        pipeline, service=None, towers=False, source=pipeline.source.one_file(path)
+        pipeline, service=None, towers=False, source=_file_checks(pipeline).one_file(path)
     ).with_schema(
         Schema(
             features=tuple(feats),
@@ -169,11 +178,11 @@ def _check_one(pipeline: Pipeline, path: str | None, batch_size: int) -> FileChe
     # Checks read here, file by file, every feature (towers or not).
     one = dataclasses.replace(pipeline, service=None, towers=False)
     if path is not None:
-        one = dataclasses.replace(one, source=pipeline.source.one_file(path))
+        one = dataclasses.replace(one, source=_file_checks(pipeline).one_file(path))
     records, error = _read_all(one, path, batch_size)
     if error is None:
         return FileCheck(path=path or "<dataset>", records=records)
-    total = pipeline.source.count_records(path) if path is not None else None
+    total = _file_checks(pipeline).count_records(path) if path is not None else None
     messages: list[str] = []
     schema = pipeline.schema
     if len(schema.features) + len(schema.labels) > 1:
@@ -216,7 +225,7 @@ def _read_all(pipeline: Pipeline, path: str | None, batch_size: int) -> tuple[in
         if path is not None and message.startswith(path + ": "):
             message = explained = message[len(path) + 2 :]  # FileCheck names the path
         if path is not None:  # e.g. name the columnar chunk
-            explained = pipeline.source.explain_error(path, message)
+            explained = _file_checks(pipeline).explain_error(path, message)
         ours = isinstance(e, TfinputError) or explained != message or raised_inside(e)
         return records, (records, explained, ours)
     return records, None

@@ -50,7 +50,7 @@ from tfinput.layout import PackedLayout
 from tfinput.schema import Schema
 from tfinput.sources import DatasetSource, ParquetSource, TFRecordSource
 from tfinput.sources.files import PathsLike, as_paths, data_files, epoch_rows
-from tfinput.sources.protocol import Decode, ReadRequest, RestartsOrder, Source
+from tfinput.sources.protocol import Decode, ReadRequest, RestartsOrder, RooflineStages, Source
 from tfinput.sources.skeleton import (
     deterministic_arg,
     parallel_calls,
@@ -333,8 +333,10 @@ class Pipeline:
         config = checked_config(config)
         if read_parallelism(config) == 1:
             return None
-        request = self._request(config, None)
         source = self.source
+        if not isinstance(source, RooflineStages):
+            return None
+        request = self._request(config, None)
         ds = source.read_in_memory(request)
         if ds is None:
             return None

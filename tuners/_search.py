@@ -200,14 +200,10 @@ class Tuning:
         Raises:
           DataError: fewer rows than one batch (with ``drop_remainder``), or none.
         """
-        source = self.target.source
-        if source is None:
-            return
         sizes = [self.base.batch_size, *self.space.choices.get("batch_size", ())]
         config = dataclasses.replace(self.base, batch_size=min(int(b) for b in sizes))
         try:
-            files = source.files()
-            rows = source.count_records_up_to(files, config.batch_size) if files else None
+            rows = self.target.rows_up_to(config.batch_size)
         except Exception:  # unreadable or missing files: the first trial names them
             return
         if rows is None:

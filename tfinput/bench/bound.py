@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError
+from tfinput.errors import ConfigError, SourceError
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.probes import available_cpus, current_rss_bytes, process_cpu_seconds
 from tfinput.measure.stats import interleave
@@ -470,16 +470,21 @@ def _serial_stage(
 
 def pipeline_stages(pipeline: Any, batch_size: int) -> ReadStages:
     """The stages `roofline` measures: the source's ``read`` and ``parse``
-    (`tfinput.sources.Source.roofline_stages`), then ``full``, the whole pipeline with
+    (`tfinput.sources.RooflineStages.roofline_stages`), then ``full``, the whole pipeline with
     the naive config on one private thread, autotune off, records in mini-batches of
     the default ``read_batch`` (TFRecord: the per-record hand-over is the serial stage's).
 
     Raises:
       SourceError: the source has no roofline stages (a wrapped dataset).
     """
+    from tfinput.sources import RooflineStages
     from tfinput.sources.skeleton import single_core_options
 
     source = pipeline.source
+    if not isinstance(source, RooflineStages):
+        raise SourceError(
+            f"roofline: supported for tfrecord, parquet and columnar sources, not {source.kind!r}"
+        )
     files = source.files()
     # Records in mini-batches (TFRecord): what a record costs the consumer side is the
     # serial stage's, measured per config; ``full`` is the work that runs in parallel.

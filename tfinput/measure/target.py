@@ -93,6 +93,23 @@ class Target:
         """The tfinput source read, when the target is a `Pipeline`."""
         return self.pipeline.source if self.pipeline is not None else None
 
+    def rows_up_to(self, limit: int) -> int | None:
+        """The rows of the target's files, counted up to ``limit`` (a larger count may
+        stop at any value >= ``limit``), without building a pipeline: Parquet footers,
+        columnar manifests, the first records of TFRecord files. None when there are no
+        files to count (a wrapped dataset, a callable) or the source cannot count them.
+
+        Raises:
+          SourceError: a file is missing or unreadable.
+        """
+        from tfinput.sources.protocol import FileChecks  # a source exists: sources loaded
+
+        source = self.source
+        if not isinstance(source, FileChecks):
+            return None
+        files = source.files()
+        return source.count_records_up_to(files, limit) if files else None
+
     @property
     def schema(self) -> Schema | None:
         """The schema, when the target is a `Pipeline`."""

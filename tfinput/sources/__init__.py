@@ -22,12 +22,14 @@ from tfinput.sources.files import PathsLike as PathsLike
 from tfinput.sources.files import resolve_paths
 from tfinput.sources.parquet import ParquetSource
 from tfinput.sources.protocol import Decode as Decode
-from tfinput.sources.protocol import ReadRequest, ReadStages, Source
+from tfinput.sources.protocol import FileChecks, ReadRequest, ReadStages, RooflineStages, Source
 from tfinput.sources.skeleton import interleave_files as interleave_files
 from tfinput.sources.tfrecord import TFRecordSource
 
 __all__ = [
     "Source",
+    "FileChecks",
+    "RooflineStages",
     "ReadRequest",
     "ReadStages",
     "TFRecordSource",

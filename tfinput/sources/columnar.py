@@ -23,7 +23,15 @@ from tfinput.schema import MultiHot, Schema
 from tfinput.sources._columnar_decode import assembler
 from tfinput.sources._text import did_you_mean
 from tfinput.sources.files import resolve_paths
-from tfinput.sources.protocol import Decode, ReadRequest, ReadStages, Resume, Source
+from tfinput.sources.protocol import (
+    Decode,
+    FileChecks,
+    ReadRequest,
+    ReadStages,
+    Resume,
+    RooflineStages,
+    Source,
+)
 from tfinput.sources.skeleton import knob_is_set, single_core_options
 
 log = logging.getLogger("tfinput")
@@ -38,7 +46,7 @@ Resolved = tuple[str, Manifest, FileEntry]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ColumnarSource(Source):
+class ColumnarSource(Source, FileChecks, RooflineStages):
     """Columnar pre-batched records (see `tfinput.columnar_records`).
 
     Chunks of rows are read natively (``TFRecordDataset``, interleaved over files); the

@@ -128,9 +128,6 @@ class DatasetSource(Source):
                     f"the schema expects {'string' if want_string else 'numbers'}"
                 )
 
-    def check_files(self) -> tuple[list[str], list[str]]:
-        return [], []
-
     def unhonoured(self, request: ReadRequest) -> dict[str, str]:
         config = request.config
         out = {k: "a wrapped dataset has no files" for k in _FILE_KNOBS if knob_is_set(config, k)}

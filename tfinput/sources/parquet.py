@@ -25,7 +25,15 @@ from tfinput.sources._arrow import (
 )
 from tfinput.sources._text import did_you_mean, first_line
 from tfinput.sources.files import drop_empty_files, resolve_paths
-from tfinput.sources.protocol import Decode, ReadRequest, ReadStages, Resume, Source
+from tfinput.sources.protocol import (
+    Decode,
+    FileChecks,
+    ReadRequest,
+    ReadStages,
+    Resume,
+    RooflineStages,
+    Source,
+)
 from tfinput.sources.skeleton import file_order, interleave_files, knob_is_set, traced
 
 __all__ = ["ParquetSource", "LIST_VALUES", "LIST_LENGTHS"]
@@ -34,7 +42,7 @@ ENGINES = ("pyarrow", "tensorflow-io")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ParquetSource(Source):
+class ParquetSource(Source, FileChecks, RooflineStages):
     """Parquet files read column by column with pyarrow record batches.
 
     List columns (``list<int64>``, ``list<string>``) arrive as values plus lengths and

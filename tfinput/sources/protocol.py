@@ -26,7 +26,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tfinput.schema import Schema
 
-__all__ = ["Source", "RestartsOrder", "ReadRequest", "ReadStages", "Resume", "Decode"]
+__all__ = [
+    "Source",
+    "FileChecks",
+    "RooflineStages",
+    "RestartsOrder",
+    "ReadRequest",
+    "ReadStages",
+    "Resume",
+    "Decode",
+]
 
 #: Maps one encoded batch to a raw batch (a dict of column tensors; see `tfinput.transforms`).
 Decode = Callable[[Any], dict[str, Any]]
@@ -85,15 +94,15 @@ class ReadStages:
 
 @runtime_checkable
 class Source(Protocol):
-    """What a pipeline source provides. `tfinput.Pipeline.build` calls, in order:
-    `files`, `validate`, `unhonoured`, `read`, `shuffle_buffer` (when shuffling records
-    and the source does not batch by itself) and `batch`; `Pipeline.check` also uses
-    `check_files`, `one_file`, `count_records`, `explain_error` and
-    `problems_across_files`; `tfinput.bench.roofline` uses `roofline_stages`, and
-    `tfinput.Pipeline.serial_probe` (the roofline's serial stage) `read_in_memory` and
-    `consumer_elements`.
+    """What `tfinput.Pipeline.build` needs of a format. It calls, in order: `files`,
+    `validate`, `unhonoured`, `read`, `shuffle_buffer` (when shuffling records and the
+    source does not batch by itself) and `batch`.
 
-    Sources that subclass `Source` inherit the defaults below.
+    Beyond these, a source has the capabilities it implements, each a protocol of its
+    own that callers test with ``isinstance``: `FileChecks` (``Pipeline.check`` reads
+    its files one by one, and counts records), `RooflineStages` (``tfinput bench
+    --roofline`` measures its stages alone) and `RestartsOrder` (compact resume
+    positions). A source that subclasses a protocol inherits its defaults.
 
     Attributes:
       kind: Short name (``tfrecord``, ``parquet``, ``dataset``, ``columnar``).
@@ -169,6 +178,41 @@ class Source(Protocol):
         del request
         return None
 
+
+@runtime_checkable
+class FileChecks(Protocol):
+    """A source's capability beyond `Source`: files that `Pipeline.check` reads one by
+    one (naming the file and the record of each problem), whose records it can count.
+    The file sources (TFRecord, Parquet, columnar) have it; a wrapped dataset has not
+    (`Pipeline.check` reads it whole). The defaults suit a dataclass source with a
+    ``paths`` field; a source overrides what it knows better.
+    """
+
+    kind: ClassVar[str]
+    #: The files, directories or glob patterns the source was given.
+    paths: Any
+
+    def explain_error(self, path: str, message: str) -> str:
+        """A reading error's message, made more precise where the source can."""
+        del path
+        return message
+
+    def check_files(self) -> tuple[list[str], list[str]]:
+        """``(files, empty files)`` `Pipeline.check` reads one by one (empty files are
+        skipped, never an error)."""
+        from tfinput.sources.files import drop_empty_files, resolve_paths
+
+        return drop_empty_files(resolve_paths(self.paths, what=self.kind), "skip")
+
+    def one_file(self, path: str) -> Source:
+        """This source reading ``path`` only (empty files skipped)."""
+        return dataclasses.replace(self, paths=(path,), empty_files="skip")  # type: ignore[type-var]
+
+    def problems_across_files(self, files: list[str], schema: Schema) -> dict[str, str]:
+        """Problems no file has alone, by file (message without the path)."""
+        del files, schema
+        return {}
+
     def count_records(self, path: str) -> int | None:
         """Records in one file, or None when the source cannot count them."""
         del path
@@ -188,29 +232,13 @@ class Source(Protocol):
                 break
         return total
 
-    def explain_error(self, path: str, message: str) -> str:
-        """A reading error's message, made more precise where the source can."""
-        del path
-        return message
 
-    def check_files(self) -> tuple[list[str], list[str]]:
-        """``(files, empty files)`` `Pipeline.check` reads one by one (empty files are
-        skipped, never an error); ``([], [])`` for a source without files."""
-        from tfinput.sources.files import drop_empty_files, resolve_paths
-
-        paths = getattr(self, "paths", None)
-        if paths is None:
-            return [], []
-        return drop_empty_files(resolve_paths(paths, what=self.kind), "skip")
-
-    def one_file(self, path: str) -> Source:
-        """This source reading ``path`` only (empty files skipped)."""
-        return dataclasses.replace(self, paths=(path,), empty_files="skip")  # type: ignore[type-var]
-
-    def problems_across_files(self, files: list[str], schema: Schema) -> dict[str, str]:
-        """Problems no file has alone, by file (message without the path)."""
-        del files, schema
-        return {}
+@runtime_checkable
+class RooflineStages(Protocol):
+    """A source's capability beyond `Source`: stages `tfinput.bench.roofline` measures
+    alone (``read``, ``parse``), and for the serial stage (`tfinput.Pipeline.serial_probe`)
+    the consumer side fed from memory. The file sources have it.
+    """
 
     def read_in_memory(self, request: ReadRequest) -> tf.data.Dataset | None:
         """`read`'s plan for ``request`` over a few records held in memory, endlessly:
@@ -228,17 +256,8 @@ class Source(Protocol):
         return 1.0
 
     def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
-        """The ``read`` and ``parse`` stages `tfinput.bench.roofline` measures.
-
-        Raises:
-          SourceError: the source has no roofline.
-        """
-        del files, schema, batch_size
-        from tfinput.errors import SourceError
-
-        raise SourceError(
-            f"roofline: supported for tfrecord, parquet and columnar sources, not {self.kind!r}"
-        )
+        """The ``read`` and ``parse`` stages `tfinput.bench.roofline` measures."""
+        ...
 
 
 @runtime_checkable

@@ -19,7 +19,15 @@ from tfinput.sources._tfrecord_checks import (
     check_tail_once,
 )
 from tfinput.sources.files import check_empty_files_policy, drop_empty_files, resolve_paths
-from tfinput.sources.protocol import Decode, ReadRequest, ReadStages, Resume, Source
+from tfinput.sources.protocol import (
+    Decode,
+    FileChecks,
+    ReadRequest,
+    ReadStages,
+    Resume,
+    RooflineStages,
+    Source,
+)
 from tfinput.sources.skeleton import file_order, interleave_files, single_core_options
 from tfinput.transforms import parse_spec
 
@@ -32,7 +40,7 @@ def read_batch(config: PipelineConfig) -> int:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TFRecordSource(Source):
+class TFRecordSource(Source, FileChecks, RooflineStages):
     """TFRecord files of serialized ``tf.train.Example``.
 
     Records are read natively (``TFRecordDataset``, interleaved over files), batched,

@@ -66,3 +66,11 @@ def test_a_callable_and_a_builder_are_targets_without_a_source():
 def test_anything_else_is_refused_naming_the_caller():
     with pytest.raises(ConfigError, match=r"bench: target must be a tfinput Pipeline .*got int"):
         Target.of(5, what="bench")
+
+
+def test_rows_are_counted_from_the_files_without_building(pipeline_of):
+    for kind in ("tfrecord", "parquet", "columnar"):
+        rows = Target.of(pipeline_of(kind)).rows_up_to(10**9)
+        assert rows == 1000, kind  # the shared rows, counted in full
+    assert Target.of(pipeline_of("wrapped")).rows_up_to(10) is None
+    assert Target.of(lambda config: iter(())).rows_up_to(10) is None

@@ -10,10 +10,11 @@ import tensorflow as tf
 
 import tfinput
 from tests.helpers import wrapped_dataset
+from tfinput.bench.bound import pipeline_stages
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, SchemaError, SourceError
 from tfinput.schema import Label
-from tfinput.sources import DatasetSource
+from tfinput.sources import DatasetSource, FileChecks, RooflineStages
 
 
 @pytest.mark.parametrize(("kind", "batch_size"), [("wrapped", 100), ("wrapped_batched", 50)])
@@ -31,7 +32,7 @@ def test_wrapped_declares_batching_and_no_files(small_columns):
     )
     assert (rows.kind, rows.batches_itself, rows.resume) == ("dataset", False, "dataset")
     assert batches.batches_itself is True
-    assert rows.files() == [] and rows.check_files() == ([], [])
+    assert rows.files() == [] and not isinstance(rows, FileChecks)
 
 
 def test_wrapped_names_file_knobs_and_shuffling_of_batches(
@@ -56,8 +57,9 @@ def test_wrapped_rows_honour_the_shuffle_buffer(small_columns, small_schema, rea
 
 def test_wrapped_source_has_no_roofline(small_columns, small_schema):
     pipeline = tfinput.wrap(lambda: wrapped_dataset(small_columns), small_schema)
+    assert not isinstance(pipeline.source, RooflineStages)
     with pytest.raises(SourceError, match="roofline: supported for tfrecord, parquet and columnar"):
-        pipeline.source.roofline_stages([], small_schema, 100)
+        pipeline_stages(pipeline, 100)
 
 
 def test_a_shuffle_buffer_larger_than_the_dataset_is_capped(

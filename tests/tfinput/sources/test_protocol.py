@@ -7,7 +7,15 @@ import pytest
 
 from tests.helpers import SOURCE_KINDS
 from tfinput.config import PipelineConfig
-from tfinput.sources import ColumnarSource, DatasetSource, ParquetSource, Source, TFRecordSource
+from tfinput.sources import (
+    ColumnarSource,
+    DatasetSource,
+    FileChecks,
+    ParquetSource,
+    RooflineStages,
+    Source,
+    TFRecordSource,
+)
 
 
 @pytest.fixture(params=SOURCE_KINDS)
@@ -48,6 +56,10 @@ def test_sources_declare_batching_and_resumability(pipeline, request):
     assert pipeline.source.resume == resume
     # The capability of compact positions is declared, not probed: columnar only.
     assert isinstance(pipeline.source, RestartsOrder) is (_kind(request) == "columnar")
+    # Files checked one by one and roofline stages: the file sources, not a wrapped one.
+    files = not _kind(request).startswith("wrapped")
+    assert isinstance(pipeline.source, FileChecks) is files
+    assert isinstance(pipeline.source, RooflineStages) is files
 
 
 def test_classes_and_import_paths():
@@ -77,15 +89,15 @@ def test_roofline_stages_come_from_the_source(kind, pipeline_of):
 
 
 def test_defaults_a_source_inherits(small_tfrecord, small_schema, read_request):
-    """What `Source` gives a subclass that does not override it: the shuffle buffer as
-    asked, no knob refused, no count, the message unchanged, no cross-file problem, one
-    file with empty files skipped."""
+    """What `Source` and `FileChecks` give a subclass that does not override them: the
+    shuffle buffer as asked, no knob refused, no count, the message unchanged, no
+    cross-file problem, one file with empty files skipped."""
     source = TFRecordSource(paths=tuple(small_tfrecord), empty_files="error")
     request = read_request(small_tfrecord, shuffle_buffer=10**9, interleave_block_length=3)
     assert Source.shuffle_buffer(source, None, request) == 10**9
     assert Source.unhonoured(source, request) == {}
-    assert Source.count_records(source, small_tfrecord[0]) is None
-    assert Source.explain_error(source, small_tfrecord[0], "bad") == "bad"
+    assert FileChecks.count_records(source, small_tfrecord[0]) is None
+    assert FileChecks.explain_error(source, small_tfrecord[0], "bad") == "bad"
     assert source.problems_across_files(small_tfrecord, small_schema) == {}
     one = source.one_file(small_tfrecord[2])
     assert (one.paths, one.empty_files) == ((small_tfrecord[2],), "skip")
