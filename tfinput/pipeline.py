@@ -63,16 +63,8 @@ from tfinput.transforms import MULTI_HOT_FORMATS, transform_batch
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.resume import InputIterator
 
-__all__ = [
-    "Pipeline",
-    "tfrecord",
-    "parquet",
-    "wrap",
-    "build_repeated",
-    "data_files",
-    "FileCheck",
-    "CheckReport",
-]
+__all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "build_repeated", "data_files"]
+__all__ += ["FileCheck", "CheckReport"]
 log = logging.getLogger("tfinput")
 
 

@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tfinput.errors import ConfigError
 from tfinput.schema import Schema
+
+if TYPE_CHECKING:
+    from tfinput.pipeline import Pipeline
 
 __all__ = ["candidate_corpus", "two_tower_model", "TwoTowerModel", "recall_at_k"]  # noqa: F822
 
@@ -60,7 +63,7 @@ def _retrieval_schema(schema: Schema, where: str) -> str:
 
 # ------------------------------------------------------------------ corpus
 def candidate_corpus(
-    pipeline: Any,
+    pipeline: Pipeline,
     *,
     batch_size: int = 1024,
     max_candidates: int = MAX_CANDIDATES,

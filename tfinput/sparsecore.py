@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput._sparsecore_counting import IdCounter
 from tfinput._sparsecore_results import Limits, Overflow, SparseCoreStats, StackStats
@@ -60,6 +60,10 @@ from tfinput._sparsecore_stacks import (
 )
 from tfinput.errors import ConfigError
 from tfinput.schema import Schema
+
+if TYPE_CHECKING:
+    from tfinput.config import PipelineConfig
+    from tfinput.pipeline import Pipeline
 
 __all__ = [
     "sparsecore_stats",
@@ -82,7 +86,7 @@ def _check_positive(name: str, value: Any) -> int:
 
 
 def sparsecore_stats(
-    pipeline: Any,
+    pipeline: Pipeline,
     *,
     per_replica_batch_size: int,
     devices: int = 1,
@@ -90,7 +94,7 @@ def sparsecore_stats(
     stacking: str | Sequence[Sequence[str]] | None = "auto",
     margin: float = 0.2,
     max_batches: int | None = None,
-    config: Any = None,
+    config: PipelineConfig | None = None,
     schema: Schema | None = None,
     multi_hot_format: str | None = None,
     tick: Callable[[int], None] | None = None,
@@ -189,10 +193,10 @@ def _check_sizes(
 
 
 def _ids_dataset(
-    pipeline: Any,
+    pipeline: Pipeline,
     *,
     global_batch: int,
-    config: Any,
+    config: PipelineConfig | None,
     schema: Schema | None,
     multi_hot_format: str | None,
 ) -> tuple[Any, Schema, str]:

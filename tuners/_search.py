@@ -15,7 +15,7 @@ from typing import Any
 from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, TfinputError
-from tfinput.measure.target import Target
+from tfinput.measure.target import Measurable, Target
 from tfinput.steps import Step
 from tuners.confirm import (
     Progress,
@@ -95,7 +95,7 @@ class Tuning:
     """What the steps of one `tune` call share, defaults settled; called on an Optuna
     trial, it is the objective."""
 
-    pipeline: Any
+    pipeline: Measurable
     target: Target
     step: Step
     space: SearchSpace
@@ -115,9 +115,9 @@ class Tuning:
     @classmethod
     def settle(
         cls,
-        pipeline: Any,
+        pipeline: Measurable,
         *,
-        step: Any,
+        step: Step | Callable[[Any], object] | None,
         space: SearchSpace | None,
         base: PipelineConfig | None,
         current: PipelineConfig | None,

@@ -27,6 +27,7 @@ from tfinput.options import with_keywords
 if TYPE_CHECKING:
     from tfinput.bench import Roofline
     from tfinput.measure.stats import ConfigStats
+    from tfinput.pipeline import Pipeline
 
 __all__ = ["ADVICE_PLAN", "FormatAdvice", "parse_is_bound", "format_advice", "quick_roofline"]
 
@@ -100,7 +101,7 @@ class FormatAdvice:
 
 
 def parse_is_bound(
-    pipeline: Any,
+    pipeline: Pipeline,
     *,
     batch_size: int,
     cpu_count: int | None = None,
@@ -134,12 +135,12 @@ def parse_is_bound(
 
 
 def quick_roofline(
-    pipeline: Any,
+    pipeline: Pipeline,
     *,
     batch_size: int,
     cpu_count: int | None = None,
     configs: Mapping[str, PipelineConfig] | None = None,
-) -> Any:
+) -> Roofline:
     """The tuner's `tfinput.bench.roofline`: two windows of four batches per stage (a
     couple of seconds), with the serial stage of ``configs`` (default: autotune's)."""
     from tfinput import bench
@@ -169,7 +170,7 @@ def _out_dir(files: Sequence[str], paths: Sequence[str]) -> str:
 
 
 def format_advice(
-    pipeline: Any,
+    pipeline: Pipeline,
     config: PipelineConfig,
     *,
     schema_path: str | None = None,
@@ -267,7 +268,7 @@ def _measured_fields(stats: Mapping[str, ConfigStats], plan: WindowPlan, *, file
 
 
 def _convert_and_measure(
-    pipeline: Any,
+    pipeline: Pipeline,
     files: Sequence[str],
     chunk_rows: int,
     config: PipelineConfig,
@@ -294,7 +295,7 @@ def _convert_and_measure(
     return rows, {s.name: s for s in stats}, converted
 
 
-def _convert_sample(pipeline: Any, files: Sequence[str], out: str, chunk_rows: int) -> int:
+def _convert_sample(pipeline: Pipeline, files: Sequence[str], out: str, chunk_rows: int) -> int:
     """Convert tf.Example ``files`` to columnar records in ``out``; returns the rows."""
     from tfinput.convert import convert
 
@@ -309,7 +310,9 @@ def _convert_sample(pipeline: Any, files: Sequence[str], out: str, chunk_rows: i
     return converted.rows
 
 
-def _sample_pipelines(pipeline: Any, files: Sequence[str], columnar_dir: str) -> dict[str, Any]:
+def _sample_pipelines(
+    pipeline: Pipeline, files: Sequence[str], columnar_dir: str
+) -> dict[str, Any]:
     """``pipeline`` over the tf.Example sample ``files`` and over their columnar copy."""
     from tfinput.columnar_records import columnar
 

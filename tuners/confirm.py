@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
-from tfinput.measure.target import Target
+from tfinput.measure.target import Measurable, Target
 from tfinput.steps import Step
 from tuners.trials import explain_failure
 
@@ -61,8 +61,8 @@ class Remeasure:
       clocks: ``clock`` / ``cpu_clock`` overrides (`tuners.advice.clock_kwargs`).
     """
 
-    pipeline: Any
-    step: Any
+    pipeline: Measurable
+    step: Step
     plan: WindowPlan
     windows: int
     cpu_count: int

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
@@ -13,6 +14,7 @@ from tuners.advice import INPUT_BOUND_THRESHOLD
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.bench import ConfigStats, WindowPlan
+    from tfinput.steps import Step
     from tuners.advice import FormatAdvice, KnobContribution
 
 __all__ = [
@@ -278,7 +280,7 @@ def describe_pruner(pruner: Any) -> str:
     return describe() if callable(describe) else type(pruner).__name__
 
 
-def describe_step(step: Any) -> dict[str, Any]:
+def describe_step(step: Step | Callable[[Any], object]) -> dict[str, Any]:
     """The step's own description (`tfinput.steps.Step.describe`), or its name."""
     from tfinput.steps import Step
 

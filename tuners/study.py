@@ -58,7 +58,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
-from tfinput.measure.target import BatchFactory, Buildable, Target
+from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import TUNER_PLAN
 from tfinput.options import check_counts, with_keywords
 from tfinput.steps import Step
@@ -112,7 +112,6 @@ from tuners.trials import summarize_trials as summarize_trials  # importable fro
 if TYPE_CHECKING:
     import optuna
 
-    from tfinput.pipeline import Pipeline
 
 __all__ = [
     "tune",
@@ -134,7 +133,7 @@ log = logging.getLogger("tfinput.tuners")
 
 # -------------------------------------------------------------------- tune
 def tune(
-    pipeline: Target | Pipeline | Buildable | BatchFactory,
+    pipeline: Measurable,
     *,
     step: Step | Callable[[Any], object] | None = None,
     space: SearchSpace | None = None,

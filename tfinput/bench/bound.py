@@ -27,6 +27,7 @@ from tfinput.measure.windows import ROOFLINE_PLAN, Progress, Window, run_window
 from tfinput.options import with_keywords
 
 if TYPE_CHECKING:
+    from tfinput.pipeline import Pipeline
     from tfinput.sources import ReadStages
 
 __all__ = [
@@ -339,7 +340,7 @@ def roofline_from_stages(
 
 
 def roofline(
-    pipeline: Any,
+    pipeline: Pipeline,
     *,
     batch_size: int = 4096,
     configs: Mapping[str, PipelineConfig] | None = None,
@@ -414,7 +415,7 @@ def roofline(
 
 
 def _serial_probes(
-    pipeline: Any, configs: Mapping[str, PipelineConfig]
+    pipeline: Pipeline, configs: Mapping[str, PipelineConfig]
 ) -> dict[str, tuple[tuple[Any, Any], int]]:
     """``{config name: (Pipeline.serial_probe, batch size)}`` for the configs whose
     source has a serial stage (records crossing the consumer thread)."""
@@ -468,7 +469,7 @@ def _serial_stage(
     )
 
 
-def pipeline_stages(pipeline: Any, batch_size: int) -> ReadStages:
+def pipeline_stages(pipeline: Pipeline, batch_size: int) -> ReadStages:
     """The stages `roofline` measures: the source's ``read`` and ``parse``
     (`tfinput.sources.RooflineStages.roofline_stages`), then ``full``, the whole pipeline with
     the naive config on one private thread, autotune off, records in mini-batches of

@@ -30,13 +30,13 @@ from tfinput.measure.probes import (
     process_cpu_seconds,
 )
 from tfinput.measure.stats import ConfigStats, interleave, summarize
-from tfinput.measure.target import BatchFactory, Buildable, Target
+from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import BENCH_PLAN, Clock, Progress, Window, WindowPlan, run_window
 from tfinput.options import with_keywords
 from tfinput.steps.base import Step
 
 if TYPE_CHECKING:
-    from tfinput.pipeline import Pipeline
+    pass
 
 __all__ = ["BENCH_FORMAT", "BenchResult", "load_configs", "measure", "preset_configs"]
 
@@ -159,7 +159,7 @@ def _saved_config(path: str, batch_size: int | None) -> PipelineConfig:
 
 
 def measure(
-    target: Target | Pipeline | Buildable | BatchFactory,
+    target: Measurable,
     configs: Mapping[str, PipelineConfig],
     *,
     step: Step | Callable[[Any], object] | None = None,

@@ -53,7 +53,7 @@ import pickle
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
@@ -484,7 +484,12 @@ def sparsecore_feed(
     )
 
 
-def sparsecore_step(plan: SparseCorePlan, step: Any = None, *, processes: bool = False) -> Any:
+def sparsecore_step(
+    plan: SparseCorePlan,
+    step: Step | Callable[[Any], object] | None = None,
+    *,
+    processes: bool = False,
+) -> Step:
     """A step that feeds SparseCore: each batch preprocessed by `sparsecore_feed` (with
     ``config.sparsecore_workers`` and ``config.sparsecore_prefetch``), then ``step``
     run on ``((dense, preprocessed), labels)``. For `tfinput.bench` and `tuners.tune`:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the pipeline module imports TensorFlow: on first use only
     from tfinput.schema import Schema
     from tfinput.sources.protocol import Source
 
-__all__ = ["BatchFactory", "Buildable", "Target"]
+__all__ = ["BatchFactory", "Buildable", "Measurable", "Target"]
 
 #: ``config -> iterable of batches``: a fresh, endless stream per call.
 BatchFactory = Callable[[PipelineConfig], Iterable[Any]]
@@ -139,3 +139,8 @@ class Target:
         if self.pipeline is None or (config.layout or self.layout) != "packed":
             return None
         return self.pipeline.packed_layout()
+
+
+#: What bench, the tuner and the profiler measure: a `Pipeline`, anything with
+#: ``build(config)``, a callable ``config -> batches``, or a `Target` made of one.
+Measurable = Union[Target, "Pipeline", Buildable, BatchFactory]
