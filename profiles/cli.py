@@ -177,10 +177,11 @@ def _console() -> Any:
 
 def _emit(obj: Any, args: argparse.Namespace) -> None:
     from profiles import report
+    from profiles._results import Comparison
 
     if args.json:
         print(report.to_json(obj))
-    elif hasattr(obj, "before"):
+    elif isinstance(obj, Comparison):
         report.render_comparison(obj, _console())
     else:
         report.render(obj, _console(), top=getattr(args, "top", 8))

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tfinput.config import PipelineConfig
 from tfinput.errors import TfinputError, clean_error, raised_inside
 from tfinput.layout import is_packed
-from tfinput.schema import Schema
+from tfinput.schema import Categorical, MultiHot, Schema
 from tfinput.sources.protocol import FileChecks
 
 #: A `tfinput.Pipeline` (not imported: `tfinput.pipeline` imports this module).
@@ -207,7 +207,7 @@ def _check_one(pipeline: Pipeline, path: str | None, batch_size: int) -> FileChe
 
 def _alone(pipeline: Pipeline, feature: Any, labels: tuple = ()) -> Pipeline:
     """This pipeline with one feature (and the given labels) only."""
-    name = getattr(feature, "table", None)
+    name = feature.table if isinstance(feature, (Categorical, MultiHot)) else None
     tables = tuple(t for t in pipeline.schema.tables if t.name == name)
     return pipeline.with_schema(Schema(features=(feature,), tables=tables, labels=labels))
 

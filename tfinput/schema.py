@@ -296,7 +296,7 @@ class Schema:
                 )
         vocab = {t.name: t.vocabulary_size for t in self.tables}
         for f in self.categorical:
-            default = getattr(f, "default", None)
+            default = f.default if isinstance(f, Categorical) else None
             if isinstance(default, int) and f.out_of_range == "error" and default >= vocab[f.table]:
                 raise SchemaError(
                     f"Schema: feature {f.name!r}: default {default} is outside table "

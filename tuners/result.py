@@ -276,8 +276,11 @@ def describe_method(
 def describe_pruner(pruner: Any) -> str:
     """The pruner's own description (`tuners.pruning.NoiseAwarePruner.describe`), or
     its class name."""
-    describe = getattr(pruner, "describe", None)
-    return describe() if callable(describe) else type(pruner).__name__
+    from tuners.pruning import NoiseAwarePruner
+
+    if isinstance(pruner, NoiseAwarePruner):
+        return pruner.describe()
+    return type(pruner).__name__
 
 
 def describe_step(step: Step | Callable[[Any], object]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from tfinput.cli.console import console, progress
 from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
 from tfinput.measure.options import MeasureOptions
+from tfinput.measure.target import Target
 
 __all__ = ["BENCH_COMMAND", "print_bench", "roofline_lines"]
 
@@ -80,10 +81,10 @@ def _bench(args: argparse.Namespace) -> int:
     from tfinput import bench, steps
 
     pipeline = pipeline_from_args(args)
-    service = getattr(pipeline, "service", None)
+    service = Target.of(pipeline, what="benchmark").service
     if args.target_rate is not None and service is None:
         raise ConfigError("--target-rate needs --service")
-    fleet = getattr(service, "fleet", None)
+    fleet = service.fleet if service is not None else None
     if fleet is not None and not args.config:
         base = bench.load_configs(["autotune"], batch_size=args.batch_size)["autotune"]
         configs = {
