@@ -5,8 +5,8 @@ tf.data emits one ``Iterator::<path>`` event per ``GetNext`` call of every itera
 root). Asynchronous stages (prefetch, parallel map, parallel interleave, map-and-batch,
 parallel batch) produce elements on their own threads; they mark the work with a
 ``<Stage>Produce`` event and the hand-over with a ``<Stage>Consume`` event that share an
-``element_id``. xprof used to turn those events into a "tf.data bottleneck analysis";
-it was removed in 2025, and this module rebuilds it:
+``element_id``. xprof's "tf.data bottleneck analysis" turned those events into stage
+timings until it was removed in 2025; this module rebuilds it:
 
 1. On each thread, events are nested by time containment. An iterator's same-thread
    children are the iterator events directly inside it; its cross-thread children are
