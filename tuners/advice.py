@@ -26,7 +26,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
-from tfinput.measure.target import Target
+from tfinput.measure.options import MeasureOptions
+from tfinput.measure.target import Measurable, Target
+from tfinput.measure.windows import TUNER_PLAN, WindowPlan
+from tfinput.options import with_keywords
+from tfinput.steps import Step
 from tuners.columnar_advice import FormatAdvice, format_advice, parse_is_bound
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,6 +45,7 @@ __all__ = [
     "KnobContribution",
     "beats_autotune",
     "input_verdict",
+    "STEP_BOUND_PLAN",
     "step_bound",
     "step_bound_stats",
     "differing_groups",
@@ -213,17 +218,20 @@ def _verdict_from_bound(
     )
 
 
-def clock_kwargs(
-    clock: Callable[[], float] | None, cpu_clock: Callable[[], float] | None
-) -> dict[str, Callable[[], float]]:
-    """``clock=`` and ``cpu_clock=`` keyword arguments for a measurement, leaving out
-    those that are None (so the measurement's own defaults apply)."""
-    clocks = {}
-    if clock is not None:
-        clocks["clock"] = clock
-    if cpu_clock is not None:
-        clocks["cpu_clock"] = cpu_clock
-    return clocks
+#: The step bound's windows: the step alone on one cached batch, briefly.
+STEP_BOUND_PLAN = WindowPlan(warmup_batches=5, windows=3, window_batches=20)
+
+
+def _measurement(
+    given: MeasureOptions | None,
+    keywords: Mapping[str, object],
+    default: WindowPlan,
+    *,
+    what: str,
+) -> MeasureOptions:
+    """``given`` with ``keywords`` set, its unset window counts ``default``'s."""
+    options = with_keywords(given or MeasureOptions(), keywords, what=what)
+    return dataclasses.replace(options, **options.plan(default, what=what).to_dict())
 
 
 def cached_source(pipeline: Any) -> Callable[[PipelineConfig], Iterable[Any]]:
@@ -239,32 +247,23 @@ def step_bound(pipeline: Any, config: PipelineConfig, step: Any, **kwargs: Any) 
 
 
 def step_bound_stats(
-    pipeline: Any,
+    pipeline: Measurable,
     config: PipelineConfig,
-    step: Any,
+    step: Step | Callable[[Any], object] | None,
     *,
-    windows: int = 3,
-    window_batches: int = 20,
-    warmup_batches: int = 5,
-    cpu_count: int | None = None,
-    clock: Callable[[], float] | None = None,
-    cpu_clock: Callable[[], float] | None = None,
+    measurement: MeasureOptions | None = None,
+    **keywords: Any,
 ) -> ConfigStats:
     """``step`` fed one cached batch over and over (no input cost), measured with
     `tfinput.bench.measure` (which lets a step that owns the loop, ``model.fit``, drive
-    the data): its `tfinput.bench.ConfigStats`, one window per round."""
+    the data): its `tfinput.bench.ConfigStats`, one window per round. ``measurement``
+    (or its fields as keywords) as for `tfinput.bench.measure`; the counts default to
+    `STEP_BOUND_PLAN`."""
     from tfinput import bench
 
-    clocks = clock_kwargs(clock, cpu_clock)
+    options = _measurement(measurement, keywords, STEP_BOUND_PLAN, what="step_bound_stats")
     result = bench.measure(
-        cached_source(pipeline),
-        {"step bound": config},
-        step=step,
-        windows=windows,
-        window_batches=window_batches,
-        warmup_batches=warmup_batches,
-        cpu_count=cpu_count,
-        **clocks,
+        cached_source(pipeline), {"step bound": config}, step=step, measurement=options
     )
     return result.results[0]
 
@@ -381,23 +380,20 @@ def _cli_value(value: Any) -> str:
 
 
 def knob_breakdown(
-    pipeline: Any,
+    pipeline: Measurable,
     winner: PipelineConfig,
     autotune: PipelineConfig,
     *,
-    step: Any = None,
-    windows: int = 5,
-    window_batches: int = 20,
-    warmup_batches: int = 5,
-    cpu_count: int | None = None,
-    clock: Callable[[], float] | None = None,
-    cpu_clock: Callable[[], float] | None = None,
+    step: Step | Callable[[Any], object] | None = None,
+    measurement: MeasureOptions | None = None,
     progress: Callable[[int, int, Any], None] | None = None,
+    **keywords: Any,
 ) -> tuple[KnobContribution, ...]:
     """The gain by knob group: the winner and, for each group of knobs that differs
     from ``autotune``, the winner with that group reverted to autotune's values, all
     measured interleaved over the same windows (`tfinput.bench.measure`, the winner as
-    the baseline of the per-round ratios).
+    the baseline of the per-round ratios). ``measurement`` (or its fields as
+    keywords) as for `tfinput.bench.measure`; the counts default to `TUNER_PLAN`.
 
     Returns:
       One `KnobContribution` per differing group, largest contribution first; empty
@@ -411,18 +407,9 @@ def knob_breakdown(
     configs = {"winner": winner}
     for group, knobs in groups.items():
         configs[f"without {group}"] = winner.replace(**{k: a for k, (_, a) in knobs.items()})
-    clocks = clock_kwargs(clock, cpu_clock)
+    options = _measurement(measurement, keywords, TUNER_PLAN, what="knob_breakdown")
     result = bench.measure(
-        pipeline,
-        configs,
-        step=step,
-        windows=windows,
-        window_batches=window_batches,
-        warmup_batches=warmup_batches,
-        baseline="winner",
-        cpu_count=cpu_count,
-        progress=progress,
-        **clocks,
+        pipeline, configs, step=step, baseline="winner", progress=progress, measurement=options
     )
     out = []
     for group, knobs in groups.items():

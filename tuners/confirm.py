@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
+from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Measurable, Target
 from tfinput.steps import Step
 from tuners.trials import explain_failure
@@ -58,7 +59,7 @@ class Remeasure:
       windows: Interleaved windows per config (``confirm_windows`` of `tuners.tune`),
         in place of the plan's.
       cpu_count: Cores the numbers are normalized to.
-      clocks: ``clock`` / ``cpu_clock`` overrides (`tuners.advice.clock_kwargs`).
+      clocks: ``clock`` / ``cpu_clock`` overrides (`MeasureOptions.clocks`).
     """
 
     pipeline: Measurable
@@ -68,16 +69,14 @@ class Remeasure:
     cpu_count: int
     clocks: Mapping[str, Callable[[], float]] = dataclasses.field(default_factory=dict)
 
-    def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of `tfinput.bench.measure`,
-        `tuners.advice.step_bound` and `tuners.advice.knob_breakdown`."""
-        return {
-            "step": self.step,
-            **self.plan.to_dict(),
-            "windows": self.windows,
-            "cpu_count": self.cpu_count,
+    def measurement(self) -> MeasureOptions:
+        """The `MeasureOptions` of `tfinput.bench.measure`, `tuners.advice.step_bound`
+        and `tuners.advice.knob_breakdown`: the plan's windows, ``windows`` of them."""
+        return MeasureOptions(
+            **{**self.plan.to_dict(), "windows": self.windows},
+            cpu_count=self.cpu_count,
             **self.clocks,
-        }
+        )
 
 
 def _note(notes: list[str], text: str) -> None:
@@ -135,7 +134,12 @@ def confirm(
     for attempt in (1, 2):
         try:
             result = bench.measure(
-                how.pipeline, configs, baseline="autotune", progress=on_window, **how.kwargs()
+                how.pipeline,
+                configs,
+                step=how.step,
+                baseline="autotune",
+                progress=on_window,
+                measurement=how.measurement(),
             )
         except Exception as e:  # a transient step error, out of memory...
             error = explain_failure(how.pipeline, e)
@@ -236,7 +240,9 @@ def verdicts(
             input_bound, input_text = input_verdict(waits or [wait], input_only=input_only)
         else:
             try:
-                bound_stats = step_bound_stats(how.pipeline, best_config, **how.kwargs())
+                bound_stats = step_bound_stats(
+                    how.pipeline, best_config, how.step, measurement=how.measurement()
+                )
             except Exception as e:
                 _note(notes, f"step bound not measured: {explain_failure(how.pipeline, e)}")
             else:
@@ -272,7 +278,9 @@ def gain_by_knob(
     if progress is not None:
         progress("breakdown", {"windows": how.windows})
     try:
-        return knob_breakdown(how.pipeline, best_config, autotune, **how.kwargs())
+        return knob_breakdown(
+            how.pipeline, best_config, autotune, step=how.step, measurement=how.measurement()
+        )
     except Exception as e:  # the breakdown is extra: never lose the result for it
         _note(notes, f"gain by knob not measured: {explain_failure(how.pipeline, e)}")
         return ()

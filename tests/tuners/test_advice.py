@@ -13,7 +13,6 @@ from tfinput.config import AUTOTUNE, PipelineConfig
 from tuners.advice import (
     KnobContribution,
     beats_autotune,
-    clock_kwargs,
     differing_groups,
     input_verdict,
     step_bound,
@@ -101,15 +100,6 @@ def test_input_verdict_from_measured_waits(waits, bound, words):
 def test_input_verdict_from_the_step_bound_compares_the_rounds(fed, bound, verdict, words):
     got, sentence = input_verdict(fed=fed, bound=bound)
     assert got is verdict and words in sentence, sentence
-
-
-def test_clock_kwargs_leave_out_the_defaults():
-    def clock():
-        return 0.0
-
-    assert clock_kwargs(None, None) == {}
-    assert clock_kwargs(clock, None) == {"clock": clock}
-    assert clock_kwargs(None, clock) == {"cpu_clock": clock}
 
 
 def test_step_bound_feeds_one_cached_batch():

@@ -18,6 +18,7 @@ from tests.tuners.conftest import (
 from tfinput import bench, steps
 from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
+from tfinput.measure.options import MeasureOptions
 from tuners.confirm import (
     Remeasure,
     advice_sentences,
@@ -109,24 +110,23 @@ def test_winner_roofline_finds_a_per_record_winner_serial_bound_on_many_cores(
     assert len(notes) == 1 and notes[0].startswith("roofline not measured: ")
 
 
-def test_remeasure_kwargs_are_those_of_bench_measure():
+def test_remeasure_measures_as_bench_measure_with_the_confirmations_windows():
     clock = FakeClock()
     how = Remeasure(
         pipeline=None,
-        step="the step",
+        step=steps.input_only(),
         plan=WindowPlan(warmup_batches=2, windows=7, window_batches=3),
         windows=4,
         cpu_count=2,
         clocks={"clock": clock},
     )
-    assert how.kwargs() == {
-        "step": "the step",
-        "warmup_batches": 2,
-        "windows": 4,  # the confirmation's, not the plan's
-        "window_batches": 3,
-        "cpu_count": 2,
-        "clock": clock,
-    }
+    assert how.measurement() == MeasureOptions(
+        warmup_batches=2,
+        windows=4,  # the confirmation's, not the plan's
+        window_batches=3,
+        cpu_count=2,
+        clock=clock,
+    )
 
 
 # ------------------------------------------------------------ inside tune()
