@@ -22,7 +22,7 @@ Three tables, one run (issue "Feed a real accelerator"):
 
 Method: every cell is measured in ``--rounds`` rounds; each round visits every cell once
 in a rotating order (interleaving cancels the drift of this shared machine). A cell's
-measurement is `tuners.objective.measure`: a fresh iterator, warm-up batches untimed,
+measurement is `tuners.measure`: a fresh iterator, warm-up batches untimed,
 then one timed window. Figures are medians over rounds with min-max.
 """
 
@@ -86,7 +86,7 @@ def step_table(pipelines: dict[str, Any], schema: Any, args: argparse.Namespace,
 
     from tfinput import models, steps
     from tfinput.config import PipelineConfig
-    from tuners.objective import measure
+    from tuners import measure
 
     rows: dict[tuple[str, str], Any] = {}
     for layout in ("per_feature", "packed"):
@@ -307,7 +307,7 @@ def section(step: dict, cost: dict, transfer: dict, args: argparse.Namespace) ->
         f"- training-step table: batch {args.step_batch} (JAX on 2 CPU cores trains this "
         "model at about 10k examples/s; a batch of 4096 would make each cell minutes); "
         "step bound: one cached batch repeated; fed: the tfinput pipeline at autotune",
-        f"- each cell: `tuners.objective.measure`, fresh iterator, {args.warmup}+ warm-up "
+        f"- each cell: `tuners.measure`, fresh iterator, {args.warmup}+ warm-up "
         f"batches, one window of {args.window_batches} batches (rounded to a multiple of "
         f"k); {args.rounds} rounds, cells visited in a rotating order; median (min-max)",
         "",
@@ -372,7 +372,7 @@ def gpu_section(step: dict, transfer: dict, args: argparse.Namespace) -> str:
         f"`PipelineConfig(steps_per_execution=k)`; batch {args.step_batch}",
         "- step bound: one cached batch repeated (the step alone); fed: the tfinput "
         "pipeline at autotune (no tuning)",
-        f"- each cell: `tuners.objective.measure`, fresh iterator, {args.warmup}+ warm-up "
+        f"- each cell: `tuners.measure`, fresh iterator, {args.warmup}+ warm-up "
         f"batches, one window of {args.window_batches} batches (rounded to a multiple of "
         f"k); {rounds} rounds, cells visited in a rotating order; median (min-max)",
         "",

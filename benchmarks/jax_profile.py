@@ -9,7 +9,7 @@ Workload: criteo-like rows in TFRecord files, the built-in Keras ranking model
 (`tfinput.models.ranking_model`, ``--step ranking``: ``train_on_batch``) on the JAX
 backend, one batch size. Each round, in this order, on the same model object:
 
-1. the step bound, as `tune` measures it (`tuners.advice.step_bound_stats`: the step fed
+1. the step bound, as `tune` measures it (`tuners._advice.step_bound_stats`: the step fed
    one cached batch over and over; ``--windows`` windows of ``--window-batches``
    batches): its median examples/s, as milliseconds per step;
 2. a profile, as `tfinput profile` takes it (`profiles.capture`, then
@@ -48,7 +48,7 @@ def one_round(
     pipeline: Any, config: Any, step: Any, args: argparse.Namespace, keep: Path | None = None
 ) -> dict[str, Any]:
     import profiles
-    from tuners.advice import step_bound_stats
+    from tuners._advice import step_bound_stats
 
     bound = step_bound_stats(
         pipeline,

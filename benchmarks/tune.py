@@ -46,7 +46,7 @@ SPACE = {
 
 
 def grid(pipeline: Any, base: Any, windows: int, window_batches: int, warmup: int) -> list:
-    from tuners.objective import measure
+    from tuners import measure
 
     keys = list(SPACE)
     out = []
@@ -65,8 +65,7 @@ def grid(pipeline: Any, base: Any, windows: int, window_batches: int, warmup: in
 
 
 def study(pipeline: Any, base: Any, step: Any, n_trials: int, **kw: Any) -> Any:
-    from tuners.space import SearchSpace
-    from tuners.study import tune
+    from tuners import SearchSpace, tune
 
     space = SearchSpace(choices=SPACE)
 

@@ -103,3 +103,20 @@ def test_tuners_and_profiles_build_on_public_tfinput_names_only():
                     if not _resolves(n)
                 ]
     assert bad == []
+
+
+def test_modules_made_private_keep_their_old_names_for_a_release():
+    import importlib
+    import sys
+
+    import tuners
+
+    for old in ("study", "space", "result", "storage"):
+        sys.modules.pop(f"tuners.{old}", None)
+        with pytest.warns(DeprecationWarning, match=rf"tuners\.{old} is private now"):
+            module = importlib.import_module(f"tuners.{old}")
+        assert module is importlib.import_module(f"tuners._{old}")
+    with pytest.warns(DeprecationWarning):
+        sys.modules.pop("tuners.space", None)
+        from tuners.space import SearchSpace
+    assert SearchSpace is tuners.SearchSpace

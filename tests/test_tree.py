@@ -3,7 +3,9 @@
 ``tfinput/sources/parquet.py`` is tested by ``tests/tfinput/sources/test_parquet.py``; a
 package whose ``__init__.py`` defines public functions or classes (not only the lazy
 ``__getattr__``) by ``tests/<package>/test_<package>.py``. Private modules (``_name.py``)
-are tested through the public module that uses them. Tests that cross modules (bad input
+are tested through the public module that uses them, or, where a package's
+implementation is private behind its root (``tuners._study`` behind ``tuners.tune``),
+by ``test_name.py`` of their own. Tests that cross modules (bad input
 on every source, exactly-once reading, the examples, import boundaries) live at the top
 of ``tests/``."""
 
@@ -52,10 +54,20 @@ def test_every_public_module_has_its_test_module():
     assert not missing, f"library modules without their test module: {missing}"
 
 
+def _private_modules() -> set[Path]:
+    """The test module a private module may have: ``_study.py`` -> ``test_study.py``."""
+    return {
+        ROOT / "tests" / path.relative_to(ROOT).parent / f"test{path.stem}.py"
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("_*.py")
+        if not path.name.startswith("__")
+    }
+
+
 def test_no_test_module_without_a_library_module():
     """A test module inside the mirrored folders tests a module that exists (a second
     module for one library module adds a suffix: ``test_storage_postgres.py``)."""
-    want = set(expected_test_modules().values())
+    want = set(expected_test_modules().values()) | _private_modules()
     for package in PACKAGES:
         for test in (ROOT / "tests" / package).rglob("test_*.py"):
             ok = any(

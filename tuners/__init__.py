@@ -8,13 +8,17 @@ The result says whether the winner beats autotune beyond the noise, whether the 
 input-bound at all, the gain by knob, and (tf.Example data bound by parsing) what
 converting to columnar records would give: see docs/tuning.md.
 
-``import tuners`` is light: Optuna and TensorFlow load when a study runs.
+``import tuners`` is light: Optuna and TensorFlow load when a study runs. The names
+below are the public API (docs/api.md); the modules behind them are private
+(``tuners._study``, ...), except `tuners.options` and `tuners.cli`.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from tuners._moved import MovedModules
 
 __all__ = [
     "tune",
@@ -38,30 +42,35 @@ __all__ = [
 ]
 
 _LAZY = {
-    "tune": "tuners.study",
+    "tune": "tuners._study",
     "TuneOptions": "tuners.options",
     "SearchOptions": "tuners.options",
     "StudyOptions": "tuners.options",
     "MeasureOptions": "tuners.options",
     "ConfirmOptions": "tuners.options",
-    "TuneResult": "tuners.result",
-    "resume_record": "tuners.result",
-    "make_storage": "tuners.storage",
-    "TrialsFailedError": "tuners.result",
-    "NoiseAwarePruner": "tuners.pruning",
-    "SearchSpace": "tuners.space",
-    "Measurement": "tuners.objective",
-    "measure": "tuners.objective",
-    "FormatAdvice": "tuners.columnar_advice",
-    "KnobContribution": "tuners.advice",
-    "format_advice": "tuners.columnar_advice",
-    "knob_breakdown": "tuners.advice",
+    "TuneResult": "tuners._result",
+    "resume_record": "tuners._result",
+    "make_storage": "tuners._storage",
+    "TrialsFailedError": "tuners._result",
+    "NoiseAwarePruner": "tuners._pruning",
+    "SearchSpace": "tuners._space",
+    "Measurement": "tuners._objective",
+    "measure": "tuners._objective",
+    "FormatAdvice": "tuners._columnar_advice",
+    "KnobContribution": "tuners._advice",
+    "format_advice": "tuners._columnar_advice",
+    "knob_breakdown": "tuners._advice",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tuners.advice import KnobContribution, knob_breakdown
-    from tuners.columnar_advice import FormatAdvice, format_advice
-    from tuners.objective import Measurement, measure
+    from tuners._advice import KnobContribution, knob_breakdown
+    from tuners._columnar_advice import FormatAdvice, format_advice
+    from tuners._objective import Measurement, measure
+    from tuners._pruning import NoiseAwarePruner
+    from tuners._result import TrialsFailedError, TuneResult, resume_record
+    from tuners._space import SearchSpace
+    from tuners._storage import make_storage
+    from tuners._study import tune
     from tuners.options import (
         ConfirmOptions,
         MeasureOptions,
@@ -69,11 +78,25 @@ if TYPE_CHECKING:  # pragma: no cover
         StudyOptions,
         TuneOptions,
     )
-    from tuners.pruning import NoiseAwarePruner
-    from tuners.result import TrialsFailedError, TuneResult, resume_record
-    from tuners.space import SearchSpace
-    from tuners.storage import make_storage
-    from tuners.study import tune
+
+
+#: Modules that became private (docs/api.md): their old names import, with a warning,
+#: for one release.
+_MOVED = (
+    "advice",
+    "columnar_advice",
+    "confirm",
+    "objective",
+    "pruning",
+    "report",
+    "result",
+    "space",
+    "storage",
+    "study",
+    "trials",
+    "workers",
+)
+MovedModules({f"tuners.{m}": f"tuners._{m}" for m in _MOVED}, public="tuners").install()
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,5 @@
 """The search of `tuners.tune`: its settled arguments (`Tuning`, the objective), the
-baselines, opening the storage and the study, and the trials. `tuners.study` is the
+baselines, opening the storage and the study, and the trials. `tuners._study` is the
 public API."""
 
 from __future__ import annotations
@@ -17,24 +17,24 @@ from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, TfinputError
 from tfinput.measure.target import Measurable, Target
 from tfinput.steps import Step
-from tuners.confirm import (
+from tuners._confirm import (
     Progress,
     Remeasure,
 )
-from tuners.objective import measure
-from tuners.result import (
+from tuners._objective import measure
+from tuners._result import (
     TrialsFailedError,
     describe_step,
 )
-from tuners.space import SearchSpace
-from tuners.storage import host_lock, make_storage, open_study
-from tuners.trials import (
+from tuners._space import SearchSpace
+from tuners._storage import host_lock, make_storage, open_study
+from tuners._trials import (
     explain_failure,
     is_counted,
     trailing_failures,
     trial_info,
 )
-from tuners.workers import requeue_dead_workers, tag_worker
+from tuners._workers import requeue_dead_workers, tag_worker
 
 __all__ = [
     "Tuning",
@@ -270,14 +270,14 @@ def default_sampler(seed: int | None) -> Any:
 
 
 def default_pruner() -> Any:
-    """`tuners.pruning.NoiseAwarePruner`: bottom quarter beyond the measured noise."""
-    from tuners.pruning import NoiseAwarePruner
+    """`tuners._pruning.NoiseAwarePruner`: bottom quarter beyond the measured noise."""
+    from tuners._pruning import NoiseAwarePruner
 
     return NoiseAwarePruner(quantile=0.25, n_startup_trials=4, n_warmup_steps=1)
 
 
 def open_tuning_study(run: Tuning, storage: Any, **study: Any) -> Any:
-    """Open the study (`tuners.storage.open_study` with ``study``'s arguments), requeue
+    """Open the study (`tuners._storage.open_study` with ``study``'s arguments), requeue
     the trials of dead workers of this host, record the space and the step, and enqueue
     the baselines once. All under the host lock, which keeps two workers on one host
     from enqueueing the baselines twice."""
@@ -294,7 +294,7 @@ def open_tuning_study(run: Tuning, storage: Any, **study: Any) -> Any:
 
 
 class _StopRule:
-    """Optuna callback: stop once ``n_trials`` trials count (`tuners.trials.is_counted`),
+    """Optuna callback: stop once ``n_trials`` trials count (`tuners._trials.is_counted`),
     or after ``max_consecutive_failures`` failed in a row since it was made (a resumed
     study whose step was fixed searches again); ``reason`` then says why."""
 

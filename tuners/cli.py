@@ -164,7 +164,7 @@ def _space_and_base(
 ) -> tuple[Any, Any, Any]:
     from tfinput import bench
     from tfinput.config import PipelineConfig
-    from tuners.space import SearchSpace, parse_assignment
+    from tuners._space import SearchSpace, parse_assignment
 
     current = PipelineConfig.from_json(args.current) if args.current else None
     base = current or PipelineConfig()
@@ -247,7 +247,7 @@ _STAGES = {
 
 
 def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
-    from tuners.report import NO_PLOTLY, has_plotly, print_summary, write_outputs
+    from tuners._report import NO_PLOTLY, has_plotly, print_summary, write_outputs
 
     paths = write_outputs(result, out)
     if not has_plotly():
@@ -273,7 +273,7 @@ def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
 
 
 def _resume_line(result: Any, best_config: str) -> str:
-    """Whether the best config resumes exactly after a restart (`tuners.result.
+    """Whether the best config resumes exactly after a restart (`tuners._result.
     resume_record`, saved in ``best_config.json``), and how to verify it on the data."""
     record = result.record()["resume"]
     verify = f"tfinput check DATA --resume --config {best_config}"
@@ -290,7 +290,7 @@ def _write_failed(error: Any, out: str) -> None:
     trial (nothing when the study could not be opened)."""
     from pathlib import Path
 
-    from tuners.study import summarize_trials
+    from tuners._study import summarize_trials
 
     if error.study is None:
         return
@@ -309,7 +309,7 @@ def _write_failed(error: Any, out: str) -> None:
 def _search(args: argparse.Namespace, out: str, pipeline: Any, **kwargs: Any) -> Any:
     """`tuners.tune` under the progress display (``--n-trials`` trials); when no trial
     completed, ``result.json`` is written before the error goes on."""
-    from tuners.study import TrialsFailedError, tune
+    from tuners._study import TrialsFailedError, tune
 
     try:
         with _Display(args.n_trials) as display:
@@ -380,7 +380,7 @@ def _demo(args: argparse.Namespace) -> int:
     """Run ``tfinput demo``: the tuner end to end on the built-in data."""
     from tfinput import bench
     from tfinput.config import PipelineConfig
-    from tuners.space import SearchSpace
+    from tuners._space import SearchSpace
 
     say = console(stderr=True).print
     t0 = time.time()

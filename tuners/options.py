@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from tfinput.measure.options import MeasureOptions
 from tfinput.options import check_counts
-from tuners.storage import GRACE_PERIOD, HEARTBEAT_INTERVAL
+from tuners._storage import GRACE_PERIOD, HEARTBEAT_INTERVAL
 
 if TYPE_CHECKING:
     import optuna
@@ -48,7 +48,7 @@ class SearchOptions:
       timeout: Stop searching after this many seconds (None: no limit).
       seed: The default sampler's seed.
       sampler, pruner: Optuna overrides (default: seeded multivariate TPE with the
-        constant liar; `tuners.pruning.NoiseAwarePruner`: bottom quarter beyond the
+        constant liar; `tuners._pruning.NoiseAwarePruner`: bottom quarter beyond the
         measured noise, after one window).
       max_consecutive_failures: Stop after this many failed trials in a row: a step
         or pipeline that always raises ends the study instead of failing forever.
@@ -102,7 +102,7 @@ class ConfirmOptions:
       confirm_top: Distinct best configs re-measured against ``autotune``.
       confirm_windows: Interleaved windows per config in the confirmation.
       breakdown: When the winner differs from autotune, measure the gain by knob
-        group (`tuners.advice.knob_breakdown`: one more confirmation's worth of
+        group (`tuners._advice.knob_breakdown`: one more confirmation's worth of
         windows per differing group, at most six groups).
       advise_format: For tf.Example TFRecord data whose parse stage is the bound,
         convert a sample (at most 2 files, in a temporary directory) to columnar

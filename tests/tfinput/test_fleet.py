@@ -39,7 +39,7 @@ def test_the_tuner_searches_the_service_knobs_and_sizes_the_fleet(
     fleet, small_columnar, small_schema
 ):
     import tuners
-    from tuners.space import SearchSpace
+    from tuners._space import SearchSpace
 
     pipeline = tfinput.columnar(small_columnar, small_schema).with_service(fleet)
     space = SearchSpace.for_pipeline(pipeline)

@@ -10,8 +10,8 @@ import pytest
 
 import tfinput
 from tfinput.config import PipelineConfig
-from tuners.space import SearchSpace
-from tuners.study import tune
+from tuners._space import SearchSpace
+from tuners._study import tune
 
 # The format advice (a roofline, a conversion, a side-by-side measurement) and the gain
 # by knob have their own tests; the other tune() tests leave them out. One confirmation
@@ -196,7 +196,7 @@ BEST = PipelineConfig(batch_size=50, prefetch=4)
 def tune_result(**fields):
     """A `TuneResult` built by hand (no study): ``trial 3`` (`BEST`) confirmed at 1.5x
     autotune; ``fields`` override."""
-    from tuners.result import TuneResult
+    from tuners._result import TuneResult
 
     values = dict(
         best_config=BEST,

@@ -1,4 +1,4 @@
-"""`tuners.advice`: the verdicts (beats autotune beyond the noise, input-bound or not),
+"""`tuners._advice`: the verdicts (beats autotune beyond the noise, input-bound or not),
 the step bound and the gain by knob group."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ import pytest
 
 from tests.tuners.conftest import FakeWorkload, config_stats, rate_by_parallelism
 from tfinput.config import AUTOTUNE, PipelineConfig
-from tuners.advice import (
+from tuners._advice import (
     KnobContribution,
     beats_autotune,
     differing_groups,
     input_verdict,
     step_bound,
 )
-from tuners.report import write_outputs
-from tuners.space import SearchSpace
-from tuners.study import baseline_configs
+from tuners._report import write_outputs
+from tuners._space import SearchSpace
+from tuners._study import baseline_configs
 
 # ----------------------------------------------------------------- verdicts
 AUTOTUNE_STATS = config_stats("autotune", 1.0, 1.0, 1.0)
@@ -131,7 +131,7 @@ def test_step_bound_feeds_one_cached_batch():
 def test_a_step_much_slower_than_the_input_is_told_input_is_not_the_bottleneck(tmp_path):
     from rich.console import Console
 
-    from tuners.report import print_summary
+    from tuners._report import print_summary
 
     # The fake step takes all the (fake) time; fetching a batch takes none.
     work = FakeWorkload(rate_by_parallelism, wobble=0.0)

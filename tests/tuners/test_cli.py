@@ -17,9 +17,9 @@ from tests.helpers import run_cli
 from tests.tuners.conftest import tune_result
 from tfinput.cli import build_parser
 from tfinput.config import PipelineConfig
+from tuners._result import resume_record
+from tuners._storage import make_storage
 from tuners.cli import _resume_line, add_subcommands
-from tuners.result import resume_record
-from tuners.storage import make_storage
 
 
 @pytest.mark.parametrize(

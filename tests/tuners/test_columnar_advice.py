@@ -1,4 +1,4 @@
-"""`tuners.columnar_advice`: the format advice (a tf.Example sample converted to
+"""`tuners._columnar_advice`: the format advice (a tf.Example sample converted to
 columnar records and measured side by side, with the ``tfinput convert`` command)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import tfinput
 from tfinput import cli
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tuners.columnar_advice import FormatAdvice, format_advice
+from tuners._columnar_advice import FormatAdvice, format_advice
 
 
 def test_format_advice_measures_a_columnar_sample_and_its_command_converts(

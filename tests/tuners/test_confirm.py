@@ -1,4 +1,4 @@
-"""`tuners.confirm`: after the search, the confirmation against autotune (one retry),
+"""`tuners._confirm`: after the search, the confirmation against autotune (one retry),
 the winner, the verdicts' input wait and the advice sentences."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tfinput import bench, steps
 from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
-from tuners.confirm import (
+from tuners._confirm import (
     Remeasure,
     advice_sentences,
     confirmation_configs,
@@ -27,9 +27,9 @@ from tuners.confirm import (
     serial_sentence,
     winner_roofline,
 )
-from tuners.report import write_outputs
-from tuners.space import SearchSpace
-from tuners.study import tune
+from tuners._report import write_outputs
+from tuners._space import SearchSpace
+from tuners._study import tune
 
 AUTO = PipelineConfig.autotune(batch_size=50)
 

@@ -1,4 +1,4 @@
-"""`tuners.objective`: one config's measurement (`measure`, `Measurement`), the tuner's
+"""`tuners._objective`: one config's measurement (`measure`, `Measurement`), the tuner's
 objective, with and without Optuna."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from tfinput import steps
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError
-from tuners.objective import Measurement, measure
+from tuners._objective import Measurement, measure
 
 
 def test_measure_windows_and_early_stop(pipeline, base):

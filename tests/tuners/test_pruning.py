@@ -1,4 +1,4 @@
-"""`tuners.pruning.NoiseAwarePruner`: clear losers are pruned, near-ties within the
+"""`tuners._pruning.NoiseAwarePruner`: clear losers are pruned, near-ties within the
 measured noise are measured to the end; in studies and inside `tune`."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from tests.tuners.conftest import FakeWorkload, rate_by_parallelism, tune_seeded
 from tfinput.config import PipelineConfig
-from tuners.pruning import NoiseAwarePruner
-from tuners.space import SearchSpace
+from tuners._pruning import NoiseAwarePruner
+from tuners._space import SearchSpace
 
 
 def _finished(study, rates, state=optuna.trial.TrialState.COMPLETE):

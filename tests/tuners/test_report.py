@@ -1,4 +1,4 @@
-"""`tuners.report`: the tuning outputs (best_config.json, result.json, report.html, with
+"""`tuners._report`: the tuning outputs (best_config.json, result.json, report.html, with
 or without plotly) and the terminal summary."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from rich.console import Console
 import tfinput
 from tests.tuners.conftest import BEST, TUNED_TRIALS, tune_result
 from tfinput.config import PipelineConfig
-from tuners.report import NO_PLOTLY, has_plotly, print_summary, verdict_lines, write_outputs
+from tuners._report import NO_PLOTLY, has_plotly, print_summary, verdict_lines, write_outputs
 
 
 def test_outputs_load_into_build(tuned, tmp_path):
@@ -87,7 +87,7 @@ def test_print_summary_of_an_unconfirmed_result():
 
 def test_a_group_that_hurts_is_flagged_in_the_terminal_and_the_report(tmp_path):
     from tfinput.config import AUTOTUNE
-    from tuners.advice import KnobContribution
+    from tuners._advice import KnobContribution
 
     hurts = KnobContribution(
         group="tf.data threading",

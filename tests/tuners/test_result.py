@@ -1,4 +1,4 @@
-"""`tuners.result`: what `tune` returns and records (`TuneResult` as JSON, the
+"""`tuners._result`: what `tune` returns and records (`TuneResult` as JSON, the
 fingerprint of the machine, how every number was measured, whether the best config
 resumes exactly after a restart)."""
 
@@ -15,8 +15,8 @@ from tests.tuners.conftest import BEST, tune_result
 from tfinput import steps
 from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
-from tuners.pruning import NoiseAwarePruner
-from tuners.result import (
+from tuners._pruning import NoiseAwarePruner
+from tuners._result import (
     TrialsFailedError,
     describe_method,
     describe_pruner,

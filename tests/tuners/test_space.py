@@ -1,4 +1,4 @@
-"""`tuners.space`: the search space (defaults for the machine and the step, narrowing,
+"""`tuners._space`: the search space (defaults for the machine and the step, narrowing,
 errors), ``KNOB=V1,V2`` assignments, and the round trip through Optuna trials."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from tfinput import steps
 from tfinput.config import AUTOTUNE
 from tfinput.errors import ConfigError
-from tuners import space as tuners_space
-from tuners.space import SearchSpace, parse_assignment
-from tuners.study import baseline_configs
+from tuners import _space as tuners_space
+from tuners._space import SearchSpace, parse_assignment
+from tuners._study import baseline_configs
 
 
 def test_default_space_follows_the_cpu_count():

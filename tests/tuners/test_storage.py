@@ -1,4 +1,4 @@
-"""`tuners.storage`: where a study lives (memory, SQLite, journal, PostgreSQL URLs),
+"""`tuners._storage`: where a study lives (memory, SQLite, journal, PostgreSQL URLs),
 opening or resuming it, and the host lock. PostgreSQL itself: test_storage_postgres.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from optuna.storages import RDBStorage
 from optuna.storages.journal import JournalStorage
 
 from tfinput.errors import ConfigError
-from tuners.storage import (
+from tuners._storage import (
     connect_args,
     first_line,
     host_lock,

@@ -1,4 +1,4 @@
-"""`tuners.study`: `tune` end to end (baselines first, failures, resume, the packed
+"""`tuners._study`: `tune` end to end (baselines first, failures, resume, the packed
 layout) and `baseline_configs`."""
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from tests.tuners.conftest import (
 from tfinput import steps
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError, DataError
-from tuners.report import write_outputs
-from tuners.result import TrialsFailedError
-from tuners.space import SearchSpace
-from tuners.study import MAX_CONSECUTIVE_FAILURES, baseline_configs, tune
+from tuners._report import write_outputs
+from tuners._result import TrialsFailedError
+from tuners._space import SearchSpace
+from tuners._study import MAX_CONSECUTIVE_FAILURES, baseline_configs, tune
 
 
 # ---------------------------------------------------------------- baselines

@@ -1,4 +1,4 @@
-"""`tuners.trials`: reading a study's trials (which count, failures in a row, progress,
+"""`tuners._trials`: reading a study's trials (which count, failures in a row, progress,
 the best distinct configs, one JSON row each) and failures explained in one line."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
-from tuners.trials import (
+from tuners._trials import (
     explain_failure,
     is_counted,
     state_counts,

@@ -1,4 +1,4 @@
-"""`tuners.workers`: which process runs a trial, and the RUNNING trials of workers that
+"""`tuners._workers`: which process runs a trial, and the RUNNING trials of workers that
 died, failed and retried once (by `tune`, and directly on a study)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import optuna
 import pytest
 
 from tests.tuners.conftest import FakeWorkload, rate_by_parallelism
-from tuners.storage import make_storage
-from tuners.workers import pid_alive, pid_namespace, requeue_dead_workers, tag_worker, worker_id
+from tuners._storage import make_storage
+from tuners._workers import pid_alive, pid_namespace, requeue_dead_workers, tag_worker, worker_id
 
 
 def _dead_pid():

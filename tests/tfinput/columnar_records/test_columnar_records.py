@@ -95,7 +95,7 @@ def test_lazy_factory_survives_importing_the_module():
 
 
 def test_tuner_accepts_a_columnar_pipeline(small_columnar, tmp_path):
-    from tuners.study import tune
+    from tuners._study import tune
 
     pipeline = tfinput.columnar(small_columnar)
     result = tune(

@@ -389,7 +389,7 @@ def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
     small_tfrecord, small_schema, tmp_path, caplog, batches
 ):
     from tfinput import steps
-    from tuners.study import tune
+    from tuners._study import tune
 
     # Limits far below what the data needs: every batch drops ids, counted per table.
     plan = _plan(

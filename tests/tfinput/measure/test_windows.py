@@ -251,8 +251,8 @@ def test_window_plan_checked_names_the_caller():
 
 
 def test_window_plan_carries_every_default():
+    import tuners
     from profiles import CaptureConfig
-    from tuners import objective
 
     def counts(fn):
         keys = ("warmup_batches", "windows", "window_batches")
@@ -268,6 +268,6 @@ def test_window_plan_carries_every_default():
     keys = ("warmup_batches", "windows", "window_batches")
     measured_plan = bench.WindowPlan(**{k: measured[k] for k in keys})
     assert measured_plan == bench.BENCH_PLAN == bench.WindowPlan(warmup_batches=8)
-    assert counts(objective.measure) == bench.TUNER_PLAN == bench.WindowPlan()
+    assert counts(tuners.measure) == bench.TUNER_PLAN == bench.WindowPlan()
     assert CaptureConfig().window_plan == bench.CAPTURE_PLAN
     assert bench.TUNER_PLAN.to_dict() == {"warmup_batches": 5, "windows": 5, "window_batches": 20}

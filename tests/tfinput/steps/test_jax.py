@@ -39,7 +39,7 @@ def _jax_train():
 def test_jax_step_trains_and_device_prefetch_gives_the_same_state():
     import jax
 
-    from tuners.objective import measure
+    from tuners._objective import measure
 
     final = []
     for prefetch in (0, 2):

@@ -86,7 +86,7 @@ def fit_model(small_schema):
 def test_keras_fit_step_measures_windows_on_the_tensorflow_backend(
     small_tfrecord, small_schema, fit_model, k
 ):
-    from tuners.objective import measure
+    from tuners._objective import measure
 
     step = steps.keras_fit_step(fit_model)
     assert step.kind == "keras_fit" and step.name.endswith("(tensorflow)")
@@ -119,7 +119,7 @@ def test_keras_fit_step_measures_windows_on_the_tensorflow_backend(
 
 
 def test_keras_fit_step_stops_when_report_says_so(small_tfrecord, small_schema, fit_model):
-    from tuners.objective import measure
+    from tuners._objective import measure
 
     seen: list[int] = []
 
@@ -143,7 +143,7 @@ def test_keras_fit_step_stops_when_report_says_so(small_tfrecord, small_schema, 
 
 def test_step_bound_on_one_cached_batch(small_tfrecord, small_schema, fit_model):
     """The tuner's step bound: one batch cached and repeated, fed to model.fit."""
-    from tuners.objective import measure
+    from tuners._objective import measure
 
     pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
     config = tfinput.PipelineConfig(batch_size=50, steps_per_execution=2)
@@ -207,7 +207,7 @@ print("NAME", step.name)
 # took a third of this test's time.
 _JAX_MORE = """
 from tfinput import cli
-from tuners.objective import measure
+from tuners._objective import measure
 pipeline = tfinput.tfrecord(FILES, schema)
 before = [np.array(w) for w in model.get_weights()]
 for step in (steps.keras_step(model), steps.keras_fit_step(model)):

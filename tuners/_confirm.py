@@ -20,12 +20,12 @@ from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Measurable, Target
 from tfinput.steps import Step
-from tuners.trials import explain_failure
+from tuners._trials import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.bench import ConfigStats, WindowPlan
-    from tuners.advice import KnobContribution
-    from tuners.columnar_advice import FormatAdvice
+    from tuners._advice import KnobContribution
+    from tuners._columnar_advice import FormatAdvice
 
 __all__ = [
     "Remeasure",
@@ -70,8 +70,8 @@ class Remeasure:
     clocks: Mapping[str, Callable[[], float]] = dataclasses.field(default_factory=dict)
 
     def measurement(self) -> MeasureOptions:
-        """The `MeasureOptions` of `tfinput.bench.measure`, `tuners.advice.step_bound`
-        and `tuners.advice.knob_breakdown`: the plan's windows, ``windows`` of them."""
+        """The `MeasureOptions` of `tfinput.bench.measure`, `tuners._advice.step_bound`
+        and `tuners._advice.knob_breakdown`: the plan's windows, ``windows`` of them."""
         return MeasureOptions(
             **{**self.plan.to_dict(), "windows": self.windows},
             cpu_count=self.cpu_count,
@@ -222,7 +222,7 @@ def verdicts(
 ) -> dict[str, Any]:
     """The `TuneResult` verdict fields: beats autotune, input wait (measured, or from
     the step bound when the step owns the loop) and their sentences."""
-    from tuners.advice import beats_autotune, input_verdict, step_bound_stats
+    from tuners._advice import beats_autotune, input_verdict, step_bound_stats
 
     beats, beats_text = beats_autotune(confirmed)
     wait = source = bound = None
@@ -272,8 +272,8 @@ def gain_by_knob(
     progress: Progress | None,
     notes: list[str],
 ) -> tuple[KnobContribution, ...]:
-    """`tuners.advice.knob_breakdown` of the winner; empty, with a note, if it raises."""
-    from tuners.advice import knob_breakdown
+    """`tuners._advice.knob_breakdown` of the winner; empty, with a note, if it raises."""
+    from tuners._advice import knob_breakdown
 
     if progress is not None:
         progress("breakdown", {"windows": how.windows})
@@ -289,7 +289,7 @@ def gain_by_knob(
 def winner_roofline(how: Remeasure, best_config: PipelineConfig, *, notes: list[str]) -> Any | None:
     """A short `tfinput.bench.roofline` with the winner's serial stage (``winner``), read
     by the format advice and `serial_sentence`; None, with a note, if it raises."""
-    from tuners.columnar_advice import quick_roofline
+    from tuners._columnar_advice import quick_roofline
 
     try:
         return quick_roofline(
@@ -331,9 +331,9 @@ def winner_format_advice(
     notes: list[str],
     roofline: Any | None = None,
 ) -> FormatAdvice | None:
-    """`tuners.advice.format_advice` for the winner (reading ``roofline`` when given);
+    """`tuners._advice.format_advice` for the winner (reading ``roofline`` when given);
     None, with a note, if it raises."""
-    from tuners.advice import format_advice
+    from tuners._advice import format_advice
 
     if progress is not None:
         progress("format_advice", {})

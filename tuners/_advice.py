@@ -11,7 +11,7 @@
   input-bound only when every round fed slower than every round of the bound.
 - **Gain by knob** (`knob_breakdown`): the winner measured against itself with each
   group of knobs that differs from autotune reverted (leave-one-out), interleaved.
-- **Format advice** (`format_advice`, from `tuners.columnar_advice`): for tf.Example
+- **Format advice** (`format_advice`, from `tuners._columnar_advice`): for tf.Example
   TFRecord data whose parse stage bounds the pipeline, a sample converted to columnar
   records and measured side by side, with the exact ``tfinput convert`` command.
 
@@ -31,7 +31,7 @@ from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import TUNER_PLAN, WindowPlan
 from tfinput.options import with_keywords
 from tfinput.steps import Step
-from tuners.columnar_advice import FormatAdvice, format_advice, parse_is_bound
+from tuners._columnar_advice import FormatAdvice, format_advice, parse_is_bound
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.bench import ConfigStats
@@ -270,7 +270,7 @@ def step_bound_stats(
 
 # ------------------------------------------------------------- gain by knob
 def _norm(knob: str, value: Any, pipeline: Any) -> Any:
-    from tuners.space import canonical
+    from tuners._space import canonical
 
     if knob == "layout" and value is None:
         return "per_feature" if pipeline is None else Target.of(pipeline).layout
@@ -326,7 +326,7 @@ class KnobContribution:
         return self.ratio_max < 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        from tuners.space import encode
+        from tuners._space import encode
 
         return {
             "group": self.group,
@@ -371,7 +371,7 @@ class KnobContribution:
 
 def _cli_value(value: Any) -> str:
     """A knob value as ``--fix`` / ``--narrow`` take it."""
-    from tuners.space import encode
+    from tuners._space import encode
 
     value = encode(value)
     if isinstance(value, bool):

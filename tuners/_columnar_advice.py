@@ -3,7 +3,7 @@
 For tf.Example TFRecord data whose parse stage bounds the pipeline (`parse_is_bound`, from
 `tfinput.bench.roofline`), `format_advice` converts a sample to columnar records, measures
 both side by side and gives the exact ``tfinput convert`` command. Re-exported by
-`tuners.advice`. Nothing here needs Optuna.
+`tuners._advice`. Nothing here needs Optuna.
 """
 
 from __future__ import annotations

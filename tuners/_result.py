@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import TfinputError
-from tuners.advice import INPUT_BOUND_THRESHOLD
+from tuners._advice import INPUT_BOUND_THRESHOLD
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.bench import ConfigStats, WindowPlan
     from tfinput.steps import Step
-    from tuners.advice import FormatAdvice, KnobContribution
+    from tuners._advice import FormatAdvice, KnobContribution
 
 __all__ = [
     "TuneResult",
@@ -67,13 +67,13 @@ class TuneResult:
         unknown.
       input_wait_source: ``measured``, ``step bound`` or None.
       input_bound: Whether the input bounds training, judged against the rounds'
-        spread (`tuners.advice.input_verdict`); None when it cannot be told.
+        spread (`tuners._advice.input_verdict`); None when it cannot be told.
       step_bound: Examples/s of the step fed one cached batch (when it was measured).
       verdicts: The plain-language verdicts: beats autotune or "keep autotune", and
         whether input is the bottleneck.
-      breakdown: The gain by knob group (`tuners.advice.KnobContribution`), largest
+      breakdown: The gain by knob group (`tuners._advice.KnobContribution`), largest
         first; empty when not measured.
-      format_advice: `tuners.advice.FormatAdvice` when a tf.Example sample was
+      format_advice: `tuners._advice.FormatAdvice` when a tf.Example sample was
         converted to columnar and measured, else None.
       packed_layout: When the best config emits packed batches, where each feature
         lives in them (`tfinput.layout.PackedLayout.to_dict`), saved next to the config
@@ -274,9 +274,9 @@ def describe_method(
 
 
 def describe_pruner(pruner: Any) -> str:
-    """The pruner's own description (`tuners.pruning.NoiseAwarePruner.describe`), or
+    """The pruner's own description (`tuners._pruning.NoiseAwarePruner.describe`), or
     its class name."""
-    from tuners.pruning import NoiseAwarePruner
+    from tuners._pruning import NoiseAwarePruner
 
     if isinstance(pruner, NoiseAwarePruner):
         return pruner.describe()

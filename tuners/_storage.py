@@ -4,7 +4,7 @@ Storage: None (in memory); a path ending in ``.db``/``.sqlite`` or a ``sqlite://
 (one host, resumable); a path ending in ``.log``/``.journal`` (a journal file, several
 processes on one host, resumable); a ``postgresql://`` URL (several hosts). RDB storages
 get heartbeats: a trial whose worker died is failed after the grace period and retried
-once by another worker (`tuners.workers` handles the processes of this host).
+once by another worker (`tuners._workers` handles the processes of this host).
 """
 
 from __future__ import annotations

@@ -12,23 +12,23 @@ What happens:
    `SearchSpace`; each trial is `objective.measure` — fresh iterator, warm-up, several
    windows — and reports every window; a trial whose best window so far is below the
    bottom quarter of the finished trials at that window by more than the study's
-   measured window-to-window spread is pruned (`tuners.pruning.NoiseAwarePruner`):
+   measured window-to-window spread is pruned (`tuners._pruning.NoiseAwarePruner`):
    clear losers stop early, near-ties are measured to the end. A trial that raises
    (bad config, out of memory) is recorded as failed with the reason and counts
    towards ``n_trials``; the study goes on, but stops after
    ``max_consecutive_failures`` failures in a row, and `TrialsFailedError` (naming
    the error) is raised when no trial at all completed.
 3. **One trial per host at a time.** Trials hold an exclusive host-wide file lock
-   (`tuners.storage.host_lock`) while they measure, so several workers on one machine
+   (`tuners._storage.host_lock`) while they measure, so several workers on one machine
    never fight for the CPUs they measure; workers on other hosts share the study
    through the storage.
-4. **Confirmation** (`tuners.confirm`). The top configs are measured again, interleaved
+4. **Confirmation** (`tuners._confirm`). The top configs are measured again, interleaved
    window by window with ``autotune`` (and the current config) by
    `tfinput.bench.measure`, and the winner is the best *confirmed* median. The reported ratio is that of the confirmed
    medians, per round, so noise in the search does not inflate it. If the
    confirmation raises, it is run once more; if it fails again, the result is the
    best trial of the search, marked unconfirmed (``confirmation_error``).
-5. **Verdicts** (`tuners.advice`): whether the winner beats autotune beyond the noise
+5. **Verdicts** (`tuners._advice`): whether the winner beats autotune beyond the noise
    (every round's paired ratio above 1; otherwise "keep autotune"), and whether the step
    is input-bound at all (input wait under 3%: "input is not your bottleneck"; a step
    that owns its loop, ``model.fit``, gets the wait from its step bound, measured on one
@@ -39,12 +39,12 @@ What happens:
    get a 2-file sample converted to columnar records and measured side by side, with the
    ``tfinput convert`` command (docs/tuning.md).
 
-Storage (`tuners.storage`): None (in memory); a path ending in ``.db``/``.sqlite`` or a
+Storage (`tuners._storage`): None (in memory); a path ending in ``.db``/``.sqlite`` or a
 ``sqlite:///`` URL (one host, resumable); a path ending in ``.log``/``.journal`` (a
 journal file, several processes on one host, resumable); a ``postgresql://`` URL
 (several hosts). RDB storages get heartbeats: a trial whose worker died is failed after
 the grace period and retried once by another worker. Every trial records its worker
-(`tuners.workers`: ``host:pid``, and the PID namespace: containers may share a host
+(`tuners._workers`: ``host:pid``, and the PID namespace: containers may share a host
 name); when a study is opened, a RUNNING trial of a process of this host that no longer
 exists (a restart within the grace period, or the journal storage, which has no
 heartbeats) is failed and its parameters are enqueued again, once.
@@ -62,17 +62,7 @@ from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import TUNER_PLAN
 from tfinput.options import check_counts, with_keywords
 from tfinput.steps import Step
-from tuners._search import (
-    Tuning,
-    baseline_configs,
-    default_pruner,
-    default_sampler,
-    open_storage,
-    open_tuning_study,
-    search_trials,
-    study_name_for,
-)
-from tuners.confirm import (
+from tuners._confirm import (
     Remeasure,
     advice_sentences,
     confirm,
@@ -86,6 +76,30 @@ from tuners.confirm import (
     winner_format_advice,
     winner_roofline,
 )
+from tuners._result import (
+    TrialsFailedError,
+    TuneResult,
+    describe_method,
+    describe_step,
+    fingerprint,
+)
+from tuners._search import (
+    Tuning,
+    baseline_configs,
+    default_pruner,
+    default_sampler,
+    open_storage,
+    open_tuning_study,
+    search_trials,
+    study_name_for,
+)
+from tuners._space import SearchSpace
+from tuners._storage import host_lock, make_storage
+from tuners._trials import (
+    state_counts,
+    top_configs,
+)
+from tuners._trials import summarize_trials as summarize_trials  # importable from here
 from tuners.options import (
     MAX_CONSECUTIVE_FAILURES,
     ConfirmOptions,
@@ -94,20 +108,6 @@ from tuners.options import (
     StudyOptions,
     TuneOptions,
 )
-from tuners.result import (
-    TrialsFailedError,
-    TuneResult,
-    describe_method,
-    describe_step,
-    fingerprint,
-)
-from tuners.space import SearchSpace
-from tuners.storage import host_lock, make_storage
-from tuners.trials import (
-    state_counts,
-    top_configs,
-)
-from tuners.trials import summarize_trials as summarize_trials  # importable from here
 
 if TYPE_CHECKING:
     import optuna
@@ -289,7 +289,7 @@ def _confirm_and_advise(
     study: optuna.Study, run: Tuning, options: ConfirmOptions, *, notes: list[str]
 ) -> dict[str, Any]:
     """Confirm the search's top configs, then the verdicts, the gain by knob and the
-    format advice (`tuners.confirm`): the `TuneResult` fields they give, ``seconds``
+    format advice (`tuners._confirm`): the `TuneResult` fields they give, ``seconds``
     (without the search's) included."""
     how = run.remeasure(options.confirm_windows)
     progress, autotune = run.progress, run.baselines["autotune"]

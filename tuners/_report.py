@@ -19,8 +19,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tuners.result import TuneResult
-from tuners.trials import summarize_trials
+from tuners._result import TuneResult
+from tuners._trials import summarize_trials
 
 __all__ = [
     "print_summary",
