@@ -12,7 +12,7 @@ backend, one batch size. Each round, in this order, on the same model object:
 1. the step bound, as `tune` measures it (`tuners._advice.step_bound_stats`: the step fed
    one cached batch over and over; ``--windows`` windows of ``--window-batches``
    batches): its median examples/s, as milliseconds per step;
-2. a profile, as `tfinput profile` takes it (`profiles.capture`, then
+2. a profile, as `tfinput profile` takes it (`profiles._capture`, then
    `profiles.analyze`): ``--warmup`` steps, ``--steps`` marked steps; the medians of
    device compute, host-to-device transfer and step time from JAX's trace.
 
@@ -60,7 +60,7 @@ def one_round(
     )
     bound_ms = config.batch_size / bound.median * 1e3
     with tempfile.TemporaryDirectory() as d:
-        result = profiles.capture(
+        result = profiles._capture(
             pipeline.build(config).repeat(),
             step,
             logdir=Path(d),

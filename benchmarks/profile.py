@@ -12,7 +12,7 @@ Workload: criteo-like 400k rows, 8 TFRecord files, batch 4096, with
    (``tuned-simulated.json``).
 
 Each capture: ``--warmup`` steps, then ``--steps`` steps marked with
-``tf.profiler.experimental.Trace("train", step_num=i, _r=1)`` (`profiles.capture`),
+``tf.profiler.experimental.Trace("train", step_num=i, _r=1)`` (`profiles._capture`),
 analysed offline through xprof (`profiles.analyze`), compared with `profiles.compare`.
 """
 
@@ -37,7 +37,7 @@ def analyse(pipeline: Any, config: Any, step: Any, logdir: Path, steps: int, war
     import profiles
 
     ds = pipeline.build(config).repeat()
-    result = profiles.capture(
+    result = profiles._capture(
         ds, step, logdir=logdir, config=profiles.CaptureConfig(steps=steps, warmup=warmup)
     )
     return profiles.analyze(result.logdir, run=result.run_dir.name)

@@ -2,18 +2,21 @@
 
     import profiles
 
-    result = profiles.capture(dataset, step, logdir="runs/profile", steps=10, warmup=5)
+    result = profiles._capture(dataset, step, logdir="runs/profile", steps=10, warmup=5)
     analysis = profiles.analyze(result.logdir)
     print(analysis.input_wait.average, analysis.bottleneck.summary)
     profiles.render(analysis)
 
 ``import profiles`` is light: TensorFlow, xprof and rich are imported only by the
-functions that need them.
+functions that need them. The names below are the public API (docs/api.md); the
+modules behind them are private (``profiles._analysis``, ...), except `profiles.cli`.
 """
 
 from __future__ import annotations
 
-from profiles.analysis import (
+import sys
+
+from profiles._analysis import (
     TESTED_XPROF,
     Comparison,
     InputOp,
@@ -26,10 +29,11 @@ from profiles.analysis import (
     find_trace,
     xprof_version,
 )
-from profiles.capture import CaptureConfig, CaptureResult, capture
-from profiles.errors import ProfileError, XprofLayoutError
-from profiles.report import format_text, render, render_comparison, to_html, to_json, write_html
-from profiles.stages import Bottleneck, PipelineStages, StageTiming, rebuild_stages
+from profiles._capture import CaptureConfig, CaptureResult, capture
+from profiles._errors import ProfileError, XprofLayoutError
+from profiles._report import format_text, render, render_comparison, to_html, to_json, write_html
+from profiles._stages import Bottleneck, PipelineStages, StageTiming, rebuild_stages
+from tfinput.deprecation import MovedModules
 
 #: Former name of `StageTiming` (renamed so as not to clash with `tfinput.bench.Stage`);
 #: kept because it is public API.
@@ -64,3 +68,11 @@ __all__ = [
     "write_html",
     "xprof_version",
 ]
+
+#: Modules that became private (docs/api.md): their old names import, with a warning,
+#: for one release.
+_MOVED = ("advice", "analysis", "errors", "report", "stages", "testing")
+MovedModules({f"profiles.{m}": f"profiles._{m}" for m in _MOVED}, public="profiles").install()
+# ``profiles.capture`` is the function; its old module path is registered as it is
+# (no warning), so that importing it never replaces the function on the package.
+sys.modules.setdefault("profiles.capture", sys.modules["profiles._capture"])

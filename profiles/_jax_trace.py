@@ -1,6 +1,6 @@
 """Device compute and host-to-device transfer per step, from JAX's own trace.
 
-TensorFlow's profiler does not see a JAX step's computation, so `profiles.capture`
+TensorFlow's profiler does not see a JAX step's computation, so `profiles._capture`
 also records a `jax.profiler` trace of the profiled steps (``<run>/jax/``, a
 TensorBoard log directory of its own), each step inside a
 ``jax.profiler.StepTraceAnnotation`` named like the TensorFlow step marker.
@@ -126,7 +126,7 @@ def jax_device_time(run_dir: str | Path, *, step_name: str = "train") -> JaxDevi
     """Read the JAX trace a capture left in ``run_dir/jax``.
 
     Args:
-      run_dir: The TensorFlow profile run directory (`profiles.capture.CaptureResult`).
+      run_dir: The TensorFlow profile run directory (`profiles._capture.CaptureResult`).
       step_name: The step markers' name.
 
     Returns:

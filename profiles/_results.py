@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from profiles._jax_trace import JaxDeviceTime
+from profiles._stages import Bottleneck, PipelineStages
 from profiles._xprof import TESTED_XPROF
-from profiles.stages import Bottleneck, PipelineStages
 
 __all__ = [
     "DEVICE_BUSY_THRESHOLD",
@@ -133,7 +133,7 @@ class ProfileAnalysis:
       step_markers: Number of step-marker events found per host.
       diagnostics: Messages about what is missing or suspicious, each saying how to
         fix it. Empty for a complete trace.
-      capture: What `profiles.capture` recorded about the run (TF version, cores,
+      capture: What `profiles._capture` recorded about the run (TF version, cores,
         warm-up, steps, step kind), or None for traces captured otherwise.
       jax_device: Device compute and host-to-device transfer per step from JAX's own
         trace, for a step that runs on JAX (whose computation TensorFlow's profiler

@@ -1,6 +1,6 @@
 """Stage reconstruction and per-stage attribution of a trace's tf.data events.
 
-The steps of `profiles.stages.rebuild_stages`, in order (see that module's docstring
+The steps of `profiles._stages.rebuild_stages`, in order (see that module's docstring
 for the method):
 
 1. `link_children`: each iterator call's children, on its own thread and produced

@@ -1,7 +1,7 @@
 """The tf.data events of a profiler trace, classified and nested by time.
 
 `gather_events` reads every ``/host:`` plane of an XSpace and returns the events that
-`profiles.stages` needs to rebuild stage timings: iterator ``GetNext`` calls,
+`profiles._stages` needs to rebuild stage timings: iterator ``GetNext`` calls,
 producer/consumer hand-overs of asynchronous stages, function calls and the ops they
 ran. On each thread (XLine), events are nested by time containment (`Event.parent`).
 Also here: the small helpers on iterator paths and time spans that the rebuild uses.

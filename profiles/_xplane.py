@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from profiles.errors import ProfileError
+from profiles._errors import ProfileError
 
 __all__ = [
     "XSpaceFile",

@@ -22,8 +22,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from profiles._errors import ProfileError, XprofLayoutError
 from profiles._runs import HOW_TO_CAPTURE
-from profiles.errors import ProfileError, XprofLayoutError
 
 __all__ = [
     "EXPECTED_COLUMNS",
@@ -73,7 +73,7 @@ _EXPECTED_PROPERTIES: Mapping[tuple[str, str], tuple[str, ...]] = {
     ("overview_page", "recommendation"): ("statement",),
 }
 
-#: File written next to the trace by `profiles.capture` to record how it was taken.
+#: File written next to the trace by `profiles._capture` to record how it was taken.
 
 
 # ---------------------------------------------------------------------- versions
@@ -200,7 +200,7 @@ def xprof_tables(paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]) 
 def _layout_message(problem: str) -> str:
     return (
         f"xprof {xprof_version()} output changed: {problem}. profiles reads xprof "
-        f"{TESTED_XPROF} (see profiles.analysis.TESTED_XPROF and EXPECTED_COLUMNS): "
+        f"{TESTED_XPROF} (see profiles._analysis.TESTED_XPROF and EXPECTED_COLUMNS): "
         "install a tested xprof or update profiles/_xprof.py."
     )
 

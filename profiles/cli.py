@@ -176,7 +176,7 @@ def _console() -> Any:
 
 
 def _emit(obj: Any, args: argparse.Namespace) -> None:
-    from profiles import report
+    from profiles import _report as report
     from profiles._results import Comparison
 
     if args.json:
@@ -223,8 +223,8 @@ def _profile(args: argparse.Namespace) -> int:
     """Run ``tfinput profile``: capture, then analyse and report."""
     _check_step_options(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from profiles.analysis import analyze
-    from profiles.capture import CaptureConfig, capture
+    from profiles._analysis import analyze
+    from profiles._capture import CaptureConfig, capture
 
     cfg = CaptureConfig(steps=args.steps, warmup=args.warmup)
     config = None
@@ -258,7 +258,7 @@ def _inspect_logdirs(args: argparse.Namespace) -> int:
         raise ConfigError("--run does not apply to --compare: give the two run directories")
     if args.top < 1:
         raise ConfigError(f"--top must be >= 1, got {args.top}")
-    from profiles.analysis import analyze, compare
+    from profiles._analysis import analyze, compare
 
     if args.compare:
         before, after = (analyze(d, host=args.host) for d in args.compare)

@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tfinput.errors",
         "tfinput._json",
         "tfinput._objects",
+        "tfinput.deprecation",
         "tfinput.options",
         "tfinput._schema_checks",
         "tfinput.schema",

@@ -120,3 +120,22 @@ def test_modules_made_private_keep_their_old_names_for_a_release():
         sys.modules.pop("tuners.space", None)
         from tuners.space import SearchSpace
     assert SearchSpace is tuners.SearchSpace
+
+
+def test_profiles_modules_made_private_keep_their_old_names_for_a_release():
+    import importlib
+    import sys
+
+    import profiles
+
+    for old in ("analysis", "report", "stages"):
+        sys.modules.pop(f"profiles.{old}", None)
+        with pytest.warns(DeprecationWarning, match=rf"profiles\.{old} is private now"):
+            module = importlib.import_module(f"profiles.{old}")
+        assert module is importlib.import_module(f"profiles._{old}")
+    assert importlib.import_module("profiles.analysis").analyze is profiles.analyze
+    # ``profiles.capture`` is also the function: importing the module keeps it so.
+    from profiles.capture import CaptureConfig
+
+    assert CaptureConfig is profiles.CaptureConfig and callable(profiles.capture)
+    assert not isinstance(profiles.capture, type(profiles))

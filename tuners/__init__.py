@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tuners._moved import MovedModules
+from tfinput.deprecation import MovedModules
 
 __all__ = [
     "tune",

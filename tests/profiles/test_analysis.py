@@ -1,4 +1,4 @@
-"""profiles.analysis (with the private _runs, _xplane, _xprof and _results modules): xprof
+"""profiles._analysis (with the private _runs, _xplane, _xprof and _results modules): xprof
 tables by column id, typed results, clear messages for bad log directories, compare."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import shutil
 import pytest
 
 from profiles import ProfileError, XprofLayoutError, analyze, capture, compare
-from profiles import analysis as an
+from profiles import _analysis as an
+from profiles._testing import cached_capture, fast_pipeline
 from profiles._xplane import xspace_class
 from profiles._xprof import table_rows
-from profiles.testing import cached_capture, fast_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -324,7 +324,7 @@ def test_compare_before_after(slow_map, fast):
         "step_time_ratio",
         "caveats",
     }
-    # Both captured by profiles.capture with the same settings on this machine.
+    # Both captured by profiles._capture with the same settings on this machine.
     assert comparison.caveats == ()
 
 

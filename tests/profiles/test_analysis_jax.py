@@ -1,4 +1,4 @@
-"""`profiles.analysis` on JAX's own trace (`profiles._jax_trace`): device compute and
+"""`profiles._analysis` on JAX's own trace (`profiles._jax_trace`): device compute and
 host-to-device transfer per step. A real CPU trace is read by tests/profiles/test_cli.py
 (``--step jax``, and Keras on JAX); here, traces in the GPU layout the CUPTI tracer writes
 (device planes with ``Stream #`` lines, kernels and ``MemcpyH2D`` events on the host's
@@ -168,7 +168,7 @@ def test_a_real_gpu_trace(tmp_path):
 
 
 def test_a_host_bound_jax_step_is_named_in_the_verdict(tmp_path, slow_map):
-    from profiles.analysis import Spread
+    from profiles._analysis import Spread
 
     space = xspace_class()()
     space.ParseFromString(gzip.decompress(H200_TRACE.read_bytes()))

@@ -1,4 +1,4 @@
-"""profiles.capture: marked steps of every step kind, a standard profile directory, the
+"""profiles._capture: marked steps of every step kind, a standard profile directory, the
 recorded settings, and clear errors for bad configs and pipelines."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from profiles import CaptureConfig, ProfileError, analyze, capture
+from profiles._testing import fast_pipeline
 from profiles._xplane import host_planes, load_xspace, stat_value
-from profiles.testing import fast_pipeline
 from tfinput import steps
 from tfinput.errors import ConfigError
 

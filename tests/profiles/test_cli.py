@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from profiles.analysis import find_trace
+from profiles._analysis import find_trace
 from tests.helpers import run_cli as run
 
 # ------------------------------------------------------------------- inspect

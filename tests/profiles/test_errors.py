@@ -1,4 +1,4 @@
-"""profiles.errors: the exceptions profiles raises, caught as tfinput errors, with
+"""profiles._errors: the exceptions profiles raises, caught as tfinput errors, with
 messages that say what is wrong and how to capture a usable trace."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from profiles import ProfileError, XprofLayoutError, analyze, capture
-from profiles.analysis import TESTED_XPROF, check_layout, xprof_version
+from profiles._analysis import TESTED_XPROF, check_layout, xprof_version
 from tfinput.errors import TfinputError
 
 

@@ -1,4 +1,4 @@
-"""profiles.stages (with the private _trace_events and _stage_tree modules): tf.data stage
+"""profiles._stages (with the private _trace_events and _stage_tree modules): tf.data stage
 self times and the bottleneck, from iterator events.
 
 Hand-built traces check the arithmetic exactly (times in microseconds); captured traces
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from profiles import stages
+from profiles import _stages as stages
+from profiles._analysis import find_trace
+from profiles._testing import cached_capture
 from profiles._trace_events import fold_path
 from profiles._xplane import load_xspace, xspace_class
-from profiles.analysis import find_trace
-from profiles.testing import cached_capture
 
 # ------------------------------------------------------------------ trace builder
 

@@ -1,4 +1,4 @@
-"""profiles.testing: pipelines with a known bottleneck, the GZIP records they read, and
+"""profiles._testing: pipelines with a known bottleneck, the GZIP records they read, and
 the per-process cache of their captures."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import gzip
 import numpy as np
 import pytest
 
-from profiles import testing
-from profiles.analysis import CAPTURE_METADATA, find_trace
+from profiles import _testing as testing
+from profiles._analysis import CAPTURE_METADATA, find_trace
 from tfinput.errors import ConfigError
 
 

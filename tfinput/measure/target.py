@@ -1,6 +1,6 @@
 """What the measurement takes: a pipeline, declared (`Target`), whatever form it came in.
 
-`tfinput bench`, `tuners.tune` and `profiles.capture` accept a `tfinput.Pipeline`, any
+`tfinput bench`, `tuners.tune` and `profiles._capture` accept a `tfinput.Pipeline`, any
 object with ``build(config)`` (`Buildable`), or a callable ``config -> iterable of
 batches``. `Target.of` turns each into one declared object once, at the entry, so the
 code below it asks named questions (the source, the schema, the layout, the service)

@@ -124,7 +124,7 @@ TUNER_PLAN = WindowPlan()
 BENCH_PLAN = WindowPlan(warmup_batches=8)
 #: `tfinput.bench.roofline`, per stage.
 ROOFLINE_PLAN = WindowPlan(warmup_batches=2, windows=3, window_batches=10)
-#: `profiles.capture`: warm-up steps, then one window of profiled steps.
+#: `profiles._capture`: warm-up steps, then one window of profiled steps.
 CAPTURE_PLAN = WindowPlan(warmup_batches=5, windows=1, window_batches=10)
 
 

@@ -2,7 +2,7 @@
 
 `advise` maps a stage kind as traced (``ParallelMapV2``, ``TFRecord``, ``Prefetch``,
 ...) and its traced settings to the tfinput knobs that control it, a short text of
-the current setting and an imperative advice. `profiles.stages` uses it to label
+the current setting and an imperative advice. `profiles._stages` uses it to label
 every rebuilt stage and to word the bottleneck verdict.
 """
 

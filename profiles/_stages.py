@@ -30,7 +30,7 @@ producer/consumer ``_p``/``_c`` links) to label an unnamed stage by what it runs
 
 The work is split by responsibility: `profiles._trace_events` reads and nests the
 events, `profiles._stage_tree` links them into iterator trees and accumulates each
-stage's times, `profiles.advice` names the knobs, and this module holds the results,
+stage's times, `profiles._advice` names the knobs, and this module holds the results,
 the bottleneck verdict and `rebuild_stages`, which runs those steps in order.
 """
 
@@ -42,6 +42,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from profiles._advice import advise, is_batch_kind
 from profiles._stage_tree import (
     IteratorTree,
     StageAcc,
@@ -55,7 +56,6 @@ from profiles._stage_tree import (
     split_critical_path,
 )
 from profiles._trace_events import Event, as_int, fold_path, gather_events, kind_of, parent_path
-from profiles.advice import advise, is_batch_kind
 
 __all__ = [
     "SLOW_CALL_US",
@@ -250,7 +250,7 @@ def rebuild_stages(
     """Rebuild per-stage timings of every input pipeline in a trace.
 
     Args:
-      space: A parsed XSpace (see `profiles.analysis` for loading files).
+      space: A parsed XSpace (see `profiles._analysis` for loading files).
       host: Host name, recorded in the results.
       slow_call_us: Threshold above which a call counts as slow (microseconds).
 

@@ -153,7 +153,7 @@ def cached_capture(name: str, *, steps: int = 8, warmup: int = 2) -> Path:
       steps: Profiled steps.
       warmup: Warm-up steps.
     """
-    from profiles.capture import capture
+    from profiles._capture import capture
     from tfinput.steps import simulated_step
 
     root = _scratch()

@@ -3,7 +3,7 @@
 `analyze` finds the ``<host>.xplane.pb`` files of one profile run, converts them with
 xprof's own offline converters (``input_pipeline_analyzer`` for the per-step
 breakdown and xprof's conclusion, ``overview_page`` for its recommendation) and
-rebuilds the tf.data stage timings from the trace events (`profiles.stages`). The
+rebuilds the tf.data stage timings from the trace events (`profiles._stages`). The
 result is a tree of frozen dataclasses with a JSON form (`ProfileAnalysis.to_dict`).
 
 xprof returns gviz tables; they are found by their column ids, never by position.
@@ -28,9 +28,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from profiles._errors import ProfileError
 from profiles._jax_trace import JaxDeviceTime, jax_device_time
 from profiles._results import Comparison, InputOp, ProfileAnalysis, Spread, StepTime
 from profiles._runs import TraceRun, find_trace
+from profiles._stages import SLOW_CALL_US, PipelineStages, rebuild_stages
 from profiles._xplane import XSpaceFile, host_planes, load_xspace, stat_value
 from profiles._xprof import (
     EXPECTED_COLUMNS,
@@ -44,8 +46,6 @@ from profiles._xprof import (
     xprof_tables,
     xprof_version,
 )
-from profiles.errors import ProfileError
-from profiles.stages import SLOW_CALL_US, PipelineStages, rebuild_stages
 
 __all__ = [
     "CAPTURE_METADATA",
@@ -67,13 +67,13 @@ __all__ = [
     "xprof_version",
 ]
 
-#: File written next to the trace by `profiles.capture` to record how it was taken.
+#: File written next to the trace by `profiles._capture` to record how it was taken.
 CAPTURE_METADATA = "tfinput_capture.json"
 
 _HOW_TO_MARK = (
     "Mark each training step: `with tf.profiler.experimental.Trace('train', step_num=i, "
     "_r=1): batch = next(it); step(batch)` with next() inside the block; "
-    "`tfinput profile` and profiles.capture() do this for you."
+    "`tfinput profile` and profiles._capture() do this for you."
 )
 
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from profiles.analysis import Comparison, ProfileAnalysis, StepTime
-from profiles.stages import PipelineStages
+from profiles._analysis import Comparison, ProfileAnalysis, StepTime
+from profiles._stages import PipelineStages
 
 __all__ = [
     "format_text",

@@ -18,7 +18,7 @@ A step that runs on JAX (``--step jax``, or Keras on the JAX backend) is also tr
 JAX's own profiler (`jax.profiler`), since TensorFlow's does not see its computation:
 each profiled step is marked in both traces, and JAX's trace is kept in the run
 directory (``<run>/jax/``, a TensorBoard log directory of its own) for
-`profiles.analysis` to read device compute and host-to-device transfer per step from.
+`profiles._analysis` to read device compute and host-to-device transfer per step from.
 
 A step that owns the training loop (``keras_fit``: ``model.fit``) cannot be wrapped
 that way; its ``fit`` call gets a callback instead that starts the profiler at the
@@ -52,9 +52,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from profiles._analysis import CAPTURE_METADATA, TESTED_XPROF
+from profiles._errors import ProfileError
 from profiles._jax_trace import JAX_TRACE_DIR
-from profiles.analysis import CAPTURE_METADATA, TESTED_XPROF
-from profiles.errors import ProfileError
 from tfinput import steps
 from tfinput.errors import ConfigError
 from tfinput.measure.probes import available_cpus
@@ -540,7 +540,7 @@ def _finish(
         )
 
     metadata = {
-        "tool": "tfinput profiles.capture",
+        "tool": "tfinput profiles._capture",
         "created_utc": started.isoformat(timespec="seconds"),
         "config": cfg.to_dict(),
         "step": the_step.describe(),

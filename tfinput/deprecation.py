@@ -1,6 +1,9 @@
-"""Deprecated import paths of modules that became private: ``import tuners.study``
-still works for one release, with a `DeprecationWarning`, and gives the private module
-itself (``tuners._study``), so ``tuners.study.tune is tuners._study.tune``."""
+"""Deprecated import paths, kept for one release: a module that became private or moved
+still imports under its old name, with a `DeprecationWarning`, and is the module itself
+under its new name (``tuners.study.tune is tuners._study.tune``).
+
+    MovedModules({"tuners.study": "tuners._study"}, public="tuners").install()
+"""
 
 from __future__ import annotations
 
