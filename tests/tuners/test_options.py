@@ -59,9 +59,6 @@ def test_tune_with_an_options_object_measures_as_the_keywords_do(pipeline, tmp_p
     trial = result.method["trial"]
     assert "1 warm-up batches excluded, 2 windows of 2 batches" in trial
     assert result.fingerprint["cpu_count"] == 2
-    # A keyword overrides the same field of the object.
-    again = tune(pipeline, base=PipelineConfig(batch_size=50), options=options, n_trials=1)
-    assert again.trials["complete"] == 1  # the other baselines stay enqueued
     fields = {
         f.name
         for group in (SearchOptions, StudyOptions, MeasureOptions, ConfirmOptions)
