@@ -96,7 +96,7 @@ def run_ray(path: Path, out: Path, to: str, cpus: int) -> tuple[float, float]:
     """(start-up seconds, conversion seconds) on a fresh local Ray instance."""
     import ray
 
-    from tfinput.convert.ray_engine import convert_ray
+    from tfinput._src.applications.convert.ray_engine import convert_ray
 
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
@@ -116,7 +116,7 @@ def _warm(row: dict) -> dict:
     """The trivial job: a worker imports what a conversion task imports."""
     import tensorflow  # noqa: F401
 
-    import tfinput.convert.ray_engine  # noqa: F401
+    import tfinput._src.applications.convert.ray_engine  # noqa: F401
 
     return row
 

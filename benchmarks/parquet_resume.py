@@ -59,7 +59,9 @@ def baseline_source(ref: str, where: Path) -> Any:
         )
     (where / "baseline_arrow.py").write_text(arrow)
     (where / "baseline_parquet.py").write_text(
-        parquet.replace("from tfinput.sources._arrow import", "from baseline_arrow import")
+        parquet.replace(
+            "from tfinput._src.core.sources._arrow import", "from baseline_arrow import"
+        )
     )
     sys.path.insert(0, str(where))
     return importlib.import_module("baseline_parquet").ParquetSource

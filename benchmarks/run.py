@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tfinput import bench  # noqa: E402
-from tfinput.cli.commands.bench import print_bench, roofline_lines  # noqa: E402
+from tfinput._src.applications.cli.commands.bench import print_bench, roofline_lines  # noqa: E402
 from tfinput.config import PipelineConfig  # noqa: E402
 
 # shared/ sits beside the repository (as in CI: a fresh clone with shared/ next to it).

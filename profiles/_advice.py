@@ -26,7 +26,7 @@ _BATCHES = frozenset({"Batch", "PaddedBatch", "ParallelBatch"})
 _SHUFFLES = frozenset({"Shuffle", "ShuffleAndRepeat"})
 _CACHES = frozenset({"MemoryCache", "MemoryCacheImpl", "Cache", "CacheImpl"})
 _INTERLEAVE_KNOBS = ("interleave_cycle_length", "interleave_parallelism")
-#: The name of the map that runs tfinput's Parquet reader (`tfinput.sources.parquet`).
+#: The name of the map that runs tfinput's Parquet reader (`tfinput._src.core.sources.parquet`).
 PARQUET_READ = "parquet_read"
 
 #: Stages whose advice does not depend on their settings.

@@ -91,9 +91,9 @@ ONE_END: dict[str, tuple[str, str]] = {
         "tuner workers on a PostgreSQL storage: Optuna is 5.0 on both ends, and the "
         "storage code paths are checked on both ends by tests/tuners/test_storage.py",
     ),
-    "tests/tfinput/convert/test_ray_engine.py": (
+    "tests/tfinput/_src/applications/convert/test_ray_engine.py": (
         "newest",
-        "Ray Data runs tfinput's own readers and writers, which tests/tfinput/convert "
+        "Ray Data runs tfinput's own readers and writers, which tests/tfinput/_src/applications/convert "
         "checks on both ends (pyarrow 25 included)",
     ),
 }
@@ -136,7 +136,7 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         ),
         "every source, one and three pipelines, both determinism settings",
     ),
-    "tests/tfinput/sources/test_columnar_reader.py::test_every_example_exactly_once": (
+    "tests/tfinput/_src/core/sources/test_columnar_reader.py::test_every_example_exactly_once": (
         frozenset(
             {
                 "rebatch-1-pipeline-deterministic",
@@ -147,7 +147,7 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         ),
         "both read modes, one and three pipelines, both determinism settings",
     ),
-    "tests/tfinput/sources/test_parquet.py::"
+    "tests/tfinput/_src/core/sources/test_parquet.py::"
     "test_a_restored_iterator_yields_exactly_the_rest_of_the_epoch": (
         frozenset({"in-order", "row-shuffle", "sharded"}),
         "in order, row-shuffled and sharded; the file-shuffle, interleave and partial-batch "
@@ -170,7 +170,7 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         ),
         "each end packs and unpacks every source once, with and without a partial last batch",
     ),
-    "tests/tfinput/convert/test_readers.py::test_parquet_and_tfrecord_inputs": (
+    "tests/tfinput/_src/applications/convert/test_readers.py::test_parquet_and_tfrecord_inputs": (
         frozenset({"parquet-columnar", "tfrecord-parquet", "parquet-tfrecord"}),
         "each end reads both input formats and writes each output format once (the "
         "newest end: parquet-parquet, tfrecord-columnar, tfrecord-tfrecord)",
@@ -184,7 +184,7 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         "each end meets a corrupt and a truncated file, one read record by record and one "
         "through read_batch's mini-batches",
     ),
-    "tests/tfinput/sources/test_columnar_reader.py::test_batches_identical_to_tfrecord_and_parquet": (
+    "tests/tfinput/_src/core/sources/test_columnar_reader.py::test_batches_identical_to_tfrecord_and_parquet": (
         frozenset({"1-chunk", "3-chunks-keep-tail", "rebatch-64"}),
         "each end reads whole chunks and rebatches, with and without a partial last batch",
     ),
@@ -202,7 +202,7 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         frozenset({"parquet-ragged", "tfrecord-sparse", "wrapped-ragged"}),
         "each end reads every source once, and both formats",
     ),
-    "tests/tfinput/cli/test_tf_logs.py::test_commands_print_no_tensorflow_log_lines": (
+    "tests/tfinput/_src/applications/cli/test_tf_logs.py::test_commands_print_no_tensorflow_log_lines": (
         frozenset({"demo-check-convert"}),
         "each command once (three per end, each end's in one process); the filter that "
         "keeps TensorFlow's lines out is the same code for all (its own tests run on both "
@@ -232,7 +232,7 @@ ONE_END_TESTS: dict[str, tuple[str, str]] = {
     "tests/tfinput/test_models.py::test_ranking_model_fits_with_the_tuned_steps_per_execution": (
         "oldest",
         "the newest end fits the ranking model with steps_per_execution 3 in test_resume's "
-        "columnar case and tunes it in tests/tfinput/steps/test_keras.py",
+        "columnar case and tunes it in tests/tfinput/_src/measurement/steps/test_keras.py",
     ),
     "tests/tfinput/test_models.py::test_ranking_model_trains_with_jit_compile": (
         "oldest",
@@ -267,18 +267,18 @@ ONE_END_TESTS: dict[str, tuple[str, str]] = {
         "test_keras_steps_and_tune_on_the_jax_backend and the JAX Keras resume test; "
         "packed batches are unpacked by the same layout code on both ends",
     ),
-    "tests/tfinput/steps/test_keras.py::test_keras_steps_and_tune_on_the_jax_backend": (
+    "tests/tfinput/_src/measurement/steps/test_keras.py::test_keras_steps_and_tune_on_the_jax_backend": (
         "newest",
         "the oldest end trains Keras models on the JAX backend in test_models' and "
         "test_retrieval's JAX tests; the steps and their feeding knobs are tested on both "
-        "ends on TensorFlow, and the JAX step (tests/tfinput/steps/test_jax.py) on both",
+        "ends on TensorFlow, and the JAX step (tests/tfinput/_src/measurement/steps/test_jax.py) on both",
     ),
     "tests/profiles/test_cli.py::test_profile_the_ranking_steps_on_the_jax_backend": (
         "newest",
         "the oldest end profiles steps on TensorFlow (this module's other tests), and "
         "the trace analysis is the same code for both backends' traces",
     ),
-    "tests/tfinput/cli/test_tf_logs.py::test_verbose_shows_tensorflow_log_lines": (
+    "tests/tfinput/_src/applications/cli/test_tf_logs.py::test_verbose_shows_tensorflow_log_lines": (
         "newest",
         "--verbose only skips tfinput's filter (the same code on both ends), checked "
         "against what a plain `import tensorflow` prints on that end; the oldest end checks "
@@ -313,7 +313,7 @@ LONG_ALONE: dict[str, str] = {
     "tests/test_examples_resume.py::test_resume_jax_example_is_preempted_and_resumes_exactly": (
         "two real processes (killed, then resumed), each importing TensorFlow and JAX"
     ),
-    "tests/tfinput/steps/test_keras.py::test_keras_steps_and_tune_on_the_jax_backend": (
+    "tests/tfinput/_src/measurement/steps/test_keras.py::test_keras_steps_and_tune_on_the_jax_backend": (
         "one JAX child process: both Keras steps with each feeding knob, and two tunes"
     ),
     "tests/tfinput/test_tpu.py::test_keras_rs_model_trains_on_jax_and_the_format_matrix": (
@@ -337,7 +337,7 @@ LONG_ALONE: dict[str, str] = {
     "tests/tfinput/test_retrieval.py::test_two_tower_model_trains_on_jax_under_xla": (
         "a two-tower model trained under XLA in a JAX child process"
     ),
-    "tests/tfinput/cli/test_tf_logs.py::test_commands_print_no_tensorflow_log_lines": (
+    "tests/tfinput/_src/applications/cli/test_tf_logs.py::test_commands_print_no_tensorflow_log_lines": (
         "its oldest-end group runs `tfinput demo` as a user does (200,000 rows generated, "
         "a trial, the confirmation, the roofline, the columnar sample), then check and "
         "convert, in one process"
@@ -378,8 +378,8 @@ FREEZE_GARBAGE_AFTER = (
     "tests/tfinput/test_fleet.py",
     "tests/tfinput/test_service.py",
     "tests/test_service_faults.py",
-    "tests/tfinput/convert/test_ray_engine.py",
-    "tests/tfinput/cli/commands/test_bench.py::test_cli_bench_through_a_local_service",
+    "tests/tfinput/_src/applications/convert/test_ray_engine.py",
+    "tests/tfinput/_src/applications/cli/commands/test_bench.py::test_cli_bench_through_a_local_service",
 )
 
 END = os.environ.get("TFINPUT_TEST_END", "")

@@ -138,7 +138,7 @@ RUN_ELSEWHERE: dict[tuple[str, str], tuple[str, str]] = {
         "tfinput convert logs/day-*.tsv --preset criteo --to columnar --out /shared/day-col "
         "--engine ray --ray-address auto",
     ): (
-        "tests/tfinput/convert/test_ray_engine.py::test_the_documented_ray_command",
+        "tests/tfinput/_src/applications/convert/test_ray_engine.py::test_the_documented_ray_command",
         "that module starts one local Ray instance for all its tests; here a second would "
         "start (a minute of CPU on 2 cores). It runs these flags on raw Criteo TSV days "
         "(--ray-address auto joins its instance) and compares with the one-process output",

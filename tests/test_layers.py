@@ -1,14 +1,19 @@
 """Imports run downwards through tfinput's layers, and no two modules import each other.
 
-The layers (docs/architecture.md says what each owns):
+The layers are directories of ``tfinput/_src`` (docs/architecture.md says what each owns):
 
-0. **core**: schema, config, errors, the file formats, sources, transforms, layout,
-   pipeline, resume;
-1. **measurement**: windows, probes, statistics (`tfinput.measure`), the training steps
-   and the built-in models they train, device prefetch;
-2. **applications and integrations**: everything else in ``tfinput`` (bench, convert,
+0. **core** (``tfinput/_src/core``): schema, config, errors, the file formats, sources,
+   transforms, layout, pipeline, resume;
+1. **measurement** (``tfinput/_src/measurement``): windows, probes, statistics, the
+   training steps and the built-in models they train, device prefetch;
+2. **applications and integrations** (``tfinput/_src/applications``): bench, convert,
    inference, the CLI, TPU/SparseCore, serving, retrieval, tf.data service and fleets,
-   test-data helpers), and the ``tuners`` and ``profiles`` packages.
+   test-data helpers; and the ``tuners`` and ``profiles`` packages beside it.
+
+The public modules outside ``tfinput/_src`` (``tfinput/schema.py``, ...) re-export the
+implementation: each sits in the layer of what it re-exports, and no implementation
+module imports one (the implementation imports the implementation). ``tuners`` and
+``profiles`` import tfinput's public modules only (tests/test_public_api.py).
 
 Every import counts, at module level or inside a function (an import moved into a
 function to dodge a cycle is a cycle all the same), ``TYPE_CHECKING`` ones too. ``from
@@ -30,41 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tfinput", "tuners", "profiles")
 
-#: Module prefixes of each layer below the applications (layer 2: everything else).
-LAYERS: tuple[tuple[str, ...], ...] = (
-    (
-        "tfinput.errors",
-        "tfinput._json",
-        "tfinput._objects",
-        "tfinput.deprecation",
-        "tfinput.options",
-        "tfinput._schema_checks",
-        "tfinput.schema",
-        "tfinput.config",
-        "tfinput.formats",
-        "tfinput.layout",
-        "tfinput.transforms",
-        "tfinput.graph",
-        "tfinput.sources",
-        "tfinput._service_guard",
-        "tfinput._service_read",
-        "tfinput._pipeline_check",
-        "tfinput._pipeline_parts",
-        "tfinput.pipeline",
-        "tfinput.resume",
-        "tfinput._resume_identity",
-        "tfinput._input_iterator",
-        "tfinput._keras_checkpoint",
-        "tfinput._resume_verify",
-    ),
-    (
-        "tfinput.measure",
-        "tfinput.steps",
-        "tfinput.models",
-        "tfinput.device_prefetch",
-    ),
-)
-LAYER_NAMES = ("core", "measurement", "applications")
+#: The layer directories, lowest first (``tuners`` and ``profiles`` are applications).
+LAYERS = ("tfinput._src.core", "tfinput._src.measurement", "tfinput._src.applications")
+LAYER_NAMES = ("core", "measurement", "applications", "the tfinput root")
 
 #: (importer, imported) -> why it is still there.
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
@@ -120,13 +93,34 @@ def imports() -> frozenset[tuple[str, str]]:
     return frozenset(edges)
 
 
+def _in(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def facades() -> dict[str, set[str]]:
+    """Each module of ``tfinput`` outside ``_src`` (but the root) -> what it imports."""
+    out: dict[str, set[str]] = collections.defaultdict(set)
+    for a, b in imports():
+        if _in(a, "tfinput") and not _in(a, "tfinput._src") and a != "tfinput":
+            out[a].add(b)
+    return out
+
+
+@functools.cache
 def layer(module: str) -> int:
-    if module == "tfinput":  # the public facade
+    """The layer of ``module``: its ``_src`` directory; ``tuners``/``profiles`` are
+    applications; a public module is in the highest layer it re-exports from."""
+    if module == "tfinput":  # the public facade of the whole package
         return len(LAYERS)
-    for i, prefixes in enumerate(LAYERS):
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
+    for i, prefix in enumerate(LAYERS):
+        if _in(module, prefix):
             return i
-    return len(LAYERS)
+    if module in ("tfinput._src",):
+        return 0
+    if _in(module, "tfinput"):
+        below = [layer(b) for b in facades().get(module, ()) if b != module]
+        return max(below, default=0)
+    return len(LAYERS) - 1
 
 
 def test_imports_only_run_downwards():
@@ -193,7 +187,7 @@ def _package(module: str) -> str:
 
 
 def test_no_two_modules_or_packages_import_each_other():
-    """Neither two modules nor two packages (``tfinput.sources``, ``tfinput.bench``,
+    """Neither two modules nor two packages (``tfinput._src.core.sources``, ``tfinput.bench``,
     ``tuners``, ...) import each other. A package's ``__init__`` re-exporting its own
     modules is not a cycle (Python runs it before any of them); the CLI registry names
     the ``tuners`` and ``profiles`` commands as strings (its lazy command table), which
@@ -214,7 +208,34 @@ def test_no_two_modules_or_packages_import_each_other():
     assert gone == [], f"cycle gone: delete from KNOWN_CYCLES: {gone}"
 
 
-def test_the_layer_map_names_real_modules():
-    for prefixes in LAYERS:
-        for prefix in prefixes:
-            assert prefix in MODULES, f"LAYERS names {prefix}, which is no module"
+def test_the_layers_are_the_directories_of_the_implementation():
+    """``tfinput/_src`` holds the three layer packages and nothing else; every other
+    module of ``tfinput`` is public (docs/api.md) or a deprecated alias."""
+    assert all(prefix in MODULES for prefix in LAYERS)
+    top = {m.split(".")[2] for m in MODULES if _in(m, "tfinput._src") and m != "tfinput._src"}
+    assert top == {p.rpartition(".")[2] for p in LAYERS}
+
+
+def test_the_implementation_never_imports_a_public_module():
+    """``tfinput._src`` imports ``tfinput._src`` only: a public module is a re-export, and
+    importing one from below would tie the implementation to the surface."""
+    bad = sorted(
+        (a, b)
+        for a, b in imports()
+        if _in(a, "tfinput._src") and _in(b, "tfinput") and not _in(b, "tfinput._src")
+    )
+    assert bad == []
+
+
+def test_public_modules_only_re_export():
+    """A public module of ``tfinput`` defines no function or class of its own (but the
+    lazy ``__getattr__``/``__dir__``): the code lives in its layer."""
+    for module in facades():
+        tree = ast.parse(MODULES[module].read_text())
+        defined = [
+            node.name
+            for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+            and node.name not in ("__getattr__", "__dir__")
+        ]
+        assert defined == [], f"{module} defines {defined}: move them into tfinput/_src"

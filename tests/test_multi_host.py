@@ -14,8 +14,8 @@ import tensorflow as tf
 
 import tfinput
 from tests.helpers import collect
+from tfinput._src.core.sources.skeleton import plan_shards
 from tfinput.config import AUTOTUNE, PipelineConfig
-from tfinput.sources.skeleton import plan_shards
 
 HOSTS = 4
 KINDS = ["tfrecord", "parquet", "columnar"]

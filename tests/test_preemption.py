@@ -48,7 +48,7 @@ CASES = [
 ]
 # Parquet through get_state is left out: the crash path is the same as columnar's (a
 # state file beside the weights); Parquet's exact resume is checked in-process in
-# tests/tfinput/test_resume.py and tests/tfinput/sources/test_parquet.py.
+# tests/tfinput/test_resume.py and tests/tfinput/_src/core/sources/test_parquet.py.
 
 
 def _start(spec: dict, tmp_path: Path, run: int) -> tuple[subprocess.Popen, Path]:

@@ -26,7 +26,7 @@ DEADLINE_S = 60
 # `tfinput serve ...` through the command object (independent of the registry order).
 _SERVE = (
     "import argparse, sys\n"
-    "from tfinput.cli.commands.serve import SERVE_COMMAND\n"
+    "from tfinput._src.applications.cli.commands.serve import SERVE_COMMAND\n"
     "p = argparse.ArgumentParser(prog='tfinput')\n"
     "SERVE_COMMAND.register(p.add_subparsers(dest='command'))\n"
     "a = p.parse_args(sys.argv[1:])\n"

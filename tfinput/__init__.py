@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tfinput._src.core._moved import MOVED as _MOVED
+from tfinput._src.core.deprecation import MovedModules as _MovedModules
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import (
     ConfigError,
@@ -22,6 +24,9 @@ from tfinput.errors import (
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
 __version__ = "0.1.0"
+
+# The modules that moved into tfinput._src import under their old names, with a warning.
+_MovedModules(_MOVED, public="tfinput").install()
 
 __all__ = [
     "AUTOTUNE",

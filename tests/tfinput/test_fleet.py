@@ -96,7 +96,7 @@ def test_a_service_pipeline_has_no_resumable_iterator(small_columnar, small_sche
 def test_any_fleet_is_read_through_the_core_protocol():
     """`Pipeline.with_service` takes any `Fleet` (the core's protocol), not one class:
     `LocalFleet` is one, and so is a user's own (here one that knows a fixed cluster)."""
-    from tfinput._service_read import Fleet
+    from tfinput._src.core._service_read import Fleet
 
     assert isinstance(LocalFleet(1), Fleet)
 

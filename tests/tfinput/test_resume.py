@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 import tfinput
-from tfinput._resume_verify import _first_difference
+from tfinput._src.core._resume_verify import _first_difference
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError, ResumeError
 from tfinput.resume import KerasInputCheckpoint
@@ -558,7 +558,7 @@ def _generation_writer(generation: str) -> Any:
 
 
 def _latest_generation(directory: Path) -> str:
-    from tfinput._keras_checkpoint import _KERAS_FILES, _latest_folder
+    from tfinput._src.core._keras_checkpoint import _KERAS_FILES, _latest_folder
 
     latest = _latest_folder(str(directory), _KERAS_FILES)
     assert latest is not None
@@ -572,7 +572,7 @@ def test_a_save_killed_at_any_point_leaves_the_last_checkpoint_whole(tmp_path, a
     """A process killed (os._exit) at each step of a checkpoint save: the last complete
     checkpoint is found whole, the next save succeeds and leaves one folder, and the
     temporary folders of crashed saves (this one, and one from before) are gone."""
-    from tfinput._keras_checkpoint import _save_folder
+    from tfinput._src.core._keras_checkpoint import _save_folder
 
     directory = tmp_path / "ckpt"
     _save_folder(str(directory), _generation_writer("1"))
@@ -594,7 +594,7 @@ def test_a_save_killed_at_any_point_leaves_the_last_checkpoint_whole(tmp_path, a
 
 
 def test_a_failed_save_leaves_no_folder_and_the_earlier_layout_is_read(tmp_path):
-    from tfinput._keras_checkpoint import _save_folder
+    from tfinput._src.core._keras_checkpoint import _save_folder
 
     directory = tmp_path / "ckpt"
 

@@ -1,170 +1,21 @@
 """Honest side-by-side throughput of pipeline configs: ``tfinput bench``.
 
-    from tfinput import bench
-    pipeline = tfinput.tfrecord("data/*.tfrecord", schema)
-    result = bench.measure(pipeline, bench.preset_configs(["naive", "heuristic", "autotune"]))
-    print(result.to_json())
-
-How a measurement is taken (and recorded in ``result.method``):
-
-- **Windows.** A *window* is ``window_batches`` consecutive batches consumed from a
-  **fresh iterator** (`iter(pipeline.build(config, repeat=True))`) after
-  ``warmup_batches`` batches that are not timed. A fresh iterator per window makes
-  every window pay the same start-up (threads, open files, buffer filling), and the
-  warm-up takes that start-up out of the measurement; a continuing iterator would
-  let the first config's window absorb it alone and carry buffers filled during
-  another config's turn.
-- **Interleaving.** Configs take turns, window by window (``A B C A B C ...``), so
-  slow drift of the machine (other jobs, thermal, page cache) touches every config
-  alike; window ``i`` of each config belongs to round ``i``, and ratios against the
-  baseline are computed per round, then summarized.
-- **Statistics.** Per config: the median examples/s over windows (robust to one
-  disturbed window), the spread (min-max and coefficient of variation), per-batch
-  latency p50/p99 (the time between consecutive batches as the consumer sees it,
-  step included), the fraction of time the consumer waited for input (``stall``),
-  CPU use of the whole process during windows (``cores_busy``: CPU-seconds per
-  second, from `time.process_time`) and the peak resident memory sampled after every batch.
-  Runs of one config vary from run to run: differences smaller than the spread are
-  not differences.
-- **Step.** Each batch is handed to a `tfinput.steps.Step` (default ``input_only``),
-  so the same measurement serves a simulated or real training step; this is the
-  objective the tuner optimizes.
-
-The package, one job per module:
-
-- `tfinput.bench.bound`: the `roofline` (the machine's upper bound; see its docstring
-  and ``docs/bench.md``) over the source's own stages (`Source.roofline_stages`).
-- `tfinput.bench.compare`: `measure` (configs side by side), `BenchResult`, presets.
-
-It also re-exports the measurement primitives, which live one layer down in
-`tfinput.measure` (shared with `tfinput.steps`, the tuner and the profiler):
-`tfinput.measure.windows` (`WindowPlan`: warm-up, windows, batches per window, the one
-object bench, tuner and profiler share, with their defaults; `Window`, `measure_window`,
-`run_window`, `consecutive_windows`), `tfinput.measure.stats` (configs interleaved
-window by window, `ConfigStats`, `summarize`) and `tfinput.measure.probes` (clocks, CPU
-counters, memory probes, the machine record).
-
-Two functions are called ``measure``: `tuners.measure` is the per-config primitive
-(one config, one iterator, consecutive windows: the tuner's objective) and
-`tfinput.bench.measure` the side-by-side comparison (fresh iterator per window,
-configs interleaved). Neither calls the other; both build on `measure_window`.
-
-Clocks, CPU counters, memory probes and the CPU count are injectable, so all of it
-is testable without sleeping. ``import tfinput.bench`` is light: each name loads its
-module on first use.
-"""
+Public and stable (docs/api.md): the names of `__all__`. Implemented in
+`tfinput._src.applications.bench`."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import tfinput._src.applications.bench as _impl
+from tfinput._src.core._public import export as _export
+from tfinput._src.core._public import owned as _owned
 
-__all__ = [
-    "BENCH_FORMAT",
-    "BENCH_PLAN",
-    "CAPTURE_PLAN",
-    "ROOFLINE_PLAN",
-    "TUNER_PLAN",
-    "BenchResult",
-    "ConfigStats",
-    "Prediction",
-    "Roofline",
-    "SerialStage",
-    "Stage",
-    "Window",
-    "WindowPlan",
-    "available_cpus",
-    "batch_rows",
-    "current_rss_bytes",
-    "load_configs",
-    "machine",
-    "measure",
-    "measure_window",
-    "peak_rss_bytes",
-    "preset_configs",
-    "process_cpu_seconds",
-    "roofline",
-    "roofline_from_stages",
-    "run_window",
-    "serial_advice",
-    "summarize",
-]
-
-_LAZY = {
-    "BENCH_FORMAT": "tfinput.bench.compare",
-    "BenchResult": "tfinput.bench.compare",
-    "load_configs": "tfinput.bench.compare",
-    "measure": "tfinput.bench.compare",
-    "preset_configs": "tfinput.bench.compare",
-    "ConfigStats": "tfinput.measure.stats",
-    "summarize": "tfinput.measure.stats",
-    "Prediction": "tfinput.bench.bound",
-    "Roofline": "tfinput.bench.bound",
-    "SerialStage": "tfinput.bench.bound",
-    "serial_advice": "tfinput.bench.bound",
-    "Stage": "tfinput.bench.bound",
-    "roofline": "tfinput.bench.bound",
-    "roofline_from_stages": "tfinput.bench.bound",
-    "BENCH_PLAN": "tfinput.measure.windows",
-    "CAPTURE_PLAN": "tfinput.measure.windows",
-    "ROOFLINE_PLAN": "tfinput.measure.windows",
-    "TUNER_PLAN": "tfinput.measure.windows",
-    "Window": "tfinput.measure.windows",
-    "WindowPlan": "tfinput.measure.windows",
-    "batch_rows": "tfinput.measure.windows",
-    "measure_window": "tfinput.measure.windows",
-    "run_window": "tfinput.measure.windows",
-    "available_cpus": "tfinput.measure.probes",
-    "current_rss_bytes": "tfinput.measure.probes",
-    "machine": "tfinput.measure.probes",
-    "peak_rss_bytes": "tfinput.measure.probes",
-    "process_cpu_seconds": "tfinput.measure.probes",
-}
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tfinput.bench.bound import (
-        Prediction,
-        Roofline,
-        SerialStage,
-        Stage,
-        roofline,
-        roofline_from_stages,
-        serial_advice,
-    )
-    from tfinput.bench.compare import (
-        BENCH_FORMAT,
-        BenchResult,
-        load_configs,
-        measure,
-        preset_configs,
-    )
-    from tfinput.measure.probes import (
-        available_cpus,
-        current_rss_bytes,
-        machine,
-        peak_rss_bytes,
-        process_cpu_seconds,
-    )
-    from tfinput.measure.stats import ConfigStats, summarize
-    from tfinput.measure.windows import (
-        BENCH_PLAN,
-        CAPTURE_PLAN,
-        ROOFLINE_PLAN,
-        TUNER_PLAN,
-        Window,
-        WindowPlan,
-        batch_rows,
-        measure_window,
-        run_window,
-    )
+__all__ = _export(__name__, _impl)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-    raise AttributeError(f"module 'tfinput.bench' has no attribute {name!r}")
+def __getattr__(name: str) -> object:
+    if name in __all__:
+        return _owned(__name__, _impl, getattr(_impl, name))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

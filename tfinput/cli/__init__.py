@@ -1,18 +1,12 @@
 """The ``tfinput`` command: one registry of subcommands and one `main` that runs them.
 
-Every subcommand is a `tfinput.cli.registry.Command` (its name, help, arguments and
-run); `tfinput.cli.registry.COMMANDS` lists them all, in the order ``tfinput --help``
-shows them. `main` owns the exit codes (0 ok, 1 the data or the trace has problems,
-2 bad usage or input, 130 interrupted) and prints errors as one line on stderr.
-
-Modules of this package shared by the commands of `tfinput`, `tuners` and `profiles`:
-`args` (argument groups, arguments to pipeline), `console` (rich console and progress
-bar), `objects` (``MODULE:FUNCTION`` on the command line), `tf_logs` (TensorFlow's log
-lines kept out of the output) and `demo` (the built-in default data set).
-"""
+Public and stable (docs/api.md): the names of `__all__`. Implemented in
+`tfinput._src.applications.cli`."""
 
 from __future__ import annotations
 
-from tfinput.cli.registry import build_parser, main
+from tfinput._src.applications import cli as _impl
+from tfinput._src.applications.cli import *  # noqa: F403
+from tfinput._src.core._public import export as _export
 
-__all__ = ["main", "build_parser"]
+__all__ = _export(__name__, _impl)

@@ -1,51 +1,12 @@
-"""The console every ``tfinput`` command prints with, and its progress bar."""
+"""The console every ``tfinput`` command prints with, and its progress bar.
+
+Public and stable (docs/api.md): the names of `__all__`. Implemented in
+`tfinput._src.applications.cli.console`."""
 
 from __future__ import annotations
 
-import sys
-from typing import Any
+from tfinput._src.applications.cli import console as _impl
+from tfinput._src.applications.cli.console import *  # noqa: F403
+from tfinput._src.core._public import export as _export
 
-__all__ = ["PIPED_WIDTH", "console", "progress"]
-
-#: Columns of a console whose stream is not a terminal (piped or captured output).
-PIPED_WIDTH = 160
-
-
-def console(
-    stderr: bool = False, *, piped_width: int = PIPED_WIDTH, highlight: bool = False
-) -> Any:
-    """A rich console on stdout (or stderr).
-
-    Args:
-      stderr: Print to stderr (progress and remarks) instead of stdout (the result).
-      piped_width: Columns when the stream is not a terminal: a wide, stable layout for
-        piped or captured output. On a terminal, the terminal's width.
-      highlight: Let rich colour numbers and strings it recognises (terminals only).
-    """
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, highlight=highlight, width=None if stream.isatty() else piped_width)
-
-
-def progress() -> Any:
-    """A rich progress display on stderr (silent when stderr is not a terminal)."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console(stderr=True),
-        transient=False,
-        disable=not sys.stderr.isatty(),
-    )
+__all__ = _export(__name__, _impl)

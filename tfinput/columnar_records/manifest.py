@@ -1,15 +1,15 @@
-"""Deprecated alias of `tfinput.formats.columnar.manifest`, where this module moved (the
+"""Deprecated alias of `tfinput._src.core.formats.columnar.manifest`, where this module moved (the
 columnar file format, in the core); it will be removed in the next release."""
 
 from __future__ import annotations
 
 import warnings
 
-from tfinput.formats.columnar.manifest import *  # noqa: F403
-from tfinput.formats.columnar.manifest import __all__ as __all__
+from tfinput._src.core.formats.columnar.manifest import *  # noqa: F403
+from tfinput._src.core.formats.columnar.manifest import __all__ as __all__
 
 warnings.warn(
-    "tfinput.columnar_records.manifest moved to tfinput.formats.columnar.manifest; import it from "
+    "tfinput.columnar_records.manifest moved to tfinput._src.core.formats.columnar.manifest; import it from "
     "there (this alias will be removed in the next release)",
     DeprecationWarning,
     stacklevel=2,

@@ -1,13 +1,13 @@
 """Deprecated alias of the columnar source's read path, which moved to the sources
-(`tfinput.sources.columnar`); it will be removed in the next release."""
+(`tfinput._src.core.sources.columnar`); it will be removed in the next release."""
 
 from __future__ import annotations
 
 import warnings
 
-from tfinput.sources._columnar_decode import assembler as assembler
-from tfinput.sources._columnar_reader import *  # noqa: F403
-from tfinput.sources._columnar_reader import __all__ as _reader_all
+from tfinput._src.core.sources._columnar_decode import assembler as assembler
+from tfinput._src.core.sources._columnar_reader import *  # noqa: F403
+from tfinput._src.core.sources._columnar_reader import __all__ as _reader_all
 
 __all__ = [*_reader_all, "assembler"]
 

@@ -1,8 +1,8 @@
 """`ColumnarSource` and `check_size`, kept importable here; they live in
-`tfinput.sources.columnar` with the other sources."""
+`tfinput._src.core.sources.columnar` with the other sources."""
 
 from __future__ import annotations
 
-from tfinput.sources.columnar import ColumnarSource, check_size
+from tfinput._src.core.sources.columnar import ColumnarSource, check_size
 
 __all__ = ["ColumnarSource", "check_size"]

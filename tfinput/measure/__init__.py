@@ -20,8 +20,8 @@ without sleeping.
 
 from __future__ import annotations
 
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.probes import (
+from tfinput._src.measurement.options import MeasureOptions
+from tfinput._src.measurement.probes import (
     available_cpus,
     current_rss_bytes,
     keras_backend,
@@ -29,7 +29,7 @@ from tfinput.measure.probes import (
     peak_rss_bytes,
     process_cpu_seconds,
 )
-from tfinput.measure.windows import (
+from tfinput._src.measurement.windows import (
     BENCH_PLAN,
     CAPTURE_PLAN,
     ROOFLINE_PLAN,

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import cli_main, run_cli
 from tfinput import cli
-from tfinput.cli import registry
+from tfinput._src.applications.cli import registry
 from tfinput.cli.registry import Command, run_command
 from tfinput.errors import ConfigError, DataError
 

@@ -1,4 +1,4 @@
-"""`tfinput.columnar_records.manifest`: a deprecated alias of `tfinput.formats.columnar.manifest` (tested where it
+"""`tfinput.columnar_records.manifest`: a deprecated alias of `tfinput._src.core.formats.columnar.manifest` (tested where it
 lives now)."""
 
 from __future__ import annotations
@@ -13,6 +13,6 @@ def test_the_alias_warns_and_is_the_moved_module():
     sys.modules.pop("tfinput.columnar_records.manifest", None)
     with pytest.warns(DeprecationWarning, match="tfinput.columnar_records.manifest moved"):
         alias = importlib.import_module("tfinput.columnar_records.manifest")
-    real = importlib.import_module("tfinput.formats.columnar.manifest")
+    real = importlib.import_module("tfinput._src.core.formats.columnar.manifest")
     assert alias.__all__ == real.__all__
     assert all(getattr(alias, name) is getattr(real, name) for name in real.__all__)

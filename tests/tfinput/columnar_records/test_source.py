@@ -1,13 +1,13 @@
-"""`tfinput.columnar_records.source`: the columnar source (`tfinput.sources.columnar`),
+"""`tfinput.columnar_records.source`: the columnar source (`tfinput._src.core.sources.columnar`),
 importable from here too."""
 
 from __future__ import annotations
 
 import pytest
 
+from tfinput._src.core.sources import columnar
 from tfinput.columnar_records import read_manifest, source
 from tfinput.errors import SourceError
-from tfinput.sources import columnar
 
 
 def test_source_re_exports_the_columnar_source():

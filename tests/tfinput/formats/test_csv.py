@@ -1,7 +1,7 @@
 """`tfinput.formats.csv`: a CSV/TSV file's layout (delimiter, header, column names)
 sniffed from its first lines, its text read with every row's line number, and the quote
 guard. Conversion of that text is tested with `tfinput.convert`
-(tests/tfinput/convert/test_readers.py, test_sniff.py)."""
+(tests/tfinput/_src/applications/convert/test_readers.py, test_sniff.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import gzip
 
 import pytest
 
-from tests.tfinput.convert.test_readers import QUOTE_CASES, QUOTE_IDS
+from tests.tfinput._src.applications.convert.test_readers import QUOTE_CASES, QUOTE_IDS
 from tfinput.errors import ConfigError, SchemaError, SourceError
 from tfinput.formats.csv import KNOWN_COLUMNS, CsvReader, Layout, sniff_layout, unclosed_quote
 
@@ -101,7 +101,7 @@ def test_unclosed_quote(line, bad):
 
 
 def test_known_columns_are_the_conversion_presets():
-    from tfinput.convert.presets import PRESET_COLUMNS, PRESETS
+    from tfinput._src.applications.convert.presets import PRESET_COLUMNS, PRESETS
 
     assert PRESET_COLUMNS is KNOWN_COLUMNS and set(KNOWN_COLUMNS) == set(PRESETS)
     assert len(KNOWN_COLUMNS["criteo"]) == 40 and KNOWN_COLUMNS["criteo"][0] == "label"
@@ -109,7 +109,7 @@ def test_known_columns_are_the_conversion_presets():
 
 def test_convert_reads_csv_through_this_module():
     """convert's reader is this reader with conversion added; its sniffing is this one."""
-    from tfinput.convert import readers, sniff
+    from tfinput._src.applications.convert import readers, sniff
 
     assert issubclass(readers.CsvReader, CsvReader)
     assert sniff.sniff_layout is sniff_layout and sniff.Layout is Layout

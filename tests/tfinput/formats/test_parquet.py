@@ -7,8 +7,8 @@ import os
 import pyarrow as pa
 import pytest
 
+from tfinput._src.core.formats import parquet
 from tfinput.errors import DataError
-from tfinput.formats import parquet
 
 
 def _table(rows: int) -> pa.Table:

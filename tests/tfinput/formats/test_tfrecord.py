@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from tests.helpers import parse_records
 from tfinput import testing
+from tfinput._src.core.formats import tfrecord
 from tfinput.errors import DataError, SourceError
-from tfinput.formats import tfrecord
 from tfinput.formats.tfrecord import WireColumn, bytes_column, encode_examples
 from tfinput.transforms import parse_spec
 

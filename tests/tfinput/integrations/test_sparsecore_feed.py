@@ -24,7 +24,7 @@ pytest.importorskip(
 
 from jax_tpu_embedding.sparsecore.lib.nn import embedding
 
-from tfinput.integrations._sparsecore_stats import used_entries
+from tfinput._src.applications.integrations._sparsecore_stats import used_entries
 from tfinput.integrations.sparsecore_feed import SparseCorePlan, sparsecore_feed, sparsecore_step
 
 BATCH = 64

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tests.tfinput.bench.conftest import FakeClock
+from tests.tfinput.measure.conftest import FakeClock
 from tfinput import bench
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError

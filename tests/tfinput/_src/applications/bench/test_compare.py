@@ -1,0 +1,300 @@
+"""`tfinput._src.applications.bench.compare`: configs measured side by side (`measure`), the
+`BenchResult` and its JSON, presets and saved configs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tfinput
+from tests.tfinput.measure.conftest import FakeClock, FakeCpu, batches
+from tfinput import bench, steps
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError
+
+
+def _fake_target(clock: FakeClock, order: list[str], per_batch: dict[int, float]):
+    """config -> batches whose production time depends on map_parallelism."""
+
+    def factory(config: PipelineConfig):
+        order.append(config.map_parallelism)
+        return batches(clock, rows=config.batch_size, produce_s=per_batch[config.map_parallelism])
+
+    return factory
+
+
+def _fake_measure(target, configs, clock, *, plan, rss=0, **kw) -> bench.BenchResult:
+    """`bench.measure` on the fake clock, one CPU-second per second; ``plan`` is
+    ``(windows, window_batches, warmup_batches)``."""
+    windows, window_batches, warmup_batches = plan
+    return bench.measure(
+        target,
+        configs,
+        windows=windows,
+        window_batches=window_batches,
+        warmup_batches=warmup_batches,
+        clock=clock,
+        cpu_clock=FakeCpu(clock, 1.0),
+        rss=lambda: rss,
+        **kw,
+    )
+
+
+def test_measure_interleaves_configs_and_computes_ratios():
+    clock = FakeClock()
+    order: list[int] = []
+    configs = {
+        "slow": PipelineConfig.naive(batch_size=10),
+        "fast": PipelineConfig.naive(batch_size=10, map_parallelism=2),
+    }
+    seen = []
+    result = _fake_measure(
+        _fake_target(clock, order, {1: 0.02, 2: 0.01}),
+        configs,
+        clock,
+        plan=(3, 5, 2),
+        rss=2**20,
+        cpu_count=4,
+        progress=lambda done, total, w: seen.append((done, total, w.name, w.round)),
+    )
+    assert order == [1, 2, 1, 2, 1, 2]  # A B A B A B
+    assert [s[2:] for s in seen] == [
+        ("slow", 0),
+        ("fast", 0),
+        ("slow", 1),
+        ("fast", 1),
+        ("slow", 2),
+        ("fast", 2),
+    ]
+    assert seen[-1][:2] == (6, 6)
+    slow, fast = result.result("slow"), result.result("fast")
+    assert result.baseline == "slow" and result.best is fast
+    assert slow.median == pytest.approx(500.0) and fast.median == pytest.approx(1000.0)
+    assert fast.ratio == pytest.approx(2.0) and fast.ratio_min == pytest.approx(2.0)
+    assert slow.cv == pytest.approx(0.0) and fast.latency_p99_ms == pytest.approx(10.0)
+    assert fast.utilisation == pytest.approx(0.25) and fast.peak_rss_mb == pytest.approx(1.0)
+    assert [len(r.windows) for r in result.results] == [3, 3]
+
+
+def test_preset_and_saved_configs(tmp_path):
+    presets = bench.preset_configs(["naive", "heuristic", "autotune"], cpu_count=3, batch_size=64)
+    assert presets["naive"].map_parallelism == 1 and presets["naive"].prefetch == 0
+    assert presets["heuristic"].map_parallelism == 3
+    assert presets["autotune"] == PipelineConfig(batch_size=64)
+    saved = tmp_path / "tuned.json"
+    PipelineConfig(map_parallelism=3, prefetch=2).to_json(saved, hardware={"cpus": 2})
+    configs = bench.load_configs(
+        ["naive", str(saved), f"other={saved}"], cpu_count=2, batch_size=128
+    )
+    assert list(configs) == ["naive", "tuned", "other"]
+    assert configs["tuned"].map_parallelism == 3 and configs["tuned"].batch_size == 128
+    with pytest.raises(ConfigError, match="neither a preset"):
+        bench.load_configs(["fastest"])
+    with pytest.raises(ConfigError, match="given twice"):
+        bench.load_configs(["naive", "naive"])
+
+
+def test_load_configs_keeps_a_saved_batch_size_and_names_a_preset_file(tmp_path):
+    saved = tmp_path / "mine.json"
+    PipelineConfig(batch_size=32).to_json(saved)
+    configs = bench.load_configs([f"naive={saved}", str(saved)])
+    assert list(configs) == ["naive", "mine"]  # NAME=FILE is a file even when NAME is a preset
+    assert configs["naive"] == configs["mine"] == PipelineConfig(batch_size=32)
+    with pytest.raises(ConfigError, match=r"'missing\.json' is neither a preset \['naive'"):
+        bench.load_configs(["missing.json"])
+
+
+def test_measure_rejects_bad_arguments():
+    with pytest.raises(ConfigError, match="no configs"):
+        bench.measure(lambda c: [], {})
+    with pytest.raises(ConfigError, match="windows must be"):
+        bench.measure(lambda c: [], {"a": PipelineConfig()}, windows=0)
+    with pytest.raises(ConfigError, match="baseline 'b'"):
+        bench.measure(lambda c: [], {"a": PipelineConfig()}, baseline="b")
+
+
+def test_measure_refuses_a_target_that_is_neither_pipeline_nor_callable():
+    with pytest.raises(ConfigError, match=r"target must be a tfinput Pipeline or a .*got int"):
+        bench.measure(42, {"a": PipelineConfig()})
+
+
+RESULT_KEYS = {
+    "name",
+    "config",
+    "examples_per_s",
+    "latency_ms",
+    "stall_fraction",
+    "cpu",
+    "peak_rss_mb",
+    "vs_baseline",
+    "roofline_fraction",
+    "windows",
+}
+
+
+def test_json_output_schema():
+    clock = FakeClock()
+    stages = [
+        bench.Stage(name=n, description=n, examples_per_s=r, examples_per_cpu_s=r, cores_busy=1)
+        for n, r in (("read", 1e6), ("parse", 2e5), ("full", 1e5))
+    ]
+    rl = bench.roofline_from_stages(stages, cores=2, files=8, bytes_per_example=700.0)
+    result = _fake_measure(
+        _fake_target(clock, [], {1: 0.05}),
+        {"naive": PipelineConfig.naive(batch_size=10)},
+        clock,
+        plan=(2, 3, 1),
+        cpu_count=2,
+        roofline_result=rl,
+    )
+    data = json.loads(result.to_json())
+    assert data["format"] == "tfinput.bench/1"
+    assert {
+        "windows",
+        "window_batches",
+        "warmup_batches",
+        "order",
+        "iterator",
+        "step",
+        "pipeline",
+    } <= set(data["method"])
+    assert {"cpu_model", "cpu_count", "tensorflow", "python", "load_average"} <= set(
+        data["machine"]
+    )
+    assert data["machine"]["cpu_count"] == 2 and data["method"]["step"]["kind"] == "input_only"
+    (entry,) = data["results"]
+    assert set(entry) == RESULT_KEYS
+    assert entry["config"] == PipelineConfig.naive(batch_size=10).to_dict()
+    assert entry["examples_per_s"]["median"] == pytest.approx(200.0)
+    assert entry["roofline_fraction"] == pytest.approx(0.001)
+    assert entry["windows"][0]["round"] == 0 and len(entry["windows"]) == 2
+    roof = data["roofline"]
+    assert roof["bound_examples_per_s"] == 2e5 and roof["limited_by"] == "cpu"
+    assert roof["cost_us_per_example"] == {
+        "read": 1.0,
+        "parse": 4.0,
+        "transform": 5.0,
+        "total": 10.0,
+    }
+
+
+def test_bench_result_writes_its_json_and_names_unknown_configs(tmp_path):
+    clock = FakeClock()
+    fakes = {"clock": clock, "cpu_clock": clock, "rss": lambda: 0}
+    one = {"windows": 1, "window_batches": 1, "warmup_batches": 0}
+    configs = {"a": PipelineConfig.naive(batch_size=2)}
+    result = bench.measure(_fake_target(clock, [], {1: 0.1}), configs, **one, **fakes)
+    text = result.to_json(tmp_path / "r.json")
+    assert (tmp_path / "r.json").read_text() == text + "\n"
+    data = json.loads(text)
+    assert data["roofline"] is None and data["method"]["pipeline"] is None  # a plain callable
+    assert data["method"]["step_per_config"] is None
+    with pytest.raises(ConfigError, match=r"no config 'b'; configs: \['a'\]"):
+        result.result("b")
+
+
+def test_measure_a_real_pipeline_with_a_simulated_step(pipeline_of):
+    clock = FakeClock()
+    result = bench.measure(
+        pipeline_of("parquet"),
+        {"p": PipelineConfig(batch_size=64)},
+        step=steps.simulated_step(0.5, sleep=clock.sleep),
+        windows=2,
+        window_batches=3,
+        warmup_batches=1,
+        clock=clock,
+    )
+    (r,) = result.results
+    assert [w.examples for w in r.windows] == [192, 192]  # 1000 rows repeated: full batches
+    assert r.median == pytest.approx(192 / 1.5)  # only the simulated device time passed
+    assert result.method["step"]["kind"] == "simulated"
+    assert result.method["pipeline"]["source"] == "parquet"
+
+
+def _owning_step(clock: FakeClock, prepared: list[PipelineConfig]) -> steps.Step:
+    """A step that drives the data itself and, like model.fit, cannot see input waits."""
+
+    def run_windows(source, *, batch_size, warmup_batches, windows, window_batches, **kw):
+        it = iter(source)
+        for _ in range(warmup_batches):
+            next(it)
+        out = []
+        for i in range(windows):
+            t0 = clock()
+            for _ in range(window_batches):
+                next(it)
+                clock.sleep(0.02)
+            seconds = clock() - t0
+            out.append(
+                bench.Window(
+                    round=i,
+                    batches=window_batches,
+                    examples=window_batches * batch_size,
+                    seconds=seconds,
+                    cpu_seconds=seconds,
+                    batch_seconds=(seconds / window_batches,) * window_batches,
+                    wait_seconds=None,
+                )
+            )
+        return out
+
+    def prepare(config: PipelineConfig) -> steps.Step:
+        prepared.append(config)
+        return base
+
+    base = steps.Step(kind="function", name="owner", fn=lambda b: None, run_windows=run_windows)
+    return steps.Step(kind="function", name="owner", fn=lambda b: None, prepare_fn=prepare)
+
+
+def test_measure_hands_the_data_to_a_loop_owning_step():
+    clock = FakeClock()
+    prepared: list[PipelineConfig] = []
+    configs = {
+        "a": PipelineConfig(batch_size=4, steps_per_execution=1),
+        "b": PipelineConfig(batch_size=4, steps_per_execution=2),
+    }
+    result = _fake_measure(
+        lambda cfg: batches(clock, rows=4, produce_s=0.01),
+        configs,
+        clock,
+        plan=(3, 5, 2),
+        step=_owning_step(clock, prepared),
+    )
+    assert prepared == list(configs.values())  # once per config
+    for r in result.results:
+        assert len(r.windows) == 3 and r.stall is None
+        assert [w.examples for w in r.windows] == [20, 20, 20]
+        assert r.median == pytest.approx(20 / 0.15)
+    data = json.loads(result.to_json())
+    assert [r["stall_fraction"] for r in data["results"]] == [None, None]
+    assert data["results"][0]["windows"][0]["wait_seconds"] is None
+
+
+def test_measure_with_keras_fit_interleaves_steps_per_execution(small_tfrecord, small_schema):
+    from tfinput import models
+
+    # Without XLA: each steps_per_execution retraces the train function, and an XLA
+    # compile of each would cost seconds without changing what is measured here.
+    model = models.ranking_model(small_schema, jit_compile=False)
+    configs = {
+        "k1": PipelineConfig(batch_size=32, steps_per_execution=1),
+        "k2": PipelineConfig(batch_size=32, steps_per_execution=2),
+    }
+    result = bench.measure(
+        tfinput.tfrecord(small_tfrecord, small_schema),
+        configs,
+        step=steps.keras_fit_step(model),
+        windows=1,
+        window_batches=2,
+        warmup_batches=1,
+    )
+    assert [r.name for r in result.results] == ["k1", "k2"]
+    for r in result.results:
+        assert r.stall is None and r.median > 0
+        assert r.windows[0].examples == 64
+    assert result.method["step"]["kind"] == "keras_fit"
+    per_config = result.method["step_per_config"]
+    assert [per_config[n]["steps_per_execution"] for n in ("k1", "k2")] == [1, 2]
+    assert result.machine["keras_backend"] == "tensorflow"
+    assert model.steps_per_execution == 2

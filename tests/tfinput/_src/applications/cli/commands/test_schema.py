@@ -1,0 +1,118 @@
+"""``tfinput schema infer`` and ``tfinput schema tpu`` (`tfinput._src.applications.cli.commands.schema`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import run_cli
+from tfinput import cli
+from tfinput.schema import Schema
+
+
+def test_schema_tpu(schema_file, capsys):
+    assert (
+        cli.main(["schema", "tpu", schema_file, "--per-replica-batch-size", "128", "--json"]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["features"]["history"]["table"] == "items"
+    assert data["features"]["history"]["output_shape"] == [128]
+    assert {p["decision"] for p in data["placement"]} == {"mirror"}
+    assert cli.main(["schema", "tpu", schema_file, "--per-replica-batch-size", "128"]) == 0
+    assert "TPU embedding tables" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------- new tests
+def test_schema_tpu_json_lists_every_table_and_feature(schema_file, small_schema, capsys):
+    code, out, _ = run_cli(
+        capsys, "schema", "tpu", schema_file, "--per-replica-batch-size", "64", "--json"
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["tables"] == {
+        "items": {"vocabulary_size": 1000, "dim": 8, "combiner": "mean"},
+        "user": {"vocabulary_size": 500, "dim": 8, "combiner": "mean"},
+        "tokens": {"vocabulary_size": 2048, "dim": 4, "combiner": "sqrtn"},
+    }
+    ids = [f.name for f in small_schema.categorical]
+    assert sorted(data["features"]) == sorted(ids)
+    assert data["features"]["user_id"] == {
+        "table": "user",
+        "output_shape": [64],
+        "max_sequence_length": 0,
+    }
+    assert sorted(p["table"] for p in data["placement"]) == ["items", "tokens", "user"]
+
+
+def test_schema_tpu_table(schema_file, capsys):
+    code, out, _ = run_cli(capsys, "schema", "tpu", schema_file, "--per-replica-batch-size", "64")
+    assert code == 0
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+    assert set(rows) >= {"items", "user", "tokens"}
+    assert "history, last_item" in rows["items"] or "last_item, history" in rows["items"]
+    assert "mirror" in rows["user"] and "2,048" in rows["tokens"]
+
+
+def test_schema_tpu_errors(tmp_path, schema_file, capsys):
+    code, out, err = run_cli(capsys, "schema", "tpu", schema_file, "--per-replica-batch-size", "0")
+    assert (code, out) == (2, "")
+    assert err == "tfinput: error: per_replica_batch_size: expected a positive int, got 0\n"
+    missing = tmp_path / "none.json"
+    code, _, err = run_cli(capsys, "schema", "tpu", missing, "--per-replica-batch-size", "8")
+    assert code == 2 and err.startswith("tfinput: error: cannot read schema file")
+    assert str(missing) in err
+
+
+@pytest.mark.parametrize("kind", ["tfrecord", "parquet"])
+def test_schema_infer_json_on_the_fixture_files(request, kind, capsys):
+    files = request.getfixturevalue(f"small_{kind}")
+    code, out, _ = run_cli(capsys, "schema", "infer", *files, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["files"] == list(files) and data["sampled_rows"] == 1000
+    kinds = {c["name"]: c["kind"] for c in data["columns"]}
+    assert kinds["price"] == "dense" and kinds["label"] == "label"
+    assert (kinds["history"], kinds["tags"]) == ("multi_hot", "multi_hot")
+    assert kinds["user_id"] == kinds["country"] == "categorical"
+    schema = Schema.from_dict(data["schema"])
+    assert schema.feature("history").weights == "history_w"
+    assert schema.feature("embedding").length == 3
+    assert [label.name for label in schema.labels] == ["label"]
+
+
+def test_schema_infer_writes_a_schema_that_check_accepts(tmp_path, small_parquet, capsys):
+    out_path = tmp_path / "inferred.json"
+    files = small_parquet[:2]
+    code, out, _ = run_cli(
+        capsys, "schema", "infer", *files, "-o", out_path, "--sample-rows", "300"
+    )
+    assert code == 0
+    assert f"schema written to {out_path} (review and edit it" in out
+    assert "2 file(s), 300 rows sampled" in out  # the table's title
+    assert Schema.from_json(out_path).feature("tags").dtype == "string"
+    code, out, _ = run_cli(capsys, "check", *files, "--schema", out_path)
+    assert code == 0 and "2 file(s), 500 records, 0 with problems" in out
+
+
+def test_schema_infer_csv_with_a_list_column_and_a_label(tmp_path, capsys):
+    path = tmp_path / "events.csv"
+    rows = [f"u{i % 7},a|b{'|c' * (i % 3)},{i * 0.5},{i % 2}" for i in range(60)]
+    path.write_text("user,genres,score,click\n" + "\n".join(rows) + "\n")
+    argv = ["schema", "infer", path, "--list-column", "genres", "--label", "click"]
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0
+    printed = out[out.index("{") :]  # after the table: the schema JSON itself
+    schema = Schema.from_dict(json.loads(printed))
+    genres = schema.feature("genres")
+    assert (genres.max_len, genres.dtype) == (4, "string")
+    assert schema.feature("user").dtype == "string"
+    assert [label.name for label in schema.labels] == ["click"]
+
+
+def test_schema_infer_bad_list_column(tmp_path, capsys):
+    path = tmp_path / "events.csv"
+    path.write_text("user,genres\nu1,a|b\n")
+    code, out, err = run_cli(capsys, "schema", "infer", path, "--list-column", "genres=")
+    assert (code, out) == (2, "")
+    assert err == "tfinput: error: --list-column: expected NAME or NAME=DELIMITER, got 'genres='\n"

@@ -1,0 +1,246 @@
+"""`tfinput._src.core.sources.tfrecord` (`TFRecordSource`) and its build-time checks
+(`tfinput._src.core.sources._tfrecord_checks`): whole last record, first records against the
+schema, a shuffle buffer the files can hold."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfinput
+from tfinput import testing
+from tfinput._src.core.sources import TFRecordSource
+from tfinput.config import PipelineConfig
+from tfinput.errors import DataError, SchemaError, SourceError
+from tfinput.schema import Schema
+
+
+def _with(schema: Schema, name: str, **changes) -> Schema:
+    """``schema`` with feature ``name`` changed."""
+    features = tuple(
+        dataclasses.replace(f, **changes) if f.name == name else f for f in schema.features
+    )
+    return dataclasses.replace(schema, features=features)
+
+
+def test_tfrecord_reads_the_fixture_rows_in_file_order(
+    small_tfrecord, small_schema, assert_reads_fixture_rows
+):
+    assert_reads_fixture_rows(tfinput.tfrecord(small_tfrecord, small_schema))
+
+
+def test_tfrecord_declares_native_iterator_checkpointing_and_honours_every_knob(
+    small_tfrecord, read_request
+):
+    source = TFRecordSource(paths=tuple(small_tfrecord))
+    assert (source.kind, source.batches_itself, source.resume) == ("tfrecord", False, "iterator")
+    request = read_request(
+        small_tfrecord,
+        shuffle_files=True,
+        interleave_cycle_length=4,
+        interleave_block_length=3,
+        interleave_parallelism=2,
+        shuffle_buffer=100,
+        cache=True,
+    )
+    assert source.unhonoured(request) == {}
+
+
+def test_honoured_knobs_do_not_warn(small_tfrecord, small_schema, warnings_logged):
+    config = PipelineConfig(batch_size=50, interleave_block_length=3, cache=True, shuffle_buffer=10)
+    tfinput.tfrecord(small_tfrecord, small_schema).build(config)
+    assert not [m for m in warnings_logged() if "has no effect" in m]
+
+
+def test_compression_by_extension_or_as_given():
+    auto = TFRecordSource(paths=("x",))
+    assert [auto.compression_of(p) for p in ("a.tfrecord", "a.GZ", "a.gzip", "a.zz", "a.zlib")] == [
+        "",
+        "GZIP",
+        "GZIP",
+        "ZLIB",
+        "ZLIB",
+    ]
+    assert TFRecordSource(paths=("x",), compression="gzip").compression_of("a.tfrecord") == "GZIP"
+    assert TFRecordSource(paths=("x",), compression=None).compression_of("a.gz") == ""
+    with pytest.raises(SourceError, match="TFRecord compression 'lz4' unknown; expected one of"):
+        TFRecordSource(paths=("x",), compression="lz4")
+    with pytest.raises(SourceError, match="empty_files: expected 'skip' or 'error'"):
+        TFRecordSource(paths=("x",), empty_files="keep")
+
+
+def test_gzip_files_are_read_and_mixed_compressions_refused(tmp_path, small_schema, small_tfrecord):
+    gz = testing.write_tfrecord(tmp_path, small_schema, rows=60, files=2, compression="GZIP")
+    assert all(p.endswith(".gz") for p in gz)
+    got = tfinput.tfrecord(gz, small_schema).build(PipelineConfig(batch_size=20))
+    assert sum(int(labels.shape[0]) for _, labels in got) == 60
+    mixed = tfinput.tfrecord([*gz, small_tfrecord[0]], small_schema)
+    with pytest.raises(SourceError, match=r"TFRecord files mix compressions \['', 'GZIP'\]"):
+        mixed.build(PipelineConfig(batch_size=20))
+
+
+def test_count_records_per_file(small_tfrecord, tmp_path):
+    source = TFRecordSource(paths=tuple(small_tfrecord))
+    assert [source.count_records(p) for p in small_tfrecord] == [250, 250, 250, 250]
+    cut = tmp_path / "cut.tfrecord"
+    cut.write_bytes(Path(small_tfrecord[0]).read_bytes()[:-3])  # inside the last record's data
+    assert source.count_records(str(cut)) is None
+
+
+def _record_offsets(path: str) -> list[int]:
+    offsets, at = [], 0
+    for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+        offsets.append(at)
+        at += 16 + len(record)
+    return offsets
+
+
+def test_a_file_cut_inside_a_record_header_is_refused_at_build(
+    tmp_path, small_tfrecord, small_schema
+):
+    path = tmp_path / "part-0.tfrecord"
+    shutil.copy(small_tfrecord[0], path)
+    last = _record_offsets(str(path))[-1]
+    with open(path, "r+b") as fh:
+        fh.truncate(last + 5)
+    with pytest.raises(DataError) as e:
+        tfinput.tfrecord(path, small_schema).build(PipelineConfig(batch_size=10))
+    assert str(e.value).startswith(
+        f"{path}: truncated TFRecord: the file ends 5 byte(s) into a record header at offset {last}"
+    )
+
+
+def test_a_file_shorter_than_one_header(tmp_path, small_schema):
+    path = tmp_path / "tiny.tfrecord"
+    path.write_bytes(b"\x01\x02\x03")
+    with pytest.raises(DataError, match=r"tiny.tfrecord: truncated TFRecord: 3 byte\(s\)"):
+        tfinput.tfrecord(path, small_schema).build(PipelineConfig(batch_size=10))
+
+
+def test_a_key_absent_from_the_first_records_is_named_with_a_suggestion(
+    small_tfrecord, small_schema
+):
+    schema = _with(small_schema, "price", column="prize")
+    with pytest.raises(SchemaError) as e:
+        tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=10))
+    message = str(e.value)
+    assert message.startswith(
+        f"{small_tfrecord[0]}: feature 'price': key 'prize' is absent from all of the first "
+        "250 record(s)"
+    )
+    assert "did you mean ['price']" in message and "allow_absent" in message
+    pipeline = tfinput.tfrecord(small_tfrecord, schema, allow_absent=["prize"])
+    features, _ = next(iter(pipeline.build(PipelineConfig(batch_size=10))))
+    assert features["dense"]["price"].shape == (10,)  # the default, log1p(0) = 0
+    np.testing.assert_array_equal(features["dense"]["price"].numpy(), np.zeros(10))
+
+
+def test_first_records_are_checked_every_time_where_a_file_has_no_local_version(
+    small_tfrecord, small_schema
+):
+    """A path os.stat cannot see (gs://..., here TensorFlow's ram://) has no version to
+    remember a passed check by: the check reads its first records on every build."""
+    from tfinput._src.core.sources import _tfrecord_checks as checks
+
+    path = "ram://tfinput-first-records/part-0.tfrecord"
+    tf.io.gfile.makedirs("ram://tfinput-first-records")
+    tf.io.gfile.copy(small_tfrecord[0], path, overwrite=True)
+    with pytest.raises(OSError):
+        os.stat(path)
+    wrong = _with(small_schema, "price", column="prize")
+    for _ in range(2):  # refused both times: nothing was remembered
+        with pytest.raises(SchemaError, match=r"^ram://.*key 'prize' is absent"):
+            checks.check_first_examples_once(path, "", wrong)
+    checks.check_first_examples_once(path, "", small_schema)
+    assert not any(key[0] == path for key in checks._SAMPLES_OK)
+
+
+def test_a_key_of_the_wrong_kind_is_named(small_tfrecord, small_schema):
+    schema = _with(small_schema, "country", dtype="int64", default=None)
+    with pytest.raises(SchemaError) as e:
+        tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=10))
+    assert str(e.value) == (
+        f"{small_tfrecord[0]}: feature 'country': the schema expects int64_list (dtype int64) "
+        "but the file holds bytes_list; set dtype='string' or fix the data"
+    )
+
+
+def test_a_shuffle_buffer_larger_than_the_files_can_hold_is_capped(
+    small_tfrecord, small_schema, warnings_logged
+):
+    total = sum(os.path.getsize(p) for p in small_tfrecord)
+    config = PipelineConfig(batch_size=50, shuffle_buffer=10**9)
+    tfinput.tfrecord(small_tfrecord, small_schema).build(config)
+    assert (
+        f"tfinput: shuffle_buffer 1000000000 is larger than the {total // 16} record(s) the 4 "
+        f"file(s) can hold ({total} bytes, at least 16 bytes per record); using {total // 16}"
+    ) in warnings_logged()
+
+
+def test_roofline_reads_in_file_order_and_measures_record_size(small_tfrecord, small_schema):
+    stages = TFRecordSource(paths=tuple(small_tfrecord)).roofline_stages(
+        small_tfrecord, small_schema, 100
+    )
+    first = list(tf.data.TFRecordDataset(small_tfrecord[0]).as_numpy_iterator())
+    assert stages.bytes_per_example == pytest.approx(np.mean([len(r) for r in first]))
+    read = next(iter(stages.factories["read"]()))
+    assert read.shape == (100,) and read[0].numpy() == first[0]
+    parsed = next(iter(stages.factories["parse"]()))
+    assert parsed["row_id"].numpy().ravel().tolist() == list(range(100))
+
+
+def _ops(ds):
+    """Op types of a dataset's graph: (top level, inside its functions)."""
+    graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
+    inner = {n.op for f in graph.library.function for n in f.node_def}
+    return {n.op for n in graph.node}, inner
+
+
+def test_read_batch_hands_mini_batches_from_the_file_branches(small_tfrecord, small_schema):
+    """With ``read_batch`` the records are batched inside the parallel interleave's
+    branches and the consumer side re-cuts mini-batches: no ``batch`` of single records
+    outside the branches."""
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    config = PipelineConfig(batch_size=100, read_batch=32, shuffle_buffer=256, shuffle_seed=1)
+    top, inner = _ops(pipeline.build(config))
+    assert "RebatchDatasetV2" in top and "BatchDatasetV2" in inner
+    assert "BatchDatasetV2" not in top
+    top, inner = _ops(pipeline.build(config.replace(read_batch=0)))  # today's plan
+    assert "BatchDatasetV2" in top and "RebatchDatasetV2" not in top
+
+
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_read_batch_keeps_batch_sizes_rows_and_determinism(
+    small_tfrecord, small_schema, drop_remainder
+):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema).with_file_shuffling()
+    config = PipelineConfig(
+        batch_size=96,
+        drop_remainder=drop_remainder,
+        read_batch=40,
+        shuffle_buffer=300,
+        shuffle_seed=7,
+        interleave_cycle_length=2,
+        interleave_parallelism=2,
+        deterministic=True,
+    )
+    runs = []
+    for _ in range(2):
+        sizes, rows = [], []
+        for features, _ in pipeline.build(config):
+            ids = features["dense"]["row_id"].numpy().astype(int)
+            sizes.append(len(ids))
+            rows.extend(ids.tolist())
+        runs.append(rows)
+        full = 1000 // 96
+        assert sizes[:full] == [96] * full
+        assert sizes[full:] == ([] if drop_remainder else [1000 - 96 * full])
+        assert len(set(rows)) == len(rows) == (96 * full if drop_remainder else 1000)
+    assert runs[0] == runs[1]  # deterministic=True with a seed: the same order
+    assert runs[0] != sorted(runs[0])  # and shuffled

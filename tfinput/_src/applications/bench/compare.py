@@ -1,0 +1,329 @@
+"""Configs side by side: `measure`, its `BenchResult`, and the configs it compares.
+
+`measure` is the side-by-side comparison behind ``tfinput bench``: each config gets
+a fresh iterator per window (`tfinput.bench.run_window`), configs take turns window by
+window (`tfinput.measure.stats.interleave`), and the windows are summarized per config
+(`tfinput.bench.summarize`). The tuner's `tuners.measure` is the per-config primitive
+(one iterator, consecutive windows); this module never calls it, and it never calls
+this one: both build on `tfinput.measure.windows` and share `WindowPlan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tfinput._src.applications.bench.bound import Roofline
+from tfinput._src.core.config import PipelineConfig
+from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.options import with_keywords
+from tfinput._src.measurement.options import MeasureOptions
+from tfinput._src.measurement.probes import (
+    available_cpus,
+    current_rss_bytes,
+    machine,
+    peak_rss_bytes,
+    process_cpu_seconds,
+)
+from tfinput._src.measurement.stats import ConfigStats, interleave, summarize
+from tfinput._src.measurement.steps.base import Step
+from tfinput._src.measurement.target import Measurable, Target
+from tfinput._src.measurement.windows import (
+    BENCH_PLAN,
+    Clock,
+    Progress,
+    Window,
+    WindowPlan,
+    run_window,
+)
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["BENCH_FORMAT", "BenchResult", "load_configs", "measure", "preset_configs"]
+
+BENCH_FORMAT = "tfinput.bench/1"
+
+_PRESETS = ("naive", "heuristic", "autotune")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BenchResult:
+    """Everything a benchmark run measured, and how.
+
+    Attributes:
+      method: How it was measured (windows, warm-up, order, iterator policy, step).
+      machine: CPU model and count, library versions, load average at the start.
+      baseline: Name of the config ratios are relative to.
+      results: One `ConfigStats` per config, in the order given.
+      roofline: The machine's bound, when measured.
+    """
+
+    method: dict[str, Any]
+    machine: dict[str, Any]
+    baseline: str | None
+    results: tuple[ConfigStats, ...]
+    roofline: Roofline | None = None
+
+    @property
+    def best(self) -> ConfigStats:
+        """The config with the highest median examples/s."""
+        return max(self.results, key=lambda r: r.median)
+
+    def result(self, name: str) -> ConfigStats:
+        """The statistics of config ``name``.
+
+        Raises:
+          ConfigError: no config of that name was measured.
+        """
+        for r in self.results:
+            if r.name == name:
+                return r
+        raise ConfigError(
+            f"benchmark: no config {name!r}; configs: {[r.name for r in self.results]}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict in the ``tfinput.bench/1`` format (see docs/bench.md)."""
+        return {
+            "format": BENCH_FORMAT,
+            "method": self.method,
+            "machine": self.machine,
+            "baseline": self.baseline,
+            "results": [r.to_dict() for r in self.results],
+            "roofline": self.roofline.to_dict() if self.roofline is not None else None,
+        }
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The `to_dict` JSON text, also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2)
+        if path is not None:
+            Path(path).write_text(text + "\n")
+        return text
+
+
+def preset_configs(
+    names: Sequence[str], *, cpu_count: int | None = None, **overrides: Any
+) -> dict[str, PipelineConfig]:
+    """``{name: PipelineConfig.preset(name)}`` for ``naive``, ``heuristic``, ``autotune``.
+
+    Args:
+      names: Preset names.
+      cpu_count: Cores assumed by ``heuristic`` (None: the process's affinity mask).
+      overrides: Knobs set on every preset (for example ``batch_size``).
+
+    Returns:
+      The presets by name, in the order given.
+    """
+    out = {}
+    for name in names:
+        extra = dict(overrides)
+        if name == "heuristic":
+            extra["cpu_count"] = cpu_count or available_cpus()
+        out[name] = PipelineConfig.preset(name, **extra)
+    return out
+
+
+def load_configs(
+    specs: Sequence[str], *, cpu_count: int | None = None, batch_size: int | None = None
+) -> dict[str, PipelineConfig]:
+    """Configs from CLI-style specs: a preset name or a saved config JSON file.
+
+    A file's config is named after the file (``best.json`` -> ``best``); a spec
+    ``name=path`` names it explicitly. ``batch_size`` overrides every config's.
+
+    Raises:
+      ConfigError: neither a preset nor a readable config file, or a duplicate name.
+    """
+    out: dict[str, PipelineConfig] = {}
+    for spec in specs:
+        name, _, path = spec.partition("=") if "=" in spec else ("", "", spec)
+        if path in _PRESETS and not name:
+            over = {"batch_size": batch_size} if batch_size else {}
+            config = preset_configs([path], cpu_count=cpu_count, **over)[path]
+            name = path
+        else:
+            config = _saved_config(path, batch_size)
+            name = name or Path(path).stem
+        if name in out:
+            raise ConfigError(f"config name {name!r} given twice")
+        out[name] = config
+    return out
+
+
+def _saved_config(path: str, batch_size: int | None) -> PipelineConfig:
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"config {path!r} is neither a preset {list(_PRESETS)} nor an existing config file"
+        )
+    config = PipelineConfig.from_json(path)
+    return config.replace(batch_size=batch_size) if batch_size else config
+
+
+def measure(
+    target: Measurable,
+    configs: Mapping[str, PipelineConfig],
+    *,
+    step: Step | Callable[[Any], object] | None = None,
+    baseline: str | None = None,
+    measurement: MeasureOptions | None = None,
+    progress: Progress | None = None,
+    roofline_result: Roofline | None = None,
+    **keywords: Any,
+) -> BenchResult:
+    """Measure configs side by side, interleaved window by window.
+
+    Args:
+      target: A `tfinput.Pipeline` (built with each config and repeated), or a
+        callable ``config -> iterable of batches``.
+      configs: ``{name: PipelineConfig}``, measured in this order every round.
+      step: Called on each batch (default: `tfinput.steps.input_only`). A
+        `tfinput.steps.Step` is first set up for each config (`Step.prepare`); one
+        that owns the loop (``keras_fit``, ``jax``) gets each window's fresh data
+        through its ``run_windows`` instead (``model.fit`` hides input waits: their
+        stall is None).
+      baseline: Config the ratios refer to (default: the first).
+      measurement: Window counts, CPUs and probes (`tfinput.measure.MeasureOptions`;
+        the window counts default to `BENCH_PLAN`: a fresh iterator per window, so
+        the warm-up must cover ``map_parallelism + prefetch``).
+      progress: Called as ``progress(done, total, window)`` after each window.
+      roofline_result: A `Roofline` to express each config as a fraction of its
+        prediction (`Roofline.predict`: the parallel bound, with the serial stage of
+        the configs it probed).
+      **keywords: Fields of ``measurement`` given directly (``windows=``,
+        ``window_batches=``, ``warmup_batches=``, ``cpu_count=``, ``clock=``,
+        ``cpu_clock=``, ``rss=``); they override ``measurement``'s.
+
+    Returns:
+      A `BenchResult`.
+
+    Raises:
+      ConfigError: no configs, bad counts, or an unknown baseline.
+      DataError: the data hold fewer batches than a warm-up plus one.
+    """
+    options = with_keywords(measurement or MeasureOptions(), keywords, what="measure")
+    if not configs:
+        raise ConfigError("benchmark: no configs to measure")
+    plan = options.plan(BENCH_PLAN, what="benchmark")
+    baseline = baseline if baseline is not None else next(iter(configs))
+    if baseline not in configs:
+        raise ConfigError(f"benchmark: baseline {baseline!r} is not one of {list(configs)}")
+    the_step = Step.of(step)
+    measured_target = Target.of(target, what="benchmark")
+    cores = options.cpu_count or available_cpus()
+    clock = options.clock or time.perf_counter
+    per_config: dict[str, Any] = {}
+    runs = {
+        name: _config_run(
+            name,
+            config,
+            measured_target.batches,
+            the_step,
+            plan,
+            per_config,
+            clock=clock,
+            cpu_clock=options.cpu_clock or process_cpu_seconds,
+            rss=options.rss or current_rss_bytes,
+        )
+        for name, config in configs.items()
+    }
+    measured = interleave(runs, plan.windows, progress)
+    bound = None
+    if roofline_result is not None:
+        bound = {name: roofline_result.predict(name).bound for name in configs}
+    stats = summarize(measured, configs=configs, baseline=baseline, cpu_count=cores, bound=bound)
+    return BenchResult(
+        method=_method(plan, the_step, per_config, clock, measured_target),
+        machine=machine(cpu_count=cores),
+        baseline=baseline,
+        results=tuple(stats),
+        roofline=roofline_result,
+    )
+
+
+def _config_run(
+    name: str,
+    config: PipelineConfig,
+    factory: Callable[[PipelineConfig], Iterable[Any]],
+    step: Step,
+    plan: WindowPlan,
+    per_config: dict[str, Any],
+    *,
+    clock: Clock,
+    cpu_clock: Clock,
+    rss: Callable[[], int],
+) -> Callable[[], Window]:
+    """``() -> Window`` measuring one window of ``config``: the step is set up for it
+    now (its description recorded in ``per_config[name]``); each window then takes a
+    fresh iterator, or hands fresh data to a step that owns the loop."""
+    size = config.batch_size if config.drop_remainder else None
+    prepared = step.prepare(config)
+    per_config[name] = prepared.describe()
+    owner = prepared.run_windows
+    if owner is not None:
+        # The step drives the data itself (model.fit): one fresh source per window.
+        def owned() -> Window:
+            ws = owner(
+                factory(config),
+                batch_size=size,
+                warmup_batches=plan.warmup_batches,
+                windows=1,
+                window_batches=plan.window_batches,
+                clock=clock,
+                cpu_clock=cpu_clock,
+            )
+            return dataclasses.replace(ws[0], peak_rss_bytes=max(ws[0].peak_rss_bytes, rss()))
+
+        return owned
+    return lambda: run_window(
+        lambda: factory(config),
+        warmup_batches=plan.warmup_batches,
+        window_batches=plan.window_batches,
+        step=prepared,
+        batch_size=size,
+        clock=clock,
+        cpu_clock=cpu_clock,
+        rss=rss,
+    )
+
+
+def _method(
+    plan: WindowPlan, step: Step, per_config: Mapping[str, Any], clock: Clock, target: Target
+) -> dict[str, Any]:
+    """The ``method`` record of a `BenchResult`: how every number was taken."""
+    first = next(iter(per_config), None)
+    return {
+        "windows": plan.windows,
+        "window_batches": plan.window_batches,
+        "warmup_batches": plan.warmup_batches,
+        "order": "interleaved: one window per config per round, configs in the given order",
+        "iterator": "fresh iterator per window (pipeline.build(config, repeat=True)); warm-up "
+        "batches excluded",
+        "examples_per_s": "median over windows; spread = min-max and CV over windows",
+        "latency": "time between consecutive batches seen by the consumer, step included; "
+        "all windows pooled",
+        "cpu": "process user+system CPU seconds per wall second (time.process_time), median",
+        "memory": "resident set size sampled after every batch (/proc/self/statm), max",
+        "ratio": "median over rounds of (config / baseline) in the same round",
+        "step": step.describe(),
+        "step_per_config": per_config
+        if any(d != per_config[first] for d in per_config.values())
+        else None,
+        "clock": getattr(clock, "__name__", str(clock)),
+        "pipeline": _describe(target),
+        "process_peak_rss_mb": round(peak_rss_bytes() / 2**20, 1),
+    }
+
+
+def _describe(target: Target) -> dict[str, Any] | None:
+    if target.pipeline is None:
+        return None
+    try:
+        return target.pipeline.describe()
+    except Exception:  # a description must never fail a measurement
+        return None

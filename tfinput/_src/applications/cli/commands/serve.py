@@ -1,0 +1,71 @@
+"""``tfinput serve dispatcher`` and ``tfinput serve worker``: tf.data service servers
+(`tfinput.service`) that run until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+
+from tfinput._src.applications.cli.registry import Command
+
+__all__ = ["SERVE_COMMAND"]
+
+
+def _dispatcher_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, default=0, help="port (0: a free one)")
+    p.add_argument(
+        "--work-dir",
+        help="journal directory: restarted with it, the dispatcher resumes its jobs",
+    )
+    p.add_argument("--worker-timeout-ms", type=int, help="drop a worker silent this long (ms)")
+
+
+def _dispatcher(args: argparse.Namespace) -> int:
+    from tfinput._src.applications import service
+
+    server = service.start_dispatcher(
+        port=args.port, work_dir=args.work_dir, worker_timeout_ms=args.worker_timeout_ms
+    )
+    print(f"dispatcher listening on {server.target}", flush=True)
+    service.serve_until_signal(server)
+    return 0
+
+
+def _worker_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dispatcher", required=True, help="dispatcher address, HOST:PORT")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="port (0: a free one); fix it so that a worker restarted after a crash comes "
+        "back at the address its clients wait on",
+    )
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from tfinput._src.applications import service
+
+    server = service.start_worker(args.dispatcher, port=args.port)
+    # WorkerServer has no public address accessor; ``_address`` is what TF's tests use.
+    print(f"worker listening on {server._address} (dispatcher {args.dispatcher})", flush=True)
+    service.serve_until_signal(server)
+    return 0
+
+
+SERVE_COMMAND = Command(
+    name="serve",
+    help="run a tf.data service dispatcher or worker until SIGTERM/SIGINT",
+    actions=(
+        Command(
+            name="dispatcher",
+            help="a tf.data service dispatcher (fault tolerant with --work-dir)",
+            arguments=_dispatcher_arguments,
+            run=_dispatcher,
+        ),
+        Command(
+            name="worker",
+            help="a tf.data service worker registered with a dispatcher",
+            arguments=_worker_arguments,
+            run=_worker,
+        ),
+    ),
+)

@@ -1,0 +1,172 @@
+"""The command registry: every ``tfinput`` subcommand, and the one `main` that runs them.
+
+A subcommand is a `Command`: its name, its help, a function adding its arguments and
+a function running it. `COMMANDS` says where each one lives, in the order ``tfinput
+--help`` lists them; the modules of `tuners` and `profiles` are imported only when the
+parser is built, so `tfinput` never depends on them at import time. A new command is
+a `Command` in a module of its own (`tfinput._src.applications.cli.commands` for the ones that need only
+`tfinput`) and one line in `COMMANDS`.
+
+Exit codes: a command's run returns 0 (done) or 1 (a report was printed but the data or
+the trace has problems) and raises `tfinput.errors.TfinputError` for bad usage or input,
+which `run_command` prints as one line on stderr (no traceback) and turns into 2; Ctrl-C
+gives 130. Argument errors are argparse's own (exit code 2, usage on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tfinput._src.applications.cli.tf_logs import filter_stderr, quiet_tensorflow, wants_verbose
+from tfinput._src.core.errors import TfinputError
+
+__all__ = ["COMMANDS", "Command", "build_parser", "commands", "main", "run_command"]
+
+#: Every subcommand as ``MODULE:ATTRIBUTE``, in the order ``tfinput --help`` lists them.
+COMMANDS = (
+    "tfinput._src.applications.cli.commands.schema:SCHEMA_COMMAND",
+    "tfinput._src.applications.cli.commands.check:CHECK_COMMAND",
+    "tfinput._src.applications.cli.commands.doctor:DOCTOR_COMMAND",
+    "tuners.cli:TUNE_COMMAND",
+    "tuners.cli:DEMO_COMMAND",
+    "tfinput._src.applications.cli.commands.convert:CONVERT_COMMAND",
+    "tfinput._src.applications.cli.commands.datagen:DATAGEN_COMMAND",
+    "tfinput._src.applications.cli.commands.bench:BENCH_COMMAND",
+    "tfinput._src.applications.cli.commands.export:EXPORT_COMMAND",
+    "tfinput._src.applications.cli.commands.serve:SERVE_COMMAND",
+    "profiles.cli:PROFILE_COMMAND",
+    "profiles.cli:INSPECT_COMMAND",
+)
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of a command that takes none of its own."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Command:
+    """One ``tfinput`` subcommand: its arguments and its run.
+
+    Calling a command (``command(args)``) runs it through `run_command`, the error path
+    every command shares.
+
+    Attributes:
+      name: The word on the command line.
+      help: Its line in ``tfinput --help``.
+      run: ``args -> exit code``: 0 done, 1 a report was printed but the data (or
+        trace) has problems. Raises `TfinputError` for bad usage or input.
+      arguments: Adds the command's own arguments to its parser.
+      description: The paragraph of ``tfinput NAME --help`` (None: none).
+      actions: Sub-actions (``tfinput schema infer``, ``tfinput schema tpu``); a command
+        with actions has no ``run`` of its own.
+      error_names_command: Errors read ``tfinput NAME: error: ...`` rather than
+        ``tfinput: error: ...``.
+      error_first_line: Only the first line of an error message is printed.
+    """
+
+    name: str
+    help: str
+    run: Callable[[argparse.Namespace], int] | None = None
+    arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    description: str | None = None
+    actions: tuple[Command, ...] = ()
+    error_names_command: bool = False
+    error_first_line: bool = False
+
+    def register(self, subparsers: Any) -> argparse.ArgumentParser:
+        """Add this command (and its actions) to what ``add_subparsers()`` returned.
+
+        The parsed arguments carry the command to run as ``args.func``.
+
+        Returns:
+          The command's parser.
+        """
+        parser = subparsers.add_parser(self.name, help=self.help, description=self.description)
+        self.arguments(parser)
+        if self.actions:
+            actions = parser.add_subparsers(
+                dest=f"{self.name}_command", required=True, metavar="ACTION"
+            )
+            for action in self.actions:
+                action.register(actions)
+        else:
+            parser.set_defaults(func=self)
+        return parser
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        """Run the command with the shared error path; returns the exit code."""
+        return run_command(self, args)
+
+
+def commands() -> list[Command]:
+    """Every `Command` of `COMMANDS`, in order (imports the modules that hold them)."""
+    found = []
+    for spec in COMMANDS:
+        module, _, attribute = spec.partition(":")
+        found.append(getattr(importlib.import_module(module), attribute))
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tfinput`` argument parser with every registered command (no TensorFlow)."""
+    from tfinput._src.applications.doctor import summary
+
+    parser = argparse.ArgumentParser(
+        prog="tfinput",
+        description="Fixed-shape tf.data input pipelines for ranking models: build, "
+        "measure, tune and profile.",
+    )
+    parser.add_argument("--version", action="version", version=summary())
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's own log lines and warnings (hidden by default unless "
+        "TF_CPP_MIN_LOG_LEVEL is set), and the traceback of every failed trial (not "
+        "only the first)",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in commands():
+        command.register(subparsers)
+    return parser
+
+
+def run_command(command: Command, args: argparse.Namespace) -> int:
+    """Run ``command`` and return its exit code: the one error path of every command.
+
+    A `TfinputError` is printed as ``tfinput[ NAME]: error: MESSAGE`` on stderr and
+    gives 2; Ctrl-C prints ``tfinput: interrupted`` and gives 130.
+    """
+    if command.run is None:
+        raise TypeError(f"command {command.name!r} has actions, not a run of its own")
+    try:
+        return int(command.run(args) or 0)
+    except TfinputError as e:
+        message = str(e)
+        if command.error_first_line:
+            message = message.splitlines()[0] if message else type(e).__name__
+        where = f"tfinput {command.name}" if command.error_names_command else "tfinput"
+        print(f"{where}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tfinput: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``tfinput`` command: parse ``argv`` (default ``sys.argv[1:]``), run, exit code."""
+    # Before anything imports TensorFlow: its C++ log lines stay out of the output
+    # unless --verbose (or the user's own TF_CPP_MIN_LOG_LEVEL).
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    verbose = wants_verbose(tokens)
+    if quiet_tensorflow(verbose=verbose) and argv is None:
+        filter_stderr()  # the ``tfinput`` process itself: TF's C++ lines at any time
+    if verbose:  # e.g. the tuner logs every failed trial's traceback, not only the first
+        logging.getLogger("tfinput").setLevel(logging.DEBUG)
+    args = build_parser().parse_args(argv)
+    return run_command(args.func, args)

@@ -1,0 +1,359 @@
+"""`convert`: an outline of named steps, from the inputs to the written shards."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tfinput._src.applications.convert.options import ConvertOptions
+from tfinput._src.applications.convert.plan import Column, match_columns, plan_columns
+from tfinput._src.applications.convert.presets import PRESET_LISTS, PRESETS, preset_schema
+from tfinput._src.applications.convert.readers import (
+    Blocks,
+    csv_batches,
+    typed_batches,
+    typed_names,
+)
+from tfinput._src.applications.convert.results import BadRowLog, ConvertResult
+from tfinput._src.applications.convert.sniff import (
+    Layout,
+    detect_input_format,
+    resolve_inputs,
+    sniff_layout,
+)
+from tfinput._src.applications.convert.writers import (
+    FORMATS,
+    ColumnarShards,
+    Shards,
+    open_shards,
+    prepare_out_dir,
+)
+from tfinput._src.core.errors import ConfigError, DataError, SchemaError
+from tfinput._src.core.options import with_keywords
+from tfinput._src.core.schema import Schema
+
+__all__ = ["convert", "converted", "open_inputs"]
+
+
+def convert(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    *,
+    options: ConvertOptions | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    **keywords: Any,
+) -> ConvertResult:
+    """Convert CSV/TSV, Parquet or tf.Example TFRecord files into sharded Parquet,
+    TFRecord or columnar files plus ``schema.json``.
+
+    Args:
+      inputs: Files or glob patterns, read in order (``.gz``/``.bz2`` CSV decompressed,
+        ``.tfrecord.gz``/``.zz`` TFRecord too).
+      out_dir: Output directory; it must be empty unless ``overwrite``.
+      options: A `ConvertOptions`: how the inputs are read (`ReadOptions`), what the
+        columns are (`ColumnOptions`) and what is written (`WriteOptions`).
+      progress: Called as ``progress(bytes_read, total_bytes)`` (compressed bytes for
+        compressed inputs) as blocks are read.
+      **keywords: Fields of the groups of ``options`` given directly (``to=``,
+        ``preset=``, ``delimiter=``, ``rows_per_file=``, ...); they override ``options``.
+
+    Returns:
+      A `ConvertResult` with counts, the output paths and the schema.
+
+    Raises:
+      SourceError: an input is missing or empty, or ``out_dir`` is not empty.
+      SchemaError: the schema's columns are not in the input.
+      DataError: a bad row with ``on_bad_rows="error"``, or no valid row at all.
+      ConfigError: an invalid argument.
+      TypeError: a keyword that is no field of the options.
+    """
+    opts = with_keywords(options or ConvertOptions(), keywords, what="convert")
+    read, write = opts.read, opts.write
+    source, plan, dropped = open_inputs(inputs, opts)
+    paths, kind = source.paths, source.kind
+    out = Path(out_dir)
+    prepare_out_dir(out, write.overwrite)
+    shards = open_shards(
+        out,
+        to=write.to,
+        schema=source.schema,
+        plan=plan,
+        rows_per_file=write.rows_per_file,
+        chunk_rows=write.chunk_rows,
+    )
+    on_read = _ByteProgress(sum(os.path.getsize(p) for p in paths), progress)
+    blocks = source.blocks(plan, block_size=read.block_size, on_read=on_read)
+    log = BadRowLog(on_bad_rows=read.on_bad_rows, unit="line" if kind == "csv" else "row")
+    files, rows, blank = _write_blocks(blocks, shards, log)
+    if rows == 0:
+        first_bad = f"; first bad row: {log.reported[0]}" if log.reported else ""
+        raise DataError(f"convert: no valid rows in {paths}" + first_bad)
+    return converted(
+        source, out, write.to, files=files, rows=rows, log=log, blank=blank, dropped=dropped
+    )
+
+
+def converted(
+    source: _Source,
+    out: Path,
+    to: str,
+    *,
+    files: Sequence[str],
+    rows: int,
+    log: BadRowLog,
+    blank: int,
+    dropped: list[str],
+) -> ConvertResult:
+    """The finished conversion's result, ``schema.json`` written beside the files."""
+    schema_path = str(out / "schema.json")
+    source.schema.to_json(schema_path)
+    return ConvertResult(
+        paths=tuple(files),
+        schema=source.schema,
+        schema_path=schema_path,
+        format=to,
+        rows=rows,
+        skipped=log.skipped,
+        bad_rows=tuple(log.reported),
+        blank_lines=blank,
+        dropped_columns=dropped,
+        delimiter=source.layout.delimiter if source.layout else "",
+        header=source.layout.header if source.layout else False,
+        input_format=source.kind,
+        manifest_path=str(out / "manifest.json") if to == "columnar" else None,
+    )
+
+
+def open_inputs(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    options: ConvertOptions,
+) -> tuple[_Source, dict[str, Column], list[str]]:
+    """The checked options' inputs, as every engine converts them: the source (files,
+    kind, layout and output schema), the column plan and the input columns left out.
+
+    Raises what `convert` raises for its arguments.
+    """
+    read, columns, write = options.read, options.columns, options.write
+    preset, schema, hash_buckets = columns.preset, columns.schema, columns.hash_buckets
+    _check_arguments(
+        to=write.to,
+        on_bad_rows=read.on_bad_rows,
+        preset=preset,
+        delimiter=read.delimiter,
+        sizes={
+            "rows_per_file": write.rows_per_file,
+            "chunk_rows": write.chunk_rows,
+            "infer_rows": columns.infer_rows,
+            "block_size": read.block_size,
+        },
+    )
+    paths = resolve_inputs(inputs)
+    kind = detect_input_format(paths, read.input_format)
+    lists = dict(PRESET_LISTS.get(preset or "", {}))
+    lists.update(read.list_columns or {})
+    if schema is None and preset is not None:
+        schema = preset_schema(preset, hash_buckets=hash_buckets or 100_000)
+    source = _open_source(
+        paths,
+        kind=kind,
+        schema=schema,
+        csv_options={
+            "delimiter": read.delimiter,
+            "header": read.header,
+            "column_names": read.column_names,
+        },
+        preset=preset,
+        lists=lists,
+        inference={
+            "label": columns.label,
+            "infer_rows": columns.infer_rows,
+            "hash_buckets": hash_buckets,
+        },
+    )
+    plan = plan_columns(source.schema, lists)
+    dropped = match_columns(plan, names=source.names, names_from=source.names_from, path=paths[0])
+    return source, plan, dropped
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Source:
+    """The inputs as `convert` reads them.
+
+    Attributes:
+      paths: The input files.
+      kind: ``csv``, ``parquet`` or ``tfrecord``.
+      schema: The output schema (given, preset or inferred).
+      names: The input's columns.
+      names_from: Where ``names`` come from, for error messages.
+      layout: The first CSV file's `Layout` (None for Parquet and TFRecord inputs).
+      layout_args: `sniff_layout` arguments for the other CSV files.
+    """
+
+    paths: list[str]
+    kind: str
+    schema: Schema
+    names: list[str]
+    names_from: str
+    layout: Layout | None = None
+    layout_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def blocks(
+        self, plan: Mapping[str, Column], *, block_size: int, on_read: Callable[[int], None]
+    ) -> Blocks:
+        """Every input read and converted block by block (see `csv_batches`)."""
+        if self.layout is None:
+            return typed_batches(self.paths, kind=self.kind, plan=plan, on_read=on_read)
+        return csv_batches(
+            self.paths,
+            first=self.layout,
+            layout_args=self.layout_args,
+            plan=plan,
+            block_size=block_size,
+            on_read=on_read,
+        )
+
+
+def _check_arguments(
+    *,
+    to: str,
+    on_bad_rows: str,
+    preset: str | None,
+    delimiter: str | None,
+    sizes: Mapping[str, Any],
+) -> None:
+    """Raise `ConfigError` for an invalid `convert` argument."""
+    if to not in FORMATS:
+        raise ConfigError(f"convert: to must be one of {list(FORMATS)}, got {to!r}")
+    if on_bad_rows not in ("error", "skip"):
+        raise ConfigError(f"convert: on_bad_rows must be 'error' or 'skip', got {on_bad_rows!r}")
+    if preset is not None and preset not in PRESETS:
+        raise ConfigError(f"convert: unknown preset {preset!r}; expected one of {list(PRESETS)}")
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"convert: {name} must be an int >= 1, got {value!r}")
+    if delimiter is not None and len(delimiter) != 1:
+        raise ConfigError(f"convert: delimiter must be one character, got {delimiter!r}")
+
+
+def _open_source(
+    paths: list[str],
+    *,
+    kind: str,
+    schema: Schema | None,
+    csv_options: dict[str, Any],
+    preset: str | None,
+    lists: Mapping[str, str],
+    inference: dict[str, Any],
+) -> _Source:
+    """The inputs' columns and schema (inferred with ``inference`` if None).
+
+    Args:
+      paths: The input files.
+      kind: ``csv``, ``parquet`` or ``tfrecord``.
+      schema: The given or preset schema, or None.
+      csv_options: ``delimiter``, ``header`` and ``column_names`` as given.
+      preset: The preset, for CSV column names.
+      lists: ``{column: item delimiter}`` of multi-valued CSV columns.
+      inference: ``label``, ``infer_rows`` and ``hash_buckets`` as given.
+    """
+    if kind != "csv":
+        return _typed_source(paths, kind=kind, schema=schema, csv_options=csv_options, **inference)
+    layout_args = dict(csv_options, preset=preset, list_delimiters=set(lists.values()))
+    first = sniff_layout(paths[0], **layout_args)
+    if schema is None:
+        label = inference["label"]
+        if label is not None and label not in first.names:
+            raise SchemaError(f"convert: label column {label!r} not in columns {first.names}")
+        schema = _inferred(paths, "csv", list_columns=lists or None, **inference, **csv_options)
+    return _Source(
+        paths=paths,
+        kind=kind,
+        schema=schema,
+        names=first.names,
+        names_from=first.names_from,
+        layout=first,
+        layout_args=layout_args,
+    )
+
+
+def _typed_source(
+    paths: list[str],
+    *,
+    kind: str,
+    schema: Schema | None,
+    csv_options: Mapping[str, Any],
+    label: str | None,
+    infer_rows: int,
+    hash_buckets: int | None,
+) -> _Source:
+    """Parquet or TFRecord inputs: CSV-only options refused, the schema (inferred if
+    None) and the input's columns."""
+    defaults = {"delimiter": None, "header": "auto", "column_names": None}
+    csv_only = [n for n, default in defaults.items() if csv_options[n] != default]
+    if csv_only:
+        raise ConfigError(
+            f"convert: {', '.join(csv_only)} apply to CSV/TSV inputs only; the inputs "
+            f"are {kind} ({paths[0]})"
+        )
+    if schema is None:
+        schema = _inferred(
+            paths, kind, infer_rows=infer_rows, label=label, hash_buckets=hash_buckets
+        )
+    names, names_from = typed_names(paths[0], kind=kind, schema=schema)
+    return _Source(paths=paths, kind=kind, schema=schema, names=names, names_from=names_from)
+
+
+def _inferred(
+    paths: list[str], kind: str, *, infer_rows: int, label: str | None, **kwargs: Any
+) -> Schema:
+    """The schema `tfinput.infer_schema` (``tfinput schema infer``) infers: one engine,
+    one answer."""
+    from tfinput._src.applications.inference import infer_schema
+
+    return infer_schema(
+        paths,
+        sample_rows=infer_rows,
+        labels=[label] if label else None,
+        format=kind,
+        **kwargs,
+    ).schema
+
+
+class _ByteProgress:
+    """Counts bytes read and reports ``progress(bytes_read, total_bytes)``, if given."""
+
+    def __init__(self, total: int, progress: Callable[[int, int], None] | None):
+        self.total = total
+        self.done = 0
+        self.progress = progress
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def _write_blocks(
+    blocks: Blocks, shards: Shards | ColumnarShards, log: BadRowLog
+) -> tuple[list[str], int, int]:
+    """Write every block's good rows and log its bad rows; on any error, delete what was
+    written. Returns the output files, the rows written and the blank lines seen."""
+    rows = blank = 0
+    try:
+        with contextlib.closing(blocks):
+            for path, table, events, n_blank in blocks:
+                blank += n_blank
+                for line, reason in sorted(events):
+                    log.add(path, line, reason)
+                if table is not None and table.num_rows:
+                    shards.write(table)
+                    rows += table.num_rows
+        files = shards.close()
+    except BaseException:
+        shards.abort()
+        raise
+    return files, rows, blank

@@ -1,0 +1,259 @@
+"""Columns converted to their output types, row by row checked: CSV text batches and typed
+(Parquet, parsed TFRecord) blocks, each giving the good rows' table and the bad rows with
+their reasons."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from tfinput._src.applications.convert.plan import Column
+from tfinput._src.core.errors import DataError
+
+__all__ = ["convert_batch", "convert_typed", "is_list_type"]
+
+
+def convert_batch(batch: Any, plan: Mapping[str, Column]) -> tuple[Any, dict[int, str], int]:
+    """Convert one CSV text batch.
+
+    Args:
+      batch: An Arrow record batch of text columns.
+      plan: The planned columns.
+
+    Returns:
+      The good rows' table, bad rows (0-based within ``batch``) with reasons, and the
+      number of blank lines.
+    """
+    import pyarrow as pa
+
+    n = batch.num_rows
+    valid = np.zeros(n, dtype=bool)
+    for col in batch.columns:
+        valid |= col.is_valid().to_numpy(zero_copy_only=False)
+    blank = ~valid
+    bad: dict[int, str] = {}
+    arrays = {}
+    for name, col in plan.items():
+        arrays[name], col_bad = _convert_column(batch.column(name), col)
+        for row, reason in col_bad.items():
+            if not blank[row]:
+                bad.setdefault(row, reason)
+    keep = ~blank
+    if bad:
+        keep[list(bad)] = False
+    table = pa.table(arrays)
+    if not keep.all():
+        table = table.filter(pa.array(keep))
+    return table, bad, int(blank.sum())
+
+
+def convert_typed(raw: Any, plan: Mapping[str, Column], path: str) -> tuple[Any, dict[int, str]]:
+    """Cast and check typed columns (Parquet or parsed TFRecord) like CSV text columns.
+
+    Args:
+      raw: An Arrow table or record batch holding the planned columns.
+      plan: The planned columns.
+      path: The input file, for error messages.
+
+    Returns:
+      The good rows' table, and bad rows (0-based within ``raw``) with reasons.
+
+    Raises:
+      DataError: a string column whose values cannot be read as text.
+    """
+    import pyarrow as pa
+
+    bad: dict[int, str] = {}
+    arrays = {name: _typed_column(raw.column(name), col, path, bad) for name, col in plan.items()}
+    table = pa.table(arrays)
+    if bad:
+        keep = np.ones(raw.num_rows, dtype=bool)
+        keep[list(bad)] = False
+        table = table.filter(pa.array(keep))
+    return table, bad
+
+
+def is_list_type(t: Any) -> bool:
+    """Whether an Arrow type is a list (plain, large or fixed-size)."""
+    import pyarrow as pa
+
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _convert_column(text: Any, col: Column) -> tuple[Any, dict[int, str]]:
+    """One column of a batch (text) to its output type; bad rows with reasons."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    where = f"column {col.name!r}:"
+    bad: dict[int, str] = {}
+    if not col.is_list:
+        return _convert_scalars(text, col, where, bad), bad
+    parts = pc.split_pattern(text.fill_null(""), pattern=col.delimiter)
+    lengths = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(parts)
+    keep = pc.not_equal(flat, "").to_numpy(zero_copy_only=False)
+    row_of = np.repeat(np.arange(len(text)), lengths)
+    flat = flat.filter(pa.array(keep))
+    lengths = np.bincount(row_of[keep], minlength=len(text)).astype(np.int32)
+    return _convert_lists(flat, lengths, col, where, bad), bad
+
+
+def _typed_column(arr: Any, col: Column, path: str, bad: dict[int, str]) -> Any:
+    """One typed column to its output type; bad rows go to ``bad``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    where = f"column {col.name!r}:"
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if not col.is_list and is_list_type(arr.type):  # TFRecord: several values for a scalar key
+        lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+        for p in np.flatnonzero(lengths > 1).tolist():
+            bad.setdefault(p, f"{where} expected one value, found {int(lengths[p])}")
+        arr = pc.list_element(pc.if_else(pa.array(lengths == 1), arr, pa.scalar(None, arr.type)), 0)
+    if not col.is_list:
+        return _convert_scalars(_as_text_if_string(arr, col, path), col, where, bad)
+    null_rows = arr.is_null().to_numpy(zero_copy_only=False)
+    lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+    flat = _as_text_if_string(pc.list_flatten(arr), col, path)
+    return _convert_lists(flat, lengths, col, where, bad, null_rows=null_rows)
+
+
+def _convert_scalars(values: Any, col: Column, where: str, bad: dict[int, str]) -> Any:
+    """A scalar column to its output type; bad values and missing required values mark
+    their rows in ``bad``."""
+    out, value_bad = _convert_values(values, col, f"{where} value")
+    for p, reason in value_bad.items():
+        bad.setdefault(p, reason)
+    if col.required and values.null_count:
+        nulls = np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))
+        for p in nulls.tolist():
+            bad.setdefault(p, f"{where} missing value, and feature {col.feature!r} has no default")
+    return out
+
+
+def _convert_lists(
+    flat: Any,
+    lengths: np.ndarray,
+    col: Column,
+    where: str,
+    bad: dict[int, str],
+    *,
+    null_rows: np.ndarray | None = None,
+) -> Any:
+    """A list column from its flat items (``lengths`` per row, ``null_rows`` missing);
+    bad or null items and wrong lengths mark their rows in ``bad``."""
+    import pyarrow as pa
+
+    row_of = np.repeat(np.arange(len(lengths)), lengths)
+    typed, value_bad = _convert_values(flat, col, f"{where} item")
+    for p, reason in value_bad.items():
+        bad.setdefault(int(row_of[p]), reason)
+    if typed.null_count:
+        for p in np.flatnonzero(typed.is_null().to_numpy(zero_copy_only=False)).tolist():
+            bad.setdefault(int(row_of[p]), f"{where} null item in a list")
+    if col.fixed_len is not None:
+        wrong = lengths != col.fixed_len
+        if null_rows is not None:
+            wrong &= ~null_rows
+        for p in np.flatnonzero(wrong).tolist():
+            bad.setdefault(p, f"{where} expected {col.fixed_len} values, found {int(lengths[p])}")
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    mask = pa.array(null_rows) if null_rows is not None and null_rows.any() else None
+    return pa.ListArray.from_arrays(offsets, typed, mask=mask)
+
+
+def _cast_int(arr: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        return pc.cast(arr, pa.int64())
+    except pa.ArrowInvalid:
+        return pc.cast(pc.cast(arr, pa.float64()), pa.int64())  # "260.0"; 260.5 raises
+
+
+def _caster(kind: str) -> Callable[[Any], Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if kind == "int64":
+        return _cast_int
+    if kind == "float32":
+        return lambda a: pc.cast(a, pa.float32())
+    return lambda a: a
+
+
+def _bad_positions(arr: Any, fn: Callable[[Any], Any], base: int = 0) -> list[int]:
+    """Positions where ``fn`` fails, found by bisection (a few casts per bad value)."""
+    import pyarrow as pa
+
+    try:
+        fn(arr)
+        return []
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if len(arr) == 1:
+            return [base]
+    half = len(arr) // 2
+    return _bad_positions(arr.slice(0, half), fn, base) + _bad_positions(
+        arr.slice(half), fn, base + half
+    )
+
+
+def _convert_values(values: Any, col: Column, kind_name: str) -> tuple[Any, dict[int, str]]:
+    """Cast a text array; returns the typed array (bad entries null) and the reasons."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fn = _caster(col.kind)
+    bad: dict[int, str] = {}
+    try:
+        out = fn(values)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        positions = _bad_positions(values, fn)
+        for p in positions:
+            bad[p] = f"{kind_name} {values[p].as_py()!r} is not a valid {col.kind}"
+        mask = np.zeros(len(values), dtype=bool)
+        mask[positions] = True
+        out = fn(pc.if_else(pa.array(mask), pa.scalar(None, values.type), values))
+    if col.finite and col.kind == "float32" and len(out):
+        finite = pc.is_finite(out).fill_null(True).to_numpy(zero_copy_only=False)
+        for p in np.flatnonzero(~finite).tolist():
+            bad.setdefault(p, f"{kind_name} {values[p].as_py()!r} is not a finite number")
+    if col.is_id and len(out):
+        ints = out.fill_null(0).to_numpy(zero_copy_only=False)
+        for p in np.flatnonzero(ints < 0).tolist():
+            bad.setdefault(p, f"{kind_name} {int(ints[p])} is a negative id")
+        if col.vocab is not None:
+            for p in np.flatnonzero(ints >= col.vocab).tolist():
+                bad.setdefault(
+                    p,
+                    f"{kind_name} {int(ints[p])} is out of range: feature {col.feature!r} "
+                    f"expects ids in [0, {col.vocab}) (enlarge its table or set "
+                    "out_of_range='modulo' in the schema)",
+                )
+    return out, bad
+
+
+def _as_text_if_string(arr: Any, col: Column, path: str) -> Any:
+    """String columns as Arrow strings (binary must be UTF-8); others unchanged."""
+    import pyarrow as pa
+
+    if col.kind != "string":
+        return arr
+    if pa.types.is_string(arr.type):
+        return arr
+    if pa.types.is_null(arr.type):
+        return arr.cast(pa.string())
+    try:
+        return arr.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise DataError(
+            f"{path}: column {col.name!r}: values of type {arr.type} cannot be stored as text "
+            f"({e}); the schema declares dtype string"
+        ) from e

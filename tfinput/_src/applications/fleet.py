@@ -1,0 +1,181 @@
+"""Reading a pipeline through tf.data service: where the service is, and a local fleet of
+worker processes for measuring how many workers a host needs.
+
+    fleet = LocalFleet(max_workers=2)                      # processes on this machine
+    pipeline = tfinput.columnar("data/col", schema).with_service(fleet)
+    ds = pipeline.build(config.replace(service_workers=2))  # 2 workers serve it
+
+    pipeline = pipeline.with_service("grpc://dispatcher:5050", workers=8)  # a real fleet
+
+`Pipeline.with_service` attaches a `ServiceRead`; `Pipeline.build` then builds the
+pipeline as usual and reads it through `tfinput.service.distribute` with the config's
+``service_compression`` and ``service_max_outstanding_requests``. The tuner searches
+those two knobs for a service pipeline, and ``service_workers`` too when the service is a
+`LocalFleet` (a cluster per worker count: a dispatcher and that many worker processes,
+started on first use and stopped by `LocalFleet.close`). From the measured rate it
+reports how many workers a target rate needs (`workers_needed`).
+
+Workers of a local fleet share this machine's cores with the trainer: the rate it
+measures is what these cores give through the service, a lower bound for a fleet of
+separate machines.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from tfinput._src.core._service_read import ServiceRead
+from tfinput._src.core.errors import ConfigError
+
+__all__ = ["LocalFleet", "ServiceRead", "workers_needed"]
+
+#: A tf.data service server in its own process: prints its dispatcher address, then
+#: serves until SIGTERM. argv: ``dispatcher`` | ``worker DISPATCHER_ADDRESS``.
+_SERVER = r"""
+import os, signal, sys, threading
+import tensorflow as tf
+svc = tf.data.experimental.service
+if sys.argv[1] == "dispatcher":
+    server = svc.DispatchServer(svc.DispatcherConfig(port=0))
+    print(server.target, flush=True)
+else:
+    server = svc.WorkerServer(svc.WorkerConfig(dispatcher_address=sys.argv[2], port=0))
+    print("worker", flush=True)
+# A measuring fleet keeps no state worth a graceful stop: leave at once.
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+threading.Event().wait()
+"""
+
+
+class LocalFleet:
+    """tf.data service clusters on this machine, one per worker count, started on
+    first use: `address_for` ``(w)`` is a dispatcher with ``w`` worker processes.
+
+    Args:
+      max_workers: The most workers a cluster may have (the tuner searches 1 to this).
+      startup_timeout: Seconds a server process may take to start.
+
+    Use it as a context manager, or call `close`; clusters still running at exit are
+    stopped then.
+    """
+
+    def __init__(self, max_workers: int = 2, *, startup_timeout: float = 120.0):
+        if not isinstance(max_workers, int) or max_workers < 1:
+            raise ConfigError(f"LocalFleet: max_workers must be >= 1, got {max_workers!r}")
+        self.max_workers = max_workers
+        self.startup_timeout = startup_timeout
+        self._clusters: dict[int, tuple[str, list[subprocess.Popen]]] = {}
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def __repr__(self) -> str:
+        return f"LocalFleet(max_workers={self.max_workers})"
+
+    def __enter__(self) -> LocalFleet:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def address_for(self, workers: int) -> str:
+        """The dispatcher address of the cluster with ``workers`` worker processes
+        (``0``: ``max_workers``), starting it if needed.
+
+        Raises:
+          ConfigError: more workers than ``max_workers``.
+          RuntimeError: a server process failed to start (its output is quoted).
+        """
+        workers = workers or self.max_workers
+        if workers > self.max_workers:
+            raise ConfigError(
+                f"service_workers={workers}: this LocalFleet has at most {self.max_workers}"
+            )
+        with self._lock:
+            if workers not in self._clusters:
+                dispatcher = self._start("dispatcher")
+                procs = [dispatcher]
+                address = _read_line(dispatcher, self.startup_timeout)
+                self._clusters[workers] = (address, procs)
+                started = [
+                    self._start("worker", address.split("://", 1)[-1]) for _ in range(workers)
+                ]
+                procs += started  # started together: each imports TensorFlow (seconds)
+                for worker in started:
+                    _read_line(worker, self.startup_timeout)
+            return self._clusters[workers][0]
+
+    def close(self) -> None:
+        """Stop every cluster's processes (SIGTERM, then SIGKILL after 10 s)."""
+        with self._lock:
+            procs = [p for _, ps in self._clusters.values() for p in ps]
+            self._clusters.clear()
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + 10
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def _start(self, *argv: str) -> subprocess.Popen:
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        return subprocess.Popen(
+            [sys.executable, "-c", _SERVER, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+    """The first line a server prints that is not a TensorFlow log line."""
+    lines: list[str] = []
+    result: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            text = line.strip()
+            if text.startswith("grpc://") or text == "worker":
+                result.append(text)
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not result:
+        proc.kill()
+        raise RuntimeError(
+            f"tf.data service server did not start within {timeout:.0f} s: " + "".join(lines[-20:])
+        )
+    # Keep draining its output so a chatty server never blocks on a full pipe.
+    threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+    return result[0]
+
+
+def workers_needed(rate: float, workers: int, target_rate: float) -> int:
+    """Workers that serve ``target_rate`` examples/s if ``workers`` served ``rate``
+    (linear scaling per worker: a lower bound where the dispatcher or network binds).
+
+    Raises:
+      ConfigError: a non-positive rate, worker count or target.
+    """
+    if rate <= 0 or workers < 1 or target_rate <= 0:
+        raise ConfigError(
+            f"workers_needed: expected positive values, got rate={rate}, workers={workers}, "
+            f"target_rate={target_rate}"
+        )
+    return max(1, math.ceil(target_rate / (rate / workers)))

@@ -1,0 +1,502 @@
+"""`SparseCorePlan`: what a SparseCore feed computes per batch (the stacks, their
+buffer sizes and limits), made from a schema. `tfinput.integrations.sparsecore_feed` is the
+public API."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from tfinput._src.applications._sparsecore_results import SparseCoreStats
+from tfinput._src.core.errors import ConfigError, DataError
+from tfinput._src.core.schema import MultiHot, Schema
+
+__all__ = ["SparseCorePlan", "embedding_module"]
+
+#: `SparseCorePlan.output`'s forms.
+_OUTPUTS = ("jax_tpu_embedding", "keras_rs")
+
+_INSTALL = (
+    "pip install 'tfinput[sparsecore]' (jax-tpu-embedding; wheels for CPython 3.12+ on "
+    "x86-64 Linux)"
+)
+
+
+def embedding_module() -> Any:
+    try:
+        from jax_tpu_embedding.sparsecore.lib.nn import embedding
+    except ImportError as e:
+        raise ConfigError(f"SparseCore preprocessing needs jax-tpu-embedding: {_INSTALL}") from e
+    return embedding
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SparseCorePlan:
+    """What `preprocess` passes to jax-tpu-embedding for every batch.
+
+    Attributes:
+      feature_specs: ``{tfinput feature name: jax_tpu_embedding FeatureSpec}``, prepared
+        for training (``embedding.prepare_feature_specs_for_training``, or stacked with
+        ``auto_stack_tables``; `SparseCorePlan.prepared` does the former).
+      local_device_count: TPU chips fed by this host (``mesh.local_mesh.size``).
+      global_device_count: TPU chips in all (``mesh.size``).
+      num_sc_per_device: SparseCores per chip (4 on v5p, 2 on v6e).
+      allow_id_dropping: Drop the ids beyond a table's ``max_ids_per_partition`` /
+        ``max_unique_ids_per_partition`` (counted per table in `SparseCoreFeedStats`
+        and logged) instead of failing.
+      sharding_strategy: jax-tpu-embedding's sharding strategy (``"MOD"``).
+      has_leading_dimension: Buffers shaped ``[local devices, ...]`` (for ``pmap``)
+        instead of flat (for ``jit``).
+      output: The form the feed yields a batch's SparseCore input in:
+        ``"jax_tpu_embedding"``, the ``PreprocessedInput`` of
+        ``preprocess_sparse_dense_matmul_input`` (for your own jax-tpu-embedding model),
+        or ``"keras_rs"``, what keras-rs's ``DistributedEmbedding.preprocess`` returns
+        (``{"preprocessed_inputs_per_placement": {"sparsecore": {"inputs": {stack:
+        ShardedCooMatrix}}}}``), to pass to the layer or model as its sparse input.
+        `SparseCorePlan.from_keras_rs` sets it.
+    """
+
+    feature_specs: Mapping[str, Any]
+    local_device_count: int
+    global_device_count: int
+    num_sc_per_device: int
+    allow_id_dropping: bool = False
+    sharding_strategy: str = "MOD"
+    has_leading_dimension: bool = False
+    output: str = "jax_tpu_embedding"
+
+    def __post_init__(self) -> None:
+        if not self.feature_specs:
+            raise ConfigError("SparseCorePlan: feature_specs is empty")
+        if self.output not in _OUTPUTS:
+            raise ConfigError(
+                f"SparseCorePlan.output: expected one of {', '.join(_OUTPUTS)}, got {self.output!r}"
+            )
+        if self.output == "keras_rs" and (
+            self.sharding_strategy != "MOD" or self.has_leading_dimension
+        ):
+            raise ConfigError(
+                "SparseCorePlan(output='keras_rs'): keras-rs preprocesses with "
+                "sharding_strategy='MOD' and has_leading_dimension=False; got "
+                f"{self.sharding_strategy!r} and {self.has_leading_dimension}"
+            )
+        for name in ("local_device_count", "global_device_count", "num_sc_per_device"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"SparseCorePlan.{name}: expected a positive int, got {value!r}")
+        if self.local_device_count > self.global_device_count:
+            raise ConfigError(
+                f"SparseCorePlan: local_device_count {self.local_device_count} exceeds "
+                f"global_device_count {self.global_device_count}"
+            )
+
+    @classmethod
+    def from_keras_rs(cls, layer: Any, *, allow_id_dropping: bool = False) -> SparseCorePlan:
+        """The plan that preprocesses every batch as ``layer.preprocess`` would, and
+        yields its output form (``output="keras_rs"``): a keras-rs 0.4
+        ``DistributedEmbedding`` on the JAX backend whose features are placed on
+        SparseCore (on a TPU host; keras-rs refuses that placement elsewhere).
+
+        The plan takes the layer's own feature specs (built here if the layer is not
+        yet: its tables, stacking and limits) and the device and SparseCore counts of
+        its mesh. The feature names of the layer (the keys of its feature configs,
+        joined with "." where nested) must be the pipeline's feature names, as
+        `tfinput.keras_rs_configs` makes them.
+
+        Two differences from keras-rs, both on the safe side: keras-rs always drops
+        the ids beyond a table's limits without a word; the plan raises, or with
+        ``allow_id_dropping`` drops and counts them. And ``preprocess(training=True)``
+        with the layer's ``update_stats`` raises the limits as batches need; the plan
+        keeps the layer's limits as they are when the plan is made (set them from the
+        data: `tfinput.keras_rs_configs` with ``tfinput.sparsecore_stats``'s limits).
+
+        Raises:
+          ConfigError: not a keras-rs ``DistributedEmbedding`` on the JAX backend, no
+            feature placed on SparseCore, or features on ``default_device`` too.
+        """
+        import keras
+
+        placements = getattr(layer, "_placement_to_path_to_feature_config", None)
+        if placements is None or keras.backend.backend() != "jax":
+            raise ConfigError(
+                "SparseCorePlan.from_keras_rs: expected a keras_rs.layers.DistributedEmbedding "
+                f"on the JAX backend, got {type(layer).__name__} on "
+                f"{keras.backend.backend()!r}"
+            )
+        if "sparsecore" not in placements or "default_device" in placements:
+            raise ConfigError(
+                "SparseCorePlan.from_keras_rs: the feed preprocesses features placed on "
+                f"SparseCore, and only those; this layer places its features on "
+                f"{sorted(placements)}. Give every FeatureConfig's table "
+                'placement="sparsecore" (default_device features need no preprocessing: '
+                "feed those to a layer of their own)"
+            )
+        if not layer._sparsecore_built:
+            layer._sparsecore_build()
+        from jax_tpu_embedding.sparsecore.utils import utils as jte_utils
+
+        mesh = layer._sparsecore_layout.device_mesh.backend_mesh
+        return cls(
+            feature_specs=dict(layer._config.feature_specs),
+            local_device_count=int(mesh.local_mesh.devices.size),
+            global_device_count=int(mesh.devices.size),
+            num_sc_per_device=int(jte_utils.num_sparsecores_per_device(mesh.devices.item(0))),
+            allow_id_dropping=allow_id_dropping,
+            output="keras_rs",
+        )
+
+    @classmethod
+    def from_schema(
+        cls,
+        schema: Schema,
+        *,
+        batch_size: int,
+        local_device_count: int,
+        global_device_count: int | None = None,
+        num_sc_per_device: int = 4,
+        limits: Any = None,
+        stacking: str = "auto",
+        optimizer: Any = None,
+        allow_id_dropping: bool = False,
+        output: str = "jax_tpu_embedding",
+    ) -> SparseCorePlan:
+        """The plan for a tfinput schema in one call: a jax-tpu-embedding ``TableSpec`` per
+        table and a ``FeatureSpec`` per categorical feature (single ids ``[B, 1]``,
+        multi-hot ``[B, max_len]``), stacked and prepared for training.
+
+        Args:
+          schema: The schema; every categorical feature is fed.
+          batch_size: Rows per batch this host feeds (what the pipeline yields).
+          local_device_count, global_device_count: Chips on this host and in all
+            (default: the same, one host).
+          num_sc_per_device: SparseCores per chip.
+          limits: ``max_ids_per_partition`` / ``max_unique_ids_per_partition``: None
+            (jax-tpu-embedding's default, 256 each), a dict table name -> ``(ids,
+            unique ids)``, or `tfinput.sparsecore_stats`'s result: the limits measured
+            from the data, and each stack's COO buffer size from the buffer the data
+            needed (both with the statistics' margin). Stacked tables share the largest
+            limits of their members. Statistics must have been measured with the same
+            stacking.
+          stacking: ``"auto"`` (jax-tpu-embedding's ``auto_stack_tables``, keras-rs's
+            default on JAX) or ``"none"`` (every table its own stack).
+          optimizer: A jax-tpu-embedding optimizer spec (default: SGD); preprocessing
+            does not depend on it.
+          allow_id_dropping, output: As the attributes.
+
+        Raises:
+          ConfigError: jax-tpu-embedding is missing; an unknown stacking; limits for a
+            table the schema lacks.
+        """
+        embedding = embedding_module()  # a missing library is a ConfigError
+        if stacking not in ("auto", "none"):
+            raise ConfigError(
+                f"SparseCorePlan.from_schema: stacking must be 'auto' or 'none', got {stacking!r}"
+            )
+        global_count = global_device_count or local_device_count
+        per_table = _limits_by_table(limits, [t.name for t in schema.tables])
+        stats = limits if isinstance(limits, SparseCoreStats) else None
+        measured = [tuple(s.stack.tables) for s in stats.stacks] if stats else []
+        specs = _feature_specs(schema, per_table, batch_size=batch_size, optimizer=optimizer)
+        members = (
+            _stack_members(specs, global_count, num_sc_per_device)
+            if stacking == "auto"
+            else {t.name: [t.name] for t in schema.tables}
+        )
+        _check_measured_stacks(measured, members, stacking)
+        if stacking == "auto":
+            _auto_stack(embedding, specs, members, per_table, global_count, num_sc_per_device)
+        plan = cls(
+            feature_specs=specs,
+            local_device_count=local_device_count,
+            global_device_count=global_count,
+            num_sc_per_device=num_sc_per_device,
+            allow_id_dropping=allow_id_dropping,
+            output=output,
+        ).prepared()
+        if measured:
+            _apply_buffer_sizes(plan, limits)
+        return plan
+
+    def prepared(self) -> SparseCorePlan:
+        """This plan with its feature specs prepared for training in place
+        (``prepare_feature_specs_for_training``: a table left unstacked becomes a stack
+        of its own); a no-op for specs already stacked."""
+        embedding_module().prepare_feature_specs_for_training(
+            dict(self.feature_specs),
+            global_device_count=self.global_device_count,
+            num_sc_per_device=self.num_sc_per_device,
+        )
+        return self
+
+    def inputs(self, features: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(ids, weights)`` of one batch as jax-tpu-embedding takes them: 2-D int32
+        ids and float32 weights per feature of the plan.
+
+        Raises:
+          ConfigError: a feature of the plan is not in the batch, or the batch is not
+            tfinput's per_feature layout with dense multi-hot ids.
+        """
+        try:
+            all_ids, all_weights = features["ids"], features.get("weights", {})
+        except (KeyError, TypeError):
+            raise ConfigError(
+                "SparseCore preprocessing needs tfinput's per_feature batches with "
+                '{"dense", "ids", "weights"} features (layout="per_feature", '
+                'multi_hot_format="dense"); got features of type '
+                f"{type(features).__name__}"
+            ) from None
+        ids, weights = {}, {}
+        for name in self.feature_specs:
+            if name not in all_ids:
+                raise ConfigError(
+                    f"SparseCore feature {name!r} is not in the batch's ids {sorted(all_ids)}"
+                )
+            x = np.asarray(all_ids[name])
+            if x.dtype == object or x.ndim not in (1, 2):
+                raise ConfigError(
+                    f"SparseCore feature {name!r}: expected dense int ids [B] or [B, max_len] "
+                    f"(multi_hot_format='dense'), got {x.dtype} of shape {x.shape}"
+                )
+            x = x.astype(np.int32, copy=False)
+            if x.ndim == 1:
+                ids[name] = x[:, None]
+                weights[name] = np.ones(ids[name].shape, np.float32)
+            else:
+                ids[name] = x
+                w = all_weights.get(name)
+                weights[name] = (
+                    np.ones(x.shape, np.float32)
+                    if w is None
+                    else np.asarray(w).astype(np.float32, copy=False)
+                )
+        return ids, weights
+
+    def preprocess(self, features: Mapping[str, Any], batch_number: int = 0) -> tuple[Any, Any]:
+        """jax-tpu-embedding's ``preprocess_sparse_dense_matmul_input`` for one batch's
+        features: ``(PreprocessedInput, SparseDenseMatmulInputStats)``.
+
+        It is always called with id dropping on: without it, jax-tpu-embedding 0.2 aborts
+        the whole process (a C++ check) on a batch with more ids than a table's limits.
+        A batch that needs no dropping gives the same buffers either way; one that
+        dropped ids raises here unless ``allow_id_dropping``.
+
+        Raises:
+          ConfigError: jax-tpu-embedding is missing, or the batch is not as `inputs`
+            expects.
+          DataError: ids beyond a table's limits, without ``allow_id_dropping``: names
+            the batch, the table, the count and the limits.
+        """
+        embedding = embedding_module()
+        ids, weights = self.inputs(features)
+        out, stats = embedding.preprocess_sparse_dense_matmul_input(
+            ids,
+            weights,
+            dict(self.feature_specs),
+            local_device_count=self.local_device_count,
+            global_device_count=self.global_device_count,
+            num_sc_per_device=self.num_sc_per_device,
+            sharding_strategy=self.sharding_strategy,
+            has_leading_dimension=self.has_leading_dimension,
+            allow_id_dropping=True,
+            batch_number=batch_number,
+        )
+        dropped = {t: int(n) for t, n in stats.id_drop_counters.items() if n}
+        if dropped and not self.allow_id_dropping:
+            table, count = sorted(dropped.items())[0]
+            spec = self._stack_spec(table)
+            others = f"; other tables too: {sorted(dropped)[1:]}" if len(dropped) > 1 else ""
+            raise DataError(
+                f"SparseCore batch {batch_number}: table {table!r} has {count} id(s) beyond "
+                f"max_ids_per_partition {spec.max_ids_per_partition} / "
+                f"max_unique_ids_per_partition {spec.max_unique_ids_per_partition} (the "
+                f"batch needed {int(np.max(stats.max_ids_per_partition[table]))} / "
+                f"{int(np.max(stats.max_unique_ids_per_partition[table]))} in one "
+                f"partition{others}). Raise the limits (tfinput schema sparsecore measures "
+                "them from the data; SparseCorePlan.from_schema(limits=stats)), or "
+                "allow_id_dropping=True to drop and count them"
+            )
+        return out, stats
+
+    def formatted(self, preprocessed: Any) -> Any:
+        """``preprocessed`` (`preprocess`'s ``PreprocessedInput``) in the plan's
+        ``output`` form: itself, or keras-rs's ``preprocess`` structure around the same
+        arrays (keras-rs's ``stack_and_shard_samples``: each stack's buffers as a
+        ``ShardedCooMatrix``, its shard starts each partition's start)."""
+        if self.output == "jax_tpu_embedding":
+            return preprocessed
+        try:
+            from keras_rs.src.layers.embedding.jax.embedding_utils import ShardedCooMatrix
+        except ImportError as e:
+            raise ConfigError(
+                "SparseCorePlan(output='keras_rs') needs keras-rs 0.4 with its JAX "
+                "embedding (pip install 'tfinput[keras-rs]')"
+            ) from e
+        matrices = {}
+        for stack, ends in preprocessed.lhs_row_pointers.items():
+            # As keras-rs 0.4 (embedding_utils.stack_and_shard_samples): a partition
+            # starts at the previous one's end rounded up to a multiple of 8.
+            starts = np.concatenate([np.asarray([0]), ((ends[:-1] + 7) // 8) * 8])
+            matrices[stack] = ShardedCooMatrix(
+                shard_starts=starts,
+                shard_ends=ends,
+                col_ids=preprocessed.lhs_embedding_ids[stack],
+                row_ids=preprocessed.lhs_sample_ids[stack],
+                values=preprocessed.lhs_gains[stack],
+            )
+        return {"preprocessed_inputs_per_placement": {"sparsecore": {"inputs": matrices}}}
+
+    def _stack_spec(self, stack: str) -> Any:
+        """The stacked table spec of stack ``stack``."""
+        for f in self.feature_specs.values():
+            stacked = f.table_spec.stacked_table_spec
+            if stacked is not None and stacked.stack_name == stack:
+                return stacked
+        raise KeyError(stack)
+
+
+def _check_measured_stacks(
+    measured: list[tuple[str, ...]], members: dict[str, list[str]], stacking: str
+) -> None:
+    """Raise `ConfigError` when limits measured for other stacks are applied."""
+    if measured and sorted(map(sorted, measured)) != sorted(map(sorted, members.values())):
+        raise ConfigError(
+            "SparseCorePlan.from_schema: the limits were measured for the stacks "
+            f"{[list(m) for m in measured]}, but stacking={stacking!r} gives "
+            f"{list(members.values())}: a stack's limits cover its tables together. "
+            "Measure with the same stacking (tfinput.sparsecore_stats(..., stacking="
+            + ("'auto'" if stacking == "auto" else "'none'")
+            + "))"
+        )
+
+
+def _auto_stack(
+    embedding: Any,
+    specs: dict[str, Any],
+    members: dict[str, list[str]],
+    per_table: dict[str, tuple[int, int]],
+    global_count: int,
+    num_sc_per_device: int,
+) -> None:
+    """jax-tpu-embedding's ``auto_stack_tables`` on ``specs``, each stack with the
+    largest limits of its members."""
+
+    def limit(index: int) -> Callable[[str, int], int]:
+        def of_stack(stack: str, _: int) -> int:
+            return max(per_table.get(t, (256, 256))[index] for t in members[stack])
+
+        return of_stack
+
+    embedding.auto_stack_tables(
+        specs,
+        global_device_count=global_count,
+        num_sc_per_device=num_sc_per_device,
+        stack_to_max_ids_per_partition=limit(0),
+        stack_to_max_unique_ids_per_partition=limit(1),
+    )
+
+
+def _feature_specs(
+    schema: Schema, per_table: dict[str, tuple[int, int]], *, batch_size: int, optimizer: Any
+) -> dict[str, Any]:
+    """A jax-tpu-embedding ``FeatureSpec`` per categorical feature, over a ``TableSpec``
+    per table with its limits (256 each where none is given)."""
+    import jax
+    from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec
+
+    tables = {}
+    for t in schema.tables:
+        ids, unique = per_table.get(t.name, (256, 256))
+        tables[t.name] = embedding_spec.TableSpec(
+            name=t.name,
+            vocabulary_size=t.vocabulary_size,
+            embedding_dim=t.dim,
+            initializer=jax.nn.initializers.truncated_normal(stddev=1 / t.dim**0.5),
+            optimizer=optimizer or embedding_spec.SGDOptimizerSpec(),
+            combiner=t.combiner,
+            max_ids_per_partition=ids,
+            max_unique_ids_per_partition=unique,
+        )
+    specs = {}
+    for f in schema.categorical:
+        length = f.max_len if isinstance(f, MultiHot) else 1
+        specs[f.name] = embedding_spec.FeatureSpec(
+            name=f.name,
+            table_spec=tables[f.table],
+            input_shape=(batch_size, length),
+            output_shape=(batch_size, tables[f.table].embedding_dim),
+        )
+    return specs
+
+
+def _limits_by_table(limits: Any, tables: list[str]) -> dict[str, tuple[int, int]]:
+    if limits is None:
+        return {}
+    if isinstance(limits, SparseCoreStats):
+        limits = limits.table_limits()
+    unknown = set(limits) - set(tables)
+    if unknown:
+        raise ConfigError(
+            f"SparseCore limits name table(s) {sorted(unknown)} not in the schema {tables}"
+        )
+    return {t: (int(v[0]), int(v[1])) for t, v in limits.items()}
+
+
+def _apply_buffer_sizes(plan: SparseCorePlan, stats: Any) -> None:
+    """Each stack's COO buffer sized from the data: the measured limits and the
+    ``required_buffer_size_per_sc`` `tfinput.sparsecore_stats` observed (plus its
+    margin) times the SparseCores per device, through jax-tpu-embedding's
+    ``update_preprocessing_parameters`` (without it the buffer is sized for the worst
+    case of the limits in every partition at once)."""
+    embedding = embedding_module()
+    by_tables = {frozenset(s.stack.tables): s.limits(stats.margin) for s in stats.stacks}
+    ids, unique, buffer = {}, {}, {}
+    for f in plan.feature_specs.values():
+        stacked = f.table_spec.stacked_table_spec
+        tables = frozenset(
+            g.table_spec.name
+            for g in plan.feature_specs.values()
+            if g.table_spec.stacked_table_spec.stack_name == stacked.stack_name
+        )
+        lim = by_tables[tables]
+        ids[stacked.stack_name] = np.array(lim.max_ids_per_partition)
+        unique[stacked.stack_name] = np.array(lim.max_unique_ids_per_partition)
+        buffer[stacked.stack_name] = np.full(
+            plan.num_sc_per_device, lim.required_buffer_size_per_sc, dtype=np.int64
+        )
+    embedding.update_preprocessing_parameters(
+        dict(plan.feature_specs),
+        embedding.SparseDenseMatmulInputStats(
+            max_ids_per_partition=ids,
+            max_unique_ids_per_partition=unique,
+            required_buffer_size_per_sc=buffer,
+        ),
+        num_sc_per_device=plan.num_sc_per_device,
+    )
+
+
+def _stack_members(
+    specs: Mapping[str, Any], global_count: int, num_sc: int
+) -> dict[str, list[str]]:
+    """Which tables ``auto_stack_tables`` puts in each stack, by stack name (a dry run on
+    copies of the specs)."""
+    trial = copy.deepcopy(dict(specs))
+    absl = logging.getLogger("absl")  # its warnings about default limits: not the real run
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        embedding_module().auto_stack_tables(
+            trial, global_device_count=global_count, num_sc_per_device=num_sc
+        )
+    finally:
+        absl.setLevel(level)
+    members: dict[str, list[str]] = {}
+    for f in trial.values():
+        stack = f.table_spec.setting_in_stack.stack_name
+        if f.table_spec.name not in members.setdefault(stack, []):
+            members[stack].append(f.table_spec.name)
+    return members

@@ -1,0 +1,596 @@
+"""SparseCore-ready batches: jax-tpu-embedding's input preprocessing off the training thread.
+
+On TPUs with SparseCore (v5p, v6e and later) on JAX, every batch is first turned on the
+host into SparseCore's input form: per device and per SparseCore partition, sorted and
+grouped COO buffers (row pointers, embedding ids, sample ids, gains) of static sizes.
+jax-tpu-embedding's ``preprocess_sparse_dense_matmul_input`` does it; keras-rs's
+``DistributedEmbedding.preprocess`` calls it on JAX. Called before each step on the
+training thread (keras-rs's own JAX example wraps the dataset in a Python generator), its
+whole time adds to every step.
+
+`sparsecore_feed` calls it for each batch of a tfinput pipeline on background worker
+threads, up to ``prefetch`` batches ahead, and hands the batches over in order::
+
+    plan = SparseCorePlan(feature_specs=specs, local_device_count=8,
+                          global_device_count=8, num_sc_per_device=4)
+    with sparsecore_feed(pipeline.build(config), plan, workers=2) as feed:
+        for (dense, sparse), labels in feed:
+            state = train_step(state, dense, sparse, labels)
+    print(feed.stats.to_dict())   # COO buffer usage and dropped ids, per table
+
+``sparse`` is exactly what ``preprocess_sparse_dense_matmul_input`` returns for that
+batch (a ``PreprocessedInput``), called with the plan's arguments and the batch's number
+in the stream (`SparseCorePlan.preprocess`); the tests compare every buffer with a serial
+call, bit for bit. With keras-rs (``SparseCorePlan.from_keras_rs(layer)``), it is what
+``layer.preprocess`` returns instead. ``dense`` is the batch's ``features["dense"]``.
+
+The input: tfinput's ``per_feature`` batches with the ``dense`` multi-hot format.
+``features["ids"][name]`` is ``[B]`` for a single id (fed as ``[B, 1]`` with weight 1) or
+``[B, max_len]`` for a multi-hot list (padded with id 0 and weight 0, weights in
+``features["weights"][name]``); the plan's ``feature_specs`` name the features it feeds.
+
+Resuming: feed from a `tfinput.resume.InputIterator` (``pipeline.iterator(config)``)
+and save ``feed.get_state()``: the position after the last batch the training loop
+took, not after what the workers ran ahead to. A new feed over an iterator restored
+from it (``iterator.set_state(state)``) continues with the next batch, and numbers the
+batches from the iterator's position, so every batch is preprocessed as before::
+
+    it = pipeline.iterator(config)
+    it.set_state(saved)                      # when resuming
+    with sparsecore_feed(it, plan) as feed:
+        for step, ((dense, sparse), labels) in enumerate(feed):
+            ...
+            if step % 1000 == 0:
+                save(feed.get_state())
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import pickle
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from tfinput._src.applications.integrations._sparsecore_plan import SparseCorePlan, embedding_module
+from tfinput._src.applications.integrations._sparsecore_stats import (
+    SparseCoreFeedStats,
+    TableUsage,
+    used_entries,
+)
+from tfinput._src.core.errors import ConfigError, DataError, ResumeError
+from tfinput._src.measurement.steps._feed import loop_windows
+from tfinput._src.measurement.steps.base import STEP_CLASSES, Step
+
+__all__ = [
+    "SparseCoreFeed",
+    "SparseCoreFeedStats",
+    "SparseCorePlan",
+    "TableUsage",
+    "sparsecore_feed",
+    "sparsecore_step",
+]
+
+log = logging.getLogger("tfinput")
+
+
+class _Result:
+    """A batch's preprocessed input (``item``) with its buffer usage and statistics, or
+    the error preprocessing it raised. Returned by worker processes too (pickled)."""
+
+    __slots__ = ("error", "item", "number", "seconds", "stats")
+
+    def __init__(self, number: int, *, error: BaseException | None = None) -> None:
+        self.number = number
+        self.item: Any = None
+        self.stats: Any = None
+        self.error = error
+        self.seconds = 0.0
+
+
+#: The plan of a worker process (`_start_worker`).
+_WORKER_PLAN: SparseCorePlan | None = None
+
+
+def _shippable(plan: SparseCorePlan) -> bytes:
+    """The plan pickled for worker processes. The table specs' initializers (closures
+    that do not pickle, and that preprocessing never reads) are left out of a copy."""
+    specs = copy.deepcopy(dict(plan.feature_specs))  # shared table specs stay shared
+    for f in specs.values():
+        # jax-tpu-embedding refuses setattr on a stacked table spec; the copy is ours.
+        object.__setattr__(f.table_spec, "initializer", None)
+    return pickle.dumps(dataclasses.replace(plan, feature_specs=specs))
+
+
+def _start_worker(plan: bytes) -> None:
+    global _WORKER_PLAN
+    _WORKER_PLAN = pickle.loads(plan)
+
+
+def _job(
+    plan: SparseCorePlan | None, number: int, features: Mapping[str, Any], in_process: bool
+) -> _Result:
+    """Preprocess batch ``number`` (with ``plan``, or the worker process's own): the
+    input, its buffer usage per table and jax-tpu-embedding's statistics."""
+    plan = plan if plan is not None else _WORKER_PLAN
+    assert plan is not None
+    result = _Result(number)
+    start = time.perf_counter()
+    try:
+        sparse, stats = plan.preprocess(features, batch_number=number)
+        partitions = plan.num_sc_per_device * plan.global_device_count
+        used = {
+            table: (
+                int(np.size(ids)),
+                used_entries(sparse.lhs_row_pointers[table], int(np.size(ids)), partitions),
+            )
+            for table, ids in sparse.lhs_embedding_ids.items()
+        }
+        result.item, result.stats = plan.formatted(sparse), (used, stats)
+    except BaseException as e:  # raised in next(), in order
+        # From a process, as tfinput's own error: any exception pickles as that.
+        result.error = _explain(e, number) if in_process else e
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+_END = object()
+
+
+class SparseCoreFeed(Iterator[Any]):
+    """Batches with their SparseCore preprocessing done ahead on worker threads, in
+    order (`sparsecore_feed`). Iterate it, then `close` it (or use it as a context
+    manager); `stats` says what it did."""
+
+    def __init__(
+        self,
+        batches: Iterable[Any],
+        plan: SparseCorePlan,
+        *,
+        workers: int,
+        prefetch: int,
+        processes: bool = False,
+        warned: set[str] | None = None,
+    ) -> None:
+        for name, value, least in (("workers", workers, 0), ("prefetch", prefetch, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(
+                    f"sparsecore_feed: {name} must be an int >= {least}, got {value!r}"
+                )
+        embedding_module()  # a missing library fails here, not in a worker
+        self.plan = plan
+        self.stats = SparseCoreFeedStats()
+        # An InputIterator (tfinput.resume): batches are numbered from its position, and
+        # get_state() saves the position after the last batch the training loop took.
+        self._iterator = batches if callable(getattr(batches, "state_at", None)) else None
+        self._start = int(getattr(self._iterator, "position", 0))
+        self._taken = 0  # batches next() returned since _start
+        self._workers, self._prefetch = workers, prefetch
+        if workers and self._iterator is not None and self._iterator.keep < prefetch + 1:
+            raise ConfigError(
+                f"sparsecore_feed: the iterator keeps {self._iterator.keep} batch(es), but "
+                f"the feed may hold {prefetch + 1} it delivered and the training loop has "
+                f"not taken (prefetch {prefetch} + 1): get_state() needs them. Make the "
+                f"iterator with keep >= {prefetch + 1} (pipeline.iterator(config, keep=...))"
+            )
+        self._batches = batches
+        # Tables whose drops were logged (shared by the feeds of one sparsecore_step).
+        self._warned: set[str] = warned if warned is not None else set()
+        self._serial = workers == 0  # each batch on the training thread, when asked
+        self._processes = bool(processes) and not self._serial
+        self._begin()
+
+    def _begin(self) -> None:
+        """Start a generation: the source read from its current position, a fresh queue
+        and stop flag (a feeder of an earlier generation only sees its own), workers."""
+        self._source = _numpy_batches(self._batches)
+        self._stop = threading.Event()
+        self._ready: queue.Queue[Any] = queue.Queue(maxsize=self._prefetch)
+        if self._serial:
+            return
+        self._pool: Executor
+        if self._processes:
+            import multiprocessing
+
+            # spawn: the training process has TensorFlow's and JAX's threads running, which
+            # a fork would copy mid-state. A worker imports numpy and jax-tpu-embedding only.
+            self._pool = ProcessPoolExecutor(
+                self._workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(_shippable(self.plan),),
+            )
+        else:
+            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="tfinput-sparsecore")
+        self._feeder = threading.Thread(
+            target=self._feed,
+            args=(self._source, self._ready, self._stop, self._pool, self._start),
+            name="tfinput-sparsecore-feeder",
+            daemon=True,
+        )
+        self._feeder.start()
+
+    # ------------------------------------------------------------- the feeder
+    def _feed(
+        self,
+        source: Iterator[Any],
+        ready: queue.Queue[Any],
+        stop: threading.Event,
+        pool: Executor,
+        start: int,
+    ) -> None:
+        """Reads the batches and hands each to a worker; the bounded queue of futures
+        keeps at most ``prefetch`` batches ahead of the training loop."""
+
+        def put(item: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        try:
+            for number, batch in enumerate(source, start=start):
+                if stop.is_set() or not put((batch, self._submit(pool, number, batch))):
+                    return
+        except BaseException as e:  # the source's own error, raised in next()
+            put(e)
+            return
+        put(_END)
+
+    def _submit(self, pool: Executor, number: int, batch: Any) -> Future[_Result]:
+        """Batch ``number`` handed to a worker: the whole features to a thread, only the
+        ids and weights (what preprocessing reads) to a process."""
+        try:
+            features, _labels = batch
+            if self._processes:
+                features = {"ids": features["ids"], "weights": features.get("weights", {})}
+        except (TypeError, ValueError, KeyError) as e:
+            done: Future[_Result] = Future()
+            done.set_result(_Result(number, error=e))  # raised in next(), in order
+            return done
+        plan = None if self._processes else self.plan
+        return pool.submit(_job, plan, number, features, self._processes)
+
+    @staticmethod
+    def _item(batch: Any, result: _Result) -> Any:
+        features, labels = batch
+        return (features["dense"], result.item), labels
+
+    # ------------------------------------------------------------- the consumer
+    def __iter__(self) -> SparseCoreFeed:
+        return self
+
+    def __next__(self) -> Any:
+        start = time.perf_counter()
+        if self._serial:
+            if self._stop.is_set():
+                raise StopIteration
+            batch = next(self._source)  # the source's errors and its end, as they are
+            number = self.position
+            try:
+                features, _labels = batch
+            except (TypeError, ValueError) as e:
+                raise _explain(e, number) from e
+            result = _job(self.plan, number, features, False)
+            self.stats.wait_seconds += time.perf_counter() - start
+            if result.error is not None:
+                raise _explain(result.error, result.number) from result.error
+            self._record(result)
+            return self._item(batch, result)
+        item = self._ready.get()
+        if item is _END:
+            self._ready.put(_END)  # later calls end too
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        batch, future = item
+        try:
+            result = future.result()
+        except BaseException:  # a worker process died (BrokenProcessPool): as it is
+            self.close()
+            raise
+        self.stats.wait_seconds += time.perf_counter() - start
+        if result.error is not None:
+            self.close()
+            raise _explain(result.error, result.number) from result.error
+        self._record(result)
+        return self._item(batch, result)
+
+    def _record(self, result: _Result) -> None:
+        used, stats = result.stats
+        self._taken += 1
+        self.stats.batches += 1
+        self.stats.preprocess_seconds += result.seconds
+        for table, (size, entries) in used.items():
+            usage = self.stats.tables.setdefault(table, TableUsage())
+            usage.batches += 1
+            usage.buffer_entries += size
+            usage.used_entries += entries
+            dropped = int(stats.id_drop_counters.get(table, 0))
+            usage.dropped_ids += dropped
+            usage.max_ids_per_partition = max(
+                usage.max_ids_per_partition, int(np.max(stats.max_ids_per_partition[table]))
+            )
+            usage.max_unique_ids_per_partition = max(
+                usage.max_unique_ids_per_partition,
+                int(np.max(stats.max_unique_ids_per_partition[table])),
+            )
+            if dropped and table not in self._warned:
+                self._warned.add(table)
+                log.warning(
+                    "tfinput: SparseCore table %s: %d id(s) dropped in batch %d (beyond "
+                    "max_ids_per_partition / max_unique_ids_per_partition; this batch "
+                    "needed %d / %d); every drop is counted in the feed's stats. Raise "
+                    "the limits (tfinput schema sparsecore measures them)",
+                    table, dropped, result.number,
+                    int(np.max(stats.max_ids_per_partition[table])),
+                    int(np.max(stats.max_unique_ids_per_partition[table])),
+                )  # fmt: skip
+
+    @property
+    def position(self) -> int:
+        """Batches taken by the training loop, counted from the start of the data when
+        the feed reads an `InputIterator` (from the feed's start otherwise)."""
+        return self._start + self._taken
+
+    @property
+    def keep(self) -> int | None:
+        """Batches taken from the feed that `get_state` can still hand back as not
+        consumed (``unconsumed``): the iterator's ``keep`` less what the feed itself
+        may hold. None without an `InputIterator`."""
+        if self._iterator is None:
+            return None
+        return self._iterator.keep - (self._prefetch + 1 if self._workers else 0)
+
+    def _resumable(self, method: str) -> Any:
+        if self._iterator is None:
+            raise ResumeError(
+                f"sparsecore_feed.{method}(): the feed reads a plain iterable; feed it "
+                "pipeline.iterator(config) (a tfinput.resume.InputIterator) to save and "
+                "restore its position"
+            )
+        return self._iterator
+
+    def get_state(self, *, unconsumed: int = 0) -> bytes:
+        """The input position after the last batch the training loop took (the batches
+        the workers ran ahead to are read again after a restore): the feed's
+        `InputIterator`'s state at `position`.
+
+        Args:
+          unconsumed: The last ``unconsumed`` batches taken from the feed were not
+            trained on (a device prefetcher holds them: `tfinput.device_prefetch.to_jax`
+            over the feed saves through this); they come again after a restore.
+
+        Raises:
+          ResumeError: the feed does not read an `InputIterator`; ``unconsumed`` is not
+            between 0 and the batches taken, or more than `keep`.
+        """
+        iterator = self._resumable("get_state")
+        if isinstance(unconsumed, bool) or not isinstance(unconsumed, int) or unconsumed < 0:
+            raise ResumeError(f"unconsumed must be an integer >= 0, got {unconsumed!r}")
+        return iterator.state_at(self.position - unconsumed)
+
+    def set_state(self, state: bytes) -> None:
+        """Continue from ``state`` (`get_state` of a feed or an `InputIterator` of the
+        same pipeline): stops the workers, drops what they ran ahead to, restores the
+        iterator and starts again from its position; batches keep their numbers.
+
+        Raises:
+          ResumeError: the feed does not read an `InputIterator`, or it refuses the state.
+        """
+        iterator = self._resumable("set_state")
+        self.close()
+        iterator.set_state(state)
+        self._start, self._taken = iterator.position, 0
+        self._begin()
+
+    def close(self) -> None:
+        """Stop the feeder and the workers (batches not yet taken are discarded)."""
+        self._stop.set()
+        if self._serial:
+            return
+        while True:
+            try:
+                self._ready.get_nowait()
+            except queue.Empty:
+                break
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> SparseCoreFeed:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _explain(error: BaseException, number: int) -> BaseException:
+    """A preprocessing error with the batch it happened in (tfinput's own errors name
+    it already, or get it prefixed)."""
+    if isinstance(error, DataError):
+        return error
+    if isinstance(error, ConfigError):
+        return ConfigError(f"batch {number}: {error}")
+    return DataError(
+        f"SparseCore preprocessing of batch {number} failed: {type(error).__name__}: {error}"
+    )
+
+
+def _numpy_batches(batches: Iterable[Any]) -> Iterator[Any]:
+    """The batches as numpy: a `tf.data.Dataset` through ``as_numpy_iterator``, other
+    iterables (an `InputIterator` yields TensorFlow tensors) converted batch by batch."""
+    as_numpy = getattr(batches, "as_numpy_iterator", None)
+    if callable(as_numpy):
+        return iter(as_numpy())
+    return (_to_numpy(batch) for batch in batches)
+
+
+def _to_numpy(tree: Any) -> Any:
+    """Tensors (anything with ``.numpy()``) in dicts, tuples and lists as numpy."""
+    if isinstance(tree, Mapping):
+        return {k: _to_numpy(v) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_to_numpy(v) for v in tree)
+    to_numpy = getattr(tree, "numpy", None)
+    return to_numpy() if callable(to_numpy) else tree
+
+
+def sparsecore_feed(
+    batches: Iterable[Any],
+    plan: SparseCorePlan,
+    *,
+    workers: int = 2,
+    prefetch: int | None = None,
+    processes: bool = False,
+) -> SparseCoreFeed:
+    """Feed ``batches`` with their SparseCore preprocessing done ahead, in order.
+
+    Args:
+      batches: ``(features, labels)`` batches: a tfinput pipeline's built dataset, its
+        `InputIterator` (``pipeline.iterator(config)``: the feed can then save its
+        position, `SparseCoreFeed.get_state`), or any iterable of batches of the same
+        structure.
+      plan: The `SparseCorePlan` (feature specs, device and SparseCore counts).
+      workers: Threads preprocessing batches at once; 0 preprocesses each batch on the
+        calling thread in ``next()`` (keras-rs's generator pattern: the baseline).
+      prefetch: Preprocessed batches held ready (default: ``2 * workers``); bounds the
+        memory and how far the feed runs ahead of training.
+      processes: Workers are processes (started with ``spawn``; each imports
+        jax-tpu-embedding, a few seconds, and gets the ids and weights of its batches
+        pickled) instead of threads. jax-tpu-embedding serialises concurrent calls in one
+        process, so threads beyond one do not add throughput; processes do
+        (benchmarks/RESULTS.md, "SparseCore preprocessing"). Worth it on a many-core host
+        whose steps need more than one process preprocesses.
+
+    Returns:
+      A `SparseCoreFeed` of ``((dense, preprocessed), labels)``.
+
+    Raises:
+      ConfigError: jax-tpu-embedding is missing; a bad worker or prefetch count; an
+        `InputIterator` that keeps fewer than ``prefetch + 1`` batches.
+    """
+    return SparseCoreFeed(
+        batches,
+        plan,
+        workers=workers,
+        prefetch=prefetch if prefetch else max(1, 2 * workers),
+        processes=processes,
+    )
+
+
+def sparsecore_step(
+    plan: SparseCorePlan,
+    step: Step | Callable[[Any], object] | None = None,
+    *,
+    processes: bool = False,
+) -> Step:
+    """A step that feeds SparseCore: each batch preprocessed by `sparsecore_feed` (with
+    ``config.sparsecore_workers`` and ``config.sparsecore_prefetch``), then ``step``
+    run on ``((dense, preprocessed), labels)``. For `tfinput.bench` and `tuners.tune`:
+    the tuner searches the two knobs with the tf.data ones, and its baselines
+    preprocess on the training thread (``sparsecore_workers=0``).
+
+    Args:
+      plan: The `SparseCorePlan`.
+      step: A `tfinput.steps.Step` taking the preprocessed batches (for example
+        `tfinput.steps.simulated_step`: the device time of a TPU step, or
+        `tfinput.steps.function_step` around your own); None measures the input side
+        alone (the preprocessing included).
+      processes: The feed's workers are processes (`sparsecore_feed`).
+
+    Returns:
+      A `tfinput.steps.Step` with ``feeds_sparsecore``. Its ``describe()["sparsecore"]``
+      holds the feed statistics summed over every measurement (`SparseCoreFeedStats`:
+      ids dropped and COO buffer usage per stacked table), which `tuners.tune` stores
+      in its result's ``step``.
+
+    Raises:
+      ConfigError: jax-tpu-embedding is missing; ``step`` owns its training loop
+        (``model.fit``), so it cannot take the preprocessed batches from the feed.
+    """
+    inner = Step.of(step)
+    embedding_module()
+    if inner.owns_loop:
+        raise ConfigError(
+            f"sparsecore_step: step {inner.name!r} runs its own loop ({inner.kind}); pass a "
+            "step called on each batch (simulated_step, function_step)"
+        )
+    steps = _SparseCoreSteps(plan, inner, processes=processes, alone=step is None)
+    return steps.make(2, 0)
+
+
+class _SparseCoreSteps:
+    """The steps `sparsecore_step` makes, one per config's feed knobs, sharing the feed
+    statistics (summed over every measurement) and the tables already warned about."""
+
+    def __init__(self, plan: SparseCorePlan, inner: Step, *, processes: bool, alone: bool):
+        self.plan, self.inner, self.processes, self.alone = plan, inner, processes, alone
+        self.totals = SparseCoreFeedStats()
+        self.summary: dict[str, Any] = self.totals.to_dict()  # shared, updated in place
+        self.warned: set[str] = set()  # a table's drops are logged once
+
+    def account(self, stats: SparseCoreFeedStats) -> None:
+        self.totals.add(stats)
+        self.summary.clear()
+        self.summary.update(self.totals.to_dict())
+
+    def feed(self, source: Any, workers: int, prefetch: int) -> Iterator[Any]:
+        """``source``'s batches preprocessed by ``workers`` workers."""
+        fed = SparseCoreFeed(
+            source,
+            self.plan,
+            workers=workers,
+            prefetch=prefetch,
+            processes=self.processes,
+            warned=self.warned,
+        )
+        try:
+            yield from fed
+        finally:
+            fed.close()
+            self.account(fed.stats)
+
+    def one(self, batch: Any) -> Any:
+        """One batch, preprocessed on this thread (no pool to start and stop for it)."""
+        with SparseCoreFeed([batch], self.plan, workers=0, prefetch=1, warned=self.warned) as fed:
+            item = next(fed)
+        self.account(fed.stats)
+        return self.inner.fn(item)
+
+    def make(self, workers: int, prefetch: int) -> Step:
+        prefetch = prefetch or max(1, 2 * workers)
+        inner = self.inner
+        return STEP_CLASSES.get(inner.kind, Step)(
+            kind=inner.kind,
+            name=f"SparseCore preprocessing, {workers} worker(s)"
+            + (" (input only)" if self.alone else f" + {inner.name}"),
+            fn=self.one,
+            device_time_s=inner.device_time_s,
+            backend=inner.backend,
+            feeds_sparsecore=True,
+            prepare_fn=lambda config: self.make(
+                config.sparsecore_workers, config.sparsecore_prefetch
+            ),
+            run_windows=lambda source, **kw: loop_windows(
+                source,
+                feed=lambda batches: self.feed(batches, workers, prefetch),
+                run=inner.fn,
+                sync=None,
+                **kw,
+            ),
+            details={
+                "sparsecore_workers": workers,
+                "sparsecore_prefetch": prefetch,
+                "sparsecore": self.summary,
+            },
+        )

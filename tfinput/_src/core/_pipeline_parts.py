@@ -1,0 +1,104 @@
+"""Pieces `tfinput.Pipeline.build` assembles: the tf.data options of a config, the
+two-tower split and its checks, the warning for very large padded batches.
+`tfinput.pipeline` is the public API."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import tensorflow as tf
+
+from tfinput._src.core.config import AUTOTUNE, PipelineConfig
+from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.schema import Schema
+
+__all__ = [
+    "check_towers",
+    "checked_config",
+    "pipeline_options",
+    "split_towers",
+    "warn_large_padded_batches",
+]
+
+log = logging.getLogger("tfinput")
+
+
+def check_towers(schema: Schema, layout: str) -> None:
+    """Raise `ConfigError` unless ``schema`` marks both towers and ``layout`` is
+    per-feature."""
+    missing = [side for side in ("query", "candidate") if not schema.tower(side)]
+    if missing:
+        raise ConfigError(
+            f"with_towers: the schema marks no {' and no '.join(missing)} feature; set "
+            'tower="query" / tower="candidate" on its features (Schema.with_towers, or '
+            '"tower" in the schema JSON)'
+        )
+    if layout == "packed":
+        raise ConfigError(
+            "with_towers: the packed layout is not supported with towers; use the "
+            'per_feature layout (leave PipelineConfig.layout None or "per_feature")'
+        )
+
+
+def split_towers(out: tuple[Any, Any], schema: Schema) -> tuple[Any, Any]:
+    """``(features, labels)`` of `transform_batch` split into ``{"query": ...,
+    "candidate": ...}``, each with the ``dense``/``ids``/``weights`` groups."""
+    features, labels = out
+    towers: dict[str, Any] = {}
+    for side in ("query", "candidate"):
+        names = {f.name for f in schema.tower(side)}
+        towers[side] = {
+            group: {n: v for n, v in values.items() if n in names}
+            for group, values in features.items()
+        }
+    return towers, labels
+
+
+#: One padded dense multi-hot batch above this many bytes is logged at build.
+LARGE_BATCH_BYTES = 256 * 2**20
+
+
+def warn_large_padded_batches(schema: Schema, batch_size: int) -> None:
+    """The dense format pads every list to ``max_len``: ``batch * max_len`` int32 ids
+    plus float32 weights per feature, whatever the real list lengths."""
+    for f in schema.multi_hot:
+        size = 8 * batch_size * f.max_len
+        if size > LARGE_BATCH_BYTES:
+            log.warning(
+                "tfinput: feature %r: max_len %d pads each batch of %d to %.0f MiB of ids "
+                "and weights; lower max_len (most lists are shorter?) or use "
+                'with_multi_hot_format("ragged"/"sparse")',
+                f.name,
+                f.max_len,
+                batch_size,
+                size / 2**20,
+            )
+
+
+def pipeline_options(config: PipelineConfig, *, sharded: bool) -> tf.data.Options:
+    opts = tf.data.Options()
+    if config.private_threadpool_size != AUTOTUNE:
+        opts.threading.private_threadpool_size = config.private_threadpool_size
+    if config.max_intra_op_parallelism != AUTOTUNE:
+        opts.threading.max_intra_op_parallelism = config.max_intra_op_parallelism
+    if config.deterministic is not AUTOTUNE:
+        opts.deterministic = bool(config.deterministic)
+    if config.autotune_ram_budget != AUTOTUNE:
+        opts.autotune.ram_budget = config.autotune_ram_budget
+    if sharded:
+        # tfinput shards files itself; stop tf.distribute from sharding again.
+        opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return opts
+
+
+def checked_config(config: PipelineConfig | None) -> PipelineConfig:
+    """``config``, or the default `PipelineConfig()` for None.
+
+    Raises:
+      ConfigError: not a `PipelineConfig`.
+    """
+    config = config or PipelineConfig()
+    if not isinstance(config, PipelineConfig):
+        raise ConfigError(f"config: expected a PipelineConfig, got {type(config).__name__}")
+    return config

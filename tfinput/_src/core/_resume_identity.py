@@ -1,0 +1,248 @@
+"""What a saved input state belongs to: the pipeline's identity (files, schema,
+batch-shaping knobs), its comparison with another build's, and the dataset that carries
+it (`identified`). `tfinput.resume` is the public API."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tfinput._src.core.errors import ResumeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+__all__ = [
+    "COMPACT_FORMAT",
+    "IDENTITY_KNOBS",
+    "REMEDY",
+    "RESTORE_INTO",
+    "STATE_FORMAT",
+    "compact_identity",
+    "identified",
+    "identity_differences",
+    "pipeline_identity",
+]
+
+
+STATE_FORMAT = "tfinput.input-state/1"
+#: A state of three integers (epoch, seed, batch) and the pipeline's digest: what a
+#: source that recomputes its order from them (columnar ``shuffle="global"``) saves.
+COMPACT_FORMAT = "tfinput.input-position/1"
+#: Config fields that shape the batches: a state saved under other values is refused.
+IDENTITY_KNOBS = ("batch_size", "drop_remainder", "shuffle_buffer", "shuffle_seed", "cache")
+
+RESTORE_INTO = "Restore it into a build of the same files, schema and batch-shaping knobs"
+REMEDY = (
+    "tf.data can checkpoint only native datasets: data read by Python code "
+    "(Dataset.from_generator, py_function) has no position it can save. Convert the data "
+    "to a native format (`tfinput convert DATA --to columnar --out DIR`, or --to "
+    "tfrecord) or build the wrapped dataset from native tf.data ops"
+)
+
+
+def pipeline_identity(pipeline: Any, config: Any, input_context: Any = None) -> dict[str, Any]:
+    """What a state must match to be restored into a build: source kind, files (each
+    local file by absolute path, size and modification time, so that the same files
+    named from another working directory match and a file rewritten under its name
+    does not), schema digest, layout, multi-hot format, the batch-shaping knobs and the
+    input pipeline (``input_context``). Parallelism knobs may differ (a job restarted on
+    another host may use other tuned settings)."""
+    schema = json.dumps(pipeline.schema.to_dict(), sort_keys=True)
+    identity = {
+        "source": pipeline.source.kind,
+        "files": _listed([_file_entry(path) for path in pipeline.source.files()]),
+        "schema_digest": hashlib.sha256(schema.encode()).hexdigest()[:16],
+        "layout": config.layout or pipeline.layout,
+        "multi_hot_format": pipeline.multi_hot_format,
+        "shuffle_files": pipeline.shuffle_files,
+    }
+    identity.update({k: getattr(config, k) for k in IDENTITY_KNOBS})
+    if not (config.shuffle_buffer or pipeline.shuffle_files or _shuffles(pipeline.source)):
+        identity["shuffle_seed"] = None  # nothing is shuffled: the seed changes nothing
+    if getattr(pipeline, "towers", False):
+        identity["towers"] = True
+    if input_context is not None:
+        identity["input_pipeline"] = [
+            input_context.input_pipeline_id,
+            input_context.num_input_pipelines,
+        ]
+    return identity
+
+
+def _shuffles(source: Any) -> bool:
+    """Whether the source shuffles by itself (columnar ``shuffle="global"`` or
+    ``shuffle_rows``), so that the seed matters without a shuffle buffer."""
+    return getattr(source, "shuffle", None) == "global" or bool(
+        getattr(source, "shuffle_rows", False)
+    )
+
+
+#: Beyond this many files, an identity holds a summary of them (`_files_summary`): a
+#: difference is then named by its kind (other files, another order, a file
+#: rewritten), not by file, and a checkpoint does not grow with the number of files.
+MAX_LISTED_FILES = 1000
+
+
+def _file_entry(path: str) -> list[Any]:
+    """``[absolute path, size, modification time in ns]`` of a local file; a remote
+    one (``gs://...``) by its name only (``[path, None, None]``)."""
+    if "://" in path:
+        return [path, None, None]
+    stat = os.stat(path)
+    return [os.path.abspath(path), stat.st_size, stat.st_mtime_ns]
+
+
+def identity_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What differs between a saved pipeline identity and the current one, in words
+    (which file, which field); empty when they match. Either may be the compact
+    summary of `compact_identity`."""
+    # Compared as JSON gives them back (tuples as lists), as a saved identity is read.
+    saved, now = (json.loads(json.dumps(x, sort_keys=True, default=str)) for x in (saved, now))
+    out: list[str] = []
+    for key in sorted(set(saved) | set(now)):
+        a, b = saved.get(key), now.get(key)
+        if a == b:
+            continue
+        if key == "files":
+            out += _file_differences(a, b)
+        elif key != "files_digest":  # an earlier tfinput's; "files" says it
+            out.append(f"{key}: saved {a!r}, now {b!r}")
+    return out
+
+
+def _some(paths: list[str], n: int = 3) -> str:
+    return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
+def _file_differences(saved: Any, now: Any) -> list[str]:
+    if isinstance(saved, dict) or isinstance(now, dict):  # compact summaries
+        saved = saved if isinstance(saved, dict) else _files_summary(saved or [])
+        now = now if isinstance(now, dict) else _files_summary(now or [])
+        if saved.get("names") != now.get("names"):
+            return [f"files: other files ({saved.get('count')} saved, {now.get('count')} now)"]
+        if saved.get("order") != now.get("order"):
+            return [f"files: the same {now.get('count')} files in another order"]
+        return [
+            "files: a file changed since the save (its size or modification time; a "
+            f"compact state, or one of more than {MAX_LISTED_FILES:,} files, does not "
+            "record which)"
+        ]
+    if not isinstance(saved, list) or not isinstance(now, list):
+        return ["files: saved by an earlier tfinput, which recorded only a digest"]
+    before = {entry[0]: entry for entry in saved}
+    after = {entry[0]: entry for entry in now}
+    out = []
+    if missing := [p for p in before if p not in after]:
+        out.append(f"files: {len(missing)} saved but not given now: {_some(missing)}")
+    if added := [p for p in after if p not in before]:
+        out.append(f"files: {len(added)} given now but not saved: {_some(added)}")
+    if not missing and not added and list(before) != list(after):
+        i = next(i for i, (a, b) in enumerate(zip(before, after)) if a != b)
+        out.append(
+            f"files: the same {len(after)} files in another order: number {i + 1} was "
+            f"{list(before)[i]}, now {list(after)[i]}; list them in the saved order "
+            "(sorted, as a folder or glob gives them)"
+        )
+    for path, (_, size, mtime) in before.items():
+        if path in after and after[path][1:] != [size, mtime]:
+            new_size, new_mtime = after[path][1:]
+            what = (
+                f"size {size:,} -> {new_size:,} bytes"
+                if size != new_size
+                else f"modified at {_when(mtime)} -> {_when(new_mtime)}"
+            )
+            out.append(
+                f"{path} changed since the save: {what} (a copy that keeps modification "
+                "times, cp -p or rsync -t, resumes)"
+            )
+    return out
+
+
+def _when(mtime_ns: int | None) -> str:
+    if mtime_ns is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(mtime_ns / 1e9)) + " UTC"
+
+
+def _files_summary(files: list[list[Any]]) -> dict[str, Any]:
+    """A compact summary of an identity's file entries: their number and digests of
+    their names (any order), their order, and their sizes and modification times."""
+
+    def digest(value: Any) -> str:
+        return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+    return {
+        "count": len(files),
+        "names": digest(sorted(entry[0] for entry in files)),
+        "order": digest([entry[0] for entry in files]),
+        "stats": digest([entry[1:] for entry in files]),
+    }
+
+
+def _listed(entries: list[list[Any]]) -> list[list[Any]] | dict[str, Any]:
+    return entries if len(entries) <= MAX_LISTED_FILES else _files_summary(entries)
+
+
+def compact_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """An identity with its file list summarised (`_files_summary`): what a compact
+    state carries (under 1 KB whatever the number of files)."""
+    out = dict(identity)
+    if isinstance(out.get("files"), list):
+        out["files"] = _files_summary(out["files"])
+    return out
+
+
+def identified(dataset: tf.data.Dataset, identity: Mapping[str, Any]) -> tf.data.Dataset:
+    """``dataset``, whose iterators carry ``identity`` into ``tf.train.Checkpoint``: a
+    checkpoint of such an iterator restores only into an iterator of a dataset of the
+    same identity, and refuses any other at restore with a `ResumeError` naming what
+    differs. (Datasets derived from it by further transformations are plain ones.)"""
+    return _identified_class()(dataset, json.dumps(identity, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=1)
+def _identified_class() -> type:
+    import tensorflow as tf
+    from tensorflow.python.data.ops import dataset_ops  # no public unary base class
+
+    class IdentityCheck(tf.__internal__.tracking.Trackable):
+        """Saved beside an iterator's state: the identity of its pipeline."""
+
+        def __init__(self, identity: str) -> None:
+            self.identity = identity
+
+        def _serialize_to_tensors(self) -> dict[str, Any]:
+            return {"identity": tf.constant(self.identity)}
+
+        def _restore_from_tensors(self, restored: Mapping[str, Any]) -> Any:
+            saved = json.loads(restored["identity"].numpy().decode())
+            now = json.loads(self.identity)
+            if differences := identity_differences(saved, now):
+                raise ResumeError(
+                    "tf.train.Checkpoint: this iterator's position was saved from another "
+                    f"{saved.get('source')} pipeline. {'. '.join(differences)}. {RESTORE_INTO}"
+                )
+            return tf.no_op()
+
+    class IdentifiedDataset(dataset_ops.UnaryUnchangedStructureDataset):
+        """The same dataset; its eager iterators carry an `IdentityCheck`."""
+
+        def __init__(self, dataset: tf.data.Dataset, identity: str) -> None:
+            self._tfinput_identity = identity
+            super().__init__(dataset, dataset._variant_tensor)
+
+        def __iter__(self) -> Any:
+            iterator = super().__iter__()
+            if tf.executing_eagerly():
+                iterator._track_trackable(
+                    IdentityCheck(self._tfinput_identity), name="tfinput_pipeline", overwrite=True
+                )
+            return iterator
+
+    return IdentifiedDataset

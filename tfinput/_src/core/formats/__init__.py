@@ -1,0 +1,17 @@
+"""File formats, in the core: how each format is laid out, read and written, below the
+sources that read it into pipelines and the converters and tools that use it.
+
+- `tfinput._src.core.formats.columnar`: columnar pre-batched records (the layout, the manifest,
+  the writer); the user-facing API is `tfinput.columnar_records` and
+  `tfinput.columnar`.
+- `tfinput.formats.csv`: CSV/TSV text (layout sniffing, the quote guard, text batches
+  with line numbers), read by conversion and by schema inference.
+- `tfinput.formats.parquet`: Parquet files (opening local paths and URIs, cached
+  footers, record batches and row groups, writers).
+- `tfinput.formats.tfrecord`: TFRecord files of ``tf.train.Example`` (file names and
+  compression, native record reading and counting, writers, the vectorized example
+  encoder).
+
+Every part of tfinput that reads or writes one of these formats (the sources,
+conversion, schema inference, datagen, the test helpers) goes through its module here.
+"""

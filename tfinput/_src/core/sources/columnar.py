@@ -1,0 +1,565 @@
+"""`ColumnarSource`: the pipeline source of columnar records (files, checks, reading).
+
+The storage format, manifest and tf.data read path live in `tfinput.columnar_records`;
+this module is the `tfinput._src.core.sources.Source` over them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import re
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import tfinput._src.core.sources._columnar_reader as reader
+from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput._src.core.formats import tfrecord
+from tfinput._src.core.formats.columnar.format import NUMERIC_DTYPES, Column, storage_columns
+from tfinput._src.core.formats.columnar.manifest import (
+    FileEntry,
+    Manifest,
+    file_stat,
+    is_dir,
+    read_manifest,
+)
+from tfinput._src.core.schema import MultiHot, Schema
+from tfinput._src.core.sources._columnar_decode import assembler
+from tfinput._src.core.sources._text import did_you_mean
+from tfinput._src.core.sources.files import resolve_paths
+from tfinput._src.core.sources.protocol import (
+    Decode,
+    FileChecks,
+    ReadRequest,
+    ReadStages,
+    Resume,
+    RooflineStages,
+    Source,
+)
+from tfinput._src.core.sources.skeleton import knob_is_set, single_core_options
+
+log = logging.getLogger("tfinput")
+
+__all__ = ["ColumnarSource", "check_size", "SHUFFLES"]
+
+#: ``ColumnarSource.shuffle`` values: the pipeline's chunk buffer, or a global permutation.
+SHUFFLES = ("buffer", "global")
+
+#: A data file with its manifest and the manifest's entry for it.
+Resolved = tuple[str, Manifest, FileEntry]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ColumnarSource(Source, FileChecks, RooflineStages):
+    """Columnar pre-batched records (see `tfinput.columnar_records`).
+
+    Chunks of rows are read natively (``TFRecordDataset``, interleaved over files); the
+    pipeline's cache and shuffle steps work on chunks (``shuffle_buffer`` rows make a
+    buffer of ``ceil(shuffle_buffer / chunk_rows)`` chunks), and the batch step
+    batches whole chunks (or cuts exact batches with ``rebatch``). A build's read
+    position can be checkpointed with tf.data's iterator checkpointing
+    (``resume = "iterator"``).
+
+    ``shuffle="global"`` reads instead every chunk of every (sharded) file once per
+    iteration, in a permutation drawn anew for each ``iter()`` (seeded by
+    ``PipelineConfig.shuffle_seed``; None: a fresh seed), each chunk by its byte offset
+    from the manifest, and always shuffles rows within each batch. It holds no shuffle
+    buffer: where the batch size is a multiple of the chunk size and ``deterministic``
+    is not False, builds use tf.data's symbolic checkpointing, so
+    ``tf.train.Checkpoint(iterator=it)`` saves positions only (about 2 KB whatever the
+    data size: see `symbolic_checkpoint`) and restores exactly. Each chunk is one
+    positioned read of its bytes (a stateless ``tf.numpy_function`` around
+    ``os.pread``: no TensorFlow op reads a byte range without reading up to it), so the
+    pipeline cannot run on tf.data service workers.
+
+    Attributes:
+      paths: Data set directories, their manifests, or data files (globs allowed);
+        every file must be listed in the ``manifest.json`` of its directory.
+      verify: Check every chunk's fingerprint against its ``@check`` value and the
+        manifest while reading, naming the file, chunk and column on a mismatch. Costs
+        one FarmHash64 pass over the bytes read (see ``benchmarks/columnar.py``); off,
+        TFRecord's own CRC32C still catches bytes corrupted on disk (not with
+        ``shuffle="global"``, which reads each chunk's payload by offset, without the
+        framing: keep ``verify`` on there).
+      shuffle_rows: Shuffle rows within each batch (seeded by
+        ``PipelineConfig.shuffle_seed``); costs one gather per column.
+      buffer_size: Read buffer per open file, bytes (None: TensorFlow's default).
+      shuffle: ``"buffer"`` (default): chunks of the interleaved files go through the
+        pipeline's shuffle buffer (``PipelineConfig.shuffle_buffer`` rows; 0: no
+        shuffle); memory and checkpoints grow with the buffer. ``"global"``: a
+        permutation of all chunks per iteration plus rows shuffled within each batch
+        (``shuffle_rows`` is implied); no buffer, a checkpoint of positions only, and
+        every batch draws its chunks from the whole data set. It reads one chunk per
+        request (``interleave_parallelism`` at a time, one positioned read each)
+        rather than streaming files, more slowly than a buffer shuffle with
+        ``shuffle_rows`` (benchmarks/RESULTS.md). ``shuffle_buffer`` and ``cache`` must
+        then be 0 / off (`ConfigError` otherwise); the interleave cycle and block
+        lengths and file shuffling have no effect (logged).
+      start: ``(iteration, batch)``: with ``shuffle="global"`` and a fixed
+        ``shuffle_seed``, builds yield iteration ``iteration`` (0: the first ``iter()``
+        of an uninterrupted run) from batch ``batch`` to its end, exactly as that run
+        did, and only that (every ``iter()`` of such a build starts there again); set
+        by `resume_at`, for a saved state of three integers (seed, iteration, batch).
+      empty_files: Kept so existing code that passes it still works; it has no
+        effect: a columnar file is never empty, and a zero-byte one is reported as
+        truncated.
+    """
+
+    paths: tuple[str, ...]
+    verify: bool = True
+    shuffle_rows: bool = False
+    buffer_size: int | None = None
+    shuffle: str = "buffer"
+    start: tuple[int, int] | None = None
+    empty_files: str = "skip"
+
+    kind: ClassVar[str] = "columnar"
+    resume: ClassVar[Resume] = "iterator"
+
+    def resume_at(self, *, iteration: int, batch: int) -> ColumnarSource:
+        """This source, its builds starting at batch ``batch`` of iteration
+        ``iteration`` of the global shuffle (see ``start``)::
+
+            source = pipeline.source.resume_at(iteration=2, batch=130)
+            ds = dataclasses.replace(pipeline, source=source).build(config)
+
+        Raises:
+          ConfigError: not ``shuffle="global"``, or a negative iteration or batch.
+        """
+        if self.shuffle != "global":
+            raise ConfigError(
+                "columnar source: resume_at needs shuffle='global' (a buffer shuffle's "
+                "order cannot be recomputed); use tf.train.Checkpoint(iterator=...)"
+            )
+        if min(iteration, batch) < 0:
+            raise ConfigError(
+                f"columnar source: resume_at: iteration and batch must be >= 0, got "
+                f"{iteration} and {batch}"
+            )
+        return dataclasses.replace(self, start=(int(iteration), int(batch)))
+
+    def recomputes_order(self, request: ReadRequest) -> bool:
+        """True when `resume_at` can restart this build's order: the global shuffle, a
+        fixed ``shuffle_seed`` and batches of whole chunks. A saved position is then three
+        integers (`tfinput.resume.InputIterator` saves compact states)."""
+        if self.shuffle != "global" or request.config.shuffle_seed is None:
+            return False
+        _, chunk, _, _ = self._plan(request)
+        if request.batch_size % chunk:
+            _warn_full_states(request.batch_size, chunk)
+            return False
+        return True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.paths, (str, os.PathLike)):
+            object.__setattr__(self, "paths", (os.fspath(self.paths),))
+        for name in ("verify", "shuffle_rows"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"columnar source: {name} must be true or false, got {getattr(self, name)!r}"
+                )
+        if self.shuffle not in SHUFFLES:
+            raise ConfigError(
+                f"columnar source: shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}"
+            )
+
+    # -------------------------------------------------------------- files
+    def resolve(self) -> list[Resolved]:
+        """Every data file with its manifest and entry, in order.
+
+        Raises:
+          SourceError: no manifest, a file not listed in its manifest, or no file at all.
+        """
+        out: list[Resolved] = []
+        seen: set[str] = set()
+
+        def add(path: str, manifest: Manifest, entry: FileEntry) -> None:
+            key = os.path.normpath(path)
+            if key not in seen:
+                seen.add(key)
+                out.append((path, manifest, entry))
+
+        for p in self.paths:
+            p = os.fspath(p)
+            if is_dir(p) or p.endswith(".json"):
+                m = read_manifest(p)
+                for entry, path in zip(m.files, m.paths):
+                    add(path, m, entry)
+                continue
+            for path in resolve_paths([p], what="columnar"):
+                m = read_manifest(path)
+                add(path, m, _listed_entry(path, m))
+        if not out:
+            raise SourceError(f"no columnar files in {list(self.paths)}")
+        return out
+
+    def files(self) -> list[str]:
+        """The data files, in order."""
+        return [p for p, _, _ in self.resolve()]
+
+    def manifest(self) -> Manifest:
+        """The manifest of the first data file."""
+        return self.resolve()[0][1]
+
+    def validate(self, files: list[str], schema: Schema) -> None:
+        """Cheap checks before reading: manifest version (when loading), schema against
+        the stored columns, one chunk size, and every file's size against its manifest
+        (a truncated file names its first incomplete chunk).
+
+        Raises:
+          SourceError: a file is missing or not in its manifest; manifests differ in
+            chunk size or stored columns.
+          SchemaError: the schema needs a column that is not stored, or stored otherwise.
+          DataError: a file's size differs from its manifest's record.
+        """
+        chosen = self._chosen(files)
+        chunk_sizes = {m.chunk_rows for _, m, _ in chosen}
+        if len(chunk_sizes) > 1:
+            raise SourceError(
+                f"columnar data sets with different chunk sizes {sorted(chunk_sizes)} cannot "
+                "be read by one pipeline; convert them with the same --chunk-rows"
+            )
+        manifests = list({id(m): m for _, m, _ in chosen}.values())
+        for m in manifests:
+            _check_schema(m, schema)
+            if m.columns != manifests[0].columns:
+                raise SourceError(
+                    f"{m.path} and {manifests[0].path} store different columns (or in another "
+                    "order); read them with separate pipelines or convert them with one schema"
+                )
+        for path, m, entry in chosen:
+            check_size(path, m, entry)
+
+    def _chosen(self, files: list[str]) -> list[Resolved]:
+        by_path = {os.path.normpath(p): (p, m, e) for p, m, e in self.resolve()}
+        out = []
+        for f in files:
+            item = by_path.get(os.path.normpath(f))
+            if item is None:
+                raise SourceError(f"{f}: not a file of this columnar source")
+            out.append(item)
+        return out
+
+    def count_records(self, path: str) -> int | None:
+        """Rows in one file, from the manifest (`Pipeline.check` reports it)."""
+        try:
+            entry = read_manifest(path).entry(path)
+        except SourceError:
+            return None
+        return None if entry is None else entry.rows
+
+    def explain_error(self, path: str, message: str) -> str:
+        """Name the chunk in a TFRecord corruption message (``corrupted record at N``)."""
+        m = re.search(r"(corrupted|truncated) record at (?:byte )?([\d,]+)", message)
+        if not m:
+            return message
+        try:
+            manifest = read_manifest(path)
+        except SourceError:
+            return message
+        entry = manifest.entry(path)
+        if entry is None:
+            return message
+        at = int(m.group(2).replace(",", ""))
+        chunk = entry.chunk_at(at)
+        first, last = manifest.chunk_rows_range(entry, chunk)
+        return (
+            f"chunk {chunk} (rows {first}-{last} of the file, byte {at}): "
+            f"{m.group(1)} record; the file is damaged on disk (TFRecord CRC32C mismatch). "
+            "Restore or convert it again"
+        )
+
+    def one_file(self, path: str) -> ColumnarSource:
+        return dataclasses.replace(self, paths=(path,))
+
+    # ---------------------------------------------------------------- read
+    def _plan(self, request: ReadRequest) -> tuple[list[Resolved], int, bool, reader.ChunkPlan]:
+        """(chosen files, chunk rows, whether partial chunks are skipped, chunk plan)."""
+        chosen = self._chosen(request.files)
+        chunk = chosen[0][1].chunk_rows
+        skip_partial = request.batch_size % chunk == 0 and request.config.drop_remainder
+        plan = reader.plan_chunks(chosen, chunk_rows=chunk, skip_partial=skip_partial)
+        return chosen, chunk, skip_partial, plan
+
+    def read(self, request: ReadRequest) -> Any:
+        """Serialized chunks of the files, interleaved (see
+        `tfinput._src.core.sources._columnar_reader`).
+
+        Raises:
+          SourceError: no whole chunk to read (``drop_remainder=True`` skips each
+            file's partial last chunk when the batch is a multiple of the chunk size).
+        """
+        _, chunk, _, plan = self._plan(request)
+        if not plan.paths:
+            raise SourceError(
+                f"columnar files {request.files[:3]}: no whole chunk of {chunk} rows to read; "
+                "with drop_remainder=True and a batch size that is a multiple of the chunk "
+                "size the partial last chunk is skipped"
+            )
+        if self.shuffle == "global":
+            return self._read_global(request)
+        return reader.read_chunks(plan, request, verify=self.verify, buffer_size=self.buffer_size)
+
+    def _start(self, request: ReadRequest, chunk: int) -> tuple[int, int]:
+        """``start`` as (the iteration's permutation key, its first chunk position).
+
+        Raises:
+          ConfigError: no fixed ``shuffle_seed``, or batches not made of whole chunks.
+        """
+        assert self.start is not None
+        iteration, batch = self.start
+        seed = request.config.shuffle_seed
+        if seed is None or request.batch_size % chunk:
+            raise ConfigError(
+                f"columnar source: start={self.start} needs PipelineConfig.shuffle_seed set "
+                f"(got {seed!r}) and a batch size that is a multiple of the chunk size "
+                f"{chunk} (got {request.batch_size}), so that the order can be recomputed"
+            )
+        return reader.permutation_key(seed, iteration), batch * (request.batch_size // chunk)
+
+    def _read_global(self, request: ReadRequest) -> Any:
+        """Every planned chunk once per iteration, in a permutation per iteration.
+
+        Raises:
+          ConfigError: ``shuffle_buffer`` or ``cache`` set (they would buffer chunks
+            again, or replay the first iteration's order).
+        """
+        from tfinput._src.core.sources.skeleton import deterministic_arg, parallel_calls
+
+        config = request.config
+        for knob, why in (
+            ("shuffle_buffer", "the global permutation already mixes every chunk"),
+            ("cache", "a cache would replay the first iteration's order every epoch"),
+        ):
+            if getattr(config, knob):
+                raise ConfigError(
+                    f"columnar source with shuffle='global': PipelineConfig.{knob}="
+                    f"{getattr(config, knob)!r} is not supported ({why}); set it to "
+                    f"{0 if knob == 'shuffle_buffer' else False}, or use shuffle='buffer'"
+                )
+        chosen, chunk, _, plan = self._plan(request)
+        start = None
+        if self.start is not None:
+            start = self._start(request, chunk)
+        parallel = parallel_calls(config.interleave_parallelism)
+        return reader.read_permuted_chunks(
+            reader.index_chunks(plan, chosen),
+            seed=config.shuffle_seed,
+            parallelism=parallel,
+            deterministic=deterministic_arg(config),
+            buffer_size=self.buffer_size,
+            start=start,
+        )
+
+    def symbolic_checkpoint(self, request: ReadRequest) -> bool:
+        """True for ``shuffle="global"`` with whole-chunk batches (a batch size that is
+        a multiple of the chunk size) and ``deterministic`` not False: every stage then
+        supports tf.data's symbolic checkpointing, which saves positions only (the
+        iteration's key, the next chunk position, the batch and map counters: about 2
+        KB whatever the data, nine tenths of it tf.data's names for the stages; a state
+        of three integers is `resume_at`'s). Otherwise (``rebatch`` does not
+        support it) the explicit checkpoint holds the read-ahead buffers."""
+        if self.shuffle != "global" or request.config.deterministic is False:
+            return False
+        chunk = self._chosen(request.files[:1])[0][1].chunk_rows
+        return request.batch_size % chunk == 0
+
+    def unhonoured(self, request: ReadRequest) -> dict[str, str]:
+        """With ``shuffle="global"``: the interleave cycle and block lengths (chunks are
+        read by offset, ``interleave_parallelism`` at a time) and file shuffling."""
+        if self.shuffle != "global":
+            return {}
+        why = "shuffle='global' reads chunks by offset in a global permutation"
+        out = {
+            knob: why
+            for knob in ("interleave_cycle_length", "interleave_block_length")
+            if knob_is_set(request.config, knob)
+        }
+        if request.shuffle_files:
+            out["shuffle_files"] = why
+        return out
+
+    def shuffle_buffer(self, records: Any, request: ReadRequest) -> int:
+        """Chunks: ``ceil(shuffle_buffer / chunk_rows)``, at least one."""
+        del records
+        chunk = self._chosen(request.files[:1])[0][1].chunk_rows
+        return reader.chunk_buffer(request.config.shuffle_buffer, chunk)
+
+    def batch(self, records: Any, request: ReadRequest) -> tuple[Any, Decode]:
+        """Batches of whole chunks decoded by the parse step (or exact batches cut
+        here), rows shuffled within each batch when ``shuffle_rows`` (with
+        ``shuffle="global"``: always, within each decoded group of chunks, seeded by the
+        iteration's key and the group's first chunk position)."""
+        chosen, chunk, skip_partial, _ = self._plan(request)
+        assemble = assembler(
+            storage_columns(request.schema),
+            chosen[0][1].columns,
+            verify=self.verify,
+            uniform=skip_partial,
+        )
+        if self.shuffle == "global":  # rows mixed per decoded group (before any rebatch)
+            assemble = reader.shuffle_rows_by_position(assemble)
+        ds, finish = reader.batch_chunks(
+            records, assemble, request.config, batch_size=request.batch_size, chunk_rows=chunk
+        )
+        if self.shuffle_rows and self.shuffle != "global":
+            ds, finish = reader.shuffle_rows_in_batches(
+                ds, finish, seed=request.config.shuffle_seed
+            )
+        return ds, finish
+
+    def batch_count(self, request: ReadRequest) -> int | None:
+        """Batches in one pass of a build, from the manifests (None where the chunks
+        are sharded across input pipelines, or with the global shuffle's own order)."""
+        if self.shuffle == "global" or request.data_shard is not None:
+            return None
+        chosen, chunk, _, plan = self._plan(request)
+        rows = {path: entry.rows for path, _, entry in chosen}
+        drop = request.config.drop_remainder
+        if request.batch_size % chunk == 0:  # batches of whole chunks (`batch_chunks`)
+            chunks, per_batch = sum(plan.takes), request.batch_size // chunk
+        else:  # rows re-cut into exact batches
+            chunks = sum(
+                min(take * chunk, rows[path]) for path, take in zip(plan.paths, plan.takes)
+            )
+            per_batch = request.batch_size
+        return chunks // per_batch if drop else -(-chunks // per_batch)
+
+    def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
+        """``read``: ``TFRecordDataset`` over the files in order, batches of whole
+        chunks; ``parse``: the same plus the decode (no verification, no transforms)."""
+
+        manifest = self.manifest()
+        chunk = manifest.chunk_rows
+        k = max(1, batch_size // chunk)
+        opts = single_core_options()
+        assemble = assembler(storage_columns(schema), manifest.columns, verify=False, uniform=False)
+        buffer_size = self.buffer_size
+
+        def read() -> Iterable[Any]:
+            ds = tfrecord.records(files, buffer_size=buffer_size)
+            return ds.batch(k, drop_remainder=True).repeat().with_options(opts)
+
+        def parse() -> Iterable[Any]:
+            ds = tfrecord.records(files, buffer_size=buffer_size)
+            return ds.batch(k, drop_remainder=True).map(assemble).repeat().with_options(opts)
+
+        def chunk_rows(batch: Any) -> int:
+            return int(batch.shape[0]) * chunk  # whole chunks (a partial last one counts full)
+
+        entries = [e for _, _, e in self.resolve()]
+        rows = sum(e.rows for e in entries)
+        size = sum(e.bytes for e in entries)
+        return ReadStages(
+            factories={"read": read, "parse": parse},
+            descriptions={
+                "read": f"TFRecordDataset over the files in order, batch({k} chunks of "
+                f"{chunk} rows)",
+                "parse": "read + parse_example + decode_raw + ragged assembly (no "
+                "verification, no tfinput transforms)",
+            },
+            counters={"read": chunk_rows},
+            files=len(files),
+            bytes_per_example=size / rows if rows else None,
+        )
+
+
+def _listed_entry(path: str, m: Manifest) -> FileEntry:
+    """The manifest's entry for ``path``.
+
+    Raises:
+      SourceError: the manifest does not list the file.
+    """
+    entry = m.entry(path)
+    if entry is None:
+        raise SourceError(
+            f"{path}: not listed in the manifest {m.path} (it lists "
+            f"{len(m.files)} file(s), first {m.files[0].name if m.files else None!r}); "
+            "the manifest does not match the files"
+        )
+    return entry
+
+
+def _compatible(stored: Column, wanted: Column, numeric_ok: bool) -> bool:
+    if stored == wanted:
+        return True
+    same_shape = (stored.layout, stored.width) == (wanted.layout, wanted.width)
+    both_numeric = stored.dtype in NUMERIC_DTYPES and wanted.dtype in NUMERIC_DTYPES
+    return same_shape and both_numeric and numeric_ok
+
+
+def _column_users(schema: Schema) -> dict[str, str]:
+    """The first feature (or label) reading each column, for error messages."""
+    users: dict[str, str] = {}
+    for f in schema.features:
+        users.setdefault(f.source, f.name)
+        if isinstance(f, MultiHot) and f.weights:
+            users.setdefault(f.weights, f.name)
+    for lab in schema.labels:
+        users.setdefault(lab.source, lab.name)
+    return users
+
+
+def _check_schema(m: Manifest, schema: Schema) -> None:
+    numeric_ok = {f.source for f in schema.dense} | {lab.source for lab in schema.labels}
+    users = _column_users(schema)
+    for wanted in storage_columns(schema):
+        found = m.column(wanted.name)
+        feature = users.get(wanted.name, wanted.name)
+        if found is None:
+            names = [c.name for c in m.columns]
+            raise SchemaError(
+                f"{m.path}: feature {feature!r}: column {wanted.name!r} is not stored; "
+                f"columns: {names[:40]}" + did_you_mean(wanted.name, names)
+            )
+        if not _compatible(found, wanted, wanted.name in numeric_ok):
+            raise SchemaError(
+                f"{m.path}: feature {feature!r}: column {wanted.name!r} is stored as "
+                f"{found.describe()} but the schema reads it as {wanted.describe()}"
+            )
+
+
+def check_size(path: str, m: Manifest, entry: FileEntry) -> None:
+    """Compare a data file's size on disk with its manifest entry.
+
+    Raises:
+      SourceError: the file is missing.
+      DataError: the file is shorter (naming its first incomplete chunk) or longer
+        than the manifest records.
+    """
+    stat = file_stat(path)
+    if stat is None:
+        raise SourceError(f"{path}: listed in the manifest {m.path} but missing")
+    size = stat[1]
+    if size == entry.bytes:
+        return
+    if size < entry.bytes:
+        chunk = entry.chunk_at(size)
+        first, last = m.chunk_rows_range(entry, chunk)
+        raise DataError(
+            f"{path}: truncated: {size:,} bytes on disk, the manifest records {entry.bytes:,}; "
+            f"chunk {chunk} (rows {first}-{last}, from byte {entry.offsets[chunk]:,}) and "
+            f"{entry.chunks - chunk - 1} later chunk(s) are missing or incomplete"
+        )
+    raise DataError(
+        f"{path}: {size:,} bytes on disk but the manifest {m.path} records {entry.bytes:,}; "
+        f"the file was rewritten or appended to after its manifest (chunks after "
+        f"{entry.chunks - 1} are unknown); convert again"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_full_states(batch_size: int, chunk_rows: int) -> None:
+    """Say once per batch and chunk size that states are full checkpoints."""
+    log.warning(
+        "tfinput: columnar shuffle='global' with batch_size %d, not a multiple of the "
+        "%d-row chunks: batches cut chunks, so an iterator's state is TensorFlow's full "
+        "iterator checkpoint (megabytes: the rows of the chunks being cut and of the "
+        "prefetched batches) instead of a position of under 1 KB; a batch size that is a "
+        "multiple of %d keeps states small (docs/resume.md)",
+        batch_size,
+        chunk_rows,
+        chunk_rows,
+    )

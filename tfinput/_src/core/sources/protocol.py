@@ -1,0 +1,277 @@
+"""The source contract: what a source provides to `tfinput.Pipeline.build` (`Source`).
+
+`tfinput.Pipeline.build` applies one skeleton to every source::
+
+    shard -> read (interleave) -> [cache] -> [shuffle] -> batch -> decode + transform
+          -> [prefetch] -> options
+
+A source supplies the steps that differ (which files, how one is read, how records are
+batched and decoded); the pipeline owns the order and the knobs that apply to every
+source. A source that batches by itself (pyarrow Parquet, a wrapped dataset of
+batches) says so with `Source.batches_itself`; a `PipelineConfig` knob it cannot honour
+is named by `Source.unhonoured` and logged by
+`tfinput._src.core.sources.skeleton.warn_unhonoured`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from tfinput._src.core.config import PipelineConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+    from tfinput._src.core.schema import Schema
+
+__all__ = [
+    "Source",
+    "FileChecks",
+    "RooflineStages",
+    "RestartsOrder",
+    "ReadRequest",
+    "ReadStages",
+    "Resume",
+    "Decode",
+]
+
+#: Maps one encoded batch to a raw batch (a dict of column tensors; see `tfinput.transforms`).
+Decode = Callable[[Any], dict[str, Any]]
+
+#: How a source's read position can be saved and restored (see `Source.resume`).
+Resume = Literal["iterator", "none", "dataset"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReadRequest:
+    """What one build asks of a source.
+
+    Attributes:
+      files: The files this input pipeline reads, already sharded (empty for a source
+        without files).
+      schema: The schema to read.
+      config: The build's knobs.
+      batch_size: Rows per batch (per replica under a distribution strategy).
+      shuffle_files: Shuffle the file order every epoch (`Pipeline.with_file_shuffling`).
+      input_context: The ``tf.distribute.InputContext``, or None.
+      data_shard: ``(n, i)`` when there are fewer files than input pipelines: this
+        pipeline reads every file and `Pipeline.build` keeps every ``n``-th element of
+        `read` from ``i`` (`tfinput._src.core.sources.skeleton.plan_shards`); None otherwise.
+    """
+
+    files: list[str]
+    schema: Schema
+    config: PipelineConfig
+    batch_size: int
+    shuffle_files: bool = False
+    input_context: Any = None
+    data_shard: tuple[int, int] | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReadStages:
+    """A source's own roofline stages, ``read`` and ``parse``, single-threaded
+    (`tfinput.bench.roofline` adds ``full``, the whole pipeline, and measures them).
+
+    Attributes:
+      factories: ``{"read": f, "parse": f}``: zero-argument functions returning an
+        endless iterable of batches (single-threaded).
+      descriptions: One line per stage saying what it does.
+      counters: Per stage, a function giving the examples in one of its batches, where
+        the stage's batches are not tfinput batches.
+      files: Files read.
+      bytes_per_example: Average stored bytes per example, or None when unknown.
+    """
+
+    factories: Mapping[str, Callable[[], Iterable[Any]]]
+    descriptions: Mapping[str, str]
+    counters: Mapping[str, Callable[[Any], int]] = dataclasses.field(default_factory=dict)
+    files: int = 0
+    bytes_per_example: float | None = None
+
+
+@runtime_checkable
+class Source(Protocol):
+    """What `tfinput.Pipeline.build` needs of a format. It calls, in order: `files`,
+    `validate`, `unhonoured`, `read`, `shuffle_buffer` (when shuffling records and the
+    source does not batch by itself) and `batch`.
+
+    Beyond these, a source has the capabilities it implements, each a protocol of its
+    own that callers test with ``isinstance``: `FileChecks` (``Pipeline.check`` reads
+    its files one by one, and counts records), `RooflineStages` (``tfinput bench
+    --roofline`` measures its stages alone) and `RestartsOrder` (compact resume
+    positions). A source that subclasses a protocol inherits its defaults.
+
+    Attributes:
+      kind: Short name (``tfrecord``, ``parquet``, ``dataset``, ``columnar``).
+      batches_itself: Whether `read` already yields batches (pyarrow Parquet; a wrapped
+        dataset of batches): the pipeline then applies neither its record shuffle nor
+        its batch step; `batch` only supplies the decode function.
+      resume: Whether and how a build's read position can be checkpointed (for
+        resuming exactly after preemption, `tfinput.resume`):
+        ``"iterator"``: the dataset is native ops, so tf.data's iterator checkpointing
+        (``tf.train.Checkpoint(iterator=it)``) saves and restores it (TFRecord,
+        columnar, Parquet: its pyarrow reader computes batch k of an epoch from the
+        position tf.data saves); ``"none"``: the read position cannot be saved (a
+        reader that keeps its position in Python, such as a generator; no tfinput source
+        declares it); ``"dataset"``: as checkpointable as the dataset a user wrapped.
+    """
+
+    kind: ClassVar[str]
+    batches_itself: ClassVar[bool] = False
+    resume: ClassVar[Resume] = "iterator"
+
+    def files(self) -> list[str]:
+        """The files to read, in order (empty for a source without files)."""
+        ...
+
+    def validate(self, files: list[str], schema: Schema) -> None:
+        """Cheap checks at build time, before any record is read.
+
+        Raises:
+          SourceError, SchemaError, DataError: naming the file and the feature.
+        """
+        ...
+
+    def read(self, request: ReadRequest) -> tf.data.Dataset:
+        """The records of ``request.files`` (interleaved), or batches when
+        `batches_itself`."""
+        ...
+
+    def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:
+        """Records (cached and shuffled by the pipeline) -> encoded batches, and the
+        function that decodes one encoded batch to raw columns."""
+        ...
+
+    def shuffle_buffer(self, records: tf.data.Dataset, request: ReadRequest) -> int:
+        """Elements the record shuffle holds for ``config.shuffle_buffer`` (records by
+        default; a source may cap it or count in its own units)."""
+        del records
+        return request.config.shuffle_buffer
+
+    def symbolic_checkpoint(self, request: ReadRequest) -> bool:
+        """Whether builds of this request save their iterator with tf.data's symbolic
+        checkpointing (``tf.data.Options.experimental_symbolic_checkpoint``: positions
+        only, no buffered elements), which every stage of the source's read must support.
+        False by default (explicit checkpoints, which hold the buffers)."""
+        del request
+        return False
+
+    def unhonoured(self, request: ReadRequest) -> dict[str, str]:
+        """The knobs set in the request that this source cannot honour, each with why."""
+        del request
+        return {}
+
+    @property
+    def ignored_knobs(self) -> tuple[str, ...]:
+        """`PipelineConfig` knobs that never change what this source does (the tuner
+        does not search them). ``read_batch`` by default (TFRecord's)."""
+        return ("read_batch",)
+
+    def batch_count(self, request: ReadRequest) -> int | None:
+        """Batches one pass of ``request``'s build yields, where the source knows it
+        without reading the data (None: unknown). `Pipeline.build` tells tf.data
+        (``assert_cardinality``), so Keras's ``fit`` knows its steps per epoch, and a
+        pass that yields another count is an error."""
+        del request
+        return None
+
+
+@runtime_checkable
+class FileChecks(Protocol):
+    """A source's capability beyond `Source`: files that `Pipeline.check` reads one by
+    one (naming the file and the record of each problem), whose records it can count.
+    The file sources (TFRecord, Parquet, columnar) have it; a wrapped dataset has not
+    (`Pipeline.check` reads it whole). The defaults suit a dataclass source with a
+    ``paths`` field; a source overrides what it knows better.
+    """
+
+    kind: ClassVar[str]
+    #: The files, directories or glob patterns the source was given.
+    paths: Any
+
+    def explain_error(self, path: str, message: str) -> str:
+        """A reading error's message, made more precise where the source can."""
+        del path
+        return message
+
+    def check_files(self) -> tuple[list[str], list[str]]:
+        """``(files, empty files)`` `Pipeline.check` reads one by one (empty files are
+        skipped, never an error)."""
+        from tfinput._src.core.sources.files import drop_empty_files, resolve_paths
+
+        return drop_empty_files(resolve_paths(self.paths, what=self.kind), "skip")
+
+    def one_file(self, path: str) -> Source:
+        """This source reading ``path`` only (empty files skipped)."""
+        return dataclasses.replace(self, paths=(path,), empty_files="skip")  # type: ignore[type-var]
+
+    def problems_across_files(self, files: list[str], schema: Schema) -> dict[str, str]:
+        """Problems no file has alone, by file (message without the path)."""
+        del files, schema
+        return {}
+
+    def count_records(self, path: str) -> int | None:
+        """Records in one file, or None when the source cannot count them."""
+        del path
+        return None
+
+    def count_records_up_to(self, files: list[str], limit: int) -> int | None:
+        """Records in ``files``, counted up to ``limit`` (a larger count may stop at any
+        value >= ``limit``); None when the source cannot count them. By default the
+        files' `count_records`, until ``limit`` is reached."""
+        total = 0
+        for path in files:
+            rows = self.count_records(path)
+            if rows is None:
+                return None
+            total += rows
+            if total >= limit:
+                break
+        return total
+
+
+@runtime_checkable
+class RooflineStages(Protocol):
+    """A source's capability beyond `Source`: stages `tfinput.bench.roofline` measures
+    alone (``read``, ``parse``), and for the serial stage (`tfinput.Pipeline.serial_probe`)
+    the consumer side fed from memory. The file sources have it.
+    """
+
+    def read_in_memory(self, request: ReadRequest) -> tf.data.Dataset | None:
+        """`read`'s plan for ``request`` over a few records held in memory, endlessly:
+        the same interleave and elements (records or mini-batches), without the files.
+        `tfinput.bench.roofline` times the consumer side of the pipeline with it (the
+        serial stage: `tfinput.Pipeline.serial_probe`). None (the default) where the
+        elements reaching the consumer side are already batches."""
+        del request
+        return None
+
+    def consumer_elements(self, request: ReadRequest) -> float:
+        """Elements crossing the consumer side (interleave output, shuffle, batch) per
+        output batch: 1 for a source whose `read` yields batches (the default)."""
+        del request
+        return 1.0
+
+    def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
+        """The ``read`` and ``parse`` stages `tfinput.bench.roofline` measures."""
+        ...
+
+
+@runtime_checkable
+class RestartsOrder(Protocol):
+    """A capability a source may have beyond `Source`: restarting a build's order at a
+    batch, so that a saved input position is three integers (seed, epoch, batch) instead
+    of tf.data's iterator state (`tfinput.Pipeline.iterator` saves such compact states).
+    The columnar source has it (its global shuffle)."""
+
+    def recomputes_order(self, request: ReadRequest) -> bool:
+        """Whether this build's order is a function of (seed, epoch, batch)."""
+        ...
+
+    def resume_at(self, *, iteration: int, batch: int) -> Source:
+        """This source, its builds starting at batch ``batch`` of iteration
+        ``iteration``."""
+        ...

@@ -1,0 +1,253 @@
+"""`TFRecordSource`: TFRecord files of serialized ``tf.train.Example``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+import numpy as np
+import tensorflow as tf
+
+from tfinput._src.core.config import PipelineConfig
+from tfinput._src.core.errors import SourceError
+from tfinput._src.core.formats import tfrecord
+from tfinput._src.core.schema import Schema
+from tfinput._src.core.sources._tfrecord_checks import (
+    capped_shuffle_buffer,
+    check_first_examples_once,
+    check_tail_once,
+)
+from tfinput._src.core.sources.files import (
+    check_empty_files_policy,
+    drop_empty_files,
+    resolve_paths,
+)
+from tfinput._src.core.sources.protocol import (
+    Decode,
+    FileChecks,
+    ReadRequest,
+    ReadStages,
+    Resume,
+    RooflineStages,
+    Source,
+)
+from tfinput._src.core.sources.skeleton import file_order, interleave_files, single_core_options
+from tfinput._src.core.transforms import parse_spec
+
+__all__ = ["TFRecordSource"]
+
+
+def read_batch(config: PipelineConfig) -> int:
+    """The mini-batch size the file branches batch to (0: single records)."""
+    return config.read_batch if config.read_batch > 1 else 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TFRecordSource(Source, FileChecks, RooflineStages):
+    """TFRecord files of serialized ``tf.train.Example``.
+
+    Records are read natively (``TFRecordDataset``, interleaved over files), batched,
+    then parsed by one vectorized ``tf.io.parse_example`` per batch. Every
+    `PipelineConfig` knob applies; a build's read position can be checkpointed with
+    tf.data's iterator checkpointing (``resume = "iterator"``).
+
+    Attributes:
+      paths: Files, globs or directories.
+      compression: ``None``/``"none"``, ``"GZIP"``, ``"ZLIB"``, or ``"auto"`` (by file
+        extension: ``.gz`` is GZIP, ``.zz``/``.zlib`` is ZLIB, anything else none).
+      empty_files: ``skip`` (default; logged) or ``error``. Sharded writers such as
+        Spark often leave empty part files.
+      buffer_size: Read buffer per open file, bytes (None: TensorFlow's default).
+      allow_absent: tf.Example keys that may be absent from every one of the first
+        `SAMPLE_RECORDS` records (very sparse features) without a `SchemaError` at
+        build; they take their defaults.
+    """
+
+    paths: tuple[str, ...]
+    compression: str | None = "auto"
+    empty_files: str = "skip"
+    buffer_size: int | None = None
+    allow_absent: tuple[str, ...] = ()
+
+    kind: ClassVar[str] = "tfrecord"
+    resume: ClassVar[Resume] = "iterator"
+
+    def __post_init__(self) -> None:
+        tfrecord.check_compression(self.compression)
+        check_empty_files_policy(self.empty_files)
+
+    def compression_of(self, path: str) -> str:
+        """The TensorFlow compression type of ``path`` (``""`` for none)."""
+        return tfrecord.compression_of(self.compression, path)
+
+    def files(self) -> list[str]:
+        files = resolve_paths(self.paths, what="TFRecord")
+        return drop_empty_files(files, self.empty_files)[0]
+
+    def validate(self, files: list[str], schema: Schema) -> None:
+        """Cheap checks at build time, before any record is parsed.
+
+        - Every uncompressed local file must end with a whole record. TensorFlow treats a
+          file cut inside a record's 12-byte header as a clean end of file and silently
+          drops the rest; tfinput reads each file's last bytes (16 KiB, up to 1 MiB when
+          the last record is larger), finds the last record header by its length CRC
+          and raises `DataError` naming the file and the offset where the cut header
+          starts. A cut inside a record's data is TensorFlow's own ``DataLossError``
+          while reading, which `Pipeline.iterate` / `check` turn into a `DataError`.
+        - The first records of the first file (up to `SAMPLE_RECORDS`) are compared with
+          the schema: a key of the wrong kind, a required key missing from the first
+          record, or a key absent from every sampled record (usually a typo) is a
+          `SchemaError`. List ``allow_absent`` keys that may legitimately be absent
+          from that many records.
+        """
+        for path in files:
+            if "://" not in path and not self.compression_of(path):
+                check_tail_once(path)
+        check_first_examples_once(
+            files[0], self.compression_of(files[0]), schema, allow_absent=self.allow_absent
+        )
+
+    def count_records(self, path: str) -> int | None:
+        """Records in one file, counted natively (`Pipeline.check` reports it); None
+        when the file cannot be read to its end."""
+        try:
+            return tfrecord.count_records(path, self.compression_of(path))
+        except tf.errors.OpError:
+            return None
+
+    @property
+    def ignored_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
+        """None: every knob applies."""
+        return ()
+
+    def count_records_up_to(self, files: list[str], limit: int) -> int | None:
+        """Records in ``files`` up to ``limit``, reading at most ``limit`` records
+        (None: the files cannot be read that far)."""
+        try:
+            return tfrecord.count_records(files, self._compression(files), limit=limit)
+        except (tf.errors.OpError, SourceError):
+            return None
+
+    def _compression(self, files: list[str]) -> str:
+        compressions = {self.compression_of(f) for f in files}
+        if len(compressions) > 1:
+            raise SourceError(
+                f"TFRecord files mix compressions {sorted(compressions)}; give them as "
+                "separate pipelines or set compression explicitly"
+            )
+        return compressions.pop()
+
+    def read(self, request: ReadRequest) -> tf.data.Dataset:
+        """Serialized records of the files, interleaved (mini-batches of them with
+        ``read_batch``).
+
+        Raises:
+          SourceError: the files mix compressions.
+        """
+        files = request.files
+        compression = self._compression(files)
+        buffer_size = self.buffer_size
+
+        return self._branches(
+            request,
+            lambda path: tfrecord.records(path, compression, buffer_size=buffer_size),
+        )
+
+    def _branches(
+        self,
+        request: ReadRequest,
+        records_of: Callable[[tf.Tensor], tf.data.Dataset],
+        *,
+        batched: bool = False,
+    ) -> tf.data.Dataset:
+        """The parallel interleave over the files' branches, ``records_of(path)`` each
+        (already in mini-batches when ``batched``)."""
+        mini = read_batch(request.config)
+
+        def read(path: tf.Tensor) -> tf.data.Dataset:
+            records = records_of(path)
+            # With read_batch, each branch hands over mini-batches (partial at the end
+            # of its file), so no single record crosses to the consumer side.
+            return records.batch(mini) if mini and not batched else records
+
+        files = request.files
+        paths = file_order(tf.data.Dataset.from_tensor_slices(files), len(files), request)
+        return interleave_files(paths, read, request.config)
+
+    def read_in_memory(self, request: ReadRequest) -> tf.data.Dataset:
+        """`read`'s interleave with every file's branch repeating the first file's first
+        records (up to 1,024, held in memory): the consumer side sees the same elements
+        as from the files, records or mini-batches of ``read_batch`` of them, and the
+        branches cost almost nothing (a mini-batch is built once, not per element)."""
+        files = request.files
+        sample = tfrecord.records(files[0], self._compression(files)).take(1024)
+        records = list(sample.as_numpy_iterator())
+        mini = read_batch(request.config)
+        if not mini:
+            held = tf.constant(records, tf.string)
+            return self._branches(
+                request, lambda path: tf.data.Dataset.from_tensor_slices(held).repeat()
+            )
+        block = tf.constant((records * (mini // len(records) + 1))[:mini], tf.string)
+        return self._branches(
+            request, lambda path: tf.data.Dataset.from_tensors(block).repeat(), batched=True
+        )
+
+    def consumer_elements(self, request: ReadRequest) -> float:
+        """``batch_size`` records per batch, or ``batch_size / read_batch`` mini-batches."""
+        mini = read_batch(request.config)
+        return request.batch_size / mini if mini else float(request.batch_size)
+
+    def shuffle_buffer(self, records: tf.data.Dataset, request: ReadRequest) -> int:
+        """``shuffle_buffer`` capped at the most records the files can hold (logged); in
+        mini-batches with ``read_batch`` (the same records' memory)."""
+        del records
+        compressed = bool(self.compression_of(request.files[0]))
+        buffer = capped_shuffle_buffer(request.config.shuffle_buffer, request.files, compressed)
+        mini = read_batch(request.config)
+        return max(1, buffer // mini) if mini else buffer
+
+    def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:
+        """``batch(B)`` of serialized records; decoding is one ``parse_example``."""
+        config = request.config
+        if read_batch(config):  # mini-batches re-cut to exact batches
+            ds = records.rebatch(request.batch_size, drop_remainder=config.drop_remainder)
+        else:
+            ds = records.batch(request.batch_size, drop_remainder=config.drop_remainder)
+        spec = parse_spec(request.schema)
+
+        def decode(serialized: tf.Tensor) -> dict[str, Any]:
+            return tf.io.parse_example(serialized, spec)
+
+        return ds, decode
+
+    def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
+        """``read``: ``TFRecordDataset`` over the files in order, batched; ``parse``:
+        the same plus ``tf.io.parse_example`` (no tfinput transforms)."""
+        compression = self.compression_of(files[0])
+        spec = parse_spec(schema)
+        opts = single_core_options()
+
+        def read() -> Iterable[Any]:
+            ds = tfrecord.records(files, compression)
+            return ds.batch(batch_size, drop_remainder=True).repeat().with_options(opts)
+
+        def parse() -> Iterable[Any]:
+            ds = tfrecord.records(files, compression).batch(batch_size, drop_remainder=True)
+            ds = ds.map(lambda x: tf.io.parse_example(x, spec))
+            return ds.repeat().with_options(opts)
+
+        first = next(iter(tfrecord.records(files[0], compression).batch(256)), None)
+        per_example = None
+        if first is not None:
+            per_example = float(np.mean([len(x) for x in first.numpy()]))
+        return ReadStages(
+            factories={"read": read, "parse": parse},
+            descriptions={
+                "read": "TFRecordDataset over the files in order, batch(B)",
+                "parse": "read + tf.io.parse_example (no tfinput transforms)",
+            },
+            files=len(files),
+            bytes_per_example=per_example,
+        )

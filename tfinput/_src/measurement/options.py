@@ -1,0 +1,59 @@
+"""`MeasureOptions`: how a measurement is taken, in one frozen object.
+
+`tfinput.bench.measure` and `tuners.tune` take it (``measurement=``); its fields are
+also their keywords (``windows=``, ``clock=``, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from tfinput._src.measurement.windows import Clock, WindowPlan
+
+__all__ = ["MeasureOptions"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeasureOptions:
+    """The window counts, the CPUs and the probes of a measurement.
+
+    Attributes:
+      warmup_batches, windows, window_batches: The `WindowPlan` (None: the measuring
+        function's own plan, `BENCH_PLAN` for bench and `TUNER_PLAN` for the tuner).
+      cpu_count: CPUs the numbers are normalized to and recorded with (None: the
+        process's affinity mask).
+      clock, cpu_clock, rss: Wall clock, process CPU seconds and resident memory
+        probes (None: the real ones; tests pass fakes).
+    """
+
+    warmup_batches: int | None = None
+    windows: int | None = None
+    window_batches: int | None = None
+    cpu_count: int | None = None
+    clock: Clock | None = None
+    cpu_clock: Clock | None = None
+    rss: Callable[[], int] | None = None
+
+    def plan(self, default: WindowPlan, *, what: str) -> WindowPlan:
+        """The window plan: the counts given here, the others ``default``'s.
+
+        Raises:
+          ConfigError: a bad count, as ``"{what}: windows must be an int >= 1, got 0"``.
+        """
+        return WindowPlan.checked(
+            what,
+            warmup_batches=_given(self.warmup_batches, default.warmup_batches),
+            windows=_given(self.windows, default.windows),
+            window_batches=_given(self.window_batches, default.window_batches),
+        )
+
+    def clocks(self) -> dict[str, Clock]:
+        """``clock`` and ``cpu_clock`` as keywords, only those given (so the
+        measurement's own defaults apply to the others)."""
+        given = {"clock": self.clock, "cpu_clock": self.cpu_clock}
+        return {name: probe for name, probe in given.items() if probe is not None}
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
