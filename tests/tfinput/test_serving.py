@@ -14,6 +14,7 @@ import tensorflow as tf
 import tfinput
 from tests.helpers import SEQUENTIAL
 from tfinput import serving
+from tfinput._src.applications.serving import ASSETS_DIR
 from tfinput.errors import ConfigError, SchemaError
 
 ROWS = 100
@@ -101,11 +102,11 @@ def test_exported_savedmodel_reloaded_gives_the_training_inputs_and_predictions(
     _assert_same(inputs, features)
 
     meta = json.loads(
-        (tmp_path / "export" / serving.ASSETS_DIR / "tfinput_serving.json").read_text()
+        (tmp_path / "export" / ASSETS_DIR / "tfinput_serving.json").read_text()
     )
     assert meta["layout"] == "per_feature" and meta["multi_hot_format"] == "dense"
     schema = tfinput.Schema.from_json(
-        str(tmp_path / "export" / serving.ASSETS_DIR / "tfinput_schema.json")
+        str(tmp_path / "export" / ASSETS_DIR / "tfinput_schema.json")
     )
     assert schema == small_schema
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tests.helpers import parse_records
 from tfinput import testing
+from tfinput._src.applications.testing import _to_examples_protobuf
 from tfinput._src.core.formats import tfrecord
 from tfinput.errors import DataError, SourceError
 from tfinput.formats.tfrecord import WireColumn, bytes_column, encode_examples
@@ -39,7 +40,7 @@ def test_fast_encoder_parses_like_protobuf(make_schema):
     schema = make_schema()
     cols = testing.generate(schema, 700, seed=3)
     fast = testing.to_examples(cols)
-    reference = testing._to_examples_protobuf(cols)
+    reference = _to_examples_protobuf(cols)
     assert len(fast) == len(reference) == 700
     spec = parse_spec(schema)
     _assert_same(parse_records(fast, spec), parse_records(reference, spec))
