@@ -101,13 +101,9 @@ def test_exported_savedmodel_reloaded_gives_the_training_inputs_and_predictions(
     inputs = loaded.signatures["transform"](examples=examples)
     _assert_same(inputs, features)
 
-    meta = json.loads(
-        (tmp_path / "export" / ASSETS_DIR / "tfinput_serving.json").read_text()
-    )
+    meta = json.loads((tmp_path / "export" / ASSETS_DIR / "tfinput_serving.json").read_text())
     assert meta["layout"] == "per_feature" and meta["multi_hot_format"] == "dense"
-    schema = tfinput.Schema.from_json(
-        str(tmp_path / "export" / ASSETS_DIR / "tfinput_schema.json")
-    )
+    schema = tfinput.Schema.from_json(str(tmp_path / "export" / ASSETS_DIR / "tfinput_schema.json"))
     assert schema == small_schema
 
 
