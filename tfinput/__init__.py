@@ -107,6 +107,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfinput.inference import infer_schema
     from tfinput.layout import PackedLayout
     from tfinput.pipeline import Pipeline, parquet, tfrecord, wrap
+    from tfinput.resume import InputIterator
     from tfinput.serving import serving_fn
     from tfinput.sparsecore import sparsecore_stats
     from tfinput.tpu import embedding_configs, keras_rs_configs, placement
