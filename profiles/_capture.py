@@ -163,9 +163,9 @@ def _as_step(step: Any) -> steps.Step:
 
 def _as_iterable(pipeline: Any) -> Iterable[Any]:
     dataset = pipeline
-    if callable(pipeline) and not hasattr(pipeline, "__iter__"):
+    if callable(pipeline) and not isinstance(pipeline, Iterable):
         dataset = pipeline()
-    if not hasattr(dataset, "__iter__"):
+    if not isinstance(dataset, Iterable):
         raise ConfigError(
             "capture: pipeline must be a tf.data.Dataset (or any iterable of batches) or a "
             f"zero-argument callable returning one, got {type(dataset).__name__}"
@@ -408,7 +408,7 @@ def _capture_owned_loop(
 
     from tfinput.bench import batch_rows
 
-    if not hasattr(dataset, "element_spec"):
+    if not isinstance(dataset, tf.data.Dataset):
         raise ConfigError(
             f"capture: the {step.kind} step runs model.fit, which needs a tf.data.Dataset, "
             f"got {type(dataset).__name__}"
