@@ -149,7 +149,7 @@ class CaptureResult:
     metadata: Mapping[str, Any]
 
 
-def _as_step(step: Any) -> steps.Step:
+def _as_step(step: steps.Step | Callable[[Any], object] | None) -> steps.Step:
     if step is None:
         return steps.input_only()
     if isinstance(step, steps.Step):
@@ -161,7 +161,7 @@ def _as_step(step: Any) -> steps.Step:
     )
 
 
-def _as_iterable(pipeline: Any) -> Iterable[Any]:
+def _as_iterable(pipeline: Iterable[Any] | Callable[[], Iterable[Any]]) -> Iterable[Any]:
     dataset = pipeline
     if callable(pipeline) and not isinstance(pipeline, Iterable):
         dataset = pipeline()
@@ -187,8 +187,8 @@ def _describe_pipeline(dataset: Any) -> str:
 
 
 def capture(
-    pipeline: Any,
-    step: Any = None,
+    pipeline: Iterable[Any] | Callable[[], Iterable[Any]],
+    step: steps.Step | Callable[[Any], object] | None = None,
     *,
     logdir: str | os.PathLike[str],
     config: CaptureConfig | None = None,
@@ -269,7 +269,7 @@ def _capture(
 
 def _profile_steps(
     iterator: Iterator[Any],
-    step: Any,
+    step: steps.Step,
     plan: WindowPlan,
     step_name: str,
     clock: Callable[[], float],
@@ -333,7 +333,7 @@ class _JaxTrace:
         self.active = False
 
     @classmethod
-    def of(cls, step: Any) -> _JaxTrace:
+    def of(cls, step: steps.Step) -> _JaxTrace:
         if step.backend != "jax":
             return cls()
         try:
@@ -395,7 +395,7 @@ class _JaxTrace:
 
 
 def _capture_owned_loop(
-    step: Any,
+    step: steps.Step,
     dataset: Any,
     cfg: CaptureConfig,
     logdir: Path,
@@ -497,7 +497,7 @@ def _step_markers(
     return Markers()
 
 
-def _fit_note(step: Any) -> str:
+def _fit_note(step: steps.Step) -> str:
     k = step.describe().get("steps_per_execution", 1) if step.kind == "keras_fit" else 1
     if k <= 1:
         return ""

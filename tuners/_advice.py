@@ -234,13 +234,18 @@ def _measurement(
     return dataclasses.replace(options, **options.plan(default, what=what).to_dict())
 
 
-def cached_source(pipeline: Any) -> Callable[[PipelineConfig], Iterable[Any]]:
+def cached_source(pipeline: Measurable) -> Callable[[PipelineConfig], Iterable[Any]]:
     """``config -> one batch repeated``: the step fed without any input cost."""
 
     return Target.of(pipeline, what="tuner").one_batch_repeated
 
 
-def step_bound(pipeline: Any, config: PipelineConfig, step: Any, **kwargs: Any) -> float:
+def step_bound(
+    pipeline: Measurable,
+    config: PipelineConfig,
+    step: Step | Callable[[Any], object] | None,
+    **kwargs: Any,
+) -> float:
     """Examples/s of ``step`` fed one cached batch over and over (no input cost): the
     most the step can take; the median of `step_bound_stats`."""
     return step_bound_stats(pipeline, config, step, **kwargs).median
@@ -269,7 +274,7 @@ def step_bound_stats(
 
 
 # ------------------------------------------------------------- gain by knob
-def _norm(knob: str, value: Any, pipeline: Any) -> Any:
+def _norm(knob: str, value: Any, pipeline: Measurable | None) -> Any:
     from tuners._space import canonical
 
     if knob == "layout" and value is None:
@@ -278,7 +283,7 @@ def _norm(knob: str, value: Any, pipeline: Any) -> Any:
 
 
 def differing_groups(
-    winner: PipelineConfig, autotune: PipelineConfig, *, pipeline: Any = None
+    winner: PipelineConfig, autotune: PipelineConfig, *, pipeline: Measurable | None = None
 ) -> dict[str, dict[str, tuple[Any, Any]]]:
     """``{group: {knob: (winner value, autotune value)}}`` for the `KNOB_GROUPS` in which
     the two configs build different pipelines."""

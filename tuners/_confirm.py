@@ -380,7 +380,7 @@ def advice_sentences(
 
 
 def service_sizing(
-    pipeline: Any,
+    pipeline: Measurable,
     best_config: PipelineConfig,
     confirmed: Sequence[ConfigStats],
     target_rate: float | None,

@@ -38,6 +38,7 @@ from tfinput.steps import Step
 
 if TYPE_CHECKING:
     from tfinput.bench import Window
+    from tfinput.measure.target import Measurable
 
 __all__ = ["Measurement", "measure"]
 
@@ -92,7 +93,7 @@ class Measurement:
 
 
 def measure(
-    pipeline: Any,
+    pipeline: Measurable,
     config: PipelineConfig,
     step: Callable[[Any], Any] | None = None,
     *,

@@ -56,7 +56,7 @@ def baseline_configs(
     *,
     cpu_count: int,
     current: PipelineConfig | None = None,
-    step: Any = None,
+    step: Step | Callable[[Any], object] | None = None,
 ) -> dict[str, PipelineConfig]:
     """``autotune``, ``heuristic`` (and ``current``) with the user's batch settings.
 

@@ -32,6 +32,7 @@ from tfinput.steps import Step
 
 if TYPE_CHECKING:
     from tfinput.fleet import ServiceRead
+    from tfinput.measure.target import Measurable
 
 __all__ = ["SearchSpace", "TUNABLE", "FEEDING", "SERVICE", "encode", "decode", "parse_assignment"]
 
@@ -257,13 +258,13 @@ class SearchSpace:
     @classmethod
     def for_pipeline(
         cls,
-        pipeline: Any,
+        pipeline: Measurable,
         *,
         cpu_count: int | None = None,
         batch_size: int | None = None,
         tune_batch_size: bool = False,
         tune_cache: bool = False,
-        step: Any = None,
+        step: Step | Callable[[Any], object] | None = None,
     ) -> SearchSpace:
         """`default` with the file count and data size read from a tfinput pipeline's
         files (``tune_cache`` searches ``cache`` only when they fit in a quarter of RAM), its

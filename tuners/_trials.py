@@ -5,10 +5,13 @@ trial (or a measurement) failed, in words."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import TfinputError
+
+if TYPE_CHECKING:
+    from tfinput.measure.target import Measurable
 
 __all__ = [
     "explain_failure",
@@ -21,7 +24,7 @@ __all__ = [
 ]
 
 
-def explain_failure(pipeline: Any, error: BaseException) -> str:
+def explain_failure(pipeline: Measurable, error: BaseException) -> str:
     """Why a trial or measurement failed, in one line: tfinput's own message, "out of
     memory", or the error's type and its cleaned-up message (`tfinput.errors.clean_error`).
     """

@@ -16,7 +16,8 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tfinput import steps
 from tfinput.cli.args import (
@@ -32,6 +33,10 @@ from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
 from tfinput.measure.target import Target
 from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyOptions, TuneOptions
+
+if TYPE_CHECKING:
+    from tfinput.measure.target import Measurable
+    from tfinput.steps import Step
 
 __all__ = ["DEMO_COMMAND", "TUNE_COMMAND", "add_subcommands"]
 
@@ -160,7 +165,9 @@ def _schema_path(args: argparse.Namespace) -> str | None:
 
 
 def _space_and_base(
-    args: argparse.Namespace, pipeline: Any, step: Any = None
+    args: argparse.Namespace,
+    pipeline: Measurable,
+    step: Step | Callable[[Any], object] | None = None,
 ) -> tuple[Any, Any, Any]:
     from tfinput import bench
     from tfinput.config import PipelineConfig
@@ -306,7 +313,7 @@ def _write_failed(error: Any, out: str) -> None:
     print(f"tfinput tune: trials written to {path}", file=sys.stderr)
 
 
-def _search(args: argparse.Namespace, out: str, pipeline: Any, **kwargs: Any) -> Any:
+def _search(args: argparse.Namespace, out: str, pipeline: Measurable, **kwargs: Any) -> Any:
     """`tuners.tune` under the progress display (``--n-trials`` trials); when no trial
     completed, ``result.json`` is written before the error goes on."""
     from tuners._study import TrialsFailedError, tune
