@@ -17,13 +17,17 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput.cli.args import add_output_arguments, add_step_arguments
 from tfinput.cli.console import console
 from tfinput.cli.objects import load_object
 from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tfinput.config import PipelineConfig
+    from tfinput.schema import Schema
 
 __all__ = [
     "INSPECT_COMMAND",
@@ -94,7 +98,9 @@ def _accepts_argument(fn: Callable[..., Any]) -> bool:
     )
 
 
-def resolve_pipeline(spec: str, config: Any = None, *, with_schema: bool = False) -> Any:
+def resolve_pipeline(
+    spec: str, config: PipelineConfig | None = None, *, with_schema: bool = False
+) -> Any:
     """Build the dataset named by ``--pipeline MODULE:FUNCTION``.
 
     The object may be a ``tf.data.Dataset``, an object with ``.build(config)`` (a
@@ -145,7 +151,7 @@ def resolve_pipeline(spec: str, config: Any = None, *, with_schema: bool = False
     return (obj, schema) if with_schema else obj
 
 
-def _make_step(args: argparse.Namespace, dataset: Any, schema: Any) -> Any:
+def _make_step(args: argparse.Namespace, dataset: Any, schema: Schema | None) -> Any:
     """The step kinds of the tuner (`tfinput.steps.make`); ``--step keras`` without
     ``--model`` uses the built-in ranking model for tfinput pipelines and a tiny dense
     model for any other dataset."""
@@ -207,7 +213,7 @@ def _check_step_options(args: argparse.Namespace) -> None:
         raise ConfigError("--step-fn only applies to --step function or jax")
 
 
-def _dataset(args: argparse.Namespace, config: Any) -> tuple[Any, Any]:
+def _dataset(args: argparse.Namespace, config: PipelineConfig | None) -> tuple[Any, Any]:
     """``(dataset, schema)`` of ``--demo`` or ``--pipeline``, built with ``config``."""
     if not args.demo:
         return resolve_pipeline(args.pipeline, config, with_schema=True)

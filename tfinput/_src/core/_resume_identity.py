@@ -17,6 +17,8 @@ from tfinput._src.core.errors import ResumeError
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
+    from tfinput._src.core.config import PipelineConfig
+
 __all__ = [
     "COMPACT_FORMAT",
     "IDENTITY_KNOBS",
@@ -46,7 +48,9 @@ REMEDY = (
 )
 
 
-def pipeline_identity(pipeline: Any, config: Any, input_context: Any = None) -> dict[str, Any]:
+def pipeline_identity(
+    pipeline: Any, config: PipelineConfig, input_context: Any = None
+) -> dict[str, Any]:
     """What a state must match to be restored into a build: source kind, files (each
     local file by absolute path, size and modification time, so that the same files
     named from another working directory match and a file rewritten under its name

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tfinput._src.core.errors import ResumeError
 
 if TYPE_CHECKING:  # pragma: no cover
-    pass
+    from tfinput._src.core.config import PipelineConfig
 
 __all__ = ["verify"]
 
@@ -18,7 +18,7 @@ __all__ = ["verify"]
 # ----------------------------------------------------------- verification
 def verify(
     pipeline: Any,
-    config: Any,
+    config: PipelineConfig,
     *,
     after: int = 3,
     compare: int = 3,
@@ -70,7 +70,7 @@ def verify(
 
 def _save_restore_compare(
     pipeline: Any,
-    config: Any,
+    config: PipelineConfig,
     after: int,
     compare: int,
     tick: Callable[[], Any],

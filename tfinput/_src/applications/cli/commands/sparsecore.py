@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput._src.applications.cli.args import (
     add_output_arguments,
@@ -19,6 +19,9 @@ from tfinput._src.applications.cli.args import (
 )
 from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tfinput._src.core.schema import Schema
 
 __all__ = ["arguments", "run"]
 
@@ -154,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(o.over_any for o in overflows) else 0
 
 
-def _payload(stats: Any, schema: Any, overflows: list[Any]) -> dict[str, Any]:
+def _payload(stats: Any, schema: Schema, overflows: list[Any]) -> dict[str, Any]:
     """Statistics, suggested limits per table, TensorFlow's and keras-rs's configs."""
     import dataclasses
 
@@ -186,7 +189,7 @@ def _payload(stats: Any, schema: Any, overflows: list[Any]) -> dict[str, Any]:
     return out
 
 
-def _print(stats: Any, schema: Any, overflows: list[Any], mlperf: int) -> None:
+def _print(stats: Any, schema: Schema, overflows: list[Any], mlperf: int) -> None:
     from rich.table import Table as RichTable
 
     out = console()
