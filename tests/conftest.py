@@ -781,6 +781,7 @@ if _TIMES:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         wall, cpu = time.perf_counter(), time.process_time()
+        children = os.times()
         gc_s, full = _gc["seconds"], _gc["full"]
         before = _threads()
         yield
@@ -796,6 +797,15 @@ if _TIMES:
             "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
             "wall": round(time.perf_counter() - wall, 2),
             "cpu": round(time.process_time() - cpu, 2),
+            # CPU of the child processes the test started and waited for (commands,
+            # examples, servers, JAX children)
+            "child_cpu": round(
+                os.times().children_user
+                + os.times().children_system
+                - children.children_user
+                - children.children_system,
+                2,
+            ),
             "gc": round(_gc["seconds"] - gc_s, 2),
             "full_gcs": _gc["full"] - full,
             "objects": len(gc.get_objects()) if time.perf_counter() - wall > 20 else None,
