@@ -180,7 +180,7 @@ def _trace_files(logdir: Path) -> dict[Path, float]:
     return {p: p.stat().st_mtime for p in root.glob("*/*.xplane.pb")}
 
 
-def _describe_pipeline(dataset: Any) -> str:
+def _describe_pipeline(dataset: object) -> str:
     spec = getattr(dataset, "element_spec", None)
     text = f"{type(dataset).__name__}" + (f" element_spec={spec}" if spec is not None else "")
     return text if len(text) <= 2000 else text[:2000] + "..."
@@ -233,7 +233,7 @@ def capture(
 
 def _capture(
     the_step: steps.Step,
-    dataset: Any,
+    dataset: Iterable[Any],
     cfg: CaptureConfig,
     logdir: Path,
     clock: Callable[[], float],
@@ -396,7 +396,7 @@ class _JaxTrace:
 
 def _capture_owned_loop(
     step: steps.Step,
-    dataset: Any,
+    dataset: Iterable[Any],
     cfg: CaptureConfig,
     logdir: Path,
     clock: Callable[[], float],
@@ -509,8 +509,8 @@ def _fit_note(step: steps.Step) -> str:
 
 
 def _finish(
-    the_step: Any,
-    dataset: Any,
+    the_step: steps.Step,
+    dataset: Iterable[Any],
     cfg: CaptureConfig,
     logdir: Path,
     before: dict[Path, float],

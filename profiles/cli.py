@@ -16,7 +16,7 @@ import inspect as _inspect
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tfinput.cli.args import add_output_arguments, add_step_arguments
@@ -151,7 +151,7 @@ def resolve_pipeline(
     return (obj, schema) if with_schema else obj
 
 
-def _make_step(args: argparse.Namespace, dataset: Any, schema: Schema | None) -> Any:
+def _make_step(args: argparse.Namespace, dataset: Iterable[Any], schema: Schema | None) -> Any:
     """The step kinds of the tuner (`tfinput.steps.make`); ``--step keras`` without
     ``--model`` uses the built-in ranking model for tfinput pipelines and a tiny dense
     model for any other dataset."""
@@ -268,13 +268,11 @@ def _inspect_logdirs(args: argparse.Namespace) -> int:
 
     if args.compare:
         before, after = (analyze(d, host=args.host) for d in args.compare)
-        result: Any = compare(before, after)
-    else:
-        result = analyze(args.logdir, run=args.run, host=args.host)
-    _emit(result, args)
-    if args.compare:
-        return 0 if result.before.is_complete and result.after.is_complete else 1
-    return 0 if result.is_complete else 1
+        _emit(compare(before, after), args)
+        return 0 if before.is_complete and after.is_complete else 1
+    analysis = analyze(args.logdir, run=args.run, host=args.host)
+    _emit(analysis, args)
+    return 0 if analysis.is_complete else 1
 
 
 PROFILE_COMMAND = Command(

@@ -30,7 +30,10 @@ from __future__ import annotations
 import ast
 import collections
 import functools
+import importlib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tfinput", "tuners", "profiles")
@@ -249,12 +252,6 @@ IMPORTS_BY_STRING = {
     "tfinput._src.core._objects",
     # an old module name answered with the module under its new name (for one release)
     "tfinput._src.core.deprecation",
-    # lazy name tables (`_LAZY`), each mirrored by its ``TYPE_CHECKING`` imports, which
-    # the checks above count (test_every_lazy_table_is_a_declared_import)
-    "tfinput",
-    "tfinput._src.applications.bench",
-    "tfinput._src.applications.columnar_records",
-    "tuners",
 }
 
 
@@ -268,22 +265,37 @@ def test_modules_are_imported_by_string_only_where_declared():
     assert callers == IMPORTS_BY_STRING
 
 
-def test_every_lazy_table_is_a_declared_import():
-    """A ``_LAZY = {name: module}`` table imports by string; each entry is also a
-    ``TYPE_CHECKING`` import of that name from that module, so the layer and cycle checks
-    above see it (and a type checker resolves it)."""
-    for module in IMPORTS_BY_STRING:
-        tree = ast.parse(MODULES[module].read_text())
-        declared = {
-            (node.module, alias.name)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom)
-            for alias in node.names
-        }
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets
-            ):
-                table = ast.literal_eval(node.value)
-                missing = {(m, n) for n, m in table.items()} - declared
-                assert missing == set(), f"{module}: lazy names not imported under TYPE_CHECKING"
+#: The packages that import their heavy names on first use (a module ``__getattr__``
+#: whose import statements the checks above count).
+LAZY_PACKAGES = (
+    "tfinput",
+    "tuners",
+    "tfinput._src.applications.bench",
+    "tfinput._src.applications.columnar_records",
+)
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_every_lazy_name_resolves_and_is_declared_for_type_checkers(package):
+    """Each name of ``__all__`` is bound when the package is imported or is answered by
+    its ``__getattr__`` (on first use), and then is also a ``TYPE_CHECKING`` import, so a
+    type checker sees what the name is."""
+    tree = ast.parse(MODULES[package].read_text())
+    bound = {
+        (alias.asname or alias.name).partition(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    bound |= {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    bound |= {
+        target.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    imported = importlib.import_module(package)
+    for name in imported.__all__:
+        assert name in bound, f"{package}.{name}: neither defined nor a TYPE_CHECKING import"
+        assert getattr(imported, name) is not None

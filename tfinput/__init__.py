@@ -6,7 +6,7 @@ is built or a module that needs them is used.
 
 from __future__ import annotations
 
-import importlib
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core._moved import MOVED as _MOVED
@@ -64,45 +64,8 @@ __all__ = [
     "resume",
 ]
 
-_LAZY = {
-    "Pipeline": "tfinput.pipeline",
-    "tfrecord": "tfinput.pipeline",
-    "parquet": "tfinput.pipeline",
-    "columnar": "tfinput.columnar_records",
-    "wrap": "tfinput.pipeline",
-    "infer_schema": "tfinput.inference",
-    "embedding_configs": "tfinput.tpu",
-    "keras_rs_configs": "tfinput.tpu",
-    "placement": "tfinput.tpu",
-    "sparsecore_stats": "tfinput.sparsecore",
-    "serving_fn": "tfinput.serving",
-    "PackedLayout": "tfinput.layout",
-    "InputIterator": "tfinput.resume",
-}
-_SUBMODULES = {
-    "testing",
-    "steps",
-    "layout",
-    "models",
-    "retrieval",
-    "tpu",
-    "inference",
-    "pipeline",
-    "sources",
-    "transforms",
-    "bench",
-    "convert",
-    "datagen",
-    "columnar_records",
-    "graph",
-    "service",
-    "resume",
-    "sparsecore",
-    "serving",
-}
-
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput import layout, steps, testing
+    from tfinput import layout, resume, steps, testing
     from tfinput.columnar_records import columnar
     from tfinput.inference import infer_schema
     from tfinput.layout import PackedLayout
@@ -114,11 +77,102 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in _SUBMODULES:
-        return importlib.import_module(f"tfinput.{name}")
-    raise AttributeError(f"module 'tfinput' has no attribute {name!r}")
+    """The names and submodules that import TensorFlow, pyarrow or Keras, on first use.
+
+    Each import is a statement, ``import a.b as module`` (which never asks this function
+    again), so tests/test_layers.py sees every one."""
+    match name:
+        case "Pipeline" | "tfrecord" | "parquet" | "wrap":
+            import tfinput.pipeline as module
+        case "columnar":
+            import tfinput.columnar_records as module
+        case "infer_schema":
+            import tfinput.inference as module
+        case "embedding_configs" | "keras_rs_configs" | "placement":
+            import tfinput.tpu as module
+        case "sparsecore_stats":
+            import tfinput.sparsecore as module
+        case "serving_fn":
+            import tfinput.serving as module
+        case "PackedLayout":
+            import tfinput.layout as module
+        case "InputIterator":
+            import tfinput.resume as module
+        case _:
+            return _submodule(name)
+    return getattr(module, name)
+
+
+def _submodule(name: str) -> ModuleType:
+    """``tfinput.<name>`` for a public submodule not imported yet (``sources``: its old
+    name, with the deprecation warning)."""
+    match name:
+        case "testing":
+            import tfinput.testing as module
+        case "steps":
+            import tfinput.steps as module
+        case "layout":
+            import tfinput.layout as module
+        case "models":
+            import tfinput.models as module
+        case "retrieval":
+            import tfinput.retrieval as module
+        case "tpu":
+            import tfinput.tpu as module
+        case "inference":
+            import tfinput.inference as module
+        case "pipeline":
+            import tfinput.pipeline as module
+        case "sources":
+            import tfinput.sources as module
+        case "transforms":
+            import tfinput.transforms as module
+        case "bench":
+            import tfinput.bench as module
+        case "convert":
+            import tfinput.convert as module
+        case "datagen":
+            import tfinput.datagen as module
+        case "columnar_records":
+            import tfinput.columnar_records as module
+        case "graph":
+            import tfinput.graph as module
+        case "service":
+            import tfinput.service as module
+        case "resume":
+            import tfinput.resume as module
+        case "sparsecore":
+            import tfinput.sparsecore as module
+        case "serving":
+            import tfinput.serving as module
+        case _:
+            raise AttributeError(f"module 'tfinput' has no attribute {name!r}")
+    return module
+
+
+_SUBMODULES = frozenset(
+    {
+        "testing",
+        "steps",
+        "layout",
+        "models",
+        "retrieval",
+        "tpu",
+        "inference",
+        "pipeline",
+        "sources",
+        "transforms",
+        "bench",
+        "convert",
+        "datagen",
+        "columnar_records",
+        "graph",
+        "service",
+        "resume",
+        "sparsecore",
+        "serving",
+    }
+)
 
 
 def __dir__() -> list[str]:

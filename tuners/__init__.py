@@ -15,7 +15,6 @@ below are the public API (docs/api.md); the modules behind them are private
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from tfinput.deprecation import MovedModules
@@ -40,27 +39,6 @@ __all__ = [
     "format_advice",
     "knob_breakdown",
 ]
-
-_LAZY = {
-    "tune": "tuners._study",
-    "TuneOptions": "tuners.options",
-    "SearchOptions": "tuners.options",
-    "StudyOptions": "tuners.options",
-    "MeasureOptions": "tuners.options",
-    "ConfirmOptions": "tuners.options",
-    "TuneResult": "tuners._result",
-    "resume_record": "tuners._result",
-    "make_storage": "tuners._storage",
-    "TrialsFailedError": "tuners._result",
-    "NoiseAwarePruner": "tuners._pruning",
-    "SearchSpace": "tuners._space",
-    "Measurement": "tuners._objective",
-    "measure": "tuners._objective",
-    "FormatAdvice": "tuners._columnar_advice",
-    "KnobContribution": "tuners._advice",
-    "format_advice": "tuners._columnar_advice",
-    "knob_breakdown": "tuners._advice",
-}
 
 if TYPE_CHECKING:  # pragma: no cover
     from tuners._advice import KnobContribution, knob_breakdown
@@ -100,9 +78,30 @@ MovedModules({f"tuners.{m}": f"tuners._{m}" for m in _MOVED}, public="tuners").i
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'tuners' has no attribute {name!r}")
+    # Each name imported from its module on first use (Optuna and TensorFlow load then),
+    # by an import statement, which tests/test_layers.py sees.
+    match name:
+        case "tune":
+            import tuners._study as module
+        case "TuneOptions" | "SearchOptions" | "StudyOptions" | "MeasureOptions" | "ConfirmOptions":
+            import tuners.options as module
+        case "TuneResult" | "resume_record" | "TrialsFailedError":
+            import tuners._result as module
+        case "make_storage":
+            import tuners._storage as module
+        case "NoiseAwarePruner":
+            import tuners._pruning as module
+        case "SearchSpace":
+            import tuners._space as module
+        case "Measurement" | "measure":
+            import tuners._objective as module
+        case "FormatAdvice" | "format_advice":
+            import tuners._columnar_advice as module
+        case "KnobContribution" | "knob_breakdown":
+            import tuners._advice as module
+        case _:
+            raise AttributeError(f"module 'tuners' has no attribute {name!r}")
+    return getattr(module, name)
 
 
 def __dir__() -> list[str]:

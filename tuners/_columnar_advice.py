@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tfinput.bench import Roofline
     from tfinput.measure.stats import ConfigStats
     from tfinput.pipeline import Pipeline
+    from tfinput.schema import Schema
 
 __all__ = ["ADVICE_PLAN", "FormatAdvice", "parse_is_bound", "format_advice", "quick_roofline"]
 
@@ -105,7 +106,7 @@ def parse_is_bound(
     *,
     batch_size: int,
     cpu_count: int | None = None,
-    roofline_result: Any = None,
+    roofline_result: Roofline | None = None,
 ) -> tuple[bool, dict[str, Any]]:
     """Whether parsing bounds a tf.Example pipeline, from `tfinput.bench.roofline`.
 
@@ -353,7 +354,7 @@ def _measure_side_by_side(
 
 
 def _convert_command(
-    paths: Sequence[str], *, schema: Any, schema_path: str | None, chunk_rows: int, out: str
+    paths: Sequence[str], *, schema: Schema, schema_path: str | None, chunk_rows: int, out: str
 ) -> str:
     """The ``tfinput convert`` command that converts the whole data set: its directory
     when the files are all of a local directory's data files (without ``--schema`` when

@@ -23,7 +23,7 @@ from tfinput.steps import Step
 from tuners._trials import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput.bench import ConfigStats, WindowPlan
+    from tfinput.bench import ConfigStats, Window, WindowPlan
     from tuners._advice import KnobContribution
     from tuners._columnar_advice import FormatAdvice
 
@@ -118,7 +118,7 @@ def confirm(
     if progress is not None:
         progress("confirm", {"configs": list(configs), "windows": how.windows})
 
-    def on_window(done: int, total: int, window: Any) -> None:
+    def on_window(done: int, total: int, window: Window) -> None:
         if progress is not None:
             progress(
                 "confirm_window",

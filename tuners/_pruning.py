@@ -18,10 +18,13 @@ quarter when maximizing, which prunes three trials in four, near-ties included.
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import optuna
+
+if TYPE_CHECKING:  # pragma: no cover
+    import optuna
 
 __all__ = ["NoiseAwarePruner"]
 
@@ -66,7 +69,7 @@ class NoiseAwarePruner(optuna.pruners.BasePruner):
             "window(s)"
         )
 
-    def threshold(self, study: Any, step: int) -> tuple[float, float] | None:
+    def threshold(self, study: optuna.Study, step: int) -> tuple[float, float] | None:
         """``(cut, margin)`` at window ``step``, or None while too few trials finished."""
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
         finished = study.get_trials(deepcopy=False, states=states)
@@ -81,7 +84,7 @@ class NoiseAwarePruner(optuna.pruners.BasePruner):
         margin = max(self.min_margin, statistics.median(spreads) if spreads else 0.0)
         return float(np.percentile(at_step, 100 * self.quantile)), margin
 
-    def prune(self, study: Any, trial: Any) -> bool:
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
         step = trial.last_step
         if step is None or step < self.n_warmup_steps:
             return False
@@ -95,7 +98,7 @@ class NoiseAwarePruner(optuna.pruners.BasePruner):
         return best * (1.0 + margin) < cut
 
 
-def _relative_spread(trial: Any) -> float | None:
+def _relative_spread(trial: optuna.trial.FrozenTrial) -> float | None:
     rates = trial.user_attrs.get("window_rates") or list(trial.intermediate_values.values())
     rates = [r for r in rates if r is not None and r > 0]
     if len(rates) < 2:

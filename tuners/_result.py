@@ -13,6 +13,8 @@ from tfinput.errors import TfinputError
 from tuners._advice import INPUT_BOUND_THRESHOLD
 
 if TYPE_CHECKING:  # pragma: no cover
+    import optuna
+
     from tfinput.bench import ConfigStats, WindowPlan
     from tfinput.steps import Step
     from tuners._advice import FormatAdvice, KnobContribution
@@ -32,7 +34,7 @@ class TrialsFailedError(TfinputError):
     """No trial of the search completed: the step or the pipeline raises whatever the
     config. The message names the last error; ``study`` holds the failed trials."""
 
-    def __init__(self, message: str, *, study: Any = None) -> None:
+    def __init__(self, message: str, *, study: optuna.Study | None = None) -> None:
         super().__init__(message)
         self.study = study
 
@@ -102,7 +104,7 @@ class TuneResult:
     breakdown: tuple[KnobContribution, ...] = ()
     format_advice: FormatAdvice | None = None
     packed_layout: dict[str, Any] | None = None
-    study: Any = dataclasses.field(default=None, repr=False, compare=False)
+    study: optuna.Study | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def ratio_vs_autotune(self) -> float | None:
@@ -236,7 +238,7 @@ def describe_method(
     *,
     confirm_top: int,
     confirm_windows: int,
-    study: Any,
+    study: optuna.Study,
 ) -> dict[str, Any]:
     """`TuneResult.method`: how each number of a tuning run was measured.
 

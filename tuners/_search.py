@@ -10,7 +10,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
@@ -35,6 +35,9 @@ from tuners._trials import (
     trial_info,
 )
 from tuners._workers import requeue_dead_workers, tag_worker
+
+if TYPE_CHECKING:  # pragma: no cover
+    import optuna
 
 __all__ = [
     "Tuning",
@@ -146,7 +149,7 @@ class Tuning:
             **fixed,
         )
 
-    def __call__(self, trial: Any) -> float:
+    def __call__(self, trial: optuna.Trial) -> float:
         """One trial: a config from the space (a baseline exactly as the user has it),
         measured under the host lock, every window reported to the pruner."""
         import optuna
@@ -304,7 +307,7 @@ class _StopRule:
         self.since = datetime.datetime.now()
         self.reason: str | None = None
 
-    def __call__(self, study: Any, trial: Any) -> None:
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         trials = study.get_trials(deepcopy=False)
         if sum(1 for t in trials if is_counted(t)) >= self.n_trials:
             study.stop()
@@ -320,7 +323,7 @@ class _StopRule:
 
 
 def search_trials(
-    study: Any,
+    study: optuna.Study,
     run: Tuning,
     *,
     n_trials: int,

@@ -31,6 +31,8 @@ from tfinput.measure.target import Target
 from tfinput.steps import Step
 
 if TYPE_CHECKING:
+    import optuna
+
     from tfinput.fleet import ServiceRead
     from tfinput.measure.target import Measurable
 
@@ -329,7 +331,7 @@ class SearchSpace:
             n *= len(v)
         return n
 
-    def suggest(self, trial: Any, base: PipelineConfig) -> PipelineConfig:
+    def suggest(self, trial: optuna.Trial, base: PipelineConfig) -> PipelineConfig:
         """Ask an Optuna trial for one value per searched knob."""
         values = {}
         for knob, options in self.choices.items():

@@ -11,6 +11,8 @@ from tfinput.config import PipelineConfig
 from tfinput.errors import TfinputError
 
 if TYPE_CHECKING:
+    import optuna
+
     from tfinput.measure.target import Measurable
 
 __all__ = [
@@ -43,7 +45,7 @@ def explain_failure(pipeline: Measurable, error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"
 
 
-def is_counted(trial: Any) -> bool:
+def is_counted(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a trial counts towards ``n_trials``: finished, or failed by its config
     (a trial failed because its worker died is retried instead)."""
     import optuna
@@ -74,7 +76,9 @@ def trailing_failures(trials: list[Any], *, since: datetime.datetime) -> list[An
     return out
 
 
-def trial_info(study: Any, trial: Any, n_trials: int) -> dict[str, Any]:
+def trial_info(
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, n_trials: int
+) -> dict[str, Any]:
     """The ``trial`` progress event: the trial's state and value, trials done, the best."""
     import optuna
 
@@ -99,7 +103,7 @@ def trial_info(study: Any, trial: Any, n_trials: int) -> dict[str, Any]:
     }
 
 
-def state_counts(study: Any) -> dict[str, int]:
+def state_counts(study: optuna.Study) -> dict[str, int]:
     """Trial counts by state (``complete``, ``pruned``, ``fail``, ``running``...)."""
     states: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
@@ -107,7 +111,7 @@ def state_counts(study: Any) -> dict[str, int]:
     return states
 
 
-def top_configs(study: Any, k: int) -> list[tuple[str, PipelineConfig]]:
+def top_configs(study: optuna.Study, k: int) -> list[tuple[str, PipelineConfig]]:
     """The ``k`` best distinct configs of the completed trials, as ``(name, config)``
     (a baseline's name, or ``trial N``; autotune's trial is named by its number)."""
     import optuna
@@ -129,7 +133,7 @@ def top_configs(study: Any, k: int) -> list[tuple[str, PipelineConfig]]:
     return out
 
 
-def summarize_trials(study: Any) -> list[dict[str, Any]]:
+def summarize_trials(study: optuna.Study) -> list[dict[str, Any]]:
     """Every trial as a JSON-ready row (number, state, value, config, spread, error)."""
     rows = []
     for t in study.get_trials(deepcopy=False):

@@ -12,7 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import optuna
 
 __all__ = ["worker_id", "pid_namespace", "pid_alive", "tag_worker", "requeue_dead_workers"]
 
@@ -44,14 +47,14 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def tag_worker(trial: Any) -> None:
+def tag_worker(trial: optuna.Trial) -> None:
     """Record this process as ``trial``'s worker (first thing in a trial, so that a
     trial left RUNNING by a killed worker can be recognised)."""
     trial.set_user_attr("worker", worker_id())
     trial.set_user_attr("worker_pid_namespace", pid_namespace())
 
 
-def requeue_dead_workers(study: Any) -> list[int]:
+def requeue_dead_workers(study: optuna.Study) -> list[int]:
     """Fail the RUNNING trials of dead processes of this host; enqueue their params again.
 
     Returns the numbers of the trials failed. Trials of other hosts are left to the

@@ -37,6 +37,7 @@ from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyO
 if TYPE_CHECKING:
     from tfinput.measure.target import Measurable
     from tfinput.steps import Step
+    from tuners._result import TuneResult
 
 __all__ = ["DEMO_COMMAND", "TUNE_COMMAND", "add_subcommands"]
 
@@ -253,7 +254,7 @@ _STAGES = {
 }
 
 
-def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
+def _finish(result: TuneResult, args: argparse.Namespace, out: str) -> int:
     from tuners._report import NO_PLOTLY, has_plotly, print_summary, write_outputs
 
     paths = write_outputs(result, out)
@@ -279,7 +280,7 @@ def _finish(result: Any, args: argparse.Namespace, out: str) -> int:
     return 0
 
 
-def _resume_line(result: Any, best_config: str) -> str:
+def _resume_line(result: TuneResult, best_config: str) -> str:
     """Whether the best config resumes exactly after a restart (`tuners._result.
     resume_record`, saved in ``best_config.json``), and how to verify it on the data."""
     record = result.record()["resume"]

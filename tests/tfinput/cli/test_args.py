@@ -24,6 +24,7 @@ from tfinput.cli.args import (
     list_columns,
     pipeline_from_args,
     pipeline_from_paths,
+    tfinput_pipeline_from_args,
 )
 from tfinput.errors import ConfigError
 from tfinput.steps import CLI_STEPS
@@ -284,6 +285,16 @@ NOT_A_PIPELINE = 42
 
 def not_a_pipeline():
     return "a string"
+
+
+class OwnBuilder:  # a user's own builder: measurable, but not a tfinput.Pipeline
+    def build(self, config):
+        import tensorflow as tf
+
+        return tf.data.Dataset.range(3)
+
+
+OWN = OwnBuilder()
 """
 
 
@@ -307,6 +318,33 @@ def test_pipeline_option_names_no_pipeline(pipelines_py, attribute, found):
     with pytest.raises(ConfigError) as error:
         pipeline_from_args(_args("--pipeline", spec))
     assert str(error.value) == f"--pipeline {spec}: expected a tfinput.Pipeline, got {found}"
+
+
+def test_a_users_builder_is_a_pipeline_where_building_is_all_a_command_needs(pipelines_py):
+    spec = f"{pipelines_py}:OWN"
+    builder = pipeline_from_args(_args("--pipeline", spec))
+    assert type(builder).__name__ == "OwnBuilder"  # bench and tune measure it as it is
+    with pytest.raises(ConfigError) as error:  # check reads the files a Pipeline declares
+        tfinput_pipeline_from_args(_args("--pipeline", spec), command="check")
+    assert str(error.value) == (
+        f"tfinput check --pipeline {spec}: expected a tfinput.Pipeline (it reads the files "
+        "and schema one declares), got a OwnBuilder; wrap your dataset with "
+        "tfinput.wrap(dataset, schema)"
+    )
+    args = _args("--pipeline", spec)
+    args.service, args.service_workers = "localhost:5050", None  # a command's --service
+    with pytest.raises(ConfigError) as error:  # the service reads a Pipeline's build
+        pipeline_from_args(args)
+    assert str(error.value).startswith(
+        "--service localhost:5050: reading through tf.data service needs a tfinput.Pipeline; "
+        "the pipeline given is a OwnBuilder"
+    )
+
+
+def test_a_tfinput_pipeline_passes_where_one_is_needed(pipelines_py, small_tfrecord):
+    args = _args("--pipeline", f"{pipelines_py}:make")
+    pipeline = tfinput_pipeline_from_args(args, command="check")
+    assert pipeline.source.files() == list(small_tfrecord)
 
 
 @pytest.mark.parametrize(

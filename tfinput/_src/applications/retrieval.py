@@ -33,6 +33,8 @@ from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.schema import Schema
 
 if TYPE_CHECKING:
+    import keras
+
     from tfinput._src.core.pipeline import Pipeline
 
 __all__ = ["candidate_corpus", "two_tower_model", "TwoTowerModel", "recall_at_k"]  # noqa: F822
@@ -209,7 +211,7 @@ def _numpy_tree(tree: Any) -> Any:
     return tf.nest.map_structure(np.asarray, tree)
 
 
-def recall_at_k(model: Any, queries: Any, corpus: Any, *, k: int = 10) -> float:
+def recall_at_k(model: keras.Model, queries: Any, corpus: Any, *, k: int = 10) -> float:
     """Held-out recall@k: the fraction of queries whose own candidate is among the
     ``k`` corpus candidates their query vector scores highest (dot product).
 

@@ -55,6 +55,8 @@ from tfinput._src.core.errors import ConfigError, SchemaError
 from tfinput._src.core.schema import Categorical, Dense, MultiHot, Schema
 
 if TYPE_CHECKING:
+    import keras
+
     from tfinput._src.core.layout import PackedLayout
     from tfinput._src.core.pipeline import Pipeline
 
@@ -253,7 +255,7 @@ def _outputs(value: Any) -> dict[str, Any]:
 
 def serving_fn(
     source: Pipeline | Schema,
-    model: Any = None,
+    model: keras.Model | None = None,
     *,
     inputs: str = "examples",
     multi_hot_format: str | None = None,
@@ -304,7 +306,7 @@ def serving_fn(
     raise ConfigError(f'inputs: expected "examples" or "raw", got {inputs!r}')
 
 
-def check_trained_schema(model: Any, schema: Schema) -> None:
+def check_trained_schema(model: keras.Model, schema: Schema) -> None:
     """Refuse to serve ``model`` through ``schema`` when the model records the schema it
     was trained with (``model.schema``: `tfinput.models` keep it in their config) and
     the two would transform a request differently: served ids or values would not be
@@ -351,7 +353,7 @@ def transform_differences(trained: Schema, given: Schema) -> list[str]:
     return out
 
 
-def _model_call(model: Any) -> Any:
+def _model_call(model: keras.Model) -> Any:
     if model is None:
         return lambda features: features
     _require_tensorflow_backend(model)
@@ -362,7 +364,7 @@ def _model_call(model: Any) -> Any:
     return lambda features: _outputs(model(features))
 
 
-def _require_tensorflow_backend(model: Any) -> None:
+def _require_tensorflow_backend(model: keras.Model) -> None:
     if not hasattr(model, "train_on_batch"):  # not a Keras model
         return
     import keras
@@ -381,7 +383,7 @@ def _require_tensorflow_backend(model: Any) -> None:
 def export(
     path: str | os.PathLike[str],
     source: Pipeline | Schema,
-    model: Any,
+    model: keras.Model,
     *,
     multi_hot_format: str | None = None,
     layout: str | None = None,

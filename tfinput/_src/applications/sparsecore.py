@@ -67,6 +67,8 @@ from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.schema import Schema
 
 if TYPE_CHECKING:
+    import tensorflow as tf
+
     from tfinput._src.core.config import PipelineConfig
     from tfinput._src.core.pipeline import Pipeline
 
@@ -235,7 +237,7 @@ def _ids_dataset(
 
 
 def _scan(
-    ds: Any,
+    ds: tf.data.Dataset,
     counter: IdCounter,
     stacks: Sequence[Stack],
     global_batch: int,

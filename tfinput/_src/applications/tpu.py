@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.schema import MultiHot, Schema
@@ -43,6 +43,7 @@ __all__ = [
     "Placement",
     "enqueue_weights",
     "KERAS_RS_PLACEMENT",
+    "TableLimits",
 ]
 
 #: Tables up to this many rows are better replicated on every core than sharded
@@ -117,7 +118,7 @@ def keras_rs_configs(
     optimizer: Any = "adam",
     initializer: Any = None,
     placement: str | Mapping[str, str] = "auto",
-    limits: Any = None,
+    limits: TableLimits | Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Build keras-rs `DistributedEmbedding` configs from the schema (docs/tpu.md).
 
@@ -255,18 +256,29 @@ def _check_optimizer(table: str, optimizer: Any) -> None:
     )
 
 
-def _table_limits(limits: Any, tables: list[str]) -> dict[str, tuple[int, int]]:
+@runtime_checkable
+class TableLimits(Protocol):
+    """Measured per-table limits (`tfinput.sparsecore_stats`'s result has them)."""
+
+    def table_limits(self) -> Mapping[str, tuple[int, int]]:
+        """``table -> (max_ids_per_partition, max_unique_ids_per_partition)``."""
+        ...
+
+
+def _table_limits(
+    limits: TableLimits | Mapping[str, tuple[int, int]] | None, tables: list[str]
+) -> dict[str, tuple[int, int]]:
     """``limits`` as a checked dict table -> (max ids, max unique ids) per partition."""
     if limits is None:
         return {}
-    if not isinstance(limits, Mapping):
-        if not callable(getattr(limits, "table_limits", None)):
-            raise ConfigError(
-                "limits: expected None, a dict table -> (max_ids_per_partition, "
-                "max_unique_ids_per_partition) or an object with a table_limits() "
-                f"method, got {type(limits).__name__}"
-            )
+    if isinstance(limits, TableLimits):
         limits = limits.table_limits()
+    if not isinstance(limits, Mapping):
+        raise ConfigError(
+            "limits: expected None, a dict table -> (max_ids_per_partition, "
+            "max_unique_ids_per_partition) or an object with a table_limits() "
+            f"method, got {type(limits).__name__}"
+        )
     unknown = sorted(set(limits) - set(tables))
     if unknown:
         raise ConfigError(f"limits: unknown table(s) {unknown}; the schema's tables are {tables}")

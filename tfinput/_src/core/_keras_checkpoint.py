@@ -14,12 +14,14 @@ from tfinput._src.core._input_iterator import InputIterator
 from tfinput._src.core.errors import ResumeError
 
 if TYPE_CHECKING:  # pragma: no cover
+    import keras
+
     pass
 
 __all__ = ["KerasInputCheckpoint"]
 
 
-def _build_for_loading(model: Any, iterator: InputIterator) -> None:
+def _build_for_loading(model: keras.Model, iterator: InputIterator) -> None:
     """Create the variables of a fresh model and of its optimizer, so that
     ``load_weights`` finds them (Keras refuses an unbuilt model, and skips, with only a
     warning, the state of an optimizer that has not been built: the restarted run would
@@ -128,7 +130,7 @@ class KerasInputCheckpoint:
                     return
             yield batch
 
-    def restore(self, model: Any) -> int:
+    def restore(self, model: keras.Model) -> int:
         """Load the last checkpoint into ``model`` and the iterator, if there is one.
 
         A freshly made model (and its optimizer) is built first, on zeros shaped like
@@ -155,7 +157,7 @@ class KerasInputCheckpoint:
         """The folder of the last complete checkpoint in ``directory`` (None: none)."""
         return _latest_folder(self.directory, _KERAS_FILES)
 
-    def save(self, model: Any) -> None:
+    def save(self, model: keras.Model) -> None:
         """Write model and input position now (the callback calls it every ``every``
         steps). A crash at any point of it leaves the previous checkpoint whole, and
         the next save clears what the crashed one left."""

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import TfinputError, clean_error, raised_inside
 from tfinput._src.core.layout import is_packed
-from tfinput._src.core.schema import Categorical, MultiHot, Schema
+from tfinput._src.core.schema import Categorical, Feature, MultiHot, Schema
 from tfinput._src.core.sources.protocol import FileChecks
 
 #: A `tfinput.Pipeline` (not imported: `tfinput.pipeline` imports this module).
@@ -205,7 +205,7 @@ def _check_one(pipeline: Pipeline, path: str | None, batch_size: int) -> FileChe
     )
 
 
-def _alone(pipeline: Pipeline, feature: Any, labels: tuple = ()) -> Pipeline:
+def _alone(pipeline: Pipeline, feature: Feature, labels: tuple = ()) -> Pipeline:
     """This pipeline with one feature (and the given labels) only."""
     name = feature.table if isinstance(feature, (Categorical, MultiHot)) else None
     tables = tuple(t for t in pipeline.schema.tables if t.name == name)

@@ -10,7 +10,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tfinput._src.core.errors import ResumeError
 
@@ -18,9 +18,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
     from tfinput._src.core.config import PipelineConfig
+    from tfinput._src.core.schema import Schema
+    from tfinput._src.core.sources.protocol import Source
 
 __all__ = [
     "COMPACT_FORMAT",
+    "Identifiable",
     "IDENTITY_KNOBS",
     "REMEDY",
     "RESTORE_INTO",
@@ -48,8 +51,25 @@ REMEDY = (
 )
 
 
+class Identifiable(Protocol):
+    """What a saved state's identity is made of (`tfinput.Pipeline` has it all)."""
+
+    @property
+    def source(self) -> Source: ...
+    @property
+    def schema(self) -> Schema: ...
+    @property
+    def layout(self) -> str: ...
+    @property
+    def multi_hot_format(self) -> str: ...
+    @property
+    def shuffle_files(self) -> bool: ...
+    @property
+    def towers(self) -> bool: ...
+
+
 def pipeline_identity(
-    pipeline: Any, config: PipelineConfig, input_context: Any = None
+    pipeline: Identifiable, config: PipelineConfig, input_context: Any = None
 ) -> dict[str, Any]:
     """What a state must match to be restored into a build: source kind, files (each
     local file by absolute path, size and modification time, so that the same files
@@ -67,9 +87,10 @@ def pipeline_identity(
         "shuffle_files": pipeline.shuffle_files,
     }
     identity.update({k: getattr(config, k) for k in IDENTITY_KNOBS})
-    if not (config.shuffle_buffer or pipeline.shuffle_files or _shuffles(pipeline.source)):
+    shuffled = config.shuffle_buffer or pipeline.shuffle_files or pipeline.source.shuffles_itself
+    if not shuffled:
         identity["shuffle_seed"] = None  # nothing is shuffled: the seed changes nothing
-    if getattr(pipeline, "towers", False):
+    if pipeline.towers:
         identity["towers"] = True
     if input_context is not None:
         identity["input_pipeline"] = [
@@ -77,14 +98,6 @@ def pipeline_identity(
             input_context.num_input_pipelines,
         ]
     return identity
-
-
-def _shuffles(source: Any) -> bool:
-    """Whether the source shuffles by itself (columnar ``shuffle="global"`` or
-    ``shuffle_rows``), so that the seed matters without a shuffle buffer."""
-    return getattr(source, "shuffle", None) == "global" or bool(
-        getattr(source, "shuffle_rows", False)
-    )
 
 
 #: Beyond this many files, an identity holds a summary of them (`_files_summary`): a

@@ -5,19 +5,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tfinput._src.core.errors import ResumeError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tfinput._src.core._input_iterator import InputIterator
     from tfinput._src.core.config import PipelineConfig
 
-__all__ = ["verify"]
+__all__ = ["Resumable", "verify"]
+
+
+class Resumable(Protocol):
+    """What `verify` needs of a pipeline (`tfinput.Pipeline` has it)."""
+
+    def iterator(self, config: PipelineConfig | None = None, *, keep: int = 8) -> InputIterator:
+        """An iterator whose position can be saved and restored."""
+        ...
 
 
 # ----------------------------------------------------------- verification
 def verify(
-    pipeline: Any,
+    pipeline: Resumable,
     config: PipelineConfig,
     *,
     after: int = 3,
@@ -69,7 +78,7 @@ def verify(
 
 
 def _save_restore_compare(
-    pipeline: Any,
+    pipeline: Resumable,
     config: PipelineConfig,
     after: int,
     compare: int,

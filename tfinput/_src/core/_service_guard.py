@@ -9,9 +9,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core.errors import ConfigError, ServiceError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
 
 __all__ = ["DEFAULT_STALL_TIMEOUT_S", "GuardedRead", "guarded", "guarded_dataset", "unguarded"]
 
@@ -54,7 +57,7 @@ class GuardedRead:
 
     def __init__(
         self,
-        dataset: Any,
+        dataset: tf.data.Dataset,
         *,
         expected_rows: int | Callable[[], int | None] | None = None,
         tail_rows: int = 0,
@@ -208,7 +211,7 @@ def _batch_rows(element: Any) -> int:
 
 
 def guarded(
-    dataset: Any,
+    dataset: tf.data.Dataset,
     *,
     expected_rows: int | Callable[[], int | None] | None = None,
     tail_rows: int = 0,
@@ -226,7 +229,7 @@ def guarded(
 
 
 def guarded_dataset(
-    dataset: Any,
+    dataset: tf.data.Dataset,
     *,
     expected_rows: int | Callable[[], int | None] | None = None,
     tail_rows: int = 0,
@@ -434,7 +437,7 @@ class _Passes:
         return np.int32(2)
 
 
-def unguarded(dataset: Any) -> Any:
+def unguarded(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """The tf.data service read inside a `guarded_dataset` (``dataset`` itself if it
     is not one)."""
     return getattr(dataset, "_tfinput_unguarded", dataset)

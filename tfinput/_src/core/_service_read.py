@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tfinput._src.core._service_guard import (
     DEFAULT_STALL_TIMEOUT_S,
@@ -24,6 +24,9 @@ from tfinput._src.core._service_guard import (
 from tfinput._src.core.config import AUTOTUNE, PipelineConfig
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.graph import assert_native
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
 
 __all__ = [
     "DEFAULT_STALL_TIMEOUT_S",
@@ -55,7 +58,7 @@ def _policy(mode: Any) -> Any:
 
 
 def distribute(
-    dataset: Any,
+    dataset: tf.data.Dataset,
     service: str,
     *,
     processing_mode: Any = "off",
@@ -171,7 +174,7 @@ class ServiceRead:
         of the rows lost (`tfinput.service.guarded_dataset`).
     """
 
-    service: Any
+    service: str | Fleet
     workers: int | None = None
     processing_mode: str = "dynamic"
     job_name: str | None = None
@@ -221,7 +224,7 @@ class ServiceRead:
 
     def apply(
         self,
-        dataset: Any,
+        dataset: tf.data.Dataset,
         config: PipelineConfig,
         *,
         rows: Callable[[], int | None] | None = None,

@@ -15,12 +15,19 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tfinput._src.core import _json
 from tfinput._src.core.errors import ConfigError
 
-__all__ = ["AUTOTUNE", "LAYOUTS", "SERVICE_COMPRESSIONS", "PipelineConfig", "knob_names"]
+__all__ = [
+    "AUTOTUNE",
+    "LAYOUTS",
+    "SERVICE_COMPRESSIONS",
+    "Buildable",
+    "PipelineConfig",
+    "knob_names",
+]
 
 #: Values of ``PipelineConfig.service_compression``.
 SERVICE_COMPRESSIONS = ("AUTO", None)
@@ -292,3 +299,11 @@ class PipelineConfig:
 def knob_names() -> list[str]:
     """The names of every field of `PipelineConfig`, in declaration order."""
     return [f.name for f in dataclasses.fields(PipelineConfig)]
+
+
+@runtime_checkable
+class Buildable(Protocol):
+    """An object whose ``build(config)`` returns a ``tf.data.Dataset`` (a
+    `tfinput.Pipeline`, or a user's own builder). `tfinput.measure.target` exports it."""
+
+    def build(self, config: PipelineConfig) -> Any: ...

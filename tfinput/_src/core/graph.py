@@ -23,9 +23,12 @@ reported, as is the columnar source's ``shuffle="global"`` mode (a positioned re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
 
 __all__ = ["PYTHON_OPS", "find_python_ops", "is_native", "assert_native"]
 
@@ -33,7 +36,7 @@ __all__ = ["PYTHON_OPS", "find_python_ops", "is_native", "assert_native"]
 PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc", "GeneratorDataset"})
 
 
-def _graph_def(dataset: Any) -> Any:
+def _graph_def(dataset: tf.data.Dataset) -> Any:
     import tensorflow as tf
 
     policy = tf.data.experimental.ExternalStatePolicy.IGNORE
@@ -52,7 +55,7 @@ def _called(node: Any) -> list[str]:
     return out
 
 
-def find_python_ops(dataset: Any) -> list[str]:
+def find_python_ops(dataset: tf.data.Dataset) -> list[str]:
     """Ops of ``dataset`` that need the Python interpreter, one line each.
 
     Args:
@@ -86,12 +89,12 @@ def find_python_ops(dataset: Any) -> list[str]:
     return sorted(found)
 
 
-def is_native(dataset: Any) -> bool:
+def is_native(dataset: tf.data.Dataset) -> bool:
     """Whether ``dataset`` is made of native TensorFlow ops only."""
     return not find_python_ops(dataset)
 
 
-def assert_native(dataset: Any, *, what: str = "dataset") -> None:
+def assert_native(dataset: tf.data.Dataset, *, what: str = "dataset") -> None:
     """Raise unless ``dataset`` is native-only.
 
     Args:

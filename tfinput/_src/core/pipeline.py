@@ -37,8 +37,8 @@ from tfinput._src.core._pipeline_parts import (
     split_towers,
     warn_large_padded_batches,
 )
-from tfinput._src.core._service_read import DEFAULT_STALL_TIMEOUT_S, ServiceRead
-from tfinput._src.core.config import LAYOUTS, PipelineConfig
+from tfinput._src.core._service_read import DEFAULT_STALL_TIMEOUT_S, Fleet, ServiceRead
+from tfinput._src.core.config import LAYOUTS, Buildable, PipelineConfig
 from tfinput._src.core.errors import (
     ConfigError,
     DataError,
@@ -107,7 +107,7 @@ class Pipeline:
     multi_hot_format: str = "dense"
     shuffle_files: bool = False
     layout: str = "per_feature"
-    service: Any = None
+    service: ServiceRead | None = None
     towers: bool = False
 
     def __post_init__(self) -> None:
@@ -164,7 +164,7 @@ class Pipeline:
 
     def with_service(
         self,
-        service: Any,
+        service: str | Fleet | None,
         *,
         workers: int | None = None,
         processing_mode: str = "dynamic",
@@ -581,7 +581,7 @@ def parquet(
     )
 
 
-def build_repeated(target: Any, config: PipelineConfig) -> tf.data.Dataset:
+def build_repeated(target: Buildable, config: PipelineConfig) -> tf.data.Dataset:
     """``target.build(config)`` repeated endlessly: inside the service stage for a
     `Pipeline` (`Pipeline.build` ``repeat=True``: one service job, not one per epoch),
     ``.repeat()`` for any other object with a ``build(config)``."""
@@ -590,7 +590,9 @@ def build_repeated(target: Any, config: PipelineConfig) -> tf.data.Dataset:
     return target.build(config).repeat()
 
 
-def wrap(dataset: Any, schema: Schema, *, batched: bool = False, rebatch: bool = False) -> Pipeline:
+def wrap(
+    dataset: tf.data.Dataset, schema: Schema, *, batched: bool = False, rebatch: bool = False
+) -> Pipeline:
     """Wrap a user's own ``tf.data.Dataset`` of feature dicts or ``(features, labels)``
     pairs; ``batched`` when its elements are batches, ``rebatch`` to re-cut those to the
     config's batch size (see `DatasetSource`)."""

@@ -34,9 +34,12 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tfinput._src.core.errors import ConfigError, ResumeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
 
 __all__ = ["DevicePrefetch", "to_jax", "to_tensorflow"]
 
@@ -87,10 +90,19 @@ class _Feed:
                 return
 
 
-def _resumable(source: Any) -> bool:
-    return callable(getattr(source, "get_state", None)) and callable(
-        getattr(source, "set_state", None)
-    )
+@runtime_checkable
+class SavesPosition(Protocol):
+    """An iterator whose position can be saved and restored
+    (`tfinput.resume.InputIterator`): the prefetcher then saves and restores its own."""
+
+    def __iter__(self) -> Iterator[Any]: ...
+    def __next__(self) -> Any: ...
+    def get_state(self) -> bytes: ...
+    def set_state(self, state: bytes) -> None: ...
+
+
+def _resumable(source: object) -> bool:
+    return isinstance(source, SavesPosition)
 
 
 class DevicePrefetch(Iterator[Any]):
@@ -252,7 +264,7 @@ class DevicePrefetch(Iterator[Any]):
         source.set_state(state)
         self._start(iter(source))
 
-    def _resumable_source(self, method: str) -> Any:
+    def _resumable_source(self, method: str) -> SavesPosition:
         if self._source is None:
             raise ResumeError(
                 f"{method}: this device prefetcher reads a source without a saveable "
@@ -317,7 +329,7 @@ def _to_numpy(batch: Any) -> Any:
 
 
 def to_jax(
-    source: Any,
+    source: Iterable[Any],
     *,
     size: int = 2,
     sharding: Any = None,
@@ -363,7 +375,7 @@ def to_jax(
     return DevicePrefetch(source, put=put, size=size)
 
 
-def to_tensorflow(dataset: Any, *, device: str | None = None, size: int = 2) -> Any:
+def to_tensorflow(dataset: tf.data.Dataset, *, device: str | None = None, size: int = 2) -> Any:
     """``dataset`` with ``tf.data.experimental.prefetch_to_device`` as its last step.
 
     Args:

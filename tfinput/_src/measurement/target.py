@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Union
 
-from tfinput._src.core.config import PipelineConfig
+from tfinput._src.core.config import Buildable, PipelineConfig
 from tfinput._src.core.errors import ConfigError
 
 if TYPE_CHECKING:  # the pipeline module imports TensorFlow: on first use only
@@ -28,14 +28,6 @@ __all__ = ["BatchFactory", "Buildable", "Measurable", "Target"]
 
 #: ``config -> iterable of batches``: a fresh, endless stream per call.
 BatchFactory = Callable[[PipelineConfig], Iterable[Any]]
-
-
-@runtime_checkable
-class Buildable(Protocol):
-    """An object whose ``build(config)`` returns a ``tf.data.Dataset`` (a
-    `tfinput.Pipeline`, or a user's own builder)."""
-
-    def build(self, config: PipelineConfig) -> Any: ...
 
 
 @dataclasses.dataclass(frozen=True)

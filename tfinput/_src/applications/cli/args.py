@@ -15,12 +15,15 @@ import argparse
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput._src.applications.cli.objects import load_object
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.formats.parquet import is_parquet_name
 from tfinput._src.measurement.target import Buildable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput._src.core.pipeline import Pipeline
 
 __all__ = [
     "add_output_arguments",
@@ -33,6 +36,7 @@ __all__ = [
     "pipeline_from_args",
     "pipeline_from_paths",
     "service_from_args",
+    "tfinput_pipeline_from_args",
 ]
 
 # dest -> (flags, add_argument keywords)
@@ -151,7 +155,9 @@ def list_columns(specs: list[str] | None) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- pipeline
-def pipeline_from_args(args: argparse.Namespace, *, say: Callable[[str], Any] | None = None) -> Any:
+def pipeline_from_args(
+    args: argparse.Namespace, *, say: Callable[[str], Any] | None = None
+) -> Buildable:
     """The `tfinput.Pipeline` a command's source arguments name: exactly one of PATHS
     (with ``--schema``, ``--format``, ``--compression``: `pipeline_from_paths`),
     ``--pipeline MODULE:FUNCTION`` (a pipeline, or a callable returning one) or
@@ -186,7 +192,27 @@ def pipeline_from_args(args: argparse.Namespace, *, say: Callable[[str], Any] | 
     return service_from_args(args, pipeline)
 
 
-def service_from_args(args: argparse.Namespace, pipeline: Any) -> Any:
+def tfinput_pipeline_from_args(args: argparse.Namespace, *, command: str) -> Pipeline:
+    """`pipeline_from_args` for a command that uses a `tfinput.Pipeline`'s own methods
+    (``check``, ``sparsecore``).
+
+    Raises:
+      ConfigError: As `pipeline_from_args`, and ``--pipeline`` names a user's builder
+        that is not a `tfinput.Pipeline`.
+    """
+    from tfinput._src.core.pipeline import Pipeline
+
+    pipeline = pipeline_from_args(args)
+    if not isinstance(pipeline, Pipeline):
+        raise ConfigError(
+            f"tfinput {command} --pipeline {args.pipeline}: expected a tfinput.Pipeline (it "
+            f"reads the files and schema one declares), got a {type(pipeline).__name__}; "
+            "wrap your dataset with tfinput.wrap(dataset, schema)"
+        )
+    return pipeline
+
+
+def service_from_args(args: argparse.Namespace, pipeline: Buildable) -> Buildable:
     """``pipeline`` read through tf.data service when ``--service`` says so:
     ``local:N`` starts a `tfinput.fleet.LocalFleet` of up to N worker processes on this
     machine (the tuner searches 1 to N workers); an address (``grpc://host:port`` or
@@ -195,7 +221,8 @@ def service_from_args(args: argparse.Namespace, pipeline: Any) -> Any:
 
     Raises:
       ConfigError: ``local:N`` with N < 1, ``--service-workers`` without ``--service``
-        or with ``local:N``.
+        or with ``local:N``, ``--service`` for a user's builder that is not a
+        `tfinput.Pipeline`.
     """
     spec = getattr(args, "service", None)
     workers = getattr(args, "service_workers", None)
@@ -203,6 +230,14 @@ def service_from_args(args: argparse.Namespace, pipeline: Any) -> Any:
         if workers is not None:
             raise ConfigError("--service-workers needs --service ADDRESS")
         return pipeline
+    from tfinput._src.core.pipeline import Pipeline
+
+    if not isinstance(pipeline, Pipeline):
+        raise ConfigError(
+            f"--service {spec}: reading through tf.data service needs a tfinput.Pipeline; "
+            f"the pipeline given is a {type(pipeline).__name__} (build your dataset on the "
+            "service yourself, or wrap it: tfinput.wrap)"
+        )
     if spec.startswith("local:"):
         from tfinput._src.applications.fleet import LocalFleet
 
@@ -241,7 +276,7 @@ def pipeline_from_paths(
     schema_path: str | None = None,
     fmt: str | None = None,
     compression: str | None = "auto",
-) -> Any:
+) -> Pipeline:
     """The pipeline a command runs over data files: columnar when a ``manifest.json``
     is there (schema from the manifest unless given), else Parquet or TFRecord by
     extension unless ``fmt`` says; the schema is ``schema_path`` or a ``schema.json``

@@ -179,24 +179,20 @@ def columnar(
     return Pipeline(source=source, schema=schema)
 
 
-#: Names imported on first use (they import TensorFlow): `ColumnarSource` lives with the
-#: other sources, `verify_files` reads through it.
-_LAZY = {
-    "ColumnarSource": "tfinput._src.core.sources.columnar",
-    "verify_files": "tfinput._src.applications.columnar_records.verify",
-    "ChunkProblem": "tfinput._src.applications.columnar_records.verify",
-}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(
-        f"module 'tfinput._src.applications.columnar_records' has no attribute {name!r}"
-    )
+    # Imported on first use (they import TensorFlow): `ColumnarSource` lives with the
+    # other sources, `verify_files` reads through it.
+    match name:
+        case "ColumnarSource":
+            import tfinput._src.core.sources.columnar as module
+        case "verify_files" | "ChunkProblem":
+            import tfinput._src.applications.columnar_records.verify as module
+        case _:
+            raise AttributeError(
+                f"module 'tfinput._src.applications.columnar_records' has no attribute {name!r}"
+            )
+    return getattr(module, name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | {"ColumnarSource", "verify_files", "ChunkProblem"})

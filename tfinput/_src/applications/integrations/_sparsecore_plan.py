@@ -159,7 +159,7 @@ class SparseCorePlan:
         local_device_count: int,
         global_device_count: int | None = None,
         num_sc_per_device: int = 4,
-        limits: Any = None,
+        limits: SparseCoreStats | Mapping[str, tuple[int, int]] | None = None,
         stacking: str = "auto",
         optimizer: Any = None,
         allow_id_dropping: bool = False,
@@ -433,7 +433,9 @@ def _feature_specs(
     return specs
 
 
-def _limits_by_table(limits: Any, tables: list[str]) -> dict[str, tuple[int, int]]:
+def _limits_by_table(
+    limits: SparseCoreStats | Mapping[str, tuple[int, int]] | None, tables: list[str]
+) -> dict[str, tuple[int, int]]:
     if limits is None:
         return {}
     if isinstance(limits, SparseCoreStats):
@@ -446,7 +448,7 @@ def _limits_by_table(limits: Any, tables: list[str]) -> dict[str, tuple[int, int
     return {t: (int(v[0]), int(v[1])) for t, v in limits.items()}
 
 
-def _apply_buffer_sizes(plan: SparseCorePlan, stats: Any) -> None:
+def _apply_buffer_sizes(plan: SparseCorePlan, stats: SparseCoreStats) -> None:
     """Each stack's COO buffer sized from the data: the measured limits and the
     ``required_buffer_size_per_sc`` `tfinput.sparsecore_stats` observed (plus its
     margin) times the SparseCores per device, through jax-tpu-embedding's

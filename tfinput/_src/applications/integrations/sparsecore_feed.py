@@ -544,7 +544,7 @@ class _SparseCoreSteps:
         self.summary.clear()
         self.summary.update(self.totals.to_dict())
 
-    def feed(self, source: Any, workers: int, prefetch: int) -> Iterator[Any]:
+    def feed(self, source: Iterable[Any], workers: int, prefetch: int) -> Iterator[Any]:
         """``source``'s batches preprocessed by ``workers`` workers."""
         fed = SparseCoreFeed(
             source,

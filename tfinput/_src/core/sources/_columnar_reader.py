@@ -38,6 +38,8 @@ from tfinput._src.core.sources.skeleton import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
     from tfinput._src.core.sources.protocol import ReadRequest
 
 __all__ = [
@@ -351,7 +353,7 @@ def _file_reader(*, verify: bool, buffer_size: int | None) -> Callable[[Any], An
 
 
 def batch_chunks(
-    ds: Any,
+    ds: tf.data.Dataset,
     assemble: Callable[[Any], Raw],
     config: PipelineConfig,
     *,
@@ -384,7 +386,7 @@ def batch_chunks(
 
 
 def shuffle_rows_in_batches(
-    ds: Any, finish: Callable[[Any], Raw], *, seed: int | None
+    ds: tf.data.Dataset, finish: Callable[[Any], Raw], *, seed: int | None
 ) -> tuple[Any, Callable[[Any], Raw]]:
     """Pair each batch with a fresh seed, and a decode step that decodes it with
     ``finish`` and then permutes its rows (one gather per column)."""

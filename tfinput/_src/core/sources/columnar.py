@@ -140,6 +140,11 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
             )
         return dataclasses.replace(self, start=(int(iteration), int(batch)))
 
+    @property
+    def shuffles_itself(self) -> bool:
+        """The global shuffle and ``shuffle_rows`` shuffle without a buffer."""
+        return self.shuffle == "global" or self.shuffle_rows
+
     def recomputes_order(self, request: ReadRequest) -> bool:
         """True when `resume_at` can restart this build's order: the global shuffle, a
         fixed ``shuffle_seed`` and batches of whole chunks. A saved position is then three

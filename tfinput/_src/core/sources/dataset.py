@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import tensorflow as tf
 
@@ -13,6 +13,9 @@ from tfinput._src.core.schema import MultiHot, Schema
 from tfinput._src.core.sources._text import did_you_mean
 from tfinput._src.core.sources.protocol import Decode, ReadRequest, Resume, Source
 from tfinput._src.core.sources.skeleton import knob_is_set, traced
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
 
 __all__ = ["DatasetSource"]
 
@@ -56,7 +59,7 @@ class DatasetSource(Source):
       ConfigError: ``rebatch`` without ``batched``.
     """
 
-    dataset: Any
+    dataset: tf.data.Dataset
     batched: bool = False
     rebatch: bool = False
 

@@ -165,6 +165,13 @@ class Source(Protocol):
         return {}
 
     @property
+    def shuffles_itself(self) -> bool:
+        """Whether the source shuffles by itself, so that ``PipelineConfig.shuffle_seed``
+        changes the batches without a shuffle buffer or file shuffling (a saved input
+        state then records the seed). False by default."""
+        return False
+
+    @property
     def ignored_knobs(self) -> tuple[str, ...]:
         """`PipelineConfig` knobs that never change what this source does (the tuner
         does not search them). ``read_batch`` by default (TFRecord's)."""

@@ -23,7 +23,7 @@ def to_numpy_tree(batch: Any) -> Any:
     return tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, batch)
 
 
-def numpy_source(source: Any) -> Iterable[Any]:
+def numpy_source(source: Iterable[Any]) -> Iterable[Any]:
     """numpy batches of a `tf.data.Dataset` (``as_numpy_iterator``) or of any iterable."""
     if hasattr(source, "as_numpy_iterator"):
         return source.as_numpy_iterator()
@@ -37,7 +37,7 @@ def jax_put(sharding: Any) -> Callable[[Any], Any]:
     return lambda batch: jax.device_put(batch, sharding)
 
 
-def device_feed(source: Any, *, size: int, sharding: Any = None) -> Iterator[Any]:
+def device_feed(source: Iterable[Any], *, size: int, sharding: Any = None) -> Iterator[Any]:
     """Batches of ``source`` on the JAX device: ``size`` ahead on a thread when > 0,
     else converted and put on the consumer's thread when it asks."""
     from tfinput._src.measurement.device_prefetch import to_jax
@@ -49,7 +49,7 @@ def device_feed(source: Any, *, size: int, sharding: Any = None) -> Iterator[Any
 
 
 def loop_windows(
-    source: Any,
+    source: Iterable[Any],
     *,
     feed: Callable[[Any], Iterator[Any]],
     run: Callable[[Any], Any],

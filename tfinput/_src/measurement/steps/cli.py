@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core._objects import load_object
 from tfinput._src.core.errors import ConfigError
@@ -14,13 +14,16 @@ from tfinput._src.measurement.steps.jax import jax_step
 from tfinput._src.measurement.steps.keras import keras_fit_step, keras_step
 from tfinput._src.measurement.steps.simple import function_step, input_only, simulated_step
 
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput._src.core.schema import Schema
+
 __all__ = ["make"]
 
 
 def make(
     kind: str,
     *,
-    schema: Any = None,
+    schema: Schema | None = None,
     model: str | None = None,
     step_fn: str | None = None,
     device_time_ms: float | None = None,
@@ -64,7 +67,7 @@ def make(
     raise ConfigError(f"unknown step {kind!r}; choose from {list(CLI_STEPS)}")
 
 
-def _ranking_step(kind: str, schema: Any) -> Step:
+def _ranking_step(kind: str, schema: Schema | None) -> Step:
     """tfinput's ranking model trained with ``train_on_batch`` or ``model.fit``."""
     if schema is None:
         other = "keras" if kind == "ranking" else "keras_fit"
@@ -78,7 +81,7 @@ def _ranking_step(kind: str, schema: Any) -> Step:
     return keras_step(built) if kind == "ranking" else keras_fit_step(built)
 
 
-def _jax_step(step_fn: str | None, schema: Any) -> Step:
+def _jax_step(step_fn: str | None, schema: Schema | None) -> Step:
     """``--step jax``: ``step_fn`` names a factory returning ``(fn, initial_state)``."""
     if not step_fn:
         raise ConfigError(
@@ -94,7 +97,7 @@ def _jax_step(step_fn: str | None, schema: Any) -> Step:
     return jax_step(made[0], made[1])
 
 
-def _call_factory(factory: Callable[..., Any], schema: Any) -> Any:
+def _call_factory(factory: Callable[..., Any], schema: Schema | None) -> Any:
     """``factory(schema)`` when it takes an argument and a schema is known, else
     ``factory()``."""
     try:
@@ -107,7 +110,7 @@ def _call_factory(factory: Callable[..., Any], schema: Any) -> Any:
     return factory(schema) if takes and schema is not None else factory()
 
 
-def _keras_model(model: str | None, schema: Any, option: str) -> Any:
+def _keras_model(model: str | None, schema: Schema | None, option: str) -> Any:
     if not model:
         raise ConfigError(f"--step {option} needs --model MODULE:FUNCTION")
     factory = load_object(model, "--model")

@@ -19,12 +19,15 @@ from tfinput._src.measurement.steps.base import KerasFitStep, KerasStep, Step
 from tfinput._src.measurement.windows import Window
 
 if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
     from tfinput._src.core.config import PipelineConfig
 
 __all__ = ["keras_backend", "keras_fit_step", "keras_step"]
 
 
-def keras_step(model: Any) -> Step:
+def keras_step(model: keras.Model) -> Step:
     """A compiled Keras model trained with ``train_on_batch`` on ``(features, labels)``.
 
     On the TensorFlow backend batches go in as they are. On JAX and torch they are
@@ -84,12 +87,12 @@ def keras_step(model: Any) -> Step:
     return base
 
 
-def _takes_packed(model: Any) -> bool:
+def _takes_packed(model: keras.Model) -> bool:
     """Whether ``model`` unpacks packed batches itself (`tfinput.models.RankingModel`)."""
     return getattr(model, "packed_layout", None) is not None
 
 
-def keras_fit_step(model: Any) -> Step:
+def keras_fit_step(model: keras.Model) -> Step:
     """A compiled Keras model trained with ``model.fit`` on the pipeline's dataset.
 
     The step owns the loop (`Step.run_windows`): one ``fit`` call per measurement, with
@@ -136,9 +139,9 @@ def keras_fit_step(model: Any) -> Step:
 
 
 def _fit_windows(
-    model: Any,
+    model: keras.Model,
     k: int,
-    source: Any,
+    source: tf.data.Dataset,
     *,
     batch_size: int | None = None,
     warmup_batches: int,
@@ -188,13 +191,15 @@ def _fit_windows(
     return out
 
 
-def _fit_batch_size(source: Any, batch_size: int | None) -> int:
+def _fit_batch_size(source: object, batch_size: int | None) -> int:
     """Examples per batch of ``model.fit``'s dataset: ``batch_size`` or its static one.
 
     Raises:
       ConfigError: ``source`` is no `tf.data.Dataset`, or neither size is known.
     """
-    if not hasattr(source, "element_spec"):
+    import tensorflow as tf
+
+    if not isinstance(source, tf.data.Dataset):
         raise ConfigError(
             "keras_fit step: model.fit needs a tf.data.Dataset (a tfinput Pipeline "
             f"or a callable config -> Dataset), got {type(source).__name__}"
@@ -209,13 +214,10 @@ def _fit_batch_size(source: Any, batch_size: int | None) -> int:
     return size
 
 
-def _static_batch_size(source: Any) -> int | None:
+def _static_batch_size(source: tf.data.Dataset) -> int | None:
     import tensorflow as tf
 
-    spec = getattr(source, "element_spec", None)
-    if spec is None:
-        return None
-    for s in tf.nest.flatten(spec):
+    for s in tf.nest.flatten(source.element_spec):
         shape = getattr(s, "shape", None)
         if shape is not None and shape.rank and shape[0] is not None:
             return int(shape[0])

@@ -4,7 +4,7 @@ optionally with the machine's roofline, and their human-readable report."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput._src.applications.cli.args import (
     add_output_arguments,
@@ -17,6 +17,9 @@ from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.measurement.options import MeasureOptions
 from tfinput._src.measurement.target import Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput._src.applications.bench.compare import BenchResult
 
 __all__ = ["BENCH_COMMAND", "print_bench", "roofline_lines"]
 
@@ -147,7 +150,7 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _service_lines(result: Any, service: Any, target_rate: float | None) -> list[str]:
+def _service_lines(result: BenchResult, service: Any, target_rate: float | None) -> list[str]:
     """Per config: examples/s per worker and, with a target, the workers it implies."""
     from tfinput._src.applications.fleet import workers_needed
 
@@ -165,7 +168,7 @@ def _service_lines(result: Any, service: Any, target_rate: float | None) -> list
     return lines
 
 
-def print_bench(result: Any, console: Any) -> None:
+def print_bench(result: BenchResult, console: Any) -> None:
     """The human-readable report of a `tfinput.bench.BenchResult`."""
     from rich.table import Table as RichTable
 

@@ -20,7 +20,7 @@ from typing import Any
 from tfinput._src.applications.cli.args import (
     add_output_arguments,
     add_source_arguments,
-    pipeline_from_args,
+    tfinput_pipeline_from_args,
 )
 from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
@@ -87,7 +87,7 @@ def _check(args: argparse.Namespace) -> int:
         raise ConfigError("--resume-after and --resume-compare must be >= 1")
     if args.config and not args.resume:
         raise ConfigError("--config is the config of the resume check: add --resume")
-    pipeline = pipeline_from_args(args)
+    pipeline = tfinput_pipeline_from_args(args, command="check")
     config, notes = _resume_config(args) if args.resume else (None, [])
     report = pipeline.check(batch_size=args.batch_size or CHECK_BATCH_SIZE)
     resume: dict[str, Any] | None = None

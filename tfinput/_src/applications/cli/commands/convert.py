@@ -14,6 +14,7 @@ from tfinput._src.applications.cli.registry import Command
 
 if TYPE_CHECKING:
     from tfinput._src.applications.convert.options import ConvertOptions
+    from tfinput._src.applications.convert.results import ConvertResult
 
 __all__ = ["CONVERT_COMMAND"]
 
@@ -228,7 +229,7 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return convert_ray, {"ray": ray}
 
 
-def _print_summary(result: Any, out_dir: str) -> None:
+def _print_summary(result: ConvertResult, out_dir: str) -> None:
     """What a `tfinput.convert` result wrote, read and skipped."""
     out = console()
     out.print(

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput._src.applications.cli.args import add_output_arguments, list_columns
 from tfinput._src.applications.cli.commands import sparsecore
 from tfinput._src.applications.cli.console import console
 from tfinput._src.applications.cli.registry import Command
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput._src.applications.inference import Inference
 
 __all__ = ["SCHEMA_COMMAND"]
 
@@ -56,7 +59,7 @@ def _infer(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inference_table(result: Any) -> Any:
+def _inference_table(result: Inference) -> Any:
     """One row per column of a `tfinput.inference` result."""
     from rich.table import Table as RichTable
 

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from tfinput._src.applications.cli.args import (
     add_output_arguments,
     add_source_arguments,
-    pipeline_from_args,
+    tfinput_pipeline_from_args,
 )
 from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from tfinput._src.applications._sparsecore_results import SparseCoreStats
     from tfinput._src.core.schema import Schema
 
 __all__ = ["arguments", "run"]
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         from tfinput._src.applications.bench import load_configs
 
         (config,) = load_configs([args.config]).values()
-    pipeline = pipeline_from_args(args)
+    pipeline = tfinput_pipeline_from_args(args, command="sparsecore")
     with progress() as bar:
         task = bar.add_task("SparseCore statistics", total=args.max_batches)
         stats = sparsecore_stats(
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(o.over_any for o in overflows) else 0
 
 
-def _payload(stats: Any, schema: Schema, overflows: list[Any]) -> dict[str, Any]:
+def _payload(stats: SparseCoreStats, schema: Schema, overflows: list[Any]) -> dict[str, Any]:
     """Statistics, suggested limits per table, TensorFlow's and keras-rs's configs."""
     import dataclasses
 
@@ -189,7 +190,7 @@ def _payload(stats: Any, schema: Schema, overflows: list[Any]) -> dict[str, Any]
     return out
 
 
-def _print(stats: Any, schema: Schema, overflows: list[Any], mlperf: int) -> None:
+def _print(stats: SparseCoreStats, schema: Schema, overflows: list[Any], mlperf: int) -> None:
     from rich.table import Table as RichTable
 
     out = console()
