@@ -81,9 +81,17 @@ class CheckReport:
 
 
 def check_files(
-    pipeline: Pipeline, *, batch_size: int = 1024, max_files: int | None = None
+    pipeline: Pipeline,
+    *,
+    batch_size: int = 1024,
+    max_files: int | None = None,
+    first_problem: bool = False,
 ) -> CheckReport:
-    """`Pipeline.check` of ``pipeline`` (its docstring has the contract)."""
+    """`Pipeline.check` of ``pipeline`` (its docstring has the contract).
+
+    ``first_problem``: stop at the first file with a problem and count no folded ids
+    (what `Pipeline.explain` needs to name the file of an error: the same first
+    problem, without reading the files after it, or the clean ones twice)."""
     source = pipeline.source
     if not isinstance(source, FileChecks):  # a source without files: read it whole
         return CheckReport(files=(_check_one(pipeline, None, batch_size),))
@@ -96,9 +104,11 @@ def check_files(
         result = _check_one(pipeline, path, batch_size)
         if result.error is None and path in across:
             result = dataclasses.replace(result, error=across[path])
-        if result.error is None:
+        if result.error is None and not first_problem:
             result = dataclasses.replace(result, folded=_folded_ids(pipeline, path, batch_size))
         results.append(result)
+        if first_problem and result.error is not None:
+            break
     return CheckReport(files=tuple(results), empty_files=tuple(empty))
 
 

@@ -424,7 +424,8 @@ class Pipeline:
         """Read every file alone, to the end, through the full parse and transforms.
 
         Slow (one file at a time) but exact: a problem is reported with the file it is
-        in. `iterate` calls this when a pipeline fails, to name the culprit file.
+        in. `iterate` runs the same check when a pipeline fails, up to the first file
+        with a problem, to name the culprit file.
         A file with a problem is read again once per feature and label (and its
         records counted), so that every failing feature is named, each with the
         records it was found in; files that read cleanly are read once. Problems
@@ -533,7 +534,7 @@ class Pipeline:
         """A `DataError` for a TensorFlow error raised while iterating this pipeline."""
         message = clean_error(error)
         if diagnose:
-            report = self.check()
+            report = check_files(self, first_problem=True)
             if report.problems:
                 first = report.problems[0]
                 return DataError(f"{first.path}: {first.error}")
