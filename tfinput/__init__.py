@@ -6,7 +6,6 @@ is built or a module that needs them is used.
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core._moved import MOVED as _MOVED
@@ -80,7 +79,8 @@ def __getattr__(name: str) -> Any:
     """The names and submodules that import TensorFlow, pyarrow or Keras, on first use.
 
     Each import is a statement, ``import a.b as module`` (which never asks this function
-    again), so tests/test_layers.py sees every one."""
+    again), so tests/test_layers.py sees every one. ``sources`` is its old name: it
+    imports with the deprecation warning."""
     match name:
         case "Pipeline" | "tfrecord" | "parquet" | "wrap":
             import tfinput.pipeline as module
@@ -98,15 +98,6 @@ def __getattr__(name: str) -> Any:
             import tfinput.layout as module
         case "InputIterator":
             import tfinput.resume as module
-        case _:
-            return _submodule(name)
-    return getattr(module, name)
-
-
-def _submodule(name: str) -> ModuleType:
-    """``tfinput.<name>`` for a public submodule not imported yet (``sources``: its old
-    name, with the deprecation warning)."""
-    match name:
         case "testing":
             import tfinput.testing as module
         case "steps":
@@ -147,7 +138,7 @@ def _submodule(name: str) -> ModuleType:
             import tfinput.serving as module
         case _:
             raise AttributeError(f"module 'tfinput' has no attribute {name!r}")
-    return module
+    return module if name in _SUBMODULES else getattr(module, name)
 
 
 _SUBMODULES = frozenset(
