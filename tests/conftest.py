@@ -48,7 +48,8 @@ ONE_END: dict[str, tuple[str, str]] = {
     "tests/test_examples.py": (
         "oldest",
         "the example scripts chain public calls (convert, schema inference, tune, fit, "
-        "export) that tests/tfinput and tests/tuners check on both ends; here they are "
+        "export) that tests/tfinput checks on both ends and tests/tuners across the two; "
+        "here they are "
         "kept runnable as scripts, on the older TensorFlow and Keras they must run on",
     ),
     "tests/test_examples_resume.py": (
@@ -61,7 +62,8 @@ ONE_END: dict[str, tuple[str, str]] = {
         "newest",
         "keeps the docs in step with the CLI (the same text and argument parser on both "
         "ends), on the versions a new reader installs; every command's behaviour is "
-        "tested on both ends under tests/tfinput/cli and tests/tuners/test_cli.py",
+        "tested on both ends under tests/tfinput/cli (the tune command's on this end, in "
+        "tests/tuners/test_cli.py)",
     ),
     "tests/test_docs_serving.py": (
         "oldest",
@@ -95,6 +97,38 @@ ONE_END: dict[str, tuple[str, str]] = {
         "newest",
         "Ray Data runs tfinput's own readers and writers, which tests/tfinput/_src/applications/convert "
         "checks on both ends (pyarrow 25 included)",
+    ),
+}
+
+#: Whole modules of the tuner's tests, each on one end: the tuner is Python over Optuna
+#: (5.0 on both ends) and tfinput's public measurement API, whose TensorFlow-dependent
+#: parts (windows, steps, bench, the pipelines measured) tests/tfinput checks on both
+#: ends; the modules are split so that each end runs about half of the tuner's tests.
+#: Unlike `ONE_END`'s end-to-end modules, ``--quick`` keeps them.
+ONE_END_MODULES: dict[str, tuple[str, str]] = {
+    "tests/tuners/test_study.py": (
+        "newest",
+        "the study loop, pruning, storage and resume are Optuna 5.0 and tfinput's "
+        "measurement, both tested on both ends; the oldest end runs test_confirm and "
+        "test_columnar_advice, which drive the same tune() over real pipelines",
+    ),
+    "tests/tuners/test_cli.py": (
+        "newest",
+        "the tune command maps its arguments onto TuneOptions (no TensorFlow of its own); "
+        "the oldest end runs every tfinput command's argument handling "
+        "(tests/tfinput/cli) and tunes through the examples (tests/test_examples.py)",
+    ),
+    "tests/tuners/test_confirm.py": (
+        "oldest",
+        "the confirmation re-measures the top configs through tfinput.measure, checked on "
+        "both ends; the newest end tunes real pipelines end to end in test_study and "
+        "test_cli",
+    ),
+    "tests/tuners/test_columnar_advice.py": (
+        "oldest",
+        "the format advice converts a sample with tfinput.convert and measures it with "
+        "bench's roofline, both tested on both ends (tests/tfinput/_src/applications/"
+        "convert and bench); what the advice adds is arithmetic over those measurements",
     ),
 }
 
@@ -284,11 +318,6 @@ ONE_END_TESTS: dict[str, tuple[str, str]] = {
         "against what a plain `import tensorflow` prints on that end; the oldest end checks "
         "the quiet side with its own commands (test_commands_print_no_tensorflow_log_lines)",
     ),
-    "tests/tuners/test_cli.py::test_cli_resumes_a_journal_study_whose_worker_was_killed": (
-        "newest",
-        "Optuna 5.0 on both ends; the oldest end kills a tuner worker of a study on "
-        "PostgreSQL in tests/tuners/test_storage_postgres.py, the same recovery path",
-    ),
 }
 
 #: The tests that take over 30 s alone on the 2-core development machine, each with why
@@ -472,8 +501,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         module = _module(item)
         other_end = (
-            module in ONE_END and END in ENDS and ONE_END[module][0] != END
-        ) or _on_the_other_end(item.nodeid)
+            (module in ONE_END and END in ENDS and ONE_END[module][0] != END)
+            or (module in ONE_END_MODULES and END in ENDS and ONE_END_MODULES[module][0] != END)
+            or _on_the_other_end(item.nodeid)
+        )
         long = quick and (
             module in END_TO_END
             or item.nodeid in slow
@@ -512,7 +543,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     if END not in ENDS:
         return "tfinput: no end named (TFINPUT_TEST_END); runs every test"
     other = "newest" if END == "oldest" else "oldest"
-    left = ", ".join(m for m, (end, _) in sorted(ONE_END.items()) if end == other)
+    modules = {**ONE_END, **ONE_END_MODULES}
+    left = ", ".join(m for m, (end, _) in sorted(modules.items()) if end == other)
     header = f"tfinput: {END} end; left to the {other} end (tests/conftest.py ONE_END): {left}"
     return header + (
         f"; and {sum(end == other for end, _ in ONE_END_TESTS.values())} tests of "

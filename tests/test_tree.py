@@ -113,9 +113,10 @@ def test_the_matrix_split_names_real_modules_with_reasons():
     """tests/conftest.py's `ONE_END` (the end-to-end modules each end of CI runs alone)
     names existing test modules, each with its end and reason, and never a whole folder:
     a new test runs on both ends unless its module is listed."""
-    from tests.conftest import END_TO_END, ENDS, LONG_ALONE, ONE_END, SLOW_LIST
+    from tests.conftest import END_TO_END, ENDS, LONG_ALONE, ONE_END, ONE_END_MODULES, SLOW_LIST
 
-    for module, (end, reason) in ONE_END.items():
+    assert not set(ONE_END) & set(ONE_END_MODULES)
+    for module, (end, reason) in {**ONE_END, **ONE_END_MODULES}.items():
         assert (ROOT / module).is_file() and module.endswith(".py"), module
         assert end in ENDS, f"{module}: the end is one of {ENDS}, not {end!r}"
         assert len(reason.split()) >= 8, f"{module}: say why the other end cannot differ"
@@ -128,12 +129,13 @@ def test_the_matrix_split_names_real_modules_with_reasons():
     for test, (kept, reason) in SPLIT_CASES.items():  # the cases are checked at collection
         module, name = test.split("::")
         assert f"def {name}(" in (ROOT / module).read_text(), test
-        assert kept and module not in ONE_END, test
+        assert kept and module not in ONE_END and module not in ONE_END_MODULES, test
         assert len(reason.split()) >= 8, f"{test}: say why each end's cases suffice"
     for test, (end, reason) in ONE_END_TESTS.items():
         module, name = test.split("[")[0].split("::")
         assert f"def {name}(" in (ROOT / module).read_text(), test
-        assert end in ENDS and module not in ONE_END and test.split("[")[0] not in SPLIT_CASES
+        assert end in ENDS and module not in ONE_END and module not in ONE_END_MODULES
+        assert test.split("[")[0] not in SPLIT_CASES
         assert len(reason.split()) >= 8, f"{test}: say where the other end runs that path"
     listed = [line for line in SLOW_LIST.read_text().splitlines() if not line.startswith("#")]
     assert all(line.startswith("tests/") and "::" in line for line in listed)
