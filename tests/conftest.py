@@ -243,6 +243,46 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
         "ends); the lines TensorFlow writes differ by version, so each end runs commands "
         "that run ops",
     ),
+    "tests/test_bad_input.py::test_nan_or_inf_label": (
+        frozenset({"nan"}),
+        "NaN and infinity meet the same finiteness check of the label; each end feeds one "
+        "(and test_nan_or_inf_multi_hot_weight feeds both on each end)",
+    ),
+    "tests/test_bad_input.py::test_nan_or_inf_in_dense_feature": (
+        frozenset({"inf"}),
+        "NaN and infinity meet the same finiteness check of a dense feature; each end "
+        "feeds one, the other end the other",
+    ),
+    "tests/tfinput/test_serving.py::test_examples_and_raw_inputs_equal_the_training_batch": (
+        frozenset({"per_feature"}),
+        "the serving function wraps the same transforms for both layouts; packing itself "
+        "is checked on both ends by tests/tfinput/test_layout.py, and each end exports and "
+        "reloads a SavedModel (test_exported_savedmodel_reloaded_gives_the_training_inputs_"
+        "and_predictions)",
+    ),
+    "tests/tfinput/_src/applications/cli/commands/test_check.py::"
+    "test_folded_ids_are_counted_on_every_source": (
+        frozenset({"columnar"}),
+        "the folded-id count is one graph over the source's decode step, and each "
+        "source's decode is read on both ends by its own tests; each end counts one source",
+    ),
+    "tests/tfinput/_src/applications/convert/test_writers.py::"
+    "test_csv_to_columnar_reads_like_parquet": (
+        frozenset({"criteo"}),
+        "the same writers on two real CSV data sets; each end converts one (the Criteo "
+        "columns on the oldest end, MovieLens' list column on the newest)",
+    ),
+    "tests/tfinput/test_device_prefetch.py::test_get_state_resumes_exactly_in_a_new_prefetcher": (
+        frozenset({"to-jax"}),
+        "the prefetcher's saved position is the same code for both puts; each end resumes "
+        "one (to_jax's other paths run on both ends in this module)",
+    ),
+    "tests/tfinput/_src/core/sources/test_parquet.py::"
+    "test_a_position_restored_into_another_build_is_refused": (
+        frozenset({"other-files", "other-batch-size"}),
+        "the refusal compares the saved identity with the build's (tfinput's own code); "
+        "the newest end restores past the files' end, the oldest end the other two cases",
+    ),
 }
 
 #: Single tests (a function, or one case of it) run on one end only: end and reason.
