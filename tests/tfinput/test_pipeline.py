@@ -14,9 +14,8 @@ import tensorflow as tf
 import tfinput
 from tests.helpers import collect
 from tfinput import testing
-from tfinput._src.core.pipeline import clean_error
 from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError, DataError
+from tfinput.errors import ConfigError, DataError, clean_error
 from tfinput.layout import is_packed
 from tfinput.pipeline import CheckReport, FileCheck
 from tfinput.schema import Label, MultiHot, Schema, Table

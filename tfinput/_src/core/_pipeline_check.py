@@ -12,7 +12,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfinput._src.core.config import PipelineConfig
-from tfinput._src.core.errors import TfinputError, clean_error, raised_inside
+from tfinput._src.core.errors import DataError, TfinputError, clean_error, raised_inside
 from tfinput._src.core.layout import is_packed
 from tfinput._src.core.schema import Categorical, Feature, MultiHot, Schema
 from tfinput._src.core.sources.protocol import FileChecks
@@ -20,7 +20,7 @@ from tfinput._src.core.sources.protocol import FileChecks
 #: A `tfinput.Pipeline` (not imported: `tfinput.pipeline` imports this module).
 Pipeline = Any
 
-__all__ = ["CheckReport", "FileCheck", "check_files"]
+__all__ = ["CheckReport", "FileCheck", "check_files", "explain_failure"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -110,6 +110,17 @@ def check_files(
         if first_problem and result.error is not None:
             break
     return CheckReport(files=tuple(results), empty_files=tuple(empty))
+
+
+def explain_failure(pipeline: Pipeline, error: BaseException, *, diagnose: bool) -> DataError:
+    """`Pipeline.explain`: the error's own message, or (``diagnose``) the first problem
+    `check_files` finds, which names the file."""
+    if diagnose:
+        report = check_files(pipeline, first_problem=True)
+        if report.problems:
+            first = report.problems[0]
+            return DataError(f"{first.path}: {first.error}")
+    return DataError(clean_error(error))
 
 
 def _file_checks(pipeline: Pipeline) -> FileChecks:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from tfinput._src.core._pipeline_check import CheckReport, FileCheck, check_files
+from tfinput._src.core._pipeline_check import CheckReport, FileCheck, check_files, explain_failure
 from tfinput._src.core._pipeline_parts import (
     check_towers,
     checked_config,
@@ -43,7 +43,6 @@ from tfinput._src.core.errors import (
     ConfigError,
     DataError,
     ResumeError,
-    clean_error,
     without_locals,
 )
 from tfinput._src.core.layout import PackedLayout
@@ -532,13 +531,7 @@ class Pipeline:
 
     def explain(self, error: BaseException, *, diagnose: bool = True) -> DataError:
         """A `DataError` for a TensorFlow error raised while iterating this pipeline."""
-        message = clean_error(error)
-        if diagnose:
-            report = check_files(self, first_problem=True)
-            if report.problems:
-                first = report.problems[0]
-                return DataError(f"{first.path}: {first.error}")
-        return DataError(message)
+        return explain_failure(self, error, diagnose=diagnose)
 
 
 # ------------------------------------------------------------------ factories
