@@ -287,6 +287,25 @@ SPLIT_CASES: dict[str, tuple[frozenset[str], str]] = {
 
 #: Single tests (a function, or one case of it) run on one end only: end and reason.
 ONE_END_TESTS: dict[str, tuple[str, str]] = {
+    # The tuner over one more kind of pipeline or step: the tuner itself is split between
+    # the ends (ONE_END_MODULES); what it reads or trains runs on both ends elsewhere.
+    "tests/tfinput/columnar_records/test_columnar_records.py::"
+    "test_tuner_accepts_a_columnar_pipeline": (
+        "newest",
+        "columnar reading runs on both ends in tests/tfinput/_src/core/sources, and the "
+        "oldest end tunes over a columnar sample in tests/tuners/test_columnar_advice.py",
+    ),
+    "tests/tfinput/test_retrieval.py::test_the_tuner_measures_the_two_tower_model_as_its_step": (
+        "oldest",
+        "the two-tower model trains on both ends in test_two_tower_model_trains_and_recall_"
+        "at_k; the newest end tunes real Keras steps in test_keras_steps_and_tune_on_the_"
+        "jax_backend (tests/tfinput/_src/measurement/steps/test_keras.py)",
+    ),
+    "tests/profiles/test_cli.py::test_profile_demo": (
+        "newest",
+        "the demo pipeline is profiled like any other: the oldest end profiles pipelines "
+        "and steps in this module's test_profile_pipeline cases",
+    ),
     "tests/tfinput/test_resume.py::test_keras_fit_resumes_mid_epoch_on_tensorflow[tfrecord]": (
         "oldest",
         "the newest end runs the other case (columnar, steps_per_execution 3, keep 0) of "
