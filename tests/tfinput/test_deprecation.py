@@ -20,6 +20,9 @@ def test_an_old_name_is_the_new_module_with_a_warning():
             old = importlib.import_module("tfinput.old_errors_name")
         errors = importlib.import_module("tfinput._src.core.errors")
         assert old is errors and old.__name__ == "tfinput._src.core.errors"
+        # it keeps its own spec (the import system gave it the old name's; reload and
+        # pickle read it)
+        assert errors.__spec__.name == "tfinput._src.core.errors"
         assert finder.find_spec("tfinput.other", None) is None  # only the names it maps
     finally:
         sys.meta_path.remove(finder)
@@ -50,3 +53,4 @@ def test_the_modules_moved_into_src_import_under_their_old_names():
         with pytest.warns(DeprecationWarning, match=rf"{old} is private now"):
             module = importlib.import_module(old)
         assert module is importlib.import_module(new), old
+        assert module.__spec__.name == new, old

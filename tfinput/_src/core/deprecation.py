@@ -25,6 +25,7 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, moved: Mapping[str, str], *, public: str):
         self.moved = dict(moved)
         self.public = public
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -47,10 +48,15 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 "removed in the next release)"
             )
         warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        self._specs[new] = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        del module  # the module under its new name is already executed
+        # The module under its new name is already executed; the import system has just
+        # set its ``__spec__`` to the old name's: give it back its own (``reload`` and
+        # ``pickle`` read it).
+        module.__spec__ = self._specs.pop(module.__name__, module.__spec__)
 
     def install(self) -> None:
         """Put this finder first on ``sys.meta_path`` (once): an old name is answered before
