@@ -36,6 +36,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from tfinput._src.core._input_iterator import InputIterator
 from tfinput._src.core.errors import ConfigError, ResumeError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -146,8 +147,8 @@ class DevicePrefetch(Iterator[Any]):
         # Saved and restored through get_state / set_state (an InputIterator); None for
         # other sources.
         self._source = source if _resumable(source) else None
-        keep = getattr(source, "keep", None)
-        if self._source is not None and isinstance(keep, int) and keep < size + 2:
+        keep = source.keep if isinstance(source, InputIterator) else None
+        if self._source is not None and keep is not None and keep < size + 2:
             raise ConfigError(
                 f"device prefetch size={size} holds up to {size + 2} batches ahead of the "
                 f"training step (queued, being moved, being handed over), but the input "

@@ -65,6 +65,7 @@ from tfinput._src.applications.integrations._sparsecore_stats import (
     TableUsage,
     used_entries,
 )
+from tfinput._src.core._input_iterator import InputIterator
 from tfinput._src.core.errors import ConfigError, DataError, ResumeError
 from tfinput._src.measurement.steps._feed import loop_windows
 from tfinput._src.measurement.steps.base import STEP_CLASSES, Step
@@ -169,8 +170,8 @@ class SparseCoreFeed(Iterator[Any]):
         self.stats = SparseCoreFeedStats()
         # An InputIterator (tfinput.resume): batches are numbered from its position, and
         # get_state() saves the position after the last batch the training loop took.
-        self._iterator = batches if callable(getattr(batches, "state_at", None)) else None
-        self._start = int(getattr(self._iterator, "position", 0))
+        self._iterator = batches if isinstance(batches, InputIterator) else None
+        self._start = self._iterator.position if self._iterator is not None else 0
         self._taken = 0  # batches next() returned since _start
         self._workers, self._prefetch = workers, prefetch
         if workers and self._iterator is not None and self._iterator.keep < prefetch + 1:
@@ -353,7 +354,7 @@ class SparseCoreFeed(Iterator[Any]):
             return None
         return self._iterator.keep - (self._prefetch + 1 if self._workers else 0)
 
-    def _resumable(self, method: str) -> Any:
+    def _resumable(self, method: str) -> InputIterator:
         if self._iterator is None:
             raise ResumeError(
                 f"sparsecore_feed.{method}(): the feed reads a plain iterable; feed it "
