@@ -105,11 +105,12 @@ class ServingSpec:
         multi_hot_format: str | None = None,
         layout: str | None = None,
     ):
+        from tfinput._src.core.pipeline import Pipeline
         from tfinput._src.core.transforms import MULTI_HOT_FORMATS
 
         if isinstance(source, Schema):
             schema, fmt, lay = source, "dense", "per_feature"
-        elif isinstance(getattr(source, "schema", None), Schema):
+        elif isinstance(source, Pipeline):
             schema, fmt, lay = source.schema, source.multi_hot_format, source.layout
         else:
             raise ConfigError(
