@@ -194,6 +194,12 @@ def test_bad_arguments_are_config_errors(small_schema, tmp_path):
         serving.serving_fn(small_schema, layout="packed", multi_hot_format="ragged")
     with pytest.raises(ConfigError, match=r"Pipeline or tfinput\.Schema"):
         serving.serving_fn({"features": []})
+    # a look-alike of a pipeline (its schema and formats, not a tfinput.Pipeline)
+    look_alike = dataclasses.make_dataclass("LookAlike", ["schema", "multi_hot_format", "layout"])(
+        small_schema, "dense", "per_feature"
+    )
+    with pytest.raises(ConfigError, match=r"Pipeline or tfinput\.Schema, got LookAlike"):
+        serving.serving_fn(look_alike)
     with pytest.raises(ConfigError, match="Keras model"):
         serving.export(tmp_path / "x", small_schema, lambda f: f)
 
