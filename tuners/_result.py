@@ -44,10 +44,13 @@ class TuneResult:
     """Outcome of `tune`.
 
     Attributes:
-      best_config: The winner of the confirmation round.
+      best_config: The config to train with (saved as ``best_config.json``): the winner
+        of the confirmation round, or autotune when the verdict is "keep autotune" (the
+        winner's gain is within the noise); the config measured best is then
+        `measured_best`.
       best_name: Its name there (``trial N``, ``autotune`` or ``current``).
       confirmed: Every config of the confirmation round (`tfinput.bench.ConfigStats`:
-        median, spread, ratio to autotune per round), best first.
+        median, spread, ratio to autotune per round), best measured first.
       study_name: Optuna study name.
       trials: Counts by state (``complete``, ``pruned``, ``fail``, ``running``...).
       seconds: Wall time of the search and of the confirmation.
@@ -107,8 +110,36 @@ class TuneResult:
     study: optuna.Study | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
+    def measured_best(self) -> ConfigStats | None:
+        """The config measured best in the confirmation (None when not confirmed); it
+        is `best_config` unless the verdict kept autotune."""
+        return self.confirmed[0] if self.confirmed else None
+
+    @property
+    def saved_stats(self) -> ConfigStats | None:
+        """The confirmation's figures of `best_config` (None when not confirmed)."""
+        return next((c for c in self.confirmed if c.name == self.best_name), None)
+
+    @property
+    def kept_autotune(self) -> bool:
+        """Whether autotune is saved although another config measured best (its gain
+        was within the noise)."""
+        best = self.measured_best
+        return best is not None and best.name != self.best_name
+
+    @property
     def ratio_vs_autotune(self) -> float | None:
-        return self.confirmed[0].ratio if self.confirmed else None
+        """`best_config`'s confirmed ratio to autotune (1.0 when autotune is kept)."""
+        saved = self.saved_stats
+        return saved.ratio if saved is not None else None
+
+    def measured_best_record(self) -> dict[str, Any] | None:
+        """``result.json``'s ``measured_best``: the config measured best, its figures
+        and ratio range, and whether it is the saved config (``saved``)."""
+        best = self.measured_best
+        if best is None:
+            return None
+        return {**best.to_dict(), "saved": not self.kept_autotune}
 
     def record(self) -> dict[str, Any]:
         """Metadata stored next to the best config in its JSON file."""
@@ -116,7 +147,7 @@ class TuneResult:
             "fingerprint": self.fingerprint,
             "method": self.method,
             "step": self.step,
-            "confirmed": self.confirmed[0].to_dict() if self.confirmed else None,
+            "confirmed": None if self.saved_stats is None else self.saved_stats.to_dict(),
             "confirmation_error": self.confirmation_error,
             "beats_autotune": self.beats_autotune,
             "input_bound": self.input_bound,
@@ -131,6 +162,7 @@ class TuneResult:
             "best_name": self.best_name,
             "best_config": self.best_config.to_dict(),
             "ratio_vs_autotune": self.ratio_vs_autotune,
+            "measured_best": self.measured_best_record(),
             "confirmed": [c.to_dict() for c in self.confirmed],
             "study_name": self.study_name,
             "trials": self.trials,

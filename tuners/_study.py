@@ -29,10 +29,11 @@ What happens:
    confirmation raises, it is run once more; if it fails again, the result is the
    best trial of the search, marked unconfirmed (``confirmation_error``).
 5. **Verdicts** (`tuners._advice`): whether the winner beats autotune beyond the noise
-   (every round's paired ratio above 1; otherwise "keep autotune"), and whether the step
-   is input-bound at all (input wait under 3%: "input is not your bottleneck"; a step
-   that owns its loop, ``model.fit``, gets the wait from its step bound, measured on one
-   cached batch repeated).
+   (every round's paired ratio above 1; otherwise "keep autotune", and autotune is the
+   result's ``best_config``, the config measured best staying first in ``confirmed``),
+   and whether the step is input-bound at all (input wait under 3%: "input is not your
+   bottleneck"; a step that owns its loop, ``model.fit``, gets the wait from its step
+   bound, measured on one cached batch repeated).
 6. **Gain by knob** (``breakdown``): the winner re-measured with each differing knob
    group reverted to autotune's values, interleaved.
 7. **Format advice** (``advise_format``): tf.Example data whose parse stage is the bound
@@ -319,6 +320,10 @@ def _confirm_and_advise(
         )
     t3 = time.time()
     verdict = verdicts(how, confirmed, best_config, notes=notes)
+    if verdict["beats_autotune"] is False:
+        # "Keep autotune": the saved config is the verdict; the config measured best
+        # stays first in ``confirmed`` with its ratio and range.
+        best_name, best_config = "autotune", autotune
     t_verdicts = time.time()
     format_result, serial = _format_advice(
         run,

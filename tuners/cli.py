@@ -255,7 +255,13 @@ _STAGES = {
 
 
 def _finish(result: TuneResult, args: argparse.Namespace, out: str) -> int:
-    from tuners._report import NO_PLOTLY, has_plotly, print_summary, write_outputs
+    from tuners._report import (
+        NO_PLOTLY,
+        has_plotly,
+        print_summary,
+        saved_config_line,
+        write_outputs,
+    )
 
     paths = write_outputs(result, out)
     if not has_plotly():
@@ -275,6 +281,9 @@ def _finish(result: TuneResult, args: argparse.Namespace, out: str) -> int:
         f"best config: {paths['best_config']}  (PipelineConfig.from_json(...) → "
         "pipeline.build(config))"
     )
+    kept = saved_config_line(result, str(paths["best_config"]), str(paths["result"]))
+    if kept is not None:
+        c.print(kept, markup=False)
     c.print(f"report: {paths['report']}   details: {paths['result']}")
     c.print(_resume_line(result, str(paths["best_config"])), markup=False)
     return 0
