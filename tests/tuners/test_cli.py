@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import optuna
@@ -18,6 +19,7 @@ from tests.tuners.conftest import tune_result
 from tfinput.cli import build_parser
 from tfinput.config import PipelineConfig
 from tuners._result import resume_record
+from tuners._search import baseline_configs
 from tuners._storage import make_storage
 from tuners.cli import _resume_line, add_subcommands
 
@@ -90,6 +92,71 @@ def test_cli_tune_end_to_end(cli_args, capsys, tmp_path, monkeypatch):
     html = (out_dir / "report.html").read_text()
     assert "pip install 'tfinput[plots]'" in html and "Best config" in html
     assert "Confirmed throughput" in html
+
+
+# A user's module as the README shows it: make_pipeline(config) returns a tf.data.Dataset
+# built with the config. Autotune's map_parallelism feeds at one speed, every other value
+# 3x or 0.5x that on alternate builds: measured best, never beyond the noise.
+WITHIN_THE_NOISE = """\
+import collections
+import time
+
+import tensorflow as tf
+
+from tfinput.config import AUTOTUNE
+
+BUILT = collections.Counter()
+
+
+def make_pipeline(config):
+    key = repr(sorted(config.to_dict().items()))
+    n = BUILT[key]
+    BUILT[key] += 1
+    speed = 1.0 if config.map_parallelism == AUTOTUNE else (3.0, 0.5)[n % 2]
+    return tf.data.Dataset.from_tensors({"speed": tf.fill([config.batch_size], speed)})
+
+
+def step(batch):
+    time.sleep(0.01 / float(batch["speed"][0]))
+"""
+
+
+def test_cli_keep_autotune_saves_autotune_and_says_where_the_measured_best_is(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the host lock: this test's own
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    module = tmp_path / "within_the_noise.py"
+    module.write_text(WITHIN_THE_NOISE)
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(
+        capsys,
+        "tune",
+        *("--pipeline", f"{module}:make_pipeline", "--batch-size", "50"),
+        *("--step", "function", "--step-fn", f"{module}:step", "--n-trials", "3"),
+        *("--windows", "2", "--window-batches", "3", "--warmup-batches", "1"),
+        *("--confirm-top", "1", "--confirm-windows", "2", "--no-breakdown"),
+        *("--out", out_dir),
+    )
+    assert code == 0, err
+    data = json.loads((out_dir / "result.json").read_text())
+    best = data["measured_best"]
+    assert data["beats_autotune"] is False and best["name"] != "autotune"
+    low, high = best["vs_baseline"]["min"], best["vs_baseline"]["max"]
+    assert low < 1 < high and best["saved"] is False
+    autotune = baseline_configs(PipelineConfig(batch_size=50), cpu_count=1)["autotune"]
+    saved = PipelineConfig.from_json(out_dir / "best_config.json")
+    assert saved == autotune  # every tf.data knob AUTOTUNE, at the tuned batch size
+    assert data["best_name"] == "autotune" and data["best_config"] == saved.to_dict()
+    assert best["config"] != data["best_config"]
+    text = " ".join(out.split())  # rich wraps long lines
+    assert f"keep autotune: {best['name']}'s gain is within the noise" in text
+    assert (
+        f"{out_dir}/best_config.json: autotune (the verdict: keep autotune); the best "
+        f"measured config, {best['name']}, {best['vs_baseline']['ratio']:.2f}x autotune "
+        f"(rounds {low:.2f}x-{high:.2f}x), is in {out_dir}/result.json under "
+        '"measured_best"'
+    ) in text
 
 
 @pytest.mark.parametrize(
