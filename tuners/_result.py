@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "TuneResult",
     "TrialsFailedError",
+    "TuneInterrupted",
     "fingerprint",
     "describe_method",
     "describe_step",
@@ -37,6 +39,115 @@ class TrialsFailedError(TfinputError):
     def __init__(self, message: str, *, study: optuna.Study | None = None) -> None:
         super().__init__(message)
         self.study = study
+
+
+class TuneInterrupted(KeyboardInterrupt):
+    """Ctrl-C (a ``KeyboardInterrupt``) during `tuners.tune`, once the study is open.
+
+    Still a ``KeyboardInterrupt`` (``except KeyboardInterrupt`` catches it), carrying
+    what was done: ``study`` holds the completed trials (also in its storage when one
+    was given, so the same call resumes the study), ``stage`` says where it stopped:
+    ``"search"``, or ``"confirmation"`` (the confirmation, the gain by knob or the
+    format advice). No verdict is claimed from an unfinished confirmation.
+    `to_dict` is the ``result.json`` of an interrupted run; `write` writes it.
+
+    Attributes:
+      study: The Optuna study.
+      stage: ``"search"`` or ``"confirmation"``.
+      storage: The storage the study is kept in, as given (None: in memory, lost).
+      requeued: Trials stopped by the interrupt whose parameters were enqueued again
+        in the storage (measured first when the study resumes).
+    """
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        *,
+        stage: str,
+        storage: Any = None,
+        requeued: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(f"tune interrupted during the {stage}")
+        self.study = study
+        self.stage = stage
+        self.storage = storage
+        self.requeued = tuple(requeued)
+
+    @property
+    def completed(self) -> int:
+        """Trials that completed (measured to the end, not pruned)."""
+        import optuna
+
+        states = (optuna.trial.TrialState.COMPLETE,)
+        return len(self.study.get_trials(deepcopy=False, states=states))
+
+    def describe(self) -> str:
+        """``interrupted during the search after 3 completed trials; no verdict: ...``."""
+        if self.stage == "search":
+            why = "the confirmation against autotune did not run"
+        else:
+            why = "the confirmation against autotune did not finish"
+        return (
+            f"interrupted during the {self.stage} after {self.completed} completed "
+            f"trial{'s' if self.completed != 1 else ''}; no verdict: {why}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``result.json`` of the interrupted run: every trial, the search's best
+        (unconfirmed), no verdict and no best config."""
+        from tuners._trials import state_counts, summarize_trials
+
+        rows = summarize_trials(self.study)
+        done = [r for r in rows if r["state"] == "complete" and r["value"] is not None]
+        best = max(done, key=lambda r: r["value"], default=None)
+        config = None
+        if best is not None:
+            trial = self.study.get_trials(deepcopy=False)[best["number"]]
+            config = trial.user_attrs.get("config")
+        return {
+            "format": "tfinput.tune/1",
+            "interrupted": {"stage": self.stage, "message": self.describe()},
+            "best_config": None,
+            "best_trial": None
+            if best is None
+            else {
+                "number": best["number"],
+                "name": best["baseline"] or f"trial {best['number']}",
+                "median_examples_per_s": best["median"],
+                "config": config,
+                "confirmed": False,
+            },
+            "beats_autotune": None,
+            "verdicts": [],
+            "study_name": self.study.study_name,
+            "storage": None if self.storage is None else _shown(self.storage),
+            "requeued": list(self.requeued),
+            "trials": state_counts(self.study),
+            "trials_detail": rows,
+        }
+
+    def write(self, out_dir: str | Path) -> Path:
+        """Write `to_dict` as ``result.json`` in ``out_dir`` (made if missing); its path.
+
+        Raises:
+          OSError: ``out_dir`` cannot be written.
+        """
+        import json
+
+        path = Path(out_dir) / "result.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return path
+
+
+def _shown(storage: Any) -> str:
+    """A storage as the user gave it, its password hidden (an Optuna storage object: its
+    class name)."""
+    if not isinstance(storage, str):
+        return type(storage).__name__
+    from tuners._storage import redact
+
+    return redact(storage)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -79,6 +79,7 @@ from tuners._confirm import (
 )
 from tuners._result import (
     TrialsFailedError,
+    TuneInterrupted,
     TuneResult,
     describe_method,
     describe_step,
@@ -91,6 +92,7 @@ from tuners._search import (
     default_sampler,
     open_storage,
     open_tuning_study,
+    requeue_interrupted,
     search_trials,
     study_name_for,
 )
@@ -173,6 +175,9 @@ def tune(
       DataError: the data hold fewer rows than one batch (found by the first trial,
         which stops the search; the message gives the row count).
       TrialsFailedError: no trial completed (the step or pipeline always raises).
+      TuneInterrupted: Ctrl-C once the study is open (a ``KeyboardInterrupt`` that
+        carries the study with its completed trials, and where it stopped; the trial
+        it stopped does not count and, in a storage, is measured again on resume).
       TypeError: a keyword that is no field of the options.
     """
     opts = with_keywords(options or TuneOptions(), keywords, what="tune")
@@ -193,15 +198,25 @@ def tune(
     )
     run.refuse_data_smaller_than_a_batch()
     study, in_memory = _open_study(run, search, kept)
-    search_seconds, notes = search_trials(
-        study,
-        run,
-        n_trials=search.n_trials,
-        timeout=search.timeout,
-        in_memory=in_memory,
-        max_consecutive_failures=search.max_consecutive_failures,
-    )
-    outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
+    stage = "search"
+    try:
+        search_seconds, notes = search_trials(
+            study,
+            run,
+            n_trials=search.n_trials,
+            timeout=search.timeout,
+            in_memory=in_memory,
+            max_consecutive_failures=search.max_consecutive_failures,
+        )
+        stage = "confirmation"
+        outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
+    except KeyboardInterrupt as e:
+        # Ctrl-C: what was done goes with the exception (a second Ctrl-C while the
+        # interrupted trials are enqueued again stops at once).
+        requeued = () if in_memory else requeue_interrupted(study, run)
+        raise TuneInterrupted(
+            study, stage=stage, storage=kept.storage, requeued=tuple(requeued)
+        ) from e
     outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
     return _result(study, run, opts.confirmation, notes, outcome)
 
