@@ -323,7 +323,7 @@ def _confirm_and_advise(
     if options.breakdown and confirmed and best_name != "autotune":
         contributions = gain_by_knob(how, best_config, autotune, progress=progress, notes=notes)
         # A group measured slower in every round is reverted, and the reverted config
-        # confirmed against the winner: the saved config is the one measured best.
+        # confirmed against the winner: the one measured best is the winner.
         best_name, best_config, confirmed, contributions = revert_hurting_groups(
             how,
             (best_name, best_config),

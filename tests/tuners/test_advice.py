@@ -293,7 +293,7 @@ def test_a_group_slower_in_every_round_is_reverted_and_the_best_measured_is_save
     buffering, threading = by_group["buffering"], by_group["tf.data threading"]
     assert buffering.hurts and buffering.reverted is True
     assert not threading.hurts and threading.reverted is None
-    assert "reverted to autotune's values in the saved config" in buffering.describe()
+    assert "reverted to autotune's values in the best measured config" in buffering.describe()
     # The saved config is the winner with prefetch back at autotune: 200k against 160k,
     # measured in the same windows as the search's winner and autotune.
     assert result.best_config.map_parallelism == 4 and result.best_config.prefetch == AUTOTUNE
