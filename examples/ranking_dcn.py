@@ -74,7 +74,7 @@ def main() -> None:
         )
         print(
             f"tuned config ({result.best_name}), confirmed "
-            f"{result.confirmed[0].median:,.0f} examples/s, "
+            f"{result.saved_stats.median:,.0f} examples/s, "
             f"{result.ratio_vs_autotune or 1:.2f}x autotune"
         )
         for line in result.verdicts:  # beats autotune? input-bound at all?

@@ -28,6 +28,7 @@ __all__ = [
     "ConfirmOptions",
     "TuneResult",
     "TrialsFailedError",
+    "TuneInterrupted",
     "resume_record",
     "SearchSpace",
     "Measurement",
@@ -45,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuners._columnar_advice import FormatAdvice, format_advice
     from tuners._objective import Measurement, measure
     from tuners._pruning import NoiseAwarePruner
-    from tuners._result import TrialsFailedError, TuneResult, resume_record
+    from tuners._result import TrialsFailedError, TuneInterrupted, TuneResult, resume_record
     from tuners._space import SearchSpace
     from tuners._storage import make_storage
     from tuners._study import tune
@@ -85,7 +86,7 @@ def __getattr__(name: str) -> Any:
             import tuners._study as module
         case "TuneOptions" | "SearchOptions" | "StudyOptions" | "MeasureOptions" | "ConfirmOptions":
             import tuners.options as module
-        case "TuneResult" | "resume_record" | "TrialsFailedError":
+        case "TuneResult" | "resume_record" | "TrialsFailedError" | "TuneInterrupted":
             import tuners._result as module
         case "make_storage":
             import tuners._storage as module

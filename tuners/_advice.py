@@ -348,7 +348,7 @@ class KnobContribution:
 
     def describe(self) -> str:
         """One line: the group, its knobs and its contribution with the spread; for a
-        group that `hurts`, whether the saved config reverted it (or, when no revert was
+        group that `hurts`, whether the best measured config reverted it (or, when no revert was
         tried, the ``--fix`` arguments that keep it at autotune)."""
         knobs = ", ".join(f"{k} {a}→{w}" for k, (w, a) in self.knobs.items())
         text = (
@@ -358,7 +358,7 @@ class KnobContribution:
         if self.hurts and self.reverted:
             text += (
                 "; slower with these knobs in every round: reverted to autotune's values in "
-                "the saved config (confirmed faster in the same windows)"
+                "the best measured config (confirmed faster in the same windows)"
             )
         elif self.hurts and self.reverted is False:
             text += (

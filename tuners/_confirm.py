@@ -202,8 +202,8 @@ def revert_hurting_groups(
             notes,
             f"{groups}: slower in every round of the gain breakdown, so reverted to "
             f"autotune's values; the reverted config measured {kept.median:,.0f} examples/s "
-            f"against the search's winner's {other.median:,.0f} in the same windows, and is "
-            "the saved config",
+            f"against the search's winner's {other.median:,.0f} in the same windows, and "
+            "replaces it",
         )
     flags = {c.group: best.name == reverted_name for c in hurting}
     updated = tuple(

@@ -24,6 +24,8 @@ from tuners._trials import summarize_trials
 
 __all__ = [
     "print_summary",
+    "measured_best_text",
+    "saved_config_line",
     "verdict_lines",
     "write_html",
     "write_outputs",
@@ -66,23 +68,34 @@ def print_summary(result: TuneResult, console: Any) -> None:
         )
     console.print(t)
     auto = next((c for c in result.confirmed if c.name == "autotune"), None)
-    if auto is not None:
+    measured = result.measured_best
+    if auto is not None and measured is not None:
         changed = {
-            k: v
-            for k, v in result.best_config.to_dict().items()
-            if auto.config.to_dict().get(k) != v
+            k: v for k, v in measured.config.to_dict().items() if auto.config.to_dict().get(k) != v
         }
-        console.print(
-            f"best: {result.best_name}; knobs changed from autotune: "
-            + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none")
-        )
+        knobs = ", ".join(f"{k}={v}" for k, v in changed.items()) or "none"
+        if result.kept_autotune:
+            console.print(
+                f"saved: autotune (the verdict); measured best: {measured_best_text(result)}, "
+                f"knobs changed from autotune: {knobs}",
+                markup=False,
+            )
+        else:
+            console.print(f"best: {result.best_name}; knobs changed from autotune: {knobs}")
     for line in verdict_lines(result):
         if line.startswith("("):  # how the input wait was obtained
             console.print(f"         {line}")
         else:
             console.print(f"[bold]verdict:[/] {line}")
     if result.breakdown:
-        console.print("gain by knob (winner / winner with the group reverted to autotune):")
+        if result.kept_autotune and measured is not None:
+            console.print(
+                f"gain by knob of {measured.name}, the best measured, not saved "
+                f"({measured.name} / {measured.name} with the group reverted to autotune):",
+                markup=False,
+            )
+        else:
+            console.print("gain by knob (winner / winner with the group reverted to autotune):")
         for c in result.breakdown:
             console.print(f"  {c.describe()}")
     trials = ", ".join(f"{n} {k}" for k, n in sorted(result.trials.items()))
@@ -99,6 +112,32 @@ def print_summary(result: TuneResult, console: Any) -> None:
             f"[red]confirmation failed:[/] {result.confirmation_error}; the best config is "
             f"the search's best trial ({result.best_name}), not confirmed against autotune"
         )
+
+
+def measured_best_text(result: TuneResult) -> str:
+    """``trial 7, 1.01x autotune (rounds 0.95x-1.10x)``: the config measured best, with
+    its confirmed ratio and the range of its per-round ratios."""
+    best = result.measured_best
+    if best is None:
+        return "none (not confirmed)"
+    if best.ratio is None:
+        return best.name
+    text = f"{best.name}, {best.ratio:.2f}x autotune"
+    if best.ratio_min is not None and best.ratio_max is not None:
+        text += f" (rounds {best.ratio_min:.2f}x-{best.ratio_max:.2f}x)"
+    return text
+
+
+def saved_config_line(result: TuneResult, best_config: str, details: str) -> str | None:
+    """When the verdict kept autotune although another config measured best: which file
+    holds which (``best_config``: the verdict; ``details``: the measured best). None
+    otherwise."""
+    if not result.kept_autotune:
+        return None
+    return (
+        f"{best_config}: autotune (the verdict: keep autotune); the best measured config, "
+        f'{measured_best_text(result)}, is in {details} under "measured_best"'
+    )
 
 
 def verdict_lines(result: TuneResult) -> list[str]:
@@ -236,14 +275,20 @@ def write_html(result: TuneResult, path: str | Path) -> Path:
         f"<h1>tfinput tune: {result.study_name}</h1>"
         f"<p>Best: <b>{escape(result.best_name)}</b>, "
         + (
-            f"confirmed {result.confirmed[0].median:,.0f} examples/s"
-            if result.confirmed
+            f"confirmed {result.saved_stats.median:,.0f} examples/s"
+            if result.saved_stats is not None
             else "<b>not confirmed</b> (the confirmation failed: "
             f"{escape(str(result.confirmation_error))})"
         )
         + (f", {result.ratio_vs_autotune:.2f}x autotune" if result.ratio_vs_autotune else "")
         + f". Step: {result.step.get('name')}. Trials: {result.trials}. "
         f"Search {result.seconds['search']:.0f} s, confirmation {result.seconds['confirm']:.0f} s.</p>"
+        + (
+            f"<p>Saved: autotune (the verdict: keep autotune). The best measured config, "
+            f"{escape(measured_best_text(result))}, is in result.json under measured_best.</p>"
+            if result.kept_autotune
+            else ""
+        )
         + "".join(f"<p class='note'>Warning: {escape(w)}</p>" for w in result.warnings)
         + _verdicts_html(result)
         + "".join(_advice_html(result))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "TuneResult",
     "TrialsFailedError",
+    "TuneInterrupted",
     "fingerprint",
     "describe_method",
     "describe_step",
@@ -39,15 +41,127 @@ class TrialsFailedError(TfinputError):
         self.study = study
 
 
+class TuneInterrupted(KeyboardInterrupt):
+    """Ctrl-C (a ``KeyboardInterrupt``) during `tuners.tune`, once the study is open.
+
+    Still a ``KeyboardInterrupt`` (``except KeyboardInterrupt`` catches it), carrying
+    what was done: ``study`` holds the completed trials (also in its storage when one
+    was given, so the same call resumes the study), ``stage`` says where it stopped:
+    ``"search"``, or ``"confirmation"`` (the confirmation, the gain by knob or the
+    format advice). No verdict is claimed from an unfinished confirmation.
+    `to_dict` is the ``result.json`` of an interrupted run; `write` writes it.
+
+    Attributes:
+      study: The Optuna study.
+      stage: ``"search"`` or ``"confirmation"``.
+      storage: The storage the study is kept in, as given (None: in memory, lost).
+      requeued: Trials stopped by the interrupt whose parameters were enqueued again
+        in the storage (measured first when the study resumes).
+    """
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        *,
+        stage: str,
+        storage: Any = None,
+        requeued: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(f"tune interrupted during the {stage}")
+        self.study = study
+        self.stage = stage
+        self.storage = storage
+        self.requeued = tuple(requeued)
+
+    @property
+    def completed(self) -> int:
+        """Trials that completed (measured to the end, not pruned)."""
+        import optuna
+
+        states = (optuna.trial.TrialState.COMPLETE,)
+        return len(self.study.get_trials(deepcopy=False, states=states))
+
+    def describe(self) -> str:
+        """``interrupted during the search after 3 completed trials; no verdict: ...``."""
+        if self.stage == "search":
+            why = "the confirmation against autotune did not run"
+        else:
+            why = "the confirmation against autotune did not finish"
+        return (
+            f"interrupted during the {self.stage} after {self.completed} completed "
+            f"trial{'s' if self.completed != 1 else ''}; no verdict: {why}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``result.json`` of the interrupted run: every trial, the search's best
+        (unconfirmed), no verdict and no best config."""
+        from tuners._trials import state_counts, summarize_trials
+
+        rows = summarize_trials(self.study)
+        done = [r for r in rows if r["state"] == "complete" and r["value"] is not None]
+        best = max(done, key=lambda r: r["value"], default=None)
+        config = None
+        if best is not None:
+            trial = self.study.get_trials(deepcopy=False)[best["number"]]
+            config = trial.user_attrs.get("config")
+        return {
+            "format": "tfinput.tune/1",
+            "interrupted": {"stage": self.stage, "message": self.describe()},
+            "best_config": None,
+            "best_trial": None
+            if best is None
+            else {
+                "number": best["number"],
+                "name": best["baseline"] or f"trial {best['number']}",
+                "median_examples_per_s": best["median"],
+                "config": config,
+                "confirmed": False,
+            },
+            "beats_autotune": None,
+            "verdicts": [],
+            "study_name": self.study.study_name,
+            "storage": None if self.storage is None else _shown(self.storage),
+            "requeued": list(self.requeued),
+            "trials": state_counts(self.study),
+            "trials_detail": rows,
+        }
+
+    def write(self, out_dir: str | Path) -> Path:
+        """Write `to_dict` as ``result.json`` in ``out_dir`` (made if missing); its path.
+
+        Raises:
+          OSError: ``out_dir`` cannot be written.
+        """
+        import json
+
+        path = Path(out_dir) / "result.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return path
+
+
+def _shown(storage: Any) -> str:
+    """A storage as the user gave it, its password hidden (an Optuna storage object: its
+    class name)."""
+    if not isinstance(storage, str):
+        return type(storage).__name__
+    from tuners._storage import redact
+
+    return redact(storage)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TuneResult:
     """Outcome of `tune`.
 
     Attributes:
-      best_config: The winner of the confirmation round.
+      best_config: The config to train with (saved as ``best_config.json``): the winner
+        of the confirmation round, or autotune when the verdict is "keep autotune" (the
+        winner's gain is within the noise); the config measured best is then
+        `measured_best`.
       best_name: Its name there (``trial N``, ``autotune`` or ``current``).
       confirmed: Every config of the confirmation round (`tfinput.bench.ConfigStats`:
-        median, spread, ratio to autotune per round), best first.
+        median, spread, ratio to autotune per round), best measured first.
       study_name: Optuna study name.
       trials: Counts by state (``complete``, ``pruned``, ``fail``, ``running``...).
       seconds: Wall time of the search and of the confirmation.
@@ -107,8 +221,36 @@ class TuneResult:
     study: optuna.Study | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
+    def measured_best(self) -> ConfigStats | None:
+        """The config measured best in the confirmation (None when not confirmed); it
+        is `best_config` unless the verdict kept autotune."""
+        return self.confirmed[0] if self.confirmed else None
+
+    @property
+    def saved_stats(self) -> ConfigStats | None:
+        """The confirmation's figures of `best_config` (None when not confirmed)."""
+        return next((c for c in self.confirmed if c.name == self.best_name), None)
+
+    @property
+    def kept_autotune(self) -> bool:
+        """Whether autotune is saved although another config measured best (its gain
+        was within the noise)."""
+        best = self.measured_best
+        return best is not None and best.name != self.best_name
+
+    @property
     def ratio_vs_autotune(self) -> float | None:
-        return self.confirmed[0].ratio if self.confirmed else None
+        """`best_config`'s confirmed ratio to autotune (1.0 when autotune is kept)."""
+        saved = self.saved_stats
+        return saved.ratio if saved is not None else None
+
+    def measured_best_record(self) -> dict[str, Any] | None:
+        """``result.json``'s ``measured_best``: the config measured best, its figures
+        and ratio range, and whether it is the saved config (``saved``)."""
+        best = self.measured_best
+        if best is None:
+            return None
+        return {**best.to_dict(), "saved": not self.kept_autotune}
 
     def record(self) -> dict[str, Any]:
         """Metadata stored next to the best config in its JSON file."""
@@ -116,7 +258,7 @@ class TuneResult:
             "fingerprint": self.fingerprint,
             "method": self.method,
             "step": self.step,
-            "confirmed": self.confirmed[0].to_dict() if self.confirmed else None,
+            "confirmed": None if self.saved_stats is None else self.saved_stats.to_dict(),
             "confirmation_error": self.confirmation_error,
             "beats_autotune": self.beats_autotune,
             "input_bound": self.input_bound,
@@ -131,6 +273,7 @@ class TuneResult:
             "best_name": self.best_name,
             "best_config": self.best_config.to_dict(),
             "ratio_vs_autotune": self.ratio_vs_autotune,
+            "measured_best": self.measured_best_record(),
             "confirmed": [c.to_dict() for c in self.confirmed],
             "study_name": self.study_name,
             "trials": self.trials,

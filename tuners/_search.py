@@ -46,6 +46,7 @@ __all__ = [
     "default_sampler",
     "open_storage",
     "open_tuning_study",
+    "requeue_interrupted",
     "search_trials",
     "study_name_for",
 ]
@@ -114,6 +115,8 @@ class Tuning:
     too_small: list[str] = dataclasses.field(default_factory=list)
     #: Trials of this call that failed (the first one's traceback is logged).
     failures: list[int] = dataclasses.field(default_factory=list)
+    #: Trials of this call stopped by Ctrl-C (`requeue_interrupted` enqueues them again).
+    interrupted: list[int] = dataclasses.field(default_factory=list)
 
     @classmethod
     def settle(
@@ -175,6 +178,13 @@ class Tuning:
                     **self.plan.to_dict(),
                     **self.clocks,
                 )
+        except KeyboardInterrupt:
+            # Not the config's fault: the trial does not count towards n_trials, and a
+            # study kept in a storage measures it again when it resumes.
+            self.interrupted.append(trial.number)
+            trial.set_user_attr("interrupted", True)
+            trial.set_user_attr("error", "interrupted (Ctrl-C) before it finished")
+            raise
         except (TfinputError, MemoryError, Exception) as e:
             if isinstance(e, DataError) and "produced no batch" in str(e):
                 # Every other config would fail the same way: stop, and say what to do.
@@ -382,6 +392,24 @@ def search_trials(
         log.warning("%s", stop.reason)
         notes.append(stop.reason)
     return seconds, notes
+
+
+def requeue_interrupted(study: optuna.Study, run: Tuning) -> list[int]:
+    """Enqueue again the params of the trials of ``run`` that Ctrl-C stopped (once), so
+    that a study kept in a storage measures them when it resumes; the numbers
+    requeued."""
+    import optuna
+
+    requeued = []
+    for number in run.interrupted:
+        t = study.get_trials(deepcopy=False)[number]
+        if t.state != optuna.trial.TrialState.FAIL:
+            continue
+        attrs = {k: t.user_attrs[k] for k in ("baseline",) if k in t.user_attrs}
+        params = {**t.system_attrs.get("fixed_params", {}), **t.params}
+        study.enqueue_trial(params, user_attrs={**attrs, "retried_from": t.number})
+        requeued.append(number)
+    return requeued
 
 
 def _verbose() -> bool:

@@ -29,10 +29,11 @@ What happens:
    confirmation raises, it is run once more; if it fails again, the result is the
    best trial of the search, marked unconfirmed (``confirmation_error``).
 5. **Verdicts** (`tuners._advice`): whether the winner beats autotune beyond the noise
-   (every round's paired ratio above 1; otherwise "keep autotune"), and whether the step
-   is input-bound at all (input wait under 3%: "input is not your bottleneck"; a step
-   that owns its loop, ``model.fit``, gets the wait from its step bound, measured on one
-   cached batch repeated).
+   (every round's paired ratio above 1; otherwise "keep autotune", and autotune is the
+   result's ``best_config``, the config measured best staying first in ``confirmed``),
+   and whether the step is input-bound at all (input wait under 3%: "input is not your
+   bottleneck"; a step that owns its loop, ``model.fit``, gets the wait from its step
+   bound, measured on one cached batch repeated).
 6. **Gain by knob** (``breakdown``): the winner re-measured with each differing knob
    group reverted to autotune's values, interleaved.
 7. **Format advice** (``advise_format``): tf.Example data whose parse stage is the bound
@@ -78,6 +79,7 @@ from tuners._confirm import (
 )
 from tuners._result import (
     TrialsFailedError,
+    TuneInterrupted,
     TuneResult,
     describe_method,
     describe_step,
@@ -90,6 +92,7 @@ from tuners._search import (
     default_sampler,
     open_storage,
     open_tuning_study,
+    requeue_interrupted,
     search_trials,
     study_name_for,
 )
@@ -172,6 +175,9 @@ def tune(
       DataError: the data hold fewer rows than one batch (found by the first trial,
         which stops the search; the message gives the row count).
       TrialsFailedError: no trial completed (the step or pipeline always raises).
+      TuneInterrupted: Ctrl-C once the study is open (a ``KeyboardInterrupt`` that
+        carries the study with its completed trials, and where it stopped; the trial
+        it stopped does not count and, in a storage, is measured again on resume).
       TypeError: a keyword that is no field of the options.
     """
     opts = with_keywords(options or TuneOptions(), keywords, what="tune")
@@ -192,15 +198,25 @@ def tune(
     )
     run.refuse_data_smaller_than_a_batch()
     study, in_memory = _open_study(run, search, kept)
-    search_seconds, notes = search_trials(
-        study,
-        run,
-        n_trials=search.n_trials,
-        timeout=search.timeout,
-        in_memory=in_memory,
-        max_consecutive_failures=search.max_consecutive_failures,
-    )
-    outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
+    stage = "search"
+    try:
+        search_seconds, notes = search_trials(
+            study,
+            run,
+            n_trials=search.n_trials,
+            timeout=search.timeout,
+            in_memory=in_memory,
+            max_consecutive_failures=search.max_consecutive_failures,
+        )
+        stage = "confirmation"
+        outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
+    except KeyboardInterrupt as e:
+        # Ctrl-C: what was done goes with the exception (a second Ctrl-C while the
+        # interrupted trials are enqueued again stops at once).
+        requeued = () if in_memory else requeue_interrupted(study, run)
+        raise TuneInterrupted(
+            study, stage=stage, storage=kept.storage, requeued=tuple(requeued)
+        ) from e
     outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
     return _result(study, run, opts.confirmation, notes, outcome)
 
@@ -307,7 +323,7 @@ def _confirm_and_advise(
     if options.breakdown and confirmed and best_name != "autotune":
         contributions = gain_by_knob(how, best_config, autotune, progress=progress, notes=notes)
         # A group measured slower in every round is reverted, and the reverted config
-        # confirmed against the winner: the saved config is the one measured best.
+        # confirmed against the winner: the one measured best is the winner.
         best_name, best_config, confirmed, contributions = revert_hurting_groups(
             how,
             (best_name, best_config),
@@ -319,6 +335,10 @@ def _confirm_and_advise(
         )
     t3 = time.time()
     verdict = verdicts(how, confirmed, best_config, notes=notes)
+    if verdict["beats_autotune"] is False:
+        # "Keep autotune": the saved config is the verdict; the config measured best
+        # stays first in ``confirmed`` with its ratio and range.
+        best_name, best_config = "autotune", autotune
     t_verdicts = time.time()
     format_result, serial = _format_advice(
         run,

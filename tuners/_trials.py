@@ -47,7 +47,7 @@ def explain_failure(pipeline: Measurable, error: BaseException) -> str:
 
 def is_counted(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a trial counts towards ``n_trials``: finished, or failed by its config
-    (a trial failed because its worker died is retried instead)."""
+    (a trial failed because its worker died, or stopped by Ctrl-C, is retried instead)."""
     import optuna
 
     state = trial.state
@@ -57,6 +57,7 @@ def is_counted(trial: optuna.trial.FrozenTrial) -> bool:
         state == optuna.trial.TrialState.FAIL
         and bool(trial.user_attrs.get("error"))
         and not trial.user_attrs.get("worker_died")
+        and not trial.user_attrs.get("interrupted")
     )
 
 

@@ -6,8 +6,10 @@ pipeline function, the console, the demo data). Exit codes: 0 done (also when th
 confirmation failed twice: the search's best config is written, marked unconfirmed, with
 a warning); 2 bad usage or input (unknown knob, empty range, unreachable storage, missing
 files, a step or pipeline that fails on every config...), reported on one line of
-stderr. ``result.json`` is written whenever trials ran, with every trial's state and
-error.
+stderr; 130 after Ctrl-C. ``result.json`` is written whenever trials ran, with every
+trial's state and error: after Ctrl-C too, marked interrupted, with no verdict, and the
+last line says where it is and how to keep trials to resume (``--storage``); a second
+Ctrl-C while it is written stops at once.
 """
 
 from __future__ import annotations
@@ -37,9 +39,12 @@ from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyO
 if TYPE_CHECKING:
     from tfinput.measure.target import Measurable
     from tfinput.steps import Step
-    from tuners._result import TuneResult
+    from tuners._result import TuneInterrupted, TuneResult
 
 __all__ = ["DEMO_COMMAND", "TUNE_COMMAND", "add_subcommands"]
+
+#: The exit code after Ctrl-C (the trials done written first), as for every command.
+INTERRUPTED = 130
 
 
 # ---------------------------------------------------------------- arguments
@@ -255,7 +260,13 @@ _STAGES = {
 
 
 def _finish(result: TuneResult, args: argparse.Namespace, out: str) -> int:
-    from tuners._report import NO_PLOTLY, has_plotly, print_summary, write_outputs
+    from tuners._report import (
+        NO_PLOTLY,
+        has_plotly,
+        print_summary,
+        saved_config_line,
+        write_outputs,
+    )
 
     paths = write_outputs(result, out)
     if not has_plotly():
@@ -275,6 +286,9 @@ def _finish(result: TuneResult, args: argparse.Namespace, out: str) -> int:
         f"best config: {paths['best_config']}  (PipelineConfig.from_json(...) → "
         "pipeline.build(config))"
     )
+    kept = saved_config_line(result, str(paths["best_config"]), str(paths["result"]))
+    if kept is not None:
+        c.print(kept, markup=False)
     c.print(f"report: {paths['report']}   details: {paths['result']}")
     c.print(_resume_line(result, str(paths["best_config"])), markup=False)
     return 0
@@ -314,9 +328,37 @@ def _write_failed(error: Any, out: str) -> None:
     print(f"tfinput tune: trials written to {path}", file=sys.stderr)
 
 
-def _search(args: argparse.Namespace, out: str, pipeline: Measurable, **kwargs: Any) -> Any:
+def _write_interrupted(interrupt: TuneInterrupted, args: argparse.Namespace, out: str) -> None:
+    """After Ctrl-C: ``result.json`` with the completed trials (marked interrupted, no
+    verdict), then, as the last line, where they are and how to keep trials to resume. A
+    second Ctrl-C meanwhile stops at once (``tfinput: interrupted``)."""
+    # Plain lines, never wrapped: the last one is what the user reads after Ctrl-C.
+    print(f"tfinput tune: {interrupt.describe()}", file=sys.stderr, flush=True)
+    try:
+        where = f"the trials are in {interrupt.write(out)}"
+    except OSError as e:
+        where = f"the trials could not be written to {out} ({e.strerror or e})"
+    storage = getattr(args, "storage", None)
+    if storage:
+        keep = (
+            f"the study {interrupt.study.study_name!r} keeps them in {storage}: run the same "
+            "command again to resume it"
+        )
+    else:
+        keep = (
+            f"to keep trials and resume after an interrupt, run with --storage {out}/study.db "
+            "--study-name NAME (the same command then resumes the study)"
+        )
+    print(f"tfinput tune: {where}; {keep}", file=sys.stderr, flush=True)
+
+
+def _search(
+    args: argparse.Namespace, out: str, pipeline: Measurable, **kwargs: Any
+) -> TuneResult | None:
     """`tuners.tune` under the progress display (``--n-trials`` trials); when no trial
-    completed, ``result.json`` is written before the error goes on."""
+    completed, ``result.json`` is written before the error goes on. Ctrl-C: the trials
+    done are written (`_write_interrupted`) and None is returned (exit code 130)."""
+    from tuners._result import TuneInterrupted
     from tuners._study import TrialsFailedError, tune
 
     try:
@@ -325,6 +367,9 @@ def _search(args: argparse.Namespace, out: str, pipeline: Measurable, **kwargs: 
     except TrialsFailedError as e:
         _write_failed(e, out)
         raise
+    except TuneInterrupted as e:
+        _write_interrupted(e, args, out)
+        return None
 
 
 # ---------------------------------------------------------------- commands
@@ -381,6 +426,8 @@ def _tune(args: argparse.Namespace) -> int:
         current=current,
         options=_options(args),
     )
+    if result is None:  # Ctrl-C: the trials done are written
+        return INTERRUPTED
     return _finish(result, args, out)
 
 
@@ -420,6 +467,8 @@ def _demo(args: argparse.Namespace) -> int:
             ),
         ),
     )
+    if result is None:  # Ctrl-C: the trials done are written
+        return INTERRUPTED
     code = _finish(result, args, args.out)
     if not args.json:
         say(f"demo finished in {time.time() - t0:.0f} s")

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import optuna
@@ -18,6 +20,7 @@ from tests.tuners.conftest import tune_result
 from tfinput.cli import build_parser
 from tfinput.config import PipelineConfig
 from tuners._result import resume_record
+from tuners._search import baseline_configs
 from tuners._storage import make_storage
 from tuners.cli import _resume_line, add_subcommands
 
@@ -92,6 +95,71 @@ def test_cli_tune_end_to_end(cli_args, capsys, tmp_path, monkeypatch):
     assert "Confirmed throughput" in html
 
 
+# A user's module as the README shows it: make_pipeline(config) returns a tf.data.Dataset
+# built with the config. Autotune's map_parallelism feeds at one speed, every other value
+# 3x or 0.5x that on alternate builds: measured best, never beyond the noise.
+WITHIN_THE_NOISE = """\
+import collections
+import time
+
+import tensorflow as tf
+
+from tfinput.config import AUTOTUNE
+
+BUILT = collections.Counter()
+
+
+def make_pipeline(config):
+    key = repr(sorted(config.to_dict().items()))
+    n = BUILT[key]
+    BUILT[key] += 1
+    speed = 1.0 if config.map_parallelism == AUTOTUNE else (3.0, 0.5)[n % 2]
+    return tf.data.Dataset.from_tensors({"speed": tf.fill([config.batch_size], speed)})
+
+
+def step(batch):
+    time.sleep(0.01 / float(batch["speed"][0]))
+"""
+
+
+def test_cli_keep_autotune_saves_autotune_and_says_where_the_measured_best_is(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the host lock: this test's own
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    module = tmp_path / "within_the_noise.py"
+    module.write_text(WITHIN_THE_NOISE)
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(
+        capsys,
+        "tune",
+        *("--pipeline", f"{module}:make_pipeline", "--batch-size", "50"),
+        *("--step", "function", "--step-fn", f"{module}:step", "--n-trials", "3"),
+        *("--windows", "2", "--window-batches", "3", "--warmup-batches", "1"),
+        *("--confirm-top", "1", "--confirm-windows", "2", "--no-breakdown"),
+        *("--out", out_dir),
+    )
+    assert code == 0, err
+    data = json.loads((out_dir / "result.json").read_text())
+    best = data["measured_best"]
+    assert data["beats_autotune"] is False and best["name"] != "autotune"
+    low, high = best["vs_baseline"]["min"], best["vs_baseline"]["max"]
+    assert low < 1 < high and best["saved"] is False
+    autotune = baseline_configs(PipelineConfig(batch_size=50), cpu_count=1)["autotune"]
+    saved = PipelineConfig.from_json(out_dir / "best_config.json")
+    assert saved == autotune  # every tf.data knob AUTOTUNE, at the tuned batch size
+    assert data["best_name"] == "autotune" and data["best_config"] == saved.to_dict()
+    assert best["config"] != data["best_config"]
+    text = " ".join(out.split())  # rich wraps long lines
+    assert f"keep autotune: {best['name']}'s gain is within the noise" in text
+    assert (
+        f"{out_dir}/best_config.json: autotune (the verdict: keep autotune); the best "
+        f"measured config, {best['name']}, {best['vs_baseline']['ratio']:.2f}x autotune "
+        f"(rounds {low:.2f}x-{high:.2f}x), is in {out_dir}/result.json under "
+        '"measured_best"'
+    ) in text
+
+
 @pytest.mark.parametrize(
     ("knobs", "expected"),
     [
@@ -147,6 +215,111 @@ def test_cli_a_step_that_always_raises_exits_with_its_error_and_writes_result_js
     data = json.loads((out_dir / "result.json").read_text())
     assert len(data["trials_detail"]) == 3 and data["best_config"] is None
     assert all(t["state"] == "fail" for t in data["trials_detail"])
+
+
+def _wait_for_line(log_path, prefix, proc, deadline):
+    """The lines of ``log_path`` starting with ``prefix``, once there is one (or the
+    process ended, or the deadline passed: then none)."""
+    seen = []
+    while not seen and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+        seen = [ln for ln in log_path.read_text().splitlines() if ln.startswith(prefix)]
+    return seen
+
+
+def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None):
+    """A real ``tfinput tune ARGV`` in its own process group, sent SIGINT (as Ctrl-C
+    sends it to the terminal's foreground group) once its first trial line is printed,
+    and again once a line starting with ``again_after`` is printed: ``(exit code, stderr
+    lines, trial lines before Ctrl-C)``."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tfinput.cli", "tune", *map(str, argv)],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        seen = _wait_for_line(log_path, "trial ", proc, deadline)
+        assert seen, log_path.read_text()
+        os.killpg(proc.pid, signal.SIGINT)
+        if again_after is not None:
+            assert _wait_for_line(log_path, again_after, proc, deadline), log_path.read_text()
+            os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return code, log_path.read_text().splitlines(), seen
+
+
+def test_cli_ctrl_c_writes_the_completed_trials_and_says_how_to_keep_them(cli_args, tmp_path):
+    out_dir = tmp_path / "out"
+    argv = [*cli_args, "--n-trials", "30", "--step", "simulated", "--device-time-ms", "100"]
+    code, lines, seen = _tune_until_a_trial_then_ctrl_c(
+        [*argv, "--out", out_dir], tmp_path / "tune.log"
+    )
+    text = "\n".join(lines)
+    assert code == 130 and "Traceback" not in text, text
+    data = json.loads((out_dir / "result.json").read_text())
+    assert data["interrupted"]["stage"] == "search" and data["best_config"] is None
+    finished = [t for t in data["trials_detail"] if t["state"] in ("complete", "pruned")]
+    assert len(finished) >= len(seen) >= 1
+    assert data["interrupted"]["message"].startswith(
+        f"interrupted during the search after {data['trials']['complete']} completed trial"
+    )
+    stopped = [t for t in data["trials_detail"] if t["state"] == "fail"]
+    assert all(t["error"] == "interrupted (Ctrl-C) before it finished" for t in stopped)
+    assert f"tfinput tune: {data['interrupted']['message']}" in lines
+    assert lines[-1] == (
+        f"tfinput tune: the trials are in {out_dir}/result.json; to keep trials and resume "
+        f"after an interrupt, run with --storage {out_dir}/study.db --study-name NAME (the "
+        "same command then resumes the study)"
+    )
+    assert "tfinput: interrupted" not in lines
+
+
+@pytest.mark.slow
+def test_cli_a_second_ctrl_c_while_the_trials_are_written_exits_at_once(cli_args, tmp_path):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    os.mkfifo(out_dir / "result.json")  # writing it blocks (no reader): Ctrl-C lands there
+    argv = [*cli_args, "--n-trials", "30", "--step", "simulated", "--device-time-ms", "100"]
+    code, lines, _ = _tune_until_a_trial_then_ctrl_c(
+        [*argv, "--out", out_dir],
+        tmp_path / "tune.log",
+        again_after="tfinput tune: interrupted during the search",
+    )
+    assert code == 130 and "Traceback" not in "\n".join(lines), lines
+    assert lines[-1] == "tfinput: interrupted"
+
+
+@pytest.mark.slow
+def test_cli_ctrl_c_with_a_storage_says_the_same_command_resumes(cli_args, tmp_path, capsys):
+    storage = tmp_path / "study.db"
+    argv = [*cli_args, "--storage", storage, "--study-name", "kept", "--n-trials", "4"]
+    code, lines, _ = _tune_until_a_trial_then_ctrl_c(
+        [*argv, "--step", "simulated", "--device-time-ms", "100", "--out", tmp_path / "a"],
+        tmp_path / "tune.log",
+    )
+    assert code == 130, lines
+    assert lines[-1] == (
+        f"tfinput tune: the trials are in {tmp_path}/a/result.json; the study 'kept' keeps "
+        f"them in {storage}: run the same command again to resume it"
+    )
+    kept = json.loads((tmp_path / "a/result.json").read_text())["trials_detail"]
+    code, _, err = run_cli(
+        capsys,
+        "tune",
+        *argv,
+        *("--step", "simulated", "--device-time-ms", "1", "--out", tmp_path / "b"),
+    )
+    assert code == 0, err
+    trials = json.loads((tmp_path / "b/result.json").read_text())["trials_detail"]
+    done = [t for t in kept if t["state"] in ("complete", "pruned")]
+    assert trials[: len(done)] == done  # kept, not measured again
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ from tfinput import steps
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError, DataError
 from tuners._report import write_outputs
-from tuners._result import TrialsFailedError
+from tuners._result import TrialsFailedError, TuneInterrupted
 from tuners._space import SearchSpace
 from tuners._study import MAX_CONSECUTIVE_FAILURES, baseline_configs, tune
 
@@ -225,6 +225,86 @@ def test_a_step_that_always_raises_ends_the_study_with_its_error(tmp_path, stora
     assert len(failed) == MAX_CONSECUTIVE_FAILURES
     assert [bool(r.exc_info) for r in failed] == [True] + [False] * (len(failed) - 1)
     assert not [r for r in caplog.records if "failed with parameters" in r.getMessage()]
+
+
+# ------------------------------------------------------------------ Ctrl-C
+def _ctrl_c(work, *, at_step=None):
+    """A fake step that raises KeyboardInterrupt (what Python's SIGINT handler raises)
+    at its ``at_step``-th call, or at the first step of the confirmation."""
+    calls = []
+
+    def fail(batch):
+        calls.append(1)
+        if len(calls) == at_step or (at_step is None and work.confirming):
+            raise KeyboardInterrupt
+
+    return fail
+
+
+#: Steps of one trial of `FakeWorkload.tune`: a warm-up batch and four windows of two
+#: (no pruning before the fifth trial); step 22 is in the third trial.
+IN_THE_THIRD_TRIAL = 2 * 9 + 4
+
+
+def test_ctrl_c_in_the_search_raises_with_the_completed_trials(tmp_path):
+    work = FakeWorkload(rate_by_parallelism)
+    work.fail = _ctrl_c(work, at_step=IN_THE_THIRD_TRIAL)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        work.tune(n_trials=6, lock_path=str(tmp_path / "lock"))
+    interrupt = raised.value
+    assert isinstance(interrupt, TuneInterrupted) and interrupt.stage == "search"
+    assert interrupt.completed == 2 and interrupt.requeued == () and interrupt.storage is None
+    trials = interrupt.study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "FAIL"]
+    assert trials[2].user_attrs["error"] == "interrupted (Ctrl-C) before it finished"
+    data = json.loads(interrupt.write(tmp_path / "out").read_text())
+    assert data["interrupted"] == {
+        "stage": "search",
+        "message": "interrupted during the search after 2 completed trials; no verdict: the "
+        "confirmation against autotune did not run",
+    }
+    assert data["best_config"] is None and data["verdicts"] == []
+    assert data["beats_autotune"] is None and data["trials"] == {"complete": 2, "fail": 1}
+    best = max(trials[:2], key=lambda t: t.value)
+    assert data["best_trial"]["number"] == best.number and not data["best_trial"]["confirmed"]
+    assert data["best_trial"]["config"] == best.user_attrs["config"]
+    assert [r["state"] for r in data["trials_detail"]] == ["complete", "complete", "fail"]
+
+
+def test_ctrl_c_in_the_confirmation_claims_no_verdict(tmp_path):
+    work = FakeWorkload(rate_by_parallelism)
+    work.fail = _ctrl_c(work)
+    with pytest.raises(TuneInterrupted) as raised:
+        work.tune(n_trials=3, lock_path=str(tmp_path / "lock"))
+    assert raised.value.stage == "confirmation" and raised.value.completed == 3
+    assert raised.value.describe() == (
+        "interrupted during the confirmation after 3 completed trials; no verdict: the "
+        "confirmation against autotune did not finish"
+    )
+    data = raised.value.to_dict()
+    assert data["beats_autotune"] is None and data["best_config"] is None
+
+
+def test_a_study_interrupted_in_a_storage_resumes_and_measures_the_stopped_trial(tmp_path):
+    from tuners._trials import is_counted
+
+    work = FakeWorkload(rate_by_parallelism)
+    work.fail = _ctrl_c(work, at_step=IN_THE_THIRD_TRIAL)
+    kwargs = dict(
+        storage=str(tmp_path / "study.db"), study_name="ctrl-c", lock_path=str(tmp_path / "lock")
+    )
+    with pytest.raises(TuneInterrupted) as raised:
+        work.tune(n_trials=4, **kwargs)
+    assert raised.value.requeued == (2,) and raised.value.storage == kwargs["storage"]
+    assert raised.value.to_dict()["storage"] == kwargs["storage"]
+    work.fail = lambda batch: None
+    result = work.tune(n_trials=4, **kwargs)  # the same call resumes
+    trials = result.study.get_trials()
+    assert [t.state.name for t in trials[:3]] == ["COMPLETE", "COMPLETE", "FAIL"]
+    assert not is_counted(trials[2])  # stopped by Ctrl-C: not the config's fault
+    assert trials[3].user_attrs["retried_from"] == 2 and trials[3].params == trials[2].params
+    assert trials[3].state.name == "COMPLETE"
+    assert sum(is_counted(t) for t in trials) == 4 and result.confirmed
 
 
 def test_with_the_tuner_logger_at_debug_every_failure_has_its_traceback(tmp_path, caplog):

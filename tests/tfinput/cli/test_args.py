@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import shutil
@@ -27,6 +28,7 @@ from tfinput.cli.args import (
     tfinput_pipeline_from_args,
 )
 from tfinput.errors import ConfigError
+from tfinput.measure.target import Target
 from tfinput.steps import CLI_STEPS
 
 SOURCE_HELP = {
@@ -287,6 +289,34 @@ def not_a_pipeline():
     return "a string"
 
 
+def make_pipeline(config):  # the README's form: the config is passed
+    return tfinput.tfrecord(FILES, testing.small_schema())
+
+
+def make_dataset(config):  # a dataset built with each config
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensors({{"x": tf.zeros([config.batch_size])}})
+
+
+def make_dataset_once():  # a dataset, but nothing to build it with each config
+    import tensorflow as tf
+
+    return tf.data.Dataset.range(3)
+
+
+def needs_two(files, config):
+    return make()
+
+
+def make_keyword_only(*, files):
+    return make()
+
+
+def make_with_a_default(config=None):  # takes the config when given one
+    return make_dataset(config)
+
+
 class OwnBuilder:  # a user's own builder: measurable, but not a tfinput.Pipeline
     def build(self, config):
         import tensorflow as tf
@@ -312,12 +342,74 @@ def test_pipeline_option(pipelines_py, small_tfrecord, small_schema, attribute):
     assert pipeline.schema == small_schema
 
 
-@pytest.mark.parametrize("attribute, found", [("NOT_A_PIPELINE", "int"), ("not_a_pipeline", "str")])
-def test_pipeline_option_names_no_pipeline(pipelines_py, attribute, found):
+FORMS = (
+    "a tfinput.Pipeline (or an object with build(config)), a function f(config) returning "
+    "a tfinput.Pipeline or a tf.data.Dataset built with that PipelineConfig, or a function "
+    "f() returning a tfinput.Pipeline"
+)
+
+
+@pytest.mark.parametrize(
+    "attribute, message",
+    [
+        ("NOT_A_PIPELINE", f"expected {FORMS}; got a int"),
+        ("not_a_pipeline", f"not_a_pipeline() returned a str; expected {FORMS}"),
+        (
+            "needs_two",
+            f"needs_two(files, config) needs arguments tfinput cannot give; expected {FORMS}",
+        ),
+        (
+            "make_keyword_only",
+            f"make_keyword_only(*, files) needs arguments tfinput cannot give; expected {FORMS}",
+        ),
+        (
+            "make_dataset_once",
+            "make_dataset_once() returned a tf.data.Dataset, which cannot be rebuilt with each "
+            "config measured: make it take the config, make_dataset_once(config), and build "
+            "the dataset with it (or return a tfinput.Pipeline)",
+        ),
+    ],
+    ids=["object", "returns-a-string", "two-arguments", "keyword-only", "dataset-once"],
+)
+def test_pipeline_option_names_no_pipeline(pipelines_py, attribute, message):
     spec = f"{pipelines_py}:{attribute}"
     with pytest.raises(ConfigError) as error:
         pipeline_from_args(_args("--pipeline", spec))
-    assert str(error.value) == f"--pipeline {spec}: expected a tfinput.Pipeline, got {found}"
+    assert str(error.value) == f"--pipeline {spec}: {message}"
+
+
+def test_a_pipeline_factory_taking_the_config_as_the_readme_shows(
+    pipelines_py, small_tfrecord, small_schema
+):
+    # make_pipeline(config) returning a tfinput.Pipeline: that pipeline, built per config
+    pipeline = pipeline_from_args(_args("--pipeline", f"{pipelines_py}:make_pipeline"))
+    assert pipeline.source.files() == list(small_tfrecord)
+    assert pipeline.schema == small_schema
+    # f(config) returning a tf.data.Dataset: called again with every config measured
+    for attribute in ("make_dataset", "make_with_a_default"):
+        builder = pipeline_from_args(_args("--pipeline", f"{pipelines_py}:{attribute}"))
+        batch = next(iter(builder.build(PipelineConfig(batch_size=7))))
+        assert batch["x"].shape == (7,)
+        batches = Target.of(builder).batches(PipelineConfig(batch_size=3))  # repeated
+        assert [b["x"].shape for b in itertools.islice(iter(batches), 5)] == [(3,)] * 5
+
+
+def test_a_dataset_factory_that_stops_returning_datasets_is_named(tmp_path):
+    module = tmp_path / "flaky.py"
+    module.write_text(
+        "import tensorflow as tf\n"
+        "def make(config):\n"
+        "    if config.batch_size == 1:\n"
+        "        return [1, 2]\n"
+        "    return tf.data.Dataset.range(3)\n"
+    )
+    builder = pipeline_from_args(_args("--pipeline", f"{module}:make"))
+    with pytest.raises(ConfigError) as error:
+        builder.build(PipelineConfig(batch_size=1))
+    assert str(error.value) == (
+        f"--pipeline {module}:make: make(config) returned a list; expected a "
+        "tf.data.Dataset built with config"
+    )
 
 
 def test_a_users_builder_is_a_pipeline_where_building_is_all_a_command_needs(pipelines_py):

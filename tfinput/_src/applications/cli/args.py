@@ -12,6 +12,7 @@ command's own. `pipeline_from_args` turns the source arguments into a `tfinput.P
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,6 +36,7 @@ __all__ = [
     "list_columns",
     "pipeline_from_args",
     "pipeline_from_paths",
+    "pipeline_from_spec",
     "service_from_args",
     "tfinput_pipeline_from_args",
 ]
@@ -160,8 +162,7 @@ def pipeline_from_args(
 ) -> Buildable:
     """The `tfinput.Pipeline` a command's source arguments name: exactly one of PATHS
     (with ``--schema``, ``--format``, ``--compression``: `pipeline_from_paths`),
-    ``--pipeline MODULE:FUNCTION`` (a pipeline, or a callable returning one) or
-    ``--demo`` (`tfinput._src.applications.cli.demo.demo_pipeline`, which reports through ``say``).
+    ``--pipeline MODULE:FUNCTION`` (`pipeline_from_spec`) or ``--demo`` (`tfinput._src.applications.cli.demo.demo_pipeline`, which reports through ``say``).
 
     Raises:
       ConfigError: None or several of them, or ``--pipeline`` names no pipeline.
@@ -176,13 +177,7 @@ def pipeline_from_args(
 
         return demo_pipeline(say=say)
     if spec:
-        obj = load_object(spec, "--pipeline")
-        pipeline = obj() if callable(obj) and not isinstance(obj, Buildable) else obj
-        if not isinstance(pipeline, Buildable):
-            raise ConfigError(
-                f"--pipeline {spec}: expected a tfinput.Pipeline, got {type(pipeline).__name__}"
-            )
-        return service_from_args(args, pipeline)
+        return service_from_args(args, pipeline_from_spec(spec))
     pipeline = pipeline_from_paths(
         paths,
         schema_path=getattr(args, "schema", None),
@@ -190,6 +185,125 @@ def pipeline_from_args(
         compression=getattr(args, "compression", "auto"),
     )
     return service_from_args(args, pipeline)
+
+
+#: What ``--pipeline MODULE:FUNCTION`` may name (`pipeline_from_spec`).
+PIPELINE_FORMS = (
+    "a tfinput.Pipeline (or an object with build(config)), a function f(config) returning "
+    "a tfinput.Pipeline or a tf.data.Dataset built with that PipelineConfig, or a function "
+    "f() returning a tfinput.Pipeline"
+)
+
+
+def pipeline_from_spec(spec: str) -> Buildable:
+    """What ``--pipeline MODULE:FUNCTION`` names, as a pipeline the commands measure.
+
+    Accepted (`PIPELINE_FORMS`): a `tfinput.Pipeline` or any object with
+    ``build(config)``, taken as it is; a function of one argument, ``f(config)`` (the
+    README's ``make_pipeline(config)``), called with a default `PipelineConfig`: when it
+    returns a `tfinput.Pipeline` that pipeline is used (each config builds it), when it
+    returns a ``tf.data.Dataset`` the function is called again for every config measured;
+    a function of no argument, ``f()``, returning a `tfinput.Pipeline`. The signature
+    decides: a function whose parameters include a positional one receives the config.
+
+    Raises:
+      ConfigError: ``spec`` names none of these (a function needing more than one
+        argument, or returning something else), naming ``spec`` and the accepted forms.
+    """
+    import tensorflow as tf
+
+    from tfinput._src.core.config import PipelineConfig
+
+    obj = load_object(spec, "--pipeline")
+    if isinstance(obj, Buildable) and not isinstance(obj, type):
+        return obj
+    if not callable(obj):
+        raise ConfigError(f"--pipeline {spec}: expected {PIPELINE_FORMS}; got a {_kind(obj)}")
+    name = spec.rpartition(":")[2]
+    takes_config = _takes_config(obj)
+    if takes_config is None:
+        raise ConfigError(
+            f"--pipeline {spec}: {name}{_signature(obj)} needs arguments tfinput cannot give; "
+            f"expected {PIPELINE_FORMS}"
+        )
+    call = f"{name}(config)" if takes_config else f"{name}()"
+    made = obj(PipelineConfig()) if takes_config else obj()
+    if isinstance(made, Buildable) and not isinstance(made, type):
+        return made
+    if isinstance(made, tf.data.Dataset):
+        if takes_config:
+            return DatasetFactory(obj, spec)
+        raise ConfigError(
+            f"--pipeline {spec}: {call} returned a tf.data.Dataset, which cannot be rebuilt "
+            f"with each config measured: make it take the config, {name}(config), and build "
+            "the dataset with it (or return a tfinput.Pipeline)"
+        )
+    raise ConfigError(
+        f"--pipeline {spec}: {call} returned a {_kind(made)}; expected {PIPELINE_FORMS}"
+    )
+
+
+class DatasetFactory:
+    """A user's ``f(config)`` that returns a ``tf.data.Dataset``, measured as a builder:
+    ``build(config)`` calls it with each config."""
+
+    def __init__(self, make: Callable[[Any], Any], spec: str) -> None:
+        self.make = make
+        self.spec = spec
+
+    def build(self, config: Any) -> Any:
+        """``f(config)``, checked to be a ``tf.data.Dataset``.
+
+        Raises:
+          ConfigError: it returned something else.
+        """
+        import tensorflow as tf
+
+        made = self.make(config)
+        if not isinstance(made, tf.data.Dataset):
+            name = self.spec.rpartition(":")[2]
+            raise ConfigError(
+                f"--pipeline {self.spec}: {name}(config) returned a {_kind(made)}; expected "
+                "a tf.data.Dataset built with config"
+            )
+        return made
+
+
+def _takes_config(fn: Callable[..., Any]) -> bool | None:
+    """Whether ``fn`` is called with the config (True), with nothing (False), or cannot
+    be called with either (None: more than one required argument, or a required
+    keyword-only one). A callable without a readable signature is called with nothing."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    required = [p for p in params if p.default is p.empty and p.kind not in variadic]
+    positional = [
+        p
+        for p in params
+        if p.kind
+        in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.VAR_POSITIONAL,
+        )
+    ]
+    if len(required) > 1 or any(p.kind is inspect.Parameter.KEYWORD_ONLY for p in required):
+        return None
+    return bool(positional)
+
+
+def _signature(fn: Callable[..., Any]) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _kind(obj: Any) -> str:
+    """``int``, ``str``: the type's name, for the messages."""
+    return type(obj).__name__
 
 
 def tfinput_pipeline_from_args(args: argparse.Namespace, *, command: str) -> Pipeline:
