@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from tfinput._src.core.errors import ConfigError, SourceError
 from tfinput._src.core.formats import parquet, tfrecord
 from tfinput._src.core.formats.csv import Layout, sniff_layout
+from tfinput._src.core.sources.files import check_regular_file
 
 __all__ = [
     "INPUT_FORMATS",
@@ -29,8 +30,8 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
     such as ``schema.json`` left out).
 
     Raises:
-      SourceError: no input, a pattern or directory that matches nothing, or a missing
-        file.
+      SourceError: no input, a pattern or directory that matches nothing, a missing
+        file, or a FIFO, socket or device (`check_regular_file`).
     """
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not items:
@@ -52,8 +53,12 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
             if not matches:
                 raise SourceError(f"convert: input directory {p!r} holds no data files")
             out += matches
+        elif os.path.exists(p):  # a FIFO, a socket or a device: refused below
+            out.append(p)
         else:
             raise SourceError(f"convert: input file {p!r} does not exist")
+    for path in out:
+        check_regular_file(path, what="convert: input")
     return out
 
 
