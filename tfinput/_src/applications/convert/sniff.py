@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from tfinput._src.core.errors import ConfigError, SourceError
 from tfinput._src.core.formats import parquet, tfrecord
 from tfinput._src.core.formats.csv import Layout, sniff_layout
-from tfinput._src.core.sources.files import check_regular_file
 
 __all__ = [
     "INPUT_FORMATS",
@@ -33,6 +32,8 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
       SourceError: no input, a pattern or directory that matches nothing, a missing
         file, or a FIFO, socket or device (`check_regular_file`).
     """
+    from tfinput._src.core.sources.files import check_regular_file, data_files
+
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not items:
         raise SourceError("convert: no input files given")
@@ -47,8 +48,6 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
         elif os.path.isfile(p):
             out.append(p)
         elif os.path.isdir(p):
-            from tfinput._src.core.sources.files import data_files
-
             matches = data_files(p)
             if not matches:
                 raise SourceError(f"convert: input directory {p!r} holds no data files")

@@ -111,19 +111,24 @@ def count_records(
 def count_readable(path: str, compression: str = "") -> int:
     """Records of ``path`` that read whole from its start: all of them for a whole
     file, those before the first damaged or cut record otherwise (counted natively in
-    batches, then one by one in the batch that failed)."""
+    batches, then one by one in the batch that failed).
+
+    Raises:
+      tf.errors.OpError: the file cannot be opened (missing, not readable).
+    """
     import tensorflow as tf
 
+    damaged = (tf.errors.DataLossError, tf.errors.InvalidArgumentError)
     step = 4096
     counted = 0
     try:
         for batch in records(path, compression).batch(step):
             counted += int(tf.size(batch))
-    except tf.errors.OpError:
+    except damaged:
         try:
             for _ in records(path, compression).skip(counted).take(step):
                 counted += 1
-        except tf.errors.OpError:
+        except damaged:
             pass
     return counted
 
