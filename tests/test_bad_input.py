@@ -314,6 +314,37 @@ def test_glob_that_matches_nothing(tmp_path, tiny_schema):
         tfinput.tfrecord(str(tmp_path / "nothing-*.tfrecord"), tiny_schema).build(CONFIG)
 
 
+@pytest.mark.parametrize("kind", ["tfrecord", "parquet"])
+def test_empty_files_are_logged_once(tmp_path, tiny_schema, kind, caplog):
+    """A build lists its files twice (the read, the resume identity), bench and tune
+    build many times: the skipped empty files are logged once for a given listing; a
+    listing with another empty file is logged again."""
+    if kind == "tfrecord":
+        write_examples(tmp_path / "a.tfrecord", [good_row() for _ in range(10)])
+    else:
+        table = {"x": [1.0] * 10, "c": [1] * 10, "m": [[1, 2]] * 10, "label": [0.0] * 10}
+        pq.write_table(pa.table(table), tmp_path / "a.parquet")
+    (tmp_path / f"b.{kind}").write_bytes(b"")
+    make = tfinput.tfrecord if kind == "tfrecord" else tfinput.parquet
+    pipeline = make(str(tmp_path), tiny_schema)
+
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "empty file(s)" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="tfinput"):
+        ((_, labels),) = list(pipeline.build(CONFIG))
+        assert labels.shape[0] == 10
+        assert logged() == [
+            f"tfinput: skipped 1 empty file(s) (0 bytes or 0 rows): {tmp_path / f'b.{kind}'}"
+        ]
+        list(pipeline.iterator(CONFIG))
+        pipeline.build(CONFIG)
+        assert len(logged()) == 1
+        (tmp_path / f"c.{kind}").write_bytes(b"")
+        pipeline.build(CONFIG)
+    assert len(logged()) == 2 and logged()[1].startswith("tfinput: skipped 2 empty file(s)")
+
+
 def test_missing_file(tmp_path, tiny_schema):
     with pytest.raises(SourceError, match=r"file '.*absent.tfrecord' does not exist"):
         tfinput.tfrecord(str(tmp_path / "absent.tfrecord"), tiny_schema).build(CONFIG)

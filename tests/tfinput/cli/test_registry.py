@@ -4,6 +4,7 @@ and one-line errors (usage, ConfigError, DataError, interrupts)."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -192,6 +193,51 @@ def test_other_exceptions_are_not_swallowed():
     command = Command(name="x", help="", run=_raise(ZeroDivisionError("bug")))
     with pytest.raises(ZeroDivisionError):
         run_command(command, argparse.Namespace())
+
+
+_CLOSED_EARLY = """
+tfinput() { "$PY" -m tfinput.cli "$@"; }
+tfinput check "$@" 2>"$ERR/closed" | head -n 0; echo "closed ${PIPESTATUS[0]}"
+tfinput check "$@" 2>"$ERR/first" | head -1; echo "first line ${PIPESTATUS[0]}"
+"""
+
+
+def test_a_reader_that_closes_stdout_early_is_not_problems_found(
+    small_tfrecord, schema_file, tmp_path
+):
+    """``tfinput check DATA | head -1``: a reader that closes the pipe ends the command
+    quietly with 141 (128 + SIGPIPE, as a shell reports ``yes | head -1``), never 1
+    ("problems found"), and no traceback. With ``head -n 0`` the pipe is closed before
+    the first line (141 every time); with ``head -1`` after it, so the command may also
+    finish first (0: the data are fine)."""
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PY": sys.executable, "ERR": str(tmp_path)}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    data = small_tfrecord[:2]
+    proc = subprocess.run(
+        ["bash", "-c", _CLOSED_EARLY, "closed-early", *data, "--schema", schema_file],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=900,
+    )
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "closed 141", proc.stdout
+    assert lines[1] == f"{data[0]}: 250 records  ok"
+    assert lines[2] in ("first line 141", "first line 0")
+    for name in ("closed", "first"):
+        err = (tmp_path / name).read_text()
+        assert "Traceback" not in err and "BrokenPipe" not in err and "tfinput: " not in err, err
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_swallowed(capsys):
+    """A `BrokenPipeError` from anything but a closed stdout (a socket, a worker's pipe)
+    is a real failure: raised, not turned into the quiet exit code."""
+    command = Command(name="x", help="", run=_raise(BrokenPipeError(32, "worker pipe")))
+    with pytest.raises(BrokenPipeError, match="worker pipe"):
+        run_command(command, argparse.Namespace())
+    assert registry.STDOUT_CLOSED == 141
 
 
 def test_a_command_with_actions_has_no_run_of_its_own():

@@ -30,8 +30,9 @@ class FileCheck:
     Attributes:
       path: The file (``<dataset>`` for a wrapped dataset).
       records: Records in the file: all of them when it reads cleanly; for a file with
-        a problem, all of them when the source can count them, else those read before
-        the first error.
+        a problem, all of them when the source can count them; for a damaged or cut
+        file, those that read whole before the damage (TFRecord); else those read
+        before the first error.
       error: None, or every problem found, one per failing feature, joined by ``"; "``;
         each starts with the record (``record 60``) or the batch's records
         (``records 0-39``) where it was found.
@@ -203,7 +204,12 @@ def _check_one(pipeline: Pipeline, path: str | None, batch_size: int) -> FileChe
     records, error = _read_all(one, path, batch_size)
     if error is None:
         return FileCheck(path=path or "<dataset>", records=records)
-    total = _file_checks(pipeline).count_records(path) if path is not None else None
+    total = None
+    if path is not None:
+        source = _file_checks(pipeline)
+        total = source.count_records(path)
+        if total is None:  # damaged or cut: the records before the damage
+            total = source.count_readable(path)
     messages: list[str] = []
     schema = pipeline.schema
     if len(schema.features) + len(schema.labels) > 1:

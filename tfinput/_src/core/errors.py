@@ -60,6 +60,13 @@ _ASSERT = re.compile(
 _RAISED_INSIDE = re.compile(
     r"(?<!tfinput )\b(?:DataError|SchemaError|SourceError|ConfigError): (.*)$", re.S
 )
+#: A reader's error handed over from its callback as a message and raised by an assert
+#: (``[DataError: ...]``): the callback raising would have TensorFlow log its traceback.
+_HANDED_OVER = re.compile(
+    r"assertion failed: \[(?:DataError|SchemaError|SourceError|ConfigError): (.*?)\]"
+    r"(?=\s*(?:\[\[|\n|$))",
+    re.S,
+)
 _NOISE = (
     r"\{\{function_node [^}]*\}\}\s*",
     r"Error in user-defined function passed to \S+ transformation with iterator: \S+: ",
@@ -84,7 +91,7 @@ def clean_error(error: BaseException) -> str:
     m = _ASSERT.search(text)
     if m:
         return " ".join(p.strip() for p in m.groups() if p).strip()
-    inner = _RAISED_INSIDE.search(text)
+    inner = _HANDED_OVER.search(text) or _RAISED_INSIDE.search(text)
     if inner:
         return inner.group(1).strip()
     for pattern in _NOISE:

@@ -3,7 +3,8 @@
 Every subcommand is a `tfinput._src.applications.cli.registry.Command` (its name, help, arguments and
 run); `tfinput._src.applications.cli.registry.COMMANDS` lists them all, in the order ``tfinput --help``
 shows them. `main` owns the exit codes (0 ok, 1 the data or the trace has problems,
-2 bad usage or input, 130 interrupted) and prints errors as one line on stderr.
+2 bad usage or input, 130 interrupted, 141 stdout closed by its reader) and prints
+errors as one line on stderr.
 
 Modules of this package shared by the commands of `tfinput`, `tuners` and `profiles`:
 `args` (argument groups, arguments to pipeline), `console` (rich console and progress

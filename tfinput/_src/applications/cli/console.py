@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import functools
 import sys
 from typing import Any
 
@@ -22,10 +24,25 @@ def console(
         piped or captured output. On a terminal, the terminal's width.
       highlight: Let rich colour numbers and strings it recognises (terminals only).
     """
+    stream = sys.stderr if stderr else sys.stdout
+    return _console_class()(
+        file=stream, highlight=highlight, width=None if stream.isatty() else piped_width
+    )
+
+
+@functools.cache
+def _console_class() -> Any:
+    """rich's ``Console``, raising `BrokenPipeError` when its reader closed the stream
+    (rich's own default exits with 1, which `tfinput check` uses for "problems found");
+    `tfinput._src.applications.cli.registry.run_command` turns it into its exit code."""
     from rich.console import Console
 
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, highlight=highlight, width=None if stream.isatty() else piped_width)
+    class PipeConsole(Console):  # type: ignore[misc]
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader closed the stream")
+
+    return PipeConsole
 
 
 def progress() -> Any:

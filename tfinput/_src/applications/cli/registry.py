@@ -10,7 +10,9 @@ a `Command` in a module of its own (`tfinput._src.applications.cli.commands` for
 Exit codes: a command's run returns 0 (done) or 1 (a report was printed but the data or
 the trace has problems) and raises `tfinput.errors.TfinputError` for bad usage or input,
 which `run_command` prints as one line on stderr (no traceback) and turns into 2; Ctrl-C
-gives 130. Argument errors are argparse's own (exit code 2, usage on stderr).
+gives 130; a reader that closes stdout early (``tfinput check DATA | head -1``) gives 141
+(128 + SIGPIPE, what a shell reports for a program killed by SIGPIPE), quietly.
+Argument errors are argparse's own (exit code 2, usage on stderr).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import argparse
 import dataclasses
 import importlib
 import logging
+import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,7 +30,19 @@ from typing import Any
 from tfinput._src.applications.cli.tf_logs import filter_stderr, quiet_tensorflow, wants_verbose
 from tfinput._src.core.errors import TfinputError
 
-__all__ = ["COMMANDS", "Command", "build_parser", "commands", "main", "run_command"]
+__all__ = [
+    "COMMANDS",
+    "STDOUT_CLOSED",
+    "Command",
+    "build_parser",
+    "commands",
+    "main",
+    "run_command",
+]
+
+#: Exit code when stdout's reader closed it early: 128 + SIGPIPE, as a shell reports a
+#: program that SIGPIPE ended (``yes | head -1``), so it never reads as "problems found".
+STDOUT_CLOSED = 141
 
 #: Every subcommand as ``MODULE:ATTRIBUTE``, in the order ``tfinput --help`` lists them.
 COMMANDS = (
@@ -140,12 +156,23 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     """Run ``command`` and return its exit code: the one error path of every command.
 
     A `TfinputError` is printed as ``tfinput[ NAME]: error: MESSAGE`` on stderr and
-    gives 2; Ctrl-C prints ``tfinput: interrupted`` and gives 130.
+    gives 2; Ctrl-C prints ``tfinput: interrupted`` and gives 130; stdout closed by its
+    reader (``| head -1``) gives `STDOUT_CLOSED`, with nothing printed.
     """
     if command.run is None:
         raise TypeError(f"command {command.name!r} has actions, not a run of its own")
     try:
-        return int(command.run(args) or 0)
+        code = int(command.run(args) or 0)
+        sys.stdout.flush()  # a closed stdout shows here, not in the flush at exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # Nothing more can reach the reader; later writes and the flush at exit go nowhere.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return STDOUT_CLOSED
     except TfinputError as e:
         message = str(e)
         if command.error_first_line:
@@ -156,6 +183,20 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("tfinput: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader is gone (a pipe whose read end was closed): a
+    `BrokenPipeError` from anything else (a socket, a worker's pipe) is a real error."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not hasattr(select, "poll"):  # no poll (Windows): a broken stdout is the likely one
+        return True
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poll.poll(0))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

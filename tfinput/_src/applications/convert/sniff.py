@@ -29,9 +29,11 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
     such as ``schema.json`` left out).
 
     Raises:
-      SourceError: no input, a pattern or directory that matches nothing, or a missing
-        file.
+      SourceError: no input, a pattern or directory that matches nothing, a missing
+        file, or a FIFO, socket or device (`check_regular_file`).
     """
+    from tfinput._src.core.sources.files import check_regular_file, data_files
+
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not items:
         raise SourceError("convert: no input files given")
@@ -46,14 +48,16 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
         elif os.path.isfile(p):
             out.append(p)
         elif os.path.isdir(p):
-            from tfinput._src.core.sources.files import data_files
-
             matches = data_files(p)
             if not matches:
                 raise SourceError(f"convert: input directory {p!r} holds no data files")
             out += matches
+        elif os.path.exists(p):  # a FIFO, a socket or a device: refused below
+            out.append(p)
         else:
             raise SourceError(f"convert: input file {p!r} does not exist")
+    for path in out:
+        check_regular_file(path, what="convert: input")
     return out
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "check_compression",
     "compression_from_name",
     "compression_of",
+    "count_readable",
     "count_records",
     "encode_examples",
     "is_tfrecord_name",
@@ -105,6 +106,31 @@ def count_records(
     return int(
         ds.batch(4096).reduce(tf.constant(0, tf.int64), lambda n, b: n + tf.size(b, tf.int64))
     )
+
+
+def count_readable(path: str, compression: str = "") -> int:
+    """Records of ``path`` that read whole from its start: all of them for a whole
+    file, those before the first damaged or cut record otherwise (counted natively in
+    batches, then one by one in the batch that failed).
+
+    Raises:
+      tf.errors.OpError: the file cannot be opened (missing, not readable).
+    """
+    import tensorflow as tf
+
+    damaged = (tf.errors.DataLossError, tf.errors.InvalidArgumentError)
+    step = 4096
+    counted = 0
+    try:
+        for batch in records(path, compression).batch(step):
+            counted += int(tf.size(batch))
+    except damaged:
+        try:
+            for _ in records(path, compression).skip(counted).take(step):
+                counted += 1
+        except damaged:
+            pass
+    return counted
 
 
 def parse_example(record: bytes, *, path: str, index: int) -> tf.train.Example:

@@ -13,6 +13,7 @@ from tfinput._src.core.schema import MultiHot, Schema
 from tfinput._src.core.sources._text import did_you_mean
 from tfinput._src.core.sources.protocol import Decode, ReadRequest, Resume, Source
 from tfinput._src.core.sources.skeleton import knob_is_set, traced
+from tfinput._src.core.transforms import guard
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -286,6 +287,8 @@ def _decoder(schema: Schema) -> Decode:
             out[f.source] = tf.cast(out[f.source], tf.float32)
         for f in schema.categorical:  # int32 ids (Python ints, numpy) become int64
             value = out[f.source]
+            if f.dtype == "int64" and value.dtype.is_floating:
+                _check_float_ids(f.name, f.source, value)
             if f.dtype == "int64" and value.dtype != tf.int64:
                 out[f.source] = (
                     value.with_values(tf.cast(value.values, tf.int64))
@@ -295,3 +298,45 @@ def _decoder(schema: Schema) -> Decode:
         return out
 
     return decode
+
+
+#: Bits of each float dtype's significand: every integer up to 2**bits is exact.
+_EXACT_BITS = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+
+
+def _check_float_ids(name: str, key: str, value: Any) -> None:
+    """Float ids (a pandas int column with a missing value becomes float64) are read
+    as integers when every value is whole and within the dtype's exact integers;
+    anything else fails the batch with a `DataError` naming the feature and the value,
+    never a silent truncation (100.7 -> 100) or a rounded large id."""
+    flat = value.flat_values if isinstance(value, tf.RaggedTensor) else tf.reshape(value, [-1])
+    dtype = value.dtype.name
+    bits = _EXACT_BITS.get(dtype, 53)
+    whole = tf.equal(flat, tf.math.floor(flat))  # False for NaN
+    exact = tf.abs(flat) <= 2.0**bits  # False for inf and NaN
+    ok = tf.logical_and(whole, exact)
+
+    def explain() -> tf.Tensor:
+        i = tf.argmin(tf.cast(ok, tf.int32))
+        head = f"wrapped dataset: feature {name!r}: key {key!r} holds {dtype} ids; id "
+        return tf.where(
+            whole[i],
+            tf.strings.join(
+                [
+                    head,
+                    tf.strings.as_string(flat[i], precision=0),
+                    f" is beyond 2^{bits}, where {dtype} no longer holds every integer "
+                    "exactly (it may have been rounded): give the ids as int64",
+                ]
+            ),
+            tf.strings.join(
+                [
+                    head,
+                    tf.strings.as_string(flat[i], shortest=True),
+                    " is not a whole number (float ids are read as integers when whole): "
+                    "give the ids as int64 (missing ones filled), or fix the data",
+                ]
+            ),
+        )
+
+    guard(tf.reduce_all(ok), explain)

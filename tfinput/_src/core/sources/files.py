@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import stat
 from collections.abc import Callable, Sequence
 
 from tfinput._src.core.errors import SourceError
@@ -17,6 +18,7 @@ __all__ = [
     "data_files",
     "drop_empty_files",
     "check_empty_files_policy",
+    "check_regular_file",
 ]
 
 log = logging.getLogger("tfinput")
@@ -76,11 +78,42 @@ def _not_a_data_file(path: str) -> str | None:
     return None
 
 
+def _special_kind(path: str) -> str | None:
+    """What ``path`` is when it exists but is neither a regular file nor a folder (a
+    FIFO, a socket, a device); None otherwise."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), None)
+
+
+def check_regular_file(path: str, *, what: str = "input") -> None:
+    """Raise `SourceError` when ``path`` is a FIFO, a socket or a device: tfinput
+    opens its inputs more than once (schema checks, counting, reading), and reading a
+    pipe would wait for a writer forever or consume its data.
+    """
+    kind = _special_kind(path)
+    if kind is not None:
+        raise SourceError(
+            f"{what} file {path!r} is {kind}, not a regular file: inputs are opened more "
+            "than once (checks, counts, reads), which a stream cannot give; write the data "
+            "to a file and name that"
+        )
+
+
 def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
     """Expand globs and directories into a sorted, de-duplicated list of files.
 
     Raises:
-      SourceError: a pattern matches nothing, or a named file does not exist.
+      SourceError: a pattern matches nothing, a named file does not exist, or a named
+        or matched path is a FIFO, a socket or a device (`check_regular_file`).
     """
     import tensorflow as tf
 
@@ -101,18 +134,27 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
             raise SourceError(f"{what} file {p!r} does not exist")
         if not matches:
             raise SourceError(f"{what} pattern {p!r} matches no files")
+        if "://" not in p:
+            for m in matches:
+                check_regular_file(m, what=what)
         out.extend(m for m in matches if m not in out)
     if not out:
         raise SourceError(f"no {what} files given")
     return out
 
 
+# (files, empty files) whose skipping was logged: a build lists its files more than
+# once (the read, the resume identity), and bench and tune build many times.
+_LOGGED_EMPTY: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
+
+
 def drop_empty_files(
     files: list[str], policy: str, *, rows: Callable[[str], int | None] | None = None
 ) -> tuple[list[str], list[str]]:
-    """``(kept, empty)``: local files with no data left out (``policy="skip"``, logged):
-    zero bytes, or, where ``rows`` (a file's row count from its footer, None: unknown)
-    is given, zero rows.
+    """``(kept, empty)``: local files with no data left out (``policy="skip"``, logged
+    once per process for a given list of files and its empty ones): zero bytes, or,
+    where ``rows`` (a file's row count from its footer, None: unknown) is given, zero
+    rows.
 
     Raises:
       SourceError: an empty file with ``policy="error"``; every file empty.
@@ -124,7 +166,9 @@ def drop_empty_files(
             f"{len(empty)} empty file(s) (0 bytes or 0 rows), first {empty[0]!r}; pass "
             "empty_files='skip' to skip them (tfinput logs how many)"
         )
-    if empty:
+    listing = (tuple(files), tuple(empty))
+    if empty and listing not in _LOGGED_EMPTY:
+        _LOGGED_EMPTY.add(listing)
         log.warning(
             "tfinput: skipped %d empty file(s) (0 bytes or 0 rows): %s",
             len(empty),

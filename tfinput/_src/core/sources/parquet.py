@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
+import numpy as np
 import tensorflow as tf
 
 from tfinput._src.core.config import PipelineConfig
@@ -358,10 +359,28 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
         batch = reader.batch(int(seed) & (2**63 - 1), int(k))
         return [batch[key] for key in keys]
 
+    # An error of the reader (a null without default, a file changed since the build)
+    # is handed over as a message and raised by an assert: an exception raised inside
+    # the callback is logged by TensorFlow with its traceback, once per parallel call.
+    empty = [_empty_array(signature[key]) for key in keys]
+
+    def numpy_batch_or_error(seed: Any, saved: Any, k: Any) -> list[Any]:
+        try:
+            return [*numpy_batch(seed, saved, k), np.bytes_(b"")]
+        except TfinputError as e:
+            return [*empty, np.bytes_(f"{type(e).__name__}: {e}".encode())]
+
     def read(seed: tf.Tensor, saved: tf.Tensor, k: tf.Tensor) -> dict[str, tf.Tensor]:
-        arrays = tf.numpy_function(
-            numpy_batch, [seed, saved, k], dtypes, stateful=False, name="parquet_batch"
+        *arrays, error = tf.numpy_function(
+            numpy_batch_or_error,
+            [seed, saved, k],
+            [*dtypes, tf.string],
+            stateful=False,
+            name="parquet_batch",
         )
+        error = tf.reshape(error, [])
+        with tf.control_dependencies([tf.debugging.Assert(tf.equal(error, ""), [error])]):
+            arrays = [tf.identity(a) for a in arrays]
         out = {}
         for key, array in zip(keys, arrays):
             array.set_shape(signature[key].shape)
@@ -373,6 +392,12 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
     # steps (no "ran out of data" warning) and a different count is an error.
     batches_read = positions.map(traced(read), name="parquet_read")
     return batches_read.apply(tf.data.experimental.assert_cardinality(batches))
+
+
+def _empty_array(spec: tf.TensorSpec) -> np.ndarray:
+    """A 0-row array of ``spec``'s dtype and inner shape (the batch of a failed read)."""
+    shape = [0, *spec.shape[1:]]
+    return np.zeros(shape, object if spec.dtype == tf.string else spec.dtype.as_numpy_dtype)
 
 
 def _tfio_read(request: ReadRequest) -> tf.data.Dataset:

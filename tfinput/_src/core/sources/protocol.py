@@ -225,6 +225,12 @@ class FileChecks(Protocol):
         del path
         return None
 
+    def count_readable(self, path: str) -> int | None:
+        """Records of a file that `count_records` cannot count to its end (damaged or
+        cut) that read whole before the damage; None when the source cannot tell."""
+        del path
+        return None
+
     def count_records_up_to(self, files: list[str], limit: int) -> int | None:
         """Records in ``files``, counted up to ``limit`` (a larger count may stop at any
         value >= ``limit``); None when the source cannot count them. By default the

@@ -116,6 +116,14 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         except tf.errors.OpError:
             return None
 
+    def count_readable(self, path: str) -> int | None:
+        """Records of a damaged or cut file before the damage (`Pipeline.check`
+        reports them); None for a file that cannot be opened."""
+        try:
+            return tfrecord.count_readable(path, self.compression_of(path))
+        except (OSError, tf.errors.OpError):
+            return None
+
     @property
     def ignored_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
         """None: every knob applies."""

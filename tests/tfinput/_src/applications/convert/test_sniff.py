@@ -3,6 +3,8 @@ header, column names) sniffed from its first lines."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.helpers import cli_main
@@ -38,6 +40,17 @@ def test_resolve_inputs_expands_globs_sorted_and_keeps_paths_as_given(tmp_path):
 def test_resolve_inputs_errors(tmp_path, inputs, message):
     with pytest.raises(SourceError, match=message):
         resolve_inputs([str(tmp_path / i) for i in inputs])
+
+
+def test_a_fifo_input_is_refused_naming_it(tmp_path):
+    fifo = tmp_path / "rows.csv"
+    os.mkfifo(fifo)
+    for inputs in ([fifo], [str(tmp_path / "*.csv")]):
+        with pytest.raises(SourceError) as e:
+            resolve_inputs(inputs)
+        assert str(e.value).startswith(
+            f"convert: input file {str(fifo)!r} is a FIFO (named pipe), not a regular file"
+        )
 
 
 def test_missing_input(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -13,8 +14,8 @@ from tests.helpers import wrapped_dataset
 from tfinput._src.applications.bench.bound import pipeline_stages
 from tfinput._src.core.sources import DatasetSource, FileChecks, RooflineStages
 from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError, SchemaError, SourceError
-from tfinput.schema import Label
+from tfinput.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput.schema import Categorical, Label, MultiHot, Schema, Table
 
 
 @pytest.mark.parametrize(("kind", "batch_size"), [("wrapped", 100), ("wrapped_batched", 50)])
@@ -147,6 +148,78 @@ def test_scalars_as_length_one_vectors_and_int32_ids_are_accepted(small_columns,
     assert features["dense"]["price"].shape == (10,)
     want = small_columns.values["user_id"][:10] % 500
     assert features["ids"]["user_id"].numpy().tolist() == want.tolist()
+
+
+_IDS = Schema(
+    features=(Categorical(name="c", table="t"), MultiHot(name="m", table="t", max_len=3)),
+    tables=(Table(name="t", vocabulary_size=1000, dim=4),),
+    labels=(Label(name="label"),),
+)
+
+
+def _float_ids(c, m, dtype):
+    return tf.data.Dataset.from_tensor_slices(
+        {
+            "c": np.array(c, dtype),
+            "m": tf.ragged.constant(m, dtype=dtype),
+            "label": np.zeros(len(c), np.float32),
+        }
+    )
+
+
+def test_whole_float_ids_are_read_as_integers():
+    """A pandas int column with a missing value becomes float64: whole values read
+    exactly, single ids and lists alike."""
+    pipeline = tfinput.wrap(_float_ids([1.0, 100.0], [[1.0], [2.0, 3.0]], np.float64), _IDS)
+    ((features, _),) = list(pipeline.iterate(PipelineConfig(batch_size=2)))
+    assert features["ids"]["c"].numpy().tolist() == [1, 100]
+    assert features["ids"]["m"].numpy().tolist() == [[1, 0, 0], [2, 3, 0]]
+
+
+_NOT_WHOLE = (
+    " is not a whole number (float ids are read as integers when whole): give the ids as "
+    "int64 (missing ones filled), or fix the data"
+)
+
+
+@pytest.mark.parametrize(
+    ("c", "m", "dtype", "message"),
+    [
+        (
+            [1.0, 100.7],
+            [[1.0], [2.0]],
+            np.float64,
+            "feature 'c': key 'c' holds float64 ids; id 100.7" + _NOT_WHOLE,
+        ),
+        (
+            [1.0, float("nan")],
+            [[1.0], [2.0]],
+            np.float64,
+            "feature 'c': key 'c' holds float64 ids; id nan" + _NOT_WHOLE,
+        ),
+        (
+            [1.0, 2.0],
+            [[1.0], [2.5, 3.0]],
+            np.float32,
+            "feature 'm': key 'm' holds float32 ids; id 2.5" + _NOT_WHOLE,
+        ),
+        (
+            [1.0, 2.0**30],
+            [[1.0], [2.0]],
+            np.float32,
+            "feature 'c': key 'c' holds float32 ids; id 1073741824 is beyond 2^24, where "
+            "float32 no longer holds every integer exactly (it may have been rounded): give "
+            "the ids as int64",
+        ),
+    ],
+    ids=["fraction", "nan", "list-fraction", "beyond-exact"],
+)
+def test_float_ids_that_are_not_exact_integers_are_a_data_error(c, m, dtype, message):
+    """Never a silent truncation (100.7 -> 100) or an id rounded by its float type."""
+    pipeline = tfinput.wrap(_float_ids(c, m, dtype), _IDS)
+    with pytest.raises(DataError) as e:
+        list(pipeline.iterate(PipelineConfig(batch_size=2), diagnose=False))
+    assert str(e.value) == f"wrapped dataset: {message}"
 
 
 # ------------------------------------------------------ (features, labels) pairs

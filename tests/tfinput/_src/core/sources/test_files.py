@@ -95,6 +95,25 @@ def test_resolve_names_the_path_that_gives_no_file(tmp_path, path, message):
     assert str(e.value) == message.format(d=tmp_path)
 
 
+@pytest.mark.parametrize("given", ["name", "glob"])
+def test_a_fifo_given_by_name_or_matched_by_a_glob_is_refused(tmp_path, given):
+    """A FIFO would block the first read until a writer comes (and a reader that reads
+    a file twice would see other data): refused at once, naming the path and what it is."""
+    (tmp_path / "a.rec").write_bytes(b"data")
+    fifo = tmp_path / "stream.rec"
+    os.mkfifo(fifo)
+    paths = [str(fifo)] if given == "name" else [str(tmp_path / "*.rec")]
+    with pytest.raises(SourceError) as e:
+        files.resolve_paths(paths, what="TFRecord")
+    assert str(e.value) == (
+        f"TFRecord file {str(fifo)!r} is a FIFO (named pipe), not a regular file: inputs are "
+        "opened more than once (checks, counts, reads), which a stream cannot give; write "
+        "the data to a file and name that"
+    )
+    with pytest.raises(SourceError, match="is a character device, not a regular file"):
+        files.resolve_paths(["/dev/null"])
+
+
 def test_resolve_an_empty_list():
     with pytest.raises(SourceError, match="no Parquet files given"):
         files.resolve_paths([], what="Parquet")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
+import tests as tests_root
 import tfinput
 from tests.helpers import SEQUENTIAL, collect
 from tfinput._src.core.sources import ParquetSource
@@ -177,6 +180,51 @@ def test_a_null_without_default_is_a_data_error_naming_file_and_column(tmp_path,
     with pytest.raises(DataError) as e:
         list(pipeline.iterate(PipelineConfig(batch_size=2), diagnose=False))
     assert f"{path}: {message}" in str(e.value)
+
+
+_ITERATE_NULLS = """
+import sys
+import tfinput
+from tests.tfinput._src.core.sources.test_parquet import TINY
+from tfinput.config import PipelineConfig
+from tfinput.errors import DataError
+try:
+    for _ in tfinput.parquet(sys.argv[1], TINY).iterate(PipelineConfig(batch_size=64)):
+        pass
+except DataError as e:
+    print(f"DataError: {e}")
+"""
+
+
+def test_a_null_in_a_required_column_is_one_error_without_tracebacks(tmp_path):
+    """From Python (no CLI filter): one null among 5,000 rows in 10 row groups, read by
+    parallel calls, gives the one `DataError` and no callback traceback on stderr."""
+    rows = 5000
+    path = _write(
+        tmp_path / "nulls.parquet",
+        x=pa.array(np.arange(rows, dtype=np.float64)),
+        c=pa.array([None if i == 3000 else i % 100 for i in range(rows)], pa.int64()),
+        ids=pa.array([[i % 100] for i in range(rows)], pa.list_(pa.int64())),
+        y=pa.array(np.zeros(rows)),
+    )
+    pq.write_table(pq.read_table(path), path, row_group_size=500)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tests_root.__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # TensorFlow's own logging, as a user has it
+    out = subprocess.run(
+        [sys.executable, "-c", _ITERATE_NULLS, path],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout == (
+        f"DataError: {path}: column 'c': 1 null value(s) but the schema gives no default "
+        "for it; add a default or fix the data\n"
+    )
+    assert "Traceback" not in out.stderr and 'File "' not in out.stderr, out.stderr[-3000:]
 
 
 def test_roofline_counts_rows_of_both_stages(small_parquet, small_schema):

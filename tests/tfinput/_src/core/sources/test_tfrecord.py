@@ -93,6 +93,27 @@ def test_count_records_per_file(small_tfrecord, tmp_path):
     assert source.count_records(str(cut)) is None
 
 
+def test_count_readable_stops_at_the_damage(small_tfrecord, tmp_path):
+    """A cut or damaged file: the records that read whole before the damage, counted
+    past a native batch of 4096 too; a whole file: all of them."""
+    source = TFRecordSource(paths=tuple(small_tfrecord))
+    assert source.count_readable(small_tfrecord[0]) == 250
+    data = Path(small_tfrecord[0]).read_bytes()
+    at = _record_offsets(small_tfrecord[0])[100]
+    cut = tmp_path / "cut.tfrecord"
+    cut.write_bytes(data[: at + 30])  # inside record 100's data
+    assert source.count_readable(str(cut)) == 100
+    damaged = bytearray(data)
+    damaged[at + 20] ^= 0xFF  # record 100's data no longer matches its checksum
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes(bytes(damaged))
+    assert source.count_readable(str(bad)) == 100
+    many = tmp_path / "many.tfrecord"
+    many.write_bytes(data * 20 + data[: at + 30])  # 5,000 whole records, then the cut
+    assert source.count_readable(str(many)) == 5100
+    assert source.count_readable(str(tmp_path / "absent.tfrecord")) is None
+
+
 def _record_offsets(path: str) -> list[int]:
     offsets, at = [], 0
     for record in tf.data.TFRecordDataset(path).as_numpy_iterator():

@@ -109,6 +109,33 @@ def test_check_fails_on_a_folder_that_would_lose_a_file_and_lists_0_row_files(
     assert "which does not exist" in err
 
 
+def test_check_counts_the_records_before_a_cut_inside_a_record(
+    small_tfrecord, schema_file, tmp_path, capsys
+):
+    """A file cut inside a record's data (its first 100 records whole): check counts
+    those 100 records, not 0, and names the byte where the cut record starts."""
+    with open(small_tfrecord[0], "rb") as f:
+        data = f.read()
+    at, size = 0, 0
+    for i, record in enumerate(tf.data.TFRecordDataset(small_tfrecord[0]).as_numpy_iterator()):
+        if i == 100:
+            break
+        at += 16 + len(record)
+        size = len(record)
+    assert size > 30
+    cut = tmp_path / "part-0.tfrecord"
+    cut.write_bytes(data[: at + 30])
+    code, out, _ = run_cli(capsys, "check", cut, "--schema", schema_file)
+    assert code == 1
+    assert " ".join(out.split()) == (
+        f"{cut}: 100 records truncated record at byte {at:,}: the file ends inside this "
+        "record (a partial copy?) 1 file(s), 100 records, 1 with problems"
+    )
+    assert cli.main(["check", str(cut), "--schema", schema_file, "--json"]) == 1
+    (found,) = json.loads(capsys.readouterr().out)["files"]
+    assert found["records"] == 100 and found["error"].startswith(f"truncated record at byte {at:,}")
+
+
 def test_check_json_on_good_data(small_parquet, schema_file, capsys):
     files = small_parquet[:2]
     code, out, _ = run_cli(capsys, "check", *files, "--schema", schema_file, "--json")

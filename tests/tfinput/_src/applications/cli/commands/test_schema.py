@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +120,31 @@ def test_schema_infer_bad_list_column(tmp_path, capsys):
     code, out, err = run_cli(capsys, "schema", "infer", path, "--list-column", "genres=")
     assert (code, out) == (2, "")
     assert err == "tfinput: error: --list-column: expected NAME or NAME=DELIMITER, got 'genres='\n"
+
+
+def test_schema_infer_on_a_fifo_fails_at_once_naming_it(tmp_path):
+    """A FIFO given by name (no writer on the other side) used to block the sample
+    read forever: the command now exits 2 with one line naming the path."""
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    root = Path(__file__).resolve().parents[6]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfinput.cli", "schema", "infer", str(fifo)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=600,  # a hang fails here instead of blocking the suite
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (
+        f"tfinput: error: input file {str(fifo)!r} is a FIFO (named pipe), not a regular "
+        "file: inputs are opened more than once (checks, counts, reads), which a stream "
+        "cannot give; write the data to a file and name that"
+    )
+    assert "Traceback" not in proc.stderr
