@@ -5,6 +5,7 @@ errors that name the batch."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import logging
 import threading
@@ -300,6 +301,97 @@ def test_bad_input_and_arguments_are_clear_errors(small_schema, batches):
         assert next(feed) is not None
         with pytest.raises(OSError, match="disk gone"):
             next(feed)
+
+
+def _altered(batch, change):
+    """A deep copy of ``batch`` with ``change(features)`` applied."""
+    features, labels = copy.deepcopy(batch)
+    change(features)
+    return features, labels
+
+
+@pytest.mark.parametrize("workers", [2, 0], ids=["workers", "serial"])
+def test_a_plain_iterable_is_checked_as_a_pipeline_checks_it(small_schema, batches, workers):
+    """Batches from any iterable: ids outside their table, a batch of other rows than
+    the plan's and weights of another shape are refused, naming the batch, the feature,
+    the table and what was expected (jax-tpu-embedding takes them without a word)."""
+    plan = _plan(small_schema, "none")
+    vocab = {t.name: t.vocabulary_size for t in small_schema.tables}
+
+    def refused(bad):
+        with sparsecore_feed([batches[0], bad], plan, workers=workers) as feed:
+            assert next(feed) is not None
+            with pytest.raises(DataError) as e:
+                next(feed)
+        return str(e.value)
+
+    def too_big(f):
+        f["ids"]["user_id"][5] = vocab["user"]
+
+    assert refused(_altered(batches[1], too_big)) == (
+        f"SparseCore batch 1: feature 'user_id': id out of range; expected ids in "
+        f"[0, {vocab['user']}) (table 'user'), or fold the ids into the table first (a "
+        f"tfinput pipeline does with out_of_range='modulo'). Largest id found: {vocab['user']}"
+    )
+
+    def wraps(f):  # int64 beyond int32: not wrapped into the table by the cast
+        f["ids"]["country"] = f["ids"]["country"].astype(np.int64) + 2**32
+
+    assert "feature 'country': id out of range" in refused(_altered(batches[1], wraps))
+
+    def negative(f):
+        f["ids"]["history"][3, 1] = -1
+
+    assert refused(_altered(batches[1], negative)) == (
+        f"SparseCore batch 1: feature 'history': negative id; expected ids in "
+        f"[0, {vocab['items']}) (table 'items'). Smallest id found: -1"
+    )
+
+    def half(f):
+        for group in f.values():
+            for name in group:
+                group[name] = group[name][: BATCH // 2]
+
+    text = refused(_altered(batches[1], half))
+    assert text.startswith(f"SparseCore batch 1: feature 'user_id' has {BATCH // 2} rows; ")
+    assert f"the plan expects {BATCH} (its input_shape ({BATCH}, 1))" in text
+    assert "drop_remainder=True" in text
+
+    def weights(f):
+        f["weights"]["tags"] = f["weights"]["tags"][:, :2]
+
+    assert refused(_altered(batches[1], weights)) == (
+        f"SparseCore batch 1: feature 'tags': weights of shape ({BATCH}, 2) for ids of "
+        f"shape ({BATCH}, 4); expected one weight per id"
+    )
+
+
+def test_a_packed_batch_is_refused_naming_the_layout(small_tfrecord, small_schema):
+    plan = _plan(small_schema, "none")
+    config = PipelineConfig(batch_size=BATCH, deterministic=True, layout="packed")
+    packed = tfinput.tfrecord(small_tfrecord, small_schema).build(config).take(1)
+    with sparsecore_feed(packed, plan) as feed, pytest.raises(ConfigError) as e:
+        next(feed)
+    assert str(e.value).startswith(
+        "batch 0: SparseCore preprocessing needs per_feature batches; this one is packed"
+    )
+    assert "layout='per_feature'" in str(e.value) and "tfinput.layout.unpack" in str(e.value)
+
+
+def test_stacking_given_limits_logs_no_default_limits_warning(small_schema, caplog):
+    """jax-tpu-embedding warns that a stack of several tables gets default limits; the
+    plan gives it the largest limits of the stack's tables, so the warning (and only
+    it) is dropped."""
+    with caplog.at_level(logging.INFO, logger="absl"):
+        plan = _plan(small_schema, "auto", limits={"user": (64, 32), "items": (48, 40)})
+        assert "Stacking multiple tables together" not in caplog.text
+        logging.getLogger("absl").warning("Stacking multiple tables together: after")
+    assert "Stacking multiple tables together: after" in caplog.text  # only while stacking
+    stacked = plan.feature_specs["user_id"].table_spec.stacked_table_spec
+    assert sorted({f.table_spec.name for f in plan.feature_specs.values()
+                   if f.table_spec.stacked_table_spec.stack_name == stacked.stack_name}) == [
+        "items", "user"]  # fmt: skip
+    assert (stacked.max_ids_per_partition, stacked.max_unique_ids_per_partition) == (64, 40)
 
 
 def test_closing_early_stops_the_feeder(small_schema, batches):
