@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -145,3 +146,41 @@ def parse_records(records: list[bytes], spec: dict) -> dict[str, np.ndarray | tu
         else:
             out[key] = value.numpy()
     return out
+
+
+def running(procs: list[Any]) -> list[Any]:
+    """The `psutil.Process`es of ``procs`` still running (a zombie has ended: it only
+    waits for a parent to collect its exit status)."""
+    import psutil
+
+    alive = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def kill_and_wait_for(proc: Any, others: list[Any], timeout: float) -> list[Any]:
+    """SIGKILL ``proc`` (a `subprocess.Popen`), then wait up to ``timeout`` seconds for
+    ``others`` (`psutil.Process`es it started) to end: those still running then."""
+    import signal
+    import time
+
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    deadline = time.monotonic() + timeout
+    while running(others) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return running(others)
+
+
+def kill_all(procs: list[Any]) -> None:
+    """SIGKILL whatever of ``procs`` still runs, so that a failed test leaves nothing."""
+    import psutil
+
+    for p in running(procs):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()

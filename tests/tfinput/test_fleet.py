@@ -4,11 +4,17 @@ applied, and the tuner searching them and sizing the fleet for a target rate."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import tfinput
-from tests.helpers import SEQUENTIAL, collect
+from tests.helpers import SEQUENTIAL, collect, kill_all, kill_and_wait_for, running
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
 from tfinput.fleet import LocalFleet, ServiceRead, workers_needed
@@ -112,3 +118,67 @@ def test_any_fleet_is_read_through_the_core_protocol():
     assert read.address(PipelineConfig(service_workers=2)) == "grpc://dispatcher-2:5050"
     assert read.describe()["service"] == "Cluster(max_workers=4)"
     assert ServiceRead(LocalFleet(3)).describe()["service"] == "LocalFleet(max_workers=3)"
+
+
+def _is_server(p) -> bool:
+    """Whether ``p`` is a `LocalFleet` server process (``python -c SERVER ...``)."""
+    import psutil
+
+    try:
+        argv = p.cmdline()
+    except psutil.Error:
+        return False
+    return len(argv) > 3 and argv[1] == "-c" and "DispatchServer" in argv[2]
+
+
+def _servers_started_by(pid: int) -> list:
+    """The `LocalFleet` servers started by process ``pid``, whoever their parent is now
+    (its pid is their first argument)."""
+    import psutil
+
+    return [p for p in psutil.process_iter() if _is_server(p) and p.cmdline()[3] == str(pid)]
+
+
+def _listening(p) -> bool:
+    import psutil
+
+    try:
+        return any(c.status == psutil.CONN_LISTEN for c in p.net_connections(kind="tcp"))
+    except psutil.Error:
+        return False
+
+
+def test_a_killed_command_leaves_no_server_running(small_columnar, small_schema, tmp_path):
+    """``tfinput bench --service local:1`` killed with SIGKILL while its fleet serves:
+    the dispatcher and workers it started, and its stderr filter, exit within seconds
+    (they watch a pipe from the command and their parent pid)."""
+    psutil = pytest.importorskip("psutil")
+    small_schema.to_json(tmp_path / "schema.json")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # filter on
+    argv = [
+        sys.executable, "-m", "tfinput.cli", "bench", str(Path(small_columnar[0]).parent),
+        "--schema", str(tmp_path / "schema.json"), "--service", "local:1",
+        "--config", "autotune", "--batch-size", "10", "--windows", "1000",
+    ]  # fmt: skip
+    log = (tmp_path / "stderr").open("w")
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=env)
+    seen: list = []
+    try:
+        deadline = time.monotonic() + 540
+        # Up: the dispatcher and its worker, each listening.
+        while len([p for p in seen if _is_server(p) and _listening(p)]) < 2:
+            assert proc.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the fleet did not start"
+            time.sleep(0.5)
+            seen = psutil.Process(proc.pid).children(recursive=True)
+        roles = sorted("dispatcher" if "dispatcher" in p.cmdline() else "worker" for p in seen)
+        assert roles[:2] == ["dispatcher", "worker"] and len(seen) == 3, "servers and filter"
+        left = kill_and_wait_for(proc, seen, timeout=20)
+        left += [p for p in running(_servers_started_by(proc.pid)) if p not in left]
+        assert not left, [f"{p.pid}: {' '.join(p.cmdline()[3:])[:80]}" for p in left]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        kill_all(seen + _servers_started_by(proc.pid))
+        log.close()

@@ -12,7 +12,8 @@ pipeline as usual and reads it through `tfinput.service.distribute` with the con
 ``service_compression`` and ``service_max_outstanding_requests``. The tuner searches
 those two knobs for a service pipeline, and ``service_workers`` too when the service is a
 `LocalFleet` (a cluster per worker count: a dispatcher and that many worker processes,
-started on first use and stopped by `LocalFleet.close`). From the measured rate it
+started on first use and stopped by `LocalFleet.close`, or exiting by themselves when
+the process that started them ends, however it ends). From the measured rate it
 reports how many workers a target rate needs (`workers_needed`).
 
 Workers of a local fleet share this machine's cores with the trainer: the rate it
@@ -37,16 +38,40 @@ from tfinput._src.core.errors import ConfigError
 __all__ = ["LocalFleet", "ServiceRead", "workers_needed"]
 
 #: A tf.data service server in its own process: prints its dispatcher address, then
-#: serves until SIGTERM. argv: ``dispatcher`` | ``worker DISPATCHER_ADDRESS``.
+#: serves until SIGTERM, or until the process that started it is gone. argv: the parent's
+#: pid, whether the parent-death signal applies (``1``: started from the parent's main
+#: thread), then ``dispatcher`` | ``worker DISPATCHER_ADDRESS``.
 _SERVER = r"""
-import os, signal, sys, threading
+import os, select, signal, sys, threading
+parent, main_thread, role = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3:]
+if main_thread and sys.platform.startswith("linux"):
+    try:  # the kernel kills this process when the parent ends, even by SIGKILL
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+def orphaned():
+    # stdin is a pipe the parent holds and never writes: end of file once the parent is
+    # gone, however it ended. A changed parent pid covers a copy of that pipe's end
+    # kept open elsewhere (a forked child of the parent).
+    while os.getppid() == parent:
+        try:
+            ready, _, _ = select.select([0], [], [], 1.0)
+            if ready and not os.read(0, 1 << 12):
+                break
+        except OSError:
+            break
+    os._exit(0)
+
+threading.Thread(target=orphaned, daemon=True).start()
 import tensorflow as tf
 svc = tf.data.experimental.service
-if sys.argv[1] == "dispatcher":
+if role[0] == "dispatcher":
     server = svc.DispatchServer(svc.DispatcherConfig(port=0))
     print(server.target, flush=True)
 else:
-    server = svc.WorkerServer(svc.WorkerConfig(dispatcher_address=sys.argv[2], port=0))
+    server = svc.WorkerServer(svc.WorkerConfig(dispatcher_address=role[1], port=0))
     print("worker", flush=True)
 # A measuring fleet keeps no state worth a graceful stop: leave at once.
 signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
@@ -64,7 +89,9 @@ class LocalFleet:
       startup_timeout: Seconds a server process may take to start.
 
     Use it as a context manager, or call `close`; clusters still running at exit are
-    stopped then.
+    stopped then. The server processes also exit by themselves when this process ends
+    any other way (killed, SIGKILL and out-of-memory kills included): each watches a
+    pipe from this process and its parent pid.
     """
 
     def __init__(self, max_workers: int = 2, *, startup_timeout: float = 120.0):
@@ -120,6 +147,8 @@ class LocalFleet:
         for p in reversed(procs):
             if p.poll() is None:
                 p.terminate()
+            if p.stdin is not None:
+                p.stdin.close()
         deadline = time.monotonic() + 10
         for p in procs:
             try:
@@ -130,8 +159,12 @@ class LocalFleet:
 
     def _start(self, *argv: str) -> subprocess.Popen:
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        # The parent-death signal follows the thread that starts the process: only the
+        # main thread lives as long as this process.
+        main = "1" if threading.current_thread() is threading.main_thread() else "0"
         return subprocess.Popen(
-            [sys.executable, "-c", _SERVER, *argv],
+            [sys.executable, "-c", _SERVER, str(os.getpid()), main, *argv],
+            stdin=subprocess.PIPE,  # never written: its end of file tells the server to go
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -14,6 +14,7 @@ import numpy as np
 
 from tfinput._src.applications._sparsecore_results import SparseCoreStats
 from tfinput._src.core.errors import ConfigError, DataError
+from tfinput._src.core.layout import is_packed
 from tfinput._src.core.schema import MultiHot, Schema
 
 __all__ = ["SparseCorePlan", "embedding_module"]
@@ -233,17 +234,35 @@ class SparseCorePlan:
         )
         return self
 
-    def inputs(self, features: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def inputs(
+        self, features: Mapping[str, Any], *, batch_number: int = 0
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(ids, weights)`` of one batch as jax-tpu-embedding takes them: 2-D int32
-        ids and float32 weights per feature of the plan.
+        ids and float32 weights per feature of the plan, checked first as a tfinput
+        pipeline checks them (jax-tpu-embedding takes any ids and any row count without
+        a word): the rows its feature spec expects, ids in ``[0, vocabulary_size)`` of
+        the table, weights of the ids' shape.
 
         Raises:
           ConfigError: a feature of the plan is not in the batch, or the batch is not
-            tfinput's per_feature layout with dense multi-hot ids.
+            tfinput's per_feature layout with dense multi-hot ids (a packed batch is
+            refused, naming the layout to build).
+          DataError: a batch of other rows than the plan's, an id outside its table,
+            weights of another shape than the ids; names the batch (``batch_number``),
+            the feature, the table and what was expected.
         """
+        if is_packed(features):
+            raise ConfigError(
+                "SparseCore preprocessing needs per_feature batches; this one is packed "
+                "(features['ids'] holds every feature's ids in one array). Build the "
+                "pipeline with layout='per_feature' (PipelineConfig or "
+                "Pipeline.with_layout), or unpack each batch first (tfinput.layout.unpack)"
+            )
         try:
             all_ids, all_weights = features["ids"], features.get("weights", {})
-        except (KeyError, TypeError):
+            if not isinstance(all_ids, Mapping) or not isinstance(all_weights, Mapping):
+                raise TypeError
+        except (KeyError, TypeError, AttributeError):
             raise ConfigError(
                 "SparseCore preprocessing needs tfinput's per_feature batches with "
                 '{"dense", "ids", "weights"} features (layout="per_feature", '
@@ -251,29 +270,28 @@ class SparseCorePlan:
                 f"{type(features).__name__}"
             ) from None
         ids, weights = {}, {}
-        for name in self.feature_specs:
+        for name, spec in self.feature_specs.items():
             if name not in all_ids:
                 raise ConfigError(
                     f"SparseCore feature {name!r} is not in the batch's ids {sorted(all_ids)}"
                 )
-            x = np.asarray(all_ids[name])
-            if x.dtype == object or x.ndim not in (1, 2):
-                raise ConfigError(
-                    f"SparseCore feature {name!r}: expected dense int ids [B] or [B, max_len] "
-                    f"(multi_hot_format='dense'), got {x.dtype} of shape {x.shape}"
-                )
-            x = x.astype(np.int32, copy=False)
+            x = _checked_ids(name, spec, np.asarray(all_ids[name]), batch_number)
             if x.ndim == 1:
                 ids[name] = x[:, None]
                 weights[name] = np.ones(ids[name].shape, np.float32)
-            else:
-                ids[name] = x
-                w = all_weights.get(name)
-                weights[name] = (
-                    np.ones(x.shape, np.float32)
-                    if w is None
-                    else np.asarray(w).astype(np.float32, copy=False)
+                continue
+            ids[name] = x
+            w = all_weights.get(name)
+            if w is None:
+                weights[name] = np.ones(x.shape, np.float32)
+                continue
+            w = np.asarray(w)
+            if w.shape != x.shape:
+                raise DataError(
+                    f"SparseCore batch {batch_number}: feature {name!r}: weights of shape "
+                    f"{w.shape} for ids of shape {x.shape}; expected one weight per id"
                 )
+            weights[name] = w.astype(np.float32, copy=False)
         return ids, weights
 
     def preprocess(self, features: Mapping[str, Any], batch_number: int = 0) -> tuple[Any, Any]:
@@ -288,11 +306,11 @@ class SparseCorePlan:
         Raises:
           ConfigError: jax-tpu-embedding is missing, or the batch is not as `inputs`
             expects.
-          DataError: ids beyond a table's limits, without ``allow_id_dropping``: names
-            the batch, the table, the count and the limits.
+          DataError: a batch `inputs` refuses; ids beyond a table's limits, without
+            ``allow_id_dropping``: names the batch, the table, the count and the limits.
         """
         embedding = embedding_module()
-        ids, weights = self.inputs(features)
+        ids, weights = self.inputs(features, batch_number=batch_number)
         out, stats = embedding.preprocess_sparse_dense_matmul_input(
             ids,
             weights,
@@ -359,6 +377,38 @@ class SparseCorePlan:
         raise KeyError(stack)
 
 
+def _checked_ids(name: str, spec: Any, x: np.ndarray, batch_number: int) -> np.ndarray:
+    """Feature ``name``'s ids as int32, after the checks a tfinput pipeline makes: dense
+    integer ids ``[B]`` or ``[B, max_len]``, ``B`` the rows of its feature spec, every id
+    in its table."""
+    where = f"SparseCore batch {batch_number}: feature {name!r}"
+    if not np.issubdtype(x.dtype, np.integer) or x.ndim not in (1, 2):
+        raise ConfigError(
+            f"SparseCore feature {name!r}: expected dense int ids [B] or [B, max_len] "
+            f"(multi_hot_format='dense'), got {x.dtype} of shape {x.shape}"
+        )
+    rows = spec.input_shape[0] if spec.input_shape else None
+    if rows is not None and x.shape[0] != rows:
+        raise DataError(
+            f"{where} has {x.shape[0]} rows; the plan expects {rows} (its input_shape "
+            f"{tuple(spec.input_shape)}): SparseCore shapes are static, every batch needs "
+            "the same rows (drop_remainder=True, the batch size the plan was made for)"
+        )
+    table = spec.table_spec
+    if x.size:
+        lo, hi = int(x.min()), int(x.max())
+        bounds = f"expected ids in [0, {table.vocabulary_size}) (table {table.name!r})"
+        if lo < 0:
+            raise DataError(f"{where}: negative id; {bounds}. Smallest id found: {lo}")
+        if hi >= table.vocabulary_size:
+            raise DataError(
+                f"{where}: id out of range; {bounds}, or fold the ids into the table "
+                f"first (a tfinput pipeline does with out_of_range='modulo'). Largest id "
+                f"found: {hi}"
+            )
+    return x.astype(np.int32, copy=False)
+
+
 def _check_measured_stacks(
     measured: list[tuple[str, ...]], members: dict[str, list[str]], stacking: str
 ) -> None:
@@ -391,13 +441,27 @@ def _auto_stack(
 
         return of_stack
 
-    embedding.auto_stack_tables(
-        specs,
-        global_device_count=global_count,
-        num_sc_per_device=num_sc_per_device,
-        stack_to_max_ids_per_partition=limit(0),
-        stack_to_max_unique_ids_per_partition=limit(1),
-    )
+    # jax-tpu-embedding warns, for every stack of several tables, that it ignores the
+    # tables' own limits and uses "default limits": the limits it uses are the ones
+    # given here. That one record is dropped; any other passes.
+    absl = logging.getLogger("absl")
+    absl.addFilter(_not_default_limits)
+    try:
+        embedding.auto_stack_tables(
+            specs,
+            global_device_count=global_count,
+            num_sc_per_device=num_sc_per_device,
+            stack_to_max_ids_per_partition=limit(0),
+            stack_to_max_unique_ids_per_partition=limit(1),
+        )
+    finally:
+        absl.removeFilter(_not_default_limits)
+
+
+def _not_default_limits(record: logging.LogRecord) -> bool:
+    """False for jax-tpu-embedding's warning that a stack of several tables gets
+    default limits (`_auto_stack` passes the stack's limits)."""
+    return not str(record.msg).startswith("Stacking multiple tables together:")
 
 
 def _feature_specs(

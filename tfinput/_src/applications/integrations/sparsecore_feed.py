@@ -46,27 +46,29 @@ batches from the iterator's position, so every batch is preprocessed as before::
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import logging
-import pickle
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
+from tfinput._src.applications.integrations._sparsecore_feeder import (
+    END,
+    Feeder,
+    Result,
+    explain,
+    job,
+    numpy_batches,
+)
 from tfinput._src.applications.integrations._sparsecore_plan import SparseCorePlan, embedding_module
 from tfinput._src.applications.integrations._sparsecore_stats import (
     SparseCoreFeedStats,
     TableUsage,
-    used_entries,
 )
 from tfinput._src.core._input_iterator import InputIterator
-from tfinput._src.core.errors import ConfigError, DataError, ResumeError
+from tfinput._src.core.errors import ConfigError, ResumeError
 from tfinput._src.measurement.steps._feed import loop_windows
 from tfinput._src.measurement.steps.base import STEP_CLASSES, Step
 
@@ -82,73 +84,12 @@ __all__ = [
 log = logging.getLogger("tfinput")
 
 
-class _Result:
-    """A batch's preprocessed input (``item``) with its buffer usage and statistics, or
-    the error preprocessing it raised. Returned by worker processes too (pickled)."""
-
-    __slots__ = ("error", "item", "number", "seconds", "stats")
-
-    def __init__(self, number: int, *, error: BaseException | None = None) -> None:
-        self.number = number
-        self.item: Any = None
-        self.stats: Any = None
-        self.error = error
-        self.seconds = 0.0
-
-
-#: The plan of a worker process (`_start_worker`).
-_WORKER_PLAN: SparseCorePlan | None = None
-
-
-def _shippable(plan: SparseCorePlan) -> bytes:
-    """The plan pickled for worker processes. The table specs' initializers (closures
-    that do not pickle, and that preprocessing never reads) are left out of a copy."""
-    specs = copy.deepcopy(dict(plan.feature_specs))  # shared table specs stay shared
-    for f in specs.values():
-        # jax-tpu-embedding refuses setattr on a stacked table spec; the copy is ours.
-        object.__setattr__(f.table_spec, "initializer", None)
-    return pickle.dumps(dataclasses.replace(plan, feature_specs=specs))
-
-
-def _start_worker(plan: bytes) -> None:
-    global _WORKER_PLAN
-    _WORKER_PLAN = pickle.loads(plan)
-
-
-def _job(
-    plan: SparseCorePlan | None, number: int, features: Mapping[str, Any], in_process: bool
-) -> _Result:
-    """Preprocess batch ``number`` (with ``plan``, or the worker process's own): the
-    input, its buffer usage per table and jax-tpu-embedding's statistics."""
-    plan = plan if plan is not None else _WORKER_PLAN
-    assert plan is not None
-    result = _Result(number)
-    start = time.perf_counter()
-    try:
-        sparse, stats = plan.preprocess(features, batch_number=number)
-        partitions = plan.num_sc_per_device * plan.global_device_count
-        used = {
-            table: (
-                int(np.size(ids)),
-                used_entries(sparse.lhs_row_pointers[table], int(np.size(ids)), partitions),
-            )
-            for table, ids in sparse.lhs_embedding_ids.items()
-        }
-        result.item, result.stats = plan.formatted(sparse), (used, stats)
-    except BaseException as e:  # raised in next(), in order
-        # From a process, as tfinput's own error: any exception pickles as that.
-        result.error = _explain(e, number) if in_process else e
-    result.seconds = time.perf_counter() - start
-    return result
-
-
-_END = object()
-
-
 class SparseCoreFeed(Iterator[Any]):
     """Batches with their SparseCore preprocessing done ahead on worker threads, in
     order (`sparsecore_feed`). Iterate it, then `close` it (or use it as a context
-    manager); `stats` says what it did."""
+    manager); `stats` says what it did. A feed that is not closed stops its workers
+    and frees the batches it holds when it is collected (its last reference gone, as
+    when a loop over ``sparsecore_feed(...)`` is left)."""
 
     def __init__(
         self,
@@ -189,81 +130,28 @@ class SparseCoreFeed(Iterator[Any]):
         self._begin()
 
     def _begin(self) -> None:
-        """Start a generation: the source read from its current position, a fresh queue
-        and stop flag (a feeder of an earlier generation only sees its own), workers."""
-        self._source = _numpy_batches(self._batches)
-        self._stop = threading.Event()
-        self._ready: queue.Queue[Any] = queue.Queue(maxsize=self._prefetch)
+        """Start a run: the source read from its current position and, unless serial, a
+        `Feeder` (its own queue and stop flag: one of an earlier run only sees its own).
+        The feeder holds nothing of this feed: collected, the feed stops it."""
+        self._closed = False
+        source = numpy_batches(self._batches)
         if self._serial:
+            self._source: Iterator[Any] | None = source
+            self._feeder: Feeder | None = None
             return
-        self._pool: Executor
-        if self._processes:
-            import multiprocessing
-
-            # spawn: the training process has TensorFlow's and JAX's threads running, which
-            # a fork would copy mid-state. A worker imports numpy and jax-tpu-embedding only.
-            self._pool = ProcessPoolExecutor(
-                self._workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_start_worker,
-                initargs=(_shippable(self.plan),),
-            )
-        else:
-            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="tfinput-sparsecore")
-        self._feeder = threading.Thread(
-            target=self._feed,
-            args=(self._source, self._ready, self._stop, self._pool, self._start),
-            name="tfinput-sparsecore-feeder",
-            daemon=True,
+        self._source = None
+        self._feeder = Feeder(
+            source,
+            self.plan,
+            workers=self._workers,
+            prefetch=self._prefetch,
+            processes=self._processes,
+            start=self._start,
         )
-        self._feeder.start()
-
-    # ------------------------------------------------------------- the feeder
-    def _feed(
-        self,
-        source: Iterator[Any],
-        ready: queue.Queue[Any],
-        stop: threading.Event,
-        pool: Executor,
-        start: int,
-    ) -> None:
-        """Reads the batches and hands each to a worker; the bounded queue of futures
-        keeps at most ``prefetch`` batches ahead of the training loop."""
-
-        def put(item: Any) -> bool:
-            while not stop.is_set():
-                try:
-                    ready.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        try:
-            for number, batch in enumerate(source, start=start):
-                if stop.is_set() or not put((batch, self._submit(pool, number, batch))):
-                    return
-        except BaseException as e:  # the source's own error, raised in next()
-            put(e)
-            return
-        put(_END)
-
-    def _submit(self, pool: Executor, number: int, batch: Any) -> Future[_Result]:
-        """Batch ``number`` handed to a worker: the whole features to a thread, only the
-        ids and weights (what preprocessing reads) to a process."""
-        try:
-            features, _labels = batch
-            if self._processes:
-                features = {"ids": features["ids"], "weights": features.get("weights", {})}
-        except (TypeError, ValueError, KeyError) as e:
-            done: Future[_Result] = Future()
-            done.set_result(_Result(number, error=e))  # raised in next(), in order
-            return done
-        plan = None if self._processes else self.plan
-        return pool.submit(_job, plan, number, features, self._processes)
+        self._stop_feeder = weakref.finalize(self, self._feeder.stop)
 
     @staticmethod
-    def _item(batch: Any, result: _Result) -> Any:
+    def _item(batch: Any, result: Result) -> Any:
         features, labels = batch
         return (features["dense"], result.item), labels
 
@@ -273,24 +161,26 @@ class SparseCoreFeed(Iterator[Any]):
 
     def __next__(self) -> Any:
         start = time.perf_counter()
-        if self._serial:
-            if self._stop.is_set():
-                raise StopIteration
+        if self._closed:
+            raise StopIteration
+        if self._source is not None:  # serial: each batch on this thread
             batch = next(self._source)  # the source's errors and its end, as they are
             number = self.position
             try:
                 features, _labels = batch
             except (TypeError, ValueError) as e:
-                raise _explain(e, number) from e
-            result = _job(self.plan, number, features, False)
+                raise explain(e, number) from e
+            result = job(self.plan, number, features, False)
             self.stats.wait_seconds += time.perf_counter() - start
             if result.error is not None:
-                raise _explain(result.error, result.number) from result.error
+                raise explain(result.error, result.number) from result.error
             self._record(result)
             return self._item(batch, result)
-        item = self._ready.get()
-        if item is _END:
-            self._ready.put(_END)  # later calls end too
+        assert self._feeder is not None
+        ready = self._feeder.ready
+        item = ready.get()
+        if item is END:
+            ready.put(END)  # later calls end too
             raise StopIteration
         if isinstance(item, BaseException):
             self.close()
@@ -304,11 +194,11 @@ class SparseCoreFeed(Iterator[Any]):
         self.stats.wait_seconds += time.perf_counter() - start
         if result.error is not None:
             self.close()
-            raise _explain(result.error, result.number) from result.error
+            raise explain(result.error, result.number) from result.error
         self._record(result)
         return self._item(batch, result)
 
-    def _record(self, result: _Result) -> None:
+    def _record(self, result: Result) -> None:
         used, stats = result.stats
         self._taken += 1
         self.stats.batches += 1
@@ -397,53 +287,19 @@ class SparseCoreFeed(Iterator[Any]):
         self._begin()
 
     def close(self) -> None:
-        """Stop the feeder and the workers (batches not yet taken are discarded)."""
-        self._stop.set()
-        if self._serial:
-            return
-        while True:
-            try:
-                self._ready.get_nowait()
-            except queue.Empty:
-                break
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the feeder and the workers (batches not yet taken are discarded); later
+        calls of ``next()`` end the iteration. A feed that is collected without being
+        closed is closed then."""
+        self._closed = True
+        self._source = None
+        if self._feeder is not None:
+            self._stop_feeder()  # Feeder.stop, once
 
     def __enter__(self) -> SparseCoreFeed:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _explain(error: BaseException, number: int) -> BaseException:
-    """A preprocessing error with the batch it happened in (tfinput's own errors name
-    it already, or get it prefixed)."""
-    if isinstance(error, DataError):
-        return error
-    if isinstance(error, ConfigError):
-        return ConfigError(f"batch {number}: {error}")
-    return DataError(
-        f"SparseCore preprocessing of batch {number} failed: {type(error).__name__}: {error}"
-    )
-
-
-def _numpy_batches(batches: Iterable[Any]) -> Iterator[Any]:
-    """The batches as numpy: a `tf.data.Dataset` through ``as_numpy_iterator``, other
-    iterables (an `InputIterator` yields TensorFlow tensors) converted batch by batch."""
-    as_numpy = getattr(batches, "as_numpy_iterator", None)
-    if callable(as_numpy):
-        return iter(as_numpy())
-    return (_to_numpy(batch) for batch in batches)
-
-
-def _to_numpy(tree: Any) -> Any:
-    """Tensors (anything with ``.numpy()``) in dicts, tuples and lists as numpy."""
-    if isinstance(tree, Mapping):
-        return {k: _to_numpy(v) for k, v in tree.items()}
-    if isinstance(tree, (tuple, list)):
-        return type(tree)(_to_numpy(v) for v in tree)
-    to_numpy = getattr(tree, "numpy", None)
-    return to_numpy() if callable(to_numpy) else tree
 
 
 def sparsecore_feed(

@@ -1,0 +1,223 @@
+"""The workers of a SparseCore feed: one run of reading the batches and preprocessing them
+ahead (`Feeder`), the job a worker runs on each batch (`job`), and the conversions of the
+batches to numpy. `tfinput.integrations.sparsecore_feed` is the public API.
+
+A `Feeder` holds no reference to the feed that uses it: a feed that nobody holds any
+more is collected, and its finalizer stops the feeder (`Feeder.stop`), which frees the
+batches it holds and lets its threads end.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from tfinput._src.applications.integrations._sparsecore_plan import SparseCorePlan
+from tfinput._src.applications.integrations._sparsecore_stats import used_entries
+from tfinput._src.core.errors import ConfigError, DataError
+
+__all__ = ["END", "Feeder", "Result", "explain", "job", "numpy_batches"]
+
+#: What the feeder queues after the last batch.
+END = object()
+
+
+class Result:
+    """A batch's preprocessed input (``item``) with its buffer usage and statistics, or
+    the error preprocessing it raised. Returned by worker processes too (pickled)."""
+
+    __slots__ = ("error", "item", "number", "seconds", "stats")
+
+    def __init__(self, number: int, *, error: BaseException | None = None) -> None:
+        self.number = number
+        self.item: Any = None
+        self.stats: Any = None
+        self.error = error
+        self.seconds = 0.0
+
+
+#: The plan of a worker process (`_start_worker`).
+_WORKER_PLAN: SparseCorePlan | None = None
+
+
+def _shippable(plan: SparseCorePlan) -> bytes:
+    """The plan pickled for worker processes. The table specs' initializers (closures
+    that do not pickle, and that preprocessing never reads) are left out of a copy."""
+    specs = copy.deepcopy(dict(plan.feature_specs))  # shared table specs stay shared
+    for f in specs.values():
+        # jax-tpu-embedding refuses setattr on a stacked table spec; the copy is ours.
+        object.__setattr__(f.table_spec, "initializer", None)
+    return pickle.dumps(dataclasses.replace(plan, feature_specs=specs))
+
+
+def _start_worker(plan: bytes) -> None:
+    global _WORKER_PLAN
+    _WORKER_PLAN = pickle.loads(plan)
+
+
+def job(
+    plan: SparseCorePlan | None, number: int, features: Mapping[str, Any], in_process: bool
+) -> Result:
+    """Preprocess batch ``number`` (with ``plan``, or the worker process's own): the
+    input, its buffer usage per table and jax-tpu-embedding's statistics."""
+    plan = plan if plan is not None else _WORKER_PLAN
+    assert plan is not None
+    result = Result(number)
+    start = time.perf_counter()
+    try:
+        sparse, stats = plan.preprocess(features, batch_number=number)
+        partitions = plan.num_sc_per_device * plan.global_device_count
+        used = {
+            table: (
+                int(np.size(ids)),
+                used_entries(sparse.lhs_row_pointers[table], int(np.size(ids)), partitions),
+            )
+            for table, ids in sparse.lhs_embedding_ids.items()
+        }
+        result.item, result.stats = plan.formatted(sparse), (used, stats)
+    except BaseException as e:  # raised in next(), in order
+        # From a process, as tfinput's own error: any exception pickles as that.
+        result.error = explain(e, number) if in_process else e
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+class Feeder:
+    """One run of a feed's workers: a thread reads the batches from ``source`` (numbered
+    from ``start``) and hands each to a worker of ``pool``; the bounded queue `ready` of
+    ``(batch, future)`` keeps at most ``prefetch`` batches ahead of the training loop.
+
+    `stop` ends it: the reading thread returns at its next batch (a blocked hand-over
+    waits at most a tenth of a second), the batches held are dropped and the pool shuts
+    down, its queued jobs cancelled.
+    """
+
+    def __init__(
+        self,
+        source: Iterator[Any],
+        plan: SparseCorePlan,
+        *,
+        workers: int,
+        prefetch: int,
+        processes: bool,
+        start: int,
+    ) -> None:
+        self.ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
+        self.stopped = threading.Event()
+        self.pool: Executor
+        if processes:
+            import multiprocessing
+
+            # spawn: the training process has TensorFlow's and JAX's threads running, which
+            # a fork would copy mid-state. A worker imports numpy and jax-tpu-embedding only.
+            self.pool = ProcessPoolExecutor(
+                workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(_shippable(plan),),
+            )
+        else:
+            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="tfinput-sparsecore")
+        self.thread = threading.Thread(
+            target=_feed,
+            args=(source, self.ready, self.stopped, self.pool, None if processes else plan, start),
+            name="tfinput-sparsecore-feeder",
+            daemon=True,
+        )
+        self.thread.start()
+
+    def stop(self) -> None:
+        """End this run: the reading thread stops, the batches held are dropped, the
+        workers finish the batch they are on and exit."""
+        self.stopped.set()
+        while True:
+            try:
+                self.ready.get_nowait()
+            except queue.Empty:
+                break
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _feed(
+    source: Iterator[Any],
+    ready: queue.Queue[Any],
+    stopped: threading.Event,
+    pool: Executor,
+    plan: SparseCorePlan | None,
+    start: int,
+) -> None:
+    """The reading thread of a `Feeder` (``plan`` None: the pool's workers are processes
+    with a plan of their own)."""
+
+    def put(item: Any) -> bool:
+        while not stopped.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        for number, batch in enumerate(source, start=start):
+            if stopped.is_set() or not put((batch, _submit(pool, plan, number, batch))):
+                return
+    except BaseException as e:  # the source's own error, raised in next()
+        if not stopped.is_set():
+            put(e)
+        return
+    put(END)
+
+
+def _submit(pool: Executor, plan: SparseCorePlan | None, number: int, batch: Any) -> Future[Result]:
+    """Batch ``number`` handed to a worker: the whole features to a thread, only the
+    ids and weights (what preprocessing reads) to a process (``plan`` None)."""
+    try:
+        features, _labels = batch
+        if plan is None:
+            features = {"ids": features["ids"], "weights": features.get("weights", {})}
+    except (TypeError, ValueError, KeyError) as e:
+        done: Future[Result] = Future()
+        done.set_result(Result(number, error=e))  # raised in next(), in order
+        return done
+    return pool.submit(job, plan, number, features, plan is None)
+
+
+def explain(error: BaseException, number: int) -> BaseException:
+    """A preprocessing error with the batch it happened in (tfinput's own errors name
+    it already, or get it prefixed)."""
+    if isinstance(error, DataError):
+        return error
+    if isinstance(error, ConfigError):
+        return ConfigError(f"batch {number}: {error}")
+    return DataError(
+        f"SparseCore preprocessing of batch {number} failed: {type(error).__name__}: {error}"
+    )
+
+
+def numpy_batches(batches: Iterable[Any]) -> Iterator[Any]:
+    """The batches as numpy: a `tf.data.Dataset` through ``as_numpy_iterator``, other
+    iterables (an `InputIterator` yields TensorFlow tensors) converted batch by batch."""
+    as_numpy = getattr(batches, "as_numpy_iterator", None)
+    if callable(as_numpy):
+        return iter(as_numpy())
+    return (_to_numpy(batch) for batch in batches)
+
+
+def _to_numpy(tree: Any) -> Any:
+    """Tensors (anything with ``.numpy()``) in dicts, tuples and lists as numpy."""
+    if isinstance(tree, Mapping):
+        return {k: _to_numpy(v) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_to_numpy(v) for v in tree)
+    to_numpy = getattr(tree, "numpy", None)
+    return to_numpy() if callable(to_numpy) else tree
