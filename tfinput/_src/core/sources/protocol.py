@@ -95,8 +95,8 @@ class ReadStages:
 @runtime_checkable
 class Source(Protocol):
     """What `tfinput.Pipeline.build` needs of a format. It calls, in order: `files`,
-    `validate`, `unhonoured`, `read`, `shuffle` (when shuffling records and the source
-    does not batch by itself; by default it asks `shuffle_buffer`) and `batch`.
+    `validate`, `unhonoured`, `read`, `shuffle_records` (when shuffling records and the
+    source does not batch by itself; by default it asks `shuffle_buffer`) and `batch`.
 
     Beyond these, a source has the capabilities it implements, each a protocol of its
     own that callers test with ``isinstance``: `FileChecks` (``Pipeline.check`` reads
@@ -151,7 +151,7 @@ class Source(Protocol):
         del records
         return request.config.shuffle_buffer
 
-    def shuffle(self, records: tf.data.Dataset, request: ReadRequest) -> tf.data.Dataset:
+    def shuffle_records(self, records: tf.data.Dataset, request: ReadRequest) -> tf.data.Dataset:
         """The record shuffle for ``config.shuffle_buffer``: tf.data's ``shuffle`` of
         `shuffle_buffer` elements seeded by ``config.shuffle_seed`` by default (a source
         whose elements group records may shuffle the records themselves)."""

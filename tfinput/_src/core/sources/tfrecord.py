@@ -207,7 +207,7 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         compressed = bool(self.compression_of(request.files[0]))
         return capped_shuffle_buffer(request.config.shuffle_buffer, request.files, compressed)
 
-    def shuffle(self, records: tf.data.Dataset, request: ReadRequest) -> tf.data.Dataset:
+    def shuffle_records(self, records: tf.data.Dataset, request: ReadRequest) -> tf.data.Dataset:
         """Single records: tf.data's shuffle of `shuffle_buffer` records. Mini-batches
         (``read_batch``): their records shuffled one by one by `window_shuffle`, a
         buffer of `shuffle_buffer` records taking windows of ``max(shuffle_buffer // 2,
