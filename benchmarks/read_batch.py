@@ -7,8 +7,9 @@ today's plan (records handed to the consumer side one at a time), side by side.
 
 Workload: criteo-like rows (13 dense, 26 single ids, 4 multi-hot lists of 0-19 ids) as
 tf.Example TFRecord, 8 files (`benchmarks/core.py`'s data), batch 4096, every other knob
-AUTOTUNE; each plan without a shuffle and with ``shuffle_buffer=10000`` (the same
-records' memory in both plans: ``10000 // read_batch`` mini-batches).
+AUTOTUNE; each plan without a shuffle and with ``shuffle_buffer=10000`` (a buffer of
+10,000 records in both plans; with ``read_batch`` it shuffles the mini-batches' records a
+window of 5,000 at a time, and mini-batches hold at most 468 records).
 
 Method: ``--rounds`` rounds; each round measures every variant once, the order rotated by
 one each round; each measurement builds a fresh iterator over the repeated dataset,
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     machine_line = machine()
     import tfinput
+    from tfinput._src.core.sources._mixing import mini_batch
     from tfinput.config import PipelineConfig
 
     variants = {
@@ -122,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         f"batches excluded, {args.batches} timed batches. Total time {total_s:.0f} s"
         + (" (--quick: a smoke run, not a result)." if args.quick else "."),
         "",
-        "| read_batch | shuffle_buffer | examples/s (median) | min | max | "
+        "| read_batch | shuffle_buffer | mini-batch | examples/s (median) | min | max | "
         "x read_batch=0 (median, range) |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in SHUFFLES:
         base = rates[f"read_batch=0, shuffle {s:,}"]
@@ -136,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                 if r == 0
                 else f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
             )
+            mini = mini_batch(variants[f"read_batch={r}, shuffle {s:,}"])
             lines.append(
-                f"| {r} | {s:,} | {statistics.median(xs):,.0f} | {min(xs):,.0f} | "
-                f"{max(xs):,.0f} | {ratio} |"
+                f"| {r} | {s:,} | {mini or 1} | {statistics.median(xs):,.0f} | "
+                f"{min(xs):,.0f} | {max(xs):,.0f} | {ratio} |"
             )
     lines += [
         "",

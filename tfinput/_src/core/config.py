@@ -79,17 +79,21 @@ class PipelineConfig:
       prefetch: Batches buffered ahead of the consumer (`prefetch(buffer_size)`). Hides
         jitter between input and training step at the cost of memory (one batch each).
       shuffle_buffer: Records held for shuffling; 0 disables shuffling of records.
-        Bigger buffers shuffle better, cost memory and a slower start.
+        Bigger buffers shuffle better, cost memory and a slower start. TFRecord with
+        ``read_batch``: the buffer takes its records a window of ``max(shuffle_buffer
+        // 2, 256)`` at a time, so up to one window more is held.
       shuffle_seed: Seed for file and record shuffling; None draws a fresh seed.
       read_batch: TFRecord: records each file's branch of the parallel read batches
         before they leave it; the consumer side (shuffle, re-cut to ``batch_size``,
         parse) then handles mini-batches instead of single records, whose one-at-a-time
-        hand-over caps tf.Example input whatever the cores. The shuffle then mixes runs
-        of up to ``read_batch`` consecutive records of one file (its buffer counts
-        ``shuffle_buffer // read_batch`` mini-batches: the same memory). 0 or 1: records
-        cross one at a time (which mixes a shuffled epoch more finely). Default 64: the
-        best mixing of the sizes compared in benchmarks/RESULTS.md, "records batched in
-        the file branches".
+        hand-over caps tf.Example input whatever the cores. A shuffle still mixes
+        single records: the buffer of ``shuffle_buffer`` records runs a window at a
+        time with vectorized ops, so a batch mixes as well as with records handed over
+        one at a time at the same buffer; with a shuffle, mini-batches hold at most
+        ``(shuffle_buffer + window) // 32`` records, so that the buffer holds many of
+        them. 0 or 1: records cross one at a time (tf.data's own shuffle). Default 64
+        (benchmarks/RESULTS.md, "records batched in the file branches" and "Mixing at
+        every batch size").
         Ignored by other sources.
       private_threadpool_size: Size of a thread pool private to this pipeline; 0 or
         AUTOTUNE shares TensorFlow's inter-op pool. A private pool isolates the input

@@ -309,7 +309,7 @@ class Pipeline:
         if config.cache:
             ds = ds.cache()
         if config.shuffle_buffer and not source.batches_itself:
-            ds = ds.shuffle(source.shuffle_buffer(ds, request), seed=config.shuffle_seed)
+            ds = source.shuffle_records(ds, request)
         return ds
 
     def serial_probe(
@@ -338,7 +338,7 @@ class Pipeline:
         if ds is None:
             return None
         if config.shuffle_buffer and not source.batches_itself:
-            ds = ds.shuffle(source.shuffle_buffer(ds, request), seed=config.shuffle_seed)
+            ds = source.shuffle_records(ds, request)
         ds, _ = source.batch(ds, request)
         if config.prefetch != 0:
             ds = ds.prefetch(config.prefetch)

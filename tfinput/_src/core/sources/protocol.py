@@ -95,8 +95,8 @@ class ReadStages:
 @runtime_checkable
 class Source(Protocol):
     """What `tfinput.Pipeline.build` needs of a format. It calls, in order: `files`,
-    `validate`, `unhonoured`, `read`, `shuffle_buffer` (when shuffling records and the
-    source does not batch by itself) and `batch`.
+    `validate`, `unhonoured`, `read`, `shuffle_records` (when shuffling records and the
+    source does not batch by itself; by default it asks `shuffle_buffer`) and `batch`.
 
     Beyond these, a source has the capabilities it implements, each a protocol of its
     own that callers test with ``isinstance``: `FileChecks` (``Pipeline.check`` reads
@@ -150,6 +150,13 @@ class Source(Protocol):
         default; a source may cap it or count in its own units)."""
         del records
         return request.config.shuffle_buffer
+
+    def shuffle_records(self, records: tf.data.Dataset, request: ReadRequest) -> tf.data.Dataset:
+        """The record shuffle for ``config.shuffle_buffer``: tf.data's ``shuffle`` of
+        `shuffle_buffer` elements seeded by ``config.shuffle_seed`` by default (a source
+        whose elements group records may shuffle the records themselves)."""
+        buffer = self.shuffle_buffer(records, request)
+        return records.shuffle(buffer, seed=request.config.shuffle_seed)
 
     def symbolic_checkpoint(self, request: ReadRequest) -> bool:
         """Whether builds of this request save their iterator with tf.data's symbolic

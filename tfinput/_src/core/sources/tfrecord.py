@@ -13,6 +13,7 @@ from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import SourceError
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Schema
+from tfinput._src.core.sources._mixing import mini_batch, window_shuffle, window_size
 from tfinput._src.core.sources._tfrecord_checks import (
     capped_shuffle_buffer,
     check_first_examples_once,
@@ -39,8 +40,9 @@ __all__ = ["TFRecordSource"]
 
 
 def read_batch(config: PipelineConfig) -> int:
-    """The mini-batch size the file branches batch to (0: single records)."""
-    return config.read_batch if config.read_batch > 1 else 0
+    """The mini-batch size the file branches batch to (0: single records): ``read_batch``,
+    smaller for a small shuffle buffer (`mini_batch`)."""
+    return mini_batch(config)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -208,13 +210,23 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         return request.batch_size / mini if mini else float(request.batch_size)
 
     def shuffle_buffer(self, records: tf.data.Dataset, request: ReadRequest) -> int:
-        """``shuffle_buffer`` capped at the most records the files can hold (logged); in
-        mini-batches with ``read_batch`` (the same records' memory)."""
+        """``shuffle_buffer`` capped at the most records the files can hold (logged)."""
         del records
         compressed = bool(self.compression_of(request.files[0]))
-        buffer = capped_shuffle_buffer(request.config.shuffle_buffer, request.files, compressed)
-        mini = read_batch(request.config)
-        return max(1, buffer // mini) if mini else buffer
+        return capped_shuffle_buffer(request.config.shuffle_buffer, request.files, compressed)
+
+    def shuffle_records(self, records: tf.data.Dataset, request: ReadRequest) -> tf.data.Dataset:
+        """Single records: tf.data's shuffle of `shuffle_buffer` records. Mini-batches
+        (``read_batch``): their records shuffled one by one by `window_shuffle`, a
+        buffer of `shuffle_buffer` records taking windows of ``max(shuffle_buffer // 2,
+        256)``, so that a batch mixes as with single records (and holds up to one
+        window more)."""
+        config = request.config
+        hold = self.shuffle_buffer(records, request)
+        if not read_batch(config):
+            return records.shuffle(hold, seed=config.shuffle_seed)
+        window = window_size(hold)
+        return window_shuffle(records, hold=hold, window=window, seed=config.shuffle_seed)
 
     def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:
         """``batch(B)`` of serialized records; decoding is one ``parse_example``."""

@@ -159,7 +159,8 @@ def test_roofline_probes_the_serial_stage_of_each_config(pipeline_of):
     )
     by = {s.config: s for s in rl.serial}
     assert set(by) == {"records", "mini"}
-    assert (by["records"].elements_per_batch, by["mini"].elements_per_batch) == (128.0, 4.0)
+    # A 256-record shuffle buffer shrinks mini-batches of 32 to (256 + 256) // 32 = 16.
+    assert (by["records"].elements_per_batch, by["mini"].elements_per_batch) == (128.0, 8.0)
     assert all(s.examples_per_s > 0 and len(s.windows) == 1 for s in by.values())
     assert rl.predict("records").bound <= min(rl.bound, by["records"].examples_per_s)
     assert rl.predict("naive").bound == rl.bound
@@ -169,7 +170,8 @@ def test_roofline_probes_the_serial_stage_of_each_config(pipeline_of):
 def test_serial_probe_is_the_consumer_side_over_records_in_memory(pipeline_of, read_batch):
     config = PipelineConfig.autotune(batch_size=100, read_batch=read_batch, shuffle_buffer=50)
     dataset, elements = pipeline_of("tfrecord").serial_probe(config)
-    assert elements == (100 / 16 if read_batch else 100.0)
+    # The 50-record buffer (with its 256-record window) shrinks 16 to (50 + 256) // 32 = 9.
+    assert elements == (100 / 9 if read_batch else 100.0)
     batches = list(dataset.take(30))  # endless: more rows than the 1000 on disk
     assert len(batches) == 30 and all(b.shape == (100,) for b in batches)
     assert batches[0].dtype.name == "string" and len(batches[0].numpy()[0]) > 0

@@ -232,6 +232,8 @@ def test_read_batch_hands_mini_batches_from_the_file_branches(small_tfrecord, sm
     top, inner = _ops(pipeline.build(config))
     assert "RebatchDatasetV2" in top and "BatchDatasetV2" in inner
     assert "BatchDatasetV2" not in top
+    # Their records are shuffled a window at a time, not the mini-batches one by one.
+    assert "ScanDataset" in top and not any(op.startswith("ShuffleDataset") for op in top)
     top, inner = _ops(pipeline.build(config.replace(read_batch=0)))  # today's plan
     assert "BatchDatasetV2" in top and "RebatchDatasetV2" not in top
 
@@ -265,3 +267,99 @@ def test_read_batch_keeps_batch_sizes_rows_and_determinism(
         assert len(set(rows)) == len(rows) == (96 * full if drop_remainder else 1000)
     assert runs[0] == runs[1]  # deterministic=True with a seed: the same order
     assert runs[0] != sorted(runs[0])  # and shuffled
+
+
+# ------------------------------------------------ mixing with the default read_batch
+def _epoch(pipeline, config) -> list[np.ndarray]:
+    return [f["dense"]["row_id"].numpy().astype(int).ravel() for f, _ in pipeline.build(config)]
+
+
+def _runs_and_files(batches: list[np.ndarray], per_file: int = 250) -> tuple[float, float]:
+    """Mean runs of consecutive rows among a full batch's rows, and mean distinct files."""
+    full = [b for b in batches if len(b) == len(batches[0])]
+    runs = [1 + int(np.count_nonzero(np.diff(np.sort(b)) != 1)) for b in full]
+    return float(np.mean(runs)), float(np.mean([len(set(b // per_file)) for b in full]))
+
+
+MIXING = PipelineConfig(
+    batch_size=32,
+    shuffle_buffer=100,
+    shuffle_seed=1,
+    deterministic=True,
+    drop_remainder=False,
+    interleave_cycle_length=4,
+)
+
+
+def test_the_default_read_batch_shuffles_records_not_runs(small_tfrecord, small_schema):
+    """Batch 32 and ``shuffle_buffer=100`` with the default ``read_batch`` (4 files of
+    250 consecutive rows): the batches are shuffled record by record, as with single
+    records at the same buffer, every row once, the same order for the same seed."""
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    assert MIXING.read_batch == 64
+    batches = _epoch(pipeline, MIXING)
+    rows = np.concatenate(batches)
+    assert sorted(rows.tolist()) == list(range(1000))  # every row exactly once
+    assert [len(b) for b in batches] == [32] * 31 + [8]
+    runs, files = _runs_and_files(batches)
+    assert runs > 25 and files > 3  # not one run of one file (that was 1.0 and 1.0)
+    single_runs, single_files = _runs_and_files(_epoch(pipeline, MIXING.replace(read_batch=0)))
+    assert runs >= 0.95 * single_runs and files >= single_files - 0.1
+    again = _epoch(pipeline, MIXING)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    other = np.concatenate(_epoch(pipeline, MIXING.replace(shuffle_seed=2)))
+    assert not np.array_equal(rows, other) and sorted(other.tolist()) == list(range(1000))
+
+
+@pytest.mark.parametrize("buffer", [1, 10])
+def test_a_tiny_shuffle_buffer_is_not_a_no_op(small_tfrecord, small_schema, buffer):
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    config = MIXING.replace(shuffle_buffer=buffer)
+    unshuffled = np.concatenate(_epoch(pipeline, config.replace(shuffle_buffer=0)))
+    rows = np.concatenate(_epoch(pipeline, config))
+    assert sorted(rows.tolist()) == list(range(1000))
+    assert np.count_nonzero(rows != unshuffled) > 900
+    assert _runs_and_files(_epoch(pipeline, config))[0] > 16
+
+
+def test_derived_sizes_come_from_config_knobs_alone():
+    """Mini-batches shrink for small shuffle buffers (the pool of buffer and window
+    holds at least 32 of them); windows are half the buffer, at least 256 records."""
+    from tfinput._src.core.sources._mixing import mini_batch, window_size
+
+    sizes = {s: mini_batch(PipelineConfig(shuffle_buffer=s)) for s in (0, 100, 1000, 10_000)}
+    assert sizes == {0: 64, 100: 11, 1000: 46, 10_000: 64}
+    assert mini_batch(PipelineConfig(read_batch=1024, shuffle_buffer=10_000)) == 468
+    assert mini_batch(PipelineConfig(read_batch=0, shuffle_buffer=100)) == 0
+    assert [window_size(s) for s in (1, 100, 1000, 10_000)] == [256, 256, 500, 5000]
+
+
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_a_restore_mid_epoch_gives_exactly_the_rest(
+    small_tfrecord, small_schema, tmp_path, drop_remainder
+):
+    """Saved after 5 batches (the shuffle buffer full), through `InputIterator` states
+    and ``tf.train.Checkpoint``: a fresh build continues with the same batches, and
+    delivered plus restored is every row once."""
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    config = MIXING.replace(drop_remainder=drop_remainder)
+    it = pipeline.iterator(config)
+    head = [next(it)[0]["dense"]["row_id"].numpy().astype(int).ravel() for _ in range(5)]
+    state = it.get_state()
+    rest = [f["dense"]["row_id"].numpy().astype(int).ravel() for f, _ in it]
+    restored = tfinput.tfrecord(small_tfrecord, small_schema).iterator(config)
+    restored.set_state(state)
+    again = [f["dense"]["row_id"].numpy().astype(int).ravel() for f, _ in restored]
+    assert len(again) == len(rest) and all(map(np.array_equal, again, rest))
+    rows = np.concatenate(head + rest).tolist()
+    assert len(rows) == len(set(rows)) == (992 if drop_remainder else 1000)  # 8 dropped
+    assert set(rows) <= set(range(1000))
+
+    built = iter(pipeline.build(config))
+    for _ in range(5):
+        next(built)
+    prefix = tf.train.Checkpoint(iterator=built).write(str(tmp_path / "ckpt"))
+    want = [f["dense"]["row_id"].numpy().tolist() for f, _ in built]
+    fresh = iter(tfinput.tfrecord(small_tfrecord, small_schema).build(config))
+    tf.train.Checkpoint(iterator=fresh).read(prefix).assert_consumed()
+    assert [f["dense"]["row_id"].numpy().tolist() for f, _ in fresh] == want
