@@ -14,11 +14,16 @@ exactly.
 
 from __future__ import annotations
 
+import logging
+
 import tensorflow as tf
 
 from tfinput._src.core.config import PipelineConfig
 
-__all__ = ["mini_batch", "window_shuffle", "window_size"]
+__all__ = ["log_difference_once", "mini_batch", "window_shuffle", "window_size"]
+
+log = logging.getLogger("tfinput")
+_LOGGED: set[tuple[int, int, int]] = set()
 
 #: Fewest records a window brings into the pool (a smaller shuffle buffer would pay the
 #: per-window cost every few records).
@@ -44,6 +49,23 @@ def mini_batch(config: PipelineConfig) -> int:
         return config.read_batch
     pool = config.shuffle_buffer + window_size(config.shuffle_buffer)
     return min(config.read_batch, max(1, pool // POOL_MINI_BATCHES))
+
+
+def log_difference_once(*, shuffle_buffer: int, read_batch: int, mini: int, window: int) -> None:
+    """Log, once per process and sizes, how the shuffle differs from ``read_batch=0``'s:
+    up to one window more records held, mini-batches of ``mini`` records, and the
+    setting that restores tf.data's own record shuffle (docs/bench.md)."""
+    key = (shuffle_buffer, read_batch, window)
+    if key in _LOGGED:
+        return
+    _LOGGED.add(key)
+    log.info(
+        "tfinput: shuffle_buffer=%d with read_batch=%d shuffles single records a window "
+        "of %d at a time (file branches hand over mini-batches of %d): it holds up to %d "
+        "records, not %d; read_batch=0 gives tf.data's record shuffle of exactly "
+        "shuffle_buffer records, at the per-record cost (docs/bench.md, 'read_batch')",
+        shuffle_buffer, read_batch, window, mini, shuffle_buffer + window, shuffle_buffer,
+    )  # fmt: skip
 
 
 def window_shuffle(

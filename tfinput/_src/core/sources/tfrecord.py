@@ -13,7 +13,12 @@ from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import SourceError
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Schema
-from tfinput._src.core.sources._mixing import mini_batch, window_shuffle, window_size
+from tfinput._src.core.sources._mixing import (
+    log_difference_once,
+    mini_batch,
+    window_shuffle,
+    window_size,
+)
 from tfinput._src.core.sources._tfrecord_checks import (
     capped_shuffle_buffer,
     check_first_examples_once,
@@ -226,6 +231,12 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         if not read_batch(config):
             return records.shuffle(hold, seed=config.shuffle_seed)
         window = window_size(hold)
+        log_difference_once(
+            shuffle_buffer=hold,
+            read_batch=config.read_batch,
+            mini=read_batch(config),
+            window=window,
+        )
         return window_shuffle(records, hold=hold, window=window, seed=config.shuffle_seed)
 
     def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:

@@ -311,6 +311,26 @@ def test_the_default_read_batch_shuffles_records_not_runs(small_tfrecord, small_
     assert not np.array_equal(rows, other) and sorted(other.tolist()) == list(range(1000))
 
 
+def test_the_shuffle_says_once_how_it_differs_from_single_records(
+    small_tfrecord, small_schema, caplog
+):
+    """The build logs once (per process and sizes) what the windowed shuffle holds and
+    the setting that gives tf.data's own record shuffle; ``read_batch=0`` logs nothing."""
+    import logging
+
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    config = MIXING.replace(shuffle_buffer=77)  # sizes no other test logs first
+    with caplog.at_level(logging.INFO, logger="tfinput"):
+        pipeline.build(config)
+        pipeline.build(config)
+        pipeline.build(config.replace(read_batch=0))
+    lines = [r.getMessage() for r in caplog.records if "a window" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "shuffle_buffer=77 with read_batch=64" in lines[0]
+    assert "holds up to 333 records, not 77" in lines[0]  # window max(77 // 2, 256)
+    assert "read_batch=0 gives tf.data's record shuffle" in lines[0]
+
+
 @pytest.mark.parametrize("buffer", [1, 10])
 def test_a_tiny_shuffle_buffer_is_not_a_no_op(small_tfrecord, small_schema, buffer):
     pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
