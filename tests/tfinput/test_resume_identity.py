@@ -270,6 +270,29 @@ def test_a_restore_with_another_value_is_exactly_once(case, saved, pipeline_of):
         assert not set(after) & {row for batch in position.first for row in batch}
 
 
+def test_keras_input_checkpoint_refuses_another_read_batch(pipeline_of, tmp_path):
+    """Keras ``fit``'s route: `KerasInputCheckpoint.restore` restores the position by
+    `InputIterator.set_state`, so a restart with another ``read_batch`` is refused."""
+    import keras
+
+    from tfinput import models
+    from tfinput.resume import KerasInputCheckpoint
+
+    if keras.config.backend() != "tensorflow":
+        pytest.skip("the in-process Keras test runs on the TensorFlow backend")
+    config = PipelineConfig(**dict(BASE, drop_remainder=True))
+    pipeline = pipeline_of("tfrecord")
+    ckpt = KerasInputCheckpoint(pipeline.iterator(config), str(tmp_path / "ckpt"), every=2)
+    model = models.ranking_model(pipeline.schema, jit_compile=False)
+    model.fit(
+        ckpt.batches(), steps_per_epoch=2, callbacks=[ckpt.callback()], shuffle=False, verbose=0
+    )
+    other = pipeline.iterator(dataclasses.replace(config, read_batch=32))
+    again = KerasInputCheckpoint(other, str(tmp_path / "ckpt"), every=2)
+    with pytest.raises(ResumeError, match=re.escape("read_batch: saved 64, now 32")):
+        again.restore(models.ranking_model(pipeline.schema, jit_compile=False))
+
+
 # ------------------------------------------------------- other hosts, old states
 _SAVE_ON_ONE_CORE = """
 import os, sys
