@@ -206,8 +206,11 @@ def _file_entry(path: str) -> list[Any]:
 
 def identity_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """What differs between a saved pipeline identity and the current one, in words
-    (which file, which field); empty when they match. Either may be the compact
-    summary of `compact_identity`."""
+    (which file; which field, with both values); empty when they match. Values of a
+    read-plan knob that make the same plan match (``read_batch`` 0 and 1, two parallel
+    ``interleave_parallelism`` values, ``prefetch`` 2 and AUTOTUNE). A current field
+    the saved identity lacks (an earlier tfinput's) is named as not recorded. Either may
+    be the compact summary of `compact_identity`."""
     # Compared as JSON gives them back (tuples as lists), as a saved identity is read.
     saved, now = (json.loads(json.dumps(x, sort_keys=True, default=str)) for x in (saved, now))
     out: list[str] = []
