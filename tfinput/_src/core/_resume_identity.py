@@ -28,7 +28,6 @@ __all__ = [
     "COMPACT_FORMAT",
     "Identifiable",
     "IDENTITY_KNOBS",
-    "PLAN_KNOBS",
     "REMEDY",
     "RESTORE_INTO",
     "STATE_FORMAT",
@@ -45,10 +44,9 @@ STATE_FORMAT = "tfinput.input-state/1"
 COMPACT_FORMAT = "tfinput.input-position/1"
 #: Config fields that shape the batches: a state saved under other values is refused.
 IDENTITY_KNOBS = ("batch_size", "drop_remainder", "shuffle_buffer", "shuffle_seed", "cache")
-#: Config fields of the read plan: a state saved under another plan is refused. The
-#: read knobs count where the source uses them (`Source.position_knobs`), by the plan
-#: they make (`_plan`); ``prefetch`` by whether there is a prefetch stage.
-PLAN_KNOBS = READ_KNOBS + ("prefetch",)
+# The read plan (`_read_plan`): the read knobs where the source uses them
+# (`Source.position_knobs`), compared by the plan they make (`_plan`), and ``prefetch``
+# by whether there is a prefetch stage; a state saved under another plan is refused.
 
 RESTORE_INTO = (
     "Restore it into a build of the same files, schema, batch-shaping and read-plan "
