@@ -34,9 +34,9 @@ import numpy as np
 import tfinput
 from tfinput import device_prefetch, testing
 
-# The input must be rebuilt identically in the second run (same files, schema and
-# batch-shaping knobs; a state of another pipeline is refused with the difference).
-# Parallelism knobs may differ. deterministic=True makes the order a function of the
+# The input must be rebuilt identically in the second run (same files, schema,
+# batch-shaping and read-plan knobs; a state of another pipeline is refused with the
+# difference). Parallelism knobs may differ (docs/resume.md lists them). deterministic=True makes the order a function of the
 # seed, so the proof below can compare runs; the resume itself does not need it.
 SEED = 1
 

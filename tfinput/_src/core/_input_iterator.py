@@ -404,8 +404,8 @@ class InputIterator(Iterator[Any]):
                 raise ResumeError(
                     f"set_state: TensorFlow could not restore the {self._name} pipeline's "
                     f"iterator from this state ({_first_line(e)}); restore into the "
-                    "pipeline and config it was saved from (parallelism knobs may differ "
-                    "only where the pipeline's stages stay the same)"
+                    "pipeline and config it was saved from (docs/resume.md lists the knobs "
+                    "that may change)"
                 ) from e
         specs = (dataset if dataset is not None else self._dataset).element_spec
         again = [

@@ -1,6 +1,6 @@
 """What a saved input state belongs to: the pipeline's identity (files, schema,
-batch-shaping knobs), its comparison with another build's, and the dataset that carries
-it (`identified`). `tfinput.resume` is the public API."""
+batch-shaping and read-plan knobs), its comparison with another build's, and the dataset
+that carries it (`identified`). `tfinput.resume` is the public API."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tfinput._src.core.config import AUTOTUNE
 from tfinput._src.core.errors import ResumeError
+from tfinput._src.core.sources.protocol import READ_KNOBS
+from tfinput._src.core.sources.skeleton import read_parallelism
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -41,8 +44,28 @@ STATE_FORMAT = "tfinput.input-state/1"
 COMPACT_FORMAT = "tfinput.input-position/1"
 #: Config fields that shape the batches: a state saved under other values is refused.
 IDENTITY_KNOBS = ("batch_size", "drop_remainder", "shuffle_buffer", "shuffle_seed", "cache")
+# The read plan (`_read_plan`): the read knobs where the source uses them
+# (`Source.position_knobs`), compared by the plan they make (`_plan`), and ``prefetch``
+# by whether there is a prefetch stage; a state saved under another plan is refused.
 
-RESTORE_INTO = "Restore it into a build of the same files, schema and batch-shaping knobs"
+RESTORE_INTO = (
+    "Restore it into a build of the same files, schema, batch-shaping and read-plan "
+    "knobs (docs/resume.md lists those that may change)"
+)
+#: Said after a read-plan knob's difference.
+_WHY = {
+    "read_batch": "records per mini-batch of the TFRecord read; 0 and 1 are the same",
+    "interleave_cycle_length": "files read at once; AUTOTUNE takes it from the host's "
+    "cores and interleave_parallelism: set the saved number to resume",
+    "interleave_block_length": "AUTOTUNE and 1 are the same",
+    "interleave_parallelism": "a sequential read (1) and a parallel one keep different "
+    "positions; parallel values may change",
+    "prefetch": "0 has no prefetch stage; other values may change",
+}
+#: Keys an identity may lack (a pipeline without towers, one input pipeline, a
+#: `tf.train.Checkpoint`'s identity without epochs); a saved identity that lacks any
+#: other key the current one has was saved by an earlier tfinput.
+_OPTIONAL = frozenset({"towers", "input_pipeline", "epochs", "files_digest"})
 REMEDY = (
     "tf.data can checkpoint only native datasets: data read by Python code "
     "(Dataset.from_generator, py_function) has no position it can save. Convert the data "
@@ -74,19 +97,24 @@ def pipeline_identity(
     """What a state must match to be restored into a build: source kind, files (each
     local file by absolute path, size and modification time, so that the same files
     named from another working directory match and a file rewritten under its name
-    does not), schema digest, layout, multi-hot format, the batch-shaping knobs and the
-    input pipeline (``input_context``). Parallelism knobs may differ (a job restarted on
-    another host may use other tuned settings)."""
+    does not), schema digest, layout, multi-hot format, the batch-shaping knobs, the
+    read plan (the source's `Source.position_knobs` and `Source.position_fields`, and
+    whether there is a prefetch stage) and the input pipeline (``input_context``).
+    The other knobs may differ (a job restarted on another host may use its own tuned
+    parallelism): a restore across them is exact."""
+    source = pipeline.source
     schema = json.dumps(pipeline.schema.to_dict(), sort_keys=True)
     identity = {
-        "source": pipeline.source.kind,
-        "files": _listed([_file_entry(path) for path in pipeline.source.files()]),
+        "source": source.kind,
+        "files": _listed([_file_entry(path) for path in source.files()]),
         "schema_digest": hashlib.sha256(schema.encode()).hexdigest()[:16],
         "layout": config.layout or pipeline.layout,
         "multi_hot_format": pipeline.multi_hot_format,
         "shuffle_files": pipeline.shuffle_files,
     }
     identity.update({k: getattr(config, k) for k in IDENTITY_KNOBS})
+    identity.update(_read_plan(source, config))
+    identity.update(getattr(source, "position_fields", {}))
     shuffled = config.shuffle_buffer or pipeline.shuffle_files or pipeline.source.shuffles_itself
     if not shuffled:
         identity["shuffle_seed"] = None  # nothing is shuffled: the seed changes nothing
@@ -98,6 +126,65 @@ def pipeline_identity(
             input_context.num_input_pipelines,
         ]
     return identity
+
+
+def _read_plan(source: Source, config: PipelineConfig) -> dict[str, Any]:
+    """The read-plan knobs of ``config`` that ``source`` holds a position to, as an
+    identity records them: AUTOTUNE as ``"AUTOTUNE"``, the interleave's parallelism as
+    the read uses it (at most the cycle length), and an AUTOTUNE cycle length with the
+    number of files TensorFlow reads at once on this host (`_cycle_length`)."""
+    knobs = getattr(source, "position_knobs", None)
+    if knobs is None:  # a source written against an earlier Source protocol
+        knobs = [k for k in READ_KNOBS if k not in getattr(source, "ignored_knobs", ())]
+    out: dict[str, Any] = {}
+    for knob in [*knobs, "prefetch"]:
+        value = (
+            read_parallelism(config) if knob == "interleave_parallelism" else getattr(config, knob)
+        )
+        out[knob] = "AUTOTUNE" if value == AUTOTUNE else value
+    if out.get("interleave_cycle_length") == "AUTOTUNE":
+        cores = _cores()
+        out["interleave_cycle_length"] = (
+            f"AUTOTUNE ({_cycle_length(config, cores)} on {cores} cores)"
+        )
+    return out
+
+
+def _cores() -> int:
+    """The cores this process may run on, as TensorFlow counts them for AUTOTUNE."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1  # pragma: no cover
+
+
+def _cycle_length(config: PipelineConfig, cores: int) -> int:
+    """The files TensorFlow's interleave reads at once for an AUTOTUNE
+    ``interleave_cycle_length`` on ``cores`` cores: all the cores for a sequential read;
+    the parallelism, at most the cores, for a parallel one; a third of the cores (at
+    least one) when the parallelism is AUTOTUNE too (a thread for the current and two
+    for the next files of each)."""
+    parallel = read_parallelism(config)
+    if parallel == 1:
+        return cores
+    if parallel != AUTOTUNE:
+        return min(parallel, cores)
+    return -(-cores // 3)
+
+
+def _plan(key: str, value: Any) -> Any:
+    """What a read-plan knob's recorded value makes of the read: values that make the
+    same plan compare equal (``read_batch`` 0 and 1, any two parallel values)."""
+    if key == "read_batch" and isinstance(value, int):
+        return value if value > 1 else 0
+    if key == "interleave_cycle_length" and isinstance(value, str) and "(" in value:
+        return int(value.split("(", 1)[1].split()[0])  # "AUTOTUNE (n on c cores)"
+    if key == "interleave_block_length" and value == "AUTOTUNE":
+        return 1
+    if key == "interleave_parallelism" and value is not None:
+        return "sequential" if value == 1 else "parallel"
+    if key == "prefetch" and value is not None:
+        return "none" if value == 0 else "a prefetch stage"
+    return value
 
 
 #: Beyond this many files, an identity holds a summary of them (`_files_summary`): a
@@ -117,19 +204,32 @@ def _file_entry(path: str) -> list[Any]:
 
 def identity_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """What differs between a saved pipeline identity and the current one, in words
-    (which file, which field); empty when they match. Either may be the compact
-    summary of `compact_identity`."""
+    (which file; which field, with both values); empty when they match. Values of a
+    read-plan knob that make the same plan match (``read_batch`` 0 and 1, two parallel
+    ``interleave_parallelism`` values, ``prefetch`` 2 and AUTOTUNE). A current field
+    the saved identity lacks (an earlier tfinput's) is named as not recorded. Either may
+    be the compact summary of `compact_identity`."""
     # Compared as JSON gives them back (tuples as lists), as a saved identity is read.
     saved, now = (json.loads(json.dumps(x, sort_keys=True, default=str)) for x in (saved, now))
     out: list[str] = []
+    unrecorded = []
     for key in sorted(set(saved) | set(now)):
         a, b = saved.get(key), now.get(key)
-        if a == b:
+        if a == b or _plan(key, a) == _plan(key, b):
             continue
         if key == "files":
             out += _file_differences(a, b)
+        elif key not in saved and key not in _OPTIONAL:
+            unrecorded.append(f"{key} (now {b!r})")
         elif key != "files_digest":  # an earlier tfinput's; "files" says it
-            out.append(f"{key}: saved {a!r}, now {b!r}")
+            why = f" ({_WHY[key]})" if key in _WHY else ""
+            out.append(f"{key}: saved {a!r}, now {b!r}{why}")
+    if unrecorded:
+        out.append(
+            "the state was saved by an earlier tfinput, which did not record "
+            f"{', '.join(unrecorded)}: resume with the tfinput that saved it, or restart "
+            "the epoch"
+        )
     return out
 
 
@@ -228,24 +328,28 @@ def _identified_class() -> type:
     import tensorflow as tf
     from tensorflow.python.data.ops import dataset_ops  # no public unary base class
 
-    class IdentityCheck(tf.__internal__.tracking.Trackable):
-        """Saved beside an iterator's state: the identity of its pipeline."""
+    class IdentityCheck(tf.train.experimental.PythonState):
+        """Saved beside an iterator's state: the identity of its pipeline. Python state
+        is restored before any tensor, so a restore into another pipeline is refused
+        here before TensorFlow tries (and fails, where the stages differ) to restore
+        the iterator. (Checkpoints that saved it as a tensor read the same.)"""
 
         def __init__(self, identity: str) -> None:
             self.identity = identity
 
-        def _serialize_to_tensors(self) -> dict[str, Any]:
-            return {"identity": tf.constant(self.identity)}
+        def serialize(self) -> str:
+            return self.identity
 
-        def _restore_from_tensors(self, restored: Mapping[str, Any]) -> Any:
-            saved = json.loads(restored["identity"].numpy().decode())
+        def deserialize(self, string_value: Any) -> None:
+            if not isinstance(string_value, str):
+                string_value = bytes(string_value).decode()
+            saved = json.loads(string_value)
             now = json.loads(self.identity)
             if differences := identity_differences(saved, now):
                 raise ResumeError(
                     "tf.train.Checkpoint: this iterator's position was saved from another "
                     f"{saved.get('source')} pipeline. {'. '.join(differences)}. {RESTORE_INTO}"
                 )
-            return tf.no_op()
 
     class IdentifiedDataset(dataset_ops.UnaryUnchangedStructureDataset):
         """The same dataset; its eager iterators carry an `IdentityCheck`."""

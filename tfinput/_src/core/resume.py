@@ -23,7 +23,8 @@ What a state holds: TensorFlow's iterator checkpoint (positions in the files, pl
 elements of the shuffle and prefetch buffers: its size grows with the shuffle buffer,
 see ``docs/resume.md``), a small JSON header naming the pipeline it belongs to, and any
 unconsumed batches. A state is refused, with the reason, by a pipeline over other files,
-another schema or other batch-shaping knobs.
+another schema, other batch-shaping knobs or another read plan (``docs/resume.md``
+lists the knobs that may change).
 """
 
 from __future__ import annotations

@@ -145,6 +145,22 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
         """The global shuffle and ``shuffle_rows`` shuffle without a buffer."""
         return self.shuffle == "global" or self.shuffle_rows
 
+    @property
+    def position_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
+        """None with ``shuffle="global"`` (chunks are read by offset, not through the
+        interleave); the interleave's knobs otherwise."""
+        return () if self.shuffle == "global" else super().position_knobs
+
+    @property
+    def position_fields(self) -> dict[str, Any]:  # type: ignore[override]
+        """``shuffle``, ``shuffle_rows`` (implied by the global shuffle) and ``verify``:
+        each adds or removes stages of the read."""
+        return {
+            "shuffle": self.shuffle,
+            "shuffle_rows": self.shuffles_itself,
+            "verify": self.verify,
+        }
+
     def recomputes_order(self, request: ReadRequest) -> bool:
         """True when `resume_at` can restart this build's order: the global shuffle, a
         fixed ``shuffle_seed`` and batches of whole chunks. A saved position is then three

@@ -110,6 +110,18 @@ class ParquetSource(Source, FileChecks, RooflineStages):
         (it reads each file in order)."""
         return ("read_batch",) + (("interleave_block_length",) if self.engine == "pyarrow" else ())
 
+    @property
+    def position_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
+        """None with pyarrow (batch ``k`` is computed from the files, the seed and ``k``:
+        the readahead and threads may change across a restore); tensorflow-io reads
+        through the interleave, whose knobs a position holds to."""
+        return () if self.engine == "pyarrow" else super().position_knobs
+
+    @property
+    def position_fields(self) -> dict[str, Any]:  # type: ignore[override]
+        """The engine: the two read the files through different stages."""
+        return {"engine": self.engine}
+
     def files(self) -> list[str]:
         return self._files(self.empty_files)[0]
 

@@ -35,10 +35,20 @@ __all__ = [
     "ReadStages",
     "Resume",
     "Decode",
+    "READ_KNOBS",
 ]
 
 #: Maps one encoded batch to a raw batch (a dict of column tensors; see `tfinput.transforms`).
 Decode = Callable[[Any], dict[str, Any]]
+
+#: The `PipelineConfig` knobs of a file read (the interleave's and TFRecord's
+#: ``read_batch``): a source's `Source.position_knobs` are among them.
+READ_KNOBS = (
+    "read_batch",
+    "interleave_cycle_length",
+    "interleave_block_length",
+    "interleave_parallelism",
+)
 
 #: How a source's read position can be saved and restored (see `Source.resume`).
 Resume = Literal["iterator", "none", "dataset"]
@@ -183,6 +193,20 @@ class Source(Protocol):
         """`PipelineConfig` knobs that never change what this source does (the tuner
         does not search them). ``read_batch`` by default (TFRecord's)."""
         return ("read_batch",)
+
+    @property
+    def position_knobs(self) -> tuple[str, ...]:
+        """The read knobs (`READ_KNOBS`) whose values a saved read position of this
+        source holds to: a state saved under other values is refused at restore
+        (`tfinput.resume.pipeline_identity`). By default those the source does not
+        ignore (`ignored_knobs`)."""
+        return tuple(k for k in READ_KNOBS if k not in self.ignored_knobs)
+
+    @property
+    def position_fields(self) -> dict[str, Any]:
+        """This source's own settings that change what a saved read position means (a
+        state saved under others is refused at restore), by name; none by default."""
+        return {}
 
     def batch_count(self, request: ReadRequest) -> int | None:
         """Batches one pass of ``request``'s build yields, where the source knows it
