@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from tfinput._src.applications.cli.args import add_output_arguments, count, delimiter, list_columns
@@ -198,6 +199,15 @@ def _schema_beside(inputs: list[str]) -> str | None:
     return None
 
 
+#: What ``convert --engine ray`` says once, at start, when it starts a local Ray instance.
+LOCAL_RAY_OPEN = (
+    "--engine ray: the local Ray instance this starts listens on every interface, not "
+    "loopback only (Ray binds its servers to every interface; its dashboard stays off), "
+    "while the conversion runs: Ray 2.59 and later ask for a token by default "
+    '(RAY_AUTH_MODE), older Ray asks for nothing (docs/scaling.md, "Security")'
+)
+
+
 def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The conversion function of ``--engine`` and its extra arguments.
 
@@ -221,6 +231,8 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     from tfinput._src.applications.convert.options import SPLIT_BYTES, RayOptions
     from tfinput._src.applications.convert.ray_engine import convert_ray
 
+    if args.ray_address is None:
+        print(LOCAL_RAY_OPEN, file=sys.stderr, flush=True)
     ray = RayOptions(
         ray_address=args.ray_address,
         num_cpus=args.ray_cpus,
