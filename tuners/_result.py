@@ -49,6 +49,8 @@ class TuneResult:
       confirmed: Every config of the confirmation round (`tfinput.bench.ConfigStats`:
         median, spread, ratio to autotune per round), best first.
       study_name: Optuna study name.
+      storage: Where the study is kept, as given, password redacted (None: in memory,
+        or an Optuna storage object).
       trials: Counts by state (``complete``, ``pruned``, ``fail``, ``running``...).
       seconds: Wall time of the search and of the confirmation.
       fingerprint: Hardware and software the numbers belong to.
@@ -104,6 +106,7 @@ class TuneResult:
     breakdown: tuple[KnobContribution, ...] = ()
     format_advice: FormatAdvice | None = None
     packed_layout: dict[str, Any] | None = None
+    storage: str | None = None
     study: optuna.Study | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -133,6 +136,7 @@ class TuneResult:
             "ratio_vs_autotune": self.ratio_vs_autotune,
             "confirmed": [c.to_dict() for c in self.confirmed],
             "study_name": self.study_name,
+            "storage": self.storage,
             "trials": self.trials,
             "seconds": self.seconds,
             "fingerprint": self.fingerprint,
