@@ -231,14 +231,24 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     from tfinput._src.applications.convert.options import SPLIT_BYTES, RayOptions
     from tfinput._src.applications.convert.ray_engine import convert_ray
 
-    if args.ray_address is None:
-        print(LOCAL_RAY_OPEN, file=sys.stderr, flush=True)
     ray = RayOptions(
         ray_address=args.ray_address,
         num_cpus=args.ray_cpus,
         split_bytes=args.split_mb << 20 if args.split_mb else SPLIT_BYTES,
     )
+    if args.ray_address is None:
+        return _on_local_ray, {"ray": ray}
     return convert_ray, {"ray": ray}
+
+
+def _on_local_ray(*args: Any, **kwargs: Any) -> ConvertResult:
+    """`convert_ray` on the local Ray instance it starts, said once at start
+    (`LOCAL_RAY_OPEN`) once Ray is known to be installed."""
+    from tfinput._src.applications.convert.ray_engine import _import_ray, convert_ray
+
+    _import_ray()  # without Ray: the error naming the extra, and no notice
+    print(LOCAL_RAY_OPEN, file=sys.stderr, flush=True)
+    return convert_ray(*args, **kwargs)
 
 
 def _print_summary(result: ConvertResult, out_dir: str) -> None:
