@@ -100,7 +100,7 @@ def test_serve_prints_where_it_listens_and_that_anyone_who_reaches_it_can_use_it
             assert lines[0].startswith(f"{kind} listening on ") and said in table, (lines, table)
             assert "every interface" in lines[0] and not said.startswith("localhost")
             # TensorFlow binds every interface (no bind-host option in 2.17-2.21).
-            assert not is_loopback(said) and said.split(":")[0] in ("[::]", "0.0.0.0")
+            assert not is_loopback(said) and said.rsplit(":", 1)[0] in ("[::]", "0.0.0.0")
             own_port = said.rsplit(":", 1)[1]
             assert lines[1] == (
                 "tf.data service has no authentication or encryption: anyone who can reach "
@@ -180,7 +180,7 @@ def test_the_local_ray_instance_listens_on_every_interface_and_convert_says_so(t
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     listened = [a for table in seen["tables"].values() for a in table or ()]
-    wildcard = [a for a in listened if a.split(":")[0] in ("[::]", "0.0.0.0")]
+    wildcard = [a for a in listened if a.rsplit(":", 1)[0] in ("[::]", "0.0.0.0")]
     # Ray's core servers (GCS, raylet, the driver's and a worker's) bind every interface.
     assert len(wildcard) >= 3, seen["tables"]
     assert seen["code"] == 0 and seen["stderr"].count(LOCAL_RAY_OPEN) == 1, seen

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["LOOPBACK", "is_loopback", "listening_addresses", "wildcard_for"]
+__all__ = ["LOOPBACK", "is_loopback", "listening_addresses", "listening_on"]
 
 #: What `is_loopback` accepts: IPv4 127.0.0.0/8 and IPv6 ::1 (and ::ffff:127.x).
 LOOPBACK = ("127.0.0.0/8", "::1")
@@ -56,14 +56,16 @@ def is_loopback(address: str) -> bool:
     return ip.is_loopback
 
 
-def wildcard_for(port: int, pid: int | None = None) -> str:
-    """The address a server bound to every interface on ``port`` listens on, as the socket
-    table of ``pid`` (None: this process) shows it (``[::]:PORT`` or ``0.0.0.0:PORT``,
-    both if both), or ``0.0.0.0:PORT`` where the table cannot be read: the address
-    tf.data service binds (``AddListeningPort("0.0.0.0:" + port)`` in TensorFlow's
-    ``core/data/service/server_lib.cc``)."""
+def listening_on(port: int, pid: int | None = None) -> str:
+    """Where ``port`` is open, for a message: the addresses the socket table of ``pid``
+    (None: this process) has listening on it, and whether that is every interface or
+    this host only (``[::]:5050 (every interface)``). Where the table cannot be read:
+    ``0.0.0.0:PORT``, the address tf.data service binds (``AddListeningPort("0.0.0.0:" +
+    port)`` in TensorFlow's ``core/data/service/server_lib.cc``)."""
     found = [a for a in listening_addresses(pid) or () if a.endswith(f":{port}")]
-    return " and ".join(found) if found else f"0.0.0.0:{port}"
+    found = found or [f"0.0.0.0:{port}"]
+    scope = "this host only" if all(is_loopback(a) for a in found) else "every interface"
+    return f"{' and '.join(found)} ({scope})"
 
 
 def _socket_inodes(fd_dir: Path) -> set[str]:

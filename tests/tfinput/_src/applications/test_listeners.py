@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tfinput._src.applications.listeners import is_loopback, listening_addresses, wildcard_for
+from tfinput._src.applications.listeners import is_loopback, listening_addresses, listening_on
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
 
@@ -40,7 +40,9 @@ def test_each_bound_address_is_read_back_as_bound():
         assert found is not None and set(bound) <= set(found)
         assert {a: is_loopback(a) for a in bound} == bound
         wildcard = next(a for a in bound if a.startswith("[::]"))
-        assert wildcard_for(int(wildcard.rsplit(":", 1)[1])) == wildcard
+        assert listening_on(int(wildcard.rsplit(":", 1)[1])) == f"{wildcard} (every interface)"
+        local = next(a for a, loop in bound.items() if loop and a.startswith("127."))
+        assert listening_on(int(local.rsplit(":", 1)[1])) == f"{local} (this host only)"
         if shutil.which("ss"):  # the same table as ss shows it (ss writes [::] as *)
             ss = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
             columns = {line.split()[3].replace("*:", "[::]:") for line in ss.splitlines()}
@@ -59,5 +61,5 @@ def test_another_process_and_what_cannot_be_read():
             child.communicate(b"")
     assert listening_addresses(2**22 + 12345) is None  # no such process
     # A port nothing listens on: the address tf.data service would have bound.
-    assert wildcard_for(1) == "0.0.0.0:1"
+    assert listening_on(1) == "0.0.0.0:1 (every interface)"
     assert is_loopback("[::ffff:127.0.0.1]:5") and not is_loopback("10.0.0.1:5")

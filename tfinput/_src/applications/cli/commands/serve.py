@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from tfinput._src.applications.cli.registry import Command
-from tfinput._src.applications.listeners import wildcard_for
+from tfinput._src.applications.listeners import listening_on
 
 __all__ = ["SERVE_COMMAND"]
 
@@ -33,8 +33,7 @@ def _dispatcher(args: argparse.Namespace) -> int:
     )
     port = int(server.target.rsplit(":", 1)[1])
     print(
-        f"dispatcher listening on {wildcard_for(port)} (every interface); "
-        f"on this host: {server.target}",
+        f"dispatcher listening on {listening_on(port)}; on this host: {server.target}",
         flush=True,
     )
     print(service.open_to_the_network(port), flush=True)
@@ -60,8 +59,8 @@ def _worker(args: argparse.Namespace) -> int:
     # WorkerServer has no public address accessor; ``_address`` is what TF's tests use.
     port = int(server._address.rsplit(":", 1)[1])
     print(
-        f"worker listening on {wildcard_for(port)} (every interface); registered with "
-        f"dispatcher {args.dispatcher} as {server._address}",
+        f"worker listening on {listening_on(port)}; registered with dispatcher "
+        f"{args.dispatcher} as {server._address}",
         flush=True,
     )
     print(service.open_to_the_network(port), flush=True)
