@@ -25,7 +25,7 @@ import argparse
 import json
 import os
 import shutil
-import tempfile
+import uuid
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +46,8 @@ def make_pipeline(workdir: str, rows: int) -> tfinput.Pipeline:
     schema = testing.small_schema()
     data = os.path.join(workdir, "data")
     if not os.path.isdir(data):
-        tmp = tempfile.mkdtemp(prefix=".data-", dir=workdir)
+        tmp = os.path.join(workdir, f".data-{uuid.uuid4().hex}")
+        os.mkdir(tmp)  # the user's umask (tempfile.mkdtemp would make it 0700)
         testing.write_tfrecord(tmp, schema, rows=rows, files=4, seed=SEED)
         os.replace(tmp, data)
     files = sorted(os.path.join(data, f) for f in os.listdir(data))
@@ -102,7 +103,8 @@ def save_checkpoint(
     ckpt_dir: str, step: int, params: dict, input_state: bytes, trained_ids: list
 ) -> None:
     os.makedirs(ckpt_dir, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=ckpt_dir)
+    tmp = os.path.join(ckpt_dir, f".tmp-{uuid.uuid4().hex}")
+    os.mkdir(tmp)  # the user's umask (tempfile.mkdtemp would make it 0700)
     np.savez(os.path.join(tmp, "params.npz"), **jax.device_get(params))
     with open(os.path.join(tmp, "input.state"), "wb") as f:
         f.write(input_state)

@@ -430,6 +430,26 @@ LONG_ALONE: dict[str, str] = {
         "a trial, the confirmation, the roofline, the columnar sample), then check and "
         "convert, in one process"
     ),
+    "tests/test_file_modes.py::test_everything_written_has_the_mode_the_umask_gives": (
+        "one process runs every command that writes files (datagen, convert to three "
+        "formats, bench, tune, profile, sparsecore, a Keras checkpoint) under two umasks"
+    ),
+    "tests/test_file_modes.py::test_temporary_files_get_no_more_than_the_umask_allows": (
+        "shares the run of every command that writes files under two umasks"
+    ),
+    "tests/test_open_ports.py::test_serve_prints_where_it_listens_and_that_anyone_who_reaches_it_can_use_it": (
+        "two `tfinput serve` processes, each importing TensorFlow, read while they run"
+    ),
+    "tests/test_open_ports.py::test_a_local_fleet_listens_on_every_interface_and_its_commands_say_so": (
+        "a local fleet's dispatcher and worker processes, each importing TensorFlow"
+    ),
+    "tests/test_open_ports.py::test_the_local_ray_instance_listens_on_every_interface_and_convert_says_so": (
+        "starts a local Ray instance (GCS, raylet, a worker) to read its sockets"
+    ),
+    "tests/tuners/test_storage_postgres.py::test_the_storage_password_shows_nowhere_but_redacted": (
+        "three `tfinput tune` processes on PostgreSQL (a report, --json, an unreachable "
+        "server), each importing TensorFlow"
+    ),
     "tests/tuners/test_storage_postgres.py::test_two_workers_one_killed": (
         "two tuner worker processes on PostgreSQL, one SIGKILLed, trials long enough for "
         "the heartbeat to find it"

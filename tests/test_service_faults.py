@@ -35,7 +35,8 @@ _SERVE = (
 
 
 def _start(*argv: str) -> tuple[subprocess.Popen, str]:
-    """Start ``tfinput serve ARGV``; returns the process and its address line's last word."""
+    """Start ``tfinput serve ARGV``; returns the process and its address on loopback
+    (``grpc://localhost:PORT``, PORT from its address line)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", _SERVE, "serve", *argv],
         stdout=subprocess.PIPE,
@@ -50,7 +51,8 @@ def _start(*argv: str) -> tuple[subprocess.Popen, str]:
     if not line or "listening on" not in line[0]:
         proc.kill()
         pytest.fail(f"tfinput serve {' '.join(argv)} did not start: {line!r}")
-    return proc, line[0].split("listening on ", 1)[1].split()[0]
+    port = line[0].split("listening on ", 1)[1].split()[0].rsplit(":", 1)[1]
+    return proc, f"grpc://localhost:{port}"
 
 
 def _stop(proc: subprocess.Popen) -> int | None:

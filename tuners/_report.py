@@ -49,6 +49,11 @@ def _fmt_rate(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def _kept_in(result: TuneResult) -> str:
+    """`` in STORAGE`` (password redacted) for a study kept in a storage, else ``""``."""
+    return f" in {result.storage}" if result.storage else ""
+
+
 def print_summary(result: TuneResult, console: Any) -> None:
     """The before/after table and what changed, on a rich console."""
     from rich.table import Table
@@ -100,8 +105,9 @@ def print_summary(result: TuneResult, console: Any) -> None:
             console.print(f"  {c.describe()}")
     trials = ", ".join(f"{n} {k}" for k, n in sorted(result.trials.items()))
     console.print(
-        f"study {result.study_name}: {trials}; search {result.seconds['search']:.0f} s, "
-        f"confirmation {result.seconds['confirm']:.0f} s"
+        f"study {result.study_name}{_kept_in(result)}: {trials}; "
+        f"search {result.seconds['search']:.0f} s, confirmation {result.seconds['confirm']:.0f} s",
+        markup=False,
     )
     for line in result.advice:
         console.print(f"[yellow]advice:[/] {line}")
@@ -272,8 +278,9 @@ def write_html(result: TuneResult, path: str | Path) -> Path:
         "<!doctype html><html><head><meta charset='utf-8'><title>tfinput tune report</title>"
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
         "pre{background:#f4f4f4;padding:1em}</style></head><body>"
-        f"<h1>tfinput tune: {result.study_name}</h1>"
-        f"<p>Best: <b>{escape(result.best_name)}</b>, "
+        f"<h1>tfinput tune: {escape(result.study_name)}</h1>"
+        + (f"<p>Study kept in {escape(result.storage)}.</p>" if result.storage else "")
+        + f"<p>Best: <b>{escape(result.best_name)}</b>, "
         + (
             f"confirmed {result.saved_stats.median:,.0f} examples/s"
             if result.saved_stats is not None

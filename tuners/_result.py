@@ -163,6 +163,8 @@ class TuneResult:
       confirmed: Every config of the confirmation round (`tfinput.bench.ConfigStats`:
         median, spread, ratio to autotune per round), best measured first.
       study_name: Optuna study name.
+      storage: Where the study is kept, as given, password redacted (None: in memory,
+        or an Optuna storage object).
       trials: Counts by state (``complete``, ``pruned``, ``fail``, ``running``...).
       seconds: Wall time of the search and of the confirmation.
       fingerprint: Hardware and software the numbers belong to.
@@ -218,6 +220,7 @@ class TuneResult:
     breakdown: tuple[KnobContribution, ...] = ()
     format_advice: FormatAdvice | None = None
     packed_layout: dict[str, Any] | None = None
+    storage: str | None = None
     study: optuna.Study | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -276,6 +279,7 @@ class TuneResult:
             "measured_best": self.measured_best_record(),
             "confirmed": [c.to_dict() for c in self.confirmed],
             "study_name": self.study_name,
+            "storage": self.storage,
             "trials": self.trials,
             "seconds": self.seconds,
             "fingerprint": self.fingerprint,

@@ -27,6 +27,8 @@ __all__ = [
     "open_study",
     "with_psycopg",
     "redact",
+    "storage_label",
+    "without_secrets",
     "first_line",
     "host_lock",
 ]
@@ -61,7 +63,9 @@ def make_storage(
                 **heartbeats,
             )
         except Exception as e:  # sqlalchemy OperationalError, missing driver...
-            raise ConfigError(f"cannot open storage {redact(text)}: {first_line(e)}") from e
+            raise ConfigError(
+                f"cannot open storage {redact(text)}: {without_secrets(first_line(e), text)}"
+            ) from e
     if text.startswith("sqlite:///") or text.endswith((".db", ".sqlite", ".sqlite3")):
         url = text if text.startswith("sqlite:///") else f"sqlite:///{os.path.abspath(text)}"
         path = url[len("sqlite:///") :]
@@ -98,8 +102,44 @@ def connect_args(url: str) -> dict[str, Any]:
 
 
 def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages)."""
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+    """``url`` with its password replaced by ``***`` (for messages): the one of
+    ``user:password@`` (everything up to the address's last ``@``, so a password with an
+    ``@`` in it is hidden whole) and the value of any ``...password=`` query parameter."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    address, q, query = rest.partition("?")
+    userinfo, at, host = address.rpartition("@")
+    if at and ":" in userinfo:
+        address = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    query = re.sub(r"((?:^|&)[^=&]*password=)[^&]*", r"\1***", query, flags=re.IGNORECASE)
+    return f"{scheme}{sep}{address}{q}{query}"
+
+
+def storage_label(storage: Any) -> str | None:
+    """How a result names ``storage``: a URL or path as given, password redacted; None for
+    memory or an Optuna storage object."""
+    if isinstance(storage, (str, os.PathLike)):
+        return redact(os.fspath(storage))
+    return None
+
+
+def without_secrets(text: str, url: str) -> str:
+    """``text`` (an error message) with any password ``url`` holds replaced by ``***``,
+    however the driver quoted it."""
+    from urllib.parse import unquote
+
+    secrets = set()
+    _, sep, rest = url.partition("://")
+    address, _, query = rest.partition("?")
+    userinfo, at, _ = address.rpartition("@")
+    if sep and at and ":" in userinfo:
+        secrets.add(userinfo.split(":", 1)[1])
+    secrets.update(re.findall(r"password=([^&]*)", query, flags=re.IGNORECASE))
+    for secret in sorted(secrets | {unquote(x) for x in secrets}, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 def first_line(e: BaseException) -> str:
@@ -163,5 +203,7 @@ def open_study(
             "(load_if_exists=True) or choose another name"
         ) from e
     except Exception as e:  # unreachable database, bad credentials...
-        shown = storage if shown is None else shown
-        raise ConfigError(f"cannot open storage {redact(str(shown))}: {first_line(e)}") from e
+        shown = str(storage if shown is None else shown)
+        raise ConfigError(
+            f"cannot open storage {redact(shown)}: {without_secrets(first_line(e), shown)}"
+        ) from e

@@ -97,7 +97,7 @@ from tuners._search import (
     study_name_for,
 )
 from tuners._space import SearchSpace
-from tuners._storage import host_lock, make_storage
+from tuners._storage import host_lock, make_storage, storage_label
 from tuners._trials import (
     state_counts,
     top_configs,
@@ -218,6 +218,7 @@ def tune(
             study, stage=stage, storage=kept.storage, requeued=tuple(requeued)
         ) from e
     outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
+    outcome["storage"] = storage_label(opts.study.storage)
     return _result(study, run, opts.confirmation, notes, outcome)
 
 

@@ -18,7 +18,9 @@ from tuners._storage import (
     make_storage,
     open_study,
     redact,
+    storage_label,
     with_psycopg,
+    without_secrets,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -88,6 +90,18 @@ def test_with_psycopg(url, want):
 def test_messages_hide_the_password_and_keep_one_line():
     assert redact("postgresql://me:s3cret@db:5432/x") == "postgresql://me:***@db:5432/x"
     assert redact("postgresql://db/x") == "postgresql://db/x"
+    # A password with an "@" (or a "/") is hidden whole; so is a password= parameter.
+    assert redact("postgresql://me:p@ss/w@db/x") == "postgresql://me:***@db/x"
+    assert redact("postgresql://me@db/x?sslmode=require&password=s3cret") == (
+        "postgresql://me@db/x?sslmode=require&password=***"
+    )
+    assert redact("postgresql://me@db/x") == "postgresql://me@db/x"
+    assert storage_label("postgresql://me:s3cret@db/x") == "postgresql://me:***@db/x"
+    assert storage_label("study.log") == "study.log" and storage_label(None) is None
+    url = "postgresql://me:p%40ss@db/x"  # as a driver may quote it back: p@ss
+    assert without_secrets('no password "p@ss" or p%40ss here', url) == (
+        'no password "***" or *** here'
+    )
     assert connect_args("postgresql+psycopg://db/x") == {"connect_timeout": 10}
     assert connect_args("sqlite:///x.db") == {}
     assert first_line(RuntimeError("could not connect\nDETAIL: refused")) == "could not connect"

@@ -5,6 +5,7 @@ Needs TFINPUT_TEST_POSTGRES_URL (``./dev test`` and CI start a throwaway server)
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -185,3 +186,62 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
     # both workers took part
     workers = {t.user_attrs.get("worker", "").rsplit(":", 1)[-1] for t in trials}
     assert {str(a.pid), str(b.pid)} <= workers
+
+
+# A password the run can only have taken from the URL (the throwaway server trusts
+# loopback, so any password connects).
+PASSWORD = "pw-Doors-53-zq"
+
+
+def _with_password(url: str) -> str:
+    scheme, rest = url.split("://", 1)
+    user, host = rest.split("@", 1)
+    return f"{scheme}://{user.split(':', 1)[0]}:{PASSWORD}@{host}"
+
+
+def test_the_storage_password_shows_nowhere_but_redacted(small_tfrecord, small_schema, tmp_path):
+    schema = tmp_path / "schema.json"
+    small_schema.to_json(schema)
+    url = _with_password(URL)
+    redacted = url.replace(PASSWORD, "***")
+    out = tmp_path / "out"
+    common = [
+        *(*small_tfrecord, "--schema", str(schema), "--batch-size", "50"),
+        *("--n-trials", "2", "--windows", "1", "--window-batches", "2", "--warmup-batches", "1"),
+        *("--step", "simulated", "--device-time-ms", "1", "--confirm-top", "1"),
+        *("--confirm-windows", "1", "--no-breakdown", "--no-format-advice"),
+        *("--study-name", f"pw-{uuid.uuid4().hex[:8]}", "--heartbeat-interval", "1"),
+    ]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    runs = {
+        "report": [*common, "--storage", url, "--out", str(out)],
+        "json": [*common, "--storage", url, "--out", str(tmp_path / "json"), "--json"],
+        # An unreachable server: the error names the URL, redacted.
+        "error": [*common, "--storage", url.rsplit(":", 1)[0] + ":1/none"],
+    }
+    seen = {}
+    for name, args in runs.items():
+        proc = subprocess.run(
+            [sys.executable, "-m", "tfinput.cli", "--verbose", "tune", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        seen[name] = proc
+        assert PASSWORD not in proc.stdout + proc.stderr, name
+    assert seen["report"].returncode == 0, seen["report"].stderr[-2000:]
+    assert f" in {redacted}: " in seen["report"].stdout
+    assert json.loads(seen["json"].stdout)["storage"] == redacted
+    assert seen["error"].returncode == 2
+    assert (
+        "cannot open storage "
+        + redacted.rsplit(":", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+        in seen["error"].stderr
+    )
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {"result.json", "report.html", "best_config.json"} <= {p.name for p in written}
+    for path in written:
+        assert PASSWORD.encode() not in path.read_bytes(), path
+    assert json.loads((out / "result.json").read_text())["storage"] == redacted
+    assert redacted in (out / "report.html").read_text()

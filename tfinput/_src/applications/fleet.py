@@ -18,7 +18,9 @@ reports how many workers a target rate needs (`workers_needed`).
 
 Workers of a local fleet share this machine's cores with the trainer: the rate it
 measures is what these cores give through the service, a lower bound for a fleet of
-separate machines.
+separate machines. The trainer reaches them through loopback, but like every tf.data
+server they listen on every interface, with no authentication, while they run:
+TensorFlow has no option to bind loopback only (docs/scaling.md, "Security").
 """
 
 from __future__ import annotations

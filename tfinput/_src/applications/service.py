@@ -62,6 +62,26 @@ __all__ = [
     "serve_until_signal",
 ]
 
+#: What a command that starts a fleet of servers on this host (``--service local:N``)
+#: says once, at start: TensorFlow binds them to every interface, with no option to
+#: bind loopback only.
+LOCAL_FLEET_OPEN = (
+    "--service {spec}: the tf.data service dispatcher and workers this starts on this "
+    "host listen on every interface, not loopback only (TensorFlow has no option to bind "
+    "one), with no authentication or encryption: while they run, anyone who can reach "
+    "this host's ports can read the data or register a worker "
+    '(docs/scaling.md, "Security")'
+)
+
+
+def open_to_the_network(port: int) -> str:
+    """The one line `tfinput serve` prints at start about who can reach ``port``."""
+    return (
+        "tf.data service has no authentication or encryption: anyone who can reach port "
+        f"{port} can read the data or register a worker of their own; keep the dispatcher "
+        'and worker ports on a private network (docs/scaling.md, "Security")'
+    )
+
 
 def start_dispatcher(
     *, port: int = 0, work_dir: str | None = None, worker_timeout_ms: int | None = None
@@ -127,11 +147,14 @@ def serve_until_signal(server: Any) -> None:
 
 @contextlib.contextmanager
 def local_cluster(*, workers: int = 1, work_dir: str | None = None) -> Iterator[str]:
-    """An in-process tf.data service (one dispatcher, ``workers`` workers) on loopback.
+    """An in-process tf.data service (one dispatcher, ``workers`` workers), read
+    through loopback.
 
     For tests and single-host experiments: the workers run in this process's thread
     pools, so it shows that a dataset *can* run on the service, not how fast a remote
-    fleet would be.
+    fleet would be. Like every tf.data server, they listen on every interface, with no
+    authentication, while the context is open: TensorFlow has no option to bind
+    loopback only (docs/scaling.md, "Security").
 
     Args:
       workers: Number of workers.

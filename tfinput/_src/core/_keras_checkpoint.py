@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -250,6 +250,19 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
+def _fresh_folder(directory: str) -> str:
+    """A new, empty ``.tmp-*`` folder in ``directory``, with the mode the user's umask
+    gives (`tempfile.mkdtemp` would make it 0700 whatever the umask, and the rename keeps
+    that mode on the checkpoint)."""
+    while True:
+        path = os.path.join(directory, f".tmp-{uuid.uuid4().hex[:12]}")
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+
+
 def _save_folder(directory: str, write: Callable[[str], None]) -> str:
     """Write a new checkpoint folder in ``directory`` so that a crash at any point
     leaves the last complete one whole and findable (`_latest_folder`).
@@ -264,7 +277,7 @@ def _save_folder(directory: str, write: Callable[[str], None]) -> str:
     """
     os.makedirs(directory, exist_ok=True)
     _failpoint("start")
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=directory)
+    tmp = _fresh_folder(directory)
     _failpoint("made")
     try:
         write(tmp)

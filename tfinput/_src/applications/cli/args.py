@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import re
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -329,7 +330,8 @@ def tfinput_pipeline_from_args(args: argparse.Namespace, *, command: str) -> Pip
 def service_from_args(args: argparse.Namespace, pipeline: Buildable) -> Buildable:
     """``pipeline`` read through tf.data service when ``--service`` says so:
     ``local:N`` starts a `tfinput.fleet.LocalFleet` of up to N worker processes on this
-    machine (the tuner searches 1 to N workers); an address (``grpc://host:port`` or
+    machine (the tuner searches 1 to N workers), and says once on stderr that their
+    ports are open to the network (`service.LOCAL_FLEET_OPEN`); an address (``grpc://host:port`` or
     ``host:port``) reads from a running dispatcher, whose worker count
     ``--service-workers`` gives.
 
@@ -354,6 +356,7 @@ def service_from_args(args: argparse.Namespace, pipeline: Buildable) -> Buildabl
         )
     if spec.startswith("local:"):
         from tfinput._src.applications.fleet import LocalFleet
+        from tfinput._src.applications.service import LOCAL_FLEET_OPEN
 
         if workers is not None:
             raise ConfigError("--service-workers: a local:N fleet searches 1 to N workers itself")
@@ -361,7 +364,9 @@ def service_from_args(args: argparse.Namespace, pipeline: Buildable) -> Buildabl
             n = int(spec.split(":", 1)[1])
         except ValueError:
             raise ConfigError(f"--service {spec}: expected local:N, N a worker count") from None
-        return pipeline.with_service(LocalFleet(n))
+        fleet = LocalFleet(n)
+        print(LOCAL_FLEET_OPEN.format(spec=spec), file=sys.stderr, flush=True)
+        return pipeline.with_service(fleet)
     address = spec if "://" in spec else f"grpc://{spec}"
     return pipeline.with_service(address, workers=workers)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from tfinput._src.applications.cli.args import add_output_arguments, count, delimiter, list_columns
@@ -198,6 +199,15 @@ def _schema_beside(inputs: list[str]) -> str | None:
     return None
 
 
+#: What ``convert --engine ray`` says once, at start, when it starts a local Ray instance.
+LOCAL_RAY_OPEN = (
+    "--engine ray: the local Ray instance this starts listens on every interface, not "
+    "loopback only (Ray binds its servers to every interface; its dashboard stays off), "
+    "while the conversion runs: Ray 2.59 and later ask for a token by default "
+    '(RAY_AUTH_MODE), older Ray asks for nothing (docs/scaling.md, "Security")'
+)
+
+
 def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The conversion function of ``--engine`` and its extra arguments.
 
@@ -226,7 +236,19 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         num_cpus=args.ray_cpus,
         split_bytes=args.split_mb << 20 if args.split_mb else SPLIT_BYTES,
     )
+    if args.ray_address is None:
+        return _on_local_ray, {"ray": ray}
     return convert_ray, {"ray": ray}
+
+
+def _on_local_ray(*args: Any, **kwargs: Any) -> ConvertResult:
+    """`convert_ray` on the local Ray instance it starts, said once at start
+    (`LOCAL_RAY_OPEN`) once Ray is known to be installed."""
+    from tfinput._src.applications.convert.ray_engine import _import_ray, convert_ray
+
+    _import_ray()  # without Ray: the error naming the extra, and no notice
+    print(LOCAL_RAY_OPEN, file=sys.stderr, flush=True)
+    return convert_ray(*args, **kwargs)
 
 
 def _print_summary(result: ConvertResult, out_dir: str) -> None:

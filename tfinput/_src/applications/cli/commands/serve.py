@@ -1,11 +1,17 @@
 """``tfinput serve dispatcher`` and ``tfinput serve worker``: tf.data service servers
-(`tfinput.service`) that run until SIGTERM or SIGINT."""
+(`tfinput.service`) that run until SIGTERM or SIGINT.
+
+Each prints, at start, the address it listens on as the socket table shows it
+(`tfinput._src.applications.listeners`): tf.data service binds every interface and
+has no option to bind one, and it has no authentication or encryption, which the
+second line says."""
 
 from __future__ import annotations
 
 import argparse
 
 from tfinput._src.applications.cli.registry import Command
+from tfinput._src.applications.listeners import listening_on
 
 __all__ = ["SERVE_COMMAND"]
 
@@ -25,7 +31,12 @@ def _dispatcher(args: argparse.Namespace) -> int:
     server = service.start_dispatcher(
         port=args.port, work_dir=args.work_dir, worker_timeout_ms=args.worker_timeout_ms
     )
-    print(f"dispatcher listening on {server.target}", flush=True)
+    port = int(server.target.rsplit(":", 1)[1])
+    print(
+        f"dispatcher listening on {listening_on(port)}; on this host: {server.target}",
+        flush=True,
+    )
+    print(service.open_to_the_network(port), flush=True)
     service.serve_until_signal(server)
     return 0
 
@@ -46,7 +57,13 @@ def _worker(args: argparse.Namespace) -> int:
 
     server = service.start_worker(args.dispatcher, port=args.port)
     # WorkerServer has no public address accessor; ``_address`` is what TF's tests use.
-    print(f"worker listening on {server._address} (dispatcher {args.dispatcher})", flush=True)
+    port = int(server._address.rsplit(":", 1)[1])
+    print(
+        f"worker listening on {listening_on(port)}; registered with dispatcher "
+        f"{args.dispatcher} as {server._address}",
+        flush=True,
+    )
+    print(service.open_to_the_network(port), flush=True)
     service.serve_until_signal(server)
     return 0
 
