@@ -41,15 +41,30 @@ def test_output_directory_must_be_empty(tmp_path, write_text):
     assert convert(path, tmp_path / "out", overwrite=True).rows == 1
 
 
-def test_overwrite_replaces_only_a_conversion_s_files(tmp_path):
+def test_overwrite_replaces_only_a_conversion_s_files(tmp_path, write_text):
     out = tmp_path / "out"
     out.mkdir()
-    for name in ("part-00000-of-00001.parquet", "schema.json", "manifest.json", "notes.txt"):
+    for name in ("part-00000-of-00003.parquet", "schema.json", "manifest.json", "notes.txt"):
         (out / name).write_text("x")
-    prepare_out_dir(out, overwrite=True)
-    assert [p.name for p in out.iterdir()] == ["notes.txt"]
     with pytest.raises(SourceError, match="is not empty; choose a new directory"):
         prepare_out_dir(out, overwrite=False)  # a file of someone else's is there
+    result = convert(write_text("label,v\n1,2\n"), out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "notes.txt",
+        "part-00000-of-00001.parquet",
+        "schema.json",
+    ]
+    assert result.rows == 1 and pq.read_table(result.paths[0]).num_rows == 1
+
+
+def test_a_failed_overwrite_keeps_the_previous_output_whole(tmp_path, write_text):
+    out = tmp_path / "out"
+    first = convert(write_text("label,v\n1,2\n0,3\n"), out, to="tfrecord")
+    with pytest.raises(tfinput.errors.DataError, match="expected 2 fields"):
+        convert(write_text("label,v\n1,2\n1,2,3\n"), out, to="tfrecord", overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "in.csv") == ["out"]
+    assert sorted(str(p) for p in out.iterdir()) == sorted([*first.paths, first.schema_path])
+    assert sum(1 for _ in tf.data.TFRecordDataset(first.paths)) == 2
 
 
 def test_output_that_is_a_file_is_refused(tmp_path):
