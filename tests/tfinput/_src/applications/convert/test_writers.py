@@ -147,6 +147,26 @@ def test_gzip_input_and_sharding(tmp_path):
     assert [len(list(tf.data.TFRecordDataset(p))) for p in result.paths] == [3, 3, 3, 1]
 
 
+@pytest.mark.parametrize("block_rows", [2, 16 * 1024], ids=["blocks-of-2", "one-block"])
+def test_a_string_list_empty_throughout_a_block_converts(tmp_path, write_text, block_rows):
+    text = "label,tags,ids\n" + "1,,\n0,,\n1,a|b,7\n0,,\n"
+    result = convert(
+        write_text(text),
+        tmp_path / "out",
+        to="tfrecord",
+        list_columns={"tags": "|", "ids": "|"},
+        rows_per_file=block_rows,
+    )
+    assert result.rows == 4
+    examples = [
+        tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(result.paths)
+    ]
+    tags = [list(e.features.feature["tags"].bytes_list.value) for e in examples]
+    ids = [list(e.features.feature["ids"].int64_list.value) for e in examples]
+    assert tags == [[], [], [b"a", b"b"], []] and ids == [[], [], [7], []]
+    assert [e.features.feature["label"].int64_list.value[0] for e in examples] == [1, 0, 1, 0]
+
+
 @pytest.mark.parametrize("preset", ["criteo", "movielens"])
 def test_csv_to_columnar_reads_like_parquet(tmp_path, request, output, preset):
     sample = request.getfixturevalue(preset)
