@@ -75,7 +75,8 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool) 
             with open(target, "ab"):
                 pass
     except OSError as e:
-        raise ConfigError(f"{what} {text}: cannot write in {folder}: {e.strerror or e}") from None
+        reason = "it takes no new files" if e.errno == errno.ENOENT else e.strerror or str(e)
+        raise ConfigError(f"{what} {text}: cannot write in {folder}: {reason}") from None
 
 
 def unfinished_output(directory: str | os.PathLike[str]) -> str | None:
