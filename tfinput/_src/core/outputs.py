@@ -3,8 +3,9 @@
 `StagedDir` is how ``tfinput convert`` and ``tfinput datagen`` write a data set: every
 file goes into a hidden staging directory beside the output
 (``.NAME.tfinput-staging-PID-XXXX``; inside the output when the output is a mount point
-or its parent cannot be written). `StagedDir.commit` flushes every file to disk
-(``fsync``) and renames the staging directory onto the output in one step. A process
+or holds the working directory, or when its parent cannot be written). `StagedDir.commit`
+flushes every file to disk (``fsync``) and renames the staging directory onto the output
+in one step. A process
 killed before that leaves only the hidden staging directory, which no reader lists (a
 directory's data files skip hidden names and ``*`` globs do not match them) and which
 the next run to the same output deletes.
@@ -123,7 +124,8 @@ class StagedDir:
         try:
             parent.mkdir(parents=True, exist_ok=True)
             mount = self.out.is_dir() and os.stat(self.out).st_dev != os.stat(parent).st_dev
-            if not mount:
+            here = Path.cwd() == self.out or self.out in Path.cwd().parents
+            if not (mount or here):  # a renamed working directory would strand its shell
                 name = f".{self.out.name}{_STAGING}{os.getpid()}-"
                 return Path(tempfile.mkdtemp(prefix=name, dir=parent)), False
         except OSError as e:

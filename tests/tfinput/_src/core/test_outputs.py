@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,17 @@ def test_a_killed_run_s_staging_is_removed_by_the_next_run(tmp_path):
         assert not stale.exists()
         stage.commit()
     assert os.listdir(tmp_path) == ["out"]
+
+
+def test_the_working_directory_is_filled_in_place_not_renamed(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(out)
+    with StagedDir(".") as stage:
+        assert stage.inside and stage.path.parent == out
+        (stage.path / "part-0").write_bytes(b"x")
+        (stage.path / "schema.json").write_text("{}")
+        assert _visible(out) == []
+        stage.commit()
+    assert os.listdir(".") and sorted(os.listdir(out)) == ["part-0", "schema.json"]
+    assert Path.cwd() == out and os.listdir(tmp_path) == ["out"]
