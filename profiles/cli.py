@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tfinput.cli.args import add_output_arguments, add_step_arguments
+from tfinput.cli.args import add_output_arguments, add_step_arguments, check_output
 from tfinput.cli.console import console
 from tfinput.cli.objects import load_object
 from tfinput.cli.registry import Command
@@ -228,6 +228,8 @@ def _dataset(args: argparse.Namespace, config: PipelineConfig | None) -> tuple[A
 def _profile(args: argparse.Namespace) -> int:
     """Run ``tfinput profile``: capture, then analyse and report."""
     _check_step_options(args)
+    check_output(args.logdir, "--logdir", directory=True)
+    check_output(args.html, "--html", directory=False)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from profiles._analysis import analyze
     from profiles._capture import CaptureConfig, capture
@@ -256,6 +258,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _inspect_logdirs(args: argparse.Namespace) -> int:
     """Run ``tfinput inspect``: analyse (or compare) log directories."""
+    check_output(args.html, "--html", directory=False)
     if args.compare and args.logdir:
         raise ConfigError("give either LOGDIR or --compare LOGDIR_A LOGDIR_B, not both")
     if not args.compare and not args.logdir:

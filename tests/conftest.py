@@ -93,6 +93,12 @@ ONE_END: dict[str, tuple[str, str]] = {
         "tuner workers on a PostgreSQL storage: Optuna is 5.0 on both ends, and the "
         "storage code paths are checked on both ends by tests/tuners/test_storage.py",
     ),
+    "tests/test_killed_outputs.py": (
+        "newest",
+        "SIGKILLs conversions and data generations; the staging and commit they take are "
+        "plain file operations, checked in-process on both ends by "
+        "tests/tfinput/_src/core/test_outputs.py",
+    ),
     "tests/tfinput/_src/applications/convert/test_ray_engine.py": (
         "newest",
         "Ray Data runs tfinput's own readers and writers, which tests/tfinput/_src/applications/convert "

@@ -26,6 +26,7 @@ from tfinput.cli.args import (
     add_output_arguments,
     add_source_arguments,
     add_step_arguments,
+    check_output,
     find_schema,
     pipeline_from_args,
 )
@@ -403,6 +404,7 @@ def _options(args: argparse.Namespace) -> TuneOptions:
 def _tune(args: argparse.Namespace) -> int:
     """Run ``tfinput tune``: check the arguments, build pipeline and step, search, report."""
     out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_output(out, "--out", directory=True)
     if args.n_trials < 1:
         raise ConfigError(f"--n-trials must be >= 1, got {args.n_trials}")
     if args.storage and not args.study_name:
@@ -437,6 +439,7 @@ def _demo(args: argparse.Namespace) -> int:
     from tfinput.config import PipelineConfig
     from tuners._space import SearchSpace
 
+    check_output(args.out, "--out", directory=True)
     say = console(stderr=True).print
     t0 = time.time()
     pipeline = demo_pipeline(args.data_dir, say=say)

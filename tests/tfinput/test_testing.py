@@ -13,6 +13,7 @@ import tensorflow as tf
 import tfinput
 from tests.helpers import collect
 from tfinput import testing
+from tfinput._src.applications.testing import _to_examples_protobuf
 from tfinput.config import PipelineConfig
 from tfinput.schema import Categorical, Dense, MultiHot
 from tfinput.transforms import parse_spec
@@ -170,3 +171,20 @@ def test_write_columnar_holds_whole_chunks_per_file(tmp_path, small_schema):
     config = PipelineConfig(batch_size=5, drop_remainder=False)
     got = collect(tfinput.columnar(paths, small_schema).build(config))
     assert sorted(got["dense"]["row_id"].tolist()) == list(range(10))
+
+
+@pytest.mark.parametrize("rows", [0, 3], ids=["no-rows", "3-rows"])
+def test_to_examples_of_a_string_list_empty_in_every_row(rows):
+    cols = testing.Columns(
+        rows=rows,
+        values={"tags": np.array([], dtype=object), "label": np.arange(rows, dtype=np.int64)},
+        lengths={"tags": np.zeros(rows, np.int64)},
+    )
+    records = testing.to_examples(cols)
+    assert [tf.train.Example.FromString(r) for r in records] == [
+        tf.train.Example.FromString(r) for r in _to_examples_protobuf(cols)
+    ]
+    spec = {"tags": tf.io.RaggedFeature(tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+    parsed = tf.io.parse_example(tf.constant(records, tf.string), spec)
+    assert parsed["tags"].row_lengths().numpy().tolist() == [0] * rows
+    assert parsed["label"].numpy().tolist() == list(range(rows))

@@ -19,6 +19,7 @@ from tfinput.cli.args import (
     add_output_arguments,
     add_source_arguments,
     add_step_arguments,
+    check_output,
     count,
     delimiter,
     find_schema,
@@ -482,3 +483,51 @@ def test_find_schema_says_where_it_looked(tmp_path):
         f"no --schema given and no schema.json next to {path!r} "
         "(`tfinput convert`, `tfinput datagen` and `tfinput schema infer -o` write one)"
     )
+
+
+# ----------------------------------------------------------- output paths
+#: Every command with an output path, with that path under a regular file (unwritable,
+#: for root too) and an input that does not exist: the error names the output, so the
+#: output was checked before the input was touched.
+UNWRITABLE = {
+    "convert": ["convert", "missing.csv", "--out", "{dir}"],
+    "datagen": ["datagen", "{dir}", "--rows", "10"],
+    "schema-infer": ["schema", "infer", "missing.csv", "-o", "{file}"],
+    "schema-sparsecore": [
+        "schema",
+        "sparsecore",
+        "missing.tfrecord",
+        "--per-replica-batch-size",
+        "8",
+        "--out",
+        "{file}",
+    ],
+    "export": ["export", "{dir}", "--model", "{model}", "--schema", "missing.json"],
+    "bench": ["bench", "missing.tfrecord", "--out", "{file}"],
+    "tune": ["tune", "missing.tfrecord", "--out", "{dir}"],
+    "demo": ["demo", "--out", "{dir}"],
+    "profile-logdir": ["profile", "--pipeline", "missing:f", "--logdir", "{dir}"],
+    "profile-html": ["profile", "--pipeline", "missing:f", "--html", "{file}"],
+    "inspect-html": ["inspect", "missing-logdir", "--html", "{file}"],
+}
+
+
+@pytest.mark.parametrize("argv", UNWRITABLE.values(), ids=UNWRITABLE.keys())
+def test_every_output_path_is_checked_before_any_work(tmp_path, capsys, argv):
+    from tfinput.cli.registry import main
+
+    blocker = tmp_path / "afile"
+    blocker.write_text("a regular file")
+    paths = {"dir": blocker / "out", "file": blocker / "out.json", "model": blocker}
+    argv = [a.format(**{k: str(v) for k, v in paths.items()}) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("tfinput")
+    assert re.search(r"error: .*\S*afile/out(\.json)?: cannot be created: \S*afile is a file", err)
+    assert blocker.read_text() == "a regular file"
+
+
+def test_check_output_names_a_folder_that_takes_no_file():
+    with pytest.raises(ConfigError, match=r"^--out /proc/x\.json: cannot write in /proc: "):
+        check_output("/proc/x.json", "--out", directory=False)
+    check_output(None, "--out", directory=False)  # not given: nothing to check

@@ -424,13 +424,21 @@ def test_inputs_that_cannot_give_a_schema(tmp_path, case, error, message):
         infer_schema(paths, **kwargs)
 
 
-def test_bytes_that_are_not_utf8_are_inferred_as_string_ids(tmp_path):
+@pytest.mark.parametrize("arrow_type", ["binary", "string"])
+def test_bytes_that_are_not_utf8_are_inferred_as_string_ids(tmp_path, capsys, arrow_type):
     """Ids written as raw bytes (a binary column, or a string column another writer
-    filled with bytes): inferred like any string column, each distinct value counted,
-    and the pipeline reads the file with the inferred schema."""
+    filled with bytes that are not UTF-8): inferred like any string column, each
+    distinct value counted, and the pipeline reads the file with the inferred schema
+    (it hashes the bytes as they are)."""
     raw = [b"\xff\xfe", b"\xff\xfd", b"ok", b"\x80", b"ok", b"\xff\xfe"] * 5
+    column = pa.array(raw, pa.binary())
+    if arrow_type == "string":
+        column = column.view(pa.string())  # as a writer that does not check UTF-8 does
     path = tmp_path / "bytes.parquet"
-    pq.write_table(pa.table({"c": pa.array(raw, pa.binary()), "label": [0.0, 1.0] * 15}), path)
+    pq.write_table(pa.table({"c": column, "label": [0.0, 1.0] * 15}), path)
+    assert pq.read_schema(path).field("c").type == getattr(pa, arrow_type)()
+    assert cli_main(["schema", "infer", str(path), "-o", str(tmp_path / "s.json")]) == 0
+    assert "schema written to" in capsys.readouterr().out
     result = infer_schema([str(path)])
     (c,) = result.schema.features
     assert isinstance(c, Categorical) and c.dtype == "string"

@@ -11,7 +11,8 @@ always gives the same rows, in the same order, whatever the number of files and
 whichever format: a TFRecord and a Parquet data set generated with the same arguments
 hold the same examples. TFRecord files are written with the vectorized tf.Example
 encoder (`tfinput.testing.to_examples`), Parquet files with one row group per chunk.
-The schema is written next to the data as ``schema.json``.
+The schema is written next to the data as ``schema.json``. The output is committed
+whole at the end (`tfinput._src.core.outputs.StagedDir`): a killed run leaves none of it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.formats import parquet, tfrecord
+from tfinput._src.core.outputs import StagedDir, check_writable
 from tfinput._src.core.schema import Schema
 
 __all__ = ["CHUNK_ROWS", "PRESETS", "DatagenResult", "generate_files", "preset_schema"]
@@ -155,55 +157,19 @@ def _format_writer(
     return open_file, write
 
 
-def generate_files(
-    out_dir: str | os.PathLike[str],
+def _write_rows(
+    paths: list[str],
+    schema: Schema,
     *,
-    preset: str | None = "criteo-like",
-    schema: Schema | None = None,
+    format: str,
+    seed: int,
     rows: int,
-    files: int = 1,
-    format: str = "tfrecord",
-    seed: int = 0,
-    prefix: str = "part",
-    chunk_rows: int = CHUNK_ROWS,
-    progress: Callable[[int, int], None] | None = None,
-) -> DatagenResult:
-    """Write ``rows`` synthetic rows as ``files`` TFRecord or Parquet files.
-
-    Args:
-      out_dir: Output directory (created). Existing files of the same names are
-        overwritten.
-      preset: A name from `PRESETS`; ignored when ``schema`` is given.
-      schema: Generate data for this schema instead of a preset.
-      rows: Total rows, split evenly over the files.
-      files: Number of files. More files let readers interleave; each file should
-        still hold many batches.
-      format: ``tfrecord`` (tf.train.Example records) or ``parquet``.
-      seed: Random seed; the same arguments always write the same rows.
-      prefix: File name prefix (``{prefix}-00000-of-00008.tfrecord``).
-      chunk_rows: Rows generated at a time (part of the data's identity: the same
-        seed with another chunk size gives other rows). Memory grows with it.
-      progress: Called as ``progress(rows_done, rows)`` after each chunk.
-
-    Returns:
-      A `DatagenResult`.
-
-    Raises:
-      ConfigError: unknown preset or format, or non-positive rows/files.
-    """
-    _check_arguments(format=format, rows=rows, files=files, chunk_rows=chunk_rows)
-    if schema is None:
-        if preset is None:
-            raise ConfigError("datagen: give a preset name or a schema")
-        schema = preset_schema(preset)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ext = ".tfrecord" if format == "tfrecord" else ".parquet"
-    paths = [str(out / f"{prefix}-{i:05d}-of-{files:05d}{ext}") for i in range(files)]
+    chunk_rows: int,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Generate the rows chunk by chunk and write them, split evenly over ``paths``."""
+    files = len(paths)
     bounds = np.linspace(0, rows, files + 1).astype(np.int64).tolist()
-    schema_path = str(out / "schema.json")
-    schema.to_json(schema_path)
-
     writer: Any = None
     current = -1
     open_file, write = _format_writer(format, paths, schema, seed, rows, chunk_rows)
@@ -225,11 +191,74 @@ def generate_files(
     finally:
         if writer is not None:
             writer.close()
-    size = sum(os.path.getsize(p) for p in paths)
+
+
+def generate_files(
+    out_dir: str | os.PathLike[str],
+    *,
+    preset: str | None = "criteo-like",
+    schema: Schema | None = None,
+    rows: int,
+    files: int = 1,
+    format: str = "tfrecord",
+    seed: int = 0,
+    prefix: str = "part",
+    chunk_rows: int = CHUNK_ROWS,
+    progress: Callable[[int, int], None] | None = None,
+) -> DatagenResult:
+    """Write ``rows`` synthetic rows as ``files`` TFRecord or Parquet files.
+
+    Args:
+      out_dir: Output directory (created). Existing files of the same names are
+        overwritten. The files are written into a hidden staging directory beside it
+        and put in place together, ``schema.json`` included, once every one is written
+        and flushed to disk: a run that stops early leaves no partial output.
+      preset: A name from `PRESETS`; ignored when ``schema`` is given.
+      schema: Generate data for this schema instead of a preset.
+      rows: Total rows, split evenly over the files.
+      files: Number of files. More files let readers interleave; each file should
+        still hold many batches.
+      format: ``tfrecord`` (tf.train.Example records) or ``parquet``.
+      seed: Random seed; the same arguments always write the same rows.
+      prefix: File name prefix (``{prefix}-00000-of-00008.tfrecord``).
+      chunk_rows: Rows generated at a time (part of the data's identity: the same
+        seed with another chunk size gives other rows). Memory grows with it.
+      progress: Called as ``progress(rows_done, rows)`` after each chunk.
+
+    Returns:
+      A `DatagenResult`.
+
+    Raises:
+      ConfigError: unknown preset or format, non-positive rows/files, or ``out_dir``
+        cannot be written (checked before any row is generated).
+    """
+    _check_arguments(format=format, rows=rows, files=files, chunk_rows=chunk_rows)
+    if schema is None:
+        if preset is None:
+            raise ConfigError("datagen: give a preset name or a schema")
+        schema = preset_schema(preset)
+    check_writable(out_dir, what="datagen: output", directory=True)
+    out = Path(out_dir)
+    ext = ".tfrecord" if format == "tfrecord" else ".parquet"
+    names = [f"{prefix}-{i:05d}-of-{files:05d}{ext}" for i in range(files)]
+    with StagedDir(out, replaces=lambda name: name in (*names, "schema.json")) as stage:
+        staged = [str(stage.path / name) for name in names]
+        _write_rows(
+            staged,
+            schema,
+            format=format,
+            seed=seed,
+            rows=rows,
+            chunk_rows=chunk_rows,
+            progress=progress,
+        )
+        size = sum(os.path.getsize(p) for p in staged)
+        schema.to_json(str(stage.path / "schema.json"))
+        stage.commit()
     return DatagenResult(
-        paths=tuple(paths),
+        paths=tuple(str(out / name) for name in names),
         schema=schema,
-        schema_path=schema_path,
+        schema_path=str(out / "schema.json"),
         rows=rows,
         bytes=size,
         format=format,

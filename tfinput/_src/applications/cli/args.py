@@ -2,7 +2,8 @@
 a pipeline.
 
 The argument groups: the data a command reads (`add_source_arguments`), the training
-step it measures against (`add_step_arguments`) and its output (`add_output_arguments`).
+step it measures against (`add_step_arguments`) and its output (`add_output_arguments`;
+`check_output`, which every command with an output path calls before any work).
 Each group adds the arguments named in its ``help`` mapping, in that order, with that
 help text: the flags, types, choices and defaults are shared, the sentences are each
 command's own. `pipeline_from_args` turns the source arguments into a `tfinput.Pipeline`;
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tfinput._src.applications.cli.objects import load_object
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.formats.parquet import is_parquet_name
+from tfinput._src.core.outputs import check_writable
 from tfinput._src.measurement.target import Buildable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,6 +33,7 @@ __all__ = [
     "add_output_arguments",
     "add_source_arguments",
     "add_step_arguments",
+    "check_output",
     "count",
     "delimiter",
     "find_schema",
@@ -119,6 +122,22 @@ def add_output_arguments(parser: Any, *, json_help: str | None = None, html: boo
     parser.add_argument("--json", action="store_true", help=json_help)
     if html:
         parser.add_argument("--html", metavar="PATH", help="also write an HTML report with charts")
+
+
+def check_output(path: str | None, flag: str, *, directory: bool) -> None:
+    """Check, before any work, that an output argument can be written (None: not given).
+
+    Args:
+      path: The argument's value.
+      flag: The argument as the user typed it (``--out``, ``MODEL_DIR``), for the error.
+      directory: Whether it names a directory (else a file).
+
+    Raises:
+      ConfigError: one line naming the path and why it cannot be written (a folder on
+        the way is a file, read-only, permission denied, the wrong kind).
+    """
+    if path:
+        check_writable(path, what=flag, directory=directory)
 
 
 # ------------------------------------------------------------------ values

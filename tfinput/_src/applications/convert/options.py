@@ -103,7 +103,8 @@ class WriteOptions:
       chunk_rows: Columnar only: rows per record. Batch sizes that are a multiple of
         it are assembled without per-row work; smaller chunks shuffle at a finer grain.
       overwrite: Replace the ``part-*`` files, ``schema.json`` and ``manifest.json``
-        of the output directory (otherwise it must be empty).
+        of the output directory (otherwise it must be empty). They are replaced when
+        the new output is complete; until then the previous one stays whole.
     """
 
     to: str = "parquet"

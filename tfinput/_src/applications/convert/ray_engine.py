@@ -18,7 +18,9 @@ functions as the single-process path (`tfinput._src.applications.convert.values.
 `tfinput.columnar_records.ColumnarWriter`) into a directory of its own. Ray Data's
 `read_csv` is not used: it reads a CSV file in one task and loses line numbers.
 
-The driver then joins the shards:
+The driver then joins the shards in the staging directory beside ``out_dir`` and puts
+the whole output in place at the end, as `convert` does (a killed run leaves no partial
+output):
 
 - **Parquet, TFRecord:** the pieces' files are renamed ``part-NNNNN-of-MMMMM`` in
   piece order (input order, then byte order). Reading the files in name order gives
@@ -40,8 +42,8 @@ reported. Line numbers are exact: each range counts its lines and the driver add
 lines of the ranges before it.
 
 Requirements: ``pip install 'tfinput[ray]'`` on the driver and (with tfinput) on every
-node; on a cluster, the inputs and ``out_dir`` must be visible to every node at the same
-path (a shared file system). ``progress`` is called once, at the end.
+node; on a cluster, the inputs and ``out_dir``'s folder must be visible to every node at
+the same path (a shared file system). ``progress`` is called once, at the end.
 """
 
 from __future__ import annotations
@@ -65,13 +67,14 @@ from tfinput._src.applications.convert.sniff import Layout, sniff_layout
 from tfinput._src.applications.convert.writers import Shards, prepare_out_dir
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
 from tfinput._src.core.options import with_keywords
+from tfinput._src.core.outputs import check_writable
 from tfinput._src.core.schema import Schema
 
 __all__ = ["ENGINES", "SPLIT_BYTES", "convert_ray"]
 
 #: Conversion engines of ``tfinput convert --engine``.
 ENGINES = ("local", "ray")
-#: Where the tasks write, inside ``out_dir``, before the driver joins their files.
+#: Where the tasks write, inside the staging directory, before the driver joins their files.
 _PARTS_DIR = ".ray-parts"
 _ERRORS = {e.__name__: e for e in (ConfigError, DataError, SchemaError, SourceError)}
 _INSTALL = "pip install 'tfinput[ray]'"
@@ -112,38 +115,37 @@ def convert_ray(
     run = with_keywords(given, keywords, what="convert_ray")
     opts, where = run.convert, run.ray
     _check_ray(where)
+    check_writable(out_dir, what="convert: output", directory=True)
     ray_module = _import_ray()
     source, plan, dropped = open_inputs(inputs, opts)
     paths, kind, write = source.paths, source.kind, opts.write
     layouts = _layouts(paths, source.layout, source.layout_args) if kind == "csv" else {}
     pieces = _pieces(paths, kind=kind, split_bytes=where.split_bytes, layouts=layouts)
     out = Path(out_dir)
-    prepare_out_dir(out, write.overwrite)
-    parts = out / _PARTS_DIR
-    shutil.rmtree(parts, ignore_errors=True)
-    job = _Job(
-        parts=str(parts / uuid.uuid4().hex[:8]),
-        kind=kind,
-        to=write.to,
-        schema=source.schema,
-        plan=dict(plan),
-        rows_per_file=write.rows_per_file,
-        chunk_rows=write.chunk_rows,
-        stop_at_bad=opts.read.on_bad_rows == "error",
-        block_size=opts.read.block_size,
-    )
-    started = _start_ray(ray_module, where.ray_address, where.num_cpus)
-    try:
-        reports = _run(ray_module, pieces, job, where.num_cpus)
-        log = _checked_reports(reports, pieces, paths, opts.read.on_bad_rows, kind=kind)
-        files = _join(out, reports, job)
-    except BaseException:
-        _remove_outputs(out)
-        raise
-    finally:
-        shutil.rmtree(parts, ignore_errors=True)
-        if started:
-            ray_module.shutdown()
+    with prepare_out_dir(out, write.overwrite) as stage:
+        parts = stage.path / _PARTS_DIR
+        job = _Job(
+            parts=str(parts / uuid.uuid4().hex[:8]),
+            kind=kind,
+            to=write.to,
+            schema=source.schema,
+            plan=dict(plan),
+            rows_per_file=write.rows_per_file,
+            chunk_rows=write.chunk_rows,
+            stop_at_bad=opts.read.on_bad_rows == "error",
+            block_size=opts.read.block_size,
+        )
+        started = _start_ray(ray_module, where.ray_address, where.num_cpus)
+        try:
+            reports = _run(ray_module, pieces, job, where.num_cpus)
+            log = _checked_reports(reports, pieces, paths, opts.read.on_bad_rows, kind=kind)
+            files = _join(stage.path, reports, job)
+        finally:
+            shutil.rmtree(parts, ignore_errors=True)
+            if started:
+                ray_module.shutdown()
+        source.schema.to_json(str(stage.path / "schema.json"))
+        stage.commit()
     if progress is not None:
         total = sum(os.path.getsize(p) for p in paths)
         progress(total, total)
@@ -376,13 +378,6 @@ def _join_columnar(out: Path, reports: list[dict], job: _Job) -> list[str]:
             writer.write(pa.concat_tables(tail))
         parts.append(writer.manifest)
     return merge_manifests(parts, out / "manifest.json").paths
-
-
-def _remove_outputs(out: Path) -> None:
-    """Delete the data files and manifest written into ``out`` (after an error)."""
-    for p in out.iterdir():
-        if p.name.startswith(("part-", ".merge-")) or p.name == "manifest.json":
-            p.unlink()
 
 
 def _to_ipc(table: Any) -> bytes:

@@ -34,6 +34,7 @@ from tfinput._src.applications.convert.writers import (
 )
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError
 from tfinput._src.core.options import with_keywords
+from tfinput._src.core.outputs import check_writable
 from tfinput._src.core.schema import Schema
 
 __all__ = ["convert", "converted", "open_inputs"]
@@ -53,7 +54,10 @@ def convert(
     Args:
       inputs: Files or glob patterns, read in order (``.gz``/``.bz2`` CSV decompressed,
         ``.tfrecord.gz``/``.zz`` TFRecord too).
-      out_dir: Output directory; it must be empty unless ``overwrite``.
+      out_dir: Output directory; it must be empty unless ``overwrite``. The files are
+        written into a hidden staging directory beside it and put in place together,
+        ``schema.json`` included, once every one is written and flushed to disk: a run
+        that stops early (an error, Ctrl-C, a kill) leaves no partial output.
       options: A `ConvertOptions`: how the inputs are read (`ReadOptions`), what the
         columns are (`ColumnOptions`) and what is written (`WriteOptions`).
       progress: Called as ``progress(bytes_read, total_bytes)`` (compressed bytes for
@@ -68,30 +72,34 @@ def convert(
       SourceError: an input is missing or empty, or ``out_dir`` is not empty.
       SchemaError: the schema's columns are not in the input.
       DataError: a bad row with ``on_bad_rows="error"``, or no valid row at all.
-      ConfigError: an invalid argument.
+      ConfigError: an invalid argument, or ``out_dir`` cannot be written (checked
+        before anything is read).
       TypeError: a keyword that is no field of the options.
     """
     opts = with_keywords(options or ConvertOptions(), keywords, what="convert")
     read, write = opts.read, opts.write
+    check_writable(out_dir, what="convert: output", directory=True)
     source, plan, dropped = open_inputs(inputs, opts)
     paths, kind = source.paths, source.kind
     out = Path(out_dir)
-    prepare_out_dir(out, write.overwrite)
-    shards = open_shards(
-        out,
-        to=write.to,
-        schema=source.schema,
-        plan=plan,
-        rows_per_file=write.rows_per_file,
-        chunk_rows=write.chunk_rows,
-    )
-    on_read = _ByteProgress(sum(os.path.getsize(p) for p in paths), progress)
-    blocks = source.blocks(plan, block_size=read.block_size, on_read=on_read)
-    log = BadRowLog(on_bad_rows=read.on_bad_rows, unit="line" if kind == "csv" else "row")
-    files, rows, blank = _write_blocks(blocks, shards, log)
-    if rows == 0:
-        first_bad = f"; first bad row: {log.reported[0]}" if log.reported else ""
-        raise DataError(f"convert: no valid rows in {paths}" + first_bad)
+    with prepare_out_dir(out, write.overwrite) as stage:
+        shards = open_shards(
+            stage.path,
+            to=write.to,
+            schema=source.schema,
+            plan=plan,
+            rows_per_file=write.rows_per_file,
+            chunk_rows=write.chunk_rows,
+        )
+        on_read = _ByteProgress(sum(os.path.getsize(p) for p in paths), progress)
+        blocks = source.blocks(plan, block_size=read.block_size, on_read=on_read)
+        log = BadRowLog(on_bad_rows=read.on_bad_rows, unit="line" if kind == "csv" else "row")
+        files, rows, blank = _write_blocks(blocks, shards, log)
+        if rows == 0:
+            first_bad = f"; first bad row: {log.reported[0]}" if log.reported else ""
+            raise DataError(f"convert: no valid rows in {paths}" + first_bad)
+        source.schema.to_json(str(stage.path / "schema.json"))
+        stage.commit()
     return converted(
         source, out, write.to, files=files, rows=rows, log=log, blank=blank, dropped=dropped
     )
@@ -108,13 +116,12 @@ def converted(
     blank: int,
     dropped: list[str],
 ) -> ConvertResult:
-    """The finished conversion's result, ``schema.json`` written beside the files."""
-    schema_path = str(out / "schema.json")
-    source.schema.to_json(schema_path)
+    """The committed conversion's result: ``files`` (written in a staging directory)
+    named in ``out``, beside ``schema.json``."""
     return ConvertResult(
-        paths=tuple(files),
+        paths=tuple(str(out / os.path.basename(f)) for f in files),
         schema=source.schema,
-        schema_path=schema_path,
+        schema_path=str(out / "schema.json"),
         format=to,
         rows=rows,
         skipped=log.skipped,

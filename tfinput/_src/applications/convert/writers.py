@@ -1,5 +1,5 @@
 """Writing the output: shards of at most ``rows_per_file`` rows as Parquet, tf.Example
-TFRecord or columnar records, in a directory made ready for them."""
+TFRecord or columnar records, staged beside the output directory and committed whole."""
 
 from __future__ import annotations
 
@@ -13,36 +13,49 @@ import numpy as np
 from tfinput._src.applications.convert.plan import Column
 from tfinput._src.core.errors import SourceError
 from tfinput._src.core.formats import parquet, tfrecord
+from tfinput._src.core.outputs import StagedDir, remove_stale, unfinished_output
 from tfinput._src.core.schema import Schema
 
-__all__ = ["FORMATS", "ColumnarShards", "Shards", "open_shards", "prepare_out_dir"]
+__all__ = [
+    "FORMATS",
+    "ColumnarShards",
+    "Shards",
+    "is_conversion_file",
+    "open_shards",
+    "prepare_out_dir",
+]
 
 FORMATS = ("parquet", "tfrecord", "columnar")
 
 
-def prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
-    """Create ``out_dir``, or empty it of a previous conversion's files.
+def prepare_out_dir(out_dir: Path, overwrite: bool) -> StagedDir:
+    """Check ``out_dir`` and stage the conversion beside it: the files are written into
+    the returned `StagedDir` and put in place whole by its ``commit`` (which, with
+    ``overwrite``, also deletes the previous conversion's files).
 
     Raises:
       SourceError: ``out_dir`` is a file, or is not empty and ``overwrite`` is False.
+      ConfigError: ``out_dir`` cannot be written.
     """
     if out_dir.exists() and not out_dir.is_dir():
         raise SourceError(f"convert: output {str(out_dir)!r} exists and is not a directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ours = [
-        p
-        for p in out_dir.iterdir()
-        if p.name.startswith("part-") or p.name in ("schema.json", "manifest.json")
-    ]
-    others = [p for p in out_dir.iterdir() if p not in ours]
-    if (ours or others) and not overwrite:
+    remove_stale(Path(os.path.abspath(out_dir)))
+    entries = sorted(out_dir.iterdir()) if out_dir.is_dir() else []
+    if entries and not overwrite:
+        unfinished = unfinished_output(out_dir)
         raise SourceError(
-            f"convert: output directory {str(out_dir)!r} is not empty; choose a new "
+            (unfinished + "; " if unfinished else "")
+            + f"convert: output directory {str(out_dir)!r} is not empty; choose a new "
             "directory or pass overwrite=True (--overwrite) to replace its part-* files "
             "(and schema.json, manifest.json)"
         )
-    for p in ours:
-        p.unlink()
+    return StagedDir(out_dir, replaces=is_conversion_file)
+
+
+def is_conversion_file(name: str) -> bool:
+    """Whether an output directory's entry ``name`` is a conversion's own (replaced by
+    ``overwrite``): ``part-*``, ``schema.json``, ``manifest.json``."""
+    return name.startswith("part-") or name in ("schema.json", "manifest.json")
 
 
 def open_shards(

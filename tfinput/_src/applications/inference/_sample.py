@@ -148,8 +148,9 @@ def _np_values(arr: Any, dtype: str) -> np.ndarray:
     if dtype == "string":
         try:
             return arr.cast(pa.string()).to_numpy(zero_copy_only=False)
-        except (pa.ArrowInvalid, UnicodeDecodeError):
-            # Bytes that are not UTF-8 (ids written as raw bytes): the pipeline hashes
+        except (pa.ArrowException, UnicodeDecodeError):
+            # Bytes that are not UTF-8 (ids written as raw bytes, in a binary column or
+            # in a string column by a writer that does not check UTF-8): the pipeline hashes
             # the bytes as they are; here they only need telling apart (escaped, as for
             # TFRecord, so that distinct bytes stay distinct).
             raw = arr.cast(pa.binary()).to_pylist()

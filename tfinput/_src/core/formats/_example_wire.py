@@ -126,8 +126,11 @@ def _pad(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def _concat(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Row-wise concatenation of padded pieces: flat bytes and per-row lengths."""
+    """Row-wise concatenation of padded pieces: flat bytes and per-row lengths (no rows:
+    nothing, as for a list column empty in every row)."""
     rows = pieces[0][1].shape[0]
+    if rows == 0:
+        return np.zeros(0, np.uint8), np.zeros(0, np.int64)
     stacked = np.concatenate([b for b, _ in pieces], axis=1)
     mask = np.ones(stacked.shape, dtype=bool)
     lengths = np.zeros(rows, dtype=np.int64)

@@ -9,6 +9,7 @@ import stat
 from collections.abc import Callable, Sequence
 
 from tfinput._src.core.errors import SourceError
+from tfinput._src.core.outputs import unfinished_output
 
 __all__ = [
     "epoch_rows",
@@ -47,8 +48,11 @@ def data_files(directory: str) -> list[str]:
     Raises:
       SourceError: any other entry that is not a readable file (a broken symbolic link,
         a folder, a pipe, an unreadable file), named: leaving it out would lose its
-        data without a word.
+        data without a word; an unfinished output (`tfinput._src.core.outputs`).
     """
+    unfinished = unfinished_output(directory)
+    if unfinished:
+        raise SourceError(unfinished)
     out = []
     for name in sorted(os.listdir(directory)):
         if name.startswith((".", "_")) or name.endswith(".json"):

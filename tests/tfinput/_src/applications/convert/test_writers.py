@@ -41,15 +41,30 @@ def test_output_directory_must_be_empty(tmp_path, write_text):
     assert convert(path, tmp_path / "out", overwrite=True).rows == 1
 
 
-def test_overwrite_replaces_only_a_conversion_s_files(tmp_path):
+def test_overwrite_replaces_only_a_conversion_s_files(tmp_path, write_text):
     out = tmp_path / "out"
     out.mkdir()
-    for name in ("part-00000-of-00001.parquet", "schema.json", "manifest.json", "notes.txt"):
+    for name in ("part-00000-of-00003.parquet", "schema.json", "manifest.json", "notes.txt"):
         (out / name).write_text("x")
-    prepare_out_dir(out, overwrite=True)
-    assert [p.name for p in out.iterdir()] == ["notes.txt"]
     with pytest.raises(SourceError, match="is not empty; choose a new directory"):
         prepare_out_dir(out, overwrite=False)  # a file of someone else's is there
+    result = convert(write_text("label,v\n1,2\n"), out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "notes.txt",
+        "part-00000-of-00001.parquet",
+        "schema.json",
+    ]
+    assert result.rows == 1 and pq.read_table(result.paths[0]).num_rows == 1
+
+
+def test_a_failed_overwrite_keeps_the_previous_output_whole(tmp_path, write_text):
+    out = tmp_path / "out"
+    first = convert(write_text("label,v\n1,2\n0,3\n"), out, to="tfrecord")
+    with pytest.raises(tfinput.errors.DataError, match="expected 2 fields"):
+        convert(write_text("label,v\n1,2\n1,2,3\n"), out, to="tfrecord", overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "in.csv") == ["out"]
+    assert sorted(str(p) for p in out.iterdir()) == sorted([*first.paths, first.schema_path])
+    assert sum(1 for _ in tf.data.TFRecordDataset(first.paths)) == 2
 
 
 def test_output_that_is_a_file_is_refused(tmp_path):
@@ -130,6 +145,26 @@ def test_gzip_input_and_sharding(tmp_path):
     result = convert(path, tmp_path / "out", rows_per_file=3, to="tfrecord")
     assert result.rows == 10 and len(result.paths) == 4
     assert [len(list(tf.data.TFRecordDataset(p))) for p in result.paths] == [3, 3, 3, 1]
+
+
+@pytest.mark.parametrize("block_rows", [2, 16 * 1024], ids=["blocks-of-2", "one-block"])
+def test_a_string_list_empty_throughout_a_block_converts(tmp_path, write_text, block_rows):
+    text = "label,tags,ids\n" + "1,,\n0,,\n1,a|b,7\n0,,\n"
+    result = convert(
+        write_text(text),
+        tmp_path / "out",
+        to="tfrecord",
+        list_columns={"tags": "|", "ids": "|"},
+        rows_per_file=block_rows,
+    )
+    assert result.rows == 4
+    examples = [
+        tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(result.paths)
+    ]
+    tags = [list(e.features.feature["tags"].bytes_list.value) for e in examples]
+    ids = [list(e.features.feature["ids"].int64_list.value) for e in examples]
+    assert tags == [[], [], [b"a", b"b"], []] and ids == [[], [], [7], []]
+    assert [e.features.feature["label"].int64_list.value[0] for e in examples] == [1, 0, 1, 0]
 
 
 @pytest.mark.parametrize("preset", ["criteo", "movielens"])

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tfinput._src.applications.cli.args import (
     add_output_arguments,
     add_source_arguments,
+    check_output,
     count,
     pipeline_from_args,
 )
@@ -89,6 +90,7 @@ def _bench(args: argparse.Namespace) -> int:
     from tfinput._src.applications import bench
     from tfinput._src.measurement import steps
 
+    check_output(args.out, "--out", directory=False)
     pipeline = pipeline_from_args(args)
     service = Target.of(pipeline, what="benchmark").service
     if args.target_rate is not None and service is None:

@@ -9,7 +9,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.applications.cli.args import add_output_arguments, count, delimiter, list_columns
+from tfinput._src.applications.cli.args import (
+    add_output_arguments,
+    check_output,
+    count,
+    delimiter,
+    list_columns,
+)
 from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 
@@ -129,6 +135,7 @@ def _engine_arguments(e: argparse._ArgumentGroup) -> None:
 
 def _convert(args: argparse.Namespace) -> int:
     """Convert CSV/TSV, Parquet or TFRecord to Parquet, TFRecord or columnar records."""
+    check_output(args.out, "--out", directory=True)
     options = _options(args)
     run, engine_options = _engine(args)
     with progress() as bar:

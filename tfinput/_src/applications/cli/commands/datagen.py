@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tfinput._src.applications.cli.args import add_output_arguments, count
+from tfinput._src.applications.cli.args import add_output_arguments, check_output, count
 from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 
@@ -30,6 +30,7 @@ def _datagen(args: argparse.Namespace) -> int:
     from tfinput._src.applications import datagen
     from tfinput._src.core.schema import Schema
 
+    check_output(args.out, "datagen: output", directory=True)
     schema = Schema.from_json(args.schema) if args.schema else None
     with progress() as bar:
         task = bar.add_task(f"datagen {args.format}", total=args.rows)

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from tfinput._src.applications.cli.args import add_output_arguments
+from tfinput._src.applications.cli.args import add_output_arguments, check_output
 from tfinput._src.applications.cli.console import console
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
@@ -57,6 +57,7 @@ def _export(args: argparse.Namespace) -> int:
 
     if not os.path.isfile(args.model):
         raise ConfigError(f"export: --model {args.model}: no such file")
+    check_output(args.out, "export: MODEL_DIR", directory=True)
     schema = Schema.from_json(args.schema)
     _tensorflow_backend()
     import keras

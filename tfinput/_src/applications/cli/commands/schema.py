@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.applications.cli.args import add_output_arguments, list_columns
+from tfinput._src.applications.cli.args import add_output_arguments, check_output, list_columns
 from tfinput._src.applications.cli.commands import sparsecore
 from tfinput._src.applications.cli.console import console
 from tfinput._src.applications.cli.registry import Command
@@ -38,6 +38,7 @@ def _infer_arguments(p: argparse.ArgumentParser) -> None:
 def _infer(args: argparse.Namespace) -> int:
     from tfinput._src.applications.inference import infer_schema
 
+    check_output(args.out, "--out", directory=False)
     result = infer_schema(
         args.paths,
         sample_rows=args.sample_rows,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tfinput._src.applications.cli.args import (
     add_output_arguments,
     add_source_arguments,
+    check_output,
     tfinput_pipeline_from_args,
 )
 from tfinput._src.applications.cli.console import console, progress
@@ -122,6 +123,7 @@ def _limits(spec: str | None) -> Any:
 def run(args: argparse.Namespace) -> int:
     from tfinput._src.applications.sparsecore import MLPERF_LIMIT, sparsecore_stats
 
+    check_output(args.out, "--out", directory=False)
     limits = _limits(args.limits)
     stacking = _stacking(args.stack)
     config = None
