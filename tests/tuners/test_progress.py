@@ -24,9 +24,7 @@ LINE = re.compile(
 
 
 def _lines(caplog, level=logging.INFO):
-    return [
-        r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level
-    ]
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
 
 
 def test_tune_logs_a_line_per_trial_with_config_rate_best_and_time_left(
