@@ -27,17 +27,17 @@ class SparseTableAdam(keras.optimizers.Adam):
     * Tables (2-D weights named ``table_variable_name``, the ``embeddings`` of
       `PaddedEmbeddingBag` and ``keras.layers.Embedding``) keep one accumulator per row
       (``[rows, 1]``: a table's size / dim, not twice the table as Adam's slots) and
-      take row-wise Adagrad: for each touched row, ``acc += mean(g²)`` and
-      ``row -= learning_rate · g / (sqrt(acc) + table_epsilon)``, ``g`` the sum of the
-      row's gradients in the batch.
+      take row-wise Adagrad: for each gradient slice ``g`` of a touched row,
+      ``acc += mean(g²)``, then ``row -= learning_rate · g / (sqrt(acc) + table_epsilon)``.
     * Every other weight takes Adam with the given ``beta_1``, ``beta_2``, ``epsilon``.
 
     On the TensorFlow backend a table's gradient arrives as ``tf.IndexedSlices`` (the
-    gradient of a gather); the update deduplicates its ids and writes the touched rows
-    with scatters, so its cost follows the ids per batch. On JAX the gradient of a
-    table is a dense array as large as the table and the same rule is applied to the
-    whole table (untouched rows have zero gradient and do not move): the update stays
-    dense there, its cost following the table's size.
+    gradient of a gather), one slice per id of the batch; the update writes those rows
+    with scatters (an id met k times adds k slices), so its cost follows the ids per
+    batch. On JAX the gradient of a table is a dense array as large as the table, the
+    slices of a row already summed, and the same rule is applied to the whole table
+    (untouched rows have zero gradient and do not move): the update stays dense there,
+    its cost following the table's size.
 
     Args:
       learning_rate: The learning rate of both rules (a float or a schedule).
@@ -123,10 +123,14 @@ class SparseTableAdam(keras.optimizers.Adam):
 
         ids, g = rows
         g = tf.cast(g, variable.dtype)
-        acc = tf.gather(_value(accumulator), ids) + tf.reduce_mean(tf.square(g), 1, keepdims=True)
-        self.assign(accumulator, tf.IndexedSlices(acc, ids))
-        step = lr * g / (tf.sqrt(acc) + self.table_epsilon)
-        self.assign_sub(variable, tf.IndexedSlices(step, ids))
+        # Each gradient slice adds its mean square to its row's accumulator (a row met
+        # k times in the batch gets k additions), then moves the row by lr·g/sqrt(acc):
+        # scatters and a gather of the batch's ids, no sort (XLA's unique is one).
+        self.assign_add(accumulator, tf.IndexedSlices(tf.reduce_mean(g * g, 1, keepdims=True), ids))
+        acc = tf.gather(_value(accumulator), ids)
+        self.assign_sub(
+            variable, tf.IndexedSlices(lr * g / (tf.sqrt(acc) + self.table_epsilon), ids)
+        )
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
@@ -140,7 +144,7 @@ class SparseTableAdam(keras.optimizers.Adam):
 
 
 def _touched_rows(gradient: Any) -> tuple[Any, Any] | None:
-    """``(unique ids, summed gradient rows)`` of a ``tf.IndexedSlices`` gradient, or
+    """``(ids, gradient rows)`` of a ``tf.IndexedSlices`` gradient (ids may repeat), or
     None for a dense one."""
     if keras.config.backend() != "tensorflow":
         return None
@@ -148,8 +152,7 @@ def _touched_rows(gradient: Any) -> tuple[Any, Any] | None:
 
     if not isinstance(gradient, tf.IndexedSlices):
         return None
-    ids, position = tf.unique(gradient.indices)
-    return ids, tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(ids)[0])
+    return gradient.indices, gradient.values
 
 
 def _value(variable: Any) -> Any:
