@@ -132,7 +132,12 @@ def section(results: list[dict], args: argparse.Namespace, took: float) -> str:
     lines = []
     for res in results:
         t = res["times"]
-        base = {o: statistics.median(t[f"{o} {min(args.sizes)}"]) for o in ("sparse", "dense")}
+        first = min(args.sizes)
+        base = {
+            o: statistics.median(t[f"{o} {first}"])
+            for o in ("sparse", "dense")
+            if f"{o} {first}" in t
+        }
         for rows in args.sizes:
             cells = []
             for opt in ("sparse", "dense"):
