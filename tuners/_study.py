@@ -77,6 +77,7 @@ from tuners._confirm import (
     winner_format_advice,
     winner_roofline,
 )
+from tuners._progress import TrialProgress
 from tuners._result import (
     TrialsFailedError,
     TuneInterrupted,
@@ -147,6 +148,7 @@ def tune(
     current: PipelineConfig | None = None,
     options: TuneOptions | None = None,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
+    verbose: bool = True,
     **keywords: Any,
 ) -> TuneResult:
     """Search pipeline configs against a training step and confirm the winner.
@@ -162,8 +164,15 @@ def tune(
       options: A `tuners.TuneOptions`: the search (``n_trials``, ``timeout``, sampler,
         pruner), the study (storage, name, heartbeats), the measurement (window counts,
         CPUs, clocks) and the confirmation (top configs, gain by knob, format advice).
-      progress: ``progress(event, info)`` for display (events: ``trial``, ``confirm``,
+      progress: ``progress(event, info)`` for display (events: ``trial``, with the
+        estimated seconds left as ``eta_s``; ``slow_trial``; ``confirm``,
         ``roofline``, ...).
+      verbose: Log a line per trial (its config, rate, state, the best so far and,
+        from the first trial on, the time left), the stages after the search, and a
+        note while a first trial runs past `tuners._progress.SLOW_FIRST_TRIAL_S`
+        seconds, on the ``tfinput.tuners`` logger (INFO; the note WARNING). When
+        logging is not configured, a stderr handler shows them for the call; a level
+        set on the logger (or on ``tfinput``) silences them, as ``verbose=False`` does.
       **keywords: Fields of the groups of ``options`` given directly (``n_trials=``,
         ``storage=``, ``windows=``, ``confirm_top=``, ...); they override ``options``.
 
@@ -184,9 +193,16 @@ def tune(
     measured, search, kept = opts.measurement, opts.search, opts.study
     check_counts(windows=measured.windows, window_batches=measured.window_batches)
     plan = measured.plan(TUNER_PLAN, what="tune")
+    reporter = TrialProgress(
+        total=search.n_trials,
+        plan=plan,
+        display=progress,
+        verbose=verbose,
+        clock=measured.clock or time.perf_counter,
+    )
     run = Tuning.settle(
         pipeline,
-        step=step,
+        step=reporter.watch(step),
         space=space,
         base=base,
         current=current,
@@ -194,29 +210,30 @@ def tune(
         plan=plan,
         clocks=measured.clocks(),
         lock_path=kept.lock_path,
-        progress=progress,
+        progress=reporter,
     )
-    run.refuse_data_smaller_than_a_batch()
-    study, in_memory = _open_study(run, search, kept)
-    stage = "search"
-    try:
-        search_seconds, notes = search_trials(
-            study,
-            run,
-            n_trials=search.n_trials,
-            timeout=search.timeout,
-            in_memory=in_memory,
-            max_consecutive_failures=search.max_consecutive_failures,
-        )
-        stage = "confirmation"
-        outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
-    except KeyboardInterrupt as e:
-        # Ctrl-C: what was done goes with the exception (a second Ctrl-C while the
-        # interrupted trials are enqueued again stops at once).
-        requeued = () if in_memory else requeue_interrupted(study, run)
-        raise TuneInterrupted(
-            study, stage=stage, storage=kept.storage, requeued=tuple(requeued)
-        ) from e
+    with reporter:
+        run.refuse_data_smaller_than_a_batch()
+        study, in_memory = _open_study(run, search, kept)
+        stage = "search"
+        try:
+            search_seconds, notes = search_trials(
+                study,
+                run,
+                n_trials=search.n_trials,
+                timeout=search.timeout,
+                in_memory=in_memory,
+                max_consecutive_failures=search.max_consecutive_failures,
+            )
+            stage = "confirmation"
+            outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
+        except KeyboardInterrupt as e:
+            # Ctrl-C: what was done goes with the exception (a second Ctrl-C while the
+            # interrupted trials are enqueued again stops at once).
+            requeued = () if in_memory else requeue_interrupted(study, run)
+            raise TuneInterrupted(
+                study, stage=stage, storage=kept.storage, requeued=tuple(requeued)
+            ) from e
     outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
     outcome["storage"] = storage_label(opts.study.storage)
     return _result(study, run, opts.confirmation, notes, outcome)

@@ -80,7 +80,8 @@ def trailing_failures(trials: list[Any], *, since: datetime.datetime) -> list[An
 def trial_info(
     study: optuna.Study, trial: optuna.trial.FrozenTrial, n_trials: int
 ) -> dict[str, Any]:
-    """The ``trial`` progress event: the trial's state and value, trials done, the best."""
+    """The ``trial`` progress event: the trial's state, value and searched parameters,
+    trials done, the best."""
     import optuna
 
     done = [
@@ -101,6 +102,7 @@ def trial_info(
         "best": best,
         "baseline": trial.user_attrs.get("baseline"),
         "error": trial.user_attrs.get("error"),
+        "params": dict(trial.params),
     }
 
 

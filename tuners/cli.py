@@ -35,6 +35,7 @@ from tfinput.cli.demo import DEMO, demo_pipeline
 from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
 from tfinput.measure.target import Target
+from tuners._progress import stage_line, trial_line
 from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyOptions, TuneOptions
 
 if TYPE_CHECKING:
@@ -231,33 +232,22 @@ class _Display:
             )
             if not self.bar.disable:
                 return
-            value = f"{info['value']:,.0f}/s" if info.get("value") else info.get("error") or ""
-            print(
-                f"trial {info['number']} [{label}] {info['state']} {value} "
-                f"({info['done']}/{self.total}) {best}",
-                file=sys.stderr,
-            )
-        elif event == "confirm":
+            print(trial_line(info, self.total), file=sys.stderr)
+            return
+        if event == "confirm":
             self.confirm_task = self.bar.add_task(
                 "confirming against autotune", total=len(info["configs"]) * info["windows"]
             )
-            if self.bar.disable:
-                print(
-                    f"confirming {', '.join(info['configs'])} ({info['windows']} windows "
-                    "each, interleaved)",
-                    file=sys.stderr,
-                )
         elif event == "confirm_window":
             self.bar.update(self.confirm_task, completed=info["done"])
-        elif event in _STAGES and self.bar.disable:
-            print(_STAGES[event], file=sys.stderr)
-
-
-_STAGES = {
-    "roofline": "measuring the roofline with the winner's serial stage (a few seconds)",
-    "breakdown": "measuring the gain by knob (the winner with each knob group reverted)",
-    "format_advice": "parse may bound tf.Example: converting a sample to columnar records",
-}
+            return
+        line = stage_line(event, info)
+        if line is None:
+            return
+        if event == "slow_trial" and not self.bar.disable:
+            self.bar.console.print(line, markup=False)
+        elif self.bar.disable:
+            print(line, file=sys.stderr)
 
 
 def _finish(result: TuneResult, args: argparse.Namespace, out: str) -> int:
@@ -364,7 +354,7 @@ def _search(
 
     try:
         with _Display(args.n_trials) as display:
-            return tune(pipeline, progress=display, **kwargs)
+            return tune(pipeline, progress=display, verbose=False, **kwargs)
     except TrialsFailedError as e:
         _write_failed(e, out)
         raise

@@ -63,7 +63,7 @@ def test_cli_needs_exactly_one_pipeline(capsys):
     assert code == 2 and "give exactly one pipeline" in err
 
 
-def test_cli_tune_end_to_end(cli_args, capsys, tmp_path, monkeypatch):
+def test_cli_tune_end_to_end(cli_args, capsys, tmp_path, monkeypatch, caplog):
     # Without plotly (an optional extra): the report still has its tables and says how
     # to get the charts (the report with charts: test_report.py).
     for name in [m for m in list(sys.modules) if m.split(".")[0] == "plotly"]:
@@ -88,6 +88,12 @@ def test_cli_tune_end_to_end(cli_args, capsys, tmp_path, monkeypatch):
     assert data["resume"] == json.loads((out_dir / "best_config.json").read_text())["resume"]
     assert data["resume"] == resume_record(best)
     assert "Traceback" not in err and "pip install 'tfinput[plots]'" in err
+    # One line per trial (the progress bar is off when stderr is no terminal), each
+    # printed once: the CLI's display, not also the tuner's logger.
+    lines = [line for line in err.splitlines() if line.startswith("trial ")]
+    assert [line.split(" [")[0] for line in lines] == ["trial 0", "trial 1", "trial 2"]
+    assert "left: " in lines[0] and "map_parallelism=" in lines[2]
+    assert not [r for r in caplog.records if r.getMessage().startswith("trial ")]
     for name in ("best_config.json", "result.json", "report.html"):
         assert (out_dir / name).exists(), name
     html = (out_dir / "report.html").read_text()

@@ -86,6 +86,7 @@ def test_trial_info_is_the_progress_event(study):
         "best": 300.0,
         "baseline": None,
         "error": None,
+        "params": {},  # the trial's searched parameters (none in this study)
     }
     empty = optuna.create_study(direction="maximize")
     number = empty.ask().number

@@ -18,8 +18,15 @@ from keras import layers, ops
 
 from tfinput._src.core.layout import PackedLayout, is_packed, unpack
 from tfinput._src.core.schema import Categorical, MultiHot, Schema
+from tfinput._src.measurement._table_optimizer import SparseTableAdam
 
-__all__ = ["PaddedEmbeddingBag", "RankingModel", "ranking_model", "signed_log1p"]
+__all__ = [
+    "PaddedEmbeddingBag",
+    "RankingModel",
+    "SparseTableAdam",
+    "ranking_model",
+    "signed_log1p",
+]
 
 
 @keras.saving.register_keras_serializable(package="tfinput")
@@ -189,11 +196,16 @@ def ranking_model(
     steps_per_execution: int = 1,
     **kwargs: Any,
 ) -> RankingModel:
-    """A compiled `RankingModel` (Adam, binary cross-entropy on logits, AUC).
+    """A compiled `RankingModel` (`SparseTableAdam`, binary cross-entropy on logits, AUC).
+
+    The optimizer updates only the embedding rows a batch touches (row-wise Adagrad on
+    the tables, Adam on the dense layers), as embedding trainers do: on TensorFlow a
+    step's cost follows the ids per batch, not the tables' sizes. On JAX the tables'
+    gradients are dense, and so is their update (see `SparseTableAdam`).
 
     Args:
       schema: The features and tables.
-      learning_rate: Adam's learning rate.
+      learning_rate: The optimizer's learning rate (tables and dense layers).
       jit_compile: Compile the train step with XLA.
       steps_per_execution: Training steps per call into the compiled step (``fit``);
         pass a tuned ``PipelineConfig.steps_per_execution``.
@@ -203,7 +215,7 @@ def ranking_model(
     kwargs.setdefault("name", "ranking_model")  # stable across instances (reports compare it)
     model = RankingModel(schema, **kwargs)
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
+        optimizer=SparseTableAdam(learning_rate),
         loss=keras.losses.BinaryCrossentropy(from_logits=True),
         metrics=[keras.metrics.AUC(from_logits=True, name="auc")],
         jit_compile=jit_compile,

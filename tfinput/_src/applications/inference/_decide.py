@@ -16,7 +16,7 @@ from tfinput._src.applications.inference._sample import ColumnSample, SampledCol
 from tfinput._src.core.errors import SchemaError
 from tfinput._src.core.schema import MAX_LEN, Categorical, Dense, Label, MultiHot, Schema, Table
 
-__all__ = ["LABEL_NAMES", "LARGE_VALUE", "MAX_DIRECT_ROWS", "decide"]
+__all__ = ["LABEL_NAMES", "LARGE_VALUE", "MAX_DIRECT_ROWS", "decide", "dim_rule"]
 
 #: Column names (any case) taken as labels when ``labels`` is not given.
 LABEL_NAMES = (
@@ -343,6 +343,19 @@ def _table_rows(
 def _dim(rows: int) -> int:
     """Embedding dim: ``6 · rows^¼`` rounded to a multiple of 4, within [4, 128]."""
     return int(min(128, max(4, 4 * round(6 * rows**0.25 / 4))))
+
+
+def dim_rule(rows: int, dim: int) -> str:
+    """Why a table of ``rows`` rows has ``dim``: the inference's rule with its numbers
+    (``dim 108 = 6·V^¼ = 106.7 for V = 100,000, rounded to a multiple of 4``), or
+    that the schema sets it."""
+    if dim != _dim(rows):
+        return f"dim {dim}: set in the schema (the rule would give {_dim(rows)})"
+    raw = 6 * rows**0.25
+    head = f"dim {dim} = 6·V^¼ = {raw:.1f} for V = {rows:,}"
+    if raw / 4 > 32.5:
+        return f"{head}, capped at 128"
+    return f"{head}, rounded to a multiple of 4"
 
 
 def _pow2(n: int) -> int:

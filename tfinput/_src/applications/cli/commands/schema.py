@@ -53,6 +53,7 @@ def _infer(args: argparse.Namespace) -> int:
         return 0
     out = console()
     out.print(_inference_table(result))
+    out.print(_dims_table(result.schema))
     if args.out:
         out.print(f"schema written to {args.out} (review and edit it: it is plain JSON)")
     else:
@@ -100,6 +101,46 @@ def _inference_table(result: Inference) -> Any:
             c.note,
         )
     return t
+
+
+def _dims_table(schema: Any) -> Any:
+    """One row per table: rows, dim and the rule behind it, parameters, float32 bytes;
+    the total, and how to change a dim."""
+    from rich.table import Table as RichTable
+
+    from tfinput._src.applications.inference._decide import dim_rule
+
+    total = sum(t.vocabulary_size * t.dim for t in schema.tables)
+    t = RichTable(
+        title="embedding tables: the model size these dims imply",
+        caption=(
+            f"total {total:,} parameters, {_bytes(4 * total)} at float32 (Adam keeps 2 "
+            "more copies; tfinput.models.SparseTableAdam one float per row); change a dim "
+            'by editing the table\'s "dim" in the schema JSON (docs/data.md)'
+        ),
+    )
+    for col in ("table", "rows", "dim", "why", "parameters", "float32"):
+        t.add_column(col, overflow="fold")
+    for table in schema.tables:
+        n = table.vocabulary_size * table.dim
+        t.add_row(
+            table.name,
+            f"{table.vocabulary_size:,}",
+            str(table.dim),
+            dim_rule(table.vocabulary_size, table.dim),
+            f"{n:,}",
+            _bytes(4 * n),
+        )
+    return t
+
+
+def _bytes(n: float) -> str:
+    """``512 B``, ``43.2 MB``, ``1.3 GB``."""
+    for unit in ("B", "KB", "MB"):
+        if n < 1000:
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} GB"
 
 
 # ---------------------------------------------------------------------- tpu

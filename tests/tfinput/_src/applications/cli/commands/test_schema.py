@@ -148,3 +148,35 @@ def test_schema_infer_on_a_fifo_fails_at_once_naming_it(tmp_path):
         "cannot give; write the data to a file and name that"
     )
     assert "Traceback" not in proc.stderr
+
+
+def test_schema_infer_says_each_tables_dim_rule_and_the_model_size(tmp_path, small_parquet, capsys):
+    out_path = tmp_path / "inferred.json"
+    code, out, _ = run_cli(capsys, "schema", "infer", *small_parquet, "-o", out_path)
+    assert code == 0
+    schema = Schema.from_json(out_path)
+    text = " ".join(out.split())  # the table's cells and caption unwrapped
+    assert "embedding tables: the model size these dims imply" in text
+    for t in schema.tables:
+        rule = f"dim {t.dim} = 6·V^¼ = {6 * t.vocabulary_size**0.25:.1f} for V = "
+        row = [line for line in out.splitlines() if f" {t.name} " in line and "6·V^¼" in line]
+        assert len(row) == 1 and rule + f"{t.vocabulary_size:,}" in row[0], (t, row)
+        assert f"{t.vocabulary_size * t.dim:,}" in row[0]
+    total = sum(t.vocabulary_size * t.dim for t in schema.tables)
+    assert f"total {total:,} parameters, {4 * total / 1e6:,.1f} MB at float32" in text
+    assert 'change a dim by editing the table\'s "dim" in the schema JSON (docs/data.md)' in text
+
+
+@pytest.mark.parametrize(
+    ("rows", "dim", "why"),
+    [
+        (100_000, 108, "dim 108 = 6·V^¼ = 106.7 for V = 100,000, rounded to a multiple of 4"),
+        (10_000_000, 128, "dim 128 = 6·V^¼ = 337.4 for V = 10,000,000, capped at 128"),
+        (100_000, 16, "dim 16: set in the schema (the rule would give 108)"),
+    ],
+    ids=["rounded", "capped", "edited"],
+)
+def test_dim_rule(rows, dim, why):
+    from tfinput._src.applications.inference._decide import dim_rule
+
+    assert dim_rule(rows, dim) == why

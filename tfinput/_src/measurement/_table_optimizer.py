@@ -1,0 +1,160 @@
+"""`SparseTableAdam`: Adam for the dense weights, row-wise Adagrad on the rows of the
+embedding tables that a batch touches.
+
+Keras imports this module with `tfinput.models` (it subclasses a Keras optimizer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+from keras import ops
+
+__all__ = ["SparseTableAdam"]
+
+
+@keras.saving.register_keras_serializable(package="tfinput")
+class SparseTableAdam(keras.optimizers.Adam):
+    """Adam for dense weights; row-wise Adagrad, applied sparsely, for embedding tables.
+
+    Keras's Adam keeps two slots as large as every weight and updates them in full at
+    every step, so a step's cost grows with the size of the embedding tables even though
+    a batch reads only a few of their rows. Embedding trainers (TPU embedding,
+    SparseCore, FBGEMM/TorchRec) update only the rows a batch touches; this optimizer
+    does the same, so a training step costs what the batch's ids cost:
+
+    * Tables (2-D weights named ``table_variable_name``, the ``embeddings`` of
+      `PaddedEmbeddingBag` and ``keras.layers.Embedding``) keep one accumulator per row
+      (``[rows, 1]``: a table's size / dim, not twice the table as Adam's slots) and
+      take row-wise Adagrad: for each gradient slice ``g`` of a touched row,
+      ``acc += mean(g²)``, then ``row -= learning_rate · g / (sqrt(acc) + table_epsilon)``.
+    * Every other weight takes Adam with the given ``beta_1``, ``beta_2``, ``epsilon``.
+
+    On the TensorFlow backend a table's gradient arrives as ``tf.IndexedSlices`` (the
+    gradient of a gather), one slice per id of the batch; the update writes those rows
+    with scatters (an id met k times adds k slices), so its cost follows the ids per
+    batch. On JAX the gradient of a table is a dense array as large as the table, the
+    slices of a row already summed, and the same rule is applied to the whole table
+    (untouched rows have zero gradient and do not move): the update stays dense there,
+    its cost following the table's size.
+
+    Args:
+      learning_rate: The learning rate of both rules (a float or a schedule).
+      beta_1: Adam's first-moment decay.
+      beta_2: Adam's second-moment decay.
+      epsilon: Adam's epsilon.
+      table_epsilon: Added to the row-wise root mean square before dividing.
+      table_initial_accumulator: The tables' accumulators' starting value; larger
+        values make the first steps on a row smaller.
+      table_variable_name: The name of the weights updated row-wise.
+      **kwargs: Other `keras.optimizers.Optimizer` arguments (``name``, clipping).
+    """
+
+    def __init__(
+        self,
+        learning_rate: Any = 1e-3,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+        *,
+        table_epsilon: float = 1e-8,
+        table_initial_accumulator: float = 0.0,
+        table_variable_name: str = "embeddings",
+        name: str = "sparse_table_adam",
+        **kwargs: Any,
+    ):
+        kwargs.pop("amsgrad", None)  # not supported: Adam's get_config carries it
+        super().__init__(
+            learning_rate=learning_rate,
+            beta_1=beta_1,
+            beta_2=beta_2,
+            epsilon=epsilon,
+            name=name,
+            **kwargs,
+        )
+        self.table_epsilon = table_epsilon
+        self.table_initial_accumulator = table_initial_accumulator
+        self.table_variable_name = table_variable_name
+
+    def is_table(self, variable: Any) -> bool:
+        """Whether ``variable`` takes the row-wise rule."""
+        return len(variable.shape) == 2 and variable.name == self.table_variable_name
+
+    def build(self, var_list: list[Any]) -> None:
+        """Adam's two slots for dense weights, one ``[rows, 1]`` accumulator per table."""
+        if self.built:
+            return
+        keras.optimizers.Optimizer.build(self, var_list)
+        self._momentums, self._velocities, self._row_accumulators = [], [], []
+        for v in var_list:
+            if self.is_table(v):
+                self._momentums.append(None)
+                self._velocities.append(None)
+                self._row_accumulators.append(
+                    self.add_variable(
+                        shape=(v.shape[0], 1),
+                        initializer=keras.initializers.Constant(self.table_initial_accumulator),
+                        dtype=v.dtype,
+                        name=f"row_accumulator_{v.name}",
+                    )
+                )
+            else:
+                self._momentums.append(self.add_variable_from_reference(v, "momentum"))
+                self._velocities.append(self.add_variable_from_reference(v, "velocity"))
+                self._row_accumulators.append(None)
+
+    def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
+        accumulator = self._row_accumulators[self._get_variable_index(variable)]
+        if accumulator is None:
+            super().update_step(gradient, variable, learning_rate)
+            return
+        lr = ops.cast(learning_rate, variable.dtype)
+        rows = _touched_rows(gradient)
+        if rows is None:  # a dense gradient (JAX, torch): every row, untouched ones at 0
+            g = ops.cast(gradient, variable.dtype)
+            acc = ops.add(accumulator, ops.mean(ops.square(g), axis=1, keepdims=True))
+            self.assign(accumulator, acc)
+            self.assign_sub(
+                variable, ops.divide(ops.multiply(lr, g), ops.sqrt(acc) + self.table_epsilon)
+            )
+            return
+        import tensorflow as tf
+
+        ids, g = rows
+        g = tf.cast(g, variable.dtype)
+        # Each gradient slice adds its mean square to its row's accumulator (a row met
+        # k times in the batch gets k additions), then moves the row by lr·g/sqrt(acc):
+        # scatters and a gather of the batch's ids, no sort (XLA's unique is one).
+        self.assign_add(accumulator, tf.IndexedSlices(tf.reduce_mean(g * g, 1, keepdims=True), ids))
+        acc = tf.gather(_value(accumulator), ids)
+        self.assign_sub(
+            variable, tf.IndexedSlices(lr * g / (tf.sqrt(acc) + self.table_epsilon), ids)
+        )
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.pop("amsgrad", None)
+        return {
+            **config,
+            "table_epsilon": self.table_epsilon,
+            "table_initial_accumulator": self.table_initial_accumulator,
+            "table_variable_name": self.table_variable_name,
+        }
+
+
+def _touched_rows(gradient: Any) -> tuple[Any, Any] | None:
+    """``(ids, gradient rows)`` of a ``tf.IndexedSlices`` gradient (ids may repeat), or
+    None for a dense one."""
+    if keras.config.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    if not isinstance(gradient, tf.IndexedSlices):
+        return None
+    return gradient.indices, gradient.values
+
+
+def _value(variable: Any) -> Any:
+    """The backend variable behind a Keras variable."""
+    return getattr(variable, "value", variable)
