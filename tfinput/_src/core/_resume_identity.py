@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tfinput._src.core.config import AUTOTUNE
 from tfinput._src.core.errors import ResumeError
-from tfinput._src.core.sources.protocol import READ_KNOBS
-from tfinput._src.core.sources.skeleton import read_parallelism
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -133,6 +131,11 @@ def _read_plan(source: Source, config: PipelineConfig) -> dict[str, Any]:
     identity records them: AUTOTUNE as ``"AUTOTUNE"``, the interleave's parallelism as
     the read uses it (at most the cycle length), and an AUTOTUNE cycle length with the
     number of files TensorFlow reads at once on this host (`_cycle_length`)."""
+    # Imported here: the sources package loads TensorFlow, which `tfinput check`'s
+    # parser (this module's importer) must not.
+    from tfinput._src.core.sources.protocol import READ_KNOBS
+    from tfinput._src.core.sources.skeleton import read_parallelism
+
     knobs = getattr(source, "position_knobs", None)
     if knobs is None:  # a source written against an earlier Source protocol
         knobs = [k for k in READ_KNOBS if k not in getattr(source, "ignored_knobs", ())]
@@ -163,6 +166,8 @@ def _cycle_length(config: PipelineConfig, cores: int) -> int:
     the parallelism, at most the cores, for a parallel one; a third of the cores (at
     least one) when the parallelism is AUTOTUNE too (a thread for the current and two
     for the next files of each)."""
+    from tfinput._src.core.sources.skeleton import read_parallelism
+
     parallel = read_parallelism(config)
     if parallel == 1:
         return cores

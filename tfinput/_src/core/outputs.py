@@ -28,6 +28,7 @@ import errno
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -127,12 +128,12 @@ class StagedDir:
             here = Path.cwd() == self.out or self.out in Path.cwd().parents
             if not (mount or here):  # a renamed working directory would strand its shell
                 name = f".{self.out.name}{_STAGING}{os.getpid()}-"
-                return Path(tempfile.mkdtemp(prefix=name, dir=parent)), False
+                return _fresh_dir(parent, name), False
         except OSError as e:
             if not self.out.is_dir():
                 raise ConfigError(f"output {self.out}: cannot write: {e.strerror or e}") from None
         try:
-            staged = tempfile.mkdtemp(prefix=f"{_STAGING}{os.getpid()}-", dir=self.out)
+            staged = _fresh_dir(self.out, f"{_STAGING}{os.getpid()}-")
         except OSError as e:
             raise ConfigError(f"output {self.out}: cannot write: {e.strerror or e}") from None
         return Path(staged), True
@@ -242,3 +243,16 @@ def _fsync(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _fresh_dir(parent: Path, prefix: str) -> Path:
+    """A new, empty directory ``parent/prefix*`` with the mode the user's umask gives
+    (`tempfile.mkdtemp` makes it 0700 whatever the umask, and the rename onto the
+    output would keep that mode)."""
+    while True:
+        path = parent / f"{prefix}{uuid.uuid4().hex[:8]}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue

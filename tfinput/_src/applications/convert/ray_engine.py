@@ -70,7 +70,7 @@ from tfinput._src.core.options import with_keywords
 from tfinput._src.core.outputs import check_writable
 from tfinput._src.core.schema import Schema
 
-__all__ = ["ENGINES", "SPLIT_BYTES", "convert_ray"]
+__all__ = ["ENGINES", "SPLIT_BYTES", "convert_ray", "import_ray"]
 
 #: Conversion engines of ``tfinput convert --engine``.
 ENGINES = ("local", "ray")
@@ -116,7 +116,7 @@ def convert_ray(
     opts, where = run.convert, run.ray
     _check_ray(where)
     check_writable(out_dir, what="convert: output", directory=True)
-    ray_module = _import_ray()
+    ray_module = import_ray()
     source, plan, dropped = open_inputs(inputs, opts)
     paths, kind, write = source.paths, source.kind, opts.write
     layouts = _layouts(paths, source.layout, source.layout_args) if kind == "csv" else {}
@@ -204,7 +204,12 @@ def _checked_reports(
 
 
 # ------------------------------------------------------------------- driver
-def _import_ray() -> Any:
+def import_ray() -> Any:
+    """The ``ray`` module, with Ray Data loaded.
+
+    Raises:
+      ConfigError: Ray Data is not installed (the message names the extra).
+    """
     try:
         import ray
         import ray.data  # the Data library (ray[data]) must be there too

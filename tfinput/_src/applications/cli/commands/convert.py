@@ -251,9 +251,9 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 def _on_local_ray(*args: Any, **kwargs: Any) -> ConvertResult:
     """`convert_ray` on the local Ray instance it starts, said once at start
     (`LOCAL_RAY_OPEN`) once Ray is known to be installed."""
-    from tfinput._src.applications.convert.ray_engine import _import_ray, convert_ray
+    from tfinput._src.applications.convert.ray_engine import convert_ray, import_ray
 
-    _import_ray()  # without Ray: the error naming the extra, and no notice
+    import_ray()  # without Ray: the error naming the extra, and no notice
     print(LOCAL_RAY_OPEN, file=sys.stderr, flush=True)
     return convert_ray(*args, **kwargs)
 
