@@ -93,6 +93,25 @@ ONE_END: dict[str, tuple[str, str]] = {
         "tuner workers on a PostgreSQL storage: Optuna is 5.0 on both ends, and the "
         "storage code paths are checked on both ends by tests/tuners/test_storage.py",
     ),
+    "tests/test_open_ports.py": (
+        "newest",
+        "where the servers listen is fixed in TensorFlow's server code for every supported "
+        "version (no bind-address option in 2.17-2.21; grpc+local absent from both pip "
+        "builds, docs/scaling.md); the oldest end runs serve itself in "
+        "tests/tfinput/test_serve.py",
+    ),
+    "tests/test_file_modes.py": (
+        "oldest",
+        "the modes come from tfinput's own writes (os.mkdir, open, renames), the same code "
+        "on every TensorFlow; the newest end writes the same outputs in the convert, "
+        "datagen and checkpoint tests",
+    ),
+    "tests/test_docs_python.py": (
+        "newest",
+        "the README's Python block as printed; each call in it (infer_schema, the "
+        "pipeline, tuners.tune with its progress lines) is tested on both ends in "
+        "tests/tfinput and tests/tuners",
+    ),
     "tests/test_killed_outputs.py": (
         "newest",
         "SIGKILLs conversions and data generations; the staging and commit they take are "
