@@ -221,7 +221,8 @@ def test_a_step_that_always_raises_ends_the_study_with_its_error(tmp_path, stora
     assert all("device lost" in t.user_attrs["error"] for t in trials)
     # The step's traceback once, with the first failure; the others one line each, and
     # none of Optuna's own per-trial records (each with the same traceback).
-    failed = [r for r in caplog.records if r.getMessage().startswith("trial ")]
+    # the failures' own records (the per-trial progress lines start with "trial" too)
+    failed = [r for r in caplog.records if str(r.msg).startswith("trial %d failed")]
     assert len(failed) == MAX_CONSECUTIVE_FAILURES
     assert [bool(r.exc_info) for r in failed] == [True] + [False] * (len(failed) - 1)
     assert not [r for r in caplog.records if "failed with parameters" in r.getMessage()]
@@ -311,7 +312,8 @@ def test_with_the_tuner_logger_at_debug_every_failure_has_its_traceback(tmp_path
     work = FakeWorkload(rate_by_parallelism, fail=_always_raise())
     with caplog.at_level(logging.DEBUG, logger="tfinput.tuners"), pytest.raises(TrialsFailedError):
         work.tune(lock_path=str(tmp_path / "lock"), n_trials=20)
-    failed = [r for r in caplog.records if r.getMessage().startswith("trial ")]
+    # the failures' own records (the per-trial progress lines start with "trial" too)
+    failed = [r for r in caplog.records if str(r.msg).startswith("trial %d failed")]
     assert len(failed) == MAX_CONSECUTIVE_FAILURES
     assert all(r.exc_info for r in failed)
 
