@@ -312,7 +312,7 @@ def test_cli_ctrl_c_with_a_storage_says_the_same_command_resumes(cli_args, tmp_p
         [*argv, "--step", "simulated", "--device-time-ms", "100", "--out", tmp_path / "a"],
         tmp_path / "tune.log",
     )
-    assert code == 130, lines
+    assert code == 130, "\n".join(lines)
     assert lines[-1] == (
         f"tfinput tune: the trials are in {tmp_path}/a/result.json; the study 'kept' keeps "
         f"them in {storage}: run the same command again to resume it"

@@ -43,7 +43,7 @@ def test_a_killed_server_leaves_nothing_running(tmp_path):
     children: list = []
     try:
         assert proc.stdout is not None
-        assert "dispatcher listening on grpc://" in proc.stdout.readline()
+        assert "on this host: grpc://localhost:" in proc.stdout.readline()
         children = psutil.Process(proc.pid).children(recursive=True)
         assert children, "the stderr filter runs"
         left = kill_and_wait_for(proc, children, timeout=20)
