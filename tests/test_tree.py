@@ -110,32 +110,36 @@ def test_no_test_module_without_a_library_module():
 
 
 def test_the_matrix_split_names_real_modules_with_reasons():
-    """tests/conftest.py's `ONE_END` (the end-to-end modules each end of CI runs alone)
-    names existing test modules, each with its end and reason, and never a whole folder:
-    a new test runs on both ends unless its module is listed."""
-    from tests.conftest import END_TO_END, ENDS, LONG_ALONE, ONE_END, ONE_END_MODULES, SLOW_LIST
+    """tests/ends.toml names existing test modules and tests, each with its end and a
+    reason, and never a whole folder: a new test runs on both ends unless it or its
+    module is listed. No reason cites a CI run or a machine's timings."""
+    import re
 
-    assert not set(ONE_END) & set(ONE_END_MODULES)
-    for module, (end, reason) in {**ONE_END, **ONE_END_MODULES}.items():
-        assert (ROOT / module).is_file() and module.endswith(".py"), module
-        assert end in ENDS, f"{module}: the end is one of {ENDS}, not {end!r}"
-        assert len(reason.split()) >= 8, f"{module}: say why the other end cannot differ"
-    assert all((ROOT / module).is_file() for module in END_TO_END)
-    for test in LONG_ALONE:  # the tests allowed over 30 s alone exist
-        module, name = test.split("::")
-        assert f"def {name}(" in (ROOT / module).read_text(), test
-    from tests.conftest import ONE_END_TESTS, SPLIT_CASES
+    from tests._ends import ENDS, FILE, SLOW_LIST, load
 
-    for test, (kept, reason) in SPLIT_CASES.items():  # the cases are checked at collection
-        module, name = test.split("::")
-        assert f"def {name}(" in (ROOT / module).read_text(), test
-        assert kept and module not in ONE_END and module not in ONE_END_MODULES, test
-        assert len(reason.split()) >= 8, f"{test}: say why each end's cases suffice"
-    for test, (end, reason) in ONE_END_TESTS.items():
+    plan = load()
+    figures = re.compile(r"\bCI runs? \d|\b\d+(\.\d+)? ?s\b|\b\d+-core\b")
+    for line in FILE.read_text().splitlines():
+        assert not figures.search(line), f"tests/ends.toml: no run numbers or timings: {line}"
+
+    def exists(test: str) -> None:
         module, name = test.split("[")[0].split("::")
         assert f"def {name}(" in (ROOT / module).read_text(), test
-        assert end in ENDS and module not in ONE_END and module not in ONE_END_MODULES
-        assert test.split("[")[0] not in SPLIT_CASES
-        assert len(reason.split()) >= 8, f"{test}: say where the other end runs that path"
+
+    for module, entry in plan.modules.items():
+        assert (ROOT / module).is_file() and module.endswith(".py"), module
+        assert entry.end in ENDS, f"{module}: the end is one of {ENDS}, not {entry.end!r}"
+        assert len(entry.reason.split()) >= 8, f"{module}: say why the other end cannot differ"
+    for test in plan.slow:
+        exists(test)
+    for test, split in plan.split.items():  # the cases are checked at collection
+        exists(test)
+        assert split.oldest and test.split("::")[0] not in plan.modules, test
+        assert len(split.reason.split()) >= 8, f"{test}: say why each end's cases suffice"
+    for test, entry in plan.tests.items():
+        exists(test)
+        assert entry.end in ENDS and test.split("::")[0] not in plan.modules, test
+        assert test.split("[")[0] not in plan.split, test
+        assert len(entry.reason.split()) >= 8, f"{test}: say where the other end runs that path"
     listed = [line for line in SLOW_LIST.read_text().splitlines() if not line.startswith("#")]
     assert all(line.startswith("tests/") and "::" in line for line in listed)
