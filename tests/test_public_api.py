@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import sys
 import types
 from pathlib import Path
 
@@ -134,3 +135,34 @@ def test_tuners_and_profiles_build_on_public_tfinput_names_only():
                     if not _resolves(n)
                 ]
     assert bad == []
+
+
+#: Paths modules had before they moved, never released (docs/api.md: deprecations start
+#: with the first release), and the aliases that kept them.
+NEVER_RELEASED = [
+    "tuners.study",
+    "tuners.objective",
+    "profiles.analysis",
+    "profiles.capture",
+    "tfinput.bench.windows",
+    "tfinput.columnar_records.format",
+    "tfinput.columnar_records.source",
+    "tfinput.steps.keras",
+    "tfinput.cli.commands",
+]
+
+
+@pytest.mark.parametrize("old", NEVER_RELEASED)
+def test_paths_never_released_do_not_import(old):
+    sys.modules.pop(old, None)
+    with pytest.raises(ModuleNotFoundError, match=rf"^No module named '{re.escape(old)}'$"):
+        importlib.import_module(old)
+
+
+def test_profiles_capture_is_the_function_its_messages_name(tmp_path):
+    import profiles
+
+    assert callable(profiles.capture) and not isinstance(profiles.capture, types.ModuleType)
+    assert "profiles.capture(dataset, step," in profiles.__doc__
+    with pytest.raises(profiles.ProfileError, match=r"or profiles\.capture\(\), or with"):
+        profiles.analyze(tmp_path)
