@@ -60,7 +60,7 @@ def one_round(
     )
     bound_ms = config.batch_size / bound.median * 1e3
     with tempfile.TemporaryDirectory() as d:
-        result = profiles._capture(
+        result = profiles.capture(
             pipeline.build(config).repeat(),
             step,
             logdir=Path(d),

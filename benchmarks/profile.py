@@ -37,7 +37,7 @@ def analyse(pipeline: Any, config: Any, step: Any, logdir: Path, steps: int, war
     import profiles
 
     ds = pipeline.build(config).repeat()
-    result = profiles._capture(
+    result = profiles.capture(
         ds, step, logdir=logdir, config=profiles.CaptureConfig(steps=steps, warmup=warmup)
     )
     return profiles.analyze(result.logdir, run=result.run_dir.name)

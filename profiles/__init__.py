@@ -2,7 +2,7 @@
 
     import profiles
 
-    result = profiles._capture(dataset, step, logdir="runs/profile", steps=10, warmup=5)
+    result = profiles.capture(dataset, step, logdir="runs/profile", steps=10, warmup=5)
     analysis = profiles.analyze(result.logdir)
     print(analysis.input_wait.average, analysis.bottleneck.summary)
     profiles.render(analysis)
@@ -12,28 +12,32 @@ functions that need them. The names below are the public API (docs/api.md); the
 modules behind them are private (``profiles._analysis``, ...), except `profiles.cli`.
 """
 
-from __future__ import annotations
-
-import sys
-
-from profiles._analysis import (
-    TESTED_XPROF,
-    Comparison,
-    InputOp,
-    ProfileAnalysis,
-    Spread,
-    StepTime,
-    TraceRun,
-    analyze,
-    compare,
-    find_trace,
-    xprof_version,
-)
-from profiles._capture import CaptureConfig, CaptureResult, capture
-from profiles._errors import ProfileError, XprofLayoutError
-from profiles._report import format_text, render, render_comparison, to_html, to_json, write_html
-from profiles._stages import Bottleneck, PipelineStages, StageTiming, rebuild_stages
-from tfinput.deprecation import MovedModules
+from profiles._analysis import TESTED_XPROF as TESTED_XPROF
+from profiles._analysis import Comparison as Comparison
+from profiles._analysis import InputOp as InputOp
+from profiles._analysis import ProfileAnalysis as ProfileAnalysis
+from profiles._analysis import Spread as Spread
+from profiles._analysis import StepTime as StepTime
+from profiles._analysis import TraceRun as TraceRun
+from profiles._analysis import analyze as analyze
+from profiles._analysis import compare as compare
+from profiles._analysis import find_trace as find_trace
+from profiles._analysis import xprof_version as xprof_version
+from profiles._capture import CaptureConfig as CaptureConfig
+from profiles._capture import CaptureResult as CaptureResult
+from profiles._capture import capture as capture
+from profiles._errors import ProfileError as ProfileError
+from profiles._errors import XprofLayoutError as XprofLayoutError
+from profiles._report import format_text as format_text
+from profiles._report import render as render
+from profiles._report import render_comparison as render_comparison
+from profiles._report import to_html as to_html
+from profiles._report import to_json as to_json
+from profiles._report import write_html as write_html
+from profiles._stages import Bottleneck as Bottleneck
+from profiles._stages import PipelineStages as PipelineStages
+from profiles._stages import StageTiming as StageTiming
+from profiles._stages import rebuild_stages as rebuild_stages
 
 #: Former name of `StageTiming` (renamed so as not to clash with `tfinput.bench.Stage`);
 #: kept because it is public API.
@@ -69,10 +73,6 @@ __all__ = [
     "xprof_version",
 ]
 
-#: Modules that became private (docs/api.md): their old names import, with a warning,
-#: for one release.
-_MOVED = ("advice", "analysis", "errors", "report", "stages", "testing")
-MovedModules({f"profiles.{m}": f"profiles._{m}" for m in _MOVED}, public="profiles").install()
-# ``profiles.capture`` is the function; its old module path is registered as it is
-# (no warning), so that importing it never replaces the function on the package.
-sys.modules.setdefault("profiles.capture", sys.modules["profiles._capture"])
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

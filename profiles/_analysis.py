@@ -67,13 +67,13 @@ __all__ = [
     "xprof_version",
 ]
 
-#: File written next to the trace by `profiles._capture` to record how it was taken.
+#: File written next to the trace by `profiles.capture` to record how it was taken.
 CAPTURE_METADATA = "tfinput_capture.json"
 
 _HOW_TO_MARK = (
     "Mark each training step: `with tf.profiler.experimental.Trace('train', step_num=i, "
     "_r=1): batch = next(it); step(batch)` with next() inside the block; "
-    "`tfinput profile` and profiles._capture() do this for you."
+    "`tfinput profile` and profiles.capture() do this for you."
 )
 
 

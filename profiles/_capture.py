@@ -540,7 +540,7 @@ def _finish(
         )
 
     metadata = {
-        "tool": "tfinput profiles._capture",
+        "tool": "tfinput profiles.capture",
         "created_utc": started.isoformat(timespec="seconds"),
         "config": cfg.to_dict(),
         "step": the_step.describe(),

@@ -13,7 +13,7 @@ __all__ = ["HOW_TO_CAPTURE", "TraceRun", "find_trace"]
 
 #: How to get a trace, appended to messages about a missing or unreadable one.
 HOW_TO_CAPTURE = (
-    "Capture one with `tfinput profile --logdir DIR ...` or profiles._capture(), or with "
+    "Capture one with `tfinput profile --logdir DIR ...` or profiles.capture(), or with "
     "tf.profiler.experimental.start(DIR) ... stop() around marked steps."
 )
 

@@ -23,7 +23,7 @@ def test_public_api_is_deliberate():
     import tfinput
 
     assert "Pipeline" in tfinput.__all__ and "PipelineConfig" in tfinput.__all__
-    assert tfinput.Pipeline.__module__ == "tfinput.pipeline"
+    assert tfinput.Pipeline is tfinput.pipeline.Pipeline
 
 
 # ------------------------------------------------------------- boundaries (issue 10)

@@ -213,7 +213,7 @@ def test_no_two_modules_or_packages_import_each_other():
 
 def test_the_layers_are_the_directories_of_the_implementation():
     """``tfinput/_src`` holds the three layer packages and nothing else; every other
-    module of ``tfinput`` is public (docs/api.md) or a deprecated alias."""
+    module of ``tfinput`` is public (docs/api.md)."""
     assert all(prefix in MODULES for prefix in LAYERS)
     top = {m.split(".")[2] for m in MODULES if _in(m, "tfinput._src") and m != "tfinput._src"}
     assert top == {p.rpartition(".")[2] for p in LAYERS}
@@ -230,18 +230,48 @@ def test_the_implementation_never_imports_a_public_module():
     assert bad == []
 
 
+def _re_exports(node: ast.stmt) -> bool:
+    """``from tfinput._src.x import Name as Name`` (or ``from typing import TYPE_CHECKING``)."""
+    return isinstance(node, ast.ImportFrom) and (
+        (
+            (node.module or "").startswith("tfinput._src.")
+            and all(alias.asname == alias.name for alias in node.names)
+        )
+        or (node.module == "typing" and [a.name for a in node.names] == ["TYPE_CHECKING"])
+    )
+
+
 def test_public_modules_only_re_export():
-    """A public module of ``tfinput`` defines no function or class of its own (but the
-    lazy ``__getattr__``/``__dir__``): the code lives in its layer."""
-    for module in facades():
+    """A public module of ``tfinput`` is one style: its docstring, then its names as
+    ``from tfinput._src.x import Name as Name`` lines. A module with names that load Keras
+    on first use also declares them for type checkers (``if TYPE_CHECKING:``), lists them
+    in a literal ``__all__`` and imports them in its ``__getattr__``. Nothing else: no
+    ``import *``, no computed ``__all__``, no code of its own (it lives in its layer).
+    ``python -m tfinput.cli`` (``__main__``) is the command, not a module of names."""
+    for module in set(facades()) - {"tfinput.cli.__main__"}:
         tree = ast.parse(MODULES[module].read_text())
-        defined = [
-            node.name
-            for node in tree.body
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef))
-            and node.name not in ("__getattr__", "__dir__")
-        ]
-        assert defined == [], f"{module} defines {defined}: move them into tfinput/_src"
+        body = tree.body[1:] if ast.get_docstring(tree) else tree.body
+        for node in body:
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                ok = all(_re_exports(n) for n in node.body)
+            elif isinstance(node, ast.Assign):
+                ok = ast.unparse(node.targets) == "__all__" and isinstance(node.value, ast.List)
+                ok = ok and all(isinstance(e, ast.Constant) for e in node.value.elts)
+            else:
+                ok = _re_exports(node) or (
+                    isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+                )
+            assert ok, f"{module}:{node.lineno}: {ast.unparse(node)[:80]}"
+
+
+def test_no_star_import_anywhere():
+    stars = [
+        f"{module}:{node.lineno}"
+        for module, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
+    ]
+    assert stars == []
 
 
 #: Where a module may be imported by its name as a string, and why each is checked.
@@ -250,8 +280,6 @@ IMPORTS_BY_STRING = {
     "tfinput._src.applications.cli.registry",
     # a user's ``module:attribute`` on the command line (their code, not ours)
     "tfinput._src.core._objects",
-    # an old module name answered with the module under its new name (for one release)
-    "tfinput._src.core.deprecation",
 }
 
 
@@ -265,11 +293,13 @@ def test_modules_are_imported_by_string_only_where_declared():
     assert callers == IMPORTS_BY_STRING
 
 
-#: The packages that import their heavy names on first use (a module ``__getattr__``
+#: The modules that import their heavy names on first use (a module ``__getattr__``
 #: whose import statements the checks above count).
 LAZY_PACKAGES = (
     "tfinput",
     "tuners",
+    "tfinput.layout",
+    "tfinput.retrieval",
     "tfinput._src.applications.bench",
     "tfinput._src.applications.columnar_records",
 )

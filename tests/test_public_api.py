@@ -1,5 +1,5 @@
-"""The public API is the list in docs/api.md: each package's names are its ``__all__``,
-every listed module declares and resolves its ``__all__``, the README, the user docs and
+"""The public API is the list in docs/api.md: each package's names are its ``__all__``
+and its ``dir()``, every listed module's names resolve, the README, the user docs and
 the examples name public things only, and `tuners` and `profiles` build on tfinput's
 public names only."""
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,17 @@ PUBLIC_MODULES = (*PACKAGES, *re.findall(r"^\| `([a-z_.]+)` \|", _section("modul
 
 
 def _public(module: str) -> set[str]:
-    return set(importlib.import_module(module).__all__)
+    """A module's public names: its ``__all__`` where it has one (the packages, and the
+    modules with names imported on first use), else the names it re-exports (``from
+    tfinput._src.x import Name as Name``)."""
+    imported = importlib.import_module(module)
+    if hasattr(imported, "__all__"):
+        return set(imported.__all__)
+    return {
+        name
+        for name, value in vars(imported).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -35,15 +47,35 @@ def test_each_package_exports_the_documented_names(package):
     documented = re.findall(r"`([A-Za-z_]+)`", _section(f"names: {package}"))
     assert len(documented) == len(set(documented))
     assert set(documented) == _public(package)
+    imported = importlib.import_module(package)
+    assert [name for name in documented if getattr(imported, name, None) is None] == []
+
+
+def _submodules(package: str) -> set[str]:
+    """The public modules directly under ``package``: docs/api.md's table (``tfinput.bench``,
+    ``tfinput.formats``) and the package's section (``tuners.options``, ``profiles.cli``)."""
+    intro = API[API.index(f"### `{package}`") : API.index(f"<!-- names: {package} -->")]
+    table = [m.split(".")[1] for m in PUBLIC_MODULES if m.startswith(f"{package}.")]
+    return {*table, *re.findall(rf"`{package}\.(\w+)`", intro)}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_dir_of_each_package_lists_documented_names_only(package):
+    imported = importlib.import_module(package)
+    listed = {name for name in dir(imported) if not name.startswith("_")}
+    assert _public(package) <= listed
+    assert sorted(listed - _public(package) - _submodules(package)) == []
+    assert [name for name in listed if getattr(imported, name, None) is None] == []
 
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES[len(PACKAGES) :])
 def test_every_public_module_declares_names_that_resolve(module):
     imported = importlib.import_module(module)
     assert imported.__doc__, f"{module} has no docstring"
-    missing = [name for name in imported.__all__ if not hasattr(imported, name)]
-    assert missing == []
-    assert all(not name.startswith("_") for name in imported.__all__)
+    names = _public(module)
+    assert names, f"{module} exports nothing"
+    assert [name for name in names if not hasattr(imported, name)] == []
+    assert all(not name.startswith("_") for name in names)
 
 
 def _resolves(dotted: str) -> bool:
@@ -105,37 +137,32 @@ def test_tuners_and_profiles_build_on_public_tfinput_names_only():
     assert bad == []
 
 
-def test_modules_made_private_keep_their_old_names_for_a_release():
-    import importlib
-    import sys
-
-    import tuners
-
-    for old in ("study", "space", "result", "storage"):
-        sys.modules.pop(f"tuners.{old}", None)
-        with pytest.warns(DeprecationWarning, match=rf"tuners\.{old} is private now"):
-            module = importlib.import_module(f"tuners.{old}")
-        assert module is importlib.import_module(f"tuners._{old}")
-    with pytest.warns(DeprecationWarning):
-        sys.modules.pop("tuners.space", None)
-        from tuners.space import SearchSpace
-    assert SearchSpace is tuners.SearchSpace
+#: Paths modules had before they moved, never released (docs/api.md: deprecations start
+#: with the first release), and the aliases that kept them.
+NEVER_RELEASED = [
+    "tuners.study",
+    "tuners.objective",
+    "profiles.analysis",
+    "profiles.capture",
+    "tfinput.bench.windows",
+    "tfinput.columnar_records.format",
+    "tfinput.columnar_records.source",
+    "tfinput.steps.keras",
+    "tfinput.cli.commands",
+]
 
 
-def test_profiles_modules_made_private_keep_their_old_names_for_a_release():
-    import importlib
-    import sys
+@pytest.mark.parametrize("old", NEVER_RELEASED)
+def test_paths_never_released_do_not_import(old):
+    sys.modules.pop(old, None)
+    with pytest.raises(ModuleNotFoundError, match=rf"^No module named '{re.escape(old)}'$"):
+        importlib.import_module(old)
 
+
+def test_profiles_capture_is_the_function_its_messages_name(tmp_path):
     import profiles
 
-    for old in ("analysis", "report", "stages"):
-        sys.modules.pop(f"profiles.{old}", None)
-        with pytest.warns(DeprecationWarning, match=rf"profiles\.{old} is private now"):
-            module = importlib.import_module(f"profiles.{old}")
-        assert module is importlib.import_module(f"profiles._{old}")
-    assert importlib.import_module("profiles.analysis").analyze is profiles.analyze
-    # ``profiles.capture`` is also the function: importing the module keeps it so.
-    from profiles.capture import CaptureConfig
-
-    assert CaptureConfig is profiles.CaptureConfig and callable(profiles.capture)
-    assert not isinstance(profiles.capture, type(profiles))
+    assert callable(profiles.capture) and not isinstance(profiles.capture, types.ModuleType)
+    assert "profiles.capture(dataset, step," in profiles.__doc__
+    with pytest.raises(profiles.ProfileError, match=r"or profiles\.capture\(\), or with"):
+        profiles.analyze(tmp_path)

@@ -1,12 +1,8 @@
-"""`PipelineConfig`: every tunable knob of a tfinput pipeline, in one frozen object.
+"""`PipelineConfig`: every tunable knob of a tfinput pipeline, in one frozen object."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.core.config`."""
-
-from __future__ import annotations
-
-from tfinput._src.core import config as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core.config import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.core.config import AUTOTUNE as AUTOTUNE
+from tfinput._src.core.config import LAYOUTS as LAYOUTS
+from tfinput._src.core.config import SERVICE_COMPRESSIONS as SERVICE_COMPRESSIONS
+from tfinput._src.core.config import Buildable as Buildable
+from tfinput._src.core.config import PipelineConfig as PipelineConfig
+from tfinput._src.core.config import knob_names as knob_names

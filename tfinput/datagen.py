@@ -1,12 +1,7 @@
-"""Deterministic synthetic data sets on disk: ``tfinput datagen``.
+"""Deterministic synthetic data sets on disk: ``tfinput datagen``."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.applications.datagen`."""
-
-from __future__ import annotations
-
-from tfinput._src.applications import datagen as _impl
-from tfinput._src.applications.datagen import *  # noqa: F403
-from tfinput._src.core._public import export as _export
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.applications.datagen import CHUNK_ROWS as CHUNK_ROWS
+from tfinput._src.applications.datagen import PRESETS as PRESETS
+from tfinput._src.applications.datagen import DatagenResult as DatagenResult
+from tfinput._src.applications.datagen import generate_files as generate_files
+from tfinput._src.applications.datagen import preset_schema as preset_schema

@@ -1,12 +1,12 @@
-"""The exceptions tfinput raises for bad input.
+"""The exceptions tfinput raises for bad input."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.core.errors`."""
-
-from __future__ import annotations
-
-from tfinput._src.core import errors as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core.errors import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.core.errors import ConfigError as ConfigError
+from tfinput._src.core.errors import DataError as DataError
+from tfinput._src.core.errors import ResumeError as ResumeError
+from tfinput._src.core.errors import SchemaError as SchemaError
+from tfinput._src.core.errors import ServiceError as ServiceError
+from tfinput._src.core.errors import SourceError as SourceError
+from tfinput._src.core.errors import TfinputError as TfinputError
+from tfinput._src.core.errors import clean_error as clean_error
+from tfinput._src.core.errors import raised_inside as raised_inside
+from tfinput._src.core.errors import without_locals as without_locals

@@ -1,12 +1,6 @@
-"""Is a dataset made of native ops only? The check tf.data service needs.
+"""Is a dataset made of native ops only? The check tf.data service needs."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.core.graph`."""
-
-from __future__ import annotations
-
-from tfinput._src.core import graph as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core.graph import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.core.graph import PYTHON_OPS as PYTHON_OPS
+from tfinput._src.core.graph import assert_native as assert_native
+from tfinput._src.core.graph import find_python_ops as find_python_ops
+from tfinput._src.core.graph import is_native as is_native

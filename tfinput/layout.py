@@ -1,22 +1,37 @@
-"""The packed batch layout: a few large tensors instead of one per feature.
+"""The packed batch layout: a few large tensors instead of one per feature."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.core.layout`."""
+from typing import TYPE_CHECKING
 
-from __future__ import annotations
+from tfinput._src.core.layout import GROUPS as GROUPS
+from tfinput._src.core.layout import LAYOUT_FORMAT as LAYOUT_FORMAT
+from tfinput._src.core.layout import Block as Block
+from tfinput._src.core.layout import PackedLayout as PackedLayout
+from tfinput._src.core.layout import Slot as Slot
+from tfinput._src.core.layout import is_packed as is_packed
+from tfinput._src.core.layout import pack as pack
+from tfinput._src.core.layout import unpack as unpack
 
-import tfinput._src.core.layout as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core._public import owned as _owned
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput._src.core.layout import UnpackFeatures as UnpackFeatures
 
-__all__ = _export(__name__, _impl)
+__all__ = [
+    "LAYOUT_FORMAT",
+    "GROUPS",
+    "Slot",
+    "PackedLayout",
+    "Block",
+    "pack",
+    "unpack",
+    "is_packed",
+    "UnpackFeatures",
+]
 
 
 def __getattr__(name: str) -> object:
-    if name in __all__:
-        return _owned(__name__, _impl, getattr(_impl, name))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+    # UnpackFeatures: made on first use (Keras loads then).
+    match name:
+        case "UnpackFeatures":
+            import tfinput._src.core.layout as module
+        case _:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(module, name)

@@ -1,12 +1,10 @@
-"""`Pipeline`: an immutable pipeline definition that builds with any `PipelineConfig`.
+"""`Pipeline`: an immutable pipeline definition that builds with any `PipelineConfig`."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.core.pipeline`."""
-
-from __future__ import annotations
-
-from tfinput._src.core import pipeline as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core.pipeline import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.core.pipeline import CheckReport as CheckReport
+from tfinput._src.core.pipeline import FileCheck as FileCheck
+from tfinput._src.core.pipeline import Pipeline as Pipeline
+from tfinput._src.core.pipeline import build_repeated as build_repeated
+from tfinput._src.core.pipeline import data_files as data_files
+from tfinput._src.core.pipeline import parquet as parquet
+from tfinput._src.core.pipeline import tfrecord as tfrecord
+from tfinput._src.core.pipeline import wrap as wrap

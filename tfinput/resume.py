@@ -1,12 +1,12 @@
-"""Resume exactly after preemption: save the input position, restore it in a new process.
+"""Resume exactly after preemption: save the input position, restore it in a new process."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.core.resume`."""
-
-from __future__ import annotations
-
-from tfinput._src.core import resume as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core.resume import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.core.resume import COMPACT_FORMAT as COMPACT_FORMAT
+from tfinput._src.core.resume import STATE_FORMAT as STATE_FORMAT
+from tfinput._src.core.resume import InputIterator as InputIterator
+from tfinput._src.core.resume import KerasInputCheckpoint as KerasInputCheckpoint
+from tfinput._src.core.resume import distributed_steps as distributed_steps
+from tfinput._src.core.resume import epoch_seed as epoch_seed
+from tfinput._src.core.resume import identified as identified
+from tfinput._src.core.resume import identity_differences as identity_differences
+from tfinput._src.core.resume import pipeline_identity as pipeline_identity
+from tfinput._src.core.resume import verify as verify

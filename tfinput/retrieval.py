@@ -1,22 +1,27 @@
-"""Two-tower retrieval: the candidate corpus, a small two-tower model and recall@k.
+"""Two-tower retrieval: the candidate corpus, a small two-tower model and recall@k."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.applications.retrieval`."""
+from typing import TYPE_CHECKING
 
-from __future__ import annotations
+from tfinput._src.applications.retrieval import candidate_corpus as candidate_corpus
+from tfinput._src.applications.retrieval import recall_at_k as recall_at_k
+from tfinput._src.applications.retrieval import two_tower_model as two_tower_model
 
-import tfinput._src.applications.retrieval as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core._public import owned as _owned
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput._src.applications.retrieval import TwoTowerModel as TwoTowerModel
 
-__all__ = _export(__name__, _impl)
+__all__ = [
+    "candidate_corpus",
+    "two_tower_model",
+    "TwoTowerModel",
+    "recall_at_k",
+]
 
 
 def __getattr__(name: str) -> object:
-    if name in __all__:
-        return _owned(__name__, _impl, getattr(_impl, name))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+    # TwoTowerModel: made on first use (Keras loads then).
+    match name:
+        case "TwoTowerModel":
+            import tfinput._src.applications.retrieval as module
+        case _:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(module, name)

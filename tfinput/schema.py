@@ -1,12 +1,11 @@
-"""The feature schema: what each column is and how it becomes a fixed-shape tensor.
+"""The feature schema: what each column is and how it becomes a fixed-shape tensor."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.core.schema`."""
-
-from __future__ import annotations
-
-from tfinput._src.core import schema as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core.schema import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.core.schema import MAX_INT32_VOCAB as MAX_INT32_VOCAB
+from tfinput._src.core.schema import MAX_LEN as MAX_LEN
+from tfinput._src.core.schema import Categorical as Categorical
+from tfinput._src.core.schema import Dense as Dense
+from tfinput._src.core.schema import Feature as Feature
+from tfinput._src.core.schema import Label as Label
+from tfinput._src.core.schema import MultiHot as MultiHot
+from tfinput._src.core.schema import Schema as Schema
+from tfinput._src.core.schema import Table as Table

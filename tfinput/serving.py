@@ -1,12 +1,9 @@
-"""Serve a model from raw requests with exactly the transforms it was trained with.
+"""Serve a model from raw requests with exactly the transforms it was trained with."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.applications.serving`."""
-
-from __future__ import annotations
-
-from tfinput._src.applications import serving as _impl
-from tfinput._src.applications.serving import *  # noqa: F403
-from tfinput._src.core._public import export as _export
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.applications.serving import ROW_LENGTHS_SUFFIX as ROW_LENGTHS_SUFFIX
+from tfinput._src.applications.serving import SIGNATURES as SIGNATURES
+from tfinput._src.applications.serving import ServingSpec as ServingSpec
+from tfinput._src.applications.serving import export as export
+from tfinput._src.applications.serving import flatten_features as flatten_features
+from tfinput._src.applications.serving import raw_signature as raw_signature
+from tfinput._src.applications.serving import serving_fn as serving_fn

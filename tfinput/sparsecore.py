@@ -1,12 +1,14 @@
-"""SparseCore buffer limits measured from the data.
+"""SparseCore buffer limits measured from the data."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.applications.sparsecore`."""
-
-from __future__ import annotations
-
-from tfinput._src.applications import sparsecore as _impl
-from tfinput._src.applications.sparsecore import *  # noqa: F403
-from tfinput._src.core._public import export as _export
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.applications.sparsecore import (
+    DEFAULT_SPARSECORES_PER_DEVICE as DEFAULT_SPARSECORES_PER_DEVICE,
+)
+from tfinput._src.applications.sparsecore import KERAS_RS_DEFAULT_LIMIT as KERAS_RS_DEFAULT_LIMIT
+from tfinput._src.applications.sparsecore import MLPERF_LIMIT as MLPERF_LIMIT
+from tfinput._src.applications.sparsecore import Limits as Limits
+from tfinput._src.applications.sparsecore import Overflow as Overflow
+from tfinput._src.applications.sparsecore import SparseCoreStats as SparseCoreStats
+from tfinput._src.applications.sparsecore import Stack as Stack
+from tfinput._src.applications.sparsecore import StackStats as StackStats
+from tfinput._src.applications.sparsecore import plan_stacks as plan_stacks
+from tfinput._src.applications.sparsecore import sparsecore_stats as sparsecore_stats

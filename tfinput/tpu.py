@@ -1,13 +1,10 @@
 """TPU embedding glue: `TableConfig` / `FeatureConfig` from a schema, and where to
-place each table.
+place each table."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.applications.tpu`."""
-
-from __future__ import annotations
-
-from tfinput._src.applications import tpu as _impl
-from tfinput._src.applications.tpu import *  # noqa: F403
-from tfinput._src.core._public import export as _export
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.applications.tpu import KERAS_RS_PLACEMENT as KERAS_RS_PLACEMENT
+from tfinput._src.applications.tpu import Placement as Placement
+from tfinput._src.applications.tpu import TableLimits as TableLimits
+from tfinput._src.applications.tpu import embedding_configs as embedding_configs
+from tfinput._src.applications.tpu import enqueue_weights as enqueue_weights
+from tfinput._src.applications.tpu import keras_rs_configs as keras_rs_configs
+from tfinput._src.applications.tpu import placement as placement

@@ -1,12 +1,6 @@
-"""Batch-level TensorFlow transforms: raw columns in, fixed-shape tensors out.
+"""Batch-level TensorFlow transforms: raw columns in, fixed-shape tensors out."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.core.transforms`."""
-
-from __future__ import annotations
-
-from tfinput._src.core import transforms as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core.transforms import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.core.transforms import MULTI_HOT_FORMATS as MULTI_HOT_FORMATS
+from tfinput._src.core.transforms import TF_DTYPES as TF_DTYPES
+from tfinput._src.core.transforms import parse_spec as parse_spec
+from tfinput._src.core.transforms import transform_batch as transform_batch

@@ -13,11 +13,7 @@ below are the public API (docs/api.md); the modules behind them are private
 (``tuners._study``, ...), except `tuners.options` and `tuners.cli`.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-from tfinput.deprecation import MovedModules
+from typing import TYPE_CHECKING
 
 __all__ = [
     "tune",
@@ -42,43 +38,28 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tuners._advice import KnobContribution, knob_breakdown
-    from tuners._columnar_advice import FormatAdvice, format_advice
-    from tuners._objective import Measurement, measure
-    from tuners._pruning import NoiseAwarePruner
-    from tuners._result import TrialsFailedError, TuneInterrupted, TuneResult, resume_record
-    from tuners._space import SearchSpace
-    from tuners._storage import make_storage
-    from tuners._study import tune
-    from tuners.options import (
-        ConfirmOptions,
-        MeasureOptions,
-        SearchOptions,
-        StudyOptions,
-        TuneOptions,
-    )
+    from tuners._advice import KnobContribution as KnobContribution
+    from tuners._advice import knob_breakdown as knob_breakdown
+    from tuners._columnar_advice import FormatAdvice as FormatAdvice
+    from tuners._columnar_advice import format_advice as format_advice
+    from tuners._objective import Measurement as Measurement
+    from tuners._objective import measure as measure
+    from tuners._pruning import NoiseAwarePruner as NoiseAwarePruner
+    from tuners._result import TrialsFailedError as TrialsFailedError
+    from tuners._result import TuneInterrupted as TuneInterrupted
+    from tuners._result import TuneResult as TuneResult
+    from tuners._result import resume_record as resume_record
+    from tuners._space import SearchSpace as SearchSpace
+    from tuners._storage import make_storage as make_storage
+    from tuners._study import tune as tune
+    from tuners.options import ConfirmOptions as ConfirmOptions
+    from tuners.options import MeasureOptions as MeasureOptions
+    from tuners.options import SearchOptions as SearchOptions
+    from tuners.options import StudyOptions as StudyOptions
+    from tuners.options import TuneOptions as TuneOptions
 
 
-#: Modules that became private (docs/api.md): their old names import, with a warning,
-#: for one release.
-_MOVED = (
-    "advice",
-    "columnar_advice",
-    "confirm",
-    "objective",
-    "pruning",
-    "report",
-    "result",
-    "space",
-    "storage",
-    "study",
-    "trials",
-    "workers",
-)
-MovedModules({f"tuners.{m}": f"tuners._{m}" for m in _MOVED}, public="tuners").install()
-
-
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # Each name imported from its module on first use (Optuna and TensorFlow load then),
     # by an import statement, which tests/test_layers.py sees.
     match name:

@@ -247,6 +247,8 @@ def test_trace_without_step_markers(unmarked_logdir):
     assert "no step markers" in message
     assert "tf.profiler.experimental.Trace('train', step_num=i, _r=1)" in message
     assert "next() inside the block" in message
+    # the function that marks them, as it is called (`profiles._capture` is a module)
+    assert "`tfinput profile` and profiles.capture() do this for you" in message
 
 
 def test_trace_without_tf_data(tmp_path):

@@ -538,7 +538,7 @@ def test_keras_fit_resumes_mid_epoch_on_tensorflow(
 # ------------------------------------------------- 7. a crash at every point of a save
 _CRASH_SAVE = """
 import os, sys
-from tfinput import _keras_checkpoint as folders
+from tfinput._src.core import _keras_checkpoint as folders
 directory, at, generation = sys.argv[1], sys.argv[2], sys.argv[3]
 folders._failpoint = lambda name: os._exit(9) if name == at else None
 

@@ -1,22 +1,30 @@
-"""Honest side-by-side throughput of pipeline configs: ``tfinput bench``.
+"""Honest side-by-side throughput of pipeline configs: ``tfinput bench``."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.applications.bench`."""
-
-from __future__ import annotations
-
-import tfinput._src.applications.bench as _impl
-from tfinput._src.core._public import export as _export
-from tfinput._src.core._public import owned as _owned
-
-__all__ = _export(__name__, _impl)
-
-
-def __getattr__(name: str) -> object:
-    if name in __all__:
-        return _owned(__name__, _impl, getattr(_impl, name))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+from tfinput._src.applications.bench import BENCH_FORMAT as BENCH_FORMAT
+from tfinput._src.applications.bench import BENCH_PLAN as BENCH_PLAN
+from tfinput._src.applications.bench import CAPTURE_PLAN as CAPTURE_PLAN
+from tfinput._src.applications.bench import ROOFLINE_PLAN as ROOFLINE_PLAN
+from tfinput._src.applications.bench import TUNER_PLAN as TUNER_PLAN
+from tfinput._src.applications.bench import BenchResult as BenchResult
+from tfinput._src.applications.bench import ConfigStats as ConfigStats
+from tfinput._src.applications.bench import Prediction as Prediction
+from tfinput._src.applications.bench import Roofline as Roofline
+from tfinput._src.applications.bench import SerialStage as SerialStage
+from tfinput._src.applications.bench import Stage as Stage
+from tfinput._src.applications.bench import Window as Window
+from tfinput._src.applications.bench import WindowPlan as WindowPlan
+from tfinput._src.applications.bench import available_cpus as available_cpus
+from tfinput._src.applications.bench import batch_rows as batch_rows
+from tfinput._src.applications.bench import current_rss_bytes as current_rss_bytes
+from tfinput._src.applications.bench import load_configs as load_configs
+from tfinput._src.applications.bench import machine as machine
+from tfinput._src.applications.bench import measure as measure
+from tfinput._src.applications.bench import measure_window as measure_window
+from tfinput._src.applications.bench import peak_rss_bytes as peak_rss_bytes
+from tfinput._src.applications.bench import preset_configs as preset_configs
+from tfinput._src.applications.bench import process_cpu_seconds as process_cpu_seconds
+from tfinput._src.applications.bench import roofline as roofline
+from tfinput._src.applications.bench import roofline_from_stages as roofline_from_stages
+from tfinput._src.applications.bench import run_window as run_window
+from tfinput._src.applications.bench import serial_advice as serial_advice
+from tfinput._src.applications.bench import summarize as summarize

@@ -1,12 +1,9 @@
-"""The command registry: every ``tfinput`` subcommand, and the one `main` that runs them.
+"""The command registry: every ``tfinput`` subcommand, and the one `main` that runs them."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.applications.cli.registry`."""
-
-from __future__ import annotations
-
-from tfinput._src.applications.cli import registry as _impl
-from tfinput._src.applications.cli.registry import *  # noqa: F403
-from tfinput._src.core._public import export as _export
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.applications.cli.registry import COMMANDS as COMMANDS
+from tfinput._src.applications.cli.registry import STDOUT_CLOSED as STDOUT_CLOSED
+from tfinput._src.applications.cli.registry import Command as Command
+from tfinput._src.applications.cli.registry import build_parser as build_parser
+from tfinput._src.applications.cli.registry import commands as commands
+from tfinput._src.applications.cli.registry import main as main
+from tfinput._src.applications.cli.registry import run_command as run_command

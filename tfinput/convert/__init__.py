@@ -1,12 +1,15 @@
-"""CSV/TSV to sharded Parquet or TFRecord, streaming: ``tfinput convert``.
+"""CSV/TSV to sharded Parquet or TFRecord, streaming: ``tfinput convert``."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.applications.convert`."""
-
-from __future__ import annotations
-
-from tfinput._src.applications import convert as _impl
-from tfinput._src.applications.convert import *  # noqa: F403
-from tfinput._src.core._public import export as _export
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.applications.convert import BLOCK_SIZE as BLOCK_SIZE
+from tfinput._src.applications.convert import LABEL_NAMES as LABEL_NAMES
+from tfinput._src.applications.convert import MAX_REPORTED as MAX_REPORTED
+from tfinput._src.applications.convert import PRESETS as PRESETS
+from tfinput._src.applications.convert import BadRow as BadRow
+from tfinput._src.applications.convert import ColumnOptions as ColumnOptions
+from tfinput._src.applications.convert import ConvertOptions as ConvertOptions
+from tfinput._src.applications.convert import ConvertResult as ConvertResult
+from tfinput._src.applications.convert import RayOptions as RayOptions
+from tfinput._src.applications.convert import ReadOptions as ReadOptions
+from tfinput._src.applications.convert import WriteOptions as WriteOptions
+from tfinput._src.applications.convert import convert as convert
+from tfinput._src.applications.convert import preset_schema as preset_schema

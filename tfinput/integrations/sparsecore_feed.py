@@ -1,12 +1,14 @@
-"""SparseCore-ready batches: jax-tpu-embedding's input preprocessing off the training thread.
+"""SparseCore-ready batches: jax-tpu-embedding's input preprocessing off the training thread."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.applications.integrations.sparsecore_feed`."""
-
-from __future__ import annotations
-
-from tfinput._src.applications.integrations import sparsecore_feed as _impl
-from tfinput._src.applications.integrations.sparsecore_feed import *  # noqa: F403
-from tfinput._src.core._public import export as _export
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.applications.integrations.sparsecore_feed import SparseCoreFeed as SparseCoreFeed
+from tfinput._src.applications.integrations.sparsecore_feed import (
+    SparseCoreFeedStats as SparseCoreFeedStats,
+)
+from tfinput._src.applications.integrations.sparsecore_feed import SparseCorePlan as SparseCorePlan
+from tfinput._src.applications.integrations.sparsecore_feed import TableUsage as TableUsage
+from tfinput._src.applications.integrations.sparsecore_feed import (
+    sparsecore_feed as sparsecore_feed,
+)
+from tfinput._src.applications.integrations.sparsecore_feed import (
+    sparsecore_step as sparsecore_step,
+)

@@ -18,44 +18,19 @@ Clocks, CPU counters and the CPU count are injectable, so every timing is testab
 without sleeping.
 """
 
-from __future__ import annotations
-
-from tfinput._src.measurement.options import MeasureOptions
-from tfinput._src.measurement.probes import (
-    available_cpus,
-    current_rss_bytes,
-    keras_backend,
-    machine,
-    peak_rss_bytes,
-    process_cpu_seconds,
-)
-from tfinput._src.measurement.windows import (
-    BENCH_PLAN,
-    CAPTURE_PLAN,
-    ROOFLINE_PLAN,
-    TUNER_PLAN,
-    Window,
-    WindowPlan,
-    consecutive_windows,
-    measure_window,
-    run_window,
-)
-
-__all__ = [
-    "BENCH_PLAN",
-    "CAPTURE_PLAN",
-    "MeasureOptions",
-    "ROOFLINE_PLAN",
-    "TUNER_PLAN",
-    "Window",
-    "WindowPlan",
-    "available_cpus",
-    "consecutive_windows",
-    "current_rss_bytes",
-    "keras_backend",
-    "machine",
-    "measure_window",
-    "peak_rss_bytes",
-    "process_cpu_seconds",
-    "run_window",
-]
+from tfinput._src.measurement.options import MeasureOptions as MeasureOptions
+from tfinput._src.measurement.probes import available_cpus as available_cpus
+from tfinput._src.measurement.probes import current_rss_bytes as current_rss_bytes
+from tfinput._src.measurement.probes import keras_backend as keras_backend
+from tfinput._src.measurement.probes import machine as machine
+from tfinput._src.measurement.probes import peak_rss_bytes as peak_rss_bytes
+from tfinput._src.measurement.probes import process_cpu_seconds as process_cpu_seconds
+from tfinput._src.measurement.windows import BENCH_PLAN as BENCH_PLAN
+from tfinput._src.measurement.windows import CAPTURE_PLAN as CAPTURE_PLAN
+from tfinput._src.measurement.windows import ROOFLINE_PLAN as ROOFLINE_PLAN
+from tfinput._src.measurement.windows import TUNER_PLAN as TUNER_PLAN
+from tfinput._src.measurement.windows import Window as Window
+from tfinput._src.measurement.windows import WindowPlan as WindowPlan
+from tfinput._src.measurement.windows import consecutive_windows as consecutive_windows
+from tfinput._src.measurement.windows import measure_window as measure_window
+from tfinput._src.measurement.windows import run_window as run_window

@@ -1,12 +1,8 @@
-"""What a measurement reads from the machine: CPU time, memory, CPU count, versions.
+"""What a measurement reads from the machine: CPU time, memory, CPU count, versions."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.measurement.probes`."""
-
-from __future__ import annotations
-
-from tfinput._src.core._public import export as _export
-from tfinput._src.measurement import probes as _impl
-from tfinput._src.measurement.probes import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.measurement.probes import available_cpus as available_cpus
+from tfinput._src.measurement.probes import current_rss_bytes as current_rss_bytes
+from tfinput._src.measurement.probes import keras_backend as keras_backend
+from tfinput._src.measurement.probes import machine as machine
+from tfinput._src.measurement.probes import peak_rss_bytes as peak_rss_bytes
+from tfinput._src.measurement.probes import process_cpu_seconds as process_cpu_seconds

@@ -1,12 +1,6 @@
-"""Configs taking turns window by window, and the statistics of their windows.
+"""Configs taking turns window by window, and the statistics of their windows."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.measurement.stats`."""
-
-from __future__ import annotations
-
-from tfinput._src.core._public import export as _export
-from tfinput._src.measurement import stats as _impl
-from tfinput._src.measurement.stats import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.measurement.stats import ConfigStats as ConfigStats
+from tfinput._src.measurement.stats import interleave as interleave
+from tfinput._src.measurement.stats import stall_fraction as stall_fraction
+from tfinput._src.measurement.stats import summarize as summarize

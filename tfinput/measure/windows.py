@@ -1,12 +1,16 @@
-"""Measurement windows: the plan (`WindowPlan`), one timed window, and its variants.
+"""Measurement windows: the plan (`WindowPlan`), one timed window, and its variants."""
 
-Public and stable (docs/api.md): the names of `__all__`. Implemented in
-`tfinput._src.measurement.windows`."""
-
-from __future__ import annotations
-
-from tfinput._src.core._public import export as _export
-from tfinput._src.measurement import windows as _impl
-from tfinput._src.measurement.windows import *  # noqa: F403
-
-__all__ = _export(__name__, _impl)
+from tfinput._src.measurement.windows import BENCH_PLAN as BENCH_PLAN
+from tfinput._src.measurement.windows import CAPTURE_PLAN as CAPTURE_PLAN
+from tfinput._src.measurement.windows import ROOFLINE_PLAN as ROOFLINE_PLAN
+from tfinput._src.measurement.windows import TUNER_PLAN as TUNER_PLAN
+from tfinput._src.measurement.windows import Clock as Clock
+from tfinput._src.measurement.windows import Progress as Progress
+from tfinput._src.measurement.windows import Window as Window
+from tfinput._src.measurement.windows import WindowPlan as WindowPlan
+from tfinput._src.measurement.windows import batch_rows as batch_rows
+from tfinput._src.measurement.windows import close_iterator as close_iterator
+from tfinput._src.measurement.windows import consecutive_windows as consecutive_windows
+from tfinput._src.measurement.windows import measure_window as measure_window
+from tfinput._src.measurement.windows import run_window as run_window
+from tfinput._src.measurement.windows import warm_up as warm_up

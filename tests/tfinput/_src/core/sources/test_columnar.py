@@ -261,3 +261,14 @@ def test_a_build_knows_its_batch_count(tmp_path, small_schema, batch_size, drop_
     config = PipelineConfig(batch_size=batch_size, drop_remainder=drop_remainder)
     ds = tfinput.columnar(path, small_schema).build(config)
     assert int(ds.cardinality()) == sum(1 for _ in ds) > 0
+
+
+def test_check_size_accepts_the_manifest_size_and_names_a_missing_file(copy):
+    from tfinput._src.core.sources.columnar import check_size
+
+    m = read_manifest(copy)
+    path, entry = m.paths[0], m.files[0]
+    check_size(path, m, entry)  # intact: no error
+    (copy / entry.name).unlink()
+    with pytest.raises(SourceError, match=f"{path}: listed in the manifest .* but missing"):
+        check_size(path, m, entry)

@@ -64,9 +64,8 @@ def test_sources_declare_batching_and_resumability(pipeline, request):
 
 def test_classes_and_import_paths():
     from tfinput import columnar_records
-    from tfinput.columnar_records.source import ColumnarSource as Old
 
-    assert columnar_records.ColumnarSource is ColumnarSource is Old
+    assert columnar_records.ColumnarSource is ColumnarSource
     for cls in (TFRecordSource, ParquetSource, DatasetSource, ColumnarSource):
         assert Source in cls.__mro__  # explicit: the defaults of `Source` are inherited
     assert ParquetSource(paths=("x",), engine="tensorflow-io").batches_itself is False
