@@ -211,6 +211,19 @@ def test_no_two_modules_or_packages_import_each_other():
     assert gone == [], f"cycle gone: delete from KNOWN_CYCLES: {gone}"
 
 
+def test_no_module_names_a_type_any_to_reach_its_caller():
+    """No module binds a name to ``Any`` (``Pipeline = Any``): a module that needs its
+    importer's class declares what it uses as a ``Protocol``, so the call back stays
+    typed and visible."""
+    found = []
+    for dotted, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Name) and value.id == "Any":
+                found.append(f"{dotted}:{node.lineno}")
+    assert found == []
+
+
 def test_the_layers_are_the_directories_of_the_implementation():
     """``tfinput/_src`` holds the three layer packages and nothing else; every other
     module of ``tfinput`` is public (docs/api.md)."""

@@ -4,6 +4,7 @@ public API."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -182,8 +183,11 @@ class Tuning:
             # Not the config's fault: the trial does not count towards n_trials, and a
             # study kept in a storage measures it again when it resumes.
             self.interrupted.append(trial.number)
-            trial.set_user_attr("interrupted", True)
-            trial.set_user_attr("error", "interrupted (Ctrl-C) before it finished")
+            # Best effort: Ctrl-C may have landed inside a write to the storage, which
+            # then fails; the interrupt is what goes on.
+            with contextlib.suppress(Exception):
+                trial.set_user_attr("interrupted", True)
+                trial.set_user_attr("error", "interrupted (Ctrl-C) before it finished")
             raise
         except (TfinputError, MemoryError, Exception) as e:
             if isinstance(e, DataError) and "produced no batch" in str(e):
@@ -401,14 +405,21 @@ def requeue_interrupted(study: optuna.Study, run: Tuning) -> list[int]:
     import optuna
 
     requeued = []
-    for number in run.interrupted:
-        t = study.get_trials(deepcopy=False)[number]
-        if t.state != optuna.trial.TrialState.FAIL:
-            continue
-        attrs = {k: t.user_attrs[k] for k in ("baseline",) if k in t.user_attrs}
-        params = {**t.system_attrs.get("fixed_params", {}), **t.params}
-        study.enqueue_trial(params, user_attrs={**attrs, "retried_from": t.number})
-        requeued.append(number)
+    try:
+        for number in run.interrupted:
+            t = study.get_trials(deepcopy=False)[number]
+            if t.state != optuna.trial.TrialState.FAIL:
+                continue
+            attrs = {k: t.user_attrs[k] for k in ("baseline",) if k in t.user_attrs}
+            params = {**t.system_attrs.get("fixed_params", {}), **t.params}
+            study.enqueue_trial(params, user_attrs={**attrs, "retried_from": t.number})
+            requeued.append(number)
+    except Exception as e:  # the storage failed mid-write (Ctrl-C landed inside it)
+        log.warning(
+            "the trials Ctrl-C stopped could not be enqueued again (%s); a resumed study "
+            "samples new ones instead",
+            e,
+        )
     return requeued
 
 

@@ -227,9 +227,13 @@ def tune(
             )
             stage = "confirmation"
             outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
-        except KeyboardInterrupt as e:
+        except (KeyboardInterrupt, Exception) as e:
             # Ctrl-C: what was done goes with the exception (a second Ctrl-C while the
-            # interrupted trials are enqueued again stops at once).
+            # interrupted trials are enqueued again stops at once). An error after
+            # Ctrl-C stopped a trial is the interrupt's too: the storage failing while
+            # Optuna records the stopped trial (Ctrl-C landed inside a write).
+            if not isinstance(e, KeyboardInterrupt) and not run.interrupted:
+                raise
             requeued = () if in_memory else requeue_interrupted(study, run)
             raise TuneInterrupted(
                 study, stage=stage, storage=kept.storage, requeued=tuple(requeued)

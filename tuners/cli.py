@@ -324,11 +324,13 @@ def _write_interrupted(interrupt: TuneInterrupted, args: argparse.Namespace, out
     verdict), then, as the last line, where they are and how to keep trials to resume. A
     second Ctrl-C meanwhile stops at once (``tfinput: interrupted``)."""
     # Plain lines, never wrapped: the last one is what the user reads after Ctrl-C.
-    print(f"tfinput tune: {interrupt.describe()}", file=sys.stderr, flush=True)
     try:
+        print(f"tfinput tune: {interrupt.describe()}", file=sys.stderr, flush=True)
         where = f"the trials are in {interrupt.write(out)}"
     except OSError as e:
         where = f"the trials could not be written to {out} ({e.strerror or e})"
+    except Exception as e:  # the storage failed (Ctrl-C landed inside a write to it)
+        where = f"the trials could not be read back from the study ({type(e).__name__}: {e})"
     storage = getattr(args, "storage", None)
     if storage:
         keep = (

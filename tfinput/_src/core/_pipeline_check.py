@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import tensorflow as tf
 
@@ -17,8 +17,24 @@ from tfinput._src.core.layout import is_packed
 from tfinput._src.core.schema import Categorical, Feature, MultiHot, Schema
 from tfinput._src.core.sources.protocol import FileChecks
 
-#: A `tfinput.Pipeline` (not imported: `tfinput.pipeline` imports this module).
-Pipeline = Any
+if TYPE_CHECKING:
+    from tfinput._src.core.sources.protocol import Source
+
+
+class Pipeline(Protocol):
+    """What the check reads of a `tfinput.Pipeline`: its schema and source, a build, and
+    a copy with another schema (a protocol: `tfinput.pipeline` imports this module)."""
+
+    @property
+    def schema(self) -> Schema: ...
+
+    @property
+    def source(self) -> Source: ...
+
+    def build(self, config: PipelineConfig | None = None) -> tf.data.Dataset: ...
+
+    def with_schema(self, schema: Schema) -> Pipeline: ...
+
 
 __all__ = ["CheckReport", "FileCheck", "check_files", "explain_failure"]
 
