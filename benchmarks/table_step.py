@@ -10,11 +10,13 @@ gives it (``6 · rows^¼`` rounded to 4, capped at 128) read by ``--features`` s
 features, plus 13 dense features; batches of 4,096 rows with uniform random ids,
 generated up front (no input pipeline). One table, not Criteo's 26: 10M x 128 float32
 is 5 GB per table, and every size is held in memory at once so that they can be
-interleaved. Two optimizers side by side:
+interleaved. Variants side by side (``--variants``):
 
 * ``sparse``: the model as built (`tfinput.models.SparseTableAdam`: row-wise Adagrad
-  on the rows a batch touches, Adam on the dense layers);
-* ``dense``: the same model compiled with ``keras.optimizers.Adam`` (its two slots
+  on the rows a batch touches, Adam on the dense layers; low-rank cross layers);
+* ``full``: the same with full-rank cross layers (``cross_projection_dim=None``), up
+  to ``--full-max-rows``;
+* ``dense``: the model as built compiled with ``keras.optimizers.Adam`` (its two slots
   updated in full every step), up to ``--dense-max-rows`` (3x the table in memory).
 
 Each backend runs in its own process (``KERAS_BACKEND=tensorflow`` and ``jax``; JAX on
@@ -81,12 +83,20 @@ def _batches(rows: int, features: int, n: int, seed: int) -> list:
     return out
 
 
+VARIANTS = {
+    "sparse": "sparse (built-in)",
+    "full": "full-rank cross",
+    "dense": "dense (Keras Adam)",
+}
+
+
 def _model(rows: int, features: int, optimizer: str):
     import keras
 
     from tfinput import models
 
-    model = models.ranking_model(_schema(rows, features), jit_compile=True)
+    kwargs = {"cross_projection_dim": None} if optimizer == "full" else {}
+    model = models.ranking_model(_schema(rows, features), jit_compile=True, **kwargs)
     if optimizer == "dense":
         model.compile(
             optimizer=keras.optimizers.Adam(1e-3),
@@ -106,8 +116,8 @@ def measure(args: argparse.Namespace) -> dict:
     for rows in args.sizes:
         if rows > cap:
             continue
-        for opt in ("sparse", "dense"):
-            if opt == "dense" and rows > args.dense_max_rows:
+        for opt in args.variants:
+            if rows > {"dense": args.dense_max_rows, "full": args.full_max_rows}.get(opt, rows):
                 continue
             batches = _batches(rows, args.features, 4, seed=rows)
             model = _model(rows, args.features, opt)
@@ -134,13 +144,11 @@ def section(results: list[dict], args: argparse.Namespace, took: float) -> str:
         t = res["times"]
         first = min(args.sizes)
         base = {
-            o: statistics.median(t[f"{o} {first}"])
-            for o in ("sparse", "dense")
-            if f"{o} {first}" in t
+            o: statistics.median(t[f"{o} {first}"]) for o in args.variants if f"{o} {first}" in t
         }
         for rows in args.sizes:
             cells = []
-            for opt in ("sparse", "dense"):
+            for opt in args.variants:
                 ts = t.get(f"{opt} {rows}")
                 if not ts:
                     cells.append("not run")
@@ -152,7 +160,7 @@ def section(results: list[dict], args: argparse.Namespace, took: float) -> str:
                 )
             lines.append(
                 f"| {res['backend']} | {rows:,} | {_dim(rows)} | "
-                f"{rows * _dim(rows) * 4 / 1e6:,.0f} MB | {cells[0]} | {cells[1]} |"
+                f"{rows * _dim(rows) * 4 / 1e6:,.0f} MB | {' | '.join(cells)} |"
             )
     return "\n".join(
         [
@@ -169,13 +177,17 @@ def section(results: list[dict], args: argparse.Namespace, took: float) -> str:
             "ids, `train_on_batch` under XLA; every model warmed up, then "
             f"{args.rounds} rounds, each running every model in turn for {args.steps} "
             "steps; median seconds per step over rounds (min-max), and its ratio to the "
-            f"smallest table's. `sparse`: the built-in model (`SparseTableAdam`); "
-            f"`dense`: the same model under `keras.optimizers.Adam`, run up to "
+            f"smallest table's. `sparse`: the built-in model (`SparseTableAdam`, "
+            f"low-rank cross layers); `full`: its cross layers full-rank, run up to "
+            f"{args.full_max_rows:,} rows; "
+            f"`dense`: the built-in model under `keras.optimizers.Adam`, run up to "
             f"{args.dense_max_rows:,} rows (its slots are twice the table); JAX (CPU) up "
             f"to {args.jax_max_rows:,} rows.",
             "",
-            "| backend | rows | dim | table | sparse (built-in) | dense (Keras Adam) |",
-            "|---|---|---|---|---|---|",
+            "| backend | rows | dim | table | "
+            + " | ".join(VARIANTS[v] for v in args.variants)
+            + " |",
+            "|---|---|---|---|" + "---|" * len(args.variants),
             *lines,
             "<!-- table-step:end -->",
         ]
@@ -189,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=0, help="one dim for every size (0: inferred)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=3, help="timed steps per model per round")
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     p.add_argument("--dense-max-rows", type=int, default=1_000_000)
+    p.add_argument("--full-max-rows", type=int, default=1_000_000)
     p.add_argument("--jax-max-rows", type=int, default=1_000_000)
     p.add_argument("--backends", nargs="+", default=["tensorflow", "jax"])
     p.add_argument("--quick", action="store_true", help="10k and 100k rows, 2 rounds")

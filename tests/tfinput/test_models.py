@@ -216,6 +216,66 @@ def test_ranking_model_shares_tables_and_sizes_its_cross_layers(small_tfrecord):
     }
     # bottom MLP 32 + user 8 + country 4 + last_item 8 + history 8 + tags 4
     assert [layer.kernel.shape for layer in model.cross_dense] == [(64, 64)] * 3
+    assert model.cross_projections == [], "64 wide: no wider than twice the projection"
+
+
+def _wide_schema():
+    from tfinput.schema import Categorical, Dense, Label, Schema, Table
+
+    return Schema(
+        features=(
+            Dense(name="d"),
+            Categorical(name="a", table="t"),
+            Categorical(name="b", table="t"),
+        ),
+        tables=(Table(name="t", vocabulary_size=50, dim=64),),
+        labels=(Label(name="label"),),
+    )
+
+
+def test_wide_ranking_models_cross_through_a_low_rank_projection(tmp_path):
+    """Wider than twice ``cross_projection_dim``: each cross layer is ``U·V`` (V down to
+    the projection, U back up), trains under XLA, saves and loads; None keeps W
+    full-rank, and so does a config without the argument (files saved before it)."""
+    schema = _wide_schema()  # bottom MLP 32 + a 64 + b 64 = 160 wide
+    rng = np.random.default_rng(0)
+    batches = [
+        (
+            {
+                "dense": {"d": rng.random(16, dtype=np.float32)},
+                "ids": {n: rng.integers(0, 50, 16) for n in ("a", "b")},
+            },
+            rng.integers(0, 2, 16).astype(np.float32),
+        )
+        for _ in range(3)
+    ]
+    model = models.ranking_model(schema, jit_compile=True)
+    model.train_on_batch(*batches[0])
+    assert [layer.kernel.shape for layer in model.cross_projections] == [(160, 64)] * 2
+    assert [layer.kernel.shape for layer in model.cross_dense] == [(64, 160)] * 2
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    losses = [float(model.train_on_batch(x, y)[0]) for x, y in batches]
+    assert all(np.isfinite(losses)), losses
+    assert all(
+        not np.array_equal(a, w.numpy())
+        for a, w in zip(before, model.trainable_weights, strict=True)
+    ), "every weight, the projections included, was trained"
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert loaded.get_config()["cross_projection_dim"] == 64
+    x = batches[0][0]
+    np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), rtol=1e-6)
+
+    full = models.ranking_model(schema, jit_compile=False, cross_projection_dim=None)
+    full(x)
+    assert [layer.kernel.shape for layer in full.cross_dense] == [(160, 160)] * 2
+    assert full.cross_projections == []
+    config = full.get_config()
+    del config["cross_projection_dim"]
+    older = models.RankingModel.from_config(config)
+    older(x)
+    assert [layer.kernel.shape for layer in older.cross_dense] == [(160, 160)] * 2
+    assert older.cross_projections == []
 
 
 def test_ranking_model_saves_and_loads_as_a_keras_file(tmp_path, small_tfrecord):

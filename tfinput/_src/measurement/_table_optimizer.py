@@ -37,7 +37,11 @@ class SparseTableAdam(keras.optimizers.Adam):
     batch. On JAX the gradient of a table is a dense array as large as the table, the
     slices of a row already summed, and the same rule is applied to the whole table
     (untouched rows have zero gradient and do not move): the update stays dense there,
-    its cost following the table's size.
+    its cost following the table's size. Keras's JAX trainer takes the gradients with
+    ``jax.value_and_grad`` over the variables, and JAX's derivative of a gather with
+    respect to its table is table-shaped (a scatter-add into zeros; JAX has no sparse
+    gradient type), so an optimizer receives neither the ids nor a row-sized gradient:
+    finding the touched rows in it would itself read the whole table.
 
     Args:
       learning_rate: The learning rate of both rules (a float or a schedule).

@@ -84,8 +84,17 @@ def signed_log1p(x: Any) -> Any:
 @keras.saving.register_keras_serializable(package="tfinput")
 class RankingModel(keras.Model):
     """DCN-v2 style: dense features through a bottom MLP, all embeddings and the
-    bottom output concatenated, ``cross_layers`` full-rank cross layers, then a top
-    MLP to one click logit. Features sharing a table share its `PaddedEmbeddingBag`.
+    bottom output concatenated, ``cross_layers`` cross layers, then a top MLP to one
+    click logit. Features sharing a table share its `PaddedEmbeddingBag`.
+
+    A cross layer is ``x0 · (W x + b) + x`` over the concatenation's width (the sum of
+    the features' dims plus the bottom output). ``W`` is low-rank, ``U·V`` through
+    ``cross_projection_dim`` units (DCN-v2's low-rank cross, keras-rs
+    ``FeatureCross(projection_dim=...)``, as production DCN-v2 models are trained),
+    when that is cheaper: wider than twice the projection. Its cost then grows with the
+    width, not with its square, so larger embedding dims cost what their lookups and
+    the wider layers cost. Narrower concatenations, and ``cross_projection_dim=None``,
+    keep ``W`` full-rank.
 
     Dense inputs go through `signed_log1p` first (``normalize_dense=True``): raw
     magnitudes such as ids near 1e19 or hour stamps near 1.4e7 would otherwise overflow
@@ -104,6 +113,7 @@ class RankingModel(keras.Model):
         bottom: Sequence[int] = (64, 32),
         top: Sequence[int] = (64, 32),
         cross_layers: int = 2,
+        cross_projection_dim: int | None = 64,
         normalize_dense: bool = True,
         **kwargs: Any,
     ):
@@ -113,6 +123,7 @@ class RankingModel(keras.Model):
             "bottom": list(bottom),
             "top": list(top),
             "cross_layers": cross_layers,
+            "cross_projection_dim": cross_projection_dim,
             "normalize_dense": normalize_dense,
         }
         self.packed_layout = PackedLayout.from_schema(schema)
@@ -123,8 +134,10 @@ class RankingModel(keras.Model):
         }
         self.bottom = [layers.Dense(n, activation="relu") for n in bottom]
         self.bottom_width = bottom[-1] if bottom else 0
-        self.cross_dense: list[layers.Dense] = []
+        self.cross_dense: list[layers.Dense] = []  # W (full rank) or U (low rank)
+        self.cross_projections: list[layers.Dense] = []  # V (low rank), else empty
         self.cross_layers = cross_layers
+        self.cross_projection_dim = cross_projection_dim
         self.top = [layers.Dense(n, activation="relu") for n in top]
         self.logit = layers.Dense(1)
 
@@ -139,8 +152,15 @@ class RankingModel(keras.Model):
                 x = layer.units
             width += self.bottom_width
         self.cross_dense = [layers.Dense(width) for _ in range(self.cross_layers)]
-        for layer in self.cross_dense:
+        rank = self.cross_projection_dim
+        if rank and width > 2 * rank:  # U·V costs 2·width·rank per row, W width²
+            self.cross_projections = [
+                layers.Dense(rank, use_bias=False) for _ in range(self.cross_layers)
+            ]
+        for layer in self.cross_projections:
             layer.build((None, width))
+        for layer in self.cross_dense:
+            layer.build((None, rank if self.cross_projections else width))
         x = width
         for layer in self.top:
             layer.build((None, x))
@@ -157,6 +177,7 @@ class RankingModel(keras.Model):
     def from_config(cls, config: dict[str, Any]) -> RankingModel:
         config = dict(config)
         schema = Schema.from_dict(config.pop("schema"), source="RankingModel config")
+        config.setdefault("cross_projection_dim", None)  # files saved before it: full rank
         return cls(schema, **config)
 
     def call(self, features: dict[str, Any]) -> Any:
@@ -181,8 +202,9 @@ class RankingModel(keras.Model):
                 parts.append(table(features["ids"][f.name]))
         x0 = ops.concatenate(parts, axis=1)
         x = x0
-        for layer in self.cross_dense:
-            x = x0 * layer(x) + x
+        for i, layer in enumerate(self.cross_dense):
+            v = x if not self.cross_projections else self.cross_projections[i](x)
+            x = x0 * layer(v) + x
         for layer in self.top:
             x = layer(x)
         return ops.squeeze(self.logit(x), -1)
@@ -201,7 +223,9 @@ def ranking_model(
     The optimizer updates only the embedding rows a batch touches (row-wise Adagrad on
     the tables, Adam on the dense layers), as embedding trainers do: on TensorFlow a
     step's cost follows the ids per batch, not the tables' sizes. On JAX the tables'
-    gradients are dense, and so is their update (see `SparseTableAdam`).
+    gradients are dense, and so is their update (see `SparseTableAdam`). The cross
+    layers are low-rank beyond twice ``cross_projection_dim`` wide (`RankingModel`), so
+    the step's cost grows with the embedding dims linearly, as a production DCN-v2's.
 
     Args:
       schema: The features and tables.
@@ -210,7 +234,7 @@ def ranking_model(
       steps_per_execution: Training steps per call into the compiled step (``fit``);
         pass a tuned ``PipelineConfig.steps_per_execution``.
       **kwargs: `RankingModel` arguments (``bottom``, ``top``, ``cross_layers``,
-        ``normalize_dense``, ``name``).
+        ``cross_projection_dim``, ``normalize_dense``, ``name``).
     """
     kwargs.setdefault("name", "ranking_model")  # stable across instances (reports compare it)
     model = RankingModel(schema, **kwargs)
