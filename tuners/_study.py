@@ -117,9 +117,8 @@ if TYPE_CHECKING:
     import optuna
 
 
-# Besides `tune`, the names the old public module `tuners.study` exported (it imports,
-# deprecated, as this module: tfinput/deprecation.py) stay importable from here for that
-# release; their homes are the modules they are imported from above.
+# `tune`, and the names the CLI and the tests import from here with it (their homes are
+# the modules they are imported from above).
 __all__ = [
     "tune",
     "TuneOptions",
