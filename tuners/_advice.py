@@ -70,6 +70,7 @@ KNOB_GROUPS: dict[str, tuple[str, ...]] = {
         "map_parallelism",
         "private_threadpool_size",
         "max_intra_op_parallelism",
+        "autotune_min_parallelism",
         "deterministic",
     ),
     "buffering": ("prefetch", "cache"),
@@ -350,7 +351,9 @@ class KnobContribution:
         """One line: the group, its knobs and its contribution with the spread; for a
         group that `hurts`, whether the best measured config reverted it (or, when no revert was
         tried, the ``--fix`` arguments that keep it at autotune)."""
-        knobs = ", ".join(f"{k} {a}→{w}" for k, (w, a) in self.knobs.items())
+        from tuners._space import label
+
+        knobs = ", ".join(f"{k} {label(a)}→{label(w)}" for k, (w, a) in self.knobs.items())
         text = (
             f"{self.group} ({knobs}): {self.ratio:.2f}x "
             f"(rounds {self.ratio_min:.2f}x-{self.ratio_max:.2f}x)"
