@@ -128,6 +128,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     """Every case, ``args.runs`` times, for each load; the records and load averages."""
     out: dict[str, Any] = {"settings": _settings(args), "loads": {}}
     for load in args.loads:
+        if args.cases and load not in args.cases:
+            continue
         busy = None
         if load == "busy":
             busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -136,6 +138,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             before = os.getloadavg()
             runs = []
             for case, gain in CASES:
+                if case not in args.cases.get(load, [c for c, _ in CASES]):
+                    continue
                 for seed in range(args.runs):
                     record = one_run(gain, seed, args)
                     record["case"] = case
@@ -147,6 +151,24 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                 busy.kill()
                 busy.wait()
         out["loads"][load] = {"loadavg_before": before, "loadavg_after": after, "runs": runs}
+    return out
+
+
+def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new``'s records, and ``old``'s of the (load, case) pairs ``new`` did not run;
+    each block keeps the load averages of the run its first records come from, and
+    notes the other's."""
+    out = {"settings": new["settings"], "loads": {}}
+    for load in dict.fromkeys([*old["loads"], *new["loads"]]):
+        a, b = old["loads"].get(load), new["loads"].get(load)
+        ran = {r["case"] for r in b["runs"]} if b else set()
+        kept = [r for r in (a["runs"] if a else []) if r["case"] not in ran]
+        block = dict(b or a)
+        block["runs"] = kept + (b["runs"] if b else [])
+        if a and b and kept:
+            block["loadavg_earlier"] = (a["loadavg_before"], a["loadavg_after"])
+            block["cases_earlier"] = sorted({r["case"] for r in kept})
+        out["loads"][load] = block
     return out
 
 
@@ -234,6 +256,12 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(
             f"- {load}: {', '.join(f'{x:.2f}' for x in b)} -> {', '.join(f'{x:.2f}' for x in a)}"
         )
+        if "loadavg_earlier" in block:
+            (eb, ea) = block["loadavg_earlier"]
+            lines.append(
+                f"  (its records of an earlier pass: {', '.join(f'{x:.2f}' for x in eb)} -> "
+                f"{', '.join(f'{x:.2f}' for x in ea)})"
+            )
     lines += [
         "",
         f"Machine: {s['cpus']} cores, shared with three other engineers' work, so "
@@ -254,13 +282,31 @@ def main() -> None:
     p.add_argument("--confirm-top", type=int, default=2)
     p.add_argument("--confirm-windows", type=int, default=5)
     p.add_argument("--json", default=str(HERE / "results-tune-power.json"))
+    p.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="LOAD:CASE",
+        help='run only these cases, e.g. "quiet:no gain" (default: every case of --loads)',
+    )
+    p.add_argument(
+        "--merge",
+        help="a saved run whose records of the cases not run now are kept (their block's "
+        "load averages too)",
+    )
     p.add_argument("--from-json", help="only write the section from a saved run")
     p.add_argument("--write", action="store_true", help="replace the RESULTS.md section")
     args = p.parse_args()
+    args.cases = {}
+    for item in args.only:
+        load, case = item.split(":", 1)
+        args.cases.setdefault(load, []).append(case)
     if args.from_json:
         data = json.loads(Path(args.from_json).read_text())
     else:
         data = run_all(args)
+        if args.merge:
+            data = merge(json.loads(Path(args.merge).read_text()), data)
         Path(args.json).write_text(json.dumps(data, indent=1))
     section = markdown(data)
     print(section)

@@ -21,6 +21,7 @@ Nothing here needs Optuna.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -92,7 +93,10 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
 
     Returns:
       ``(verdict, sentence)``: True only when the winner is not autotune and its
-      per-round ratios to autotune are all above 1 (the paired spread excludes 1);
+      per-round ratios to autotune are all above 1 (the paired spread excludes 1), or,
+      in a confirmation of nine rounds or more, its median ratio is above 1 and no
+      more rounds are at or below 1 than `rounds_allowed_below` allows (the same
+      chance of a false win as five rounds all above 1);
       False otherwise, with "keep autotune"; None when nothing was confirmed, or
       when the winner was confirmed in one round only (one ratio has no spread).
     """
@@ -111,9 +115,43 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
     spread = f"{best.ratio:.2f}x autotune, rounds {low:.2f}x-{high:.2f}x"
     if low is not None and low > 1.0:
         return True, f"{best.name} beats autotune beyond the noise ({spread})"
+    rounds = round_ratios(best, next((c for c in confirmed if c.name == "autotune"), None))
+    below = sum(1 for r in rounds if r <= 1.0)
+    if best.ratio > 1.0 and 0 < below <= rounds_allowed_below(len(rounds)):
+        return True, (
+            f"{best.name} beats autotune beyond the noise ({spread}; "
+            f"{len(rounds) - below} of {len(rounds)} rounds above 1)"
+        )
     return False, (
         f"{KEEP_AUTOTUNE}: {best.name}'s gain is within the noise ({spread}; the spread includes 1)"
     )
+
+
+#: The chance, were the config no faster than autotune, that every one of five
+#: rounds measures it faster: the false-win rate every verdict is held to.
+FALSE_WIN_RATE = 1 / 32
+
+
+def rounds_allowed_below(rounds: int) -> int:
+    """Rounds at or below autotune a win may have among ``rounds``: the most that keep
+    the chance of a false win (a one-sided sign test, each round a coin flip when the
+    configs are equal) at or under `FALSE_WIN_RATE`. 0 up to 8 rounds, 1 from 9."""
+    allowed = 0
+    for k in range(rounds):
+        tail = sum(math.comb(rounds, i) for i in range(rounds - k, rounds + 1)) / 2**rounds
+        if tail > FALSE_WIN_RATE:
+            break
+        allowed = k
+    return allowed
+
+
+def round_ratios(best: ConfigStats, autotune: ConfigStats | None) -> list[float]:
+    """``best``'s examples/s over autotune's, round by round (the confirmation's paired
+    windows); empty without autotune's windows."""
+    if autotune is None:
+        return []
+    base = {w.round: w.examples_per_s for w in autotune.windows}
+    return [w.examples_per_s / base[w.round] for w in best.windows if base.get(w.round)]
 
 
 def input_verdict(

@@ -68,6 +68,7 @@ from tuners._confirm import (
     Remeasure,
     advice_sentences,
     confirm,
+    confirm_longer,
     confirmation_configs,
     gain_by_knob,
     pick_winner,
@@ -340,6 +341,7 @@ def _confirm_and_advise(
     candidates = top_configs(study, options.confirm_top)
     configs = confirmation_configs(autotune, run.current, candidates)
     confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
+    confirmed = confirm_longer(how, confirmed, progress=progress, notes=notes)
     confirm_seconds = time.time() - t1
     best_name, best_config = pick_winner(confirmed, candidates, autotune)
     t2 = time.time()

@@ -270,8 +270,8 @@ def test_window_plan_carries_every_default():
     measured_plan = bench.WindowPlan(**{k: measured[k] for k in keys})
     seconds = bench.DEFAULT_WINDOW_SECONDS
     assert measured_plan == bench.BENCH_PLAN
-    assert bench.BENCH_PLAN == bench.WindowPlan(warmup_batches=8, window_seconds=seconds)
-    assert bench.TUNER_PLAN == bench.WindowPlan(window_seconds=seconds)
+    assert bench.WindowPlan(warmup_batches=8, window_seconds=seconds) == bench.BENCH_PLAN
+    assert bench.WindowPlan(window_seconds=seconds) == bench.TUNER_PLAN
     assert CaptureConfig().window_plan == bench.CAPTURE_PLAN
     assert bench.TUNER_PLAN.to_dict() == {
         "warmup_batches": 5,
