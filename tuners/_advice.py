@@ -92,8 +92,8 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
         ratios to ``autotune`` per round.
 
     Returns:
-      ``(verdict, sentence)``: True only when the winner is not autotune and its
-      per-round ratios to autotune are all above 1 (the paired spread excludes 1), or,
+      ``(verdict, sentence)``: True only when the winner is not autotune, its median
+      ratio is at least `MIN_GAIN`, and its per-round ratios to autotune are all above 1 (the paired spread excludes 1), or,
       in a confirmation of nine rounds or more, its median ratio is above 1 and no
       more rounds are at or below 1 than `rounds_allowed_below` allows (the same
       chance of a false win as five rounds all above 1);
@@ -113,11 +113,16 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
             "or more)"
         )
     spread = f"{best.ratio:.2f}x autotune, rounds {low:.2f}x-{high:.2f}x"
+    if best.ratio < MIN_GAIN and low is not None and low > 1.0:
+        return False, (
+            f"{KEEP_AUTOTUNE}: {best.name} measured faster in every round, but only "
+            f"{spread}: under the {MIN_GAIN - 1:.0%} gain worth changing the config for"
+        )
     if low is not None and low > 1.0:
         return True, f"{best.name} beats autotune beyond the noise ({spread})"
     rounds = round_ratios(best, next((c for c in confirmed if c.name == "autotune"), None))
     below = sum(1 for r in rounds if r <= 1.0)
-    if best.ratio > 1.0 and 0 < below <= rounds_allowed_below(len(rounds)):
+    if best.ratio >= MIN_GAIN and 0 < below <= rounds_allowed_below(len(rounds)):
         return True, (
             f"{best.name} beats autotune beyond the noise ({spread}; "
             f"{len(rounds) - below} of {len(rounds)} rounds above 1)"
@@ -126,6 +131,11 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
         f"{KEEP_AUTOTUNE}: {best.name}'s gain is within the noise ({spread}; the spread includes 1)"
     )
 
+
+#: The least confirmed ratio to autotune called a win: a config that is faster in
+#: every round by less (a scheduling difference, not a setting worth keeping) leaves
+#: the verdict at "keep autotune".
+MIN_GAIN = 1.01
 
 #: The chance, were the config no faster than autotune, that every one of five
 #: rounds measures it faster: the false-win rate every verdict is held to.

@@ -157,20 +157,21 @@ def confirm_longer(
     progress: Progress | None,
     notes: list[str],
 ) -> list[ConfigStats]:
-    """When the confirmation cannot tell: its best (not autotune) measured faster than
-    autotune at the median, but some round at or below it. Autotune (and the current
+    """When the confirmation cannot tell: its best (not autotune) measured at least
+    `tuners._advice.MIN_GAIN` times autotune at the median, but some round at or below
+    it. Autotune (and the current
     config) and that best are measured again, interleaved, in twice as many rounds, and
     that confirmation replaces the first: the verdict is taken on rounds that did not
     pick the best (`tuners._advice.beats_autotune`: with nine rounds or more one round
     at or below autotune is allowed, at the same false-win rate). ``confirmed`` as it
     was when there is nothing to tell or the new confirmation fails.
     """
-    from tuners._advice import beats_autotune
+    from tuners._advice import MIN_GAIN, beats_autotune
 
     if not confirmed or confirmed[0].name == "autotune" or len(confirmed[0].windows) < 2:
         return list(confirmed)
     best = confirmed[0]
-    if best.ratio is None or best.ratio <= 1.0 or beats_autotune(confirmed)[0] is not False:
+    if best.ratio is None or best.ratio < MIN_GAIN or beats_autotune(confirmed)[0] is not False:
         return list(confirmed)
     keep = ("autotune", "current", best.name)
     configs = {c.name: c.config for c in confirmed if c.name in keep}

@@ -337,7 +337,7 @@ def test_knob_contribution_describes_itself():
         ratio_max=1.61234,
         without_examples_per_s=12345.678,
     )
-    assert c.describe() == f"buffering (prefetch {AUTOTUNE}→4): 1.50x (rounds 1.40x-1.61x)"
+    assert c.describe() == "buffering (prefetch autotune→4): 1.50x (rounds 1.40x-1.61x)"
     assert c.to_dict() == {
         "group": "buffering",
         "knobs": {"prefetch": {"winner": 4, "autotune": "autotune"}},
@@ -462,3 +462,17 @@ def test_an_inconclusive_confirmation_is_measured_again_in_twice_the_rounds():
     ]
     decided = [_rounds("trial 7", [1100.0] * 5), _rounds("autotune", [1000.0] * 5)]
     assert confirm_longer(how, decided, progress=None, notes=notes) == decided  # no need
+
+
+def test_a_win_below_the_least_gain_worth_a_change_keeps_autotune():
+    """Faster in every round, but by 0.1% at the median: a scheduling difference."""
+    from tuners._advice import MIN_GAIN
+
+    tiny = [config_stats("trial 7", 1.001, 1.0012, 1.02), AUTOTUNE_STATS]
+    verdict, sentence = beats_autotune(tiny)
+    assert MIN_GAIN == 1.01 and verdict is False
+    assert sentence == (
+        "keep autotune: trial 7 measured faster in every round, but only 1.00x autotune, "
+        "rounds 1.00x-1.02x: under the 1% gain worth changing the config for"
+    )
+    assert beats_autotune([config_stats("trial 7", 1.03, 1.01, 1.05), AUTOTUNE_STATS])[0]
