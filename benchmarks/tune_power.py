@@ -256,12 +256,18 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(
             f"- {load}: {', '.join(f'{x:.2f}' for x in b)} -> {', '.join(f'{x:.2f}' for x in a)}"
         )
+        if "loadavg_note" in block:
+            lines.append(f"  ({block['loadavg_note']})")
         if "loadavg_earlier" in block:
             (eb, ea) = block["loadavg_earlier"]
             lines.append(
                 f"  (its records of an earlier pass: {', '.join(f'{x:.2f}' for x in eb)} -> "
                 f"{', '.join(f'{x:.2f}' for x in ea)})"
             )
+    notes = data.get("notes", [])
+    if notes:
+        lines += ["", "How the table was assembled:", ""]
+        lines += [f"- {n}" for n in notes]
     lines += [
         "",
         f"Machine: {s['cpus']} cores, shared with three other engineers' work, so "

@@ -177,7 +177,6 @@ class TrialProgress:
     def slow_message(self, elapsed: float) -> str:
         """What the slow-first-trial note says: the step time, the trial's and the
         search's expected length, and what makes it faster."""
-        steps = self.plan.warmup_batches + self.plan.windows * self.plan.window_batches
         head = f"trial 0 still running after {duration(elapsed)}"
         done = sorted(self.step_seconds)
         if not done:
