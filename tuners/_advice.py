@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Measurable, Target
-from tfinput.measure.windows import TUNER_PLAN, WindowPlan
+from tfinput.measure.windows import DEFAULT_WINDOW_SECONDS, TUNER_PLAN, WindowPlan
 from tfinput.options import with_keywords
 from tfinput.steps import Step
 from tuners._columnar_advice import FormatAdvice, format_advice, parse_is_bound
@@ -268,7 +268,9 @@ def _verdict_from_bound(
 
 
 #: The step bound's windows: the step alone on one cached batch, briefly.
-STEP_BOUND_PLAN = WindowPlan(warmup_batches=5, windows=3, window_batches=20)
+STEP_BOUND_PLAN = WindowPlan(
+    warmup_batches=5, windows=3, window_batches=20, window_seconds=DEFAULT_WINDOW_SECONDS
+)
 
 
 def _measurement(
