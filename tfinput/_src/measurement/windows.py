@@ -46,10 +46,10 @@ Progress = Callable[[int, int, "Window"], None]
 #: Fields of `WindowPlan` with their least value, in the order they are checked.
 _MINIMUMS = (("windows", 1), ("window_batches", 1), ("warmup_batches", 0))
 
-#: The least seconds of a tuner or bench window (``window_seconds``). Measured on the
-#: 2-core development host: windows of 0.05-0.15 s scattered one config's rate over a
-#: factor of three; from half a second on the spread of a repeated config stays within
-#: the run-to-run noise, and a trial of 5 windows stays under 3 seconds.
+#: The least seconds of a tuner or bench window (``window_seconds``): the shortest
+#: length at which repeated trials of one config stopped spreading less on the 2-core
+#: development host (benchmarks/window_length.py, RESULTS.md "How long a tuner window
+#: must be"); longer windows cost time without a smaller spread there.
 DEFAULT_WINDOW_SECONDS = 0.5
 
 
