@@ -21,6 +21,7 @@ Nothing here needs Optuna.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Measurable, Target
-from tfinput.measure.windows import TUNER_PLAN, WindowPlan
+from tfinput.measure.windows import DEFAULT_WINDOW_SECONDS, TUNER_PLAN, WindowPlan
 from tfinput.options import with_keywords
 from tfinput.steps import Step
 from tuners._columnar_advice import FormatAdvice, format_advice, parse_is_bound
@@ -70,6 +71,7 @@ KNOB_GROUPS: dict[str, tuple[str, ...]] = {
         "map_parallelism",
         "private_threadpool_size",
         "max_intra_op_parallelism",
+        "autotune_min_parallelism",
         "deterministic",
     ),
     "buffering": ("prefetch", "cache"),
@@ -90,8 +92,11 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
         ratios to ``autotune`` per round.
 
     Returns:
-      ``(verdict, sentence)``: True only when the winner is not autotune and its
-      per-round ratios to autotune are all above 1 (the paired spread excludes 1);
+      ``(verdict, sentence)``: True only when the winner is not autotune, its median
+      ratio is at least `MIN_GAIN`, and its per-round ratios to autotune are all above 1 (the paired spread excludes 1), or,
+      in a confirmation of nine rounds or more, its median ratio is above 1 and no
+      more rounds are at or below 1 than `rounds_allowed_below` allows (the same
+      chance of a false win as five rounds all above 1);
       False otherwise, with "keep autotune"; None when nothing was confirmed, or
       when the winner was confirmed in one round only (one ratio has no spread).
     """
@@ -108,11 +113,55 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
             "or more)"
         )
     spread = f"{best.ratio:.2f}x autotune, rounds {low:.2f}x-{high:.2f}x"
+    if best.ratio < MIN_GAIN and low is not None and low > 1.0:
+        return False, (
+            f"{KEEP_AUTOTUNE}: {best.name} measured faster in every round, but only "
+            f"{spread}: under the {MIN_GAIN - 1:.0%} gain worth changing the config for"
+        )
     if low is not None and low > 1.0:
         return True, f"{best.name} beats autotune beyond the noise ({spread})"
+    rounds = round_ratios(best, next((c for c in confirmed if c.name == "autotune"), None))
+    below = sum(1 for r in rounds if r <= 1.0)
+    if best.ratio >= MIN_GAIN and 0 < below <= rounds_allowed_below(len(rounds)):
+        return True, (
+            f"{best.name} beats autotune beyond the noise ({spread}; "
+            f"{len(rounds) - below} of {len(rounds)} rounds above 1)"
+        )
     return False, (
         f"{KEEP_AUTOTUNE}: {best.name}'s gain is within the noise ({spread}; the spread includes 1)"
     )
+
+
+#: The least confirmed ratio to autotune called a win: a config that is faster in
+#: every round by less (a scheduling difference, not a setting worth keeping) leaves
+#: the verdict at "keep autotune".
+MIN_GAIN = 1.01
+
+#: The chance, were the config no faster than autotune, that every one of five
+#: rounds measures it faster: the false-win rate every verdict is held to.
+FALSE_WIN_RATE = 1 / 32
+
+
+def rounds_allowed_below(rounds: int) -> int:
+    """Rounds at or below autotune a win may have among ``rounds``: the most that keep
+    the chance of a false win (a one-sided sign test, each round a coin flip when the
+    configs are equal) at or under `FALSE_WIN_RATE`. 0 up to 8 rounds, 1 from 9."""
+    allowed = 0
+    for k in range(rounds):
+        tail = sum(math.comb(rounds, i) for i in range(rounds - k, rounds + 1)) / 2**rounds
+        if tail > FALSE_WIN_RATE:
+            break
+        allowed = k
+    return allowed
+
+
+def round_ratios(best: ConfigStats, autotune: ConfigStats | None) -> list[float]:
+    """``best``'s examples/s over autotune's, round by round (the confirmation's paired
+    windows); empty without autotune's windows."""
+    if autotune is None:
+        return []
+    base = {w.round: w.examples_per_s for w in autotune.windows}
+    return [w.examples_per_s / base[w.round] for w in best.windows if base.get(w.round)]
 
 
 def input_verdict(
@@ -219,7 +268,9 @@ def _verdict_from_bound(
 
 
 #: The step bound's windows: the step alone on one cached batch, briefly.
-STEP_BOUND_PLAN = WindowPlan(warmup_batches=5, windows=3, window_batches=20)
+STEP_BOUND_PLAN = WindowPlan(
+    warmup_batches=5, windows=3, window_batches=20, window_seconds=DEFAULT_WINDOW_SECONDS
+)
 
 
 def _measurement(
@@ -350,7 +401,9 @@ class KnobContribution:
         """One line: the group, its knobs and its contribution with the spread; for a
         group that `hurts`, whether the best measured config reverted it (or, when no revert was
         tried, the ``--fix`` arguments that keep it at autotune)."""
-        knobs = ", ".join(f"{k} {a}→{w}" for k, (w, a) in self.knobs.items())
+        from tuners._space import label
+
+        knobs = ", ".join(f"{k} {label(a)}→{label(w)}" for k, (w, a) in self.knobs.items())
         text = (
             f"{self.group} ({knobs}): {self.ratio:.2f}x "
             f"(rounds {self.ratio_min:.2f}x-{self.ratio_max:.2f}x)"

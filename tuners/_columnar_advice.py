@@ -332,6 +332,7 @@ def _measure_side_by_side(
     warmup_batches: int,
     clock: Callable[[], float],
     cpu_clock: Callable[[], float],
+    window_seconds: float = 0.0,
 ) -> dict[str, list[Any]]:
     """Input-only windows of each pipeline built with ``config``, interleaved round by
     round, a fresh iterator per window: ``{name: [tfinput.bench.Window, ...]}``."""
@@ -348,6 +349,7 @@ def _measure_side_by_side(
                 batch_size=size,
                 clock=clock,
                 cpu_clock=cpu_clock,
+                window_seconds=window_seconds,
             )
             measured[name].append(dataclasses.replace(w, name=name, round=r))
     return measured

@@ -31,6 +31,7 @@ __all__ = [
     "Remeasure",
     "confirmation_configs",
     "confirm",
+    "confirm_longer",
     "pick_winner",
     "revert_hurting_groups",
     "verdicts",
@@ -147,6 +148,47 @@ def confirm(
             continue
         return sorted(result.results, key=lambda c: c.median, reverse=True), None
     return [], error
+
+
+def confirm_longer(
+    how: Remeasure,
+    confirmed: Sequence[ConfigStats],
+    *,
+    progress: Progress | None,
+    notes: list[str],
+) -> list[ConfigStats]:
+    """When the confirmation cannot tell: its best (not autotune) measured at least
+    `tuners._advice.MIN_GAIN` times autotune at the median, but some round at or below
+    it. Autotune (and the current
+    config) and that best are measured again, interleaved, in twice as many rounds, and
+    that confirmation replaces the first: the verdict is taken on rounds that did not
+    pick the best (`tuners._advice.beats_autotune`: with nine rounds or more one round
+    at or below autotune is allowed, at the same false-win rate). ``confirmed`` as it
+    was when there is nothing to tell or the new confirmation fails.
+    """
+    from tuners._advice import MIN_GAIN, beats_autotune
+
+    if not confirmed or confirmed[0].name == "autotune" or len(confirmed[0].windows) < 2:
+        return list(confirmed)
+    best = confirmed[0]
+    if best.ratio is None or best.ratio < MIN_GAIN or beats_autotune(confirmed)[0] is not False:
+        return list(confirmed)
+    keep = ("autotune", "current", best.name)
+    configs = {c.name: c.config for c in confirmed if c.name in keep}
+    rounds = 2 * how.windows
+    again, error = confirm(
+        dataclasses.replace(how, windows=rounds), configs, progress=progress, notes=notes
+    )
+    if not again:
+        _note(notes, f"the longer confirmation failed ({error}): the first one stands")
+        return list(confirmed)
+    _note(
+        notes,
+        f"confirmation: {best.name} measured {best.ratio:.2f}x autotune, rounds "
+        f"{best.ratio_min:.2f}x-{best.ratio_max:.2f}x, which cannot tell; it and autotune "
+        f"were measured again in {rounds} rounds, and those decide",
+    )
+    return again
 
 
 def pick_winner(

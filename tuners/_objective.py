@@ -6,7 +6,9 @@
 One trial = one fresh iterator over ``pipeline.build(config, repeat=True)``
 (`tfinput.pipeline.build_repeated`), ``warmup``
 batches that are not timed (thread start, file opening, buffers filling), then
-``windows`` consecutive windows of ``window_batches`` batches, each handed to the step.
+``windows`` consecutive windows, each handed to the step. A window lasts at least
+``window_seconds`` (its batches: that target times the warm-up's rate, at least
+``window_batches``); ``window_batches`` given alone asks for that fixed count.
 The objective is the median examples/s over the windows; the spread is kept. After
 each window ``report(index, examples_per_s)`` is called; if it returns True the
 measurement stops early (the tuner uses this for pruning).
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
+from tfinput.measure.options import MeasureOptions
 from tfinput.measure.probes import process_cpu_seconds
 from tfinput.measure.target import Target
 from tfinput.measure.windows import TUNER_PLAN, WindowPlan, consecutive_windows
@@ -98,8 +101,9 @@ def measure(
     step: Callable[[Any], Any] | None = None,
     *,
     windows: int = TUNER_PLAN.windows,
-    window_batches: int = TUNER_PLAN.window_batches,
+    window_batches: int | None = None,
     warmup_batches: int = TUNER_PLAN.warmup_batches,
+    window_seconds: float | None = None,
     report: Callable[[int, float], bool] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] | None = None,
@@ -119,10 +123,14 @@ def measure(
         `tfinput.steps.Step` is set up with ``step.prepare(config)`` first, and one
         that owns the loop runs the windows itself.
       windows: Timed windows; the objective is their median.
-      window_batches: Batches per window.
+      window_batches: The least batches per window (default
+        ``TUNER_PLAN.window_batches``); given without ``window_seconds``, the fixed
+        count of every window.
       warmup_batches: Untimed batches first. The defaults are
         `tfinput.bench.TUNER_PLAN` (see `tfinput.bench.WindowPlan` for why
         ``tfinput bench`` warms up longer).
+      window_seconds: The least seconds of a window (default
+        `tfinput.bench.DEFAULT_WINDOW_SECONDS`; 0: a fixed ``window_batches``).
       report: ``report(window_index, examples_per_s) -> stop?`` after each window.
       clock: Wall clock (injectable for tests).
       cpu_clock: Process CPU clock (default: `tfinput.bench.process_cpu_seconds`).
@@ -134,7 +142,12 @@ def measure(
       tfinput.errors.ConfigError: a count is not an int or below its least value.
       tfinput.errors.DataError: the data hold fewer batches than warm-up plus one.
     """
-    plan = WindowPlan(warmup_batches=warmup_batches, windows=windows, window_batches=window_batches)
+    plan = MeasureOptions(
+        warmup_batches=warmup_batches,
+        windows=windows,
+        window_batches=window_batches,
+        window_seconds=window_seconds,
+    ).plan(TUNER_PLAN, what="tuner")
     cpu_clock = cpu_clock or process_cpu_seconds
     begin = clock()
     iterable = Target.of(pipeline, what="tuner").batches(config)
@@ -151,6 +164,7 @@ def measure(
             clock=clock,
             cpu_clock=cpu_clock,
             report=report,
+            **({"window_seconds": plan.window_seconds} if plan.timed else {}),
         )
     else:
         ws = _own_windows(iterable, config, prepared, plan, size, clock, cpu_clock, report)

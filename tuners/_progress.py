@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 import threading
 import time
@@ -176,7 +177,6 @@ class TrialProgress:
     def slow_message(self, elapsed: float) -> str:
         """What the slow-first-trial note says: the step time, the trial's and the
         search's expected length, and what makes it faster."""
-        steps = self.plan.warmup_batches + self.plan.windows * self.plan.window_batches
         head = f"trial 0 still running after {duration(elapsed)}"
         done = sorted(self.step_seconds)
         if not done:
@@ -185,10 +185,14 @@ class TrialProgress:
             )
             return f"{head}: its first step has not returned yet{running}"
         per_step = done[len(done) // 2]
+        per_window = self.plan.window_batches
+        if self.plan.timed and per_step > 0:
+            per_window = max(per_window, math.ceil(self.plan.window_seconds / per_step))
+        steps = self.plan.warmup_batches + self.plan.windows * per_window
         return (
             f"{head}: each step takes ~{per_step:.2g} s, so a trial of {steps} steps "
             f"({self.plan.warmup_batches} warm-up + {self.plan.windows} windows of "
-            f"{self.plan.window_batches}) takes ~{duration(per_step * steps)} and "
+            f"{per_window}) takes ~{duration(per_step * steps)} and "
             f"{self.total} trials ~{duration(per_step * steps * self.total)} (plus the "
             "confirmation). Fewer windows/window_batches or n_trials, or a cheaper step, "
             "finish sooner"

@@ -7,6 +7,9 @@
 - ``result.json``: everything in `TuneResult` plus every trial;
 - ``report.html``: optimisation history, parameter importances and the confirmed
   throughput of each config with its spread (plotly, inlined: no network needed).
+  The importances (Optuna's fANOVA over the complete trials' values) are drawn only
+  when those trials differ beyond the noise (`importances_left_out`); otherwise the
+  page says why they are left out.
   Without plotly (an optional extra) the page has the tables and text, no charts,
   and says how to get them: ``pip install 'tfinput[plots]'``.
 """
@@ -28,6 +31,7 @@ __all__ = [
     "saved_config_line",
     "verdict_lines",
     "write_html",
+    "importances_left_out",
     "write_outputs",
     "has_plotly",
     "NO_PLOTLY",
@@ -161,13 +165,15 @@ def verdict_lines(result: TuneResult) -> list[str]:
 def _verdicts_html(result: TuneResult) -> str:
     from html import escape
 
+    from tuners._space import label
+
     parts = ["<h2>Verdict</h2><ul>"]
     parts += [f"<li><b>{escape(line)}</b></li>" for line in verdict_lines(result)]
     parts.append("</ul>")
     if result.breakdown:
         rows = "".join(
             f"<tr><td>{escape(c.group)}</td><td>"
-            + escape(", ".join(f"{k}: {a} → {w}" for k, (w, a) in c.knobs.items()))
+            + escape(", ".join(f"{k}: {label(a)} → {label(w)}" for k, (w, a) in c.knobs.items()))
             + f"</td><td>{c.ratio:.2f}x</td><td>{c.ratio_min:.2f}x-{c.ratio_max:.2f}x</td>"
             f"<td>{c.without_examples_per_s:,.0f}</td></tr>"
             + (
@@ -196,7 +202,40 @@ def _verdicts_html(result: TuneResult) -> str:
     return "".join(parts)
 
 
-def _figures(result: TuneResult) -> list[tuple[str, Any]]:
+def importances_left_out(result: TuneResult) -> str | None:
+    """Why the parameter importances are left out of the report; None to draw them.
+
+    Optuna's importances rank the knobs by how much of the spread of the trials'
+    values each explains, noise included. They are drawn only when the complete trials
+    differ beyond the noise: the slowest window of some trial is faster than the
+    fastest window of another (their window ranges do not overlap).
+    """
+    if result.study is None:
+        return "importances left out: the study is not at hand"
+    rows = [
+        r
+        for r in summarize_trials(result.study)
+        if r["state"] == "complete" and r["min"] is not None and r["max"] is not None
+    ]
+    if len(rows) < 2:
+        return (
+            f"importances left out: {len(rows)} complete trial(s); importances need trials "
+            "that differ"
+        )
+    floor = max(rows, key=lambda r: r["min"])
+    ceiling = min(rows, key=lambda r: r["max"])
+    if floor["min"] > ceiling["max"]:
+        return None
+    return (
+        f"importances left out: the {len(rows)} complete trials do not differ beyond the "
+        f"noise (the highest slowest window, trial {floor['number']}'s "
+        f"{floor['min']:,.0f} examples/s, is not above the lowest fastest window, trial "
+        f"{ceiling['number']}'s {ceiling['max']:,.0f}: every trial's window range "
+        "overlaps every other's), so a ranking of the knobs would rank noise"
+    )
+
+
+def _figures(result: TuneResult, *, importances: bool = True) -> list[tuple[str, Any]]:
     import plotly.graph_objects as go
 
     figs: list[tuple[str, Any]] = []
@@ -229,9 +268,11 @@ def _figures(result: TuneResult) -> list[tuple[str, Any]]:
         # trials are all equal (the plot says so itself).
         with contextlib.suppress(Exception):
             figs.append(("history", optuna.visualization.plot_optimization_history(study)))
-        with contextlib.suppress(Exception), warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            figs.append(("importances", optuna.visualization.plot_param_importances(study)))
+        if importances:
+            with contextlib.suppress(Exception), warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                plot = optuna.visualization.plot_param_importances(study)
+                figs.append(("importances", plot))
         rows = [r for r in summarize_trials(study) if r["median"] is not None]
         if rows:
             spread = go.Figure(
@@ -266,12 +307,15 @@ def write_html(result: TuneResult, path: str | Path) -> Path:
 
     path = Path(path)
     parts = []
+    left_out = importances_left_out(result)
     if has_plotly():
-        for i, (_, fig) in enumerate(_figures(result)):
+        for i, (_, fig) in enumerate(_figures(result, importances=left_out is None)):
             parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
     else:
         parts.append(f"<p class='note'><b>No charts:</b> {NO_PLOTLY}</p>")
         parts.append(_trials_table(result))
+    if left_out is not None:
+        parts.append(f"<h2>Parameter importances</h2><p class='note'>{escape(left_out)}</p>")
     best = json.dumps(result.best_config.to_dict(), indent=2)
     fp = json.dumps(result.fingerprint, indent=2)
     html = (

@@ -400,13 +400,15 @@ def describe_method(
     """
     return {
         "trial": f"fresh iterator, {plan.warmup_batches} warm-up batches excluded, "
-        f"{plan.windows} windows of {plan.window_batches} batches; objective = median "
+        f"{plan.windows} windows of {window_rule(plan)}; objective = median "
         "examples/s over windows",
+        "window_seconds": plan.window_seconds,
+        "window_batches": plan.window_batches,
         "pruning": describe_pruner(study.pruner),
         "sampler": type(study.sampler).__name__,
         "confirmation": f"top {confirm_top} configs, autotune (and current) re-measured "
-        f"interleaved, {confirm_windows} windows each, fresh iterator "
-        "per window; ratio = median of per-round ratios",
+        f"interleaved, {confirm_windows} windows each of {window_rule(plan)}, fresh "
+        "iterator per window; ratio = median of per-round ratios",
         "one trial per host": "exclusive host file lock during measurement",
         "beats autotune": "the winner's per-round ratios to autotune in the "
         "confirmation all above 1 (the paired spread excludes 1)",
@@ -420,6 +422,17 @@ def describe_method(
         f"reverted to autotune's values, interleaved, {confirm_windows} windows each; "
         "contribution = winner / without the group, median of per-round ratios",
     }
+
+
+def window_rule(plan: WindowPlan) -> str:
+    """How long each window is: a time target (batches from the warm-up's rate) or a
+    fixed count."""
+    if plan.timed:
+        return (
+            f"at least {plan.window_seconds:g} s and {plan.window_batches} batches (the "
+            "batches from the warm-up's rate)"
+        )
+    return f"{plan.window_batches} batches"
 
 
 def describe_pruner(pruner: Any) -> str:

@@ -18,6 +18,7 @@ from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, TfinputError
 from tfinput.measure.target import Measurable, Target
 from tfinput.steps import Step
+from tuners._budget import stopped_by_timeout
 from tuners._confirm import (
     Progress,
     Remeasure,
@@ -392,9 +393,12 @@ def search_trials(
             study=study,
         )
     notes = []
-    if stop.reason:
-        log.warning("%s", stop.reason)
-        notes.append(stop.reason)
+    counted = sum(1 for t in study.get_trials(deepcopy=False) if is_counted(t))
+    timed_out = stopped_by_timeout(counted=counted, n_trials=n_trials, timeout=timeout)
+    for reason in (stop.reason, timed_out if not stop.reason else None):
+        if reason:
+            log.warning("%s", reason)
+            notes.append(reason)
     return seconds, notes
 
 

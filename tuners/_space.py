@@ -36,7 +36,16 @@ if TYPE_CHECKING:
     from tfinput.fleet import ServiceRead
     from tfinput.measure.target import Measurable
 
-__all__ = ["SearchSpace", "TUNABLE", "FEEDING", "SERVICE", "encode", "decode", "parse_assignment"]
+__all__ = [
+    "SearchSpace",
+    "TUNABLE",
+    "FEEDING",
+    "SERVICE",
+    "encode",
+    "decode",
+    "label",
+    "parse_assignment",
+]
 
 #: Knobs the tuner searches by default. ``batch_size`` joins only when allowed;
 #: ``shuffle_buffer``/``shuffle_seed``/``drop_remainder`` change what is trained on and
@@ -49,6 +58,7 @@ TUNABLE = (
     "prefetch",
     "private_threadpool_size",
     "max_intra_op_parallelism",
+    "autotune_min_parallelism",
     "deterministic",
     "cache",
     "read_batch",
@@ -111,6 +121,11 @@ def encode(value: Any) -> Any:
     return value
 
 
+def label(value: Any) -> str:
+    """A knob value as the reports show it: ``AUTOTUNE`` as "autotune", never -1."""
+    return str(encode(value))
+
+
 def decode(value: Any) -> Any:
     """The knob value of an `encode`-d one."""
     if value == _NONE:
@@ -129,9 +144,26 @@ def _tf_data_choices(cpus: int, files: int) -> dict[str, tuple[Any, ...]]:
         "prefetch": (AUTOTUNE, 1, 2, 4, 8),
         "private_threadpool_size": _uniq([AUTOTUNE, cpus, 2 * cpus]),
         "max_intra_op_parallelism": (AUTOTUNE, 1),
+        **min_parallelism_choices(cpus),
         "deterministic": (True, False),
         "read_batch": READ_BATCH_CHOICES,
     }
+
+
+def has_min_parallelism() -> bool:
+    """Whether this TensorFlow's tf.data has ``Options.autotune.min_parallelism``
+    (2.20 and later): ``autotune_min_parallelism`` is searched only there."""
+    import tensorflow as tf
+
+    return hasattr(tf.data.Options().autotune, "min_parallelism")
+
+
+def min_parallelism_choices(cpus: int) -> dict[str, tuple[Any, ...]]:
+    """``autotune_min_parallelism``'s values (tf.data's default, 2, the cores) where
+    TensorFlow has the option; nothing where it has not."""
+    if not has_min_parallelism():
+        return {}
+    return {"autotune_min_parallelism": _uniq([AUTOTUNE, 2, cpus])}
 
 
 def _feeding_choices(

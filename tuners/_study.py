@@ -63,10 +63,12 @@ from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import TUNER_PLAN
 from tfinput.options import check_counts, with_keywords
 from tfinput.steps import Step
+from tuners._budget import fit_budget
 from tuners._confirm import (
     Remeasure,
     advice_sentences,
     confirm,
+    confirm_longer,
     confirmation_configs,
     gain_by_knob,
     pick_winner,
@@ -191,7 +193,11 @@ def tune(
     opts = with_keywords(options or TuneOptions(), keywords, what="tune")
     measured, search, kept = opts.measurement, opts.search, opts.study
     check_counts(windows=measured.windows, window_batches=measured.window_batches)
-    plan = measured.plan(TUNER_PLAN, what="tune")
+    plan, budget_note = fit_budget(
+        measured.plan(TUNER_PLAN, what="tune"), n_trials=search.n_trials, timeout=search.timeout
+    )
+    if budget_note is not None:
+        log.warning("%s", budget_note)
     reporter = TrialProgress(
         total=search.n_trials,
         plan=plan,
@@ -224,6 +230,7 @@ def tune(
                 in_memory=in_memory,
                 max_consecutive_failures=search.max_consecutive_failures,
             )
+            notes[:0] = [budget_note] if budget_note is not None else []
             stage = "confirmation"
             outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
         except (KeyboardInterrupt, Exception) as e:
@@ -337,6 +344,7 @@ def _confirm_and_advise(
     candidates = top_configs(study, options.confirm_top)
     configs = confirmation_configs(autotune, run.current, candidates)
     confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
+    confirmed = confirm_longer(how, confirmed, progress=progress, notes=notes)
     confirm_seconds = time.time() - t1
     best_name, best_config = pick_winner(confirmed, candidates, autotune)
     t2 = time.time()

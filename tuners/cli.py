@@ -140,7 +140,18 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
         help="with --service: say how many workers this rate needs",
     )
     s.add_argument("--windows", type=int, default=5)
-    s.add_argument("--window-batches", type=int, default=20)
+    s.add_argument(
+        "--window-seconds",
+        type=float,
+        help="least seconds of each window (trials, confirmation, step bound), its "
+        "batches sized from the warm-up's rate (default 0.5; 0: a fixed --window-batches)",
+    )
+    s.add_argument(
+        "--window-batches",
+        type=int,
+        help="least batches per window (default 20); given without --window-seconds, "
+        "the fixed count of every window",
+    )
     s.add_argument("--warmup-batches", type=int, default=5)
     s.add_argument("--confirm-top", type=int, default=3)
     s.add_argument("--confirm-windows", type=int, default=5)
@@ -380,6 +391,7 @@ def _options(args: argparse.Namespace) -> TuneOptions:
         measurement=MeasureOptions(
             windows=args.windows,
             window_batches=args.window_batches,
+            window_seconds=args.window_seconds,
             warmup_batches=args.warmup_batches,
         ),
         confirmation=ConfirmOptions(
@@ -455,6 +467,7 @@ def _demo(args: argparse.Namespace) -> int:
             measurement=MeasureOptions(
                 windows=DEMO["windows"],
                 window_batches=DEMO["window_batches"],
+                window_seconds=DEMO["window_seconds"],
                 warmup_batches=DEMO["warmup_batches"],
             ),
             confirmation=ConfirmOptions(

@@ -44,8 +44,11 @@ class SearchOptions:
     Attributes:
       n_trials: Trials to finish (complete, pruned, or failed because the step or
         pipeline raised), baselines included, summed over every worker of a shared
-        study. Each costs about ``warmup_batches + windows * window_batches`` steps.
-      timeout: Stop searching after this many seconds (None: no limit).
+        study. Each costs about ``windows * window_seconds`` seconds after its
+        warm-up (``window_batches`` steps a window when the windows are not timed).
+      timeout: Stop searching after this many seconds (None: no limit). When
+        ``n_trials`` timed trials do not fit, each measures fewer windows (at least 3),
+        and the result notes it (`tuners._budget.fit_budget`).
       seed: The default sampler's seed.
       sampler, pruner: Optuna overrides (default: seeded multivariate TPE with the
         constant liar; `tuners._pruning.NoiseAwarePruner`: bottom quarter beyond the
@@ -130,7 +133,8 @@ class TuneOptions:
       search: `SearchOptions`: trials, time limit, sampler and pruner.
       study: `StudyOptions`: the storage and how workers share it.
       measurement: `tfinput.measure.MeasureOptions`: each trial's window counts
-        (default `TUNER_PLAN`: 5 warm-up batches, 5 windows of 20), the CPUs the
+        (default `TUNER_PLAN`: 5 warm-up batches, 5 windows of at least 0.5 s and 20
+        batches, sized from the warm-up's rate), the CPUs the
         default space and the heuristic baseline are sized for, and the clocks.
       confirmation: `ConfirmOptions`: the confirmation and the advice.
     """

@@ -29,6 +29,7 @@ def test_every_knob_is_present():
         "deterministic",
         "cache",
         "autotune_ram_budget",
+        "autotune_min_parallelism",
         "layout",
         "steps_per_execution",
         "device_prefetch",

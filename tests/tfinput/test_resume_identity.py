@@ -108,6 +108,7 @@ MAY_CHANGE = [
             "private_threadpool_size": (A, 1),
             "max_intra_op_parallelism": (A, 1),
             "autotune_ram_budget": (A, 2**30),
+            "autotune_min_parallelism": (A, 2),
         },
     ),
     Case(  # knobs of the training step and of tf.data service: not in a local build

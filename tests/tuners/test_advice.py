@@ -10,6 +10,7 @@ import json
 import pytest
 
 from tests.tuners.conftest import FakeWorkload, config_stats, rate_by_parallelism
+from tfinput.bench import WindowPlan
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tuners._advice import (
     KnobContribution,
@@ -336,7 +337,7 @@ def test_knob_contribution_describes_itself():
         ratio_max=1.61234,
         without_examples_per_s=12345.678,
     )
-    assert c.describe() == f"buffering (prefetch {AUTOTUNE}→4): 1.50x (rounds 1.40x-1.61x)"
+    assert c.describe() == "buffering (prefetch autotune→4): 1.50x (rounds 1.40x-1.61x)"
     assert c.to_dict() == {
         "group": "buffering",
         "knobs": {"prefetch": {"winner": 4, "autotune": "autotune"}},
@@ -366,3 +367,112 @@ def test_a_knob_group_slower_in_every_round_says_how_to_pin_it():
         "--fix map_parallelism=autotune --fix deterministic=true)"
     )
     assert not dataclasses.replace(c, ratio_max=1.02).hurts  # the spread includes 1
+
+
+# ----------------------------------------------- the longer confirmation
+def _rounds(name, rates):
+    """A confirmed config whose windows measured ``rates``, one per round."""
+    from tfinput.bench import Window
+
+    windows = tuple(
+        Window(
+            name=name,
+            round=i,
+            batches=1,
+            examples=int(rate),
+            seconds=1.0,
+            cpu_seconds=0.0,
+            batch_seconds=(1.0,),
+            wait_seconds=0.0,
+        )
+        for i, rate in enumerate(rates)
+    )
+    ratios = [r / 1000.0 for r in rates]
+    median = sorted(ratios)[len(ratios) // 2]
+    return dataclasses.replace(
+        config_stats(name, median, min(ratios), max(ratios)), windows=windows
+    )
+
+
+def test_rounds_allowed_below_keep_the_false_win_rate_of_five_rounds_all_above():
+    from tuners._advice import FALSE_WIN_RATE, rounds_allowed_below
+
+    assert FALSE_WIN_RATE == 1 / 32  # five rounds all above 1 by chance
+    assert [rounds_allowed_below(n) for n in range(1, 9)] == [0] * 8
+    assert [rounds_allowed_below(n) for n in (9, 10, 12, 15)] == [1, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("below", "beats", "words"),
+    [
+        (
+            1,
+            True,
+            "trial 7 beats autotune beyond the noise (1.15x autotune, rounds "
+            "0.95x-1.20x; 9 of 10 rounds above 1)",
+        ),
+        (2, False, "keep autotune: trial 7's gain is within the noise"),
+    ],
+    ids=["one-round-below", "two-rounds-below"],
+)
+def test_ten_rounds_allow_one_round_at_or_below_autotune(below, beats, words):
+    autotune = _rounds("autotune", [1000.0] * 10)
+    rates = [950.0] * below + [1150.0] * (9 - below) + [1200.0]
+    verdict, sentence = beats_autotune([_rounds("trial 7", rates), autotune])
+    assert verdict is beats and sentence.startswith(words)
+    five = [
+        _rounds("trial 7", [950.0, 1150.0, 1150.0, 1200.0, 1150.0]),
+        _rounds("autotune", [1000.0] * 5),
+    ]
+    assert beats_autotune(five)[0] is False  # five rounds: every one must be above 1
+
+
+def test_an_inconclusive_confirmation_is_measured_again_in_twice_the_rounds():
+    """The first confirmation saw trial 7 at 1.15x but one round below autotune: it and
+    autotune are measured again (the fake workload: 1.2x, every round) in 10 rounds."""
+    from tuners._confirm import Remeasure, confirm_longer
+
+    fast = PipelineConfig(batch_size=100, map_parallelism=2)
+    w = FakeWorkload(lambda c: 120_000.0 if c == fast else 100_000.0, wobble=0.0)
+    how = Remeasure(
+        pipeline=w,
+        step=w.step,
+        plan=WindowPlan(warmup_batches=1, windows=5, window_batches=2),
+        windows=5,
+        cpu_count=2,
+        clocks={"clock": w.clock, "cpu_clock": lambda: 0.0},
+    )
+    first = [
+        dataclasses.replace(
+            _rounds("trial 7", [950.0, 1150.0, 1150.0, 1200.0, 1150.0]), config=fast
+        ),
+        dataclasses.replace(
+            _rounds("autotune", [1000.0] * 5), config=PipelineConfig(batch_size=100)
+        ),
+        _rounds("trial 3", [900.0] * 5),
+    ]
+    notes: list[str] = []
+    again = confirm_longer(how, first, progress=None, notes=notes)
+    assert [c.name for c in again] == ["trial 7", "autotune"]
+    assert len(again[0].windows) == 10 and again[0].ratio == pytest.approx(1.2)
+    assert beats_autotune(again)[0] is True
+    assert notes == [
+        "confirmation: trial 7 measured 1.15x autotune, rounds 0.95x-1.20x, which cannot "
+        "tell; it and autotune were measured again in 10 rounds, and those decide"
+    ]
+    decided = [_rounds("trial 7", [1100.0] * 5), _rounds("autotune", [1000.0] * 5)]
+    assert confirm_longer(how, decided, progress=None, notes=notes) == decided  # no need
+
+
+def test_a_win_below_the_least_gain_worth_a_change_keeps_autotune():
+    """Faster in every round, but by 0.1% at the median: a scheduling difference."""
+    from tuners._advice import MIN_GAIN
+
+    tiny = [config_stats("trial 7", 1.001, 1.0012, 1.02), AUTOTUNE_STATS]
+    verdict, sentence = beats_autotune(tiny)
+    assert MIN_GAIN == 1.01 and verdict is False
+    assert sentence == (
+        "keep autotune: trial 7 measured faster in every round, but only 1.00x autotune, "
+        "rounds 1.00x-1.02x: under the 1% gain worth changing the config for"
+    )
+    assert beats_autotune([config_stats("trial 7", 1.03, 1.01, 1.05), AUTOTUNE_STATS])[0]

@@ -104,3 +104,96 @@ def test_a_group_that_hurts_is_flagged_in_the_terminal_and_the_report(tmp_path):
     assert advice in console.export_text()
     html = write_outputs(result, tmp_path / "out")["report"].read_text()
     assert advice in html
+
+
+# ----------------------------------------------------- importances and labels
+def _study(windows):
+    """An in-memory study of complete trials over two knobs; ``windows`` holds each
+    trial's ``(min, median, max)`` examples/s."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    study = optuna.create_study(direction="maximize")
+    dists = {
+        "prefetch": CategoricalDistribution(["autotune", 1, 2]),
+        "map_parallelism": CategoricalDistribution(["autotune", 1, 2]),
+    }
+    for i, (low, median, high) in enumerate(windows):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"prefetch": ["autotune", 1, 2][i % 3], "map_parallelism": [1, 2][i % 2]},
+                distributions=dists,
+                value=median,
+                user_attrs={
+                    "median_examples_per_s": median,
+                    "min_examples_per_s": low,
+                    "max_examples_per_s": high,
+                },
+            )
+        )
+    return study
+
+
+#: Trials whose window ranges all overlap (a demo's noise), and trials that differ.
+WITHIN_NOISE = [(900, 1000, 1200), (950, 1050, 1150), (1000, 1100, 1250), (880, 990, 1010)]
+BEYOND_NOISE = [(900, 1000, 1100), (1500, 1600, 1700), (950, 1020, 1080), (1550, 1650, 1720)]
+
+
+def test_importances_left_out_when_the_trials_do_not_differ_beyond_the_noise(tmp_path):
+    from html import escape
+
+    from tuners._report import importances_left_out
+
+    result = tune_result(study=_study(WITHIN_NOISE))
+    reason = importances_left_out(result)
+    assert reason == (
+        "importances left out: the 4 complete trials do not differ beyond the noise (the "
+        "highest slowest window, trial 2's 1,000 examples/s, is not above the lowest "
+        "fastest window, trial 3's 1,010: every trial's window range overlaps every "
+        "other's), so a ranking of the knobs would rank noise"
+    )
+    html = write_outputs(result, tmp_path / "out")["report"].read_text()
+    assert "Parameter importances" in html and escape(reason) in html
+    assert "Hyperparameter Importances" not in html  # Optuna's plot title
+
+
+def test_importances_drawn_when_the_trials_differ_beyond_the_noise(tmp_path):
+    from tuners._report import importances_left_out
+
+    result = tune_result(study=_study(BEYOND_NOISE))
+    assert importances_left_out(result) is None
+    html = write_outputs(result, tmp_path / "out")["report"].read_text()
+    assert "importances left out" not in html
+    if has_plotly():
+        assert "Hyperparameter Importances" in html
+    one = tune_result(study=_study(BEYOND_NOISE[:1]))
+    assert importances_left_out(one) == (
+        "importances left out: 1 complete trial(s); importances need trials that differ"
+    )
+
+
+def test_every_table_shows_autotune_as_autotune_never_minus_one(tmp_path):
+    from tfinput.config import AUTOTUNE
+    from tuners._advice import KnobContribution
+    from tuners._space import label
+
+    helps = KnobContribution(
+        group="buffering",
+        knobs={"prefetch": (2, AUTOTUNE)},
+        ratio=1.3,
+        ratio_min=1.2,
+        ratio_max=1.4,
+        without_examples_per_s=1.0e5,
+    )
+    assert helps.describe().startswith("buffering (prefetch autotune→2): 1.30x")
+    result = tune_result(breakdown=(helps,), study=_study(BEYOND_NOISE))
+    console = Console(record=True, width=250)
+    print_summary(result, console)
+    text = console.export_text()
+    assert "prefetch autotune→2" in text and "prefetch=4" in text
+    html = write_outputs(result, tmp_path / "out")["report"].read_text()
+    assert "prefetch: autotune → 2" in html
+    table = html[html.index("<h2>Gain by knob</h2>") :].split("</table>")[0]
+    for shown in (text, table):
+        assert "-1→" not in shown and "-1 →" not in shown and "=-1" not in shown
+    assert [label(v) for v in (AUTOTUNE, 4, True, None)] == ["autotune", "4", "True", "none"]

@@ -209,3 +209,43 @@ def test_read_batch_is_searched_for_tfrecord_only(small_tfrecord, small_parquet,
     assert tfrecord.choices["read_batch"] == (0, 64, 256, 1024)
     parquet = SearchSpace.for_pipeline(tfinput.parquet(small_parquet, small_schema))
     assert "read_batch" not in parquet.choices  # ignored there: no trial wasted on it
+
+
+# ------------------------------------------------- autotune.min_parallelism
+def _has_min_parallelism():
+    import tensorflow as tf
+
+    version = tuple(int(p) for p in tf.__version__.split(".")[:2])
+    return version >= (2, 20)
+
+
+def test_min_parallelism_is_searched_where_tensorflow_has_it():
+    from tfinput.config import AUTOTUNE
+    from tuners._space import TUNABLE, has_min_parallelism
+
+    space = SearchSpace.default(cpu_count=4)
+    assert has_min_parallelism() is _has_min_parallelism()
+    assert "autotune_min_parallelism" in TUNABLE
+    if _has_min_parallelism():  # TensorFlow 2.20 and later
+        assert space.choices["autotune_min_parallelism"] == (AUTOTUNE, 2, 4)
+    else:  # the oldest supported TensorFlow has no such option
+        assert "autotune_min_parallelism" not in space.choices
+
+
+def test_min_parallelism_reaches_tf_data_options_or_is_ignored_with_a_warning(
+    small_tfrecord, small_schema, caplog
+):
+    import tfinput
+    from tfinput.config import PipelineConfig
+
+    config = PipelineConfig(batch_size=50, autotune_min_parallelism=2)
+    with caplog.at_level("WARNING", logger="tfinput"):
+        ds = tfinput.tfrecord(small_tfrecord, small_schema).build(config)
+    if _has_min_parallelism():
+        assert ds.options().autotune.min_parallelism == 2
+        assert not [r for r in caplog.records if "min_parallelism" in r.getMessage()]
+    else:
+        (record,) = [r for r in caplog.records if "min_parallelism" in r.getMessage()]
+        assert record.getMessage().startswith("tfinput: autotune_min_parallelism=2 ignored:")
+    with pytest.raises(ConfigError, match=r"autotune_min_parallelism: expected >= 1"):
+        PipelineConfig(autotune_min_parallelism=0)

@@ -253,11 +253,13 @@ def test_window_plan_checked_names_the_caller():
 def test_window_plan_carries_every_default():
     import tuners
     from profiles import CaptureConfig
+    from tfinput.measure.options import MeasureOptions
 
-    def counts(fn):
-        keys = ("warmup_batches", "windows", "window_batches")
-        params = inspect.signature(fn).parameters
-        return bench.WindowPlan(**{k: params[k].default for k in keys})
+    keys = ("warmup_batches", "windows", "window_batches", "window_seconds")
+    params = inspect.signature(tuners.measure).parameters
+    # tuners.measure leaves the window size to the plan (None): TUNER_PLAN's.
+    given = MeasureOptions(**{k: params[k].default for k in keys})
+    assert given.plan(bench.TUNER_PLAN, what="tuner") == bench.TUNER_PLAN
 
     ticks = itertools.count()
     measured = bench.measure(
@@ -265,9 +267,115 @@ def test_window_plan_carries_every_default():
         {"only": PipelineConfig()},
         clock=lambda: float(next(ticks)),
     ).method
-    keys = ("warmup_batches", "windows", "window_batches")
     measured_plan = bench.WindowPlan(**{k: measured[k] for k in keys})
-    assert measured_plan == bench.BENCH_PLAN == bench.WindowPlan(warmup_batches=8)
-    assert counts(tuners.measure) == bench.TUNER_PLAN == bench.WindowPlan()
+    seconds = bench.DEFAULT_WINDOW_SECONDS
+    assert measured_plan == bench.BENCH_PLAN
+    assert bench.WindowPlan(warmup_batches=8, window_seconds=seconds) == bench.BENCH_PLAN
+    assert bench.WindowPlan(window_seconds=seconds) == bench.TUNER_PLAN
     assert CaptureConfig().window_plan == bench.CAPTURE_PLAN
-    assert bench.TUNER_PLAN.to_dict() == {"warmup_batches": 5, "windows": 5, "window_batches": 20}
+    assert bench.TUNER_PLAN.to_dict() == {
+        "warmup_batches": 5,
+        "windows": 5,
+        "window_batches": 20,
+        "window_seconds": seconds,
+    }
+    assert 0.5 <= seconds <= 1.0
+
+
+# ------------------------------------------------------------ windows sized by time
+def test_timed_plan_sizes_windows_from_the_warm_up_rate_without_its_first_batch():
+    """A 0.5 s target at 0.1 s a batch: 5 batches a window, the 3 s first batch (the
+    pipeline starting) left out of the rate; ``window_batches`` is the least."""
+    clock = FakeClock()
+
+    def slow_start():
+        clock.sleep(3.0)
+        yield from batches(clock, rows=4, produce_s=0.1)
+
+    plan = bench.WindowPlan(warmup_batches=3, windows=2, window_batches=1, window_seconds=0.5)
+    ws = _consecutive_of(clock, slow_start(), plan)
+    assert [w.batches for w in ws] == [5, 5]
+    assert all(w.seconds == pytest.approx(0.5) for w in ws)
+    least = bench.WindowPlan(warmup_batches=3, windows=1, window_batches=8, window_seconds=0.5)
+    assert [w.batches for w in _consecutive(clock, least)] == [8]
+
+
+def test_timed_window_goes_on_until_the_target_when_the_pipeline_slows_down():
+    """Sized at 0.1 s a batch (5 batches), the pipeline then slows to 0.2 s: the window
+    goes on until it lasts the target, never shorter."""
+    clock = FakeClock()
+    speeds = itertools.chain([0.1] * 3, itertools.repeat(0.05))
+
+    def batches_at():
+        while True:
+            clock.sleep(next(speeds))
+            yield {"label": np.zeros(2)}
+
+    plan = bench.WindowPlan(warmup_batches=3, windows=1, window_batches=1, window_seconds=0.5)
+    (w,) = _consecutive_of(clock, batches_at(), plan)
+    assert w.batches == 10 and w.seconds == pytest.approx(0.5)  # 5 from the rate, 5 more
+    w = bench.measure_window(
+        batches(clock, rows=1, produce_s=0.1),
+        batches=2,
+        min_seconds=1.0,
+        clock=clock,
+        cpu_clock=clock,
+        rss=lambda: 0,
+    )
+    assert (w.batches, w.seconds) == (10, pytest.approx(1.0))
+
+
+def test_run_window_with_a_target_sizes_the_fresh_iterators_window():
+    clock = FakeClock()
+    w = bench.run_window(
+        lambda: batches(clock, rows=2, produce_s=0.25),
+        warmup_batches=3,
+        window_batches=1,
+        window_seconds=1.0,
+        clock=clock,
+        cpu_clock=clock,
+        rss=lambda: 0,
+    )
+    assert (w.batches, w.examples, w.seconds) == (4, 8, pytest.approx(1.0))
+    with pytest.raises(DataError, match="ended after 0 warm-up"):
+        bench.run_window(lambda: iter([]), warmup_batches=2, window_batches=1, window_seconds=1.0)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({}, (20, bench.DEFAULT_WINDOW_SECONDS)),  # the plan's: sized by time
+        ({"window_batches": 3}, (3, 0.0)),  # a count alone: that fixed count
+        ({"window_batches": 3, "window_seconds": 0.2}, (3, 0.2)),  # both: the least of each
+        ({"window_seconds": 0}, (20, 0.0)),
+    ],
+    ids=["default", "count-alone", "both", "no-target"],
+)
+def test_measure_options_window_rule(given, expected):
+    from tfinput.measure.options import MeasureOptions
+
+    plan = MeasureOptions(**given).plan(bench.TUNER_PLAN, what="tune")
+    assert (plan.window_batches, plan.window_seconds) == expected
+    assert plan.timed is (expected[1] > 0)
+
+
+@pytest.mark.parametrize("value", [-0.5, float("nan"), float("inf"), "1", True])
+def test_window_seconds_must_be_a_finite_number_at_least_zero(value):
+    from tfinput.measure.options import MeasureOptions
+
+    with pytest.raises(ConfigError, match=r"^tune: window_seconds must be a finite number >= 0"):
+        MeasureOptions(window_seconds=value).plan(bench.TUNER_PLAN, what="tune")
+    with pytest.raises(ConfigError, match=r"WindowPlan\.window_seconds: expected a finite"):
+        bench.WindowPlan(window_seconds=value)
+
+
+def _consecutive_of(clock, iterator, plan):
+    return consecutive_windows(
+        iterator,
+        plan,
+        step=None,
+        batch_size=None,
+        ran_out=lambda done: DataError(f"only {done}"),
+        clock=clock,
+        cpu_clock=clock,
+    )

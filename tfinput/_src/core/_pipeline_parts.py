@@ -16,6 +16,7 @@ from tfinput._src.core.schema import Schema
 __all__ = [
     "check_towers",
     "checked_config",
+    "has_min_parallelism",
     "pipeline_options",
     "split_towers",
     "warn_large_padded_batches",
@@ -76,6 +77,11 @@ def warn_large_padded_batches(schema: Schema, batch_size: int) -> None:
             )
 
 
+def has_min_parallelism() -> bool:
+    """Whether this TensorFlow's tf.data has ``Options.autotune.min_parallelism``."""
+    return hasattr(tf.data.Options().autotune, "min_parallelism")
+
+
 def pipeline_options(config: PipelineConfig, *, sharded: bool) -> tf.data.Options:
     opts = tf.data.Options()
     if config.private_threadpool_size != AUTOTUNE:
@@ -86,6 +92,16 @@ def pipeline_options(config: PipelineConfig, *, sharded: bool) -> tf.data.Option
         opts.deterministic = bool(config.deterministic)
     if config.autotune_ram_budget != AUTOTUNE:
         opts.autotune.ram_budget = config.autotune_ram_budget
+    if config.autotune_min_parallelism != AUTOTUNE:
+        if has_min_parallelism():
+            opts.autotune.min_parallelism = config.autotune_min_parallelism
+        else:
+            log.warning(
+                "tfinput: autotune_min_parallelism=%d ignored: TensorFlow %s has no "
+                "tf.data Options.autotune.min_parallelism (2.20 and later)",
+                config.autotune_min_parallelism,
+                tf.__version__,
+            )
     if sharded:
         # tfinput shards files itself; stop tf.distribute from sharding again.
         opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -108,6 +108,11 @@ class PipelineConfig:
         decompressing from the second epoch on; needs the data to fit in RAM.
       autotune_ram_budget: Bytes tf.data's autotuner may use for buffers; AUTOTUNE
         leaves tf.data's default (half of the machine's RAM).
+      autotune_min_parallelism: The least threads tf.data's autotuner gives a map (and
+        batch) whose parallelism is AUTOTUNE (``Options.autotune.min_parallelism``,
+        TensorFlow 2.20 and later): a higher start shortens the autotuner's warm-up.
+        AUTOTUNE leaves tf.data's default; a TensorFlow without the option ignores it,
+        with a warning.
       layout: ``"per_feature"`` (one tensor per feature, grouped as ``dense``/``ids``/
         ``weights``) or ``"packed"`` (a few large tensors plus a
         `tfinput.layout.PackedLayout` that slices them back); None keeps the
@@ -153,6 +158,7 @@ class PipelineConfig:
     deterministic: bool | int = AUTOTUNE
     cache: bool = False
     autotune_ram_budget: int = AUTOTUNE
+    autotune_min_parallelism: int = AUTOTUNE
     layout: str | None = None
     steps_per_execution: int = 1
     device_prefetch: int = 0
@@ -174,6 +180,7 @@ class PipelineConfig:
         _check_knob("private_threadpool_size", self.private_threadpool_size, minimum=0)
         _check_knob("max_intra_op_parallelism", self.max_intra_op_parallelism, minimum=1)
         _check_knob("autotune_ram_budget", self.autotune_ram_budget, minimum=1)
+        _check_knob("autotune_min_parallelism", self.autotune_min_parallelism, minimum=1)
         _check_knob("steps_per_execution", self.steps_per_execution, minimum=1, autotune=False)
         _check_knob("device_prefetch", self.device_prefetch, minimum=0, autotune=False)
         _check_knob("sparsecore_workers", self.sparsecore_workers, minimum=0, autotune=False)

@@ -21,6 +21,10 @@ class MeasureOptions:
     Attributes:
       warmup_batches, windows, window_batches: The `WindowPlan` (None: the measuring
         function's own plan, `BENCH_PLAN` for bench and `TUNER_PLAN` for the tuner).
+      window_seconds: The least seconds of a window, its batches sized from the
+        warm-up's rate (`WindowPlan.window_seconds`; 0: a fixed ``window_batches``).
+        None: the plan's own target, except when ``window_batches`` is given alone,
+        which asks for that fixed count.
       cpu_count: CPUs the numbers are normalized to and recorded with (None: the
         process's affinity mask).
       clock, cpu_clock, rss: Wall clock, process CPU seconds and resident memory
@@ -30,6 +34,7 @@ class MeasureOptions:
     warmup_batches: int | None = None
     windows: int | None = None
     window_batches: int | None = None
+    window_seconds: float | None = None
     cpu_count: int | None = None
     clock: Clock | None = None
     cpu_clock: Clock | None = None
@@ -39,13 +44,18 @@ class MeasureOptions:
         """The window plan: the counts given here, the others ``default``'s.
 
         Raises:
-          ConfigError: a bad count, as ``"{what}: windows must be an int >= 1, got 0"``.
+          ConfigError: a bad count, as ``"{what}: windows must be an int >= 1, got 0"``,
+            or a negative ``window_seconds``.
         """
+        seconds = self.window_seconds
+        if seconds is None:
+            seconds = default.window_seconds if self.window_batches is None else 0.0
         return WindowPlan.checked(
             what,
             warmup_batches=_given(self.warmup_batches, default.warmup_batches),
             windows=_given(self.windows, default.windows),
             window_batches=_given(self.window_batches, default.window_batches),
+            window_seconds=seconds,
         )
 
     def clocks(self) -> dict[str, Clock]:

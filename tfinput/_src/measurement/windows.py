@@ -1,7 +1,10 @@
 """Measurement windows: the plan (`WindowPlan`), one timed window, and its variants.
 
-A *window* is ``window_batches`` consecutive batches timed together, after
-``warmup_batches`` batches that are not timed. `measure_window` times one window of an
+A *window* is consecutive batches timed together, after ``warmup_batches`` batches
+that are not timed. A plan with a ``window_seconds`` target sizes each window by time:
+its batches are the target times the warm-up's rate (at least ``window_batches``), and
+a window that is still shorter than the target goes on until it is not. A plan with
+no target (``window_seconds=0``) times ``window_batches`` batches per window. `measure_window` times one window of an
 already-started iterator and is all the timing logic; `run_window` adds a fresh
 iterator and the warm-up (``tfinput bench``, the roofline); `consecutive_windows`
 times several windows of one iterator after one warm-up (the tuner's trial, the steps
@@ -11,6 +14,7 @@ that own the loop). `WindowPlan` is the one object that says how many of each.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -20,6 +24,7 @@ from tfinput._src.measurement.probes import current_rss_bytes, process_cpu_secon
 
 __all__ = [
     "BENCH_PLAN",
+    "DEFAULT_WINDOW_SECONDS",
     "CAPTURE_PLAN",
     "ROOFLINE_PLAN",
     "TUNER_PLAN",
@@ -41,6 +46,22 @@ Progress = Callable[[int, int, "Window"], None]
 #: Fields of `WindowPlan` with their least value, in the order they are checked.
 _MINIMUMS = (("windows", 1), ("window_batches", 1), ("warmup_batches", 0))
 
+#: The least seconds of a tuner or bench window (``window_seconds``): the shortest
+#: length at which repeated trials of one config stopped spreading less on the 2-core
+#: development host (benchmarks/window_length.py, RESULTS.md "How long a tuner window
+#: must be"); longer windows cost time without a smaller spread there.
+DEFAULT_WINDOW_SECONDS = 0.5
+
+
+def _is_seconds(value: Any) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and value >= 0
+        and value == value
+        and value != float("inf")
+    )
+
 
 def _is_count(value: Any, minimum: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
@@ -50,16 +71,17 @@ def _is_count(value: Any, minimum: int) -> bool:
 class WindowPlan:
     """How a measurement is cut into windows (shared by bench, tuner and profiler).
 
-    The same three numbers drive ``tfinput bench`` (`tfinput.bench.measure`), the
+    The same numbers drive ``tfinput bench`` (`tfinput.bench.measure`), the
     tuner's trial (`tuners.measure`, `tuners.tune`), the roofline stages and the
     profiler's capture (warm-up steps, then one window of profiled steps). The
     defaults differ only where the measurement differs (see the ``*_PLAN`` constants):
 
-    - `TUNER_PLAN` (the defaults, 5 / 5 x 20): one fresh iterator per trial, then all
+    - `TUNER_PLAN` (5 / 5 windows of at least `DEFAULT_WINDOW_SECONDS` and 20
+      batches): one fresh iterator per trial, then all
       windows back to back, so batches buffered during the warm-up can flatter only
       the first window, and the objective is the median over windows; a short
       warm-up keeps trials cheap.
-    - `BENCH_PLAN` (8 / 5 x 20): a fresh iterator for *every* window, so buffers
+    - `BENCH_PLAN` (8 / 5 windows, timed as the tuner's): a fresh iterator for *every* window, so buffers
       filled while the consumer waited for the first batch would flatter every window
       of a parallel config; the warm-up must cover ``map_parallelism + prefetch``.
     - `ROOFLINE_PLAN` (2 / 3 x 10): each stage runs on one thread with no buffers to
@@ -73,8 +95,13 @@ class WindowPlan:
         cost time.
       windows: Timed windows. More windows narrow the spread; five is the least that
         makes a median meaningful on a noisy machine.
-      window_batches: Batches per window. Longer windows average out jitter but cost
-        time; a window should last at least about a second.
+      window_batches: Batches per window without a time target; with one, the least
+        batches per window.
+      window_seconds: The least seconds of a window (0: no target, ``window_batches``
+        per window). With a target each window's batches come from the warm-up's rate
+        (`batches_for`), and a window shorter than the target goes on until it is not:
+        a fast pipeline gets as long a window as a slow one, so start-up effects and
+        the scheduler's jitter weigh the same on both.
 
     Raises:
       ConfigError: a count is not an int, or below its least value (``windows`` and
@@ -85,21 +112,35 @@ class WindowPlan:
     windows: int = 5
     window_batches: int = 20
 
+    window_seconds: float = 0.0
+
     def __post_init__(self) -> None:
         for name, minimum in _MINIMUMS:
             value = getattr(self, name)
             if not _is_count(value, minimum):
                 raise ConfigError(f"WindowPlan.{name}: expected an int >= {minimum}, got {value!r}")
+        if not _is_seconds(self.window_seconds):
+            raise ConfigError(
+                f"WindowPlan.window_seconds: expected a finite number >= 0, "
+                f"got {self.window_seconds!r}"
+            )
 
     @classmethod
     def checked(
-        cls, what: str, *, warmup_batches: int, windows: int, window_batches: int
+        cls,
+        what: str,
+        *,
+        warmup_batches: int,
+        windows: int,
+        window_batches: int,
+        window_seconds: float = 0.0,
     ) -> WindowPlan:
         """A plan whose bad count raises ``"{what}: {name} must be an int >= {minimum},
         got {value!r}"`` (the message of ``tfinput bench``).
 
         Raises:
-          ConfigError: a bad count, named as above.
+          ConfigError: a bad count, named as above, or a ``window_seconds`` that is
+            not a finite number >= 0.
         """
         given = {
             "warmup_batches": warmup_batches,
@@ -111,17 +152,40 @@ class WindowPlan:
                 raise ConfigError(
                     f"{what}: {name} must be an int >= {minimum}, got {given[name]!r}"
                 )
-        return cls(**given)
+        if not _is_seconds(window_seconds):
+            raise ConfigError(
+                f"{what}: window_seconds must be a finite number >= 0, got {window_seconds!r}"
+            )
+        return cls(**given, window_seconds=window_seconds)
 
-    def to_dict(self) -> dict[str, int]:
+    @property
+    def timed(self) -> bool:
+        """Whether windows are sized by time (a ``window_seconds`` target)."""
+        return self.window_seconds > 0
+
+    def batches_for(self, warm: Window | None) -> int:
+        """Batches per window: ``window_batches`` without a target; with one, the
+        target times the warm-up's rate (its first batch, which starts the pipeline,
+        left out), never fewer than ``window_batches``."""
+        if not self.timed or warm is None or not warm.batch_seconds:
+            return self.window_batches
+        steady = warm.batch_seconds[1:] or warm.batch_seconds
+        seconds = sum(steady)
+        if seconds <= 0:
+            return self.window_batches
+        rate = len(steady) / seconds
+        # A hair under the product first: float sums of the intervals overshoot.
+        return max(self.window_batches, math.ceil(self.window_seconds * rate * (1 - 1e-9)))
+
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
 
 
 #: `tuners.measure` and `tuners.tune` (see `WindowPlan`).
-TUNER_PLAN = WindowPlan()
+TUNER_PLAN = WindowPlan(window_seconds=DEFAULT_WINDOW_SECONDS)
 #: `tfinput.bench.measure` and ``tfinput bench``.
-BENCH_PLAN = WindowPlan(warmup_batches=8)
+BENCH_PLAN = WindowPlan(warmup_batches=8, window_seconds=DEFAULT_WINDOW_SECONDS)
 #: `tfinput.bench.roofline`, per stage.
 ROOFLINE_PLAN = WindowPlan(warmup_batches=2, windows=3, window_batches=10)
 #: `profiles._capture`: warm-up steps, then one window of profiled steps.
@@ -213,8 +277,9 @@ def measure_window(
     cpu_clock: Clock = process_cpu_seconds,
     rss: Callable[[], int] = current_rss_bytes,
     sync: Callable[[], None] | None = None,
+    min_seconds: float = 0.0,
 ) -> Window:
-    """Time ``batches`` batches from a started iterator.
+    """Time ``batches`` batches from a started iterator (more, up to ``min_seconds``).
 
     Args:
       iterator: Yields batches (warm-up already done).
@@ -228,6 +293,8 @@ def measure_window(
       rss: Resident memory probe, bytes.
       sync: Called after the last batch's step, before the window's end is taken
         (a step that dispatches asynchronously blocks there on its work).
+      min_seconds: After ``batches`` batches, go on while the window is shorter
+        than this (a time target; 0: exactly ``batches``).
 
     Returns:
       A `Window` (``name`` and ``round`` are left for the caller).
@@ -242,7 +309,8 @@ def measure_window(
     peak = rss()
     cpu0 = cpu_clock()
     start = last = clock()
-    for _ in range(batches):
+    short = min_seconds - 1e-9  # a window as long as the target up to float rounding
+    while len(intervals) < batches or (min_seconds > 0 and last - start < short):
         try:
             batch = next(iterator)
         except StopIteration:
@@ -310,15 +378,34 @@ def run_window(
     clock: Clock = time.perf_counter,
     cpu_clock: Clock = process_cpu_seconds,
     rss: Callable[[], int] = current_rss_bytes,
+    window_seconds: float = 0.0,
 ) -> Window:
     """A fresh iterator, ``warmup_batches`` untimed batches, then `measure_window`.
+
+    With ``window_seconds`` the window is sized by time (`WindowPlan.batches_for`:
+    the warm-up's rate, at least ``window_batches`` batches, at least that long).
 
     Raises:
       DataError: the data ran out during warm-up (fewer batches than warm-up).
     """
+    plan = WindowPlan(
+        warmup_batches=warmup_batches,
+        window_batches=window_batches,
+        window_seconds=window_seconds,
+    )
     iterator = iter(make_iterable())
     try:
-        done = warm_up(iterator, warmup_batches, step)
+        warm = None
+        if plan.timed and warmup_batches:
+            try:
+                warm = measure_window(
+                    iterator, batches=warmup_batches, step=step, clock=clock, cpu_clock=cpu_clock
+                )
+            except DataError:  # no batch at all: said below as a short warm-up
+                warm = None
+            done = warm.batches if warm is not None else 0
+        else:
+            done = warm_up(iterator, warmup_batches, step)
         if done < warmup_batches:
             raise DataError(
                 f"benchmark: the dataset ended after {done} warm-up batch(es); it needs "
@@ -326,7 +413,8 @@ def run_window(
             )
         return measure_window(
             iterator,
-            batches=window_batches,
+            batches=plan.batches_for(warm),
+            min_seconds=plan.window_seconds,
             step=step,
             batch_size=batch_size,
             count=count,
@@ -353,7 +441,9 @@ def consecutive_windows(
 ) -> list[Window]:
     """``plan.windows`` windows of one iterator after one timed-but-dropped warm-up.
 
-    The warm-up runs through `measure_window` like the windows (the step's ``sync``
+    With a time target (``plan.window_seconds``) every window holds the batches the
+    warm-up's rate gives for the target (`WindowPlan.batches_for`), and goes on while
+    it is shorter than the target. The warm-up runs through `measure_window` like the windows (the step's ``sync``
     included), so its work is finished before the first window starts. The iterator
     is closed at the end, however it ends.
 
@@ -377,7 +467,7 @@ def consecutive_windows(
       DataError: the iterator yielded no batch in a window.
     """
 
-    def window(batches: int) -> Window:
+    def window(batches: int, min_seconds: float = 0.0) -> Window:
         return measure_window(
             iterator,
             batches=batches,
@@ -386,16 +476,19 @@ def consecutive_windows(
             clock=clock,
             cpu_clock=cpu_clock,
             sync=sync,
+            min_seconds=min_seconds,
         )
 
     out: list[Window] = []
     try:
+        warm = None
         if plan.warmup_batches:
             warm = window(plan.warmup_batches)
             if warm.batches < plan.warmup_batches:
                 raise ran_out(warm.batches)
+        batches = plan.batches_for(warm)
         for i in range(plan.windows):
-            w = window(plan.window_batches)
+            w = window(batches, plan.window_seconds)
             out.append(dataclasses.replace(w, round=i))
             if report is not None and i < plan.windows - 1 and report(i, w.examples_per_s):
                 break

@@ -7,9 +7,11 @@
 
 How a measurement is taken (and recorded in ``result.method``):
 
-- **Windows.** A *window* is ``window_batches`` consecutive batches consumed from a
-  **fresh iterator** (`iter(pipeline.build(config, repeat=True))`) after
-  ``warmup_batches`` batches that are not timed. A fresh iterator per window makes
+- **Windows.** A *window* is consecutive batches consumed from a **fresh iterator**
+  (`iter(pipeline.build(config, repeat=True))`) after ``warmup_batches`` batches that
+  are not timed; it lasts at least ``window_seconds`` (`DEFAULT_WINDOW_SECONDS`), its
+  batches sized from the warm-up's rate, and holds at least ``window_batches``
+  (``window_batches`` given alone: exactly that many). A fresh iterator per window makes
   every window pay the same start-up (threads, open files, buffer filling), and the
   warm-up takes that start-up out of the measurement; a continuing iterator would
   let the first config's window absorb it alone and carry buffers filled during
@@ -62,6 +64,7 @@ __all__ = [
     "BENCH_FORMAT",
     "BENCH_PLAN",
     "CAPTURE_PLAN",
+    "DEFAULT_WINDOW_SECONDS",
     "ROOFLINE_PLAN",
     "TUNER_PLAN",
     "BenchResult",
@@ -117,6 +120,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfinput._src.measurement.windows import (
         BENCH_PLAN,
         CAPTURE_PLAN,
+        DEFAULT_WINDOW_SECONDS,
         ROOFLINE_PLAN,
         TUNER_PLAN,
         Window,
@@ -148,6 +152,7 @@ def __getattr__(name: str) -> Any:
         case (
             "BENCH_PLAN"
             | "CAPTURE_PLAN"
+            | "DEFAULT_WINDOW_SECONDS"
             | "ROOFLINE_PLAN"
             | "TUNER_PLAN"
             | "Window"

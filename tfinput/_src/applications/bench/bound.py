@@ -396,6 +396,7 @@ def roofline(
         run_window,
         warmup_batches=plan.warmup_batches,
         window_batches=plan.window_batches,
+        window_seconds=plan.window_seconds,
         clock=options.clock or time.perf_counter,
         cpu_clock=options.cpu_clock or process_cpu_seconds,
         rss=options.rss or current_rss_bytes,

@@ -265,6 +265,7 @@ def _config_run(
     prepared = step.prepare(config)
     per_config[name] = prepared.describe()
     owner = prepared.run_windows
+    timed = {"window_seconds": plan.window_seconds} if plan.timed else {}
     if owner is not None:
         # The step drives the data itself (model.fit): one fresh source per window.
         def owned() -> Window:
@@ -276,6 +277,7 @@ def _config_run(
                 window_batches=plan.window_batches,
                 clock=clock,
                 cpu_clock=cpu_clock,
+                **timed,
             )
             return dataclasses.replace(ws[0], peak_rss_bytes=max(ws[0].peak_rss_bytes, rss()))
 
@@ -284,6 +286,7 @@ def _config_run(
         lambda: factory(config),
         warmup_batches=plan.warmup_batches,
         window_batches=plan.window_batches,
+        window_seconds=plan.window_seconds,
         step=prepared,
         batch_size=size,
         clock=clock,
@@ -300,6 +303,7 @@ def _method(
     return {
         "windows": plan.windows,
         "window_batches": plan.window_batches,
+        "window_seconds": plan.window_seconds,
         "warmup_batches": plan.warmup_batches,
         "order": "interleaved: one window per config per round, configs in the given order",
         "iterator": "fresh iterator per window (pipeline.build(config, repeat=True)); warm-up "

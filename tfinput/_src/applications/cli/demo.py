@@ -20,6 +20,7 @@ DEMO = {
     "n_trials": 14,
     "windows": 3,
     "window_batches": 8,
+    "window_seconds": 0.5,
     "warmup_batches": 3,
     "confirm_top": 2,
     "confirm_windows": 3,

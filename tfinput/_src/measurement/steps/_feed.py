@@ -61,15 +61,22 @@ def loop_windows(
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] | None = None,
     report: Callable[[int, float], bool] | None = None,
+    window_seconds: float = 0.0,
 ) -> list[Window]:
     """Windows of a step that feeds the device itself: ``run`` on every batch of
     ``feed(source)``, ``sync()`` before each window's end is taken (the
-    `tfinput.steps.Step.run_windows` of such steps).
+    `tfinput.steps.Step.run_windows` of such steps); ``window_seconds`` sizes the
+    windows by time as `tfinput.bench.WindowPlan` does.
 
     Raises:
       DataError: the data ended during the warm-up.
     """
-    plan = WindowPlan(warmup_batches=warmup_batches, windows=windows, window_batches=window_batches)
+    plan = WindowPlan(
+        warmup_batches=warmup_batches,
+        windows=windows,
+        window_batches=window_batches,
+        window_seconds=window_seconds,
+    )
 
     def ran_out(done: int) -> DataError:
         return DataError(

@@ -43,7 +43,8 @@ CLI_STEPS = (
 )
 
 #: ``run_windows(source, *, batch_size, warmup_batches, windows, window_batches, clock,
-#: cpu_clock, report) -> list[Window]``.
+#: cpu_clock, report) -> list[Window]``; a measurement with a time target also passes
+#: ``window_seconds``.
 RunWindows = Callable[..., "list[Window]"]
 
 
@@ -67,7 +68,8 @@ class Step:
       run_windows: When set, the step owns the training loop (``model.fit``, a JAX loop
         with device prefetch): ``run_windows(source, *, batch_size, warmup_batches,
         windows, window_batches, clock, cpu_clock, report) -> list[bench.Window]``
-        where ``source`` is a `tf.data.Dataset` or an iterable of batches.
+        where ``source`` is a `tf.data.Dataset` or an iterable of batches (and
+        ``window_seconds=`` when the measurement sizes windows by time).
       details: Extra fields for `describe` (``steps_per_execution``, ...).
       state_fn: For steps that carry a state (``jax``), returns the current one.
       accepts_packed: The step takes batches in the ``packed`` layout as well as per

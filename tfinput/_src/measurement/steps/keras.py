@@ -151,9 +151,12 @@ def _fit_windows(
     cpu_clock: Callable[[], float] | None = None,
     report: Callable[[int, float], bool] | None = None,
     callbacks: Iterable[Any] = (),
+    window_seconds: float = 0.0,
 ) -> list[Window]:
     """The ``run_windows`` of a fit step with ``steps_per_execution`` ``k``: one
-    ``model.fit`` call, warm-up epoch(s), then one epoch per window.
+    ``model.fit`` call, warm-up epoch(s), then one epoch per window. ``fit`` fixes
+    ``steps_per_epoch`` before the first epoch, so a ``window_seconds`` target is not
+    applied: every window is ``window_batches`` batches (rounded up to ``k``).
 
     Raises:
       ConfigError: ``source`` is no `tf.data.Dataset`, or its batches cannot be counted.

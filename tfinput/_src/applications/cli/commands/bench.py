@@ -53,7 +53,18 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", help="config the ratios refer to (default: the first)")
     p.add_argument("--batch-size", type=count, help="override every config's batch size")
     p.add_argument("--windows", type=int, default=5, help="windows per config (default 5)")
-    p.add_argument("--window-batches", type=int, default=20, help="timed batches per window")
+    p.add_argument(
+        "--window-seconds",
+        type=float,
+        help="least seconds of each window, its batches sized from the warm-up's rate "
+        "(default 0.5; 0: a fixed --window-batches)",
+    )
+    p.add_argument(
+        "--window-batches",
+        type=int,
+        help="least batches per window (default 20); given without --window-seconds, "
+        "the fixed count of every window",
+    )
     p.add_argument("--warmup-batches", type=int, default=8, help="untimed batches per window")
     p.add_argument("--roofline", action="store_true", help="also measure the roofline")
     p.add_argument("--roofline-windows", type=int, default=3)
@@ -80,6 +91,7 @@ def _measurement(args: argparse.Namespace) -> MeasureOptions:
     return MeasureOptions(
         windows=args.windows,
         window_batches=args.window_batches,
+        window_seconds=args.window_seconds,
         warmup_batches=args.warmup_batches,
         cpu_count=args.cpu_count,
     )
@@ -170,6 +182,14 @@ def _service_lines(result: BenchResult, service: Any, target_rate: float | None)
     return lines
 
 
+def _window_size(method: dict[str, Any]) -> str:
+    """A window's size as the method records it: a time target or a count."""
+    seconds = method.get("window_seconds") or 0
+    if seconds > 0:
+        return f">= {seconds:g} s (>= {method['window_batches']} batches)"
+    return f"{method['window_batches']} batches"
+
+
 def print_bench(result: BenchResult, console: Any) -> None:
     """The human-readable report of a `tfinput.bench.BenchResult`."""
     from rich.table import Table as RichTable
@@ -177,7 +197,7 @@ def print_bench(result: BenchResult, console: Any) -> None:
     m, hw = result.method, result.machine
     t = RichTable(
         title=f"{hw['cpu_model']} x{hw['cpu_count']}, TensorFlow {hw['tensorflow']}; "
-        f"{m['windows']} windows x {m['window_batches']} batches after {m['warmup_batches']} "
+        f"{m['windows']} windows x {_window_size(m)} after {m['warmup_batches']} "
         "warm-up, interleaved"
     )
     cols = [
