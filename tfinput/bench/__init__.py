@@ -3,6 +3,7 @@
 from tfinput._src.applications.bench import BENCH_FORMAT as BENCH_FORMAT
 from tfinput._src.applications.bench import BENCH_PLAN as BENCH_PLAN
 from tfinput._src.applications.bench import CAPTURE_PLAN as CAPTURE_PLAN
+from tfinput._src.applications.bench import DEFAULT_WINDOW_SECONDS as DEFAULT_WINDOW_SECONDS
 from tfinput._src.applications.bench import ROOFLINE_PLAN as ROOFLINE_PLAN
 from tfinput._src.applications.bench import TUNER_PLAN as TUNER_PLAN
 from tfinput._src.applications.bench import BenchResult as BenchResult

@@ -2,6 +2,7 @@
 
 from tfinput._src.measurement.windows import BENCH_PLAN as BENCH_PLAN
 from tfinput._src.measurement.windows import CAPTURE_PLAN as CAPTURE_PLAN
+from tfinput._src.measurement.windows import DEFAULT_WINDOW_SECONDS as DEFAULT_WINDOW_SECONDS
 from tfinput._src.measurement.windows import ROOFLINE_PLAN as ROOFLINE_PLAN
 from tfinput._src.measurement.windows import TUNER_PLAN as TUNER_PLAN
 from tfinput._src.measurement.windows import Clock as Clock
