@@ -35,6 +35,8 @@ __all__ = [
 
 HEARTBEAT_INTERVAL = 5
 GRACE_PERIOD = 15
+#: How long a write to a SQLite study waits for another writer (Python's default: 5 s).
+SQLITE_BUSY_TIMEOUT_S = 60
 
 
 def make_storage(
@@ -73,7 +75,12 @@ def make_storage(
             raise ConfigError(
                 f"cannot open storage {url}: directory {Path(path).parent} does not exist"
             )
-        return optuna.storages.RDBStorage(url, **heartbeats)
+        # SQLite lets one writer at a time; the others wait up to the busy timeout
+        # (Python's default: 5 s). On a loaded host the heartbeat thread, the trials and
+        # the other workers of a shared study can hold a write longer than that, and a
+        # shorter wait fails the run with "database is locked".
+        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeats)
     if text.endswith((".log", ".journal", ".jsonl")):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 

@@ -124,6 +124,7 @@ def test_remeasure_measures_as_bench_measure_with_the_confirmations_windows():
         warmup_batches=2,
         windows=4,  # the confirmation's, not the plan's
         window_batches=3,
+        window_seconds=0.0,  # the plan's: no time target
         cpu_count=2,
         clock=clock,
     )
