@@ -39,10 +39,6 @@ from profiles._stages import PipelineStages as PipelineStages
 from profiles._stages import StageTiming as StageTiming
 from profiles._stages import rebuild_stages as rebuild_stages
 
-#: Former name of `StageTiming` (renamed so as not to clash with `tfinput.bench.Stage`);
-#: kept because it is public API.
-Stage = StageTiming
-
 __all__ = [
     "TESTED_XPROF",
     "Bottleneck",
@@ -54,7 +50,6 @@ __all__ = [
     "ProfileAnalysis",
     "ProfileError",
     "Spread",
-    "Stage",
     "StageTiming",
     "StepTime",
     "TraceRun",

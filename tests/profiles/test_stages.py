@@ -329,11 +329,10 @@ def test_many_cheap_calls_are_reported_as_per_element_cost():
     assert "one thread handles every element here" in p.bottleneck.summary
 
 
-def test_stage_results_are_stage_timings_and_the_old_name_still_works():
+def test_stage_results_are_stage_timings_under_one_name():
+    """No alias: deprecations start with the first release (docs/api.md)."""
     import profiles
 
     p = only_pipeline(make_space([it("Root", 0, 100, 1), it("Root::Map", 1, 99, 2, parent=1)]))
     assert all(isinstance(s, profiles.StageTiming) for s in p.stages)
-    # Renamed from profiles.Stage (which clashed with tfinput.bench.Stage); kept as an alias.
-    assert profiles.Stage is profiles.StageTiming
-    assert "Stage" in profiles.__all__ and "StageTiming" in profiles.__all__
+    assert "StageTiming" in profiles.__all__ and not hasattr(profiles, "Stage")
