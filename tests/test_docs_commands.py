@@ -31,12 +31,14 @@ Pages whose code blocks another test runs in full are in `PAGES_RUN_ELSEWHERE`
 
 Each page's commands run in order in one empty working directory (`PAGE_SETUP` first
 writes the inputs the page assumes its reader has, such as ``data/train-*.parquet``), in a
-fresh Python process, each through ``tfinput.cli.main`` in that process; each must exit
+namespace of its own, each through ``tfinput.cli.main``; the pages run in turn in one
+Python process; each must exit
 with 0, or with the code in `EXIT_CODES`. A new page, or a new command on a page, runs
 without any change here when it runs as written."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -47,6 +49,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._once import run_once, selected
 from tests.helpers import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -425,7 +428,7 @@ def test_the_tables_name_real_doc_lines():
 
 
 def script(page: str) -> str:
-    """The child program: the page's setup, then each command through the CLI."""
+    """The page's program: its setup, then each command through the CLI."""
     parts = [
         "import os, sys, shutil",
         "from pathlib import Path",
@@ -447,34 +450,101 @@ def script(page: str) -> str:
         if argv is not None:
             expected = EXIT_CODES.get((command.page, command.text), 0)
             parts.append(f"run({argv!r}, {expected}, {command.where()!r})")
-    # TensorFlow and JAX in one process sometimes abort at interpreter teardown after
-    # everything has passed (tests/test_docs_resume.py): leave without it.
-    parts.append("print('DOC OK', flush=True)\nos._exit(0)")
+    parts.append("print('DOC OK', flush=True)")
     return "\n".join(parts)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", _pages_with_commands())
-def test_the_page_commands_run(page, tmp_path):
-    if page in NEEDS_SHARED_DATA and not SHARED_DATA.is_dir():
-        pytest.skip(f"{page}'s inputs come from the real samples in {SHARED_DATA} (absent)")
+# The pages run in turn in one Python child (one TensorFlow import for all), each in
+# its own empty working directory and namespace, its stdout and stderr (descriptors 1
+# and 2) in files of its own; a page that raises is recorded and the next one runs.
+# TensorFlow and JAX in one process sometimes abort at interpreter teardown after
+# everything has passed (tests/test_docs_resume.py): the child leaves without it.
+_IN_TURN = """
+import json, os, sys, traceback
+
+pages, status_path = json.loads(sys.argv[1]), sys.argv[2]
+status = {}
+for page, directory, program, out_path, err_path in pages:
+    saved = os.dup(1), os.dup(2)
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        os.chdir(directory)
+        try:
+            exec(compile(program, page, "exec"), {"__name__": "__main__"})
+            status[page] = "ok"
+        except BaseException:
+            traceback.print_exc()
+            status[page] = "failed"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+    with open(status_path, "w") as f:
+        json.dump(status, f)
+os._exit(0)
+"""
+
+
+def _run_pages(pages: list[str], directory: Path) -> dict[str, list[str]]:
+    """Run the pages' programs in one child: page -> [status, stdout, stderr]."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "KERAS_BACKEND": "tensorflow",
     }
+    plan_ = []
+    for i, page in enumerate(pages):
+        work = directory / f"page-{i}"
+        work.mkdir()
+        plan_.append([page, str(work), script(page), f"{work}.out", f"{work}.err"])
+    status = directory / "status.json"
     proc = subprocess.run(
-        [sys.executable, "-c", script(page)],
+        [sys.executable, "-c", _IN_TURN, json.dumps(plan_), str(status)],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=directory,
         env=env,
-        timeout=600,
+        timeout=1800,
     )
-    ran = [line[4:] for line in proc.stdout.splitlines() if line.startswith("RUN ")]
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DOC OK"), (
-        f"failed at {ran[-1] if ran else 'the setup'}\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
+    done = json.loads(status.read_text()) if status.exists() else {}
+    results = {}
+    for page, _, _, out, err in plan_:
+        said = [Path(p).read_text(errors="replace") if Path(p).exists() else "" for p in (out, err)]
+        if page not in done:  # the child died before the page's end
+            said[1] += (
+                f"\n[the pages' process exited with {proc.returncode}]\n{proc.stderr[-3000:]}"
+            )
+        results[page] = [done.get(page, "not finished"), *said]
+    return results
+
+
+def _needs_page(item: pytest.Item) -> str | None:
+    spec = getattr(item, "callspec", None)
+    if item.originalname != "test_the_page_commands_run" or spec is None:
+        return None
+    page = spec.params["page"]
+    return None if page in NEEDS_SHARED_DATA and not SHARED_DATA.is_dir() else page
+
+
+@pytest.fixture(scope="module")
+def page_runs(request, tmp_path_factory) -> dict[str, list[str]]:
+    """page -> [status, stdout, stderr] of its program, for the pages the session
+    selected: run once, in one child."""
+    pages = selected(request, _needs_page)
+    return run_once(tmp_path_factory, "doc-pages", lambda d: _run_pages(pages, d))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", _pages_with_commands())
+def test_the_page_commands_run(page, page_runs):
+    if page in NEEDS_SHARED_DATA and not SHARED_DATA.is_dir():
+        pytest.skip(f"{page}'s inputs come from the real samples in {SHARED_DATA} (absent)")
+    status, out, err = page_runs[page]
+    ran = [line[4:] for line in out.splitlines() if line.startswith("RUN ")]
+    assert status == "ok" and out.rstrip().endswith("DOC OK"), (
+        f"failed at {ran[-1] if ran else 'the setup'}\n" + out[-3000:] + err[-3000:]
     )
 
 
