@@ -4,13 +4,16 @@ A module whose tests each read part of one run (several example scripts or doc p
 one Python child, so TensorFlow is imported once) gets it through `run_once`: the first
 worker to ask runs it, a worker asking meanwhile waits on a lock, later ones read the
 result it saved. What the run covers is what the session selected (`selected`), the
-same on every worker, so each worker's request is the same run."""
+same on every worker, so each worker's request is the same run. `run_programs` runs
+several programs (doc pages) in turn in one child."""
 
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,3 +57,64 @@ def selected(request: pytest.FixtureRequest, key: Callable[[pytest.Item], Any]) 
             if k is not None and k not in keys:
                 keys.append(k)
     return keys
+
+
+# Programs run in turn in one Python child, each in its own empty working directory and
+# namespace, its stdout and stderr (descriptors 1 and 2) in files of its own; one that
+# raises is recorded and the next one runs. TensorFlow and JAX in one process sometimes
+# abort at interpreter teardown after everything has passed: the child leaves without it.
+_IN_TURN = """
+import json, os, sys, traceback
+
+programs, status_path = json.loads(sys.argv[1]), sys.argv[2]
+status = {}
+for name, directory, program, out_path, err_path in programs:
+    saved = os.dup(1), os.dup(2)
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        os.chdir(directory)
+        try:
+            exec(compile(program, name, "exec"), {"__name__": "__main__"})
+            status[name] = "ok"
+        except BaseException:
+            traceback.print_exc()
+            status[name] = "failed"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+    with open(status_path, "w") as f:
+        json.dump(status, f)
+os._exit(0)
+"""
+
+
+def run_programs(
+    programs: dict[str, str], directory: Path, env: dict[str, str], timeout: float
+) -> dict[str, list[str]]:
+    """Run ``programs`` (name -> Python source) in turn in one child, each in an empty
+    folder under ``directory``: name -> [``ok``/``failed``/``not finished``, its stdout,
+    its stderr, its folder]."""
+    plan = []
+    for i, (name, program) in enumerate(programs.items()):
+        work = directory / f"program-{i}"
+        work.mkdir()
+        plan.append([name, str(work), program, f"{work}.out", f"{work}.err"])
+    status = directory / "status.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", _IN_TURN, json.dumps(plan), str(status)],
+        capture_output=True,
+        text=True,
+        cwd=directory,
+        env=env,
+        timeout=timeout,
+    )
+    done = json.loads(status.read_text()) if status.exists() else {}
+    results = {}
+    for name, work, _, out, err in plan:
+        said = [Path(p).read_text(errors="replace") if Path(p).exists() else "" for p in (out, err)]
+        if name not in done:  # the child died before this program's end
+            said[1] += f"\n[the child exited with {proc.returncode}]\n{proc.stderr[-3000:]}"
+        results[name] = [done.get(name, "not finished"), *said, work]
+    return results

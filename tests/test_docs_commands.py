@@ -38,7 +38,6 @@ without any change here when it runs as written."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -49,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._once import run_once, selected
+from tests._once import run_once, run_programs, selected
 from tests.helpers import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -454,70 +453,16 @@ def script(page: str) -> str:
     return "\n".join(parts)
 
 
-# The pages run in turn in one Python child (one TensorFlow import for all), each in
-# its own empty working directory and namespace, its stdout and stderr (descriptors 1
-# and 2) in files of its own; a page that raises is recorded and the next one runs.
-# TensorFlow and JAX in one process sometimes abort at interpreter teardown after
-# everything has passed (tests/test_docs_resume.py): the child leaves without it.
-_IN_TURN = """
-import json, os, sys, traceback
-
-pages, status_path = json.loads(sys.argv[1]), sys.argv[2]
-status = {}
-for page, directory, program, out_path, err_path in pages:
-    saved = os.dup(1), os.dup(2)
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        os.chdir(directory)
-        try:
-            exec(compile(program, page, "exec"), {"__name__": "__main__"})
-            status[page] = "ok"
-        except BaseException:
-            traceback.print_exc()
-            status[page] = "failed"
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-    with open(status_path, "w") as f:
-        json.dump(status, f)
-os._exit(0)
-"""
-
-
 def _run_pages(pages: list[str], directory: Path) -> dict[str, list[str]]:
-    """Run the pages' programs in one child: page -> [status, stdout, stderr]."""
+    """The pages' programs in turn in one child (one TensorFlow import for all), each in
+    its own empty working directory: page -> [status, stdout, stderr, its directory]."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "KERAS_BACKEND": "tensorflow",
     }
-    plan_ = []
-    for i, page in enumerate(pages):
-        work = directory / f"page-{i}"
-        work.mkdir()
-        plan_.append([page, str(work), script(page), f"{work}.out", f"{work}.err"])
-    status = directory / "status.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", _IN_TURN, json.dumps(plan_), str(status)],
-        capture_output=True,
-        text=True,
-        cwd=directory,
-        env=env,
-        timeout=1800,
-    )
-    done = json.loads(status.read_text()) if status.exists() else {}
-    results = {}
-    for page, _, _, out, err in plan_:
-        said = [Path(p).read_text(errors="replace") if Path(p).exists() else "" for p in (out, err)]
-        if page not in done:  # the child died before the page's end
-            said[1] += (
-                f"\n[the pages' process exited with {proc.returncode}]\n{proc.stderr[-3000:]}"
-            )
-        results[page] = [done.get(page, "not finished"), *said]
-    return results
+    return run_programs({page: script(page) for page in pages}, directory, env, timeout=1800)
 
 
 def _needs_page(item: pytest.Item) -> str | None:
@@ -530,7 +475,7 @@ def _needs_page(item: pytest.Item) -> str | None:
 
 @pytest.fixture(scope="module")
 def page_runs(request, tmp_path_factory) -> dict[str, list[str]]:
-    """page -> [status, stdout, stderr] of its program, for the pages the session
+    """page -> [status, stdout, stderr, its directory], for the pages the session
     selected: run once, in one child."""
     pages = selected(request, _needs_page)
     return run_once(tmp_path_factory, "doc-pages", lambda d: _run_pages(pages, d))
@@ -541,7 +486,7 @@ def page_runs(request, tmp_path_factory) -> dict[str, list[str]]:
 def test_the_page_commands_run(page, page_runs):
     if page in NEEDS_SHARED_DATA and not SHARED_DATA.is_dir():
         pytest.skip(f"{page}'s inputs come from the real samples in {SHARED_DATA} (absent)")
-    status, out, err = page_runs[page]
+    status, out, err, _ = page_runs[page]
     ran = [line[4:] for line in out.splitlines() if line.startswith("RUN ")]
     assert status == "ok" and out.rstrip().endswith("DOC OK"), (
         f"failed at {ran[-1] if ran else 'the setup'}\n" + out[-3000:] + err[-3000:]

@@ -9,17 +9,14 @@ logical devices ``conftest.py`` sets up for the tf.distribute tests."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests._once import run_once
+from tests._once import run_once, run_programs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "resume.md"
@@ -64,36 +61,6 @@ def test_the_page_has_its_recipes():
     compile(script(), "docs/resume.md", "exec")
 
 
-# This page's and docs/serving.md's programs run in turn in one Python child (one
-# TensorFlow import for both; tests/test_docs_serving.py reads its page's share), each in
-# its own empty working directory and namespace, its stdout and stderr (descriptors 1
-# and 2) in files of its own; a page that raises is recorded and the next one runs.
-# The child leaves without interpreter teardown (see `script`).
-_IN_TURN = """
-import json, os, sys, traceback
-
-pages, status_path = json.loads(sys.argv[1]), sys.argv[2]
-status = {}
-for page, directory, program, out_path, err_path in pages:
-    saved = os.dup(1), os.dup(2)
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        os.chdir(directory)
-        try:
-            exec(compile(program, page, "exec"), {"__name__": "__main__"})
-            status[page] = "ok"
-        except BaseException:
-            traceback.print_exc()
-            status[page] = "failed"
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-    with open(status_path, "w") as f:
-        json.dump(status, f)
-os._exit(0)
-"""
 #: The test that runs each page's blocks, and its page.
 PAGE_TESTS = {
     "tests/test_docs_serving.py::test_every_code_block_runs": "docs/serving.md",
@@ -102,7 +69,9 @@ PAGE_TESTS = {
 
 
 def _run_pages(pages: list[str], directory: Path) -> dict[str, list[str]]:
-    """The pages' programs in one child: page -> [status, stdout, stderr, its directory]."""
+    """This page's and docs/serving.md's programs in turn in one child (one TensorFlow
+    import for both; tests/test_docs_serving.py reads its page's share), each in its own
+    empty working directory: page -> [status, stdout, stderr, its directory]."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -110,30 +79,8 @@ def _run_pages(pages: list[str], directory: Path) -> dict[str, list[str]]:
         "KERAS_BACKEND": "tensorflow",
         "JAX_PLATFORMS": "cpu",
     }
-    plan = []
-    for i, page in enumerate(pages):
-        work = directory / f"page-{i}"
-        work.mkdir()
-        program = script(ROOT / page, exit=False)
-        plan.append([page, str(work), program, f"{work}.out", f"{work}.err"])
-    status = directory / "status.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", _IN_TURN, json.dumps(plan), str(status)],
-        capture_output=True,
-        text=True,
-        cwd=directory,
-        env=env,
-        timeout=1200,
-    )
-    done = json.loads(status.read_text()) if status.exists() else {}
-    results = {}
-    for page, work, _, out, err in plan:
-        said = [Path(p).read_text(errors="replace") if Path(p).exists() else "" for p in (out, err)]
-        if page not in done:  # the child died before the page's end
-            said[1] += f"\n[the pages' process exited with {proc.returncode}]\n"
-            said[1] += proc.stderr[-3000:]
-        results[page] = [done.get(page, "not finished"), *said, work]
-    return results
+    programs = {page: script(ROOT / page, exit=False) for page in pages}
+    return run_programs(programs, directory, env, timeout=1200)
 
 
 def page_runs(request: pytest.FixtureRequest, tmp_path_factory) -> dict[str, list[str]]:
