@@ -1,9 +1,9 @@
 """A preemptible training process, for the crash test in ``tests/test_preemption.py``.
 
-``python -m tests.preemption_worker SPEC.json`` trains a small logistic model (a
-``tf.function`` step updating ``tf.Variable`` s by SGD) on one epoch of a tfinput
-pipeline, and every ``every`` steps checkpoints the model, its step counter and the
-input position, in one of two ways (``spec["api"]``):
+``python -m tests.preemption_worker SPEC.json [SPEC.json ...]`` trains, for each spec in
+turn, a small logistic model (a ``tf.function`` step updating ``tf.Variable`` s by SGD)
+on one epoch of a tfinput pipeline, and every ``every`` steps checkpoints the model, its
+step counter and the input position, in one of two ways (``spec["api"]``):
 
 - ``"checkpoint"``: ``tf.train.Checkpoint(model=..., step=..., iterator=iter(dataset))``
   saved by a ``tf.train.CheckpointManager``, as a TensorFlow training loop does.
@@ -18,9 +18,11 @@ disk): ``start`` (the restored step and a digest of the weights), ``step`` (the 
 number and the row ids of the batch it trained on), ``checkpoint`` (the step saved and
 the weights' digest), ``waiting`` and ``end``.
 
-With ``spec["hang_after"] = N`` it stops after step N and waits (up to
-``spec["hang_seconds"]``, or until its parent has gone; then it exits with status 3): the test kills it there with
-SIGKILL, so the kill falls at a known point of the epoch however fast the machine is.
+With ``spec["hang_after"] = N`` it stops that training after step N; once every spec's
+training has stopped or finished, it logs ``waiting`` in the log of each stopped one and
+waits (up to ``spec["hang_seconds"]``, or until its parent has gone; then it exits with
+status 3): the test kills it there with SIGKILL, so the kill falls at a known point of
+each epoch however fast the machine is.
 """
 
 from __future__ import annotations
@@ -162,12 +164,13 @@ def _wait(seconds: float) -> None:
         time.sleep(0.2)
 
 
-def main(argv: list[str]) -> int:
+def train(spec: dict) -> tuple[Log, int] | None:
+    """One epoch of ``spec``'s training, from its last checkpoint; with ``hang_after``
+    it stops after that step and returns its open log and the step (``None`` when it
+    finished)."""
     import tfinput
     from tfinput import testing
 
-    with open(argv[0]) as f:
-        spec = json.load(f)
     schema = testing.small_schema()
     pipeline = getattr(tfinput, spec["kind"])(spec["files"], schema).with_file_shuffling()
     config = tfinput.PipelineConfig(**spec["config"])
@@ -191,11 +194,23 @@ def main(argv: list[str]) -> int:
             checkpoints.save(step)
             log.write("checkpoint", step=step, weights=weights_digest(model))
         if step == spec.get("hang_after"):
-            log.write("waiting", step=step)
-            _wait(spec["hang_seconds"])
-            return NOT_KILLED
+            return log, step
     log.write("end", step=int(model.step))
     log.close()
+    return None
+
+
+def main(argv: list[str]) -> int:
+    specs = []
+    for path in argv:
+        with open(path) as f:
+            specs.append(json.load(f))
+    stopped = [done for done in map(train, specs) if done is not None]
+    if stopped:
+        for log, step in stopped:
+            log.write("waiting", step=step)
+        _wait(max(spec["hang_seconds"] for spec in specs))
+        return NOT_KILLED
     return 0
 
 

@@ -31,7 +31,8 @@ Pages whose code blocks another test runs in full are in `PAGES_RUN_ELSEWHERE`
 
 Each page's commands run in order in one empty working directory (`PAGE_SETUP` first
 writes the inputs the page assumes its reader has, such as ``data/train-*.parquet``), in a
-fresh Python process, each through ``tfinput.cli.main`` in that process; each must exit
+namespace of its own, each through ``tfinput.cli.main``; the pages run in turn in one
+Python process; each must exit
 with 0, or with the code in `EXIT_CODES`. A new page, or a new command on a page, runs
 without any change here when it runs as written."""
 
@@ -47,6 +48,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._once import run_once, run_programs, selected
 from tests.helpers import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -425,7 +427,7 @@ def test_the_tables_name_real_doc_lines():
 
 
 def script(page: str) -> str:
-    """The child program: the page's setup, then each command through the CLI."""
+    """The page's program: its setup, then each command through the CLI."""
     parts = [
         "import os, sys, shutil",
         "from pathlib import Path",
@@ -447,34 +449,47 @@ def script(page: str) -> str:
         if argv is not None:
             expected = EXIT_CODES.get((command.page, command.text), 0)
             parts.append(f"run({argv!r}, {expected}, {command.where()!r})")
-    # TensorFlow and JAX in one process sometimes abort at interpreter teardown after
-    # everything has passed (tests/test_docs_resume.py): leave without it.
-    parts.append("print('DOC OK', flush=True)\nos._exit(0)")
+    parts.append("print('DOC OK', flush=True)")
     return "\n".join(parts)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", _pages_with_commands())
-def test_the_page_commands_run(page, tmp_path):
-    if page in NEEDS_SHARED_DATA and not SHARED_DATA.is_dir():
-        pytest.skip(f"{page}'s inputs come from the real samples in {SHARED_DATA} (absent)")
+def _run_pages(pages: list[str], directory: Path) -> dict[str, list[str]]:
+    """The pages' programs in turn in one child (one TensorFlow import for all), each in
+    its own empty working directory: page -> [status, stdout, stderr, its directory]."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "KERAS_BACKEND": "tensorflow",
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", script(page)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=600,
-    )
-    ran = [line[4:] for line in proc.stdout.splitlines() if line.startswith("RUN ")]
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DOC OK"), (
-        f"failed at {ran[-1] if ran else 'the setup'}\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
+    return run_programs({page: script(page) for page in pages}, directory, env, timeout=1800)
+
+
+def _needs_page(item: pytest.Item) -> str | None:
+    spec = getattr(item, "callspec", None)
+    if item.originalname != "test_the_page_commands_run" or spec is None:
+        return None
+    page = spec.params["page"]
+    return None if page in NEEDS_SHARED_DATA and not SHARED_DATA.is_dir() else page
+
+
+@pytest.fixture(scope="module")
+def page_runs(request, tmp_path_factory) -> dict[str, list[str]]:
+    """page -> [status, stdout, stderr, its directory], for the pages the session
+    selected: run once, in one child."""
+    pages = selected(request, _needs_page)
+    return run_once(tmp_path_factory, "doc-pages", lambda d: _run_pages(pages, d))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", _pages_with_commands())
+def test_the_page_commands_run(page, page_runs):
+    if page in NEEDS_SHARED_DATA and not SHARED_DATA.is_dir():
+        pytest.skip(f"{page}'s inputs come from the real samples in {SHARED_DATA} (absent)")
+    status, out, err, _ = page_runs[page]
+    ran = [line[4:] for line in out.splitlines() if line.startswith("RUN ")]
+    assert status == "ok" and out.rstrip().endswith("DOC OK"), (
+        f"failed at {ran[-1] if ran else 'the setup'}\n" + out[-3000:] + err[-3000:]
     )
 
 

@@ -1,15 +1,14 @@
 """docs/serving.md: every code block runs as written, in order, in one namespace, in an
-empty working directory (the runner is tests/test_docs_resume.py's)."""
+empty working directory (the runner is tests/test_docs_resume.py's: one Python child runs
+both pages)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 
-from tests.test_docs_resume import ROOT, blocks, script
+from tests.test_docs_resume import ROOT, blocks, page_runs, script
 
 DOC = ROOT / "docs" / "serving.md"
 
@@ -23,24 +22,15 @@ def test_the_page_shows_export_and_its_signatures():
     compile(script(DOC), "docs/serving.md", "exec")
 
 
+@pytest.fixture(scope="module")
+def doc_runs(request, tmp_path_factory) -> dict[str, list[str]]:
+    return page_runs(request, tmp_path_factory)
+
+
 @pytest.mark.slow
-def test_every_code_block_runs(tmp_path):
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "KERAS_BACKEND": "tensorflow",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", script(DOC)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    out = proc.stdout
+def test_every_code_block_runs(doc_runs):
+    status, out, err, work = doc_runs["docs/serving.md"]
+    assert status == "ok", out[-2000:] + err[-3000:]
     assert out.rstrip().endswith("DOC OK")
     assert "(8,)" in out and "['dense', 'ids', 'weights']" in out
-    assert (tmp_path / "served" / "saved_model.pb").is_file()
+    assert (Path(work) / "served" / "saved_model.pb").is_file()

@@ -45,7 +45,9 @@ _DATAGEN = (
 
 #: Kill points: ``(id, staged data files to wait for)``; 0 kills as soon as the staging
 #: directory appears, ``None`` once ``schema.json`` is staged (just before the commit).
-POINTS = [("staging-created", 0), ("1-file", 1), ("5-files", 5), ("schema-staged", None)]
+#: A kill after more data files (say 5) leaves the same state as after one: staged files
+#: in the hidden staging directory, no output, the same clean-up on the next run.
+POINTS = [("staging-created", 0), ("1-file", 1), ("schema-staged", None)]
 
 
 def _staged(parent: Path, name: str) -> list[Path]:
@@ -148,7 +150,7 @@ def test_a_killed_convert_leaves_no_data(point, files, tmp_path, csv_input, caps
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point, files", POINTS[:3], ids=[p for p, _ in POINTS[:3]])
+@pytest.mark.parametrize("point, files", POINTS[:2], ids=[p for p, _ in POINTS[:2]])
 def test_a_killed_datagen_leaves_no_data(point, files, tmp_path, capsys):
     from tfinput.datagen import generate_files, preset_schema
 

@@ -7,8 +7,9 @@ The training process is ``tests/preemption_worker.py`` (shuffled records and fil
 checkpoints through ``tf.train.Checkpoint(model=..., iterator=...)`` and a
 ``CheckpointManager`` (TFRecord), or with ``InputIterator.get_state()`` written beside the
 weights (columnar). The first run waits after its step 8 (two steps past the
-checkpoint at 6), so that the kill falls at the same point however loaded the machine;
-each case starts the process twice (TensorFlow's import each time), hence ``slow``.
+checkpoint at 6), so that the kill falls at the same point however loaded the machine.
+The cases train in turn in one process, killed once and restarted once (two TensorFlow
+imports in all), hence ``slow``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._once import run_once, selected
 from tests.conftest import ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,18 +48,23 @@ CASES = [
     pytest.param("tfrecord", "checkpoint", id="tfrecord-tf.train.Checkpoint"),
     pytest.param("columnar", "state", id="columnar-get_state"),
 ]
+CASE_OF_ID = {p.id: tuple(p.values) for p in CASES}
 # Parquet through get_state is left out: the crash path is the same as columnar's (a
 # state file beside the weights); Parquet's exact resume is checked in-process in
 # tests/tfinput/test_resume.py and tests/tfinput/_src/core/sources/test_parquet.py.
 
 
-def _start(spec: dict, tmp_path: Path, run: int) -> tuple[subprocess.Popen, Path]:
-    spec_path = tmp_path / f"spec-{run}.json"
-    spec_path.write_text(json.dumps({**spec, "run": run}))
-    out = tmp_path / f"run-{run}.out"
+def _start(specs: list[dict], directory: Path, run: int) -> tuple[subprocess.Popen, Path]:
+    """The worker started on ``specs`` (each case's spec, for run ``run``)."""
+    paths = []
+    for spec in specs:
+        path = Path(spec["checkpoints"]).parent / f"spec-{run}.json"
+        path.write_text(json.dumps({**spec, "run": run}))
+        paths.append(str(path))
+    out = directory / f"run-{run}.out"
     with open(out, "wb") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.preemption_worker", str(spec_path)],
+            [sys.executable, "-m", "tests.preemption_worker", *paths],
             cwd=ROOT,
             stdout=f,
             stderr=subprocess.STDOUT,
@@ -84,11 +91,12 @@ def _tail(out: Path) -> str:
     return out.read_text(errors="replace")[-3000:] if out.exists() else "(no output)"
 
 
-def _wait_for_kill_point(proc: subprocess.Popen, log: Path, out: Path) -> None:
-    """Wait until the first run has logged step ``KILL_AFTER`` (it then waits)."""
+def _wait_for_kill_point(proc: subprocess.Popen, logs: list[Path], out: Path) -> None:
+    """Wait until the first run has logged step ``KILL_AFTER`` of every case (it then
+    waits)."""
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
-        if any(e["event"] == "waiting" for e in _events(log, 1)):
+        if all(any(e["event"] == "waiting" for e in _events(log, 1)) for log in logs):
             return
         if proc.poll() is not None:
             pytest.fail(
@@ -100,48 +108,70 @@ def _wait_for_kill_point(proc: subprocess.Popen, log: Path, out: Path) -> None:
     )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("kind", "api"), CASES)
-def test_killed_training_resumes_from_its_checkpoint_with_each_example_once(
-    kind, api, tmp_path, small_tfrecord, small_columnar
-):
-    files = {"tfrecord": small_tfrecord, "columnar": small_columnar}
-    log = tmp_path / "steps.jsonl"
-    (tmp_path / "checkpoints").mkdir()
-    spec = {
-        "kind": kind,
-        "files": [str(f) for f in files[kind]],
-        "api": api,
-        "config": CONFIG,
-        "every": EVERY,
-        "log": str(log),
-        "checkpoints": str(tmp_path / "checkpoints"),
-        "hang_seconds": START_TIMEOUT + KILL_TIMEOUT,
-    }
+def _kill_and_restart(cases: list[str], files: dict, directory: Path) -> dict[str, list]:
+    """Every case trained in one process, killed with SIGKILL after step 8 of each
+    (mid-epoch, past the checkpoint at 6), then restarted in one process that restores
+    each case's last checkpoint and trains it to the end of its epoch: case -> [the
+    first run's events, the second's]."""
+    specs = []
+    for case in cases:
+        kind, api = CASE_OF_ID[case]
+        (directory / case / "checkpoints").mkdir(parents=True)
+        specs.append(
+            {
+                "kind": kind,
+                "files": [str(f) for f in files[kind]],
+                "api": api,
+                "config": CONFIG,
+                "every": EVERY,
+                "log": str(directory / case / "steps.jsonl"),
+                "checkpoints": str(directory / case / "checkpoints"),
+                "hang_seconds": START_TIMEOUT + KILL_TIMEOUT,
+            }
+        )
+    logs = [Path(spec["log"]) for spec in specs]
     procs: list[subprocess.Popen] = []
     try:
-        # First run: killed with SIGKILL after step 8, mid-epoch, past the checkpoint at 6.
-        first, out1 = _start({**spec, "hang_after": KILL_AFTER}, tmp_path, run=1)
+        first, out1 = _start([{**s, "hang_after": KILL_AFTER} for s in specs], directory, run=1)
         procs.append(first)
-        _wait_for_kill_point(first, log, out1)
+        _wait_for_kill_point(first, logs, out1)
         os.kill(first.pid, signal.SIGKILL)
         assert first.wait(timeout=KILL_TIMEOUT) == -signal.SIGKILL
 
-        # Second run: restores the last checkpoint and trains to the end of the epoch.
-        second, out2 = _start(spec, tmp_path, run=2)
+        second, out2 = _start(specs, directory, run=2)
         procs.append(second)
         try:
-            code = second.wait(timeout=FINISH_TIMEOUT)
+            code = second.wait(timeout=FINISH_TIMEOUT * len(specs))
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the second run did not finish in {FINISH_TIMEOUT:.0f} s:\n{_tail(out2)}")
+            pytest.fail(f"the second run did not finish in time:\n{_tail(out2)}")
         assert code == 0, f"the second run failed ({code}):\n{_tail(out2)}"
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=KILL_TIMEOUT)
+    return {case: [_events(log, 1), _events(log, 2)] for case, log in zip(cases, logs)}
 
-    run1, run2 = _events(log, 1), _events(log, 2)
+
+def _case(item: pytest.Item) -> str | None:
+    spec = getattr(item, "callspec", None)
+    return spec.id if spec and spec.id in CASE_OF_ID else None
+
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory, small_tfrecord, small_columnar) -> dict[str, list]:
+    """The selected cases killed and restarted together (two processes in all)."""
+    files = {"tfrecord": small_tfrecord, "columnar": small_columnar}
+    cases = selected(request, _case)
+    return run_once(tmp_path_factory, "preemption", lambda d: _kill_and_restart(cases, files, d))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "api"), CASES)
+def test_killed_training_resumes_from_its_checkpoint_with_each_example_once(
+    kind, api, request, runs
+):
+    run1, run2 = runs[request.node.callspec.id]
     steps1 = {e["step"]: e["ids"] for e in run1 if e["event"] == "step"}
     steps2 = {e["step"]: e["ids"] for e in run2 if e["event"] == "step"}
     saved = {e["step"]: e["weights"] for e in run1 if e["event"] == "checkpoint"}
