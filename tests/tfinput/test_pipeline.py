@@ -243,13 +243,12 @@ def test_packed_needs_the_dense_multi_hot_format(small_tfrecord, small_schema, f
 
 # ------------------------------------------------------- check and iterate
 def test_describe_and_check_on_a_packed_pipeline(small_tfrecord, small_schema):
-    pipeline = tfinput.tfrecord(small_tfrecord, small_schema).with_layout("packed")
+    files = small_tfrecord[:2]  # two of the four: the check reads each file
+    pipeline = tfinput.tfrecord(files, small_schema).with_layout("packed")
     assert pipeline.describe()["layout"] == "packed"
     report = pipeline.check(batch_size=128)
-    assert report.ok and report.records == 1000
-    assert report == CheckReport(
-        files=tuple(FileCheck(path=p, records=250) for p in small_tfrecord)
-    )
+    assert report.ok and report.records == 500
+    assert report == CheckReport(files=tuple(FileCheck(path=p, records=250) for p in files))
     assert report.problems == ()
 
 
