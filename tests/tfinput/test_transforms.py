@@ -16,9 +16,22 @@ from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 from tfinput.transforms import parse_spec, transform_batch
 
 
-@pytest.fixture(params=["tfrecord", "parquet", "wrapped"])
+@pytest.fixture(scope="module", params=["tfrecord", "parquet", "wrapped"])
 def pipeline(request, pipeline_of):
     return pipeline_of(request.param)
+
+
+@pytest.fixture(scope="module")
+def rows(pipeline):
+    """Every row the pipeline reads in batches of 100, by ``row_id``: read once per
+    source for the tests that only look at it."""
+    return by_row_id(collect(pipeline.build(PipelineConfig(batch_size=100))))
+
+
+@pytest.fixture(scope="module")
+def first_batch(pipeline):
+    """The pipeline's first batch of 50 (dense multi-hot features), read once per source."""
+    return next(iter(pipeline.build(PipelineConfig(batch_size=50))))[0]
 
 
 # --------------------------------------------------------- through every source
@@ -36,8 +49,8 @@ def test_every_tensor_has_a_static_shape(pipeline, small_schema):
     assert features["dense"]["embedding"].shape == (64, 3)
 
 
-def test_values_match_independent_computation(pipeline, small_schema, small_columns):
-    got = by_row_id(collect(pipeline.build(PipelineConfig(batch_size=100))))
+def test_values_match_independent_computation(rows, small_schema, small_columns):
+    got = rows
     want = expected_rows(small_columns, small_schema)
     assert len(got["dense"]["row_id"]) == 1000
     for group in ("dense", "ids", "weights"):
@@ -46,8 +59,8 @@ def test_values_match_independent_computation(pipeline, small_schema, small_colu
     np.testing.assert_array_equal(got["labels"]["label"], small_columns.values["label"])
 
 
-def test_id_zero_survives_and_empty_lists_are_all_padding(pipeline, small_columns):
-    got = by_row_id(collect(pipeline.build(PipelineConfig(batch_size=100))))
+def test_id_zero_survives_and_empty_lists_are_all_padding(rows, small_columns):
+    got = rows
     lengths = small_columns.lengths["history"]
     ids, w = got["ids"]["history"], got["weights"]["history"]
     empty = lengths == 0
@@ -69,8 +82,8 @@ def test_id_zero_survives_and_empty_lists_are_all_padding(pipeline, small_column
     assert ((w > 0).sum(axis=1) == n).all()
 
 
-def test_lists_longer_than_max_len_are_truncated_to_their_first_ids(small_columns, pipeline):
-    got = by_row_id(collect(pipeline.build(PipelineConfig(batch_size=100))))
+def test_lists_longer_than_max_len_are_truncated_to_their_first_ids(small_columns, rows):
+    got = rows
     lengths = small_columns.lengths["history"]
     offsets = small_columns.offsets("history")
     r = int(np.flatnonzero(lengths > 5)[0])
@@ -78,17 +91,17 @@ def test_lists_longer_than_max_len_are_truncated_to_their_first_ids(small_column
     np.testing.assert_array_equal(got["ids"]["history"][r], first)
 
 
-def test_string_ids_use_tensorflow_hashing(pipeline, small_columns):
-    got = by_row_id(collect(pipeline.build(PipelineConfig(batch_size=100))))
+def test_string_ids_use_tensorflow_hashing(rows, small_columns):
+    got = rows
     serving = tf.strings.to_hash_bucket_fast(small_columns.values["country"].astype(bytes), 2048)
     np.testing.assert_array_equal(got["ids"]["country"], serving.numpy())
     assert got["ids"]["country"].max() < 2048 and got["ids"]["country"].min() >= 0
 
 
 @pytest.mark.parametrize("fmt", ["sparse", "ragged"])
-def test_sparse_and_ragged_formats_hold_the_same_ids(pipeline, small_schema, fmt):
+def test_sparse_and_ragged_formats_hold_the_same_ids(pipeline, first_batch, small_schema, fmt):
     config = PipelineConfig(batch_size=50)
-    dense = next(iter(pipeline.build(config)))[0]
+    dense = first_batch
     other = next(iter(pipeline.with_multi_hot_format(fmt).build(config)))[0]
     for name in ("history", "tags"):
         ids, w = other["ids"][name], other["weights"][name]

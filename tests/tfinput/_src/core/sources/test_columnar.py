@@ -123,9 +123,12 @@ def _row_ids(ds):
     return [f["dense"]["row_id"].numpy().astype(int).tolist() for f, _ in ds]
 
 
-def _save_and_restore(pipeline, config, *, after, tmp_path):
-    """Batches read before saving the iterator after ``after`` batches, the rest read
-    from a fresh build restored from the checkpoint, and the checkpoint's size."""
+def _save_and_restore(pipeline, config, *, after, tmp_path, rest=None):
+    """Batches read before saving the iterator after ``after`` batches, the rest (or
+    the next ``rest`` batches) read from a fresh build restored from the checkpoint,
+    and the checkpoint's size."""
+    import itertools
+
     import tensorflow as tf
 
     it = iter(pipeline.build(config))
@@ -134,7 +137,7 @@ def _save_and_restore(pipeline, config, *, after, tmp_path):
     size = sum(p.stat().st_size for p in tmp_path.glob("ckpt*"))
     restored = iter(pipeline.build(config))
     tf.train.Checkpoint(iterator=restored).read(prefix).assert_consumed()
-    return _row_ids(first) + _row_ids(restored), size
+    return _row_ids(first) + _row_ids(itertools.islice(restored, rest)), size
 
 
 GLOBAL = PipelineConfig(batch_size=200, shuffle_seed=11, deterministic=True)
@@ -148,10 +151,11 @@ def test_global_shuffle_resumes_exactly_with_verification(
     pipeline = _global(small_columnar, small_schema, verify=True)
     request = read_request(small_columnar, batch_size=200, shuffle_seed=11, deterministic=True)
     assert pipeline.source.symbolic_checkpoint(request)  # positions only
-    whole = _row_ids(pipeline.build(GLOBAL))
+    batches = list(pipeline.build(GLOBAL))
+    whole = _row_ids(batches)
     resumed, _ = _save_and_restore(pipeline, GLOBAL, after=2, tmp_path=tmp_path)
     assert resumed == whole
-    assert_each_row_once([collect(pipeline.build(GLOBAL))], small_columns, small_schema)
+    assert_each_row_once([collect(batches)], small_columns, small_schema)
 
 
 def test_global_shuffle_is_a_new_permutation_every_iteration(small_columnar, small_schema):
@@ -176,12 +180,12 @@ def test_global_shuffle_checkpoint_does_not_grow_with_the_data(
     sizes = []
     for i, paths in enumerate([small_columnar, big]):
         _, size = _save_and_restore(
-            _global(paths, small_schema), GLOBAL, after=2, tmp_path=tmp_path / f"g{i}"
+            _global(paths, small_schema), GLOBAL, after=2, tmp_path=tmp_path / f"g{i}", rest=1
         )
         sizes.append(size)
     buffered = tfinput.columnar(small_columnar, small_schema)
     config = dataclasses.replace(GLOBAL, shuffle_buffer=500)
-    _, buffer_size = _save_and_restore(buffered, config, after=2, tmp_path=tmp_path / "b")
+    _, buffer_size = _save_and_restore(buffered, config, after=2, tmp_path=tmp_path / "b", rest=1)
     # Positions only (tf.data's names for the stages make up most of it) and the
     # pipeline's identity (its files by path: `tfinput.resume.identified`): about 2 KB
     # beside the identity whatever the data, where the buffer shuffle holds its chunks.

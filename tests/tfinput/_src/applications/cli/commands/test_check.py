@@ -5,7 +5,6 @@ position saved and restored on the user's files, compared with an uninterrupted 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 
@@ -14,14 +13,15 @@ import tensorflow as tf
 
 import tfinput
 from tests.helpers import SEQUENTIAL, run_cli
-from tfinput import cli
+from tfinput import cli, testing
 from tfinput.config import PipelineConfig
 
 
 def test_check_ok(small_tfrecord, schema_file, capsys):
-    assert cli.main(["check", *small_tfrecord, "--schema", schema_file]) == 0
+    # Two of the four files: every file checked is a build of its own.
+    assert cli.main(["check", *small_tfrecord[:2], "--schema", schema_file]) == 0
     out = capsys.readouterr().out
-    assert "4 file(s), 1,000 records, 0 with problems" in out
+    assert "2 file(s), 500 records, 0 with problems" in out
 
 
 def test_check_reports_bad_file_and_exits_1(small_tfrecord, schema_file, tmp_path, capsys):
@@ -38,8 +38,8 @@ def test_check_reports_bad_file_and_exits_1(small_tfrecord, schema_file, tmp_pat
 
 
 def test_check_parquet(small_parquet, schema_file, capsys):
-    assert cli.main(["check", *small_parquet, "--schema", schema_file]) == 0
-    assert "1,000 records" in capsys.readouterr().out
+    assert cli.main(["check", *small_parquet[:2], "--schema", schema_file]) == 0
+    assert "2 file(s), 500 records, 0 with problems" in capsys.readouterr().out
 
 
 def test_bad_schema_file(small_tfrecord, tmp_path, capsys):
@@ -50,10 +50,11 @@ def test_bad_schema_file(small_tfrecord, tmp_path, capsys):
     assert "features[0]" in err and "name" in err
 
 
-def test_check_columnar_without_schema(small_columnar, capsys):
-    directory = os.path.dirname(small_columnar[0])
-    assert cli.main(["check", directory]) == 0
-    assert "1,000 records" in capsys.readouterr().out
+def test_check_columnar_without_schema(tmp_path, small_schema, capsys):
+    # One file of three chunks (each columnar file checked costs a build of its own).
+    testing.write_columnar(tmp_path, small_schema, rows=300, chunk_rows=100)
+    assert cli.main(["check", str(tmp_path)]) == 0
+    assert "300 records" in capsys.readouterr().out
 
 
 def test_check_without_schema_says_where_it_looked(small_tfrecord, capsys):
@@ -110,10 +111,13 @@ def test_check_fails_on_a_folder_that_would_lose_a_file_and_lists_0_row_files(
 
 
 def test_check_counts_the_records_before_a_cut_inside_a_record(
-    small_tfrecord, schema_file, tmp_path, capsys
+    small_tfrecord, small_schema, tmp_path, capsys
 ):
     """A file cut inside a record's data (its first 100 records whole): check counts
-    those 100 records, not 0, and names the byte where the cut record starts."""
+    those 100 records, not 0, and names the byte where the cut record starts. (Read
+    with two features: a file with a problem is read again once per feature.)"""
+    schema_file = str(tmp_path / "schema.json")
+    small_schema.replace(features=small_schema.features[:2], tables=()).to_json(schema_file)
     with open(small_tfrecord[0], "rb") as f:
         data = f.read()
     at, size = 0, 0
@@ -164,24 +168,26 @@ def test_check_counts_the_ids_modulo_folds(
             feature["out_of_range"] = "modulo"
     schema = tmp_path / "folding.json"
     schema.write_text(json.dumps(data))
-    argv = ["check", *small_tfrecord, "--schema", schema, "--batch-size", "100"]
+    # Two of the four files (rows 0-499): every file is read twice, once for its ids.
+    argv = ["check", *small_tfrecord[:2], "--schema", schema, "--batch-size", "100"]
     code, out, _ = run_cli(capsys, *argv, "--json")
     assert code == 0
     folded = json.loads(out)["folded_ids"]
+    columns = small_columns.row_slice(0, 500)
     for name in ("user_id", "last_item"):
-        ids = small_columns.values[name]
+        ids = columns.values[name]
         assert folded[name] == {
             "ids": int((ids >= 100).sum() + (ids < 0).sum()),
             "negative": int((ids < 0).sum()),
             "largest": int(ids.max()),
             "vocabulary_size": 100,
         }, name
-    history = small_columns.values["history"]
+    history = columns.values["history"]
     assert 0 < folded["history"]["ids"] <= int((history >= 100).sum())
     assert folded["history"]["largest"] <= int(history.max())
     code, out, _ = run_cli(capsys, *argv)
     assert code == 0
-    ids = small_columns.values["user_id"]
+    ids = columns.values["user_id"]
     assert (
         f"feature user_id: {int((ids >= 100).sum()):,} id(s) outside its table [0, 100), "
         f'folded onto other ids by out_of_range: "modulo"; largest id {int(ids.max()):,}'
@@ -192,8 +198,11 @@ def test_check_counts_the_ids_modulo_folds(
 def test_check_names_the_feature_and_what_was_expected(
     tmp_path, small_tfrecord, small_schema, capsys
 ):
-    # a schema whose 'user' table is too small for the ids in the data
-    data = small_schema.to_dict()
+    # a schema whose 'user' table is too small for the ids in the data (two features:
+    # a file with a problem is read again once per feature, to name each that fails)
+    data = small_schema.replace(
+        features=small_schema.features[:4:3], tables=small_schema.tables[1:2]
+    ).to_dict()
     for table in data["tables"]:
         if table["name"] == "user":
             table["vocabulary_size"] = 100
@@ -220,23 +229,25 @@ RESUMED = re.compile(
 
 
 def test_resume_is_exact_on_tfrecord(small_tfrecord, schema_file, capsys):
-    # --batch-size sets the resume check's batch size too.
+    # --batch-size sets the resume check's batch size too. Two of the four files: the
+    # data checks read each file.
+    files = small_tfrecord[:2]
     code, out, err = run_cli(
-        capsys, "check", *small_tfrecord, "--schema", schema_file, "--resume", "--batch-size", "32"
+        capsys, "check", *files, "--schema", schema_file, "--resume", "--batch-size", "32"
     )
     assert code == 0, out + err
     lines = out.splitlines()
-    assert lines[4:] == [
-        "4 file(s), 1,000 records, 0 with problems",
+    assert lines[2:] == [
+        "2 file(s), 500 records, 0 with problems",
         "resume: note: the config does not shuffle: checked with shuffle_buffer=1000",
-        lines[6],
+        lines[4],
         "resume: exact (3 batch(es) after the restore identical to the uninterrupted run, "
         "element by element)",
     ]
-    assert RESUMED.fullmatch(lines[6]) and " batch(es) of 32: " in lines[6]
+    assert RESUMED.fullmatch(lines[4]) and " batch(es) of 32: " in lines[4]
 
 
-def test_resume_with_a_tuned_config_on_columnar_json(small_columnar, tmp_path, capsys):
+def test_resume_with_a_tuned_config_on_columnar_json(small_schema, tmp_path, capsys):
     # a saved tuned config, as `tfinput tune` writes it (extra keys next to "config")
     tuned = PipelineConfig(
         batch_size=50,
@@ -249,12 +260,14 @@ def test_resume_with_a_tuned_config_on_columnar_json(small_columnar, tmp_path, c
     )
     path = tmp_path / "best_config.json"
     tuned.to_json(path, resume={"exact": False})
-    directory = os.path.dirname(small_columnar[0])
+    # Two files of 200 rows (each file checked costs a build of its own).
+    directory = tmp_path / "data"
+    testing.write_columnar(directory, small_schema, rows=400, files=2, chunk_rows=100)
     argv = ["check", directory, "--resume", "--config", path, "--resume-after", "4", "--json"]
     code, out, _ = run_cli(capsys, *argv)
     assert code == 0
     report = json.loads(out)
-    assert report["ok"] is True and report["records"] == 1000
+    assert report["ok"] is True and report["records"] == 400
     resume = report["resume"]
     assert resume["ok"] is resume["exact"] is True and resume["error"] is None
     assert (resume["after"], resume["compared"], resume["batch_size"]) == (4, 3, 50)
@@ -266,7 +279,8 @@ def test_resume_with_a_tuned_config_on_columnar_json(small_columnar, tmp_path, c
 
 
 def test_resume_on_parquet_reports_what_it_finds(small_parquet, schema_file, capsys):
-    code, out, _ = run_cli(capsys, "check", *small_parquet, "--schema", schema_file, "--resume")
+    files = small_parquet[:2]  # two of the four: the data checks read each file
+    code, out, _ = run_cli(capsys, "check", *files, "--schema", schema_file, "--resume")
     last = out.splitlines()[-1]
     if code == 0:  # Parquet checkpoints natively
         assert last.startswith("resume: exact (3 batch(es)")
@@ -348,12 +362,20 @@ def test_resume_usage_errors_exit_2(small_tfrecord, schema_file, capsys, extra, 
 
 
 @pytest.mark.parametrize("kind", ["parquet", "columnar"])
-def test_folded_ids_are_counted_on_every_source(kind, pipeline_of, small_schema, small_columns):
+def test_folded_ids_are_counted_on_every_source(
+    kind, small_parquet, small_columnar, small_schema, small_columns
+):
     """`Pipeline.check` counts the ids ``modulo`` folds from each source's raw ids (the
-    CLI test above reads TFRecord)."""
+    CLI test above reads TFRecord), over the first two files (each file is read twice)."""
     import dataclasses
 
     from tfinput.schema import Schema
+
+    make, files = {
+        "parquet": (tfinput.parquet, small_parquet),  # files of 250 rows
+        "columnar": (tfinput.columnar, small_columnar),  # 300, 300, 300, 100
+    }[kind]
+    rows = 500 if kind == "parquet" else 600
 
     tables = tuple(
         dataclasses.replace(t, vocabulary_size=100) if t.name == "user" else t
@@ -364,9 +386,9 @@ def test_folded_ids_are_counted_on_every_source(kind, pipeline_of, small_schema,
         for f in small_schema.features
     )
     schema = Schema(features=features, tables=tables, labels=small_schema.labels)
-    report = pipeline_of(kind).with_schema(schema).check(batch_size=300)
-    ids = small_columns.values["user_id"]
-    assert report.ok and report.records == 1000
+    report = make(files[:2], schema).check(batch_size=300)
+    ids = small_columns.values["user_id"][:rows]
+    assert report.ok and report.records == rows
     assert report.folded == {
         "user_id": {
             "ids": int((ids >= 100).sum() + (ids < 0).sum()),
