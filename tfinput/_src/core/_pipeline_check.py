@@ -212,7 +212,8 @@ def _folded_ids(pipeline: Pipeline, path: str, batch_size: int) -> dict[str, dic
 def _check_one(pipeline: Pipeline, path: str | None, batch_size: int) -> FileCheck:
     """Read one file; on a problem, read it again once per feature and label so
     that every failing feature is named (in schema order, whatever order the
-    checks ran in), each with the records it was found in."""
+    checks ran in), each with the records it was found in; a damaged or cut file
+    once (every feature stops at the same damage)."""
     # Checks read here, file by file, every feature (towers or not).
     one = dataclasses.replace(pipeline, service=None, towers=False)
     if path is not None:
@@ -228,7 +229,7 @@ def _check_one(pipeline: Pipeline, path: str | None, batch_size: int) -> FileChe
             total = source.count_readable(path)
     messages: list[str] = []
     schema = pipeline.schema
-    if len(schema.features) + len(schema.labels) > 1:
+    if len(schema.features) + len(schema.labels) > 1 and not _damaged(error):
         clean = None
         subsets = []
         for f in schema.features:
@@ -246,6 +247,15 @@ def _check_one(pipeline: Pipeline, path: str | None, batch_size: int) -> FileChe
         records=total if total is not None else records,
         error="; ".join(messages) if messages else _where(error, batch_size, total),
     )
+
+
+#: A damaged or cut file (TFRecord's framing, a columnar chunk's check or size): every
+#: feature's read stops at the same record, so the file is not read again per feature.
+_DAMAGE = re.compile(r"\b(corrupted|truncated) record\b|^truncated: ")
+
+
+def _damaged(problem: tuple[int, str, bool]) -> bool:
+    return _DAMAGE.search(problem[1]) is not None
 
 
 def _alone(pipeline: Pipeline, feature: Feature, labels: tuple = ()) -> Pipeline:
