@@ -103,11 +103,20 @@ def _flat(batch):
     return [np.asarray(x) for x in tf.nest.flatten(batch)]
 
 
-def test_to_jax_delivers_every_batch_on_the_device(pipeline):
+IN_ORDER = tfinput.PipelineConfig(batch_size=64, deterministic=True)
+
+
+@pytest.fixture(scope="module")
+def in_order(pipeline):
+    """The batches of ``pipeline.build(IN_ORDER)`` as numpy, read once: the reference
+    the tests compare with (they only read it)."""
+    return list(pipeline.build(IN_ORDER).as_numpy_iterator())
+
+
+def test_to_jax_delivers_every_batch_on_the_device(pipeline, in_order):
     jax = pytest.importorskip("jax")
-    config = tfinput.PipelineConfig(batch_size=64, deterministic=True)
-    expected = list(pipeline.build(config).as_numpy_iterator())
-    with device_prefetch.to_jax(pipeline.build(config), size=2) as it:
+    expected = in_order
+    with device_prefetch.to_jax(pipeline.build(IN_ORDER), size=2) as it:
         got = list(it)
     assert len(got) == len(expected) == 4
     device = jax.devices()[0]
@@ -186,10 +195,9 @@ def test_to_jax_surfaces_a_data_error_from_the_pipeline(tmp_path):
     assert not it.running
 
 
-def test_to_tensorflow_keeps_the_values(pipeline):
-    config = tfinput.PipelineConfig(batch_size=64, deterministic=True)
-    expected = [_flat(b) for b in pipeline.build(config).as_numpy_iterator()]
-    ds = device_prefetch.to_tensorflow(pipeline.build(config), size=2)
+def test_to_tensorflow_keeps_the_values(pipeline, in_order):
+    expected = [_flat(b) for b in in_order]
+    ds = device_prefetch.to_tensorflow(pipeline.build(IN_ORDER), size=2)
     got = [_flat(b) for b in ds.as_numpy_iterator()]
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
@@ -201,6 +209,13 @@ def test_to_tensorflow_keeps_the_values(pipeline):
 RESUME = tfinput.PipelineConfig(
     batch_size=16, deterministic=True, shuffle_buffer=64, shuffle_seed=3
 )
+
+
+@pytest.fixture(scope="module")
+def resumed(pipeline):
+    """The batches of ``pipeline.build(RESUME)`` as numpy, read once (an uninterrupted
+    run: the reference of every resume below, which only read it)."""
+    return list(pipeline.build(RESUME).as_numpy_iterator())
 
 
 def _numpy(batch):
@@ -236,8 +251,8 @@ def _unconsumed(state):
 
 
 @pytest.mark.parametrize("kind", ["numpy", "jax"], ids=["put-numpy", "to-jax"])
-def test_get_state_resumes_exactly_in_a_new_prefetcher(pipeline, kind):
-    expected = list(pipeline.build(RESUME).as_numpy_iterator())
+def test_get_state_resumes_exactly_in_a_new_prefetcher(pipeline, resumed, kind):
+    expected = resumed
     assert len(expected) == 16
     first = _prefetcher(kind, pipeline.iterator(RESUME), size=3)
     head = [_numpy(next(first)) for _ in range(5)]
@@ -256,8 +271,8 @@ def test_get_state_resumes_exactly_in_a_new_prefetcher(pipeline, kind):
     assert not second.running
 
 
-def test_set_state_on_a_running_prefetcher_goes_back(pipeline):
-    expected = list(pipeline.build(RESUME).as_numpy_iterator())
+def test_set_state_on_a_running_prefetcher_goes_back(pipeline, resumed):
+    expected = resumed
     with _prefetcher("jax", pipeline.iterator(RESUME)) as it:
         [next(it) for _ in range(4)]
         state = it.get_state()
@@ -269,8 +284,8 @@ def test_set_state_on_a_running_prefetcher_goes_back(pipeline):
         _assert_same_batches([_numpy(next(it))], expected[4:5])
 
 
-def test_get_state_at_the_start_and_at_the_end(pipeline):
-    expected = list(pipeline.build(RESUME).as_numpy_iterator())
+def test_get_state_at_the_start_and_at_the_end(pipeline, resumed):
+    expected = resumed
     it = _prefetcher("numpy", pipeline.iterator(RESUME))
     start = it.get_state()
     got = list(it)

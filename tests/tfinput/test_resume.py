@@ -436,8 +436,13 @@ def interrupted_fit(
         """One process's training: ``fits``, the steps of each ``fit`` call (the rest
         of the epoch in one call by default). Returns the batches trained, in order."""
         ckpt = KerasInputCheckpoint(pipeline().iterator(config, keep=keep), directory, every=4)
+        # Compiled on JAX (its default; each run compiles once, cheaper than running
+        # every step op by op), not on TensorFlow (an XLA compile costs more than the
+        # steps run here).
         model = models.ranking_model(
-            schema, jit_compile=False, steps_per_execution=steps_per_execution
+            schema,
+            jit_compile=keras.config.backend() == "jax",
+            steps_per_execution=steps_per_execution,
         )
         start = ckpt.restore(model)
         iterations = int(model.optimizer.iterations.numpy()) if start else 0

@@ -428,11 +428,13 @@ def test_feeds_that_are_not_closed_stop_when_collected(small_tfrecord, small_sch
     ``break``) stops its feeder and workers and frees its batches once collected: 20
     such feeds over an endless dataset bring the threads and memory back."""
     plan = _plan(small_schema, "none")
-    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
     config = PipelineConfig(batch_size=BATCH, deterministic=True)
+    # Built once: each feed iterates it afresh (its own tf.data iterator, feeder and
+    # workers); the dataset object is the test's, alive throughout.
+    endless = tfinput.tfrecord(small_tfrecord, small_schema).build(config).repeat()
 
     def abandon(i: int) -> None:
-        feed = sparsecore_feed(pipeline.build(config).repeat(), plan, workers=2)
+        feed = sparsecore_feed(endless, plan, workers=2)
         if i % 2:
             assert next(feed) is not None
         else:
@@ -452,7 +454,7 @@ def test_feeds_that_are_not_closed_stop_when_collected(small_tfrecord, small_sch
     # Each of these feeds held about 6 MiB when it was never stopped (120 MiB for 20).
     assert _rss_mib() - rss < 60, f"{_rss_mib() - rss:.0f} MiB more after 20 feeds"
     # Leaving a loop over the feed itself stops it: its last reference is gone.
-    for _ in sparsecore_feed(pipeline.build(config).repeat(), plan, workers=2):
+    for _ in sparsecore_feed(endless, plan, workers=2):
         assert _feed_threads()
         break
     assert _wait_for_no_feed_threads() == []

@@ -38,12 +38,19 @@ def _run(code: str, backend: str, timeout: int) -> subprocess.CompletedProcess[s
     return out
 
 
-def test_keras_step_on_the_tensorflow_backend(small_tfrecord, small_schema):
+@pytest.fixture(scope="module")
+def fit_model(small_schema):
     from tfinput import models
 
-    # No XLA here (it compiles for seconds): this checks the step, not the model's jit.
-    model = models.ranking_model(small_schema, jit_compile=False)
-    step = steps.keras_step(model)
+    # Without XLA (it compiles for seconds): the steps are checked, not the model's jit;
+    # and every steps_per_execution below retraces the train function, which an XLA
+    # compile of each would make seconds longer without changing what the steps do. One
+    # model for the module: each test checks what its own step did to it.
+    return models.ranking_model(small_schema, jit_compile=False)
+
+
+def test_keras_step_on_the_tensorflow_backend(small_tfrecord, small_schema, fit_model):
+    step = steps.keras_step(fit_model)
     assert step.kind == "keras" and step.name.endswith("(tensorflow)")
     ds = tfinput.tfrecord(small_tfrecord, small_schema).build(tfinput.PipelineConfig(batch_size=50))
     losses = [float(np.asarray(step(b)).reshape(-1)[0]) for b in ds.take(3)]
@@ -73,15 +80,6 @@ def test_keras_backend_is_read_without_importing_keras(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ keras_fit
-@pytest.fixture(scope="module")
-def fit_model(small_schema):
-    from tfinput import models
-
-    # Without XLA: every steps_per_execution below retraces the train function, and an
-    # XLA compile of each costs seconds without changing what the fit step does.
-    return models.ranking_model(small_schema, jit_compile=False)
-
-
 @pytest.mark.parametrize("k", [1, 4], ids=["steps_per_execution_1", "steps_per_execution_4"])
 def test_keras_fit_step_measures_windows_on_the_tensorflow_backend(
     small_tfrecord, small_schema, fit_model, k
