@@ -87,7 +87,9 @@ class InputIterator(Iterator[Any]):
         if not isinstance(keep, int) or keep < 0:
             raise ResumeError(f"keep must be an integer >= 0, got {keep!r}")
         self._dataset = dataset
-        self._iterator = iter(dataset)
+        # TensorFlow's iterator, made on first use: a `set_state` before the first batch
+        # (every resume) restores into its own, and one made here would be thrown away.
+        self._iterator: Any = None
         self._epochs = epochs
         self._epoch_dataset = epoch_dataset
         self._seed = seed
@@ -125,7 +127,7 @@ class InputIterator(Iterator[Any]):
             else:
                 while True:
                     try:
-                        batch = next(self._iterator)
+                        batch = next(self._live())
                         break
                     except StopIteration:
                         self._check_not_empty()
@@ -164,8 +166,15 @@ class InputIterator(Iterator[Any]):
         for old in [e for e in self._epoch_starts if e < self.epoch - 3]:
             del self._epoch_starts[old]
         self._dataset = self._epoch_dataset(self.epoch, self._seed)
-        self._iterator = iter(self._dataset)
+        self._iterator = None
         return True
+
+    def _live(self) -> Any:
+        """TensorFlow's iterator over the current pass, made on first use."""
+        with self._lock:
+            if self._iterator is None:
+                self._iterator = iter(self._dataset)
+            return self._iterator
 
     def _hold(self, position: int) -> None:
         """Keep every batch delivered from ``position`` on (and no earlier one), beyond
@@ -206,7 +215,7 @@ class InputIterator(Iterator[Any]):
     def tf_iterator(self) -> Any:
         """The underlying ``tf.data`` iterator, for ``tf.train.Checkpoint(iterator=...)``
         in TensorFlow loops (it does not include batches handed back by `set_state`)."""
-        return self._iterator
+        return self._live()
 
     # --------------------------------------------------------------- state
     def get_state(self, *, unconsumed: int = 0) -> bytes:
@@ -267,7 +276,7 @@ class InputIterator(Iterator[Any]):
             again += list(self._replay)
             with tempfile.TemporaryDirectory(prefix="tfinput-state-") as tmp:
                 try:
-                    prefix = tf.train.Checkpoint(iterator=self._iterator).write(
+                    prefix = tf.train.Checkpoint(iterator=self._live()).write(
                         os.path.join(tmp, "ckpt")
                     )
                 except (tf.errors.FailedPreconditionError, tf.errors.UnimplementedError) as e:
@@ -349,7 +358,7 @@ class InputIterator(Iterator[Any]):
         position, epoch, seed, batch = values
         dataset = self._resume_dataset(epoch, seed, batch)
         with self._lock:
-            self._dataset, self._iterator = dataset, iter(dataset)
+            self._dataset, self._iterator = dataset, None
             self.epoch, self._seed, self.position = epoch, seed, position
             self._epoch_starts = {epoch: position - batch}
             self._replay.clear()
