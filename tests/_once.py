@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -41,7 +42,8 @@ def run_once(
         if saved.exists():
             return json.loads(saved.read_text())
         directory = root / name
-        directory.mkdir(exist_ok=True)
+        shutil.rmtree(directory, ignore_errors=True)  # a worker stopped mid-run
+        directory.mkdir()
         result = run(directory)
         saved.write_text(json.dumps(result))
         return result

@@ -5,10 +5,7 @@ test run. Which end of the supported matrix runs which test is declared in
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +19,8 @@ os.environ.setdefault(
 )
 
 import pytest
+
+from tests._once import run_once
 
 #: Which end runs which test, slow tests, frozen garbage (tests/ends.toml).
 pytest_plugins = ("tests._ends",)
@@ -62,32 +61,13 @@ def small_columns(small_schema):
     return testing.generate(small_schema, ROWS, seed=7, max_list_len=8)
 
 
-def _run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory shared by every process of this test run (pytest-xdist's workers
-    each have their own base temporary directory, under a common parent)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 def shared_files(
     tmp_path_factory: pytest.TempPathFactory, name: str, write: Callable[[Path], list[str]]
 ) -> list[str]:
     """Files written once per test run and read by every worker: ``write(directory)``
-    runs in the first process that asks (the others wait on a lock), later ones read
-    the list of files it returned."""
-    root = _run_root(tmp_path_factory) / "shared-data"
-    root.mkdir(exist_ok=True)
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        listing = root / f"{name}.json"
-        if listing.exists():
-            return json.loads(listing.read_text())
-        directory = root / name
-        shutil.rmtree(directory, ignore_errors=True)  # a worker stopped mid-write
-        directory.mkdir()
-        files = [str(f) for f in write(directory)]
-        listing.write_text(json.dumps(files))
-        return files
+    runs in the first process that asks (the others wait), later ones read the list of
+    files it returned (`tests._once.run_once`)."""
+    return run_once(tmp_path_factory, name, lambda d: [str(f) for f in write(d)])
 
 
 @pytest.fixture(scope="session")
