@@ -63,7 +63,7 @@ SC = 4
 
 
 def _plan(schema: Any, limits: Any = None) -> Any:
-    from tfinput.integrations.sparsecore_feed import SparseCorePlan
+    from tfinput.sparsecore import SparseCorePlan
 
     return SparseCorePlan.from_schema(
         schema,
@@ -180,7 +180,7 @@ def _feed(
     workers: int,
     processes: bool = False,
 ) -> Any:
-    from tfinput.integrations.sparsecore_feed import sparsecore_feed
+    from tfinput.sparsecore import sparsecore_feed
 
     cpu = wall = 0.0
     with sparsecore_feed(dataset, plan, workers=workers, processes=processes) as feed:

@@ -26,7 +26,7 @@ import time
 import tfinput
 from tfinput import testing
 from tfinput.convert import convert
-from tfinput.integrations.sparsecore_feed import SparseCorePlan, sparsecore_feed
+from tfinput.sparsecore import SparseCorePlan, sparsecore_feed
 
 DEVICES, SPARSECORES, PER_DEVICE = 4, 4, 256
 

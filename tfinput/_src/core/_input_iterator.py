@@ -240,8 +240,8 @@ class InputIterator(Iterator[Any]):
     def state_at(self, position: int) -> bytes:
         """The state whose next batch is the one delivered at ``position`` (batches
         since the start of the data): for a consumer that counts what it trained on
-        while the iterator runs ahead on another thread (`tfinput._src.applications.integrations.
-        sparsecore_feed`), where ``get_state(unconsumed=...)`` would race the reads.
+        while the iterator runs ahead on another thread (`tfinput.sparsecore.sparsecore_feed`),
+        where ``get_state(unconsumed=...)`` would race the reads.
 
         Raises:
           ResumeError: ``position`` is ahead of the batches delivered, or before the

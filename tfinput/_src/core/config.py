@@ -125,7 +125,7 @@ class PipelineConfig:
         feeder (`tfinput.device_prefetch`); 0 feeds each batch when the step asks.
       sparsecore_workers: Threads running SparseCore preprocessing ahead of the step,
         read by a step that feeds SparseCore
-        (`tfinput.integrations.sparsecore_feed.sparsecore_step`); 0 preprocesses each
+        (`tfinput.sparsecore.sparsecore_step`); 0 preprocesses each
         batch on the training thread when the step asks (keras-rs's generator pattern).
       sparsecore_prefetch: Preprocessed batches held ready for such a step; 0: twice
         ``sparsecore_workers``.

@@ -62,7 +62,7 @@ class Step:
         ``config.device_prefetch``.
       feeds_sparsecore: The step runs SparseCore preprocessing on worker threads and
         honours ``config.sparsecore_workers`` and ``config.sparsecore_prefetch``
-        (`tfinput.integrations.sparsecore_feed.sparsecore_step`).
+        (`tfinput.sparsecore.sparsecore_step`).
       prepare_fn: ``config -> Step``: the step set up for a config's feeding knobs
         (`prepare`); None: the step is the same for every config.
       run_windows: When set, the step owns the training loop (``model.fit``, a JAX loop

@@ -22,7 +22,7 @@ from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tfinput._src.applications._sparsecore_results import SparseCoreStats
+    from tfinput._src.applications.sparsecore.results import SparseCoreStats
     from tfinput._src.core.schema import Schema
 
 __all__ = ["arguments", "run"]
@@ -121,7 +121,8 @@ def _limits(spec: str | None) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tfinput._src.applications.sparsecore import MLPERF_LIMIT, sparsecore_stats
+    from tfinput._src.applications.sparsecore import sparsecore_stats
+    from tfinput._src.applications.sparsecore.stacks import MLPERF_LIMIT
 
     check_output(args.out, "--out", directory=False)
     limits = _limits(args.limits)

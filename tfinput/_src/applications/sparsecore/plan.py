@@ -1,6 +1,5 @@
 """`SparseCorePlan`: what a SparseCore feed computes per batch (the stacks, their
-buffer sizes and limits), made from a schema. `tfinput.integrations.sparsecore_feed` is the
-public API."""
+buffer sizes and limits), made from a schema. `tfinput.sparsecore` is the public API."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tfinput._src.applications._sparsecore_results import SparseCoreStats
+from tfinput._src.applications.sparsecore.results import SparseCoreStats
 from tfinput._src.core.errors import ConfigError, DataError
 from tfinput._src.core.layout import is_packed
 from tfinput._src.core.schema import MultiHot, Schema

@@ -54,32 +54,23 @@ from typing import Any
 
 import numpy as np
 
-from tfinput._src.applications.integrations._sparsecore_feeder import (
+from tfinput._src.applications.sparsecore.plan import SparseCorePlan, embedding_module
+from tfinput._src.applications.sparsecore.workers import (
     END,
     Feeder,
     Result,
+    SparseCoreFeedStats,
+    TableUsage,
     explain,
     job,
     numpy_batches,
-)
-from tfinput._src.applications.integrations._sparsecore_plan import SparseCorePlan, embedding_module
-from tfinput._src.applications.integrations._sparsecore_stats import (
-    SparseCoreFeedStats,
-    TableUsage,
 )
 from tfinput._src.core._input_iterator import InputIterator
 from tfinput._src.core.errors import ConfigError, ResumeError
 from tfinput._src.measurement.steps._feed import loop_windows
 from tfinput._src.measurement.steps.base import STEP_CLASSES, Step
 
-__all__ = [
-    "SparseCoreFeed",
-    "SparseCoreFeedStats",
-    "SparseCorePlan",
-    "TableUsage",
-    "sparsecore_feed",
-    "sparsecore_step",
-]
+__all__ = ["SparseCoreFeed", "sparsecore_feed", "sparsecore_step"]
 
 log = logging.getLogger("tfinput")
 

@@ -1,10 +1,17 @@
-"""SparseCore buffer limits measured from the data.
+"""SparseCore: the buffer limits measured from the data, and batches preprocessed for it.
+
+The package's modules: `stacks` (which tables share a stack, counting ids per
+partition), `results` (what `sparsecore_stats` reports), this module (`sparsecore_stats`,
+the scan over the data), `plan` (`SparseCorePlan`: what a feed computes per batch),
+`workers` (the feed's workers and what they measure) and `feed` (`sparsecore_feed`,
+`sparsecore_step`: jax-tpu-embedding's preprocessing off the training thread).
+`tfinput.sparsecore` is the public API.
 
 A TPU SparseCore looks up a table's ids from static buffers whose sizes are fixed at
 compile time: ``max_ids_per_partition`` and ``max_unique_ids_per_partition`` per table
 (keras-rs `TableConfig`, TensorFlow `SparseCoreEmbeddingConfig`). A batch that needs more
 fails, or has ids dropped; an oversized limit wastes SparseCore memory. keras-rs learns
-the limits online on JAX only, and its own examples hard-code 8192. This module scans
+the limits online on JAX only, and its own examples hard-code 8192. `sparsecore_stats` scans
 the data through the same pipeline and computes them::
 
     stats = tfinput.sparsecore_stats(pipeline, per_replica_batch_size=512, devices=8)
@@ -49,17 +56,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.applications._sparsecore_counting import IdCounter
-from tfinput._src.applications._sparsecore_results import (
-    Limits,
-    Overflow,
-    SparseCoreStats,
-    StackStats,
-)
-from tfinput._src.applications._sparsecore_stacks import (
+from tfinput._src.applications.sparsecore.results import SparseCoreStats, StackStats
+from tfinput._src.applications.sparsecore.stacks import (
     DEFAULT_SPARSECORES_PER_DEVICE,
-    KERAS_RS_DEFAULT_LIMIT,
-    MLPERF_LIMIT,
+    IdCounter,
     Stack,
     plan_stacks,
 )
@@ -72,18 +72,7 @@ if TYPE_CHECKING:
     from tfinput._src.core.config import PipelineConfig
     from tfinput._src.core.pipeline import Pipeline
 
-__all__ = [
-    "sparsecore_stats",
-    "plan_stacks",
-    "SparseCoreStats",
-    "StackStats",
-    "Stack",
-    "Limits",
-    "Overflow",
-    "DEFAULT_SPARSECORES_PER_DEVICE",
-    "KERAS_RS_DEFAULT_LIMIT",
-    "MLPERF_LIMIT",
-]
+__all__ = ["sparsecore_stats"]
 
 
 def _check_positive(name: str, value: Any) -> int:

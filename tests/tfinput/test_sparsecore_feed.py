@@ -1,7 +1,7 @@
-"""`tfinput.integrations.sparsecore_feed`: jax-tpu-embedding's SparseCore preprocessing
-of each batch on worker threads, in order, bit for bit what a serial call returns; the
-plan from the schema and the measured limits; buffer usage and dropped ids counted;
-errors that name the batch."""
+"""`tfinput.sparsecore.sparsecore_feed`: jax-tpu-embedding's SparseCore preprocessing of
+each batch on worker threads, in order, bit for bit what a serial call returns; the plan
+from the schema and the measured limits; buffer usage and dropped ids counted; errors
+that name the batch."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ pytest.importorskip(
 
 from jax_tpu_embedding.sparsecore.lib.nn import embedding
 
-from tfinput._src.applications.integrations._sparsecore_stats import used_entries
-from tfinput.integrations.sparsecore_feed import SparseCorePlan, sparsecore_feed, sparsecore_step
+from tfinput._src.applications.sparsecore.workers import used_entries
+from tfinput.sparsecore import SparseCorePlan, sparsecore_feed, sparsecore_step
 
 BATCH = 64
 DEVICES = 2
@@ -480,7 +480,7 @@ def test_the_example_runs_on_cpu():
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[3] / "examples" / "sparsecore_feed.py"
+    script = Path(__file__).resolve().parents[2] / "examples" / "sparsecore_feed.py"
     proc = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=600
     )

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from tfinput._src.applications._sparsecore_stacks import ALIGNMENT, COO_ENTRY_BYTES, Stack, round_up
+from tfinput._src.applications.sparsecore.stacks import ALIGNMENT, COO_ENTRY_BYTES, Stack, round_up
 from tfinput._src.core.errors import ConfigError
 
 __all__ = ["Limits", "Overflow", "SparseCoreStats", "StackStats"]
