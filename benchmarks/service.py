@@ -1,5 +1,5 @@
 """Service benchmark: a columnar pipeline read locally vs through tf.data service with 1
-and 2 local worker processes (`tfinput.fleet.LocalFleet`), side by side.
+and 2 local worker processes (`tfinput.service.LocalFleet`), side by side.
 
     python benchmarks/service.py              # measure and print the markdown section
     python benchmarks/service.py --write      # also replace the section in RESULTS.md
@@ -38,7 +38,7 @@ median examples/s over windows with min-max; the ratio to local is the median of
 per-round ratios. CPU is sampled at the start and end of each timed window: "trainer" is
 this process (`time.process_time`), "all" adds the fleet's processes (children of this
 process, from ``/proc``; 10 ms ticks). Per worker = median / workers; the workers a target
-rate needs come from `tfinput.fleet.workers_needed` (linear scaling), as ``tfinput bench
+rate needs come from `tfinput.service.workers_needed` (linear scaling), as ``tfinput bench
 --service local:2 --target-rate`` prints them.
 
 The machine has 2 cores shared with other agents: the worker processes, the dispatcher
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     import tfinput
     from tfinput.bench import available_cpus, run_window, summarize
     from tfinput.config import PipelineConfig
-    from tfinput.fleet import LocalFleet, workers_needed
+    from tfinput.service import LocalFleet, workers_needed
     from tfinput.steps import input_only
 
     with tempfile.TemporaryDirectory(prefix="tfinput-service-") as tmp:

@@ -9,7 +9,7 @@ side.
 
 Workload: `benchmarks/service.py`'s (criteo-like rows as columnar records in 8 files,
 batch 1024, `PipelineConfig.autotune`), read through one local worker process
-(`tfinput.fleet.LocalFleet`), and, as the case where the guard's per-batch Python cost
+(`tfinput.service.LocalFleet`), and, as the case where the guard's per-batch Python cost
 weighs most, the same at batch 256.
 
 Method: ``--rounds`` rounds; each round measures one window of every variant, the order
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     import tfinput
     from tfinput.bench import available_cpus, run_window, summarize
     from tfinput.config import PipelineConfig
-    from tfinput.fleet import LocalFleet
+    from tfinput.service import LocalFleet
     from tfinput.steps import input_only
 
     variants: dict[str, tuple[int, bool]] = {}

@@ -3,12 +3,12 @@
 The layers are directories of ``tfinput/_src`` (docs/architecture.md says what each owns):
 
 0. **core** (``tfinput/_src/core``): schema, config, errors, the file formats, sources,
-   transforms, layout, pipeline, resume;
+   transforms, layout, pipeline, resume, tf.data service;
 1. **measurement** (``tfinput/_src/measurement``): windows, probes, statistics, the
    training steps and the built-in models they train, device prefetch;
 2. **applications and integrations** (``tfinput/_src/applications``): bench, convert,
-   inference, the CLI, TPU/SparseCore, serving, retrieval, tf.data service and fleets,
-   test-data helpers; and the ``tuners`` and ``profiles`` packages beside it.
+   inference, the CLI, TPU/SparseCore, serving, retrieval, test-data helpers; and the
+   ``tuners`` and ``profiles`` packages beside it.
 
 The public modules outside ``tfinput/_src`` (``tfinput/schema.py``, ...) re-export the
 implementation: each sits in the layer of what it re-exports, and no implementation

@@ -116,7 +116,7 @@ def test_serve_prints_where_it_listens_and_that_anyone_who_reaches_it_can_use_it
 def test_a_local_fleet_listens_on_every_interface_and_its_commands_say_so(small_columnar, capsys):
     import tfinput
     from tfinput._src.applications.cli.args import service_from_args
-    from tfinput.fleet import LocalFleet
+    from tfinput.service import LocalFleet
 
     # What `bench` / `tune --service local:2` do at start: one line on stderr, no server yet.
     before = set(_children(os.getpid()))

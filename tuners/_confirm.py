@@ -429,8 +429,8 @@ def service_sizing(
 ) -> tuple[str, ...]:
     """For a pipeline read through tf.data service: the rate per worker the winner
     measured and, with ``target_rate``, the workers that rate implies for it
-    (`tfinput.fleet.workers_needed`). Empty for a local pipeline."""
-    from tfinput.fleet import workers_needed
+    (`tfinput.service.workers_needed`). Empty for a local pipeline."""
+    from tfinput.service import workers_needed
 
     service = Target.of(pipeline, what="tune").service
     if service is None or not confirmed:

@@ -33,8 +33,8 @@ from tfinput.steps import Step
 if TYPE_CHECKING:
     import optuna
 
-    from tfinput.fleet import ServiceRead
     from tfinput.measure.target import Measurable
+    from tfinput.service import ServiceRead
 
 __all__ = [
     "SearchSpace",
@@ -265,10 +265,10 @@ class SearchSpace:
             ``sparsecore_workers`` (1, 2, 4 and the CPU count, at most the CPU count)
             and ``sparsecore_prefetch`` (0: twice the workers, 2, 8). Other steps
             ignore them, so they are not searched.
-          service: The pipeline's `tfinput.fleet.ServiceRead` (``Pipeline.service``):
+          service: The pipeline's `tfinput.service.ServiceRead` (``Pipeline.service``):
             adds ``service_compression`` ("AUTO", None) and
             ``service_max_outstanding_requests`` (AUTOTUNE, 2, 8), and for a
-            `tfinput.fleet.LocalFleet` ``service_workers`` (1 to its ``max_workers``).
+            `tfinput.service.LocalFleet` ``service_workers`` (1 to its ``max_workers``).
         """
         c = max(1, cpu_count or _cpus())
         choices = _tf_data_choices(c, files or 64)

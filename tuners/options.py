@@ -114,7 +114,7 @@ class ConfirmOptions:
         of the format advice.
       target_rate: Examples/s the training needs: for a pipeline read through
         tf.data service, the advice says how many workers the winner's confirmed
-        rate implies (`tfinput.fleet.workers_needed`).
+        rate implies (`tfinput.service.workers_needed`).
     """
 
     confirm_top: int = 3

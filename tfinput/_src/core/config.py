@@ -131,7 +131,7 @@ class PipelineConfig:
         ``sparsecore_workers``.
       service_workers: For a pipeline read through tf.data service
         (`Pipeline.with_service`): the workers serving it. With a
-        `tfinput.fleet.LocalFleet` the build uses a cluster of exactly that many
+        `tfinput.service.LocalFleet` the build uses a cluster of exactly that many
         worker processes; with a dispatcher address it must be 0 or the address's
         worker count (`with_service(..., workers=N)`). 0: all of them. Ignored by a
         pipeline read locally.

@@ -37,7 +37,6 @@ from tfinput._src.core._pipeline_parts import (
     split_towers,
     warn_large_padded_batches,
 )
-from tfinput._src.core._service_read import DEFAULT_STALL_TIMEOUT_S, Fleet, ServiceRead
 from tfinput._src.core.config import LAYOUTS, Buildable, PipelineConfig
 from tfinput._src.core.errors import (
     ConfigError,
@@ -47,6 +46,8 @@ from tfinput._src.core.errors import (
 )
 from tfinput._src.core.layout import PackedLayout
 from tfinput._src.core.schema import Schema
+from tfinput._src.core.service import Fleet, ServiceRead
+from tfinput._src.core.service.guard import DEFAULT_STALL_TIMEOUT_S
 from tfinput._src.core.sources import DatasetSource, ParquetSource, TFRecordSource
 from tfinput._src.core.sources.files import PathsLike, as_paths, data_files, epoch_rows
 from tfinput._src.core.sources.protocol import (
@@ -96,7 +97,7 @@ class Pipeline:
         slice (`tfinput.layout.unpack`) in the model. ``PipelineConfig.layout``, when
         set, overrides it.
       service: Read through tf.data service (`with_service`, a
-        `tfinput.fleet.ServiceRead`), or None (this process reads).
+        `tfinput.service.ServiceRead`), or None (this process reads).
       towers: Emit two-tower retrieval batches (`with_towers`): ``({"query":
         {"dense", "ids", "weights"}, "candidate": {...}}, labels)``.
     """
@@ -174,9 +175,9 @@ class Pipeline:
 
         Args:
           service: A dispatcher address (``grpc://host:port``) or a fleet sized by
-            ``PipelineConfig.service_workers``: a `tfinput.fleet.LocalFleet` (worker
+            ``PipelineConfig.service_workers``: a `tfinput.service.LocalFleet` (worker
             processes on this machine) or any object with ``max_workers`` and
-            ``address_for(workers)`` (the `tfinput._src.core._service_read.Fleet` protocol).
+            ``address_for(workers)`` (the `tfinput._src.core.service.Fleet` protocol).
           workers: How many workers the address has (for the tuner's workers-needed
             estimate).
           processing_mode: ``dynamic`` (each file to one worker) or ``off``; see

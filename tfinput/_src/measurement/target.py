@@ -18,10 +18,10 @@ from tfinput._src.core.config import Buildable, PipelineConfig
 from tfinput._src.core.errors import ConfigError
 
 if TYPE_CHECKING:  # the pipeline module imports TensorFlow: on first use only
-    from tfinput._src.core._service_read import ServiceRead
     from tfinput._src.core.layout import PackedLayout
     from tfinput._src.core.pipeline import Pipeline
     from tfinput._src.core.schema import Schema
+    from tfinput._src.core.service import ServiceRead
     from tfinput._src.core.sources.protocol import Source
 
 __all__ = ["BatchFactory", "Buildable", "Measurable", "Target"]

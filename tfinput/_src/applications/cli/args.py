@@ -346,11 +346,23 @@ def tfinput_pipeline_from_args(args: argparse.Namespace, *, command: str) -> Pip
     return pipeline
 
 
+#: What a command that starts a fleet of servers on this host (``--service local:N``)
+#: says once, at start: TensorFlow binds them to every interface, with no option to
+#: bind loopback only.
+LOCAL_FLEET_OPEN = (
+    "--service {spec}: the tf.data service dispatcher and workers this starts on this "
+    "host listen on every interface, not loopback only (TensorFlow has no option to bind "
+    "one), with no authentication or encryption: while they run, anyone who can reach "
+    "this host's ports can read the data or register a worker "
+    '(docs/scaling.md, "Security")'
+)
+
+
 def service_from_args(args: argparse.Namespace, pipeline: Buildable) -> Buildable:
     """``pipeline`` read through tf.data service when ``--service`` says so:
-    ``local:N`` starts a `tfinput.fleet.LocalFleet` of up to N worker processes on this
+    ``local:N`` starts a `tfinput.service.LocalFleet` of up to N worker processes on this
     machine (the tuner searches 1 to N workers), and says once on stderr that their
-    ports are open to the network (`service.LOCAL_FLEET_OPEN`); an address (``grpc://host:port`` or
+    ports are open to the network (`LOCAL_FLEET_OPEN`); an address (``grpc://host:port`` or
     ``host:port``) reads from a running dispatcher, whose worker count
     ``--service-workers`` gives.
 
@@ -374,8 +386,7 @@ def service_from_args(args: argparse.Namespace, pipeline: Buildable) -> Buildabl
             "service yourself, or wrap it: tfinput.wrap)"
         )
     if spec.startswith("local:"):
-        from tfinput._src.applications.fleet import LocalFleet
-        from tfinput._src.applications.service import LOCAL_FLEET_OPEN
+        from tfinput._src.core.service.servers import LocalFleet
 
         if workers is not None:
             raise ConfigError("--service-workers: a local:N fleet searches 1 to N workers itself")

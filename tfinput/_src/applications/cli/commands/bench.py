@@ -166,7 +166,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _service_lines(result: BenchResult, service: Any, target_rate: float | None) -> list[str]:
     """Per config: examples/s per worker and, with a target, the workers it implies."""
-    from tfinput._src.applications.fleet import workers_needed
+    from tfinput._src.core.service.servers import workers_needed
 
     lines = []
     for r in result.results:

@@ -16,6 +16,15 @@ from tfinput._src.applications.listeners import listening_on
 __all__ = ["SERVE_COMMAND"]
 
 
+def _open_to_the_network(port: int) -> str:
+    """The one line `tfinput serve` prints at start about who can reach ``port``."""
+    return (
+        "tf.data service has no authentication or encryption: anyone who can reach port "
+        f"{port} can read the data or register a worker of their own; keep the dispatcher "
+        'and worker ports on a private network (docs/scaling.md, "Security")'
+    )
+
+
 def _dispatcher_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=0, help="port (0: a free one)")
     p.add_argument(
@@ -26,9 +35,9 @@ def _dispatcher_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _dispatcher(args: argparse.Namespace) -> int:
-    from tfinput._src.applications import service
+    from tfinput._src.core.service import servers
 
-    server = service.start_dispatcher(
+    server = servers.start_dispatcher(
         port=args.port, work_dir=args.work_dir, worker_timeout_ms=args.worker_timeout_ms
     )
     port = int(server.target.rsplit(":", 1)[1])
@@ -36,8 +45,8 @@ def _dispatcher(args: argparse.Namespace) -> int:
         f"dispatcher listening on {listening_on(port)}; on this host: {server.target}",
         flush=True,
     )
-    print(service.open_to_the_network(port), flush=True)
-    service.serve_until_signal(server)
+    print(_open_to_the_network(port), flush=True)
+    servers.serve_until_signal(server)
     return 0
 
 
@@ -53,9 +62,9 @@ def _worker_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from tfinput._src.applications import service
+    from tfinput._src.core.service import servers
 
-    server = service.start_worker(args.dispatcher, port=args.port)
+    server = servers.start_worker(args.dispatcher, port=args.port)
     # WorkerServer has no public address accessor; ``_address`` is what TF's tests use.
     port = int(server._address.rsplit(":", 1)[1])
     print(
@@ -63,8 +72,8 @@ def _worker(args: argparse.Namespace) -> int:
         f"{args.dispatcher} as {server._address}",
         flush=True,
     )
-    print(service.open_to_the_network(port), flush=True)
-    service.serve_until_signal(server)
+    print(_open_to_the_network(port), flush=True)
+    servers.serve_until_signal(server)
     return 0
 
 

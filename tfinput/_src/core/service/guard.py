@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["DEFAULT_STALL_TIMEOUT_S", "GuardedRead", "guarded", "guarded_dataset", "unguarded"]
 
-log = logging.getLogger("tfinput._src.applications.service")  # the public module's name
+log = logging.getLogger("tfinput.service")  # the public module's name
 
 # The longest wait for one batch of a service read before it is called a stall. The
 # first batch includes the workers' start of the job (graph transfer, file listing):

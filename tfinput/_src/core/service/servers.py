@@ -1,5 +1,7 @@
-"""Reading a pipeline through tf.data service: where the service is, and a local fleet of
-worker processes for measuring how many workers a host needs.
+"""Starting tf.data service servers: a dispatcher or a worker in this process
+(`start_dispatcher`, `start_worker`, what ``tfinput serve`` runs), an in-process cluster
+for tests (`local_cluster`), and local fleets of worker processes for measuring how many
+workers a host needs (`LocalFleet`, `workers_needed`).
 
     fleet = LocalFleet(max_workers=2)                      # processes on this machine
     pipeline = tfinput.columnar("data/col", schema).with_service(fleet)
@@ -7,14 +9,12 @@ worker processes for measuring how many workers a host needs.
 
     pipeline = pipeline.with_service("grpc://dispatcher:5050", workers=8)  # a real fleet
 
-`Pipeline.with_service` attaches a `ServiceRead`; `Pipeline.build` then builds the
-pipeline as usual and reads it through `tfinput.service.distribute` with the config's
-``service_compression`` and ``service_max_outstanding_requests``. The tuner searches
-those two knobs for a service pipeline, and ``service_workers`` too when the service is a
-`LocalFleet` (a cluster per worker count: a dispatcher and that many worker processes,
-started on first use and stopped by `LocalFleet.close`, or exiting by themselves when
-the process that started them ends, however it ends). From the measured rate it
-reports how many workers a target rate needs (`workers_needed`).
+The tuner searches ``service_compression`` and ``service_max_outstanding_requests`` for a
+service pipeline, and ``service_workers`` too when the service is a `LocalFleet` (a
+cluster per worker count: a dispatcher and that many worker processes, started on first
+use and stopped by `LocalFleet.close`, or exiting by themselves when the process that
+started them ends, however it ends). From the measured rate it reports how many workers
+a target rate needs (`workers_needed`).
 
 Workers of a local fleet share this machine's cores with the trainer: the rate it
 measures is what these cores give through the service, a lower bound for a fleet of
@@ -26,18 +26,132 @@ TensorFlow has no option to bind loopback only (docs/scaling.md, "Security").
 from __future__ import annotations
 
 import atexit
+import contextlib
+import gc
 import math
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from tfinput._src.core._service_read import ServiceRead
 from tfinput._src.core.errors import ConfigError
 
-__all__ = ["LocalFleet", "ServiceRead", "workers_needed"]
+__all__ = [
+    "LocalFleet",
+    "local_cluster",
+    "serve_until_signal",
+    "start_dispatcher",
+    "start_worker",
+    "workers_needed",
+]
+
+
+def start_dispatcher(
+    *, port: int = 0, work_dir: str | None = None, worker_timeout_ms: int | None = None
+) -> Any:
+    """Start a tf.data service dispatcher in this process.
+
+    Args:
+      port: The port (0: a free one; see the server's ``target``).
+      work_dir: Journal directory; with it the dispatcher is fault tolerant: restarted
+        on the same port with the same directory it resumes its jobs.
+      worker_timeout_ms: A worker silent this long is dropped and its clients move on
+        to the other workers (None: tf.data's default).
+
+    Returns:
+      The started `tf.data.experimental.service.DispatchServer`.
+    """
+    import tensorflow as tf
+
+    svc = tf.data.experimental.service
+    options: dict[str, Any] = {}
+    if worker_timeout_ms is not None:
+        options["worker_timeout_ms"] = worker_timeout_ms
+    return svc.DispatchServer(
+        svc.DispatcherConfig(
+            port=port, work_dir=work_dir, fault_tolerant_mode=work_dir is not None, **options
+        )
+    )
+
+
+def start_worker(dispatcher: str, *, port: int = 0) -> Any:
+    """Start a tf.data service worker in this process, registered with ``dispatcher``.
+
+    Args:
+      dispatcher: The dispatcher address (``host:port`` or ``grpc://host:port``).
+      port: The worker's port (0: a free one).
+
+    Returns:
+      The started `tf.data.experimental.service.WorkerServer`.
+    """
+    import tensorflow as tf
+
+    svc = tf.data.experimental.service
+    address = dispatcher.split("://", 1)[-1]
+    return svc.WorkerServer(svc.WorkerConfig(dispatcher_address=address, port=port))
+
+
+def serve_until_signal(server: Any) -> None:
+    """Block until SIGTERM or SIGINT, then stop ``server``."""
+    import signal
+
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.stop()
+
+
+@contextlib.contextmanager
+def local_cluster(*, workers: int = 1, work_dir: str | None = None) -> Iterator[str]:
+    """An in-process tf.data service (one dispatcher, ``workers`` workers), read
+    through loopback.
+
+    For tests and single-host experiments: the workers run in this process's thread
+    pools, so it shows that a dataset *can* run on the service, not how fast a remote
+    fleet would be. Like every tf.data server, they listen on every interface, with no
+    authentication, while the context is open: TensorFlow has no option to bind
+    loopback only (docs/scaling.md, "Security").
+
+    Args:
+      workers: Number of workers.
+      work_dir: Dispatcher journal directory (None: no fault tolerance).
+
+    Yields:
+      The dispatcher address (``grpc://localhost:port``).
+    """
+    import tensorflow as tf
+
+    svc = tf.data.experimental.service
+    if workers < 1:
+        raise ConfigError(f"local_cluster: workers must be >= 1, got {workers}")
+    dispatcher = svc.DispatchServer(
+        svc.DispatcherConfig(port=0, work_dir=work_dir, fault_tolerant_mode=work_dir is not None)
+    )
+    address = dispatcher.target.split("://", 1)[-1]
+    servers = [
+        svc.WorkerServer(svc.WorkerConfig(dispatcher_address=address, port=0))
+        for _ in range(workers)
+    ]
+    try:
+        yield dispatcher.target
+    finally:
+        # Iterators left in reference cycles keep their jobs' clients alive, and a
+        # worker's stop then waits for them (seconds to a minute): collect them first.
+        gc.collect()
+        for w in servers:
+            w.stop()
+        dispatcher.stop()
+
 
 #: A tf.data service server in its own process: prints its dispatcher address, then
 #: serves until SIGTERM, or until the process that started it is gone. argv: the parent's

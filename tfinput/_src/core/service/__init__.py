@@ -1,11 +1,41 @@
-"""Reading a built pipeline through tf.data service: the client side, part of the core.
+"""Reading a built pipeline through tf.data service, after proving it is native-only:
+the client side, which `Pipeline.with_service` uses.
 
-`Pipeline.with_service` reads through a `ServiceRead`; `distribute` sends a dataset to
-a dispatcher after proving it native-only, and the guarded read (`GuardedRead`) turns a
-worker that died into an error and an epoch that came back short into a count. Starting
-dispatchers, workers and fleets is the integrations' business (`tfinput.service`,
-`tfinput.fleet`), which re-export these names; a fleet reaches the core through the
-`Fleet` protocol.
+    from tfinput import service
+    ds = tfinput.columnar("gs://bucket/criteo-col").build(config)
+    ds = service.distribute(ds, "grpc://dispatcher:5050", job_name="train")
+
+    with service.local_cluster(workers=2) as address:     # tests, single-host trials
+        ds = service.distribute(ds, address)
+
+tf.data service moves the input pipeline off the training host: a dispatcher hands
+the serialized dataset graph to worker processes, which run it and stream batches back.
+Workers cannot call back into the Python that built the graph, so `distribute` first
+runs `tfinput.graph.assert_native` and fails with the offending ops named, instead of
+the workers failing later with an opaque error (tensorflow/tensorflow#50252).
+
+Processing modes (``processing_mode``):
+
+- ``"off"`` (`ShardingPolicy.OFF`): every worker runs the whole dataset; with several
+  workers each example is seen once per worker. Use one worker, or shuffled data.
+- ``"dynamic"``: the dispatcher hands out the dataset's first source elements (tfinput:
+  its files) to workers on demand, so each file is read by one worker (at most once:
+  a split being processed by a worker that dies is lost). Output order is not
+  deterministic. Needs a pipeline without file shuffling or ``input_context``.
+
+`Pipeline.with_service` attaches a `ServiceRead`; `Pipeline.build` then builds the
+pipeline as usual and reads it through `distribute` with the config's
+``service_compression`` and ``service_max_outstanding_requests``. Its service is a
+dispatcher address or a `Fleet` (workers by count, as `servers.LocalFleet`), which the
+client knows only by this protocol.
+
+Reads are guarded by default (``stall_timeout_s``): tf.data service waits forever for
+a worker that died and never comes back, and ends an epoch short, with no error, when
+a worker restarted on its address lost what it held. The guarded read (`guard`) raises
+`ServiceError` once no batch came for ``stall_timeout_s`` and, given the epoch's rows,
+logs at the epoch's end how many rows never arrived (`GuardedRead`). Starting the
+servers (dispatchers, workers, local fleets) is `servers`; `tfinput.service` re-exports
+the names of all three modules.
 """
 
 from __future__ import annotations
@@ -14,31 +44,15 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from tfinput._src.core._service_guard import (
-    DEFAULT_STALL_TIMEOUT_S,
-    GuardedRead,
-    guarded,
-    guarded_dataset,
-    unguarded,
-)
 from tfinput._src.core.config import AUTOTUNE, PipelineConfig
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.graph import assert_native
+from tfinput._src.core.service.guard import DEFAULT_STALL_TIMEOUT_S, guarded_dataset
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
-__all__ = [
-    "DEFAULT_STALL_TIMEOUT_S",
-    "PROCESSING_MODES",
-    "Fleet",
-    "GuardedRead",
-    "ServiceRead",
-    "distribute",
-    "guarded",
-    "guarded_dataset",
-    "unguarded",
-]
+__all__ = ["PROCESSING_MODES", "Fleet", "ServiceRead", "distribute"]
 
 PROCESSING_MODES = ("off", "dynamic", "file", "data", "file_or_data", "hint")
 
@@ -146,7 +160,7 @@ def _target_workers(value: str) -> str:
 @runtime_checkable
 class Fleet(Protocol):
     """Service workers that a pipeline can be read from by worker count
-    (`tfinput.fleet.LocalFleet` is one)."""
+    (`tfinput.service.LocalFleet` is one)."""
 
     max_workers: int
 
@@ -184,7 +198,7 @@ class ServiceRead:
         if not isinstance(self.service, (str, Fleet)):
             raise ConfigError(
                 "with_service: expected a dispatcher address (grpc://host:port) or a "
-                f"tfinput.fleet.LocalFleet, got {type(self.service).__name__}"
+                f"tfinput.service.LocalFleet, got {type(self.service).__name__}"
             )
         if self.stall_timeout_s is not None and not self.stall_timeout_s > 0:
             raise ConfigError(
@@ -218,7 +232,7 @@ class ServiceRead:
             raise ConfigError(
                 f"service_workers={config.service_workers}, but {self.service} has "
                 f"{self.workers} workers; a remote fleet's size is set where it runs "
-                "(search worker counts with a tfinput.fleet.LocalFleet)"
+                "(search worker counts with a tfinput.service.LocalFleet)"
             )
         return str(self.service)
 
