@@ -66,7 +66,7 @@ def loop_windows(
     """Windows of a step that feeds the device itself: ``run`` on every batch of
     ``feed(source)``, ``sync()`` before each window's end is taken (the
     `tfinput.steps.Step.run_windows` of such steps); ``window_seconds`` sizes the
-    windows by time as `tfinput.bench.WindowPlan` does.
+    windows by time as `tfinput.measure.windows.WindowPlan` does.
 
     Raises:
       DataError: the data ended during the warm-up.
