@@ -3,10 +3,10 @@
 The layers are directories of ``tfinput/_src`` (docs/architecture.md says what each owns):
 
 0. **core** (``tfinput/_src/core``): schema, config, errors, the file formats, sources,
-   transforms, layout, pipeline, resume;
-1. **measurement** (``tfinput/_src/measurement``): windows, probes, statistics, the
-   training steps and the built-in models they train, device prefetch;
-2. **applications and integrations** (``tfinput/_src/applications``): bench, convert,
+   transforms, layout, pipeline, resume, device prefetch;
+1. **measurement** (``tfinput/_src/measurement``): windows, probes, statistics, configs
+   side by side and the roofline, the training steps and the models they train;
+2. **applications and integrations** (``tfinput/_src/applications``): convert,
    inference, the CLI, TPU/SparseCore, serving, retrieval, tf.data service and fleets,
    test-data helpers; and the ``tuners`` and ``profiles`` packages beside it.
 

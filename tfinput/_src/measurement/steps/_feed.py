@@ -40,7 +40,7 @@ def jax_put(sharding: Any) -> Callable[[Any], Any]:
 def device_feed(source: Iterable[Any], *, size: int, sharding: Any = None) -> Iterator[Any]:
     """Batches of ``source`` on the JAX device: ``size`` ahead on a thread when > 0,
     else converted and put on the consumer's thread when it asks."""
-    from tfinput._src.measurement.device_prefetch import to_jax
+    from tfinput._src.core.device_prefetch import to_jax
 
     if size > 0:
         return to_jax(source, size=size, sharding=sharding)
