@@ -155,10 +155,10 @@ def summarize(values: list[float]) -> dict[str, float]:
 
 
 def machine() -> str:
-    """One line for the results table, from `tfinput.bench.machine`."""
-    from tfinput import bench
+    """One line for the results table, from `tfinput.measure.probes.machine`."""
+    from tfinput.measure.probes import machine as probe
 
-    m = bench.machine()
+    m = probe()
     return (
         f"{m['cpu_model']}, {m['cpu_count']} cores; Python {m['python']}, TensorFlow "
         f"{m['tensorflow']}, pyarrow {m['pyarrow']}, {m['platform']}; load average at start "

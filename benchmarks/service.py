@@ -28,12 +28,12 @@ Variants, all the same `tfinput.columnar` pipeline:
   requests. Both clusters are started before measuring (their start-up is reported apart).
 
 Method: ``--rounds`` rounds; each round measures one window of every variant, in an order
-rotated by one each round. A window is `tfinput.bench.run_window`, as ``tfinput bench``
+rotated by one each round. A window is `tfinput.measure.windows.run_window`, as ``tfinput bench``
 uses it: a fresh iterator over ``pipeline.build(config).repeat()``, ``--warmup`` untimed
 batches (for the service: after the job is created), then ``--batches`` timed batches,
 each handed to the ``input only`` step. Warm-up plus window stay inside one epoch (195
 batches at 200k rows): with the service every epoch of ``.repeat()`` is a new job, and a
-window crossing one would time the job's start. Statistics are `tfinput.bench.summarize`'s:
+window crossing one would time the job's start. Statistics are `tfinput.measure.stats.summarize`'s:
 median examples/s over windows with min-max; the ratio to local is the median of the
 per-round ratios. CPU is sampled at the start and end of each timed window: "trainer" is
 this process (`time.process_time`), "all" adds the fleet's processes (children of this
@@ -173,9 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     machine_line = machine()
     import tfinput
-    from tfinput.bench import available_cpus, run_window, summarize
     from tfinput.config import PipelineConfig
     from tfinput.service import LocalFleet, workers_needed
+    from tfinput.measure.probes import available_cpus
+    from tfinput.measure.stats import summarize
+    from tfinput.measure.windows import run_window
     from tfinput.steps import input_only
 
     with tempfile.TemporaryDirectory(prefix="tfinput-service-") as tmp:

@@ -77,8 +77,8 @@ class CaptureConfig:
         steps show start-up costs; too many only cost time.
       step_name: Name of the step markers (``"train"``); xprof shows ``"train 12"``.
 
-    The defaults are `tfinput.bench.CAPTURE_PLAN`; `window_plan` gives the capture as
-    the `tfinput.bench.WindowPlan` that bench and tuner measure with.
+    The defaults are `tfinput.measure.windows.CAPTURE_PLAN`; `window_plan` gives the capture as
+    the `tfinput.measure.windows.WindowPlan` that bench and tuner measure with.
     """
 
     steps: int = CAPTURE_PLAN.window_batches
@@ -406,7 +406,7 @@ def _capture_owned_loop(
     the wall time of every marked call, in ms."""
     import tensorflow as tf
 
-    from tfinput.bench import batch_rows
+    from tfinput.measure.windows import batch_rows
 
     if not isinstance(dataset, tf.data.Dataset):
         raise ConfigError(

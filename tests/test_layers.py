@@ -3,10 +3,10 @@
 The layers are directories of ``tfinput/_src`` (docs/architecture.md says what each owns):
 
 0. **core** (``tfinput/_src/core``): schema, config, errors, the file formats, sources,
-   transforms, layout, pipeline, resume, tf.data service;
-1. **measurement** (``tfinput/_src/measurement``): windows, probes, statistics, the
-   training steps and the built-in models they train, device prefetch;
-2. **applications and integrations** (``tfinput/_src/applications``): bench, convert,
+   transforms, layout, pipeline, resume, device prefetch, tf.data service;
+1. **measurement** (``tfinput/_src/measurement``): windows, probes, statistics, configs
+   side by side and the roofline, the training steps and the models they train;
+2. **applications and integrations** (``tfinput/_src/applications``): convert,
    inference, the CLI, TPU/SparseCore, serving, retrieval, test-data helpers; and the
    ``tuners`` and ``profiles`` packages beside it.
 
@@ -211,6 +211,34 @@ def test_no_two_modules_or_packages_import_each_other():
     assert gone == [], f"cycle gone: delete from KNOWN_CYCLES: {gone}"
 
 
+#: The three applications that measure a pipeline: ``tfinput bench`` (its public module and
+#: its command), the tuner and the profiler.
+SIBLINGS = {
+    "bench": ("tfinput.bench", "tfinput._src.applications.cli.commands.bench"),
+    "tuners": ("tuners",),
+    "profiles": ("profiles",),
+}
+
+
+def _sibling(module: str) -> str | None:
+    return next((k for k, roots in SIBLINGS.items() if any(_in(module, r) for r in roots)), None)
+
+
+def test_bench_tuners_and_profiles_are_siblings():
+    """Bench, the tuner and the profiler do not import one another: what they share (the
+    comparison, the roofline, window plans, probes, steps) sits below them, in the
+    measurement layer, which is also where every name of `tfinput.bench` comes from."""
+    assert all(root in MODULES for roots in SIBLINGS.values() for root in roots)
+    crossing = sorted(
+        f"{a} imports {b}"
+        for a, b in imports()
+        if _sibling(a) and _sibling(b) and _sibling(a) != _sibling(b)
+    )
+    assert crossing == []
+    bench_from = {b for a, b in imports() if a == "tfinput.bench"}
+    assert bench_from and {LAYER_NAMES[layer(b)] for b in bench_from} == {"measurement"}
+
+
 def test_no_module_names_a_type_any_to_reach_its_caller():
     """No module binds a name to ``Any`` (``Pipeline = Any``): a module that needs its
     importer's class declares what it uses as a ``Protocol``, so the call back stays
@@ -313,7 +341,6 @@ LAZY_PACKAGES = (
     "tuners",
     "tfinput.layout",
     "tfinput.retrieval",
-    "tfinput._src.applications.bench",
     "tfinput._src.applications.columnar_records",
 )
 

@@ -35,7 +35,7 @@ from tfinput.steps import Step
 from tuners._columnar_advice import FormatAdvice, format_advice, parse_is_bound
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput.bench import ConfigStats
+    from tfinput.measure.stats import ConfigStats
 
 __all__ = [
     "INPUT_BOUND_THRESHOLD",
@@ -88,7 +88,7 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
     """Whether the confirmed winner beats autotune beyond the noise.
 
     Args:
-      confirmed: The confirmation's `tfinput.bench.ConfigStats`, best first, with
+      confirmed: The confirmation's `tfinput.measure.stats.ConfigStats`, best first, with
         ratios to ``autotune`` per round.
 
     Returns:
@@ -311,14 +311,14 @@ def step_bound_stats(
     **keywords: Any,
 ) -> ConfigStats:
     """``step`` fed one cached batch over and over (no input cost), measured with
-    `tfinput.bench.measure` (which lets a step that owns the loop, ``model.fit``, drive
-    the data): its `tfinput.bench.ConfigStats`, one window per round. ``measurement``
-    (or its fields as keywords) as for `tfinput.bench.measure`; the counts default to
+    `tfinput.measure.compare.measure` (which lets a step that owns the loop, ``model.fit``, drive
+    the data): its `tfinput.measure.stats.ConfigStats`, one window per round. ``measurement``
+    (or its fields as keywords) as for `tfinput.measure.compare.measure`; the counts default to
     `STEP_BOUND_PLAN`."""
-    from tfinput import bench
+    from tfinput.measure import compare
 
     options = _measurement(measurement, keywords, STEP_BOUND_PLAN, what="step_bound_stats")
-    result = bench.measure(
+    result = compare.measure(
         cached_source(pipeline), {"step bound": config}, step=step, measurement=options
     )
     return result.results[0]
@@ -449,15 +449,15 @@ def knob_breakdown(
 ) -> tuple[KnobContribution, ...]:
     """The gain by knob group: the winner and, for each group of knobs that differs
     from ``autotune``, the winner with that group reverted to autotune's values, all
-    measured interleaved over the same windows (`tfinput.bench.measure`, the winner as
+    measured interleaved over the same windows (`tfinput.measure.compare.measure`, the winner as
     the baseline of the per-round ratios). ``measurement`` (or its fields as
-    keywords) as for `tfinput.bench.measure`; the counts default to `TUNER_PLAN`.
+    keywords) as for `tfinput.measure.compare.measure`; the counts default to `TUNER_PLAN`.
 
     Returns:
       One `KnobContribution` per differing group, largest contribution first; empty
       when the winner builds the same pipeline as autotune.
     """
-    from tfinput import bench
+    from tfinput.measure import compare
 
     groups = differing_groups(winner, autotune, pipeline=pipeline)
     if not groups:
@@ -466,7 +466,7 @@ def knob_breakdown(
     for group, knobs in groups.items():
         configs[f"without {group}"] = winner.replace(**{k: a for k, (_, a) in knobs.items()})
     options = _measurement(measurement, keywords, TUNER_PLAN, what="knob_breakdown")
-    result = bench.measure(
+    result = compare.measure(
         pipeline, configs, step=step, baseline="winner", progress=progress, measurement=options
     )
     out = []

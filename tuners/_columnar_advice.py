@@ -1,7 +1,7 @@
 """Format advice: is parsing tf.Example the bound, and what columnar records would give.
 
 For tf.Example TFRecord data whose parse stage bounds the pipeline (`parse_is_bound`, from
-`tfinput.bench.roofline`), `format_advice` converts a sample to columnar records, measures
+`tfinput.measure.roofline`), `format_advice` converts a sample to columnar records, measures
 both side by side and gives the exact ``tfinput convert`` command. Re-exported by
 `tuners._advice`. Nothing here needs Optuna.
 """
@@ -25,7 +25,7 @@ from tfinput.measure.windows import WindowPlan
 from tfinput.options import with_keywords
 
 if TYPE_CHECKING:
-    from tfinput.bench import Roofline
+    from tfinput.measure.roofline import Roofline
     from tfinput.measure.stats import ConfigStats
     from tfinput.pipeline import Pipeline
     from tfinput.schema import Schema
@@ -108,7 +108,7 @@ def parse_is_bound(
     cpu_count: int | None = None,
     roofline_result: Roofline | None = None,
 ) -> tuple[bool, dict[str, Any]]:
-    """Whether parsing bounds a tf.Example pipeline, from `tfinput.bench.roofline`.
+    """Whether parsing bounds a tf.Example pipeline, from `tfinput.measure.roofline`.
 
     The signal: the roofline's stages measured alone on one core (two windows of a few
     batches each: a couple of seconds) give the CPU cost per example of reading,
@@ -117,7 +117,7 @@ def parse_is_bound(
     three costs: then no tf.data knob removes it, and only a cheaper format does.
 
     Args:
-      roofline_result: A `tfinput.bench.Roofline` already measured (`quick_roofline`);
+      roofline_result: A `tfinput.measure.roofline.Roofline` already measured (`quick_roofline`);
         None measures one.
 
     Returns:
@@ -142,11 +142,11 @@ def quick_roofline(
     cpu_count: int | None = None,
     configs: Mapping[str, PipelineConfig] | None = None,
 ) -> Roofline:
-    """The tuner's `tfinput.bench.roofline`: two windows of four batches per stage (a
+    """The tuner's `tfinput.measure.roofline`: two windows of four batches per stage (a
     couple of seconds), with the serial stage of ``configs`` (default: autotune's)."""
-    from tfinput import bench
+    from tfinput.measure.roofline import roofline
 
-    return bench.roofline(
+    return roofline(
         pipeline,
         batch_size=batch_size,
         windows=2,
@@ -280,7 +280,8 @@ def _convert_and_measure(
 ) -> tuple[int, dict[str, Any], float]:
     """Convert ``files`` to columnar records in a temporary directory and measure both
     side by side: ``(rows converted, {name: ConfigStats}, when the conversion ended)``."""
-    from tfinput import bench
+    from tfinput.measure.probes import process_cpu_seconds
+    from tfinput.measure.stats import summarize
 
     with tempfile.TemporaryDirectory(prefix="tfinput-format-advice-") as tmp:
         sample = os.path.join(tmp, "columnar")
@@ -289,10 +290,10 @@ def _convert_and_measure(
         measured = _measure_side_by_side(
             _sample_pipelines(pipeline, files, sample),
             config,
-            cpu_clock=cpu_clock or bench.process_cpu_seconds,
+            cpu_clock=cpu_clock or process_cpu_seconds,
             **plan,
         )
-    stats = bench.summarize(measured, baseline="tf.Example", cpu_count=cpu_count or 1)
+    stats = summarize(measured, baseline="tf.Example", cpu_count=cpu_count or 1)
     return rows, {s.name: s for s in stats}, converted
 
 
@@ -335,14 +336,14 @@ def _measure_side_by_side(
     window_seconds: float = 0.0,
 ) -> dict[str, list[Any]]:
     """Input-only windows of each pipeline built with ``config``, interleaved round by
-    round, a fresh iterator per window: ``{name: [tfinput.bench.Window, ...]}``."""
-    from tfinput import bench
+    round, a fresh iterator per window: ``{name: [tfinput.measure.windows.Window, ...]}``."""
+    from tfinput.measure.windows import run_window
 
     size = config.batch_size if config.drop_remainder else None
     measured: dict[str, list[Any]] = {n: [] for n in pipelines}
     for r in range(windows):
         for name, p in pipelines.items():
-            w = bench.run_window(
+            w = run_window(
                 lambda p=p: p.build(config).repeat(),
                 warmup_batches=warmup_batches,
                 window_batches=window_batches,

@@ -2,7 +2,7 @@
 and the format advice.
 
 The top configs of the search are measured again, interleaved window by window with
-``autotune`` (and the current config) by `tfinput.bench.measure`, and the winner is the
+``autotune`` (and the current config) by `tfinput.measure.compare.measure`, and the winner is the
 best *confirmed* median. If the confirmation raises, it is run once more; if it fails
 again, the winner is the best trial of the search, unconfirmed. The step bound, the gain
 by knob and the format advice are extras: when one raises it is left out with a note.
@@ -23,7 +23,8 @@ from tfinput.steps import Step
 from tuners._trials import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput.bench import ConfigStats, Window, WindowPlan
+    from tfinput.measure.stats import ConfigStats
+    from tfinput.measure.windows import Window, WindowPlan
     from tuners._advice import KnobContribution
     from tuners._columnar_advice import FormatAdvice
 
@@ -56,7 +57,7 @@ class Remeasure:
     Attributes:
       pipeline: The tuned pipeline.
       step: The training step.
-      plan: The trial's `tfinput.bench.WindowPlan`: its window size and warm-up.
+      plan: The trial's `tfinput.measure.windows.WindowPlan`: its window size and warm-up.
       windows: Interleaved windows per config (``confirm_windows`` of `tuners.tune`),
         in place of the plan's.
       cpu_count: Cores the numbers are normalized to.
@@ -71,7 +72,7 @@ class Remeasure:
     clocks: Mapping[str, Callable[[], float]] = dataclasses.field(default_factory=dict)
 
     def measurement(self) -> MeasureOptions:
-        """The `MeasureOptions` of `tfinput.bench.measure`, `tuners._advice.step_bound`
+        """The `MeasureOptions` of `tfinput.measure.compare.measure`, `tuners._advice.step_bound`
         and `tuners._advice.knob_breakdown`: the plan's windows, ``windows`` of them."""
         return MeasureOptions(
             **{**self.plan.to_dict(), "windows": self.windows},
@@ -111,10 +112,10 @@ def confirm(
     """Measure ``configs`` interleaved, ratios to ``autotune``; one retry on error.
 
     Returns:
-      ``(confirmed, error)``: the configs' `tfinput.bench.ConfigStats`, best median
+      ``(confirmed, error)``: the configs' `tfinput.measure.stats.ConfigStats`, best median
       first, and None; or ``([], why)`` when both attempts raised.
     """
-    from tfinput import bench
+    from tfinput.measure import compare
 
     if progress is not None:
         progress("confirm", {"configs": list(configs), "windows": how.windows})
@@ -134,7 +135,7 @@ def confirm(
     error = None
     for attempt in (1, 2):
         try:
-            result = bench.measure(
+            result = compare.measure(
                 how.pipeline,
                 configs,
                 step=how.step,
@@ -329,7 +330,7 @@ def gain_by_knob(
 
 
 def winner_roofline(how: Remeasure, best_config: PipelineConfig, *, notes: list[str]) -> Any | None:
-    """A short `tfinput.bench.roofline` with the winner's serial stage (``winner``), read
+    """A short `tfinput.measure.roofline` with the winner's serial stage (``winner``), read
     by the format advice and `serial_sentence`; None, with a note, if it raises."""
     from tuners._columnar_advice import quick_roofline
 
@@ -347,11 +348,11 @@ def winner_roofline(how: Remeasure, best_config: PipelineConfig, *, notes: list[
 
 def serial_sentence(roofline: Any | None) -> str | None:
     """The advice when the winner's serial stage is its bound (one thread hands over
-    every element crossing the consumer side; `tfinput.bench.serial_advice`), else
+    every element crossing the consumer side; `tfinput.measure.roofline.serial_advice`), else
     None."""
     if roofline is None:
         return None
-    from tfinput.bench import serial_advice
+    from tfinput.measure.roofline import serial_advice
 
     stage = next((s for s in roofline.serial if s.config == "winner"), None)
     prediction = roofline.predict("winner")

@@ -40,8 +40,8 @@ from tfinput.measure.windows import TUNER_PLAN, WindowPlan, consecutive_windows
 from tfinput.steps import Step
 
 if TYPE_CHECKING:
-    from tfinput.bench import Window
     from tfinput.measure.target import Measurable
+    from tfinput.measure.windows import Window
 
 __all__ = ["Measurement", "measure"]
 
@@ -111,7 +111,7 @@ def measure(
     """Measure ``config`` on ``pipeline`` with ``step`` (see the module docstring).
 
     This is the per-config primitive: one config, one iterator, consecutive windows
-    (`tfinput.measure.windows.consecutive_windows`). `tfinput.bench.measure`, the
+    (`tfinput.measure.windows.consecutive_windows`). `tfinput.measure.compare.measure`, the
     side-by-side comparison of ``tfinput bench``, is a different measurement (a
     fresh iterator per window, configs interleaved) and does not call this one.
 
@@ -127,13 +127,13 @@ def measure(
         ``TUNER_PLAN.window_batches``); given without ``window_seconds``, the fixed
         count of every window.
       warmup_batches: Untimed batches first. The defaults are
-        `tfinput.bench.TUNER_PLAN` (see `tfinput.bench.WindowPlan` for why
+        `tfinput.measure.windows.TUNER_PLAN` (see `tfinput.measure.windows.WindowPlan` for why
         ``tfinput bench`` warms up longer).
       window_seconds: The least seconds of a window (default
-        `tfinput.bench.DEFAULT_WINDOW_SECONDS`; 0: a fixed ``window_batches``).
+        `tfinput.measure.windows.DEFAULT_WINDOW_SECONDS`; 0: a fixed ``window_batches``).
       report: ``report(window_index, examples_per_s) -> stop?`` after each window.
       clock: Wall clock (injectable for tests).
-      cpu_clock: Process CPU clock (default: `tfinput.bench.process_cpu_seconds`).
+      cpu_clock: Process CPU clock (default: `tfinput.measure.probes.process_cpu_seconds`).
 
     Returns:
       The `Measurement`.

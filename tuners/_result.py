@@ -16,7 +16,8 @@ from tuners._advice import INPUT_BOUND_THRESHOLD
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
 
-    from tfinput.bench import ConfigStats, WindowPlan
+    from tfinput.measure.stats import ConfigStats
+    from tfinput.measure.windows import WindowPlan
     from tfinput.steps import Step
     from tuners._advice import FormatAdvice, KnobContribution
 
@@ -160,7 +161,7 @@ class TuneResult:
         winner's gain is within the noise); the config measured best is then
         `measured_best`.
       best_name: Its name there (``trial N``, ``autotune`` or ``current``).
-      confirmed: Every config of the confirmation round (`tfinput.bench.ConfigStats`:
+      confirmed: Every config of the confirmation round (`tfinput.measure.stats.ConfigStats`:
         median, spread, ratio to autotune per round), best measured first.
       study_name: Optuna study name.
       storage: Where the study is kept, as given, password redacted (None: in memory,
@@ -354,9 +355,9 @@ def fingerprint(cpu_count: int) -> dict[str, Any]:
 
     import tensorflow as tf
 
-    from tfinput import bench
+    from tfinput.measure.probes import machine
 
-    info = dict(bench.machine(cpu_count=cpu_count))
+    info = dict(machine(cpu_count=cpu_count))
     accelerators = [
         d.device_type + ":" + d.name.rsplit(":", 1)[-1]
         for d in tf.config.list_physical_devices()
@@ -390,7 +391,7 @@ def describe_method(
     """`TuneResult.method`: how each number of a tuning run was measured.
 
     Args:
-      plan: The measurement of each trial (`tfinput.bench.WindowPlan`).
+      plan: The measurement of each trial (`tfinput.measure.windows.WindowPlan`).
       confirm_top: Distinct best configs re-measured in the confirmation.
       confirm_windows: Interleaved windows per config in the confirmation.
       study: The Optuna study (its pruner and sampler are named).

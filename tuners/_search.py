@@ -13,10 +13,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, TfinputError
 from tfinput.measure.target import Measurable, Target
+from tfinput.measure.windows import WindowPlan
 from tfinput.steps import Step
 from tuners._budget import stopped_by_timeout
 from tuners._confirm import (
@@ -134,10 +134,10 @@ class Tuning:
     ) -> Tuning:
         """The defaults of `tune`: input only, the available cores, ``current`` or
         ``PipelineConfig()`` as the base, the default space widened to the baselines."""
-        from tfinput import bench
+        from tfinput.measure.probes import available_cpus
 
         step = Step.of(step)
-        cores = cpu_count or bench.available_cpus()
+        cores = cpu_count or available_cpus()
         base = base or current or PipelineConfig()
         if space is None:
             space = SearchSpace.for_pipeline(pipeline, cpu_count=cores, step=step)

@@ -24,7 +24,7 @@ What happens:
    through the storage.
 4. **Confirmation** (`tuners._confirm`). The top configs are measured again, interleaved
    window by window with ``autotune`` (and the current config) by
-   `tfinput.bench.measure`, and the winner is the best *confirmed* median. The reported ratio is that of the confirmed
+   `tfinput.measure.compare.measure`, and the winner is the best *confirmed* median. The reported ratio is that of the confirmed
    medians, per round, so noise in the search does not inflate it. If the
    confirmation raises, it is run once more; if it fails again, the result is the
    best trial of the search, marked unconfirmed (``confirmation_error``).

@@ -188,8 +188,8 @@ def _space_and_base(
     pipeline: Measurable,
     step: Step | Callable[[Any], object] | None = None,
 ) -> tuple[Any, Any, Any]:
-    from tfinput import bench
     from tfinput.config import PipelineConfig
+    from tfinput.measure.probes import available_cpus
     from tuners._space import SearchSpace, parse_assignment
 
     current = PipelineConfig.from_json(args.current) if args.current else None
@@ -198,7 +198,7 @@ def _space_and_base(
         base = base.replace(batch_size=args.batch_size)
     space = SearchSpace.for_pipeline(
         pipeline,
-        cpu_count=bench.available_cpus(),
+        cpu_count=available_cpus(),
         batch_size=base.batch_size,
         tune_batch_size=args.tune_batch_size,
         tune_cache=args.tune_cache,
@@ -439,8 +439,8 @@ def _tune(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     """Run ``tfinput demo``: the tuner end to end on the built-in data."""
-    from tfinput import bench
     from tfinput.config import PipelineConfig
+    from tfinput.measure.probes import available_cpus
     from tuners._space import SearchSpace
 
     check_output(args.out, "--out", directory=True)
@@ -449,7 +449,7 @@ def _demo(args: argparse.Namespace) -> int:
     pipeline = demo_pipeline(args.data_dir, say=say)
     step = steps.make(args.step, schema=pipeline.schema, device_time_ms=args.device_time_ms)
     base = PipelineConfig(batch_size=DEMO["batch_size"])
-    space = SearchSpace.for_pipeline(pipeline, cpu_count=bench.available_cpus(), step=step)
+    space = SearchSpace.for_pipeline(pipeline, cpu_count=available_cpus(), step=step)
     say(
         f"tuning {DEMO['files']} TFRecord files ({DEMO['rows']:,} criteo-like rows, batch "
         f"{DEMO['batch_size']}) against step '{step.name}': {args.n_trials} trials, "

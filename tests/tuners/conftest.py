@@ -165,9 +165,9 @@ def rate_by_parallelism(config):
 
 
 def config_stats(name, ratio, low, high, *, stall=0.0, config=None):
-    """A confirmed config's `tfinput.bench.ConfigStats`: median ``1000 * ratio``
+    """A confirmed config's `tfinput.measure.stats.ConfigStats`: median ``1000 * ratio``
     examples/s, per-round ratios to autotune from ``low`` to ``high``."""
-    from tfinput.bench import ConfigStats
+    from tfinput.measure.stats import ConfigStats
 
     return ConfigStats(
         name=name,

@@ -11,8 +11,8 @@ import pytest
 
 from tests.helpers import run_cli
 from tests.tuners.conftest import FakeWorkload
-from tfinput.bench import TUNER_PLAN, WindowPlan
 from tfinput.config import PipelineConfig
+from tfinput.measure.windows import TUNER_PLAN, WindowPlan
 from tuners import measure
 from tuners._budget import MIN_WINDOWS, fit_budget, stopped_by_timeout
 from tuners._report import write_outputs

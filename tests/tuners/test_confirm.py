@@ -16,9 +16,9 @@ from tests.tuners.conftest import (
     rate_by_parallelism,
 )
 from tfinput import bench, steps
-from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
+from tfinput.measure.windows import WindowPlan, measure_window
 from tuners._confirm import (
     Remeasure,
     advice_sentences,
@@ -188,14 +188,12 @@ class LoopOwningWorkload:
     def owner(self, source, *, batch_size, warmup_batches, windows, window_batches, **kw):
         import dataclasses
 
-        from tfinput import bench
-
         it = iter(source)
         clocks = {"clock": self.clock, "cpu_clock": lambda: 0.0}
-        bench.measure_window(it, batches=warmup_batches, step=self.run, **clocks)
+        measure_window(it, batches=warmup_batches, step=self.run, **clocks)
         return [
             dataclasses.replace(
-                bench.measure_window(
+                measure_window(
                     it, batches=window_batches, step=self.run, batch_size=batch_size, **clocks
                 ),
                 wait_seconds=None,

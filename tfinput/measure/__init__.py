@@ -11,7 +11,10 @@ tune and profile (`tfinput.bench`, `tuners`, `profiles`), which all measure with
 - `tfinput.measure.options`: `MeasureOptions` (the plan's counts, the CPUs, the
   probes), what bench and the tuner take as ``measurement=``;
 - `tfinput.measure.probes`: clocks, CPU and memory counters, the CPU count, the
-  machine record.
+  machine record;
+- `tfinput.measure.compare`: configs side by side (`measure`, `BenchResult`), what
+  ``tfinput bench`` runs and the tuner confirms its winner with;
+- `tfinput.measure.roofline`: the machine's upper bound for a pipeline, stage by stage.
 
 The training steps measured against (`tfinput.steps`) belong to this layer too.
 Clocks, CPU counters and the CPU count are injectable, so every timing is testable

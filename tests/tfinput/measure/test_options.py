@@ -12,15 +12,16 @@ from tfinput import bench
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
 from tfinput.measure.options import MeasureOptions
+from tfinput.measure.windows import BENCH_PLAN, DEFAULT_WINDOW_SECONDS, TUNER_PLAN, WindowPlan
 
 
 def test_measure_options_fill_the_plan_from_a_default_and_keep_given_clocks():
     options = MeasureOptions(windows=3)
-    assert options.plan(bench.BENCH_PLAN, what="x") == bench.WindowPlan(
-        warmup_batches=8, windows=3, window_batches=20, window_seconds=bench.DEFAULT_WINDOW_SECONDS
+    assert options.plan(BENCH_PLAN, what="x") == WindowPlan(
+        warmup_batches=8, windows=3, window_batches=20, window_seconds=DEFAULT_WINDOW_SECONDS
     )
     with pytest.raises(ConfigError, match=r"^tune: windows must be an int >= 1, got 0$"):
-        MeasureOptions(windows=0).plan(bench.TUNER_PLAN, what="tune")
+        MeasureOptions(windows=0).plan(TUNER_PLAN, what="tune")
     clock = FakeClock()
     assert MeasureOptions(clock=clock).clocks() == {"clock": clock}
     assert MeasureOptions().clocks() == {}

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfinput import bench
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure.stats import interleave, stall_fraction
+from tfinput.measure.stats import interleave, stall_fraction, summarize
+from tfinput.measure.windows import Window
 
 
 def _window(*, rate=100.0, wait=0.25, seconds=1.0, r=0, name="", cpu=0.5, rss=0):
-    return bench.Window(
+    return Window(
         name=name,
         round=r,
         batches=1,
@@ -28,7 +28,7 @@ def _window(*, rate=100.0, wait=0.25, seconds=1.0, r=0, name="", cpu=0.5, rss=0)
 
 def test_summarize_spread_and_paired_ratios():
     def win(name, r, rate):
-        return bench.Window(
+        return Window(
             name=name,
             round=r,
             batches=1,
@@ -43,29 +43,29 @@ def test_summarize_spread_and_paired_ratios():
         "base": [win("base", 0, 100), win("base", 1, 200), win("base", 2, 100)],
         "new": [win("new", 0, 150), win("new", 1, 200), win("new", 2, 300)],
     }
-    stats = {s.name: s for s in bench.summarize(windows, baseline="base", cpu_count=2, bound=400)}
+    stats = {s.name: s for s in summarize(windows, baseline="base", cpu_count=2, bound=400)}
     new = stats["new"]
     assert (new.median, new.minimum, new.maximum) == (200, 150, 300)
     assert new.cv == pytest.approx(np.std([150, 200, 300], ddof=1) / np.mean([150, 200, 300]))
     assert (new.ratio, new.ratio_min, new.ratio_max) == (1.5, 1.0, 3.0)  # per round
     assert new.roofline_fraction == 0.5 and new.stall == 0.25 and new.utilisation == 0.25
     with pytest.raises(ConfigError, match="baseline 'other'"):
-        bench.summarize(windows, baseline="other")
+        summarize(windows, baseline="other")
 
 
 def test_summarize_keeps_stall_when_every_window_knows_it():
     def window(wait):
-        return bench.Window(
+        return Window(
             batches=1, examples=1, seconds=1.0, cpu_seconds=1.0, batch_seconds=(1.0,),
             wait_seconds=wait,
         )  # fmt: skip
 
-    known, unknown = bench.summarize({"k": [window(0.25), window(0.75)], "u": [window(None)]})
+    known, unknown = summarize({"k": [window(0.25), window(0.75)], "u": [window(None)]})
     assert known.stall == pytest.approx(0.5) and unknown.stall is None
 
 
 def test_summarize_without_baseline_or_bound_has_no_ratios():
-    (s,) = bench.summarize({"a": [_window(rate=100.0, rss=2**21), _window(rate=300.0, r=1)]})
+    (s,) = summarize({"a": [_window(rate=100.0, rss=2**21), _window(rate=300.0, r=1)]})
     assert (s.ratio, s.ratio_min, s.ratio_max, s.roofline_fraction) == (None,) * 4
     assert s.median == 200.0 and s.config is None and s.peak_rss_mb == 2.0
     assert s.cores_busy == 0.5 and s.utilisation == 0.5  # cpu_count defaults to 1
@@ -77,7 +77,7 @@ def test_summarize_records_the_configs_and_skips_rounds_the_baseline_lacks():
         "base": [_window(rate=100.0, r=0)],
         "new": [_window(rate=200.0, r=0), _window(rate=400.0, r=1)],
     }
-    base, new = bench.summarize(windows, configs={"new": config}, baseline="base")
+    base, new = summarize(windows, configs={"new": config}, baseline="base")
     assert base.config is None and new.config is config
     assert (base.ratio, new.ratio, new.ratio_max) == (1.0, 2.0, 2.0)  # round 1 has no pair
 
@@ -111,7 +111,7 @@ def test_stall_fraction():
 
 
 def test_config_stats_to_dict_rounds_and_nests():
-    (s,) = bench.summarize(
+    (s,) = summarize(
         {"a": [_window(rate=123.456, wait=1 / 3, r=0)]},
         configs={"a": PipelineConfig(batch_size=4)},
         baseline="a",

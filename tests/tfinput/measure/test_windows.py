@@ -15,14 +15,27 @@ from tests.tfinput.measure.conftest import FakeClock, FakeCpu, batches
 from tfinput import bench, steps
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError
-from tfinput.measure.windows import close_iterator, consecutive_windows, warm_up
+from tfinput.measure.windows import (
+    BENCH_PLAN,
+    CAPTURE_PLAN,
+    DEFAULT_WINDOW_SECONDS,
+    TUNER_PLAN,
+    Window,
+    WindowPlan,
+    batch_rows,
+    close_iterator,
+    consecutive_windows,
+    measure_window,
+    run_window,
+    warm_up,
+)
 
 
 def test_measure_window_counts_time_wait_and_latency():
     clock = FakeClock()
     step = steps.simulated_step(0.02, sleep=clock.sleep)
     it = batches(clock, rows=4, produce_s=0.01)
-    w = bench.measure_window(
+    w = measure_window(
         it, batches=10, step=step, clock=clock, cpu_clock=FakeCpu(clock, 1.5), rss=lambda: 7
     )
     assert (w.batches, w.examples) == (10, 40)
@@ -36,7 +49,7 @@ def test_measure_window_counts_time_wait_and_latency():
 
 def test_measure_window_stops_when_data_ends_and_needs_one_batch():
     clock = FakeClock()
-    w = bench.measure_window(
+    w = measure_window(
         batches(clock, rows=3, produce_s=0.5, count=2),
         batches=10,
         clock=clock,
@@ -45,14 +58,14 @@ def test_measure_window_stops_when_data_ends_and_needs_one_batch():
     )
     assert (w.batches, w.examples, w.seconds) == (2, 6, pytest.approx(1.0))
     with pytest.raises(DataError, match="no batch"):
-        bench.measure_window(iter([]), batches=3, clock=clock, cpu_clock=clock, rss=lambda: 0)
+        measure_window(iter([]), batches=3, clock=clock, cpu_clock=clock, rss=lambda: 0)
 
 
 def test_measure_window_sync_is_timed_in_the_window():
     """An asynchronous step blocks in ``sync`` before the window's end is taken."""
     clock = FakeClock()
     it = batches(clock, rows=4, produce_s=0.01)
-    w = bench.measure_window(
+    w = measure_window(
         it, batches=3, clock=clock, cpu_clock=FakeCpu(clock, 1.0), sync=lambda: clock.sleep(0.5)
     )
     assert w.seconds == pytest.approx(0.53)
@@ -65,9 +78,7 @@ def test_measure_window_counts_fixed_batch_size_or_with_count():
 
     def window(**kw):
         it = batches(clock, rows=3, produce_s=0.1)
-        return bench.measure_window(
-            it, batches=2, clock=clock, cpu_clock=clock, rss=lambda: 0, **kw
-        )
+        return measure_window(it, batches=2, clock=clock, cpu_clock=clock, rss=lambda: 0, **kw)
 
     assert window().examples == 6  # batch_rows: 3 per batch
     assert window(batch_size=10).examples == 20  # drop_remainder: the config's size
@@ -85,7 +96,7 @@ def test_measure_window_counts_fixed_batch_size_or_with_count():
     ids=["pipeline-output", "first-leaf", "record-batch", "no-leaf"],
 )
 def test_batch_rows(batch, rows):
-    assert bench.batch_rows(batch) == rows
+    assert batch_rows(batch) == rows
 
 
 @pytest.mark.parametrize(
@@ -99,7 +110,7 @@ def test_batch_rows(batch, rows):
     ids=["tensor", "arrow-table", "skips-scalar-leaf", "scalar"],
 )
 def test_batch_rows_of_tensors_tables_and_scalars(batch, rows):
-    assert bench.batch_rows(batch) == rows
+    assert batch_rows(batch) == rows
 
 
 def test_run_window_uses_a_fresh_iterator_and_excludes_warmup():
@@ -116,13 +127,13 @@ def test_run_window_uses_a_fresh_iterator_and_excludes_warmup():
         return gen()
 
     for _ in range(2):
-        w = bench.run_window(
+        w = run_window(
             make, warmup_batches=1, window_batches=4, clock=clock, cpu_clock=clock, rss=lambda: 0
         )
         assert w.seconds == pytest.approx(0.4)  # the 5 s start-up is not in the window
     assert len(made) == 2
     with pytest.raises(DataError, match="ended after 2 warm-up"):
-        bench.run_window(
+        run_window(
             lambda: batches(clock, rows=1, produce_s=0, count=2),
             warmup_batches=3,
             window_batches=1,
@@ -134,7 +145,7 @@ def test_run_window_hands_warmup_batches_to_the_step_and_closes_the_iterator():
     clock = FakeClock()
     seen: list[int] = []
     gen = batches(clock, rows=2, produce_s=0.1)
-    w = bench.run_window(
+    w = run_window(
         lambda: gen,
         warmup_batches=3,
         window_batches=2,
@@ -177,7 +188,7 @@ def _consecutive(clock, plan, **kw):
 
 def test_consecutive_windows_continue_one_iterator_after_one_warmup():
     clock = FakeClock()
-    plan = bench.WindowPlan(warmup_batches=2, windows=3, window_batches=5)
+    plan = WindowPlan(warmup_batches=2, windows=3, window_batches=5)
     ws = _consecutive(clock, plan)
     assert [w.round for w in ws] == [0, 1, 2]
     assert [w.examples for w in ws] == [20, 20, 20]
@@ -187,17 +198,17 @@ def test_consecutive_windows_continue_one_iterator_after_one_warmup():
 
 def test_consecutive_windows_stop_when_report_says_so_and_raise_when_data_runs_out():
     clock = FakeClock()
-    plan = bench.WindowPlan(warmup_batches=1, windows=4, window_batches=2)
+    plan = WindowPlan(warmup_batches=1, windows=4, window_batches=2)
     seen: list[tuple[int, float]] = []
     ws = _consecutive(clock, plan, report=lambda i, rate: seen.append((i, rate)) or i == 1)
     assert len(ws) == 2 and [i for i, _ in seen] == [0, 1]
     assert seen[0][1] == pytest.approx(40.0)  # 8 examples in 0.2 s
     with pytest.raises(DataError, match="only 1"):
-        _consecutive(clock, bench.WindowPlan(warmup_batches=3, windows=1), count=1)
+        _consecutive(clock, WindowPlan(warmup_batches=3, windows=1), count=1)
 
 
 def test_window_to_dict_and_rates_of_an_instant_window():
-    w = bench.Window(
+    w = Window(
         name="a",
         round=2,
         batches=2,
@@ -218,7 +229,7 @@ def test_window_to_dict_and_rates_of_an_instant_window():
         "wait_seconds": None,
         "peak_rss_mb": 3.0,
     }
-    instant = bench.Window(
+    instant = Window(
         batches=1, examples=1, seconds=0.0, cpu_seconds=0.0, batch_seconds=(0.0,),
         wait_seconds=0.0,
     )  # fmt: skip
@@ -238,16 +249,16 @@ def test_window_to_dict_and_rates_of_an_instant_window():
 )
 def test_window_plan_names_the_bad_field(field, value):
     with pytest.raises(ConfigError, match=rf"WindowPlan\.{field}: expected an int"):
-        bench.WindowPlan(**{field: value})
+        WindowPlan(**{field: value})
 
 
 def test_window_plan_checked_names_the_caller():
-    plan = bench.WindowPlan.checked("benchmark", warmup_batches=0, windows=2, window_batches=3)
-    assert plan == bench.WindowPlan(warmup_batches=0, windows=2, window_batches=3)
+    plan = WindowPlan.checked("benchmark", warmup_batches=0, windows=2, window_batches=3)
+    assert plan == WindowPlan(warmup_batches=0, windows=2, window_batches=3)
     with pytest.raises(
         ConfigError, match=r"^benchmark: window_batches must be an int >= 1, got 0$"
     ):
-        bench.WindowPlan.checked("benchmark", warmup_batches=0, windows=2, window_batches=0)
+        WindowPlan.checked("benchmark", warmup_batches=0, windows=2, window_batches=0)
 
 
 def test_window_plan_carries_every_default():
@@ -259,7 +270,7 @@ def test_window_plan_carries_every_default():
     params = inspect.signature(tuners.measure).parameters
     # tuners.measure leaves the window size to the plan (None): TUNER_PLAN's.
     given = MeasureOptions(**{k: params[k].default for k in keys})
-    assert given.plan(bench.TUNER_PLAN, what="tuner") == bench.TUNER_PLAN
+    assert given.plan(TUNER_PLAN, what="tuner") == TUNER_PLAN
 
     ticks = itertools.count()
     measured = bench.measure(
@@ -267,13 +278,13 @@ def test_window_plan_carries_every_default():
         {"only": PipelineConfig()},
         clock=lambda: float(next(ticks)),
     ).method
-    measured_plan = bench.WindowPlan(**{k: measured[k] for k in keys})
-    seconds = bench.DEFAULT_WINDOW_SECONDS
-    assert measured_plan == bench.BENCH_PLAN
-    assert bench.WindowPlan(warmup_batches=8, window_seconds=seconds) == bench.BENCH_PLAN
-    assert bench.WindowPlan(window_seconds=seconds) == bench.TUNER_PLAN
-    assert CaptureConfig().window_plan == bench.CAPTURE_PLAN
-    assert bench.TUNER_PLAN.to_dict() == {
+    measured_plan = WindowPlan(**{k: measured[k] for k in keys})
+    seconds = DEFAULT_WINDOW_SECONDS
+    assert measured_plan == BENCH_PLAN
+    assert WindowPlan(warmup_batches=8, window_seconds=seconds) == BENCH_PLAN
+    assert WindowPlan(window_seconds=seconds) == TUNER_PLAN
+    assert CaptureConfig().window_plan == CAPTURE_PLAN
+    assert TUNER_PLAN.to_dict() == {
         "warmup_batches": 5,
         "windows": 5,
         "window_batches": 20,
@@ -292,11 +303,11 @@ def test_timed_plan_sizes_windows_from_the_warm_up_rate_without_its_first_batch(
         clock.sleep(3.0)
         yield from batches(clock, rows=4, produce_s=0.1)
 
-    plan = bench.WindowPlan(warmup_batches=3, windows=2, window_batches=1, window_seconds=0.5)
+    plan = WindowPlan(warmup_batches=3, windows=2, window_batches=1, window_seconds=0.5)
     ws = _consecutive_of(clock, slow_start(), plan)
     assert [w.batches for w in ws] == [5, 5]
     assert all(w.seconds == pytest.approx(0.5) for w in ws)
-    least = bench.WindowPlan(warmup_batches=3, windows=1, window_batches=8, window_seconds=0.5)
+    least = WindowPlan(warmup_batches=3, windows=1, window_batches=8, window_seconds=0.5)
     assert [w.batches for w in _consecutive(clock, least)] == [8]
 
 
@@ -311,10 +322,10 @@ def test_timed_window_goes_on_until_the_target_when_the_pipeline_slows_down():
             clock.sleep(next(speeds))
             yield {"label": np.zeros(2)}
 
-    plan = bench.WindowPlan(warmup_batches=3, windows=1, window_batches=1, window_seconds=0.5)
+    plan = WindowPlan(warmup_batches=3, windows=1, window_batches=1, window_seconds=0.5)
     (w,) = _consecutive_of(clock, batches_at(), plan)
     assert w.batches == 10 and w.seconds == pytest.approx(0.5)  # 5 from the rate, 5 more
-    w = bench.measure_window(
+    w = measure_window(
         batches(clock, rows=1, produce_s=0.1),
         batches=2,
         min_seconds=1.0,
@@ -327,7 +338,7 @@ def test_timed_window_goes_on_until_the_target_when_the_pipeline_slows_down():
 
 def test_run_window_with_a_target_sizes_the_fresh_iterators_window():
     clock = FakeClock()
-    w = bench.run_window(
+    w = run_window(
         lambda: batches(clock, rows=2, produce_s=0.25),
         warmup_batches=3,
         window_batches=1,
@@ -338,13 +349,13 @@ def test_run_window_with_a_target_sizes_the_fresh_iterators_window():
     )
     assert (w.batches, w.examples, w.seconds) == (4, 8, pytest.approx(1.0))
     with pytest.raises(DataError, match="ended after 0 warm-up"):
-        bench.run_window(lambda: iter([]), warmup_batches=2, window_batches=1, window_seconds=1.0)
+        run_window(lambda: iter([]), warmup_batches=2, window_batches=1, window_seconds=1.0)
 
 
 @pytest.mark.parametrize(
     ("given", "expected"),
     [
-        ({}, (20, bench.DEFAULT_WINDOW_SECONDS)),  # the plan's: sized by time
+        ({}, (20, DEFAULT_WINDOW_SECONDS)),  # the plan's: sized by time
         ({"window_batches": 3}, (3, 0.0)),  # a count alone: that fixed count
         ({"window_batches": 3, "window_seconds": 0.2}, (3, 0.2)),  # both: the least of each
         ({"window_seconds": 0}, (20, 0.0)),
@@ -354,7 +365,7 @@ def test_run_window_with_a_target_sizes_the_fresh_iterators_window():
 def test_measure_options_window_rule(given, expected):
     from tfinput.measure.options import MeasureOptions
 
-    plan = MeasureOptions(**given).plan(bench.TUNER_PLAN, what="tune")
+    plan = MeasureOptions(**given).plan(TUNER_PLAN, what="tune")
     assert (plan.window_batches, plan.window_seconds) == expected
     assert plan.timed is (expected[1] > 0)
 
@@ -364,9 +375,9 @@ def test_window_seconds_must_be_a_finite_number_at_least_zero(value):
     from tfinput.measure.options import MeasureOptions
 
     with pytest.raises(ConfigError, match=r"^tune: window_seconds must be a finite number >= 0"):
-        MeasureOptions(window_seconds=value).plan(bench.TUNER_PLAN, what="tune")
+        MeasureOptions(window_seconds=value).plan(TUNER_PLAN, what="tune")
     with pytest.raises(ConfigError, match=r"WindowPlan\.window_seconds: expected a finite"):
-        bench.WindowPlan(window_seconds=value)
+        WindowPlan(window_seconds=value)
 
 
 def _consecutive_of(clock, iterator, plan):

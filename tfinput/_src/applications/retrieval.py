@@ -147,7 +147,7 @@ def candidate_corpus(
 # ------------------------------------------------------------------ model
 def _two_tower_class() -> type:
     """`TwoTowerModel` (Keras imported now)."""
-    from tfinput._src.measurement._two_tower import TwoTowerModel
+    from tfinput._src.measurement.models._two_tower import TwoTowerModel
 
     return TwoTowerModel
 

@@ -1,6 +1,6 @@
 """Options objects: small frozen dataclasses, and their flat keywords.
 
-An entry point (`tuners.tune`, `tfinput.convert.convert`, `tfinput.bench.measure`)
+An entry point (`tuners.tune`, `tfinput.convert.convert`, `tfinput.measure.compare.measure`)
 takes one options object made of small groups (what is measured, what is confirmed,
 what is written). Each field may also be given as a keyword of the entry point, as
 before the objects existed: `with_keywords` sets it on the group that owns a field of

@@ -30,7 +30,6 @@ lists the knobs that may change).
 from __future__ import annotations
 
 from tfinput._src.core._input_iterator import InputIterator, distributed_steps, epoch_seed
-from tfinput._src.core._keras_checkpoint import KerasInputCheckpoint
 from tfinput._src.core._resume_identity import (
     COMPACT_FORMAT,
     STATE_FORMAT,
@@ -38,6 +37,7 @@ from tfinput._src.core._resume_identity import (
     identity_differences,
     pipeline_identity,
 )
+from tfinput._src.core._resume_keras import KerasInputCheckpoint
 from tfinput._src.core._resume_verify import verify
 
 __all__ = [

@@ -1,3 +1,4 @@
 """The measurement layer: how a pipeline feeding a step is timed (window plans, probes,
-statistics, what is measured), the training steps measured against and the built-in
-models they train, device prefetch. Imports only the core."""
+statistics, what is measured, configs side by side, the roofline), the training steps
+measured against and the Keras models they train (`models`). Bench, the tuner and the
+profiler all measure with it. Imports only the core."""

@@ -1,6 +1,6 @@
 """`MeasureOptions`: how a measurement is taken, in one frozen object.
 
-`tfinput.bench.measure` and `tuners.tune` take it (``measurement=``); its fields are
+`tfinput.measure.compare.measure` and `tuners.tune` take it (``measurement=``); its fields are
 also their keywords (``windows=``, ``clock=``, ...).
 """
 

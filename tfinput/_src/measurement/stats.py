@@ -142,7 +142,7 @@ def summarize(
       baseline: Config the ratios are relative to (None: no ratios).
       cpu_count: CPUs, for utilisation.
       bound: The roofline bound in examples/s, for fractions: one for every config, or
-        ``{name: bound}`` (`tfinput.bench.Roofline.predict` per config; a config
+        ``{name: bound}`` (`tfinput.measure.roofline.Roofline.predict` per config; a config
         missing from it gets no fraction). None: no fractions.
 
     Returns:

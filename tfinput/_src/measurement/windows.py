@@ -71,7 +71,7 @@ def _is_count(value: Any, minimum: int) -> bool:
 class WindowPlan:
     """How a measurement is cut into windows (shared by bench, tuner and profiler).
 
-    The same numbers drive ``tfinput bench`` (`tfinput.bench.measure`), the
+    The same numbers drive ``tfinput bench`` (`tfinput.measure.compare.measure`), the
     tuner's trial (`tuners.measure`, `tuners.tune`), the roofline stages and the
     profiler's capture (warm-up steps, then one window of profiled steps). The
     defaults differ only where the measurement differs (see the ``*_PLAN`` constants):
@@ -184,9 +184,9 @@ class WindowPlan:
 
 #: `tuners.measure` and `tuners.tune` (see `WindowPlan`).
 TUNER_PLAN = WindowPlan(window_seconds=DEFAULT_WINDOW_SECONDS)
-#: `tfinput.bench.measure` and ``tfinput bench``.
+#: `tfinput.measure.compare.measure` and ``tfinput bench``.
 BENCH_PLAN = WindowPlan(warmup_batches=8, window_seconds=DEFAULT_WINDOW_SECONDS)
-#: `tfinput.bench.roofline`, per stage.
+#: `tfinput.measure.roofline`, per stage.
 ROOFLINE_PLAN = WindowPlan(warmup_batches=2, windows=3, window_batches=10)
 #: `profiles._capture`: warm-up steps, then one window of profiled steps.
 CAPTURE_PLAN = WindowPlan(warmup_batches=5, windows=1, window_batches=10)

@@ -40,7 +40,7 @@ def jax_put(sharding: Any) -> Callable[[Any], Any]:
 def device_feed(source: Iterable[Any], *, size: int, sharding: Any = None) -> Iterator[Any]:
     """Batches of ``source`` on the JAX device: ``size`` ahead on a thread when > 0,
     else converted and put on the consumer's thread when it asks."""
-    from tfinput._src.measurement.device_prefetch import to_jax
+    from tfinput._src.core.device_prefetch import to_jax
 
     if size > 0:
         return to_jax(source, size=size, sharding=sharding)
@@ -66,7 +66,7 @@ def loop_windows(
     """Windows of a step that feeds the device itself: ``run`` on every batch of
     ``feed(source)``, ``sync()`` before each window's end is taken (the
     `tfinput.steps.Step.run_windows` of such steps); ``window_seconds`` sizes the
-    windows by time as `tfinput.bench.WindowPlan` does.
+    windows by time as `tfinput.measure.windows.WindowPlan` does.
 
     Raises:
       DataError: the data ended during the warm-up.

@@ -1,4 +1,4 @@
-"""``tfinput bench``: pipeline configs measured side by side (`tfinput.bench.measure`),
+"""``tfinput bench``: pipeline configs measured side by side (`tfinput.measure.compare.measure`),
 optionally with the machine's roofline, and their human-readable report."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tfinput._src.measurement.options import MeasureOptions
 from tfinput._src.measurement.target import Target
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput._src.applications.bench.compare import BenchResult
+    from tfinput._src.measurement.compare import BenchResult
 
 __all__ = ["BENCH_COMMAND", "print_bench", "roofline_lines"]
 
@@ -99,8 +99,9 @@ def _measurement(args: argparse.Namespace) -> MeasureOptions:
 
 def _bench(args: argparse.Namespace) -> int:
     """Measure configs side by side (and optionally the roofline)."""
-    from tfinput._src.applications import bench
     from tfinput._src.measurement import steps
+    from tfinput._src.measurement.compare import load_configs, measure
+    from tfinput._src.measurement.roofline import roofline
 
     check_output(args.out, "--out", directory=False)
     pipeline = pipeline_from_args(args)
@@ -109,13 +110,13 @@ def _bench(args: argparse.Namespace) -> int:
         raise ConfigError("--target-rate needs --service")
     fleet = service.fleet if service is not None else None
     if fleet is not None and not args.config:
-        base = bench.load_configs(["autotune"], batch_size=args.batch_size)["autotune"]
+        base = load_configs(["autotune"], batch_size=args.batch_size)["autotune"]
         configs = {
             f"{w} worker{'s' if w > 1 else ''}": base.replace(service_workers=w)
             for w in range(1, fleet.max_workers + 1)
         }
     else:
-        configs = bench.load_configs(
+        configs = load_configs(
             args.config or ["naive", "heuristic", "autotune"],
             cpu_count=args.cpu_count,
             batch_size=args.batch_size,
@@ -126,7 +127,7 @@ def _bench(args: argparse.Namespace) -> int:
         if args.roofline:
             sizes = {c.batch_size for c in configs.values()}
             task = bar.add_task("roofline", total=None)
-            rl = bench.roofline(
+            rl = roofline(
                 pipeline,
                 batch_size=max(sizes),
                 windows=args.roofline_windows,
@@ -139,7 +140,7 @@ def _bench(args: argparse.Namespace) -> int:
                 ),
             )
         task = bar.add_task("configs", total=args.windows * len(configs))
-        result = bench.measure(
+        result = measure(
             pipeline,
             configs,
             step=step,
@@ -191,7 +192,7 @@ def _window_size(method: dict[str, Any]) -> str:
 
 
 def print_bench(result: BenchResult, console: Any) -> None:
-    """The human-readable report of a `tfinput.bench.BenchResult`."""
+    """The human-readable report of a `tfinput.measure.compare.BenchResult`."""
     from rich.table import Table as RichTable
 
     m, hw = result.method, result.machine
@@ -245,7 +246,7 @@ def print_bench(result: BenchResult, console: Any) -> None:
 
 
 def roofline_lines(rl: Any) -> list[str]:
-    """The lines explaining a `tfinput.bench.Roofline`: the parallel bound, the CPU
+    """The lines explaining a `tfinput.measure.roofline.Roofline`: the parallel bound, the CPU
     cost per example, then each probed config's serial stage and prediction."""
     cost = rl.cost_us()
     full, read = rl.stage("full"), rl.stage("read")
@@ -259,7 +260,7 @@ def roofline_lines(rl: Any) -> list[str]:
         f"{cost['total']:.2f} us (stages ran at {full.cores_busy:.2f}/"
         f"{rl.stage('parse').cores_busy:.2f}/{read.cores_busy:.2f} cores busy: full/parse/read)",
     ]
-    from tfinput._src.applications.bench import serial_advice
+    from tfinput._src.measurement.roofline import serial_advice
 
     for s in rl.serial:
         p = rl.predict(s.config)

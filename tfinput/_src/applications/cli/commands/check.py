@@ -170,7 +170,7 @@ def _resume_config(args: argparse.Namespace) -> tuple[Any, list[str]]:
     from tfinput._src.core.config import PipelineConfig
 
     if args.config:
-        from tfinput._src.applications.bench import load_configs
+        from tfinput._src.measurement.compare import load_configs
 
         # A preset gets the check's small batch size; a saved config keeps its own;
         # --batch-size, when given, sets either.

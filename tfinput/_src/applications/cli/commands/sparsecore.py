@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     stacking = _stacking(args.stack)
     config = None
     if args.config:
-        from tfinput._src.applications.bench import load_configs
+        from tfinput._src.measurement.compare import load_configs
 
         (config,) = load_configs([args.config]).values()
     pipeline = tfinput_pipeline_from_args(args, command="sparsecore")

@@ -1,5 +1,6 @@
-"""`KerasInputCheckpoint`: Keras ``fit`` saved with its input position, in checkpoint
-folders that a crash at any point leaves whole. `tfinput.resume` is the public API."""
+"""The Keras ``fit`` side of resume: `KerasInputCheckpoint` saves the model with its input
+position, in checkpoint folders that a crash at any point leaves whole. It imports Keras
+only to make its callback. `tfinput.resume` is the public API."""
 
 from __future__ import annotations
 

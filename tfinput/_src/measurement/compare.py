@@ -1,11 +1,36 @@
 """Configs side by side: `measure`, its `BenchResult`, and the configs it compares.
 
-`measure` is the side-by-side comparison behind ``tfinput bench``: each config gets
-a fresh iterator per window (`tfinput.bench.run_window`), configs take turns window by
-window (`tfinput.measure.stats.interleave`), and the windows are summarized per config
-(`tfinput.bench.summarize`). The tuner's `tuners.measure` is the per-config primitive
-(one iterator, consecutive windows); this module never calls it, and it never calls
-this one: both build on `tfinput.measure.windows` and share `WindowPlan`.
+`measure` is the side-by-side comparison behind ``tfinput bench`` (`tfinput.bench`) and
+the tuner's confirmation. How it measures (and records in ``BenchResult.method``):
+
+- **Windows.** A *window* is consecutive batches consumed from a **fresh iterator**
+  (`iter(pipeline.build(config, repeat=True))`) after ``warmup_batches`` batches that
+  are not timed; it lasts at least ``window_seconds`` (``DEFAULT_WINDOW_SECONDS``), its
+  batches sized from the warm-up's rate, and holds at least ``window_batches``
+  (``window_batches`` given alone: exactly that many). A fresh iterator per window makes
+  every window pay the same start-up (threads, open files, buffer filling), and the
+  warm-up takes that start-up out of the measurement; a continuing iterator would
+  let the first config's window absorb it alone and carry buffers filled during
+  another config's turn.
+- **Interleaving.** Configs take turns, window by window (``A B C A B C ...``,
+  `tfinput.measure.stats.interleave`), so slow drift of the machine (other jobs,
+  thermal, page cache) touches every config alike; window ``i`` of each config belongs
+  to round ``i``, and ratios against the baseline are computed per round, then
+  summarized (`tfinput.measure.stats.summarize`).
+- **Statistics.** Per config: the median examples/s over windows (robust to one
+  disturbed window), the spread (min-max and coefficient of variation), per-batch
+  latency p50/p99 (the time between consecutive batches as the consumer sees it,
+  step included), the fraction of time the consumer waited for input (``stall``),
+  CPU use of the whole process during windows (``cores_busy``: CPU-seconds per
+  second, from `time.process_time`) and the peak resident memory sampled after every batch.
+  Runs of one config vary from run to run: differences smaller than the spread are
+  not differences.
+- **Step.** Each batch is handed to a `tfinput.steps.Step` (default ``input_only``),
+  so the same measurement serves a simulated or real training step.
+
+The tuner's `tuners.measure` is the per-config primitive (one iterator, consecutive
+windows); this module never calls it, and it never calls this one: both build on
+`tfinput.measure.windows` and share `WindowPlan`.
 """
 
 from __future__ import annotations
@@ -16,9 +41,8 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tfinput._src.applications.bench.bound import Roofline
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.options import with_keywords
@@ -30,6 +54,7 @@ from tfinput._src.measurement.probes import (
     peak_rss_bytes,
     process_cpu_seconds,
 )
+from tfinput._src.measurement.roofline import Roofline
 from tfinput._src.measurement.stats import ConfigStats, interleave, summarize
 from tfinput._src.measurement.steps.base import Step
 from tfinput._src.measurement.target import Measurable, Target
@@ -41,9 +66,6 @@ from tfinput._src.measurement.windows import (
     WindowPlan,
     run_window,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["BENCH_FORMAT", "BenchResult", "load_configs", "measure", "preset_configs"]
 

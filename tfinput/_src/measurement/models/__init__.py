@@ -6,6 +6,10 @@ XLA (``jit_compile=True``) on GPU and CPU, unlike ``embedding_lookup_sparse`` or
 ragged inputs. They are what the tuner's built-in ranking step and the examples use.
 `RankingModel` accepts batches in either layout, per-feature or packed
 (`tfinput.layout`).
+
+The package holds every Keras model the steps and examples train: this module's ranking
+model and layers, the two-tower retrieval model (`_two_tower`, made by
+`tfinput.retrieval`) and their embedding-table optimizer (`_table_optimizer`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from keras import layers, ops
 
 from tfinput._src.core.layout import PackedLayout, is_packed, unpack
 from tfinput._src.core.schema import Categorical, MultiHot, Schema
-from tfinput._src.measurement._table_optimizer import SparseTableAdam
+from tfinput._src.measurement.models._table_optimizer import SparseTableAdam
 
 __all__ = [
     "PaddedEmbeddingBag",

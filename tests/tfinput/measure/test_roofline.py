@@ -1,18 +1,19 @@
-"""`tfinput._src.applications.bench.bound`: the roofline, from measured stages and on real files."""
+"""`tfinput.measure.roofline`: the roofline, from measured stages and on real files."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfinput import bench
-from tfinput._src.applications.bench.bound import FULL_DESCRIPTION, pipeline_stages
+from tfinput._src.measurement.roofline import FULL_DESCRIPTION, pipeline_stages
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, SourceError
+from tfinput.measure import roofline as roof
 from tfinput.measure.options import MeasureOptions
+from tfinput.measure.windows import ROOFLINE_PLAN, Window
 
 
 def _stage(name, cpu_rate, *, wall=None, cores=1.0):
-    return bench.Stage(
+    return roof.Stage(
         name=name,
         description=name,
         examples_per_s=wall or cpu_rate,
@@ -29,15 +30,15 @@ def _stage(name, cpu_rate, *, wall=None, cores=1.0):
 def test_roofline_model(files, read, limited_by, bound):
     full = _stage("full", 1e5, wall=1.2e5, cores=1.2)
     stages = [_stage("read", read), _stage("parse", 1.2e5), full]
-    rl = bench.roofline_from_stages(stages, cores=2, files=files)
+    rl = roof.roofline_from_stages(stages, cores=2, files=files)
     assert (rl.limited_by, rl.bound) == (limited_by, bound)
     assert rl.cpu_bound == 2e5  # cores x examples per CPU-second, not the wall rate
 
 
 def test_roofline_from_stages_needs_all_three_in_order():
     with pytest.raises(ConfigError, match=r"roofline: stages \['parse'\] are missing"):
-        bench.roofline_from_stages([_stage("read", 1e6), _stage("full", 1e5)], cores=2, files=2)
-    rl = bench.roofline_from_stages(
+        roof.roofline_from_stages([_stage("read", 1e6), _stage("full", 1e5)], cores=2, files=2)
+    rl = roof.roofline_from_stages(
         [_stage("full", 1e5), _stage("read", 1e6), _stage("parse", 2e5)], cores=4, files=0
     )
     assert [s.name for s in rl.stages] == ["read", "parse", "full"]
@@ -47,7 +48,7 @@ def test_roofline_from_stages_needs_all_three_in_order():
 
 def test_cost_per_example_is_the_difference_of_stages():
     # parse measured faster than read (noise): its own cost is clamped at zero.
-    rl = bench.roofline_from_stages(
+    rl = roof.roofline_from_stages(
         [_stage("read", 4e5), _stage("parse", 5e5), _stage("full", 1e5)], cores=1, files=1
     )
     assert rl.cost_us() == pytest.approx(
@@ -61,19 +62,19 @@ def test_cost_per_example_is_the_difference_of_stages():
 
 def test_stage_from_windows_takes_medians_and_falls_back_to_the_wall_rate():
     def window(examples, cpu):
-        return bench.Window(
+        return Window(
             batches=1, examples=examples, seconds=1.0, cpu_seconds=cpu, batch_seconds=(1.0,),
             wait_seconds=0.0,
         )  # fmt: skip
 
-    s = bench.Stage.from_windows("read", "bytes", [window(100, 0.5), window(300, 0.0)])
+    s = roof.Stage.from_windows("read", "bytes", [window(100, 0.5), window(300, 0.0)])
     assert (s.examples_per_s, s.examples_per_cpu_s) == (200.0, 250.0)  # medians of 100|300, 200|300
     assert s.cores_busy == 0.25 and len(s.windows) == 2
     assert _stage("x", 0.0).us_per_example == float("inf")
 
 
 def _serial(config, rate, *, elements=4096.0, batch=4096):
-    return bench.SerialStage(
+    return roof.SerialStage(
         config=config,
         elements_per_batch=elements,
         batch_size=batch,
@@ -84,7 +85,7 @@ def _serial(config, rate, *, elements=4096.0, batch=4096):
 
 def test_prediction_adds_the_serial_stage_to_the_parallel_work():
     stages = [_stage("read", 1e6), _stage("parse", 2e5), _stage("full", 1e5)]
-    rl = bench.roofline_from_stages(
+    rl = roof.roofline_from_stages(
         stages,
         cores=16,
         files=1,  # one read stream: 1M
@@ -99,7 +100,7 @@ def test_prediction_adds_the_serial_stage_to_the_parallel_work():
     assert (mini.bound, mini.limited_by) == (1e6, "read")
     unknown = rl.predict("not probed")  # no serial stage: the parallel bound
     assert (unknown.bound, unknown.limited_by, unknown.serial) == (1e6, "read", None)
-    few = bench.roofline_from_stages(stages, cores=2, files=1, serial=[_serial("mini", 8e6)])
+    few = roof.roofline_from_stages(stages, cores=2, files=1, serial=[_serial("mini", 8e6)])
     assert few.predict("mini").limited_by == "cpu"  # 200k of parallel work vs an 8M stage
     d = rl.to_dict()
     assert [p["config"] for p in d["predictions"]] == ["records", "mini"]
@@ -109,17 +110,17 @@ def test_prediction_adds_the_serial_stage_to_the_parallel_work():
 
 
 def test_serial_advice_names_the_stage():
-    records = bench.serial_advice(_serial("autotune", 2.5e5))
+    records = roof.serial_advice(_serial("autotune", 2.5e5))
     assert records.startswith("one thread handles every record of autotune: 4.00 us each")
     assert "read_batch=64" in records and "250,000 examples/s" in records
-    mini = bench.serial_advice(_serial("big", 8e6, elements=64.0))
+    mini = roof.serial_advice(_serial("big", 8e6, elements=64.0))
     assert mini.startswith("one thread handles every mini-batch of big (64 per batch")
     assert "larger read_batch" in mini
 
 
 @pytest.mark.parametrize("fmt", ["tfrecord", "parquet", "columnar"])
 def test_roofline_on_real_files(pipeline_of, fmt):
-    rl = bench.roofline(
+    rl = roof.roofline(
         pipeline_of(fmt),
         batch_size=256,
         windows=1,
@@ -137,10 +138,10 @@ def test_roofline_on_real_files(pipeline_of, fmt):
 
 
 def test_roofline_measures_with_the_roofline_plan_unless_told(pipeline_of):
-    rl = bench.roofline(pipeline_of("columnar"), batch_size=64, cpu_count=2)
-    assert {len(s.windows) for s in rl.stages} == {bench.ROOFLINE_PLAN.windows}
+    rl = roof.roofline(pipeline_of("columnar"), batch_size=64, cpu_count=2)
+    assert {len(s.windows) for s in rl.stages} == {ROOFLINE_PLAN.windows}
     with pytest.raises(ConfigError, match="roofline: windows must be an int >= 1, got 0"):
-        bench.roofline(pipeline_of("columnar"), measurement=MeasureOptions(windows=0))
+        roof.roofline(pipeline_of("columnar"), measurement=MeasureOptions(windows=0))
 
 
 def test_roofline_probes_the_serial_stage_of_each_config(pipeline_of):
@@ -149,7 +150,7 @@ def test_roofline_probes_the_serial_stage_of_each_config(pipeline_of):
         "mini": PipelineConfig.autotune(batch_size=128, read_batch=32, shuffle_buffer=256),
         "naive": PipelineConfig.naive(batch_size=128),  # sequential read: no hand-over
     }
-    rl = bench.roofline(
+    rl = roof.roofline(
         pipeline_of("tfrecord"),
         batch_size=128,
         windows=1,
@@ -192,4 +193,4 @@ def test_pipeline_stages_adds_the_full_pipeline_to_the_source_stages(pipeline_of
 
 def test_roofline_refuses_a_wrapped_dataset(pipeline_of):
     with pytest.raises(SourceError, match="roofline: supported for tfrecord, parquet and colu"):
-        bench.roofline(pipeline_of("wrapped"), batch_size=10, windows=1, window_batches=1)
+        roof.roofline(pipeline_of("wrapped"), batch_size=10, windows=1, window_batches=1)
