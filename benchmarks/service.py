@@ -174,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     machine_line = machine()
     import tfinput
     from tfinput.config import PipelineConfig
-    from tfinput.service import LocalFleet, workers_needed
     from tfinput.measure.probes import available_cpus
     from tfinput.measure.stats import summarize
     from tfinput.measure.windows import run_window
+    from tfinput.service import LocalFleet, workers_needed
     from tfinput.steps import input_only
 
     with tempfile.TemporaryDirectory(prefix="tfinput-service-") as tmp:

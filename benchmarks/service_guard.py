@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     machine_line = machine()
     import tfinput
     from tfinput.config import PipelineConfig
-    from tfinput.service import LocalFleet
     from tfinput.measure.probes import available_cpus
     from tfinput.measure.stats import summarize
     from tfinput.measure.windows import run_window
+    from tfinput.service import LocalFleet
     from tfinput.steps import input_only
 
     variants: dict[str, tuple[int, bool]] = {}
