@@ -314,7 +314,6 @@ LAZY_PACKAGES = (
     "tfinput.layout",
     "tfinput.retrieval",
     "tfinput._src.applications.bench",
-    "tfinput._src.applications.columnar_records",
 )
 
 
