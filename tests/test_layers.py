@@ -341,7 +341,6 @@ LAZY_PACKAGES = (
     "tuners",
     "tfinput.layout",
     "tfinput.retrieval",
-    "tfinput._src.applications.columnar_records",
 )
 
 

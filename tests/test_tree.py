@@ -80,7 +80,7 @@ def test_every_public_module_has_its_test_module():
 
 def _private_modules() -> set[Path]:
     """The test module any module may have (``_study.py`` -> ``test_study.py``,
-    ``sources/columnar.py`` -> ``test_columnar.py``), and a package's (``inference/`` ->
+    ``columnar/source.py`` -> ``test_source.py``), and a package's (``inference/`` ->
     ``test_inference.py``)."""
     allowed = set()
     for package in PACKAGES:

@@ -65,10 +65,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfinput import resume as resume
     from tfinput import steps as steps
     from tfinput import testing as testing
-    from tfinput.columnar_records import columnar as columnar
     from tfinput.inference import infer_schema as infer_schema
     from tfinput.layout import PackedLayout as PackedLayout
     from tfinput.pipeline import Pipeline as Pipeline
+    from tfinput.pipeline import columnar as columnar
     from tfinput.pipeline import parquet as parquet
     from tfinput.pipeline import tfrecord as tfrecord
     from tfinput.pipeline import wrap as wrap
@@ -86,9 +86,9 @@ def __getattr__(name: str) -> object:
     Each import is a statement, ``import a.b as module`` (which never asks this function
     again), so tests/test_layers.py sees every one."""
     match name:
-        case "Pipeline" | "tfrecord" | "parquet" | "wrap" | "pipeline":
+        case "Pipeline" | "tfrecord" | "parquet" | "columnar" | "wrap" | "pipeline":
             import tfinput.pipeline as module
-        case "columnar" | "columnar_records":
+        case "columnar_records":
             import tfinput.columnar_records as module
         case "infer_schema" | "inference":
             import tfinput.inference as module

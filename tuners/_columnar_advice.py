@@ -316,7 +316,7 @@ def _sample_pipelines(
     pipeline: Pipeline, files: Sequence[str], columnar_dir: str
 ) -> dict[str, Any]:
     """``pipeline`` over the tf.Example sample ``files`` and over their columnar copy."""
-    from tfinput.columnar_records import columnar
+    from tfinput.pipeline import columnar
 
     source = pipeline.source
     example = dataclasses.replace(pipeline, source=dataclasses.replace(source, paths=tuple(files)))

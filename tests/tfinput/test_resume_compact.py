@@ -132,7 +132,7 @@ def test_buffer_shuffle_keeps_the_full_state(small_columnar, small_schema):
 def test_batches_not_made_of_whole_chunks_keep_the_full_state(pipeline, uninterrupted, caplog):
     # Chunks of 100 rows rebatched to 96: the order cannot be restarted at a batch, and
     # the user is told what that costs and how to avoid it.
-    from tfinput._src.core.sources.columnar import _warn_full_states
+    from tfinput._src.core.columnar.source import _warn_full_states
 
     _warn_full_states.cache_clear()
     config = dataclasses.replace(CONFIG, batch_size=96)

@@ -1,5 +1,6 @@
-"""`tfinput.columnar_records` (the package): the `columnar` pipeline factory, its
-schema (from the manifest, or another compatible one) and its names."""
+"""`tfinput.columnar_records` (the package) and the `tfinput.columnar` pipeline factory
+beside `tfinput.tfrecord`: its schema (from the manifest, or another compatible one), its
+options and the module's names."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def test_schema_comes_from_the_manifest_and_shapes_are_static(small_schema, smal
 
 
 def test_factory_passes_its_options_to_the_source(small_columnar):
-    pipeline = columnar_records.columnar(
+    pipeline = tfinput.columnar(
         small_columnar[:2], verify=False, shuffle_rows=True, buffer_size=1 << 16
     )
     source = pipeline.source
@@ -36,7 +37,7 @@ def test_factory_passes_its_options_to_the_source(small_columnar):
 
 def test_factory_without_a_manifest_is_a_source_error(tmp_path):
     with pytest.raises(SourceError, match="no columnar manifest"):
-        columnar_records.columnar(tmp_path)
+        tfinput.columnar(tmp_path)
 
 
 def test_reading_with_another_compatible_schema(small_columnar, small_schema):
@@ -78,7 +79,7 @@ def test_incompatible_schema_is_a_schema_error(small_columnar, small_schema, cha
 
 
 def test_names_resolve_and_unknown_ones_raise():
-    from tfinput._src.applications.columnar_records.verify import verify_files
+    from tfinput._src.core.columnar.verify import verify_files
 
     assert columnar_records.verify_files is verify_files
     assert {"ColumnarSource", "verify_files", "ChunkProblem"} <= set(dir(columnar_records))
@@ -86,11 +87,14 @@ def test_names_resolve_and_unknown_ones_raise():
         columnar_records.nope  # noqa: B018
 
 
-def test_lazy_factory_survives_importing_the_module():
+def test_the_factory_is_a_pipeline_builder_beside_tfrecord_and_parquet():
     import tfinput.columnar_records  # sets the attribute tfinput.columnar_records only
+    import tfinput.pipeline
 
     assert "columnar" in tfinput.__all__ and callable(tfinput.columnar)
-    assert tfinput.columnar is tfinput.columnar_records.columnar
+    assert tfinput.columnar is tfinput.pipeline.columnar
+    assert tfinput.columnar.__module__ == tfinput.tfrecord.__module__
+    assert not hasattr(tfinput.columnar_records, "columnar")
 
 
 def test_tuner_accepts_a_columnar_pipeline(small_columnar, tmp_path):

@@ -375,7 +375,7 @@ def write_columnar(
     Returns:
       The data file paths, in order.
     """
-    from tfinput._src.applications.columnar_records import ColumnarWriter
+    from tfinput._src.core.columnar.writer import ColumnarWriter
 
     cols = columns or generate(schema, rows, seed=seed)
     per_file = max(1, -(-cols.rows // files))

@@ -37,13 +37,9 @@ from tfinput._src.core._pipeline_parts import (
     split_towers,
     warn_large_padded_batches,
 )
+from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput._src.core.config import LAYOUTS, Buildable, PipelineConfig
-from tfinput._src.core.errors import (
-    ConfigError,
-    DataError,
-    ResumeError,
-    without_locals,
-)
+from tfinput._src.core.errors import ConfigError, DataError, ResumeError, without_locals
 from tfinput._src.core.layout import PackedLayout
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.service import Fleet, ServiceRead
@@ -69,7 +65,7 @@ from tfinput._src.core.transforms import MULTI_HOT_FORMATS, transform_batch
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput._src.core.resume import InputIterator
 
-__all__ = ["Pipeline", "tfrecord", "parquet", "wrap", "build_repeated", "data_files"]
+__all__ = ["Pipeline", "tfrecord", "parquet", "columnar", "wrap", "build_repeated", "data_files"]
 __all__ += ["FileCheck", "CheckReport"]
 log = logging.getLogger("tfinput")
 
@@ -81,7 +77,7 @@ class Pipeline:
     Attributes:
       source: Where records come from: any `tfinput._src.core.sources.Source` (`TFRecordSource`,
         `ParquetSource`, `DatasetSource`, `ColumnarSource`); use `tfrecord`,
-        `parquet`, `wrap` or `tfinput.columnar` to make one.
+        `parquet`, `columnar` or `wrap` to make one.
       schema: Features, tables and labels.
       multi_hot_format: ``dense`` (``[B, max_len]`` ids + weights, for GPU/CPU lookups
         and XLA), ``sparse`` or ``ragged`` (same ids without padding, for TPU host
@@ -574,6 +570,29 @@ def parquet(
         source=ParquetSource(paths=as_paths(paths), engine=engine, empty_files=empty_files),
         schema=schema,
     )
+
+
+def columnar(
+    paths: PathsLike,
+    schema: Schema | None = None,
+    *,
+    verify: bool = True,
+    shuffle_rows: bool = False,
+    buffer_size: int | None = None,
+    shuffle: str = "buffer",
+) -> Pipeline:
+    """A pipeline over columnar pre-batched records (`tfinput.columnar_records`: a
+    directory, its ``manifest.json`` or data files) read with ``schema``, by default the
+    manifest's; the keywords are `ColumnarSource`'s. A manifest that is missing or of
+    another format version is a `SourceError`."""
+    source = ColumnarSource(
+        paths=as_paths(paths),
+        verify=verify,
+        shuffle_rows=shuffle_rows,
+        buffer_size=buffer_size,
+        shuffle=shuffle,
+    )
+    return Pipeline(source=source, schema=source.manifest().schema if schema is None else schema)
 
 
 def build_repeated(target: Buildable, config: PipelineConfig) -> tf.data.Dataset:

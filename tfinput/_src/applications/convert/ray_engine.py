@@ -29,7 +29,7 @@ output):
 - **Columnar:** each task writes whole chunks only and hands its last rows (fewer than
   ``chunk_rows``) back to the driver, which writes them, in piece order, as the last
   file(s); the per-piece manifests are merged into one ``manifest.json`` with every
-  chunk's digest (`tfinput._src.core.formats.columnar.manifest.merge_manifests`). So, as with one
+  chunk's digest (`tfinput._src.core.columnar.manifest.merge_manifests`). So, as with one
   process, only the very last chunk of the data set can be partial. Order: the rows of
   each piece stay in input order, except its last ``rows % chunk_rows`` rows, which move
   to the end of the data set.
@@ -367,8 +367,8 @@ def _join_columnar(out: Path, reports: list[dict], job: _Job) -> list[str]:
     """Write the tasks' last rows as the last chunks, then merge every manifest."""
     import pyarrow as pa
 
-    from tfinput._src.applications.columnar_records import ColumnarWriter, read_manifest
-    from tfinput._src.core.formats.columnar.manifest import merge_manifests
+    from tfinput._src.core.columnar.manifest import merge_manifests, read_manifest
+    from tfinput._src.core.columnar.writer import ColumnarWriter
 
     tail = [_from_ipc(r["leftover"]) for r in reports if r["leftover"]]
     parts = [read_manifest(r["manifest"]) for r in reports if r["manifest"]]
@@ -471,7 +471,7 @@ class _Sink:
         self.pending: list[Any] = []
         self.pending_rows = 0
         if job.to == "columnar":
-            from tfinput._src.applications.columnar_records import ColumnarWriter
+            from tfinput._src.core.columnar.writer import ColumnarWriter
 
             self.writer: Any = ColumnarWriter(
                 directory, job.schema, chunk_rows=job.chunk_rows, rows_per_file=job.rows_per_file

@@ -173,7 +173,7 @@ class ColumnarShards:
     """
 
     def __init__(self, out_dir: Path, schema: Schema, *, rows_per_file: int, chunk_rows: int):
-        from tfinput._src.applications.columnar_records import ColumnarWriter
+        from tfinput._src.core.columnar.writer import ColumnarWriter
 
         self.writer = ColumnarWriter(
             out_dir, schema, chunk_rows=chunk_rows, rows_per_file=rows_per_file

@@ -1,4 +1,4 @@
-"""Where batches come from: TFRecord, Parquet, columnar records, or a user's dataset.
+"""Where batches come from: TFRecord, Parquet, or a user's dataset.
 
 A source (see the `Source` protocol in `tfinput._src.core.sources.protocol`) turns a list of files
 (already sharded for this input pipeline) and a `PipelineConfig` into records, batches
@@ -9,14 +9,14 @@ batch first, then parse.
 
 Modules: `protocol` (the `Source` contract), `skeleton` (the steps sources and the
 pipeline share), `files` (paths and empty files), and one per source: `tfrecord`,
-`parquet`, `dataset`, `columnar`.
+`parquet`, `dataset`. The columnar records' source is `tfinput._src.core.columnar.source`,
+with the rest of that format.
 """
 
 from __future__ import annotations
 
 from tfinput._src.core.sources._tfrecord_checks import SAMPLE_RECORDS as SAMPLE_RECORDS
 from tfinput._src.core.sources._tfrecord_checks import check_first_example as check_first_example
-from tfinput._src.core.sources.columnar import ColumnarSource
 from tfinput._src.core.sources.dataset import DatasetSource
 from tfinput._src.core.sources.files import PathsLike as PathsLike
 from tfinput._src.core.sources.files import resolve_paths
@@ -41,6 +41,5 @@ __all__ = [
     "TFRecordSource",
     "ParquetSource",
     "DatasetSource",
-    "ColumnarSource",
     "resolve_paths",
 ]

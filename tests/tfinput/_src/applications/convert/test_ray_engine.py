@@ -89,7 +89,7 @@ def _columnar_rows(directory) -> list[tuple]:
     """Every row of a columnar data set, decoded from its records (not via a pipeline)."""
     import tensorflow as tf
 
-    from tfinput._src.core.formats.columnar.format import LENGTHS_SUFFIX, NUMPY_DTYPES, ROWS_KEY
+    from tfinput._src.core.columnar.format import LENGTHS_SUFFIX, NUMPY_DTYPES, ROWS_KEY
     from tfinput.columnar_records import read_manifest
 
     m = read_manifest(directory)
@@ -127,8 +127,8 @@ def _rows(to: str, result) -> list[tuple]:
 # ------------------------------------------------------------------- tests
 @pytest.mark.parametrize("to", FORMATS)
 def test_ray_output_equals_the_single_process_output(local_ray, inputs, tmp_path, to):
-    from tfinput._src.applications.columnar_records.verify import verify_files
     from tfinput._src.applications.convert.ray_engine import convert_ray
+    from tfinput._src.core.columnar.verify import verify_files
 
     local = convert(inputs, tmp_path / "local", to=to, **OPTIONS)
     dist = convert_ray(inputs, tmp_path / "ray", to=to, split_bytes=SPLIT, **OPTIONS)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import SOURCE_KINDS
+from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput._src.core.sources import (
-    ColumnarSource,
     DatasetSource,
     FileChecks,
     ParquetSource,

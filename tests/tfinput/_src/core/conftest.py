@@ -1,5 +1,6 @@
-"""Fixtures of the source tests: fresh knob warnings, logged warnings, a read request,
-and the check that a source reads the shared fixture rows exactly, in file order."""
+"""Fixtures of the source tests (the file sources in ``sources/``, the columnar source in
+``columnar/``): fresh knob warnings, logged warnings, a read request, and the check that
+a source reads the shared fixture rows exactly, in file order."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""`tfinput._src.core.formats.columnar.format`: stored columns, record keys and checksums."""
+"""`tfinput._src.core.columnar.format`: stored columns, record keys and checksums."""
 
 from __future__ import annotations
 
 import pytest
 
 import tfinput
-from tfinput._src.core.formats.columnar.format import (
+from tfinput._src.core.columnar.format import (
     Column,
     chunk_digest,
     payload_check,

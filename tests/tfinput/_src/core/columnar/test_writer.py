@@ -1,4 +1,4 @@
-"""`tfinput._src.core.formats.columnar.writer`: `ColumnarWriter`, tables to sharded chunks plus the
+"""`tfinput._src.core.columnar.writer`: `ColumnarWriter`, tables to sharded chunks plus the
 manifest."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 import tfinput
-from tfinput._src.applications.columnar_records.verify import verify_files
+from tfinput._src.core.columnar.verify import verify_files
 from tfinput.columnar_records import ColumnarWriter, read_manifest
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, SchemaError

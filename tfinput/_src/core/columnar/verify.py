@@ -6,9 +6,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from tfinput._src.core.errors import DataError
-from tfinput._src.core.formats import tfrecord
-from tfinput._src.core.formats.columnar.format import (
+from tfinput._src.core.columnar.format import (
     CHECK_KEY,
     FORMAT_VERSION,
     RECORD_FRAMING,
@@ -18,8 +16,10 @@ from tfinput._src.core.formats.columnar.format import (
     payload_check,
     payload_keys,
 )
-from tfinput._src.core.formats.columnar.manifest import FileEntry, Manifest, file_stat
-from tfinput._src.core.sources.columnar import ColumnarSource, check_size
+from tfinput._src.core.columnar.manifest import FileEntry, Manifest, file_stat
+from tfinput._src.core.columnar.source import ColumnarSource, check_size
+from tfinput._src.core.errors import DataError
+from tfinput._src.core.formats import tfrecord
 
 __all__ = ["ChunkProblem", "verify_files"]
 

@@ -1,4 +1,4 @@
-"""`tfinput._src.core.sources.columnar` (`ColumnarSource`): files from manifests, what the source
+"""`tfinput._src.core.columnar.source` (`ColumnarSource`): files from manifests, what the source
 declares, reading, the chunk-sized shuffle buffer, error messages that name a chunk."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 import tfinput
 from tfinput import testing
-from tfinput._src.core.formats.columnar.manifest import read_manifest
-from tfinput._src.core.sources import ColumnarSource
+from tfinput._src.core.columnar.manifest import read_manifest
+from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, SourceError
 
@@ -268,7 +268,7 @@ def test_a_build_knows_its_batch_count(tmp_path, small_schema, batch_size, drop_
 
 
 def test_check_size_accepts_the_manifest_size_and_names_a_missing_file(copy):
-    from tfinput._src.core.sources.columnar import check_size
+    from tfinput._src.core.columnar.source import check_size
 
     m = read_manifest(copy)
     path, entry = m.paths[0], m.files[0]

@@ -1,13 +1,13 @@
 """Decoding batches of columnar chunks: the parse spec of a chunk record and the
 assembly of its columns into tensors (`assembler`). The columnar source reads through
-`tfinput._src.core.sources._columnar_reader`."""
+`tfinput._src.core.columnar.reader`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.core.formats.columnar.format import (
+from tfinput._src.core.columnar.format import (
     CHECK_KEY,
     FORMAT_VERSION,
     LENGTHS_SUFFIX,

@@ -1,4 +1,4 @@
-"""`tfinput._src.core.sources._columnar_reader`: the native read path (chunk plan, batch assembly
+"""`tfinput._src.core.columnar.reader`: the native read path (chunk plan, batch assembly
 with or without rebatching, shuffling levels, in-graph integrity checks)."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import tensorflow as tf
 import tfinput
 from tests.helpers import SEQUENTIAL, assert_each_row_once, by_row_id, collect
 from tfinput import testing
-from tfinput._src.applications.columnar_records.verify import verify_files
-from tfinput._src.core.sources._columnar_decode import assembler
-from tfinput._src.core.sources._columnar_reader import (
+from tfinput._src.core.columnar._decode import assembler
+from tfinput._src.core.columnar.reader import (
     chunk_buffer,
     index_chunks,
     permutation_key,
@@ -20,6 +19,7 @@ from tfinput._src.core.sources._columnar_reader import (
     plan_chunks,
     read_permuted_chunks,
 )
+from tfinput._src.core.columnar.verify import verify_files
 from tfinput.columnar_records import read_manifest, storage_columns
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
@@ -205,7 +205,7 @@ def test_shuffling_levels(small_columnar):
 
 # ----------------------------------------------------------- global shuffle
 def test_chunks_read_by_offset_in_a_permutation(small_columnar):
-    from tfinput._src.core.formats.columnar.manifest import read_manifest as manifest_of
+    from tfinput._src.core.columnar.manifest import read_manifest as manifest_of
 
     manifest = manifest_of(small_columnar[0])
     chosen = [(p, manifest, manifest.entry(p)) for p in small_columnar]

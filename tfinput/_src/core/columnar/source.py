@@ -1,6 +1,6 @@
 """`ColumnarSource`: the pipeline source of columnar records (files, checks, reading).
 
-The storage format, manifest and tf.data read path live in `tfinput.columnar_records`;
+The storage format, manifest and tf.data read path are this package's other modules;
 this module is the `tfinput._src.core.sources.Source` over them.
 """
 
@@ -14,19 +14,19 @@ import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-import tfinput._src.core.sources._columnar_reader as reader
-from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
-from tfinput._src.core.formats import tfrecord
-from tfinput._src.core.formats.columnar.format import NUMERIC_DTYPES, Column, storage_columns
-from tfinput._src.core.formats.columnar.manifest import (
+import tfinput._src.core.columnar.reader as reader
+from tfinput._src.core.columnar._decode import assembler
+from tfinput._src.core.columnar.format import NUMERIC_DTYPES, Column, storage_columns
+from tfinput._src.core.columnar.manifest import (
     FileEntry,
     Manifest,
     file_stat,
     is_dir,
     read_manifest,
 )
+from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import MultiHot, Schema
-from tfinput._src.core.sources._columnar_decode import assembler
 from tfinput._src.core.sources._text import did_you_mean
 from tfinput._src.core.sources.files import resolve_paths
 from tfinput._src.core.sources.protocol import (
@@ -306,7 +306,7 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
 
     def read(self, request: ReadRequest) -> Any:
         """Serialized chunks of the files, interleaved (see
-        `tfinput._src.core.sources._columnar_reader`).
+        `tfinput._src.core.columnar.reader`).
 
         Raises:
           SourceError: no whole chunk to read (``drop_remainder=True`` skips each

@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tfinput._src.core.errors import SchemaError, SourceError
-from tfinput._src.core.formats.columnar.format import (
+from tfinput._src.core.columnar.format import (
     EXTENSION,
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
     Column,
 )
+from tfinput._src.core.errors import SchemaError, SourceError
 from tfinput._src.core.schema import Schema
 
 __all__ = [

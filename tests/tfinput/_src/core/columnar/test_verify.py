@@ -1,4 +1,4 @@
-"""`tfinput._src.applications.columnar_records.verify`: `verify_files`, every chunk checked offline against
+"""`tfinput._src.core.columnar.verify`: `verify_files`, every chunk checked offline against
 its manifest."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import pytest
 
 import tfinput
-from tfinput._src.applications.columnar_records.verify import ChunkProblem, verify_files
+from tfinput._src.core.columnar.verify import ChunkProblem, verify_files
 from tfinput.columnar_records import read_manifest
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError

@@ -10,9 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tfinput._src.core.errors import ConfigError, DataError, SchemaError
-from tfinput._src.core.formats import tfrecord
-from tfinput._src.core.formats.columnar.format import (
+from tfinput._src.core.columnar.format import (
     CHECK_KEY,
     DEFAULT_CHUNK_ROWS,
     EXTENSION,
@@ -28,7 +26,9 @@ from tfinput._src.core.formats.columnar.format import (
     payload_check,
     storage_columns,
 )
-from tfinput._src.core.formats.columnar.manifest import FileEntry, Manifest
+from tfinput._src.core.columnar.manifest import FileEntry, Manifest
+from tfinput._src.core.errors import ConfigError, DataError, SchemaError
+from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Categorical, Dense, Schema
 
 __all__ = ["ColumnarWriter"]

@@ -1,4 +1,4 @@
-"""`tfinput._src.core.formats.columnar.manifest`: the manifest, its JSON form, how it is found, and
+"""`tfinput._src.core.columnar.manifest`: the manifest, its JSON form, how it is found, and
 what building a pipeline checks against it."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import tfinput
 from tests.helpers import run_cli
 from tfinput import testing
-from tfinput._src.applications.columnar_records.verify import verify_files
-from tfinput._src.core.formats.columnar.manifest import merge_manifests
+from tfinput._src.core.columnar.manifest import merge_manifests
+from tfinput._src.core.columnar.verify import verify_files
 from tfinput.columnar_records import FORMAT, FileEntry, Manifest, is_columnar, read_manifest
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError, SourceError

@@ -5,7 +5,8 @@ shuffle of `chunk_buffer` chunks] (both applied by `tfinput.Pipeline.build`) -> 
 chunks -> `assembler` (``tf.io.parse_example`` of a few scalar strings,
 ``tf.io.decode_raw``, ``tf.RaggedTensor.from_row_lengths``, in-graph checksum checks)
 -> [``rebatch`` when the batch size is not a multiple of the chunk size] -> [row
-shuffle]. `tfinput._src.core.sources.columnar.ColumnarSource` supplies the steps to the pipeline.
+shuffle]. `ColumnarSource` (`tfinput._src.core.columnar.source`) supplies the steps to
+the pipeline.
 
 Global shuffle (``ColumnarSource(shuffle="global")``) replaces the file interleave and
 the chunk buffer: `read_permuted_chunks` yields every chunk of every file once per
@@ -25,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tfinput._src.core.columnar._decode import Raw
+from tfinput._src.core.columnar.manifest import FileEntry, Manifest
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.formats import tfrecord
-from tfinput._src.core.formats.columnar.manifest import FileEntry, Manifest
-from tfinput._src.core.sources._columnar_decode import Raw
 from tfinput._src.core.sources.skeleton import (
     deterministic_arg,
     file_order,
