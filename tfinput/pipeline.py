@@ -3,7 +3,6 @@
 from tfinput._src.core.pipeline import CheckReport as CheckReport
 from tfinput._src.core.pipeline import FileCheck as FileCheck
 from tfinput._src.core.pipeline import Pipeline as Pipeline
-from tfinput._src.core.pipeline import build_repeated as build_repeated
 from tfinput._src.core.pipeline import columnar as columnar
 from tfinput._src.core.pipeline import data_files as data_files
 from tfinput._src.core.pipeline import parquet as parquet

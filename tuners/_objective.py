@@ -3,8 +3,7 @@
     m = measure(pipeline, config, step=steps.simulated_step(0.02), windows=5)
     print(m.median, m.cv)
 
-One trial = one fresh iterator over ``pipeline.build(config, repeat=True)``
-(`tfinput.pipeline.build_repeated`), ``warmup``
+One trial = one fresh iterator over ``pipeline.build(config, repeat=True)``, ``warmup``
 batches that are not timed (thread start, file opening, buffers filling), then
 ``windows`` consecutive windows, each handed to the step. A window lasts at least
 ``window_seconds`` (its batches: that target times the warm-up's rate, at least

@@ -38,7 +38,7 @@ from tfinput._src.core._pipeline_parts import (
     warn_large_padded_batches,
 )
 from tfinput._src.core.columnar.source import ColumnarSource
-from tfinput._src.core.config import LAYOUTS, Buildable, PipelineConfig
+from tfinput._src.core.config import LAYOUTS, PipelineConfig
 from tfinput._src.core.errors import ConfigError, DataError, ResumeError, without_locals
 from tfinput._src.core.layout import PackedLayout
 from tfinput._src.core.schema import Schema
@@ -65,7 +65,7 @@ from tfinput._src.core.transforms import MULTI_HOT_FORMATS, transform_batch
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput._src.core.resume import InputIterator
 
-__all__ = ["Pipeline", "tfrecord", "parquet", "columnar", "wrap", "build_repeated", "data_files"]
+__all__ = ["Pipeline", "tfrecord", "parquet", "columnar", "wrap", "data_files"]
 __all__ += ["FileCheck", "CheckReport"]
 log = logging.getLogger("tfinput")
 
@@ -593,15 +593,6 @@ def columnar(
         shuffle=shuffle,
     )
     return Pipeline(source=source, schema=source.manifest().schema if schema is None else schema)
-
-
-def build_repeated(target: Buildable, config: PipelineConfig) -> tf.data.Dataset:
-    """``target.build(config)`` repeated endlessly: inside the service stage for a
-    `Pipeline` (`Pipeline.build` ``repeat=True``: one service job, not one per epoch),
-    ``.repeat()`` for any other object with a ``build(config)``."""
-    if isinstance(target, Pipeline):
-        return target.build(config, repeat=True)
-    return target.build(config).repeat()
 
 
 def wrap(

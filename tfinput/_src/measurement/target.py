@@ -56,10 +56,12 @@ class Target:
         """
         if isinstance(obj, Target):
             return obj
-        from tfinput._src.core.pipeline import Pipeline, build_repeated
+        from tfinput._src.core.pipeline import Pipeline
 
         if isinstance(obj, Pipeline):
-            return cls(batches=lambda config: build_repeated(obj, config), pipeline=obj)
+            # repeat=True: repeated inside the service stage (one service job, not one
+            # per epoch) when the pipeline reads through tf.data service
+            return cls(batches=lambda config: obj.build(config, repeat=True), pipeline=obj)
         if isinstance(obj, Buildable) and not isinstance(obj, type):
             builder = obj
             return cls(
