@@ -15,6 +15,7 @@ from tests.tfinput.measure.conftest import FakeClock, FakeCpu, batches
 from tfinput import bench, steps
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError
+from tfinput.measure.options import MeasureOptions
 from tfinput.measure.windows import close_iterator, consecutive_windows, warm_up
 
 
@@ -253,19 +254,15 @@ def test_window_plan_checked_names_the_caller():
 def test_window_plan_carries_every_default():
     import tuners
     from profiles import CaptureConfig
-    from tfinput.measure.options import MeasureOptions
 
     keys = ("warmup_batches", "windows", "window_batches", "window_seconds")
-    params = inspect.signature(tuners.measure).parameters
-    # tuners.measure leaves the window size to the plan (None): TUNER_PLAN's.
-    given = MeasureOptions(**{k: params[k].default for k in keys})
-    assert given.plan(bench.TUNER_PLAN, what="tuner") == bench.TUNER_PLAN
+    assert inspect.signature(tuners.measure).parameters["plan"].default == bench.TUNER_PLAN
 
     ticks = itertools.count()
     measured = bench.measure(
         lambda config: itertools.repeat(np.zeros((4, 1))),
         {"only": PipelineConfig()},
-        clock=lambda: float(next(ticks)),
+        measurement=MeasureOptions(clock=lambda: float(next(ticks))),
     ).method
     measured_plan = bench.WindowPlan(**{k: measured[k] for k in keys})
     seconds = bench.DEFAULT_WINDOW_SECONDS

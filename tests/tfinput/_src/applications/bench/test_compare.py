@@ -12,6 +12,7 @@ from tests.tfinput.measure.conftest import FakeClock, FakeCpu, batches
 from tfinput import bench, steps
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
+from tfinput.measure.options import MeasureOptions
 
 
 def _fake_target(clock: FakeClock, order: list[str], per_batch: dict[int, float]):
@@ -31,13 +32,15 @@ def _fake_measure(target, configs, clock, *, plan, rss=0, **kw) -> bench.BenchRe
     return bench.measure(
         target,
         configs,
-        windows=windows,
-        window_batches=window_batches,
-        warmup_batches=warmup_batches,
-        clock=clock,
-        cpu_clock=FakeCpu(clock, 1.0),
-        rss=lambda: rss,
         **kw,
+        measurement=MeasureOptions(
+            windows=windows,
+            window_batches=window_batches,
+            warmup_batches=warmup_batches,
+            clock=clock,
+            cpu_clock=FakeCpu(clock, 1.0),
+            rss=lambda: rss,
+        ),
     )
 
 
@@ -109,7 +112,7 @@ def test_measure_rejects_bad_arguments():
     with pytest.raises(ConfigError, match="no configs"):
         bench.measure(lambda c: [], {})
     with pytest.raises(ConfigError, match="windows must be"):
-        bench.measure(lambda c: [], {"a": PipelineConfig()}, windows=0)
+        bench.measure(lambda c: [], {"a": PipelineConfig()}, measurement=MeasureOptions(windows=0))
     with pytest.raises(ConfigError, match="baseline 'b'"):
         bench.measure(lambda c: [], {"a": PipelineConfig()}, baseline="b")
 
@@ -181,10 +184,11 @@ def test_json_output_schema():
 
 def test_bench_result_writes_its_json_and_names_unknown_configs(tmp_path):
     clock = FakeClock()
-    fakes = {"clock": clock, "cpu_clock": clock, "rss": lambda: 0}
-    one = {"windows": 1, "window_batches": 1, "warmup_batches": 0}
+    one = MeasureOptions(
+        windows=1, window_batches=1, warmup_batches=0, clock=clock, cpu_clock=clock, rss=lambda: 0
+    )
     configs = {"a": PipelineConfig.naive(batch_size=2)}
-    result = bench.measure(_fake_target(clock, [], {1: 0.1}), configs, **one, **fakes)
+    result = bench.measure(_fake_target(clock, [], {1: 0.1}), configs, measurement=one)
     text = result.to_json(tmp_path / "r.json")
     assert (tmp_path / "r.json").read_text() == text + "\n"
     data = json.loads(text)
@@ -200,10 +204,7 @@ def test_measure_a_real_pipeline_with_a_simulated_step(pipeline_of):
         pipeline_of("parquet"),
         {"p": PipelineConfig(batch_size=64)},
         step=steps.simulated_step(0.5, sleep=clock.sleep),
-        windows=2,
-        window_batches=3,
-        warmup_batches=1,
-        clock=clock,
+        measurement=MeasureOptions(windows=2, window_batches=3, warmup_batches=1, clock=clock),
     )
     (r,) = result.results
     assert [w.examples for w in r.windows] == [192, 192]  # 1000 rows repeated: full batches
@@ -285,9 +286,7 @@ def test_measure_with_keras_fit_interleaves_steps_per_execution(small_tfrecord, 
         tfinput.tfrecord(small_tfrecord, small_schema),
         configs,
         step=steps.keras_fit_step(model),
-        windows=1,
-        window_batches=2,
-        warmup_batches=1,
+        measurement=MeasureOptions(windows=1, window_batches=2, warmup_batches=1),
     )
     assert [r.name for r in result.results] == ["k1", "k2"]
     for r in result.results:

@@ -104,7 +104,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     check_output(args.out, "--out", directory=False)
     pipeline = pipeline_from_args(args)
-    service = Target.of(pipeline, what="benchmark").service
+    target = Target.of(pipeline, what="benchmark")
+    service = target.service
     if args.target_rate is not None and service is None:
         raise ConfigError("--target-rate needs --service")
     fleet = service.fleet if service is not None else None
@@ -129,18 +130,20 @@ def _bench(args: argparse.Namespace) -> int:
             rl = bench.roofline(
                 pipeline,
                 batch_size=max(sizes),
-                windows=args.roofline_windows,
-                window_batches=args.window_batches,
-                warmup_batches=max(1, min(args.warmup_batches, 3)),
-                cpu_count=args.cpu_count,
                 configs=configs,
+                measurement=MeasureOptions(
+                    windows=args.roofline_windows,
+                    window_batches=args.window_batches,
+                    warmup_batches=max(1, min(args.warmup_batches, 3)),
+                    cpu_count=args.cpu_count,
+                ),
                 progress=lambda done, total, w: bar.update(
                     task, completed=done, total=total, description=f"roofline {w.name}"
                 ),
             )
         task = bar.add_task("configs", total=args.windows * len(configs))
         result = bench.measure(
-            pipeline,
+            target,
             configs,
             step=step,
             baseline=args.baseline,
