@@ -381,7 +381,7 @@ def winner_format_advice(
             how.target.pipeline,
             best_config,
             schema_path=schema_path,
-            cpu_count=how.cpu_count,
+            measurement=MeasureOptions(cpu_count=how.cpu_count),
             roofline_result=roofline,
         )
     except Exception as e:

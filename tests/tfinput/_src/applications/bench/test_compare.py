@@ -25,7 +25,9 @@ def _fake_target(clock: FakeClock, order: list[str], per_batch: dict[int, float]
     return factory
 
 
-def _fake_measure(target, configs, clock, *, plan, rss=0, **kw) -> bench.BenchResult:
+def _fake_measure(
+    target, configs, clock, *, plan, rss=0, cpu_count=None, **kw
+) -> bench.BenchResult:
     """`bench.measure` on the fake clock, one CPU-second per second; ``plan`` is
     ``(windows, window_batches, warmup_batches)``."""
     windows, window_batches, warmup_batches = plan
@@ -40,6 +42,7 @@ def _fake_measure(target, configs, clock, *, plan, rss=0, **kw) -> bench.BenchRe
             clock=clock,
             cpu_clock=FakeCpu(clock, 1.0),
             rss=lambda: rss,
+            cpu_count=cpu_count,
         ),
     )
 
