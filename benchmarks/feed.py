@@ -85,6 +85,7 @@ def step_table(pipelines: dict[str, Any], schema: Any, args: argparse.Namespace,
     import tensorflow as tf
 
     from tfinput import models, steps
+    from tfinput.bench import WindowPlan
     from tfinput.config import PipelineConfig
     from tuners import measure
 
@@ -118,9 +119,9 @@ def step_table(pipelines: dict[str, Any], schema: Any, args: argparse.Namespace,
                     target,
                     config,
                     step,
-                    windows=1,
-                    window_batches=window,
-                    warmup_batches=max(args.warmup, spe),
+                    plan=WindowPlan(
+                        windows=1, window_batches=window, warmup_batches=max(args.warmup, spe)
+                    ),
                 )
                 return m.median
 

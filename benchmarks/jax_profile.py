@@ -48,15 +48,17 @@ def one_round(
     pipeline: Any, config: Any, step: Any, args: argparse.Namespace, keep: Path | None = None
 ) -> dict[str, Any]:
     import profiles
+    from tfinput.measure import MeasureOptions
+    from tfinput.measure.target import Target
     from tuners._advice import step_bound_stats
 
     bound = step_bound_stats(
-        pipeline,
+        Target.of(pipeline),
         config,
         step,
-        windows=args.windows,
-        window_batches=args.window_batches,
-        warmup_batches=3,
+        measurement=MeasureOptions(
+            windows=args.windows, window_batches=args.window_batches, warmup_batches=3
+        ),
     )
     bound_ms = config.batch_size / bound.median * 1e3
     with tempfile.TemporaryDirectory() as d:

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from tfinput import bench  # noqa: E402
 from tfinput._src.applications.cli.commands.bench import print_bench, roofline_lines  # noqa: E402
 from tfinput.config import PipelineConfig  # noqa: E402
+from tfinput.measure import MeasureOptions  # noqa: E402
 
 # shared/ sits beside the repository (as in CI: a fresh clone with shared/ next to it).
 DEFAULT_SAMPLE = str(ROOT.parent / "shared" / "data" / "criteo_sample.txt")
@@ -138,9 +139,11 @@ def run_workload(name: str, data: Path, fmt: str, s: Settings, console: Any) -> 
     rl = bench.roofline(
         pipeline,
         batch_size=s.batch_size,
-        windows=s.roofline_windows,
-        window_batches=s.window_batches,
-        warmup_batches=min(s.warmup_batches, 3),
+        measurement=MeasureOptions(
+            windows=s.roofline_windows,
+            window_batches=s.window_batches,
+            warmup_batches=min(s.warmup_batches, 3),
+        ),
     )
     for line in roofline_lines(rl):
         console.print(line, markup=False)
@@ -148,9 +151,11 @@ def run_workload(name: str, data: Path, fmt: str, s: Settings, console: Any) -> 
     screen = bench.measure(
         pipeline,
         candidates,
-        windows=s.screen_windows,
-        window_batches=s.window_batches,
-        warmup_batches=s.warmup_batches,
+        measurement=MeasureOptions(
+            windows=s.screen_windows,
+            window_batches=s.window_batches,
+            warmup_batches=s.warmup_batches,
+        ),
         roofline_result=rl,
         progress=lambda done, total, w: console.print(
             f"  screen {done}/{total}: {w.name} {w.examples_per_s:,.0f}/s", markup=False
@@ -162,9 +167,11 @@ def run_workload(name: str, data: Path, fmt: str, s: Settings, console: Any) -> 
     final = bench.measure(
         pipeline,
         finals,
-        windows=s.final_windows,
-        window_batches=s.window_batches,
-        warmup_batches=s.warmup_batches,
+        measurement=MeasureOptions(
+            windows=s.final_windows,
+            window_batches=s.window_batches,
+            warmup_batches=s.warmup_batches,
+        ),
         baseline="autotune",
         roofline_result=rl,
         progress=lambda done, total, w: console.print(

@@ -59,6 +59,7 @@ def plans() -> dict[str, Any]:
 def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     import tfinput
     from tfinput import bench
+    from tfinput.measure import MeasureOptions
 
     schema, tf_files, _ = data(root, args.rows)
     pipeline = tfinput.tfrecord(tf_files, schema)
@@ -72,16 +73,16 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             pipeline,
             batch_size=BATCH,
             configs=configs,
-            windows=1,
-            window_batches=args.roofline_batches,
-            warmup_batches=2,
+            measurement=MeasureOptions(
+                windows=1, window_batches=args.roofline_batches, warmup_batches=2
+            ),
         )
         res = bench.measure(
             pipeline,
             configs,
-            windows=1,
-            window_batches=args.batches,
-            warmup_batches=args.warmup,
+            measurement=MeasureOptions(
+                windows=1, window_batches=args.batches, warmup_batches=args.warmup
+            ),
         )
         for stats in res.results:
             pred = rl.predict(stats.name)

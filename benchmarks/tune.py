@@ -46,17 +46,17 @@ SPACE = {
 
 
 def grid(pipeline: Any, base: Any, windows: int, window_batches: int, warmup: int) -> list:
+    from tfinput.bench import WindowPlan
     from tuners import measure
 
+    plan = WindowPlan(windows=windows, window_batches=window_batches, warmup_batches=warmup)
     keys = list(SPACE)
     out = []
     combos = list(itertools.product(*(SPACE[k] for k in keys)))
     t0 = time.time()
     for i, values in enumerate(combos):
         config = base.replace(**dict(zip(keys, values)))
-        m = measure(
-            pipeline, config, windows=windows, window_batches=window_batches, warmup_batches=warmup
-        )
+        m = measure(pipeline, config, plan=plan)
         out.append((m.median, config))
         if i % 20 == 0:
             print(f"grid {i + 1}/{len(combos)} ({time.time() - t0:.0f} s)", file=sys.stderr)
@@ -64,8 +64,19 @@ def grid(pipeline: Any, base: Any, windows: int, window_batches: int, warmup: in
     return out
 
 
-def study(pipeline: Any, base: Any, step: Any, n_trials: int, **kw: Any) -> Any:
-    from tuners import SearchSpace, tune
+def study(
+    pipeline: Any,
+    base: Any,
+    step: Any,
+    n_trials: int,
+    *,
+    windows: int,
+    window_batches: int,
+    warmup_batches: int,
+    confirm_top: int,
+    confirm_windows: int,
+) -> Any:
+    from tuners import ConfirmOptions, MeasureOptions, SearchSpace, TuneOptions, tune
 
     space = SearchSpace(choices=SPACE)
 
@@ -77,7 +88,20 @@ def study(pipeline: Any, base: Any, step: Any, n_trials: int, **kw: Any) -> Any:
                 file=sys.stderr,
             )
 
-    return tune(pipeline, step=step, n_trials=n_trials, base=base, space=space, progress=show, **kw)
+    return tune(
+        pipeline,
+        step=step,
+        n_trials=n_trials,
+        base=base,
+        space=space,
+        options=TuneOptions(
+            measurement=MeasureOptions(
+                windows=windows, window_batches=window_batches, warmup_batches=warmup_batches
+            ),
+            confirmation=ConfirmOptions(confirm_top=confirm_top, confirm_windows=confirm_windows),
+        ),
+        progress=show,
+    )
 
 
 def fmt(x: float) -> str:
@@ -99,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     import tfinput
     from tfinput import bench, models, steps, testing
     from tfinput.config import PipelineConfig
+    from tfinput.measure import MeasureOptions
 
     schema, tf_files, _ = core.data(Path(args.data_dir), args.rows)
     pipeline = tfinput.tfrecord(tf_files, schema)
@@ -142,9 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         fin = bench.measure(
             pipeline,
             final,
-            windows=args.final_windows,
-            window_batches=wb,
-            warmup_batches=warm,
+            measurement=MeasureOptions(
+                windows=args.final_windows, window_batches=wb, warmup_batches=warm
+            ),
             baseline="autotune",
         )
         by = {s.name: s for s in fin.results}

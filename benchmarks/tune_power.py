@@ -95,20 +95,23 @@ gain_40 = planted(0.40)
 def one_run(gain: float, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """One `tune` of the planted pipeline: what it decided and how long it took."""
     from tfinput.config import PipelineConfig
-    from tuners import tune
+    from tuners import ConfirmOptions, MeasureOptions, SearchOptions, TuneOptions, tune
 
     t0 = time.perf_counter()
     result = tune(
         planted(gain),
         base=PipelineConfig(batch_size=BATCH_SIZE),
         n_trials=args.n_trials,
-        seed=seed,
-        windows=args.windows,
-        window_seconds=args.window_seconds,
-        confirm_top=args.confirm_top,
-        confirm_windows=args.confirm_windows,
-        breakdown=False,
-        advise_format=False,
+        options=TuneOptions(
+            search=SearchOptions(seed=seed),
+            measurement=MeasureOptions(windows=args.windows, window_seconds=args.window_seconds),
+            confirmation=ConfirmOptions(
+                confirm_top=args.confirm_top,
+                confirm_windows=args.confirm_windows,
+                breakdown=False,
+                advise_format=False,
+            ),
+        ),
         verbose=False,
     )
     knob, value = PLANTED

@@ -32,6 +32,7 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Trials of the autotune config for every window length."""
     import tfinput
     from tfinput import testing
+    from tfinput.bench import WindowPlan
     from tfinput.config import PipelineConfig
     from tuners import measure
 
@@ -42,8 +43,8 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     config = PipelineConfig.autotune(batch_size=args.batch)
     rows = []
     for seconds in args.seconds:
-        kw: dict[str, Any] = {"window_seconds": seconds} if seconds else {"window_batches": 20}
-        trials = [measure(pipeline, config, windows=5, **kw) for _ in range(args.repeats)]
+        plan = WindowPlan(windows=5, window_seconds=seconds or 0.0)  # 0: 20 batches a window
+        trials = [measure(pipeline, config, plan=plan) for _ in range(args.repeats)]
         medians = [m.median for m in trials]
         rows.append(
             {

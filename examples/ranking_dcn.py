@@ -62,15 +62,17 @@ def main() -> None:
             space=space,
             n_trials=trials,
             base=base,
-            windows=2,
-            window_batches=4,
-            warmup_batches=2,
-            confirm_top=1,
-            confirm_windows=2,
-            # The smoke run leaves out the extra measurements (the gain by knob, and a
-            # columnar sample measured side by side when parsing bounds the input).
-            breakdown=not args.quick,
-            advise_format=not args.quick,
+            options=tuners.TuneOptions(
+                measurement=tuners.MeasureOptions(windows=2, window_batches=4, warmup_batches=2),
+                # The smoke run leaves out the extra measurements (the gain by knob, and a
+                # columnar sample measured side by side when parsing bounds the input).
+                confirmation=tuners.ConfirmOptions(
+                    confirm_top=1,
+                    confirm_windows=2,
+                    breakdown=not args.quick,
+                    advise_format=not args.quick,
+                ),
+            ),
         )
         print(
             f"tuned config ({result.best_name}), confirmed "

@@ -125,10 +125,13 @@ def resolve_pipeline(
 
     from tfinput.measure.target import Buildable, Target
 
+    def built(buildable: Buildable) -> tuple[Any, Any]:
+        """``(its repeated dataset, its schema)``: the target settled once."""
+        return buildable.build(default_config()).repeat(), Target.of(buildable).schema
+
     schema = None
     if isinstance(obj, Buildable) and not isinstance(obj, type):
-        schema = Target.of(obj).schema
-        obj = obj.build(default_config()).repeat()
+        obj, schema = built(obj)
     elif callable(obj) and not isinstance(obj, tf.data.Dataset):
         if _accepts_argument(obj):
             obj = obj(config) if config is not None else obj()
@@ -140,8 +143,7 @@ def resolve_pipeline(
         else:
             obj = obj()
         if isinstance(obj, Buildable) and not isinstance(obj, tf.data.Dataset):
-            schema = Target.of(obj).schema
-            obj = obj.build(default_config()).repeat()
+            obj, schema = built(obj)
     elif config is not None:
         raise ConfigError(f"--config was given but {spec} is a dataset, not a factory")
     if not isinstance(obj, tf.data.Dataset):

@@ -23,14 +23,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import DEFAULT_WINDOW_SECONDS, TUNER_PLAN, WindowPlan
-from tfinput.options import with_keywords
 from tfinput.steps import Step
 from tuners._columnar_advice import FormatAdvice, format_advice, parse_is_bound
 
@@ -273,68 +272,56 @@ STEP_BOUND_PLAN = WindowPlan(
 )
 
 
-def _measurement(
-    given: MeasureOptions | None,
-    keywords: Mapping[str, object],
-    default: WindowPlan,
-    *,
-    what: str,
-) -> MeasureOptions:
-    """``given`` with ``keywords`` set, its unset window counts ``default``'s."""
-    options = with_keywords(given or MeasureOptions(), keywords, what=what)
-    return dataclasses.replace(options, **options.plan(default, what=what).to_dict())
-
-
-def cached_source(pipeline: Measurable) -> Callable[[PipelineConfig], Iterable[Any]]:
-    """``config -> one batch repeated``: the step fed without any input cost."""
-
-    return Target.of(pipeline, what="tuner").one_batch_repeated
+def _settled(given: MeasureOptions | None, default: WindowPlan, *, what: str) -> MeasureOptions:
+    """``given`` with its window counts settled: the unset ones ``default``'s."""
+    options = given or MeasureOptions()
+    return options.with_plan(options.plan(default, what=what))
 
 
 def step_bound(
-    pipeline: Measurable,
-    config: PipelineConfig,
-    step: Step | Callable[[Any], object] | None,
-    **kwargs: Any,
-) -> float:
-    """Examples/s of ``step`` fed one cached batch over and over (no input cost): the
-    most the step can take; the median of `step_bound_stats`."""
-    return step_bound_stats(pipeline, config, step, **kwargs).median
-
-
-def step_bound_stats(
-    pipeline: Measurable,
+    target: Target,
     config: PipelineConfig,
     step: Step | Callable[[Any], object] | None,
     *,
     measurement: MeasureOptions | None = None,
-    **keywords: Any,
+) -> float:
+    """Examples/s of ``step`` fed one cached batch over and over (no input cost): the
+    most the step can take; the median of `step_bound_stats`."""
+    return step_bound_stats(target, config, step, measurement=measurement).median
+
+
+def step_bound_stats(
+    target: Target,
+    config: PipelineConfig,
+    step: Step | Callable[[Any], object] | None,
+    *,
+    measurement: MeasureOptions | None = None,
 ) -> ConfigStats:
-    """``step`` fed one cached batch over and over (no input cost), measured with
-    `tfinput.measure.compare.measure` (which lets a step that owns the loop, ``model.fit``, drive
-    the data): its `tfinput.measure.stats.ConfigStats`, one window per round. ``measurement``
-    (or its fields as keywords) as for `tfinput.measure.compare.measure`; the counts default to
-    `STEP_BOUND_PLAN`."""
+    """``step`` fed one cached batch of ``target`` over and over (no input cost,
+    `Target.one_batch_repeated`), measured with `tfinput.measure.compare.measure` (which lets a
+    step that owns the loop, ``model.fit``, drive the data): its
+    `tfinput.measure.stats.ConfigStats`, one window per round. ``measurement`` as for
+    `tfinput.measure.compare.measure`; the counts default to `STEP_BOUND_PLAN`."""
     from tfinput.measure import compare
 
-    options = _measurement(measurement, keywords, STEP_BOUND_PLAN, what="step_bound_stats")
+    options = _settled(measurement, STEP_BOUND_PLAN, what="step_bound_stats")
     result = compare.measure(
-        cached_source(pipeline), {"step bound": config}, step=step, measurement=options
+        target.one_batch_repeated, {"step bound": config}, step=step, measurement=options
     )
     return result.results[0]
 
 
 # ------------------------------------------------------------- gain by knob
-def _norm(knob: str, value: Any, pipeline: Measurable | None) -> Any:
+def _norm(knob: str, value: Any, target: Target | None) -> Any:
     from tuners._space import canonical
 
     if knob == "layout" and value is None:
-        return "per_feature" if pipeline is None else Target.of(pipeline).layout
+        return "per_feature" if target is None else target.layout
     return canonical(knob, value)
 
 
 def differing_groups(
-    winner: PipelineConfig, autotune: PipelineConfig, *, pipeline: Measurable | None = None
+    winner: PipelineConfig, autotune: PipelineConfig, *, target: Target | None = None
 ) -> dict[str, dict[str, tuple[Any, Any]]]:
     """``{group: {knob: (winner value, autotune value)}}`` for the `KNOB_GROUPS` in which
     the two configs build different pipelines."""
@@ -343,7 +330,7 @@ def differing_groups(
         diff = {
             k: (getattr(winner, k), getattr(autotune, k))
             for k in knobs
-            if _norm(k, getattr(winner, k), pipeline) != _norm(k, getattr(autotune, k), pipeline)
+            if _norm(k, getattr(winner, k), target) != _norm(k, getattr(autotune, k), target)
         }
         if diff:
             out[group] = diff
@@ -445,13 +432,12 @@ def knob_breakdown(
     step: Step | Callable[[Any], object] | None = None,
     measurement: MeasureOptions | None = None,
     progress: Callable[[int, int, Any], None] | None = None,
-    **keywords: Any,
 ) -> tuple[KnobContribution, ...]:
     """The gain by knob group: the winner and, for each group of knobs that differs
     from ``autotune``, the winner with that group reverted to autotune's values, all
     measured interleaved over the same windows (`tfinput.measure.compare.measure`, the winner as
-    the baseline of the per-round ratios). ``measurement`` (or its fields as
-    keywords) as for `tfinput.measure.compare.measure`; the counts default to `TUNER_PLAN`.
+    the baseline of the per-round ratios). ``measurement`` as for
+    `tfinput.measure.compare.measure`; the counts default to `TUNER_PLAN`.
 
     Returns:
       One `KnobContribution` per differing group, largest contribution first; empty
@@ -459,15 +445,16 @@ def knob_breakdown(
     """
     from tfinput.measure import compare
 
-    groups = differing_groups(winner, autotune, pipeline=pipeline)
+    target = Target.of(pipeline, what="knob_breakdown")
+    groups = differing_groups(winner, autotune, target=target)
     if not groups:
         return ()
     configs = {"winner": winner}
     for group, knobs in groups.items():
         configs[f"without {group}"] = winner.replace(**{k: a for k, (_, a) in knobs.items()})
-    options = _measurement(measurement, keywords, TUNER_PLAN, what="knob_breakdown")
+    options = _settled(measurement, TUNER_PLAN, what="knob_breakdown")
     result = compare.measure(
-        pipeline, configs, step=step, baseline="winner", progress=progress, measurement=options
+        target, configs, step=step, baseline="winner", progress=progress, measurement=options
     )
     out = []
     for group, knobs in groups.items():

@@ -22,7 +22,6 @@ from tfinput.errors import ConfigError
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Target
 from tfinput.measure.windows import WindowPlan
-from tfinput.options import with_keywords
 
 if TYPE_CHECKING:
     from tfinput.measure.roofline import Roofline
@@ -149,11 +148,10 @@ def quick_roofline(
     return roofline(
         pipeline,
         batch_size=batch_size,
-        windows=2,
-        window_batches=4,
-        warmup_batches=1,
-        cpu_count=cpu_count,
         configs=configs,
+        measurement=MeasureOptions(
+            windows=2, window_batches=4, warmup_batches=1, cpu_count=cpu_count
+        ),
     )
 
 
@@ -180,7 +178,6 @@ def format_advice(
     require_parse_bound: bool = True,
     measurement: MeasureOptions | None = None,
     roofline_result: Roofline | None = None,
-    **keywords: Any,
 ) -> FormatAdvice | None:
     """Convert a sample of tf.Example files to columnar records and measure both:
     a short roofline (`parse_is_bound`), at most ``sample_files`` files converted in a
@@ -196,8 +193,6 @@ def format_advice(
       measurement: `tfinput.measure.MeasureOptions`: the windows (`ADVICE_PLAN`),
         the roofline's cores, the clocks.
       roofline_result: The roofline `parse_is_bound` reads (None: measured here).
-      **keywords: Fields of ``measurement`` given directly (``windows=``,
-        ``cpu_count=``, ...); they override ``measurement``'s.
 
     Returns:
       A `FormatAdvice`; None for other data, or if parse is not the bound (and required).
@@ -207,7 +202,7 @@ def format_advice(
     """
     if sample_files < 1:
         raise ConfigError(f"format advice: sample_files must be >= 1, got {sample_files}")
-    options = with_keywords(measurement or MeasureOptions(), keywords, what="format_advice")
+    options = measurement or MeasureOptions()
     plan, cpu_count = options.plan(ADVICE_PLAN, what="format advice"), options.cpu_count
     source = Target.of(pipeline, what="format advice").source
     if source is None or source.kind != "tfrecord":
@@ -226,7 +221,7 @@ def format_advice(
         files,
         chunk,
         config,
-        **plan.to_dict(),
+        plan,
         clock=options.clock or time.perf_counter,
         cpu_clock=options.cpu_clock,
         cpu_count=cpu_count,
@@ -273,10 +268,11 @@ def _convert_and_measure(
     files: Sequence[str],
     chunk_rows: int,
     config: PipelineConfig,
+    plan: WindowPlan,
     *,
+    clock: Callable[[], float],
     cpu_count: int | None,
     cpu_clock: Callable[[], float] | None,
-    **plan: Any,
 ) -> tuple[int, dict[str, Any], float]:
     """Convert ``files`` to columnar records in a temporary directory and measure both
     side by side: ``(rows converted, {name: ConfigStats}, when the conversion ended)``."""
@@ -290,8 +286,9 @@ def _convert_and_measure(
         measured = _measure_side_by_side(
             _sample_pipelines(pipeline, files, sample),
             config,
+            plan,
+            clock=clock,
             cpu_clock=cpu_clock or process_cpu_seconds,
-            **plan,
         )
     stats = summarize(measured, baseline="tf.Example", cpu_count=cpu_count or 1)
     return rows, {s.name: s for s in stats}, converted
@@ -327,13 +324,10 @@ def _sample_pipelines(
 def _measure_side_by_side(
     pipelines: Mapping[str, Any],
     config: PipelineConfig,
+    plan: WindowPlan,
     *,
-    windows: int,
-    window_batches: int,
-    warmup_batches: int,
     clock: Callable[[], float],
     cpu_clock: Callable[[], float],
-    window_seconds: float = 0.0,
 ) -> dict[str, list[Any]]:
     """Input-only windows of each pipeline built with ``config``, interleaved round by
     round, a fresh iterator per window: ``{name: [tfinput.measure.windows.Window, ...]}``."""
@@ -341,16 +335,16 @@ def _measure_side_by_side(
 
     size = config.batch_size if config.drop_remainder else None
     measured: dict[str, list[Any]] = {n: [] for n in pipelines}
-    for r in range(windows):
+    for r in range(plan.windows):
         for name, p in pipelines.items():
             w = run_window(
                 lambda p=p: p.build(config).repeat(),
-                warmup_batches=warmup_batches,
-                window_batches=window_batches,
+                warmup_batches=plan.warmup_batches,
+                window_batches=plan.window_batches,
                 batch_size=size,
                 clock=clock,
                 cpu_clock=cpu_clock,
-                window_seconds=window_seconds,
+                window_seconds=plan.window_seconds,
             )
             measured[name].append(dataclasses.replace(w, name=name, round=r))
     return measured

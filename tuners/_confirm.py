@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
-from tfinput.measure.target import Measurable, Target
+from tfinput.measure.target import Target
 from tfinput.steps import Step
 from tuners._trials import explain_failure
 
@@ -55,7 +55,7 @@ class Remeasure:
     gain by knob all use the same windows).
 
     Attributes:
-      pipeline: The tuned pipeline.
+      target: The tuned pipeline, as `tuners.tune` settled it.
       step: The training step.
       plan: The trial's `tfinput.measure.windows.WindowPlan`: its window size and warm-up.
       windows: Interleaved windows per config (``confirm_windows`` of `tuners.tune`),
@@ -64,7 +64,7 @@ class Remeasure:
       clocks: ``clock`` / ``cpu_clock`` overrides (`MeasureOptions.clocks`).
     """
 
-    pipeline: Measurable
+    target: Target
     step: Step
     plan: WindowPlan
     windows: int
@@ -74,11 +74,8 @@ class Remeasure:
     def measurement(self) -> MeasureOptions:
         """The `MeasureOptions` of `tfinput.measure.compare.measure`, `tuners._advice.step_bound`
         and `tuners._advice.knob_breakdown`: the plan's windows, ``windows`` of them."""
-        return MeasureOptions(
-            **{**self.plan.to_dict(), "windows": self.windows},
-            cpu_count=self.cpu_count,
-            **self.clocks,
-        )
+        plan = dataclasses.replace(self.plan, windows=self.windows)
+        return MeasureOptions(cpu_count=self.cpu_count, **self.clocks).with_plan(plan)
 
 
 def _note(notes: list[str], text: str) -> None:
@@ -136,7 +133,7 @@ def confirm(
     for attempt in (1, 2):
         try:
             result = compare.measure(
-                how.pipeline,
+                how.target,
                 configs,
                 step=how.step,
                 baseline="autotune",
@@ -144,7 +141,7 @@ def confirm(
                 measurement=how.measurement(),
             )
         except Exception as e:  # a transient step error, out of memory...
-            error = explain_failure(how.pipeline, e)
+            error = explain_failure(how.target, e)
             _note(notes, f"confirmation attempt {attempt} of 2 failed: {error}")
             continue
         return sorted(result.results, key=lambda c: c.median, reverse=True), None
@@ -284,10 +281,10 @@ def verdicts(
         else:
             try:
                 bound_stats = step_bound_stats(
-                    how.pipeline, best_config, how.step, measurement=how.measurement()
+                    how.target, best_config, how.step, measurement=how.measurement()
                 )
             except Exception as e:
-                _note(notes, f"step bound not measured: {explain_failure(how.pipeline, e)}")
+                _note(notes, f"step bound not measured: {explain_failure(how.target, e)}")
             else:
                 bound = bound_stats.median
             if bound:
@@ -322,10 +319,10 @@ def gain_by_knob(
         progress("breakdown", {"windows": how.windows})
     try:
         return knob_breakdown(
-            how.pipeline, best_config, autotune, step=how.step, measurement=how.measurement()
+            how.target, best_config, autotune, step=how.step, measurement=how.measurement()
         )
     except Exception as e:  # the breakdown is extra: never lose the result for it
-        _note(notes, f"gain by knob not measured: {explain_failure(how.pipeline, e)}")
+        _note(notes, f"gain by knob not measured: {explain_failure(how.target, e)}")
         return ()
 
 
@@ -336,13 +333,13 @@ def winner_roofline(how: Remeasure, best_config: PipelineConfig, *, notes: list[
 
     try:
         return quick_roofline(
-            how.pipeline,
+            how.target.pipeline,
             batch_size=best_config.batch_size,
             cpu_count=how.cpu_count,
             configs={"winner": best_config},
         )
     except Exception as e:
-        _note(notes, f"roofline not measured: {explain_failure(how.pipeline, e)}")
+        _note(notes, f"roofline not measured: {explain_failure(how.target, e)}")
         return None
 
 
@@ -382,14 +379,14 @@ def winner_format_advice(
         progress("format_advice", {})
     try:
         return format_advice(
-            how.pipeline,
+            how.target.pipeline,
             best_config,
             schema_path=schema_path,
-            cpu_count=how.cpu_count,
+            measurement=MeasureOptions(cpu_count=how.cpu_count),
             roofline_result=roofline,
         )
     except Exception as e:
-        _note(notes, f"format advice not measured: {explain_failure(how.pipeline, e)}")
+        _note(notes, f"format advice not measured: {explain_failure(how.target, e)}")
         return None
 
 
@@ -423,7 +420,7 @@ def advice_sentences(
 
 
 def service_sizing(
-    pipeline: Measurable,
+    target: Target,
     best_config: PipelineConfig,
     confirmed: Sequence[ConfigStats],
     target_rate: float | None,
@@ -433,7 +430,7 @@ def service_sizing(
     (`tfinput.service.workers_needed`). Empty for a local pipeline."""
     from tfinput.service import workers_needed
 
-    service = Target.of(pipeline, what="tune").service
+    service = target.service
     if service is None or not confirmed:
         return ()
     winner = next((c for c in confirmed if c.config == best_config), confirmed[0])

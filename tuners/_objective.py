@@ -1,13 +1,13 @@
 """Measuring one config against a step: the tuner's objective, usable without Optuna.
 
-    m = measure(pipeline, config, step=steps.simulated_step(0.02), windows=5)
+    m = measure(pipeline, config, step=steps.simulated_step(0.02))
     print(m.median, m.cv)
 
-One trial = one fresh iterator over ``pipeline.build(config, repeat=True)``, ``warmup``
-batches that are not timed (thread start, file opening, buffers filling), then
+One trial = one fresh iterator over ``pipeline.build(config, repeat=True)``, the plan's
+``warmup_batches`` batches that are not timed (thread start, file opening, buffers filling), then its
 ``windows`` consecutive windows, each handed to the step. A window lasts at least
 ``window_seconds`` (its batches: that target times the warm-up's rate, at least
-``window_batches``); ``window_batches`` given alone asks for that fixed count.
+``window_batches``; with ``window_seconds=0``, that fixed count).
 The objective is the median examples/s over the windows; the spread is kept. After
 each window ``report(index, examples_per_s)`` is called; if it returns True the
 measurement stops early (the tuner uses this for pruning).
@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
-from tfinput.measure.options import MeasureOptions
 from tfinput.measure.probes import process_cpu_seconds
 from tfinput.measure.target import Target
 from tfinput.measure.windows import TUNER_PLAN, WindowPlan, consecutive_windows
@@ -99,10 +98,7 @@ def measure(
     config: PipelineConfig,
     step: Callable[[Any], Any] | None = None,
     *,
-    windows: int = TUNER_PLAN.windows,
-    window_batches: int | None = None,
-    warmup_batches: int = TUNER_PLAN.warmup_batches,
-    window_seconds: float | None = None,
+    plan: WindowPlan = TUNER_PLAN,
     report: Callable[[int, float], bool] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] | None = None,
@@ -121,15 +117,10 @@ def measure(
       step: Called on every batch, warm-up included (default: input only); a
         `tfinput.steps.Step` is set up with ``step.prepare(config)`` first, and one
         that owns the loop runs the windows itself.
-      windows: Timed windows; the objective is their median.
-      window_batches: The least batches per window (default
-        ``TUNER_PLAN.window_batches``); given without ``window_seconds``, the fixed
-        count of every window.
-      warmup_batches: Untimed batches first. The defaults are
-        `tfinput.measure.windows.TUNER_PLAN` (see `tfinput.measure.windows.WindowPlan` for why
-        ``tfinput bench`` warms up longer).
-      window_seconds: The least seconds of a window (default
-        `tfinput.measure.windows.DEFAULT_WINDOW_SECONDS`; 0: a fixed ``window_batches``).
+      plan: The `tfinput.measure.windows.WindowPlan`: untimed warm-up batches, then timed
+        windows (the objective is their median) of at least ``window_seconds`` and
+        ``window_batches`` (default `tfinput.measure.windows.TUNER_PLAN`; see
+        `tfinput.measure.windows.WindowPlan` for why ``tfinput bench`` warms up longer).
       report: ``report(window_index, examples_per_s) -> stop?`` after each window.
       clock: Wall clock (injectable for tests).
       cpu_clock: Process CPU clock (default: `tfinput.measure.probes.process_cpu_seconds`).
@@ -138,15 +129,9 @@ def measure(
       The `Measurement`.
 
     Raises:
-      tfinput.errors.ConfigError: a count is not an int or below its least value.
+      tfinput.errors.ConfigError: ``pipeline`` is neither a pipeline nor a callable.
       tfinput.errors.DataError: the data hold fewer batches than warm-up plus one.
     """
-    plan = MeasureOptions(
-        warmup_batches=warmup_batches,
-        windows=windows,
-        window_batches=window_batches,
-        window_seconds=window_seconds,
-    ).plan(TUNER_PLAN, what="tuner")
     cpu_clock = cpu_clock or process_cpu_seconds
     begin = clock()
     iterable = Target.of(pipeline, what="tuner").batches(config)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, TfinputError
-from tfinput.measure.target import Measurable, Target
+from tfinput.measure.target import Target
 from tfinput.measure.windows import WindowPlan
 from tfinput.steps import Step
 from tuners._budget import stopped_by_timeout
@@ -101,7 +101,6 @@ class Tuning:
     """What the steps of one `tune` call share, defaults settled; called on an Optuna
     trial, it is the objective."""
 
-    pipeline: Measurable
     target: Target
     step: Step
     space: SearchSpace
@@ -123,14 +122,17 @@ class Tuning:
     @classmethod
     def settle(
         cls,
-        pipeline: Measurable,
+        target: Target,
         *,
         step: Step | Callable[[Any], object] | None,
         space: SearchSpace | None,
         base: PipelineConfig | None,
         current: PipelineConfig | None,
         cpu_count: int | None,
-        **fixed: Any,
+        plan: WindowPlan,
+        clocks: Mapping[str, Callable[[], float]],
+        lock_path: str | None,
+        progress: Progress | None,
     ) -> Tuning:
         """The defaults of `tune`: input only, the available cores, ``current`` or
         ``PipelineConfig()`` as the base, the default space widened to the baselines."""
@@ -140,18 +142,20 @@ class Tuning:
         cores = cpu_count or available_cpus()
         base = base or current or PipelineConfig()
         if space is None:
-            space = SearchSpace.for_pipeline(pipeline, cpu_count=cores, step=step)
+            space = SearchSpace.for_pipeline(target, cpu_count=cores, step=step)
         baselines = baseline_configs(base, cpu_count=cores, current=current, step=step)
         return cls(
-            pipeline=pipeline,
-            target=Target.of(pipeline, what="tune"),
+            target=target,
             step=step,
             space=space.including(*baselines.values()),
             base=base,
             current=current,
             baselines=baselines,
             cpu_count=cores,
-            **fixed,
+            plan=plan,
+            clocks=clocks,
+            lock_path=lock_path,
+            progress=progress,
         )
 
     def __call__(self, trial: optuna.Trial) -> float:
@@ -173,12 +177,7 @@ class Tuning:
             trial.set_user_attr("config", config.to_dict())
             with host_lock(self.lock_path):
                 m = measure(
-                    self.pipeline,
-                    config,
-                    self.step,
-                    report=report,
-                    **self.plan.to_dict(),
-                    **self.clocks,
+                    self.target, config, self.step, plan=self.plan, report=report, **self.clocks
                 )
         except KeyboardInterrupt:
             # Not the config's fault: the trial does not count towards n_trials, and a
@@ -195,7 +194,7 @@ class Tuning:
                 # Every other config would fail the same way: stop, and say what to do.
                 self.too_small.append(self._too_small(config))
                 trial.study.stop()
-            reason = explain_failure(self.pipeline, e)
+            reason = explain_failure(self.target, e)
             trial.set_user_attr("error", reason)
             # The traceback once (the first failure; every one when the tuner's logger
             # is set to DEBUG, as the CLI's --verbose does); later failures one line each.
@@ -247,7 +246,7 @@ class Tuning:
     def remeasure(self, windows: int) -> Remeasure:
         """The measurement of the steps after the search: ``windows`` per config."""
         return Remeasure(
-            pipeline=self.pipeline,
+            target=self.target,
             step=self.step,
             plan=self.plan,
             windows=windows,

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 from tfinput.config import PipelineConfig
 from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import TUNER_PLAN
-from tfinput.options import check_counts, with_keywords
+from tfinput.options import check_counts
 from tfinput.steps import Step
 from tuners._budget import fit_budget
 from tuners._confirm import (
@@ -147,10 +147,11 @@ def tune(
     space: SearchSpace | None = None,
     base: PipelineConfig | None = None,
     current: PipelineConfig | None = None,
+    n_trials: int = 30,
+    timeout: float | None = None,
     options: TuneOptions | None = None,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
     verbose: bool = True,
-    **keywords: Any,
 ) -> TuneResult:
     """Search pipeline configs against a training step and confirm the winner.
 
@@ -162,9 +163,17 @@ def tune(
       base: Values of knobs that are not searched, batch size included (default:
         ``current`` or ``PipelineConfig()``).
       current: The user's current config, measured as a baseline.
-      options: A `tuners.TuneOptions`: the search (``n_trials``, ``timeout``, sampler,
-        pruner), the study (storage, name, heartbeats), the measurement (window counts,
-        CPUs, clocks) and the confirmation (top configs, gain by knob, format advice).
+      n_trials: Trials to finish (complete, pruned, or failed because the step or
+        pipeline raised), baselines included, summed over every worker of a shared
+        study. Each costs about ``windows * window_seconds`` seconds after its
+        warm-up (``window_batches`` steps a window when the windows are not timed).
+      timeout: Stop searching after this many seconds (None: no limit). When
+        ``n_trials`` timed trials do not fit, each measures fewer windows (at least 3),
+        and the result notes it (`tuners._budget.fit_budget`).
+      options: A `tuners.TuneOptions` (default: every default): the search (seed,
+        sampler, pruner), the study (storage, name, heartbeats), the measurement
+        (window counts, CPUs, clocks) and the confirmation (top configs, gain by knob,
+        format advice).
       progress: ``progress(event, info)`` for display (events: ``trial``, with the
         estimated seconds left as ``eta_s``; ``slow_trial``; ``confirm``,
         ``roofline``, ...).
@@ -174,8 +183,6 @@ def tune(
         seconds, on the ``tfinput.tuners`` logger (INFO; the note WARNING). When
         logging is not configured, a stderr handler shows them for the call; a level
         set on the logger (or on ``tfinput``) silences them, as ``verbose=False`` does.
-      **keywords: Fields of the groups of ``options`` given directly (``n_trials=``,
-        ``storage=``, ``windows=``, ``confirm_top=``, ...); they override ``options``.
 
     Returns:
       A `TuneResult`.
@@ -188,25 +195,28 @@ def tune(
       TuneInterrupted: Ctrl-C once the study is open (a ``KeyboardInterrupt`` that
         carries the study with its completed trials, and where it stopped; the trial
         it stopped does not count and, in a storage, is measured again on resume).
-      TypeError: a keyword that is no field of the options.
     """
-    opts = with_keywords(options or TuneOptions(), keywords, what="tune")
+    opts = options or TuneOptions()
     measured, search, kept = opts.measurement, opts.search, opts.study
-    check_counts(windows=measured.windows, window_batches=measured.window_batches)
+    check_counts(
+        n_trials=n_trials, windows=measured.windows, window_batches=measured.window_batches
+    )
+    # The target and the trial plan are settled here, once, and handed down as objects.
+    target = Target.of(pipeline, what="tune")
     plan, budget_note = fit_budget(
-        measured.plan(TUNER_PLAN, what="tune"), n_trials=search.n_trials, timeout=search.timeout
+        measured.plan(TUNER_PLAN, what="tune"), n_trials=n_trials, timeout=timeout
     )
     if budget_note is not None:
         log.warning("%s", budget_note)
     reporter = TrialProgress(
-        total=search.n_trials,
+        total=n_trials,
         plan=plan,
         display=progress,
         verbose=verbose,
         clock=measured.clock or time.perf_counter,
     )
     run = Tuning.settle(
-        pipeline,
+        target,
         step=reporter.watch(step),
         space=space,
         base=base,
@@ -225,8 +235,8 @@ def tune(
             search_seconds, notes = search_trials(
                 study,
                 run,
-                n_trials=search.n_trials,
-                timeout=search.timeout,
+                n_trials=n_trials,
+                timeout=timeout,
                 in_memory=in_memory,
                 max_consecutive_failures=search.max_consecutive_failures,
             )

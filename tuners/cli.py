@@ -39,9 +39,11 @@ from tuners._progress import stage_line, trial_line
 from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyOptions, TuneOptions
 
 if TYPE_CHECKING:
+    from tfinput.config import PipelineConfig
     from tfinput.measure.target import Measurable
     from tfinput.steps import Step
     from tuners._result import TuneInterrupted, TuneResult
+    from tuners._space import SearchSpace
 
 __all__ = ["DEMO_COMMAND", "TUNE_COMMAND", "add_subcommands"]
 
@@ -357,17 +359,38 @@ def _write_interrupted(interrupt: TuneInterrupted, args: argparse.Namespace, out
 
 
 def _search(
-    args: argparse.Namespace, out: str, pipeline: Measurable, **kwargs: Any
+    args: argparse.Namespace,
+    out: str,
+    pipeline: Measurable,
+    *,
+    step: Step,
+    space: SearchSpace,
+    base: PipelineConfig,
+    current: PipelineConfig | None = None,
+    timeout: float | None = None,
+    options: TuneOptions,
 ) -> TuneResult | None:
-    """`tuners.tune` under the progress display (``--n-trials`` trials); when no trial
-    completed, ``result.json`` is written before the error goes on. Ctrl-C: the trials
-    done are written (`_write_interrupted`) and None is returned (exit code 130)."""
+    """`tuners.tune` under the progress display (``--n-trials`` trials, within
+    ``--timeout``); when no trial completed, ``result.json`` is written before the error
+    goes on. Ctrl-C: the trials done are written (`_write_interrupted`) and None is
+    returned (exit code 130)."""
     from tuners._result import TuneInterrupted
     from tuners._study import TrialsFailedError, tune
 
     try:
         with _Display(args.n_trials) as display:
-            return tune(pipeline, progress=display, verbose=False, **kwargs)
+            return tune(
+                pipeline,
+                step=step,
+                space=space,
+                base=base,
+                current=current,
+                n_trials=args.n_trials,
+                timeout=timeout,
+                options=options,
+                progress=display,
+                verbose=False,
+            )
     except TrialsFailedError as e:
         _write_failed(e, out)
         raise
@@ -380,7 +403,7 @@ def _search(
 def _options(args: argparse.Namespace) -> TuneOptions:
     """The `TuneOptions` ``tfinput tune``'s arguments ask for (the one place they map)."""
     return TuneOptions(
-        search=SearchOptions(n_trials=args.n_trials, timeout=args.timeout, seed=args.seed),
+        search=SearchOptions(seed=args.seed),
         study=StudyOptions(
             storage=args.storage,
             study_name=args.study_name,
@@ -413,23 +436,24 @@ def _tune(args: argparse.Namespace) -> int:
         raise ConfigError(f"--n-trials must be >= 1, got {args.n_trials}")
     if args.storage and not args.study_name:
         raise ConfigError("--storage needs --study-name (to share or resume the study)")
-    pipeline = pipeline_from_args(args, say=console(stderr=True).print)
+    target = Target.of(pipeline_from_args(args, say=console(stderr=True).print), what="tune")
     step = steps.make(
         args.step,
-        schema=Target.of(pipeline, what="tune").schema,
+        schema=target.schema,
         model=args.model,
         step_fn=args.step_fn,
         device_time_ms=args.device_time_ms,
     )
-    space, base, current = _space_and_base(args, pipeline, step)
+    space, base, current = _space_and_base(args, target, step)
     result = _search(
         args,
         out,
-        pipeline,
+        target,
         step=step,
         space=space,
         base=base,
         current=current,
+        timeout=args.timeout,
         options=_options(args),
     )
     if result is None:  # Ctrl-C: the trials done are written
@@ -463,7 +487,6 @@ def _demo(args: argparse.Namespace) -> int:
         base=base,
         space=space,
         options=TuneOptions(
-            search=SearchOptions(n_trials=args.n_trials),
             measurement=MeasureOptions(
                 windows=DEMO["windows"],
                 window_batches=DEMO["window_batches"],

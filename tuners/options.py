@@ -1,15 +1,13 @@
-"""What `tuners.tune` takes besides the pipeline, the step and the space: one frozen
-`TuneOptions` of four small groups.
+"""What `tuners.tune` takes besides the pipeline, the step, the space, the configs and
+its budget (``n_trials``, ``timeout``): one frozen `TuneOptions` of four small groups.
 
     options = tuners.TuneOptions(
-        search=tuners.SearchOptions(n_trials=50, timeout=3600),
+        search=tuners.SearchOptions(seed=1),
         study=tuners.StudyOptions(storage="postgresql://db/tune", study_name="ranker"),
     )
-    result = tuners.tune(pipeline, step=step, options=options)
+    result = tuners.tune(pipeline, step=step, n_trials=50, timeout=3600, options=options)
 
-Every field is also a keyword of `tune` (``tune(pipeline, n_trials=50)``), which
-overrides the same field of ``options``. ``tfinput tune`` maps its arguments onto
-these objects in one place.
+``tfinput tune`` maps its arguments onto these objects in one place.
 """
 
 from __future__ import annotations
@@ -39,16 +37,10 @@ MAX_CONSECUTIVE_FAILURES = 5
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SearchOptions:
-    """How long the search runs and how it proposes configs.
+    """How the search proposes configs, and when it gives up (its length is `tuners.tune`'s
+    ``n_trials`` and ``timeout``).
 
     Attributes:
-      n_trials: Trials to finish (complete, pruned, or failed because the step or
-        pipeline raised), baselines included, summed over every worker of a shared
-        study. Each costs about ``windows * window_seconds`` seconds after its
-        warm-up (``window_batches`` steps a window when the windows are not timed).
-      timeout: Stop searching after this many seconds (None: no limit). When
-        ``n_trials`` timed trials do not fit, each measures fewer windows (at least 3),
-        and the result notes it (`tuners._budget.fit_budget`).
       seed: The default sampler's seed.
       sampler, pruner: Optuna overrides (default: seeded multivariate TPE with the
         constant liar; `tuners._pruning.NoiseAwarePruner`: bottom quarter beyond the
@@ -58,18 +50,16 @@ class SearchOptions:
         Higher tolerates spaces with many configs that do not fit in memory.
 
     Raises:
-      ConfigError: ``n_trials`` or ``max_consecutive_failures`` below 1.
+      ConfigError: ``max_consecutive_failures`` below 1.
     """
 
-    n_trials: int = 30
-    timeout: float | None = None
     seed: int | None = 0
     sampler: optuna.samplers.BaseSampler | None = None
     pruner: optuna.pruners.BasePruner | None = None
     max_consecutive_failures: int = MAX_CONSECUTIVE_FAILURES
 
     def __post_init__(self) -> None:
-        check_counts(n_trials=self.n_trials, max_consecutive_failures=self.max_consecutive_failures)
+        check_counts(max_consecutive_failures=self.max_consecutive_failures)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -127,10 +117,11 @@ class ConfirmOptions:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TuneOptions:
-    """Everything `tuners.tune` takes besides the pipeline, step, space and configs.
+    """Everything `tuners.tune` takes besides the pipeline, step, space, configs and
+    budget.
 
     Attributes:
-      search: `SearchOptions`: trials, time limit, sampler and pruner.
+      search: `SearchOptions`: seed, sampler, pruner and the failures tolerated.
       study: `StudyOptions`: the storage and how workers share it.
       measurement: `tfinput.measure.MeasureOptions`: each trial's window counts
         (default `TUNER_PLAN`: 5 warm-up batches, 5 windows of at least 0.5 s and 20

@@ -178,13 +178,12 @@ def main() -> None:
             step=steps.keras_fit_step(probe),
             n_trials=trials,
             base=tfinput.PipelineConfig(batch_size=BATCH),
-            windows=1,
-            window_batches=4,
-            warmup_batches=2,
-            confirm_top=1,
-            confirm_windows=1,
-            breakdown=False,
-            advise_format=False,
+            options=tuners.TuneOptions(
+                measurement=tuners.MeasureOptions(windows=1, window_batches=4, warmup_batches=2),
+                confirmation=tuners.ConfirmOptions(
+                    confirm_top=1, confirm_windows=1, breakdown=False, advise_format=False
+                ),
+            ),
         )
         best = result.best_config
         default = tfinput.PipelineConfig(batch_size=BATCH)

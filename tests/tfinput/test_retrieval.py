@@ -177,6 +177,13 @@ def test_model_needs_both_towers(small_schema):
 
 def test_the_tuner_measures_the_two_tower_model_as_its_step(small_tfrecord, schema, tmp_path):
     from tuners._study import tune
+    from tuners.options import (
+        ConfirmOptions,
+        MeasureOptions,
+        SearchOptions,
+        StudyOptions,
+        TuneOptions,
+    )
 
     model = retrieval.two_tower_model(schema, embedding_dim=4, jit_compile=False)
     result = tune(
@@ -184,16 +191,14 @@ def test_the_tuner_measures_the_two_tower_model_as_its_step(small_tfrecord, sche
         step=tfinput.steps.keras_fit_step(model),
         n_trials=2,
         base=PipelineConfig(batch_size=50),
-        cpu_count=2,
-        seed=0,
-        windows=1,
-        window_batches=2,
-        warmup_batches=1,
-        confirm_top=1,
-        confirm_windows=1,
-        advise_format=False,
-        breakdown=False,
-        lock_path=str(tmp_path / "lock"),
+        options=TuneOptions(
+            measurement=MeasureOptions(cpu_count=2, windows=1, window_batches=2, warmup_batches=1),
+            search=SearchOptions(seed=0),
+            confirmation=ConfirmOptions(
+                confirm_top=1, confirm_windows=1, advise_format=False, breakdown=False
+            ),
+            study=StudyOptions(lock_path=str(tmp_path / "lock")),
+        ),
     )
     assert result.best_config.batch_size == 50
     assert result.step["kind"] == "keras_fit"

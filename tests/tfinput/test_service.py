@@ -224,14 +224,16 @@ def test_the_tuner_searches_the_service_knobs_and_sizes_the_fleet(
         space=space.fix(interleave_cycle_length=1, interleave_block_length=1),
         n_trials=4,
         base=PipelineConfig(batch_size=100),
-        windows=2,
-        window_batches=3,
-        warmup_batches=1,
-        confirm_top=1,
-        confirm_windows=2,
-        breakdown=False,
-        advise_format=False,
-        target_rate=1e6,
+        options=tuners.TuneOptions(
+            measurement=tuners.MeasureOptions(windows=2, window_batches=3, warmup_batches=1),
+            confirmation=tuners.ConfirmOptions(
+                confirm_top=1,
+                confirm_windows=2,
+                breakdown=False,
+                advise_format=False,
+                target_rate=1e6,
+            ),
+        ),
     )
     sizing = [line for line in result.advice if line.startswith("tf.data service:")]
     assert len(sizing) == 1 and "per worker" in sizing[0] and "needs about" in sizing[0]

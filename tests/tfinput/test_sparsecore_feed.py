@@ -554,6 +554,7 @@ def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
 ):
     from tfinput import steps
     from tuners._study import tune
+    from tuners.options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
 
     # Limits far below what the data needs: every batch drops ids, counted per table.
     plan = _plan(
@@ -569,15 +570,13 @@ def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
         step=step,
         n_trials=3,
         base=PipelineConfig(batch_size=BATCH),
-        cpu_count=2,
-        lock_path=str(tmp_path / "lock"),
-        windows=2,
-        window_batches=2,
-        warmup_batches=1,
-        confirm_top=1,
-        confirm_windows=1,
-        advise_format=False,
-        breakdown=False,
+        options=TuneOptions(
+            measurement=MeasureOptions(cpu_count=2, windows=2, window_batches=2, warmup_batches=1),
+            study=StudyOptions(lock_path=str(tmp_path / "lock")),
+            confirmation=ConfirmOptions(
+                confirm_top=1, confirm_windows=1, advise_format=False, breakdown=False
+            ),
+        ),
     )
     assert set(result.space["sparsecore_workers"]) == {0, 1, 2}  # 0: the baselines'
     assert result.space["sparsecore_prefetch"] == [0, 2, 8]

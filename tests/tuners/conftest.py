@@ -3,6 +3,7 @@ and deterministic fakes (a workload on a fake clock) that need no timing."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 
 import optuna
@@ -12,6 +13,7 @@ import tfinput
 from tfinput.config import PipelineConfig
 from tuners._space import SearchSpace
 from tuners._study import tune
+from tuners.options import TuneOptions
 
 # The format advice (a roofline, a conversion, a side-by-side measurement) and the gain
 # by knob have their own tests; the other tune() tests leave them out. One confirmation
@@ -19,6 +21,19 @@ from tuners._study import tune
 # its own tests (the fake clock's `FAKE_PLAN`, the CLI's ``--confirm-windows 2``).
 FAST = {"windows": 2, "window_batches": 2, "warmup_batches": 1, "confirm_top": 1}
 FAST.update(confirm_windows=1, advise_format=False, breakdown=False)
+
+
+def options(**fields):
+    """A `TuneOptions` with each of ``fields`` (flat field names, as `FAST` writes them)
+    set on the group that has a field of that name."""
+    groups = {}
+    for group in dataclasses.fields(TuneOptions):
+        kind = type(getattr(TuneOptions(), group.name))
+        names = {f.name for f in dataclasses.fields(kind)}
+        groups[group.name] = kind(**{k: fields.pop(k) for k in list(fields) if k in names})
+    assert not fields, f"no TuneOptions field: {sorted(fields)}"
+    return TuneOptions(**groups)
+
 
 #: Trials of `tuned`: its three baselines and one searched config.
 TUNED_TRIALS = 4
@@ -47,10 +62,9 @@ def tuned(small_tfrecord, small_schema, tmp_path_factory):
         n_trials=TUNED_TRIALS,
         base=base,
         current=current,
-        cpu_count=2,
-        seed=1,
-        lock_path=str(tmp_path_factory.mktemp("tuned") / "lock"),
-        **FAST,
+        options=options(
+            cpu_count=2, seed=1, lock_path=str(tmp_path_factory.mktemp("tuned") / "lock"), **FAST
+        ),
     )
     return pipeline, current, result
 
@@ -73,11 +87,13 @@ def cli_args(small_tfrecord, tmp_path, small_schema, monkeypatch):
     ]
 
 
-def tune_seeded(pipeline, tmp_path, **kwargs):
+def tune_seeded(
+    pipeline, tmp_path, *, n_trials, step=None, space=None, base=None, current=None, **fields
+):
     """`tune` on 2 cores with a seeded random sampler and a one-window confirmation of
     the best config, without the format advice and the gain by knob (as `FAST`);
-    ``kwargs`` add the measurement and override the rest."""
-    options = dict(
+    ``fields`` (of `TuneOptions`' groups) add the measurement and override the rest."""
+    given = dict(
         cpu_count=2,
         confirm_top=1,
         confirm_windows=1,
@@ -86,7 +102,15 @@ def tune_seeded(pipeline, tmp_path, **kwargs):
         sampler=optuna.samplers.RandomSampler(seed=0),
         lock_path=str(tmp_path / "lock"),
     )
-    return tune(pipeline, **{**options, **kwargs})
+    return tune(
+        pipeline,
+        step=step,
+        space=space,
+        base=base,
+        current=current,
+        n_trials=n_trials,
+        options=options(**{**given, **fields}),
+    )
 
 
 # ------------------------------------------- deterministic fakes (no timing)
@@ -141,20 +165,40 @@ class FakeWorkload:
         if event == "confirm":
             self.confirming = True
 
-    def tune(self, **kwargs):
-        options = dict(
-            step=self.step,
-            base=PipelineConfig(batch_size=100, drop_remainder=True),
-            space=SearchSpace(choices={"map_parallelism": (1, 2, 3, 4)}),
+    def tune(
+        self,
+        *,
+        n_trials,
+        step=None,
+        space=None,
+        base=None,
+        current=None,
+        timeout=None,
+        progress=None,
+        verbose=True,
+        **fields,
+    ):
+        """`tune` of this workload on its clock; ``fields`` (of `TuneOptions`' groups)
+        override `FAKE_PLAN` and the rest."""
+        given = dict(
             cpu_count=2,
             **FAKE_PLAN,
             clock=self.clock,
             cpu_clock=lambda: 0.0,
-            progress=self.progress,
             sampler=optuna.samplers.RandomSampler(seed=0),
         )
-        options.update(kwargs)
-        return tune(self, **options)
+        return tune(
+            self,
+            step=step or self.step,
+            base=base or PipelineConfig(batch_size=100, drop_remainder=True),
+            space=space or SearchSpace(choices={"map_parallelism": (1, 2, 3, 4)}),
+            current=current,
+            n_trials=n_trials,
+            timeout=timeout,
+            options=options(**{**given, **fields}),
+            progress=progress or self.progress,
+            verbose=verbose,
+        )
 
 
 def rate_by_parallelism(config):

@@ -11,6 +11,8 @@ import pytest
 
 from tests.tuners.conftest import FakeWorkload, config_stats, rate_by_parallelism
 from tfinput.config import AUTOTUNE, PipelineConfig
+from tfinput.measure.options import MeasureOptions
+from tfinput.measure.target import Target
 from tfinput.measure.windows import WindowPlan
 from tuners._advice import (
     KnobContribution,
@@ -116,14 +118,12 @@ def test_step_bound_feeds_one_cached_batch():
             yield batch
 
     bound = step_bound(
-        source,
+        Target.of(source),
         PipelineConfig(batch_size=100, drop_remainder=True),
         work.step,
-        windows=2,
-        window_batches=3,
-        warmup_batches=1,
-        clock=work.clock,
-        cpu_clock=lambda: 0.0,
+        measurement=MeasureOptions(
+            windows=2, window_batches=3, warmup_batches=1, clock=work.clock, cpu_clock=lambda: 0.0
+        ),
     )
     assert bound == pytest.approx(25_000)
     # a fresh iterator per window fetches one batch; the step runs warm-up and window
@@ -435,7 +435,7 @@ def test_an_inconclusive_confirmation_is_measured_again_in_twice_the_rounds():
     fast = PipelineConfig(batch_size=100, map_parallelism=2)
     w = FakeWorkload(lambda c: 120_000.0 if c == fast else 100_000.0, wobble=0.0)
     how = Remeasure(
-        pipeline=w,
+        target=Target.of(w),
         step=w.step,
         plan=WindowPlan(warmup_batches=1, windows=5, window_batches=2),
         windows=5,

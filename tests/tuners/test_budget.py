@@ -28,11 +28,23 @@ def test_measure_sizes_each_window_from_the_warm_up_rate():
     ``window_batches`` is only the least."""
     w = FakeWorkload(lambda config: RATE, wobble=0.0)
     config = PipelineConfig(batch_size=100)
-    m = measure(w, config, w.step, windows=2, warmup_batches=3, window_seconds=0.25, clock=w.clock)
+    m = measure(
+        w,
+        config,
+        w.step,
+        plan=WindowPlan(windows=2, warmup_batches=3, window_seconds=0.25),
+        clock=w.clock,
+    )
     assert w.steps == 3 + 2 * 256
     assert m.rates == pytest.approx((RATE, RATE))
     w.steps = 0
-    measure(w, config, w.step, windows=2, window_batches=4, warmup_batches=3, clock=w.clock)
+    measure(
+        w,
+        config,
+        w.step,
+        plan=WindowPlan(windows=2, window_batches=4, warmup_batches=3),
+        clock=w.clock,
+    )
     assert w.steps == 3 + 2 * 4  # a count alone: the fixed count of the old rule
 
 

@@ -12,6 +12,7 @@ import tfinput
 from tfinput import cli
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
+from tfinput.measure.options import MeasureOptions
 from tuners._columnar_advice import FormatAdvice, format_advice
 
 
@@ -26,11 +27,8 @@ def test_format_advice_measures_a_columnar_sample_and_its_command_converts(
         PipelineConfig(batch_size=50),
         schema_path=str(schema_path),
         out_dir=str(out_dir),
-        windows=2,
-        window_batches=3,
-        warmup_batches=1,
         require_parse_bound=False,
-        cpu_count=2,
+        measurement=MeasureOptions(windows=2, window_batches=3, warmup_batches=1, cpu_count=2),
     )
     assert len(advice.sample_files) == 2 and advice.rows == 500
     assert advice.tf_example_examples_per_s > 0 and advice.columnar_examples_per_s > 0
@@ -116,11 +114,8 @@ def test_format_advice_command_names_the_directory_and_its_schema(
         tfinput.tfrecord(str(data), small_schema),
         PipelineConfig(batch_size=50),
         out_dir=str(out_dir),
-        windows=1,
-        window_batches=2,
-        warmup_batches=1,
         require_parse_bound=False,
-        cpu_count=2,
+        measurement=MeasureOptions(windows=1, window_batches=2, warmup_batches=1, cpu_count=2),
     )
     assert advice.command == shlex.join(
         ["tfinput", "convert", str(data), "--input-format", "tfrecord", "--to", "columnar"]

@@ -13,11 +13,14 @@ from tests.tuners.conftest import (
     FakeClock,
     FakeWorkload,
     config_stats,
+    options,
     rate_by_parallelism,
 )
-from tfinput import bench, steps
+from tfinput import steps
 from tfinput.config import PipelineConfig
+from tfinput.measure import roofline
 from tfinput.measure.options import MeasureOptions
+from tfinput.measure.target import Target
 from tfinput.measure.windows import WindowPlan, measure_window
 from tuners._confirm import (
     Remeasure,
@@ -66,17 +69,17 @@ def test_advice_sentences():
 
 def _roofline(cores, serial_rate, *, elements=4096.0):
     stages = [
-        bench.Stage(name=n, description=n, examples_per_s=r, examples_per_cpu_s=r, cores_busy=1)
+        roofline.Stage(name=n, description=n, examples_per_s=r, examples_per_cpu_s=r, cores_busy=1)
         for n, r in (("read", 1e6), ("parse", 2e5), ("full", 1e5))
     ]
-    serial = bench.SerialStage(
+    serial = roofline.SerialStage(
         config="winner",
         elements_per_batch=elements,
         batch_size=4096,
         examples_per_s=serial_rate,
         examples_per_cpu_s=serial_rate,
     )
-    return bench.roofline_from_stages(stages, cores=cores, files=8, serial=[serial])
+    return roofline.roofline_from_stages(stages, cores=cores, files=8, serial=[serial])
 
 
 def test_serial_sentence_only_when_the_serial_stage_is_the_bound():
@@ -93,7 +96,7 @@ def test_winner_roofline_finds_a_per_record_winner_serial_bound_on_many_cores(
     import tfinput
 
     how = Remeasure(
-        pipeline=tfinput.tfrecord(small_tfrecord, small_schema),
+        target=Target.of(tfinput.tfrecord(small_tfrecord, small_schema)),
         step=None,
         plan=WindowPlan(),
         windows=1,
@@ -105,7 +108,7 @@ def test_winner_roofline_finds_a_per_record_winner_serial_bound_on_many_cores(
     assert notes == [] and [s.config for s in roofline.serial] == ["winner"]
     text = serial_sentence(roofline)
     assert text is not None and text.startswith("one thread handles every record of winner")
-    missing = Remeasure(pipeline=None, step=None, plan=WindowPlan(), windows=1, cpu_count=2)
+    missing = Remeasure(target=None, step=None, plan=WindowPlan(), windows=1, cpu_count=2)
     assert winner_roofline(missing, records, notes=notes) is None
     assert len(notes) == 1 and notes[0].startswith("roofline not measured: ")
 
@@ -113,7 +116,7 @@ def test_winner_roofline_finds_a_per_record_winner_serial_bound_on_many_cores(
 def test_remeasure_measures_as_bench_measure_with_the_confirmations_windows():
     clock = FakeClock()
     how = Remeasure(
-        pipeline=None,
+        target=None,
         step=steps.input_only(),
         plan=WindowPlan(warmup_batches=2, windows=7, window_batches=3),
         windows=4,
@@ -212,11 +215,13 @@ def test_the_input_wait_of_a_loop_owning_step_comes_from_the_step_bound(tmp_path
         n_trials=2,
         base=PipelineConfig(batch_size=100, drop_remainder=True),
         space=SearchSpace(choices={"prefetch": (1, 2)}),
-        cpu_count=2,
-        clock=work.clock,
-        cpu_clock=lambda: 0.0,
-        lock_path=str(tmp_path / "lock"),
-        **{**FAST, "confirm_windows": 2},  # two rounds: a spread to judge the wait by
+        options=options(
+            cpu_count=2,
+            clock=work.clock,
+            cpu_clock=lambda: 0.0,
+            lock_path=str(tmp_path / "lock"),
+            **{**FAST, "confirm_windows": 2},  # two rounds: a spread to judge the wait by
+        ),
     )
     assert result.confirmed[0].stall is None
     # fed: 100 rows / 4 ms = 25,000/s; the step alone: 100 rows / 3 ms = 33,333/s
@@ -232,9 +237,13 @@ def test_tune_reports_the_format_advice_unless_opted_out(tuned, tmp_path):
     assert off.format_advice is None and off.to_dict()["format_advice"] is None
     fast = {k: v for k, v in FAST.items() if k != "advise_format"}
     assert fast["breakdown"] is False
-    common = dict(n_trials=2, base=PipelineConfig(batch_size=50), cpu_count=2)
     on = tune(
-        pipeline, **common, **fast, lock_path=str(tmp_path / "lock"), schema_path="schema.json"
+        pipeline,
+        n_trials=2,
+        base=PipelineConfig(batch_size=50),
+        options=options(
+            cpu_count=2, lock_path=str(tmp_path / "lock"), schema_path="schema.json", **fast
+        ),
     )
     assert not any("roofline not measured" in w for w in on.warnings)
     if on.format_advice is None:  # parse was measured not to be the bound here

@@ -8,17 +8,26 @@ import itertools
 import pytest
 
 from tfinput import steps
+from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError
 from tuners._objective import Measurement, measure
 
 
 def test_measure_windows_and_early_stop(pipeline, base):
-    m = measure(pipeline, base, steps.input_only(), windows=3, window_batches=2, warmup_batches=1)
+    m = measure(
+        pipeline,
+        base,
+        steps.input_only(),
+        plan=WindowPlan(windows=3, window_batches=2, warmup_batches=1),
+    )
     assert len(m.rates) == 3 and m.median > 0 and not m.stopped_early
     assert set(m.to_attrs()) >= {"median_examples_per_s", "cv", "window_rates"}
     stopped = measure(
-        pipeline, base, windows=3, window_batches=2, warmup_batches=1, report=lambda i, rate: True
+        pipeline,
+        base,
+        plan=WindowPlan(windows=3, window_batches=2, warmup_batches=1),
+        report=lambda i, rate: True,
     )
     assert stopped.stopped_early and len(stopped.rates) == 1
 
@@ -28,9 +37,7 @@ def test_measure_with_an_injected_clock(pipeline, base):
     m = measure(
         pipeline,
         base,
-        windows=2,
-        window_batches=3,
-        warmup_batches=1,
+        plan=WindowPlan(windows=2, window_batches=3, warmup_batches=1),
         clock=lambda: float(next(ticks)),
         cpu_clock=lambda: 0.0,
     )
@@ -55,9 +62,7 @@ def test_measure_a_callable_source_reports_each_window_before_the_last():
     m = measure(
         _ticking_source,
         config,
-        windows=3,
-        window_batches=2,
-        warmup_batches=1,
+        plan=WindowPlan(windows=3, window_batches=2, warmup_batches=1),
         report=report,
         clock=lambda: float(next(ticks)),
         cpu_clock=lambda: 0.0,
@@ -89,7 +94,11 @@ def test_measurement_summary():
 def test_measure_data_too_short_for_the_warm_up():
     config = PipelineConfig(batch_size=10)
     with pytest.raises(DataError) as raised:
-        measure(lambda c: [{"rows": 10}] * 2, config, windows=2, window_batches=2, warmup_batches=3)
+        measure(
+            lambda c: [{"rows": 10}] * 2,
+            config,
+            plan=WindowPlan(windows=2, window_batches=2, warmup_batches=3),
+        )
     message = str(raised.value)
     assert "the data ended after 2 warm-up batch(es)" in message
     assert "more than 3 batches of 10" in message
@@ -97,4 +106,4 @@ def test_measure_data_too_short_for_the_warm_up():
 
 def test_measure_rejects_zero_windows():
     with pytest.raises(ConfigError, match="windows"):
-        measure(_ticking_source, PipelineConfig(batch_size=10), windows=0)
+        measure(_ticking_source, PipelineConfig(batch_size=10), plan=WindowPlan(windows=0))

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.tuners.conftest import FAST, FakeWorkload
+from tests.tuners.conftest import FAST, FakeWorkload, options
 from tfinput.measure.windows import WindowPlan
 from tuners import _progress
 from tuners._progress import TrialProgress, trial_line
@@ -32,9 +32,8 @@ def test_tune_logs_a_line_per_trial_with_config_rate_best_and_time_left(
 ):
     """The smallest real tune of the tuner tests: its two baselines, input only. Nothing
     configures logging: `tune` makes its INFO records reach the handlers."""
-    result = tune(
-        pipeline, n_trials=2, base=base, cpu_count=2, lock_path=str(tmp_path / "lock"), **FAST
-    )
+    fast = options(cpu_count=2, lock_path=str(tmp_path / "lock"), **FAST)
+    result = tune(pipeline, n_trials=2, base=base, options=fast)
     lines = [line for line in _lines(caplog) if line.startswith("trial ")]
     assert len(lines) == 2, lines
     parsed = [LINE.match(line) for line in lines]
@@ -52,7 +51,8 @@ def test_tune_logs_a_line_per_trial_with_config_rate_best_and_time_left(
 
 
 def test_verbose_false_and_the_loggers_level_silence_the_lines(pipeline, base, tmp_path, caplog):
-    kwargs = dict(n_trials=1, base=base, cpu_count=2, lock_path=str(tmp_path / "lock"), **FAST)
+    fast = options(cpu_count=2, lock_path=str(tmp_path / "lock"), **FAST)
+    kwargs = dict(n_trials=1, base=base, options=fast)
     tune(pipeline, verbose=False, **kwargs)
     assert _lines(caplog) == []
     logging.getLogger("tfinput").setLevel(logging.WARNING)

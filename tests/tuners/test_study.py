@@ -17,6 +17,7 @@ from tests.tuners.conftest import (
     FAST,
     TUNED_TRIALS,
     FakeWorkload,
+    options,
     rate_by_parallelism,
     tune_seeded,
 )
@@ -96,7 +97,10 @@ def test_baselines_come_first_and_result_is_confirmed(tuned):
 )
 def test_tune_counts_must_be_at_least_one(pipeline, count):
     with pytest.raises(ConfigError) as raised:
-        tune(pipeline, **{count: 0})
+        if count == "n_trials":
+            tune(pipeline, n_trials=0)
+        else:
+            tune(pipeline, options=options(**{count: 0}))
     assert str(raised.value) == f"{count} must be >= 1, got 0"
 
 
@@ -110,10 +114,8 @@ def test_a_packed_winner_saves_its_layout_next_to_the_config(pipeline, base, tmp
         step=dataclasses.replace(steps.function_step(step), accepts_packed=True),
         n_trials=3,
         base=base,
-        cpu_count=2,
-        lock_path=str(tmp_path / "lock"),
         space=SearchSpace(choices={"layout": ("packed",), "prefetch": (1, 2)}),
-        **FAST,
+        options=options(cpu_count=2, lock_path=str(tmp_path / "lock"), **FAST),
     )
     paths = write_outputs(result, tmp_path / "out")
     config = PipelineConfig.from_json(paths["best_config"])
@@ -161,25 +163,20 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(pipeline, tmp_path):
 
 def test_resume_from_a_storage_file(pipeline, base, tmp_path):
     storage = str(tmp_path / "study.db")
-    kwargs = dict(
-        base=base,
-        cpu_count=2,
-        storage=storage,
-        study_name="resume",
-        lock_path=str(tmp_path / "lock"),
-        **FAST,
-    )
-    first = tune(pipeline, n_trials=2, **kwargs)  # the two baselines
+    fields = dict(cpu_count=2, lock_path=str(tmp_path / "lock"), **FAST)
+    kept = options(storage=storage, study_name="resume", **fields)
+    first = tune(pipeline, base=base, n_trials=2, options=kept)  # the two baselines
     assert sum(first.trials.values()) == 2
-    second = tune(pipeline, n_trials=3, **kwargs)
+    second = tune(pipeline, base=base, n_trials=3, options=kept)
     trials = second.study.get_trials()
     assert len(trials) == 3, "one more trial, baselines not enqueued again"
     assert [t.user_attrs.get("baseline") for t in trials].count("autotune") == 1
     assert "baseline" not in trials[2].user_attrs  # the one more is a searched config
     journal = tune(
         pipeline,
+        base=base,
         n_trials=2,
-        **{**kwargs, "storage": str(tmp_path / "j.log"), "study_name": "journal"},
+        options=options(storage=str(tmp_path / "j.log"), study_name="journal", **fields),
     )
     assert sum(journal.trials.values()) == 2
 
@@ -368,8 +365,7 @@ def test_data_smaller_than_one_batch_is_refused_before_the_first_trial(
             pipeline,
             base=PipelineConfig(batch_size=2048),
             n_trials=6,
-            lock_path=str(tmp_path / "lock"),
-            **FAST,
+            options=options(lock_path=str(tmp_path / "lock"), **FAST),
         )
     assert str(e.value) == (
         "tune: the data hold 1,000 rows, fewer than one batch of 2,048 (a partial batch "
@@ -395,7 +391,6 @@ def test_data_a_source_cannot_count_stops_at_the_first_trial_with_the_row_count(
             pipeline,
             base=PipelineConfig(batch_size=2048),
             n_trials=6,
-            lock_path=str(tmp_path / "lock"),
-            **FAST,
+            options=options(lock_path=str(tmp_path / "lock"), **FAST),
         )
     assert "trial 0 failed: " in caplog.text and "trial 1 failed" not in caplog.text

@@ -99,19 +99,18 @@ def test_the_factory_is_a_pipeline_builder_beside_tfrecord_and_parquet():
 
 def test_tuner_accepts_a_columnar_pipeline(small_columnar, tmp_path):
     from tuners._study import tune
+    from tuners.options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
 
     pipeline = tfinput.columnar(small_columnar)
     result = tune(
         pipeline,
         n_trials=3,
         base=PipelineConfig(batch_size=100),
-        cpu_count=2,
-        lock_path=str(tmp_path / "lock"),
-        windows=2,
-        window_batches=2,
-        warmup_batches=1,
-        confirm_top=1,
-        confirm_windows=1,
+        options=TuneOptions(
+            measurement=MeasureOptions(cpu_count=2, windows=2, window_batches=2, warmup_batches=1),
+            study=StudyOptions(lock_path=str(tmp_path / "lock")),
+            confirmation=ConfirmOptions(confirm_top=1, confirm_windows=1),
+        ),
     )
     assert sum(result.trials.values()) == 3 and result.best_config.batch_size == 100
     features, _ = next(iter(pipeline.build(result.best_config)))

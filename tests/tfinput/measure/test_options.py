@@ -1,4 +1,5 @@
-"""`MeasureOptions`: the plan from a default, the given clocks, and bench's keywords."""
+"""`MeasureOptions`: the plan from a default, a settled plan handed on, the given clocks,
+and bench's one way to take them."""
 
 from __future__ import annotations
 
@@ -27,15 +28,24 @@ def test_measure_options_fill_the_plan_from_a_default_and_keep_given_clocks():
     assert MeasureOptions().clocks() == {}
 
 
-def test_bench_keywords_are_fields_of_the_measurement_and_override_it():
+def test_a_settled_plan_handed_on_is_the_plan_whatever_the_default():
+    plan = bench.WindowPlan(warmup_batches=1, windows=2, window_batches=3)
+    options = MeasureOptions(windows=7, cpu_count=2).with_plan(plan)
+    assert options.plan(bench.BENCH_PLAN, what="x") == plan  # 0 s windows kept, not BENCH's
+    assert options.cpu_count == 2
+
+
+def test_bench_takes_the_measurement_object_and_no_loose_keyword():
     ticks = itertools.count()
     result = bench.measure(
         lambda config: itertools.repeat(np.zeros((4, 1))),
         {"only": PipelineConfig()},
-        measurement=MeasureOptions(windows=2, window_batches=3, warmup_batches=1),
-        windows=1,
-        clock=lambda: float(next(ticks)),
+        measurement=MeasureOptions(
+            windows=2, window_batches=3, warmup_batches=1, clock=lambda: float(next(ticks))
+        ),
     )
-    assert (result.method["windows"], result.method["window_batches"]) == (1, 3)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'window'"):
-        bench.measure(lambda config: [], {"only": PipelineConfig()}, window=1)
+    assert (result.method["windows"], result.method["window_batches"]) == (2, 3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'windows'"):
+        bench.measure(lambda config: [], {"only": PipelineConfig()}, windows=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'windows'"):
+        bench.roofline(lambda config: [], windows=1)

@@ -123,10 +123,7 @@ def test_roofline_on_real_files(pipeline_of, fmt):
     rl = roof.roofline(
         pipeline_of(fmt),
         batch_size=256,
-        windows=1,
-        window_batches=2,
-        warmup_batches=1,
-        cpu_count=2,
+        measurement=MeasureOptions(windows=1, window_batches=2, warmup_batches=1, cpu_count=2),
     )
     assert [s.name for s in rl.stages] == ["read", "parse", "full"]
     assert all(s.examples_per_s > 0 and s.windows for s in rl.stages)
@@ -138,7 +135,9 @@ def test_roofline_on_real_files(pipeline_of, fmt):
 
 
 def test_roofline_measures_with_the_roofline_plan_unless_told(pipeline_of):
-    rl = roof.roofline(pipeline_of("columnar"), batch_size=64, cpu_count=2)
+    rl = roof.roofline(
+        pipeline_of("columnar"), batch_size=64, measurement=MeasureOptions(cpu_count=2)
+    )
     assert {len(s.windows) for s in rl.stages} == {ROOFLINE_PLAN.windows}
     with pytest.raises(ConfigError, match="roofline: windows must be an int >= 1, got 0"):
         roof.roofline(pipeline_of("columnar"), measurement=MeasureOptions(windows=0))
@@ -153,10 +152,8 @@ def test_roofline_probes_the_serial_stage_of_each_config(pipeline_of):
     rl = roof.roofline(
         pipeline_of("tfrecord"),
         batch_size=128,
-        windows=1,
-        window_batches=2,
-        warmup_batches=1,
         configs=configs,
+        measurement=MeasureOptions(windows=1, window_batches=2, warmup_batches=1),
     )
     by = {s.config: s for s in rl.serial}
     assert set(by) == {"records", "mini"}
@@ -193,4 +190,8 @@ def test_pipeline_stages_adds_the_full_pipeline_to_the_source_stages(pipeline_of
 
 def test_roofline_refuses_a_wrapped_dataset(pipeline_of):
     with pytest.raises(SourceError, match="roofline: supported for tfrecord, parquet and colu"):
-        roof.roofline(pipeline_of("wrapped"), batch_size=10, windows=1, window_batches=1)
+        roof.roofline(
+            pipeline_of("wrapped"),
+            batch_size=10,
+            measurement=MeasureOptions(windows=1, window_batches=1),
+        )

@@ -12,9 +12,11 @@ import pytest
 import tensorflow as tf
 
 from tests.tfinput.measure.conftest import FakeClock, FakeCpu, batches
-from tfinput import bench, steps
+from tfinput import steps
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError
+from tfinput.measure import compare
+from tfinput.measure.options import MeasureOptions
 from tfinput.measure.windows import (
     BENCH_PLAN,
     CAPTURE_PLAN,
@@ -264,19 +266,15 @@ def test_window_plan_checked_names_the_caller():
 def test_window_plan_carries_every_default():
     import tuners
     from profiles import CaptureConfig
-    from tfinput.measure.options import MeasureOptions
 
     keys = ("warmup_batches", "windows", "window_batches", "window_seconds")
-    params = inspect.signature(tuners.measure).parameters
-    # tuners.measure leaves the window size to the plan (None): TUNER_PLAN's.
-    given = MeasureOptions(**{k: params[k].default for k in keys})
-    assert given.plan(TUNER_PLAN, what="tuner") == TUNER_PLAN
+    assert inspect.signature(tuners.measure).parameters["plan"].default == TUNER_PLAN
 
     ticks = itertools.count()
-    measured = bench.measure(
+    measured = compare.measure(
         lambda config: itertools.repeat(np.zeros((4, 1))),
         {"only": PipelineConfig()},
-        clock=lambda: float(next(ticks)),
+        measurement=MeasureOptions(clock=lambda: float(next(ticks))),
     ).method
     measured_plan = WindowPlan(**{k: measured[k] for k in keys})
     seconds = DEFAULT_WINDOW_SECONDS

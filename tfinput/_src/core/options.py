@@ -1,11 +1,9 @@
 """Options objects: small frozen dataclasses, and their flat keywords.
 
-An entry point (`tuners.tune`, `tfinput.convert.convert`, `tfinput.measure.compare.measure`)
-takes one options object made of small groups (what is measured, what is confirmed,
-what is written). Each field may also be given as a keyword of the entry point, as
-before the objects existed: `with_keywords` sets it on the group that owns a field of
-that name, so the mapping lives in one place and the keywords stay in step with the
-fields.
+An entry point with many settings takes one options object made of small groups.
+`tfinput.convert.convert` also takes each field as a keyword: `with_keywords` sets it
+on the group that owns a field of that name, so the mapping lives in one place and the
+keywords stay in step with the fields.
 """
 
 from __future__ import annotations

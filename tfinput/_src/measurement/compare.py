@@ -45,7 +45,6 @@ from typing import Any
 
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import ConfigError
-from tfinput._src.core.options import with_keywords
 from tfinput._src.measurement.options import MeasureOptions
 from tfinput._src.measurement.probes import (
     available_cpus,
@@ -196,7 +195,6 @@ def measure(
     measurement: MeasureOptions | None = None,
     progress: Progress | None = None,
     roofline_result: Roofline | None = None,
-    **keywords: Any,
 ) -> BenchResult:
     """Measure configs side by side, interleaved window by window.
 
@@ -217,9 +215,6 @@ def measure(
       roofline_result: A `Roofline` to express each config as a fraction of its
         prediction (`Roofline.predict`: the parallel bound, with the serial stage of
         the configs it probed).
-      **keywords: Fields of ``measurement`` given directly (``windows=``,
-        ``window_batches=``, ``warmup_batches=``, ``cpu_count=``, ``clock=``,
-        ``cpu_clock=``, ``rss=``); they override ``measurement``'s.
 
     Returns:
       A `BenchResult`.
@@ -228,7 +223,7 @@ def measure(
       ConfigError: no configs, bad counts, or an unknown baseline.
       DataError: the data hold fewer batches than a warm-up plus one.
     """
-    options = with_keywords(measurement or MeasureOptions(), keywords, what="measure")
+    options = measurement or MeasureOptions()
     if not configs:
         raise ConfigError("benchmark: no configs to measure")
     plan = options.plan(BENCH_PLAN, what="benchmark")

@@ -1,7 +1,9 @@
 """`MeasureOptions`: how a measurement is taken, in one frozen object.
 
-`tfinput.measure.compare.measure` and `tuners.tune` take it (``measurement=``); its fields are
-also their keywords (``windows=``, ``clock=``, ...).
+`tfinput.measure.compare.measure`, `tfinput.bench.roofline` (``measurement=``) and `tuners.tune`
+(``TuneOptions.measurement``) take it. Each settles its window counts into a
+`WindowPlan` once (`MeasureOptions.plan`, with its own default plan) and hands that plan
+down.
 """
 
 from __future__ import annotations
@@ -56,6 +58,17 @@ class MeasureOptions:
             windows=_given(self.windows, default.windows),
             window_batches=_given(self.window_batches, default.window_batches),
             window_seconds=seconds,
+        )
+
+    def with_plan(self, plan: WindowPlan) -> MeasureOptions:
+        """These options with every window count ``plan``'s: a plan settled by a caller,
+        handed to a measurement whose own default plan is another."""
+        return dataclasses.replace(
+            self,
+            warmup_batches=plan.warmup_batches,
+            windows=plan.windows,
+            window_batches=plan.window_batches,
+            window_seconds=plan.window_seconds,
         )
 
     def clocks(self) -> dict[str, Clock]:

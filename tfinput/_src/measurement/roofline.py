@@ -20,7 +20,6 @@ import numpy as np
 
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import ConfigError, SourceError
-from tfinput._src.core.options import with_keywords
 from tfinput._src.measurement.options import MeasureOptions
 from tfinput._src.measurement.probes import available_cpus, current_rss_bytes, process_cpu_seconds
 from tfinput._src.measurement.stats import interleave
@@ -346,7 +345,6 @@ def roofline(
     configs: Mapping[str, PipelineConfig] | None = None,
     measurement: MeasureOptions | None = None,
     progress: Progress | None = None,
-    **keywords: Any,
 ) -> Roofline:
     """Measure each stage alone on one core and derive the machine's upper bound.
 
@@ -376,8 +374,6 @@ def roofline(
         (default `ROOFLINE_PLAN`), the cores to scale to (None: the affinity mask)
         and the probes.
       progress: Called after each window.
-      **keywords: Fields of ``measurement`` given directly (``windows=``,
-        ``cpu_count=``, ...); they override ``measurement``'s.
 
     Returns:
       A `Roofline`.
@@ -385,7 +381,7 @@ def roofline(
     Raises:
       SourceError: the pipeline reads none of TFRecord, Parquet, columnar files.
     """
-    options = with_keywords(measurement or MeasureOptions(), keywords, what="roofline")
+    options = measurement or MeasureOptions()
     plan = options.plan(ROOFLINE_PLAN, what="roofline")
     cores = options.cpu_count or available_cpus()
     stages = pipeline_stages(pipeline, batch_size)

@@ -8,6 +8,7 @@ import pytest
 
 import tfinput
 from tfinput import steps
+from tfinput.bench import WindowPlan
 from tfinput.errors import ConfigError, DataError
 
 pytest.importorskip("jax")
@@ -48,7 +49,12 @@ def test_jax_step_trains_and_device_prefetch_gives_the_same_state():
         config = tfinput.PipelineConfig(batch_size=4, device_prefetch=prefetch)
         assert step.feeds_device and step.backend == "jax" and step.owns_loop
         assert step.prepare(config).describe()["device_prefetch"] == prefetch
-        m = measure(_jax_source, config, step, windows=2, window_batches=3, warmup_batches=1)
+        m = measure(
+            _jax_source,
+            config,
+            step,
+            plan=WindowPlan(windows=2, window_batches=3, warmup_batches=1),
+        )
         assert len(m.rates) == 2 and all(r > 0 for r in m.rates)
         assert 0.0 <= m.stall <= 1.0
         # 1 warm-up + 2 x 3 batches of 4 examples: 7 batches, the last one is rows 24-27.

@@ -14,6 +14,7 @@ import pytest
 
 import tfinput
 from tfinput import steps
+from tfinput.bench import WindowPlan
 from tfinput.errors import ConfigError
 
 
@@ -95,7 +96,9 @@ def test_keras_fit_step_measures_windows_on_the_tensorflow_backend(
     assert prepared.describe()["backend"] == "tensorflow"
     before = [np.array(w) for w in fit_model.get_weights()]
     pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
-    m = measure(pipeline, config, step, windows=2, window_batches=6, warmup_batches=2)
+    m = measure(
+        pipeline, config, step, plan=WindowPlan(windows=2, window_batches=6, warmup_batches=2)
+    )
     assert len(m.rates) == 2 and all(r > 0 for r in m.rates)
     assert m.stall is None and m.to_attrs()["stall_fraction"] is None
     assert fit_model.steps_per_execution == k
@@ -131,9 +134,7 @@ def test_keras_fit_step_stops_when_report_says_so(small_tfrecord, small_schema, 
         pipeline,
         config,
         steps.keras_fit_step(fit_model),
-        windows=4,
-        window_batches=2,
-        warmup_batches=1,
+        plan=WindowPlan(windows=4, window_batches=2, warmup_batches=1),
         report=report,
     )
     assert seen == [0] and len(m.rates) == 1 and m.stopped_early
@@ -149,9 +150,7 @@ def test_step_bound_on_one_cached_batch(small_tfrecord, small_schema, fit_model)
         lambda cfg: pipeline.build(cfg).take(1).cache().repeat(),
         config,
         steps.keras_fit_step(fit_model),
-        windows=2,
-        window_batches=4,
-        warmup_batches=1,
+        plan=WindowPlan(windows=2, window_batches=4, warmup_batches=1),
     )
     assert len(m.rates) == 2 and all(r > 0 for r in m.rates)
     # The same source with a per-batch step (the cached batch is served forever).
@@ -159,9 +158,7 @@ def test_step_bound_on_one_cached_batch(small_tfrecord, small_schema, fit_model)
         lambda cfg: pipeline.build(cfg).take(1).cache().repeat(),
         config,
         steps.input_only(),
-        windows=3,
-        window_batches=10,
-        warmup_batches=2,
+        plan=WindowPlan(windows=3, window_batches=10, warmup_batches=2),
     )
     assert len(m2.rates) == 3 and m2.stall is not None
 
@@ -205,13 +202,14 @@ print("NAME", step.name)
 # took a third of this test's time.
 _JAX_MORE = """
 from tfinput import cli
+from tfinput.bench import WindowPlan
 from tuners._objective import measure
 pipeline = tfinput.tfrecord(FILES, schema)
 before = [np.array(w) for w in model.get_weights()]
 for step in (steps.keras_step(model), steps.keras_fit_step(model)):
     for extra in ({"device_prefetch": 2}, {"steps_per_execution": 2}):
         config = tfinput.PipelineConfig(batch_size=50, **extra)
-        m = measure(pipeline, config, step, windows=2, window_batches=2, warmup_batches=1)
+        m = measure(pipeline, config, step, plan=WindowPlan(windows=2, window_batches=2, warmup_batches=1))
         assert len(m.rates) == 2 and min(m.rates) > 0, m
         print("RESULT", step.kind, step.prepare(config).describe()["backend"], m.stall)
 after = model.get_weights()

@@ -99,24 +99,24 @@ def _measurement(args: argparse.Namespace) -> MeasureOptions:
 
 def _bench(args: argparse.Namespace) -> int:
     """Measure configs side by side (and optionally the roofline)."""
-    from tfinput._src.measurement import steps
-    from tfinput._src.measurement.compare import load_configs, measure
+    from tfinput._src.measurement import compare, steps
     from tfinput._src.measurement.roofline import roofline
 
     check_output(args.out, "--out", directory=False)
     pipeline = pipeline_from_args(args)
-    service = Target.of(pipeline, what="benchmark").service
+    target = Target.of(pipeline, what="benchmark")
+    service = target.service
     if args.target_rate is not None and service is None:
         raise ConfigError("--target-rate needs --service")
     fleet = service.fleet if service is not None else None
     if fleet is not None and not args.config:
-        base = load_configs(["autotune"], batch_size=args.batch_size)["autotune"]
+        base = compare.load_configs(["autotune"], batch_size=args.batch_size)["autotune"]
         configs = {
             f"{w} worker{'s' if w > 1 else ''}": base.replace(service_workers=w)
             for w in range(1, fleet.max_workers + 1)
         }
     else:
-        configs = load_configs(
+        configs = compare.load_configs(
             args.config or ["naive", "heuristic", "autotune"],
             cpu_count=args.cpu_count,
             batch_size=args.batch_size,
@@ -130,18 +130,20 @@ def _bench(args: argparse.Namespace) -> int:
             rl = roofline(
                 pipeline,
                 batch_size=max(sizes),
-                windows=args.roofline_windows,
-                window_batches=args.window_batches,
-                warmup_batches=max(1, min(args.warmup_batches, 3)),
-                cpu_count=args.cpu_count,
                 configs=configs,
+                measurement=MeasureOptions(
+                    windows=args.roofline_windows,
+                    window_batches=args.window_batches,
+                    warmup_batches=max(1, min(args.warmup_batches, 3)),
+                    cpu_count=args.cpu_count,
+                ),
                 progress=lambda done, total, w: bar.update(
                     task, completed=done, total=total, description=f"roofline {w.name}"
                 ),
             )
         task = bar.add_task("configs", total=args.windows * len(configs))
-        result = measure(
-            pipeline,
+        result = compare.measure(
+            target,
             configs,
             step=step,
             baseline=args.baseline,
