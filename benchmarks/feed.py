@@ -85,8 +85,8 @@ def step_table(pipelines: dict[str, Any], schema: Any, args: argparse.Namespace,
     import tensorflow as tf
 
     from tfinput import models, steps
-    from tfinput.bench import WindowPlan
     from tfinput.config import PipelineConfig
+    from tfinput.measure.windows import WindowPlan
     from tuners import measure
 
     rows: dict[tuple[str, str], Any] = {}

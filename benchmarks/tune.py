@@ -46,7 +46,7 @@ SPACE = {
 
 
 def grid(pipeline: Any, base: Any, windows: int, window_batches: int, warmup: int) -> list:
-    from tfinput.bench import WindowPlan
+    from tfinput.measure.windows import WindowPlan
     from tuners import measure
 
     plan = WindowPlan(windows=windows, window_batches=window_batches, warmup_batches=warmup)

@@ -32,8 +32,8 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Trials of the autotune config for every window length."""
     import tfinput
     from tfinput import testing
-    from tfinput.bench import WindowPlan
     from tfinput.config import PipelineConfig
+    from tfinput.measure.windows import WindowPlan
     from tuners import measure
 
     schema = testing.criteo_like_schema()

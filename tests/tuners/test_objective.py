@@ -8,9 +8,9 @@ import itertools
 import pytest
 
 from tfinput import steps
-from tfinput.bench import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError
+from tfinput.measure.windows import WindowPlan
 from tuners._objective import Measurement, measure
 
 

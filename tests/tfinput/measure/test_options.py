@@ -29,9 +29,9 @@ def test_measure_options_fill_the_plan_from_a_default_and_keep_given_clocks():
 
 
 def test_a_settled_plan_handed_on_is_the_plan_whatever_the_default():
-    plan = bench.WindowPlan(warmup_batches=1, windows=2, window_batches=3)
+    plan = WindowPlan(warmup_batches=1, windows=2, window_batches=3)
     options = MeasureOptions(windows=7, cpu_count=2).with_plan(plan)
-    assert options.plan(bench.BENCH_PLAN, what="x") == plan  # 0 s windows kept, not BENCH's
+    assert options.plan(BENCH_PLAN, what="x") == plan  # 0 s windows kept, not BENCH's
     assert options.cpu_count == 2
 
 

@@ -8,8 +8,8 @@ import pytest
 
 import tfinput
 from tfinput import steps
-from tfinput.bench import WindowPlan
 from tfinput.errors import ConfigError, DataError
+from tfinput.measure.windows import WindowPlan
 
 pytest.importorskip("jax")
 

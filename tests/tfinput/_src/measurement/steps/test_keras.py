@@ -14,8 +14,8 @@ import pytest
 
 import tfinput
 from tfinput import steps
-from tfinput.bench import WindowPlan
 from tfinput.errors import ConfigError
+from tfinput.measure.windows import WindowPlan
 
 
 def _env(backend: str) -> dict[str, str]:
@@ -202,7 +202,7 @@ print("NAME", step.name)
 # took a third of this test's time.
 _JAX_MORE = """
 from tfinput import cli
-from tfinput.bench import WindowPlan
+from tfinput.measure.windows import WindowPlan
 from tuners._objective import measure
 pipeline = tfinput.tfrecord(FILES, schema)
 before = [np.array(w) for w in model.get_weights()]
