@@ -20,7 +20,7 @@ Each one must be in exactly one of these categories, or
     process in the mirrored form given there, checked to print its address and keep
     serving, then stopped (`test_the_servers_start`);
 (d) a line in `NOT_RUN`, only where running it in a test is impossible (``./dev demo`` and
-    ``./dev test``: the setup they do is what tests/tfinput/test_doctor.py checks against
+    ``./dev test``: the setup they do is what tests/tfinput/applications/test_doctor.py checks against
     ``./dev`` and CI);
 (e) a ``tfinput`` line in `RUN_ELSEWHERE`: a test elsewhere runs it through the CLI with
     the same flags and checks what it wrote (the test is named there, and must exist):
@@ -140,7 +140,7 @@ RUN_ELSEWHERE: dict[tuple[str, str], tuple[str, str]] = {
         "tfinput convert logs/day-*.tsv --preset criteo --to columnar --out /shared/day-col "
         "--engine ray --ray-address auto",
     ): (
-        "tests/tfinput/_src/applications/convert/test_ray_engine.py::test_the_documented_ray_command",
+        "tests/tfinput/applications/convert/test_ray_engine.py::test_the_documented_ray_command",
         "that module starts one local Ray instance for all its tests; here a second would "
         "start (a minute of CPU on 2 cores). It runs these flags on raw Criteo TSV days "
         "(--ray-address auto joins its instance) and compares with the one-process output",
@@ -165,7 +165,7 @@ SERVERS: dict[tuple[str, str], tuple[str, str]] = {
 NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "./dev demo"): (
         "creates .venv and installs the project the first time, then runs `tfinput demo` "
-        "for about three minutes on 200k rows; the setup is what tests/tfinput/test_doctor.py "
+        "for about three minutes on 200k rows; the setup is what tests/tfinput/applications/test_doctor.py "
         "checks against ./dev and CI, and the demo's pieces (datagen, tune, bench) run here"
     ),
     ("README.md", "./dev test"): "the test suite itself (this test is part of it)",

@@ -27,7 +27,7 @@ TIMEOUT_S = 900
 #: Blocks that are fragments of a larger program, by first line: why they are not run.
 FRAGMENTS = {
     "tables, feature_configs = tfinput.embedding_configs(schema, per_replica_batch_size=512)": (
-        "needs a TPU strategy and a TPUEmbedding layer (docs/tpu.md; tests/tfinput/test_tpu.py "
+        "needs a TPU strategy and a TPUEmbedding layer (docs/tpu.md; tests/tfinput/applications/test_tpu.py "
         "feeds these batches to TPUEmbeddingForServing)"
     ),
 }

@@ -47,7 +47,7 @@ def script(doc: Path = DOC, *, exit: bool = True) -> str:
     parts.append("print('DOC OK', flush=True)")
     if exit:
         # TensorFlow and JAX in one process sometimes abort at interpreter teardown after
-        # everything has passed (see tests/tfinput/test_device_prefetch.py): leave without it.
+        # everything has passed (see tests/tfinput/core/test_device_prefetch.py): leave without it.
         parts.append("import os\nos._exit(0)")
     return "\n".join(parts)
 

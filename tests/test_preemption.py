@@ -51,7 +51,7 @@ CASES = [
 CASE_OF_ID = {p.id: tuple(p.values) for p in CASES}
 # Parquet through get_state is left out: the crash path is the same as columnar's (a
 # state file beside the weights); Parquet's exact resume is checked in-process in
-# tests/tfinput/test_resume.py and tests/tfinput/_src/core/sources/test_parquet.py.
+# tests/tfinput/core/test_resume.py and tests/tfinput/core/sources/test_parquet.py.
 
 
 def _start(specs: list[dict], directory: Path, run: int) -> tuple[subprocess.Popen, Path]:

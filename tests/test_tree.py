@@ -1,23 +1,26 @@
-"""The tests mirror the packages: every public library module has its own test module.
+"""The tests mirror one package tree: the implementation's.
 
-A public module (``tfinput/schema.py``, a facade over ``tfinput/_src/core/schema.py``) is
-tested by ``tests/tfinput/test_schema.py``; an implementation module that no public
-module re-exports (``tfinput/_src/core/sources/parquet.py``) by its mirror,
-``tests/tfinput/_src/core/sources/test_parquet.py``; a package whose ``__init__.py``
-defines public functions or classes (not only the lazy ``__getattr__``) by
-``tests/<package>/test_<package>.py``. Private modules (``_name.py``) are tested through
-the module that uses them, or by ``test_name.py`` of their own (``tuners._study`` by
-``tests/tuners/test_study.py``). Tests that cross modules (bad input on every source,
-exactly-once reading, the examples, import boundaries) live at the top of ``tests/``."""
+``tests/tfinput/<layer>/.../test_<name>.py`` tests ``tfinput/_src/<layer>/.../<name>.py``
+(``tests/tfinput/core/test_schema.py`` tests ``tfinput/_src/core/schema.py``, and the
+public ``tfinput.schema`` that re-exports it); ``tests/tuners/`` and ``tests/profiles/``
+mirror their packages the same way. Every module whose name is public (no leading
+underscore) has its test module, or is tested with its package's modules in the
+package's ``test_<package>.py`` (``tests/tfinput/core/service/test_service.py`` for
+``tfinput/_src/core/service/``); a package whose ``__init__.py`` defines functions or
+classes (not only the lazy ``__getattr__``) has ``test_<package>.py`` in its folder.
+Private modules (``_name.py``) are tested through the module that uses them, or by
+``test_name.py`` of their own. The public facades outside ``_src`` define nothing and
+have no test module of their own (``tests/test_public_api.py`` checks them). Tests that
+cross modules (bad input on every source, exactly-once reading, the examples and
+scripts, import boundaries) live at the top of ``tests/``."""
 
 from __future__ import annotations
 
 import ast
-import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("tfinput", "tuners", "profiles")
+SRC = ROOT / "tfinput" / "_src"
 LAZY = {"__getattr__", "__dir__"}
 
 
@@ -29,82 +32,69 @@ def _defines_api(init: Path) -> bool:
     )
 
 
-@functools.cache
-def facade_targets() -> frozenset[Path]:
-    """The implementation modules a public module re-exports (tested through it)."""
-    found = set()
-    for path in (ROOT / "tfinput").rglob("*.py"):
-        if "_src" in path.relative_to(ROOT).parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfinput._src"):
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names if a.name.startswith("tfinput._src")]
-            for name in names:
-                module = ROOT.joinpath(*name.split("."))
-                found.add(module / "__init__.py" if module.is_dir() else module.with_suffix(".py"))
-    return frozenset(found)
+def _mirrored() -> dict[Path, Path]:
+    """Library folder -> its test folder: ``tfinput/_src/X`` -> ``tests/tfinput/X``,
+    ``tuners`` -> ``tests/tuners``, ``profiles`` -> ``tests/profiles``."""
+    folders = {SRC: ROOT / "tests" / "tfinput"}
+    for package in ("tuners", "profiles"):
+        folders[ROOT / package] = ROOT / "tests" / package
+    return folders
+
+
+def _library_modules():
+    """(library module, its test module, whether the test module is required)."""
+    for root, tests in _mirrored().items():
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root)
+            if "__pycache__" in rel.parts:
+                continue
+            if rel.name == "__init__.py":
+                if rel.parent == Path("."):
+                    name, required = root.name, _defines_api(path)
+                else:
+                    name, required = rel.parent.name, _defines_api(path)
+                yield path, tests / rel.parent / f"test_{name.lstrip('_')}.py", required
+            else:
+                private = rel.name.startswith("_")
+                yield path, tests / rel.parent / f"test_{rel.stem.lstrip('_')}.py", not private
 
 
 def expected_test_modules() -> dict[str, Path]:
     """Library module (repository-relative) -> the test module that must exist."""
-    want: dict[str, Path] = {}
-    tested_through_facade = facade_targets()
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            rel = path.relative_to(ROOT)
-            if path in tested_through_facade:
-                continue
-            if rel.name == "__init__.py":
-                if not _defines_api(path):
-                    continue
-                test = ROOT / "tests" / rel.parent / f"test_{rel.parent.name}.py"
-            elif rel.name.startswith("_"):
-                continue
-            else:
-                test = ROOT / "tests" / rel.parent / f"test_{rel.stem}.py"
-            want[str(rel)] = test
-    return want
+    return {
+        str(path.relative_to(ROOT)): test for path, test, required in _library_modules() if required
+    }
 
 
-def test_every_public_module_has_its_test_module():
+def _package_test(test: Path) -> Path:
+    """The test module of the package a module sits in (``tests/.../service/test_service.py``
+    for ``service/guard.py``): one room's modules may be tested together there."""
+    return test.parent / f"test_{test.parent.name}.py"
+
+
+def test_every_library_module_has_its_test_module():
     missing = {
         module: str(test.relative_to(ROOT))
         for module, test in expected_test_modules().items()
-        if not test.is_file()
+        if not test.is_file() and not _package_test(test).is_file()
     }
     assert not missing, f"library modules without their test module: {missing}"
 
 
-def _private_modules() -> set[Path]:
-    """The test module any module may have (``_study.py`` -> ``test_study.py``,
-    ``columnar/source.py`` -> ``test_source.py``), and a package's (``inference/`` ->
-    ``test_inference.py``)."""
-    allowed = set()
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            rel = path.relative_to(ROOT)
-            if rel.name == "__init__.py":
-                name = rel.parent.name
-            elif rel.name.startswith("_") and not rel.name.startswith("__"):
-                name = rel.stem
-            else:
-                name = rel.stem
-            allowed.add(ROOT / "tests" / rel.parent / f"test_{name.lstrip('_')}.py")
-    return allowed
-
-
 def test_no_test_module_without_a_library_module():
-    """A test module inside the mirrored folders tests a module that exists (a second
-    module for one library module adds a suffix: ``test_storage_postgres.py``)."""
-    want = set(expected_test_modules().values()) | _private_modules()
-    for package in PACKAGES:
-        for test in (ROOT / "tests" / package).rglob("test_*.py"):
+    """Every test module inside the mirrored folders tests a module that exists (a
+    second test module for one library module adds a suffix:
+    ``test_storage_postgres.py``), and every test folder mirrors a library folder."""
+    allowed = {test for _, test, _ in _library_modules()}
+    for root, tests in _mirrored().items():
+        for test in tests.rglob("test_*.py"):
+            folder = root / test.parent.relative_to(tests)
+            assert folder.is_dir(), (
+                f"{test.relative_to(ROOT)}: {folder.relative_to(ROOT)} is no library folder"
+            )
             ok = any(
                 t.parent == test.parent and (t == test or test.stem.startswith(t.stem + "_"))
-                for t in want
+                for t in allowed
             )
             assert ok, f"{test.relative_to(ROOT)} mirrors no library module"
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 from tfinput.config import AUTOTUNE, PipelineConfig, knob_names
 from tfinput.errors import ResumeError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ROWS = 1000  # the shared data set: 4 files, 100-row columnar chunks
 # Every row once with drop_remainder=False; 100 rows a batch is whole columnar chunks.
 BASE: dict[str, Any] = dict(

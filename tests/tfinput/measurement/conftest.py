@@ -1,6 +1,6 @@
 """Fakes for the bench tests: a clock that moves only when told, a CPU clock tied to
 it, and batches that take a set time of that clock to produce (import them:
-``from tests.tfinput.measure.conftest import FakeClock, FakeCpu, batches``)."""
+``from tests.tfinput.measurement.conftest import FakeClock, FakeCpu, batches``)."""
 
 from __future__ import annotations
 

@@ -480,7 +480,7 @@ def test_the_example_runs_on_cpu():
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "examples" / "sparsecore_feed.py"
+    script = Path(__file__).resolve().parents[4] / "examples" / "sparsecore_feed.py"
     proc = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=600
     )

@@ -1,7 +1,7 @@
 """`tfinput.formats.csv`: a CSV/TSV file's layout (delimiter, header, column names)
 sniffed from its first lines, its text read with every row's line number, and the quote
 guard. Conversion of that text is tested with `tfinput.convert`
-(tests/tfinput/_src/applications/convert/test_readers.py, test_sniff.py)."""
+(tests/tfinput/applications/convert/test_readers.py, test_sniff.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import gzip
 
 import pytest
 
-from tests.tfinput._src.applications.convert.test_readers import QUOTE_CASES, QUOTE_IDS
+from tests.tfinput.applications.convert.test_readers import QUOTE_CASES, QUOTE_IDS
 from tfinput.errors import ConfigError, SchemaError, SourceError
 from tfinput.formats.csv import KNOWN_COLUMNS, CsvReader, Layout, sniff_layout, unclosed_quote
 

@@ -210,7 +210,7 @@ def test_a_reader_that_closes_stdout_early_is_not_problems_found(
     ("problems found"), and no traceback. With ``head -n 0`` the pipe is closed before
     the first line (141 every time); with ``head -1`` after it, so the command may also
     finish first (0: the data are fine)."""
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[4]
     env = {**os.environ, "PY": sys.executable, "ERR": str(tmp_path)}
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
     data = small_tfrecord[:2]

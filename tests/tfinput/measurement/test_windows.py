@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
-from tests.tfinput.measure.conftest import FakeClock, FakeCpu, batches
+from tests.tfinput.measurement.conftest import FakeClock, FakeCpu, batches
 from tfinput import steps
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError

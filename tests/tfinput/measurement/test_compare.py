@@ -8,7 +8,7 @@ import json
 import pytest
 
 import tfinput
-from tests.tfinput.measure.conftest import FakeClock, FakeCpu, batches
+from tests.tfinput.measurement.conftest import FakeClock, FakeCpu, batches
 from tfinput import steps
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError

@@ -2,7 +2,7 @@
 the same rows and values as the single-process converter, for Parquet and columnar
 output. The Ray tasks call the single-process converter's own writers on their pieces; the
 TFRecord writer is the columnar one's framing (both write ``tf.train.Example`` records
-through ``tf.io.TFRecordWriter``) and tests/tfinput/_src/applications/convert checks it on both ends, so the
+through ``tf.io.TFRecordWriter``) and tests/tfinput/applications/convert checks it on both ends, so the
 Ray case of TFRecord output would only repeat the part naming, ordering and clean-up that
 the two cases here check."""
 

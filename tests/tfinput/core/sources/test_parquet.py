@@ -185,7 +185,7 @@ def test_a_null_without_default_is_a_data_error_naming_file_and_column(tmp_path,
 _ITERATE_NULLS = """
 import sys
 import tfinput
-from tests.tfinput._src.core.sources.test_parquet import TINY
+from tests.tfinput.core.sources.test_parquet import TINY
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
 try:

@@ -127,7 +127,7 @@ def test_schema_infer_on_a_fifo_fails_at_once_naming_it(tmp_path):
     read forever: the command now exits 2 with one line naming the path."""
     fifo = tmp_path / "events"
     os.mkfifo(fifo)
-    root = Path(__file__).resolve().parents[6]
+    root = Path(__file__).resolve().parents[5]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),

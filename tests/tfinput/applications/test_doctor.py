@@ -12,7 +12,7 @@ import pytest
 
 from tfinput import doctor
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_version_flag_prints_the_versions_without_loading_tensorflow():

@@ -27,7 +27,7 @@ from tfinput.config import PipelineConfig
 from tfinput.errors import DataError, ResumeError
 from tfinput.resume import KerasInputCheckpoint
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BATCH = 64  # 1000 rows: 15 full batches an epoch
 KINDS = ("tfrecord", "parquet", "columnar", "wrapped")
 # mode: (config knobs, build arguments); every mode is deterministic, so an
@@ -631,7 +631,7 @@ def test_a_failed_save_leaves_no_folder_and_the_earlier_layout_is_read(tmp_path)
 _JAX_FIT = """
 import json, keras
 assert keras.config.backend() == "jax"
-from tests.tfinput.test_resume import interrupted_fit
+from tests.tfinput.core.test_resume import interrupted_fit
 print("RESULT", json.dumps(interrupted_fit(FILES, "tfrecord", DIRECTORY)))
 """
 

@@ -240,7 +240,9 @@ def test_two_tower_model_trains_on_jax_under_xla(tmp_path):
         text=True,
         env=env,
         timeout=300,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        cwd=os.path.dirname(
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        ),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     recall = float(out.stdout.split("recall ")[1].split()[0])

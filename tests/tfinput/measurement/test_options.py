@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tests.tfinput.measure.conftest import FakeClock
+from tests.tfinput.measurement.conftest import FakeClock
 from tfinput import bench
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
