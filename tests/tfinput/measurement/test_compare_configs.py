@@ -12,6 +12,7 @@ from tests.tfinput.measurement.conftest import FakeClock, FakeCpu, batches
 from tfinput import bench
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
+from tfinput.measure.options import MeasureOptions
 
 
 def _fake_target(clock: FakeClock, order: list[str], per_batch: dict[int, float]):
@@ -24,20 +25,25 @@ def _fake_target(clock: FakeClock, order: list[str], per_batch: dict[int, float]
     return factory
 
 
-def _fake_measure(target, configs, clock, *, plan, rss=0, **kw) -> bench.BenchResult:
+def _fake_measure(
+    target, configs, clock, *, plan, rss=0, cpu_count=None, **kw
+) -> bench.BenchResult:
     """`bench.measure` on the fake clock, one CPU-second per second; ``plan`` is
     ``(windows, window_batches, warmup_batches)``."""
     windows, window_batches, warmup_batches = plan
     return bench.measure(
         target,
         configs,
-        windows=windows,
-        window_batches=window_batches,
-        warmup_batches=warmup_batches,
-        clock=clock,
-        cpu_clock=FakeCpu(clock, 1.0),
-        rss=lambda: rss,
         **kw,
+        measurement=MeasureOptions(
+            windows=windows,
+            window_batches=window_batches,
+            warmup_batches=warmup_batches,
+            clock=clock,
+            cpu_clock=FakeCpu(clock, 1.0),
+            rss=lambda: rss,
+            cpu_count=cpu_count,
+        ),
     )
 
 
@@ -131,10 +137,11 @@ def test_json_output_schema():
 
 def test_bench_result_writes_its_json_and_names_unknown_configs(tmp_path):
     clock = FakeClock()
-    fakes = {"clock": clock, "cpu_clock": clock, "rss": lambda: 0}
-    one = {"windows": 1, "window_batches": 1, "warmup_batches": 0}
+    one = MeasureOptions(
+        windows=1, window_batches=1, warmup_batches=0, clock=clock, cpu_clock=clock, rss=lambda: 0
+    )
     configs = {"a": PipelineConfig.naive(batch_size=2)}
-    result = bench.measure(_fake_target(clock, [], {1: 0.1}), configs, **one, **fakes)
+    result = bench.measure(_fake_target(clock, [], {1: 0.1}), configs, measurement=one)
     text = result.to_json(tmp_path / "r.json")
     assert (tmp_path / "r.json").read_text() == text + "\n"
     data = json.loads(text)
