@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
             before = analyse(
                 pipeline, autotune, make_step(), Path(d) / "a", args.steps, args.warmup
             )
-            after = analyse(pipeline, tuned, make_step(), Path(d) / "b", args.steps, args.warmup)
+            after = (
+                before
+                if tuned_path is None
+                else analyse(pipeline, tuned, make_step(), Path(d) / "b", args.steps, args.warmup)
+            )
             cmp = profiles.compare(before, after)
         lines += [
             f"#### {title}",

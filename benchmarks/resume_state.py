@@ -161,7 +161,7 @@ def state(pipeline: Any, config: Any, *, after: int, repeats: int) -> dict[str, 
                 next(fresh)
             del it, fresh
     except Exception as e:  # any failure is reported in the table
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"}
+        return {"error": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:100]}"}
     return {
         "bytes": size,
         "save_s": statistics.median(saves),
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", type=int, default=3, help="batches before saving")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", choices=["state", "mixing"], help="one of the two tables")
-    args = _results.parse_args(parser, argv, smoke=dict(size="smoke", repeats=1))
+    args = _results.parse_args(parser, argv, smoke=dict(size="smoke", after=1, repeats=1))
     if args.smoke:
         global DATA
         DATA = _results.smoke_dir() / "data"

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, rounds, batches = (40_000, 1, 20) if args.quick else (ROWS, args.rounds, 200)
     if args.smoke:
         global DATA
-        DATA, rows, rounds, batches = _results.smoke_dir() / "data", 8_192, 1, 2
+        DATA, rows, rounds, batches = _results.smoke_dir() / "data", 24_576, 1, 2
     head = machine()
     speed = throughput(rows, rounds)
     sizes = limits(batches)
