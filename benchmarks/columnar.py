@@ -40,7 +40,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.core import FILES, data, machine, summarize  # noqa: E402
 
 ROWS = 400_000
@@ -149,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=str(HERE / ".data"))
     p.add_argument("--quick", action="store_true", help="20k rows, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
-    args = p.parse_args(argv)
+    args = parse_args(
+        p,
+        argv,
+        smoke=dict(rows=8_192, rounds=1, grid_rounds=1, warmup=1, batches=2, grid_batches=1),
+    )
     if args.quick:
         args.rows, args.rounds, args.grid_rounds = 20_000, 2, 1
         args.warmup, args.batches, args.grid_batches = 2, 4, 3

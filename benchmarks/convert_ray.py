@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.core import machine  # noqa: E402
 
 ROWS = 1_000_000
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=str(HERE / ".data"))
     p.add_argument("--quick", action="store_true", help="50,000 rows, 1 round")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, smoke=dict(rows=2_000, rounds=1))
     if args.quick:
         args.rows, args.rounds = 50_000, 1
     formats = args.formats.split(",")

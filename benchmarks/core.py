@@ -26,7 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 
 ROWS = 400_000
 FILES = 8
@@ -110,7 +110,7 @@ def cpu_cost(files: list[str], schema: Any, rounds: int = 15, calls: int = 20) -
     from tfinput.config import PipelineConfig
     from tfinput.transforms import parse_spec, transform_batch
 
-    records = next(iter(tf.data.TFRecordDataset(files[0]).batch(BATCH)))
+    records = next(iter(tf.data.TFRecordDataset(files).batch(BATCH)))
     spec = parse_spec(schema)
     ours = tf.function(
         lambda s: transform_batch(tf.io.parse_example(s, spec), schema, batch_size=BATCH)
@@ -175,10 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=str(HERE / ".data"))
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
     p.add_argument("--cpu-cost", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, smoke=dict(rows=8_192, rounds=1, warmup=1, batches=2))
     if args.cpu_cost:  # the single-thread measurement, in its own process
         schema, tf_files, _ = data(Path(args.data_dir), args.rows)
-        print(json.dumps(cpu_cost(tf_files, schema)))
+        few = {"rounds": 1, "calls": 1} if args.smoke else {}
+        print(json.dumps(cpu_cost(tf_files, schema, **few)))
         return 0
 
     import tfinput
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             str(args.rows),
             "--data-dir",
             args.data_dir,
+            *(["--smoke"] if args.smoke else []),
         ],
         capture_output=True,
         text=True,

@@ -44,7 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import output, parse_args, write_section  # noqa: E402
 from benchmarks.columnar import columnar_data  # noqa: E402
 from benchmarks.core import data, machine  # noqa: E402
 
@@ -430,7 +430,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-cost", action="store_true", help="skip the packing-cost table")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
-    args = p.parse_args(argv)
+    args = parse_args(
+        p,
+        argv,
+        smoke=dict(
+            rows=8_192,
+            rounds=1,
+            cost_rounds=1,
+            step_batch=256,
+            warmup=1,
+            window_batches=2,
+            input_batches=2,
+            spe=[],  # train_on_batch rows only: two models to compile, not four
+        ),
+    )
     if args.quick:
         args.rows, args.rounds, args.window_batches, args.input_batches = 40_000, 1, 4, 4
         args.cost_rounds = 1
@@ -461,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         if args.write and not args.quick:
             write_section("feedcost", text)
-            path = HERE / "results-feed.json"
+            path = output("results-feed.json")
             raw = json.loads(path.read_text()) if path.exists() else {}
             raw["cost_us_per_example"] = cost
             path.write_text(json.dumps(raw, indent=1) + "\n")
@@ -473,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         text = gpu_section(step, transfer, args)
         print(text)
         raw = {"step": step, "transfer_ms": transfer, "device": jax.devices()[0].device_kind}
-        (HERE / "results-feed-gpu.json").write_text(json.dumps(raw, indent=1) + "\n")
+        output("results-feed-gpu.json").write_text(json.dumps(raw, indent=1) + "\n")
         if args.write and not args.quick:
             write_section("feedgpu", text)
         return 0
@@ -482,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write and not args.quick:
         write_section("feed", text)
         raw = {"step": step, "cost_us_per_example": cost, "transfer_ms": transfer}
-        (HERE / "results-feed.json").write_text(json.dumps(raw, indent=1) + "\n")
+        (output("results-feed.json")).write_text(json.dumps(raw, indent=1) + "\n")
     return 0
 
 

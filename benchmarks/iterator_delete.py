@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 
 STALL_S = 0.5  # a delete slower than this counts as a stall
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=6.0, help="iterate this long per trial")
     p.add_argument("--quick", action="store_true", help="3 trials of 1 s")
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, smoke=dict(trials=1, seconds=0.2))
     if args.quick:
         args.trials, args.seconds = 3, 1.0
     start = time.perf_counter()

@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 import core  # noqa: E402
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 
 
 def one_round(
@@ -149,7 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=4096, help="jax-mlp: layer width")
     p.add_argument("--layers", type=int, default=4, help="jax-mlp: hidden layers")
     p.add_argument("--write", action="store_true")
-    args = p.parse_args(argv)
+    args = parse_args(
+        p,
+        argv,
+        smoke=dict(
+            rows=8_192, batch_size=[1024], rounds=1, windows=1, window_batches=2, steps=2, warmup=1
+        ),
+    )
     if os.environ.get("KERAS_BACKEND") != "jax":
         raise SystemExit("run with KERAS_BACKEND=jax (the step must run on JAX)")
 

@@ -37,7 +37,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.core import machine  # noqa: E402
 
 BATCHES = (32, 256, 4096)
@@ -78,12 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cycle", type=int, default=0, help="interleave_cycle_length (0: AUTOTUNE)")
     p.add_argument("--data-dir", help="keep the data here (default: a temporary directory)")
-    p.add_argument("--smoke", action="store_true", help="8,192 rows, two cells")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, smoke=dict(rows=8_192))
     shuffles, batches = SHUFFLES, BATCHES
     if args.smoke:
-        args.rows, shuffles, batches = 8_192, (100,), (32, 256)
+        shuffles, batches = (100,), (32, 256)
 
     t0 = time.time()
     machine_line = machine()

@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 
 import core  # noqa: E402
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 
 
 def analyse(pipeline: Any, config: Any, step: Any, logdir: Path, steps: int, warmup: int) -> Any:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--write", action="store_true")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, smoke=dict(rows=8_192, steps=2, warmup=1))
 
     import profiles
     import tfinput
@@ -101,18 +101,24 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for title, pipeline, make_step, tuned_file in cases:
         tuned_path = Path(args.data_dir) / tuned_file
-        if not tuned_path.exists():
+        if not tuned_path.exists() and args.smoke:  # checks the script: autotune twice
+            tuned_path = None
+        elif not tuned_path.exists():
             print(
                 f"skip {title}: {tuned_path} missing (run benchmarks/tune.py first)",
                 file=sys.stderr,
             )
             continue
-        tuned = PipelineConfig.from_json(tuned_path)
+        tuned = PipelineConfig.from_json(tuned_path) if tuned_path else autotune
         with tempfile.TemporaryDirectory() as d:
             before = analyse(
                 pipeline, autotune, make_step(), Path(d) / "a", args.steps, args.warmup
             )
-            after = analyse(pipeline, tuned, make_step(), Path(d) / "b", args.steps, args.warmup)
+            after = (
+                before
+                if tuned_path is None
+                else analyse(pipeline, tuned, make_step(), Path(d) / "b", args.steps, args.warmup)
+            )
             cmp = profiles.compare(before, after)
         lines += [
             f"#### {title}",

@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.core import BATCH, FILES, data, machine, rate  # noqa: E402
 from benchmarks.resume_state import mixing, state  # noqa: E402
 
@@ -46,10 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batches", type=int, default=40)
+    p.add_argument("--mix-rows", type=int, default=MIX_ROWS, help="rows of the mixing table")
     p.add_argument("--data-dir", help="keep the data here (default: a temporary directory)")
     p.add_argument("--quick", action="store_true", help="40k rows, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = p.parse_args(argv)
+    args = parse_args(
+        p, argv, smoke=dict(rows=24_576, mix_rows=16_384, rounds=1, warmup=1, batches=2)
+    )
     if args.quick:
         args.rows, args.rounds, args.warmup, args.batches = 40_000, 2, 2, 5
 
@@ -98,16 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         # Mixing: one epoch of each plan over rows whose row_id says file and position.
         from tfinput import testing
 
-        mix_dir = Path(args.data_dir or tmp) / f"mix-tfrecord-{MIX_ROWS}"
+        mix_dir = Path(args.data_dir or tmp) / f"mix-tfrecord-{args.mix_rows}"
         mix_schema = testing.small_schema()
         if not mix_dir.exists():
-            testing.write_tfrecord(mix_dir, mix_schema, rows=MIX_ROWS, files=FILES)
+            testing.write_tfrecord(mix_dir, mix_schema, rows=args.mix_rows, files=FILES)
         mix_pipeline = tfinput.tfrecord(sorted(map(str, mix_dir.iterdir())), mix_schema)
         mixes = {
             name: mixing(
                 mix_pipeline,
                 variants[name].replace(shuffle_seed=1),
-                rows=MIX_ROWS,
+                rows=args.mix_rows,
                 files=FILES,
             )
             for name in names
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     lines += [
         "",
-        f"Mixing, one epoch of {MIX_ROWS:,} rows in {FILES} files (`benchmarks/"
+        f"Mixing, one epoch of {args.mix_rows:,} rows in {FILES} files (`benchmarks/"
         "resume_state.py`'s `mixing`: per batch, the distinct files among its rows and "
         "the spread of their positions in their files, 1.0 as a uniform draw; the "
         "correlation of a batch's index with its rows' mean position in their files, 0: "

@@ -47,9 +47,12 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks import _results  # noqa: E402
+
 DATA = HERE / ".data"
 BATCH = 4096
 SIZES = {
+    "smoke": {"rows": 8_192, "buffers": (1_000,), "mix_rows": 16_384, "mix_buffers": (1_000,)},
     "quick": {"rows": 40_000, "buffers": (1_000, 16_000), "mix_rows": 100_000},
     "full": {"rows": 1_200_000, "buffers": (1_000, 100_000, 1_000_000), "mix_rows": 200_000},
 }
@@ -74,7 +77,7 @@ def state_data(size: str) -> dict[str, Any]:
 
     rows = SIZES[size]["rows"]
     base = DATA / f"state-{size}"
-    if size == "quick":
+    if size != "full":
         schema = testing.small_schema()
         cols = testing.generate(schema, rows, seed=1)
         if not (base / "columnar" / "manifest.json").exists():
@@ -158,7 +161,7 @@ def state(pipeline: Any, config: Any, *, after: int, repeats: int) -> dict[str, 
                 next(fresh)
             del it, fresh
     except Exception as e:  # any failure is reported in the table
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"}
+        return {"error": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:100]}"}
     return {
         "bytes": size,
         "save_s": statistics.median(saves),
@@ -254,7 +257,8 @@ def run(size: str, *, after: int, repeats: int, mix: bool = True, state_: bool =
         "|---|---:|---:|---:|---:|",
     ]
     schema = testing.small_schema()
-    mixes = [(f"buffer {b:,} rows", b, "buffer") for b in (1_000, 16_000, 100_000)]
+    buffers = spec.get("mix_buffers", (1_000, 16_000, 100_000))
+    mixes = [(f"buffer {b:,} rows", b, "buffer") for b in buffers]
     for label, buffer, shuffle in [*mixes, ("global", 0, "global")]:
         p = tfinput.columnar(paths, schema, shuffle=shuffle, shuffle_rows=True)
         m = mixing(p, dataclasses.replace(base, shuffle_buffer=buffer), rows=rows, files=8)
@@ -272,7 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", type=int, default=3, help="batches before saving")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", choices=["state", "mixing"], help="one of the two tables")
-    args = parser.parse_args(argv)
+    args = _results.parse_args(parser, argv, smoke=dict(size="smoke", after=1, repeats=1))
+    if args.smoke:
+        global DATA
+        DATA = _results.smoke_dir() / "data"
     table = run(
         args.size,
         after=args.after,

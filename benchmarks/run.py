@@ -39,6 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import _results  # noqa: E402
 from tfinput import bench  # noqa: E402
 from tfinput._src.applications.cli.commands.bench import print_bench, roofline_lines  # noqa: E402
 from tfinput.config import PipelineConfig  # noqa: E402
@@ -64,6 +65,7 @@ class Settings:
 
 FULL = Settings(400_000, 8, 4096, 3, 7, 30, 8, 3)
 QUICK = Settings(20_000, 4, 1024, 1, 2, 4, 3, 1)
+SMOKE = Settings(8_192, 2, 1024, 1, 1, 1, 1, 1)
 
 
 def grid(batch_size: int) -> dict[str, PipelineConfig]:
@@ -279,15 +281,16 @@ def results_markdown(runs: list[dict[str, Any]], s: Settings, quick: bool) -> st
 
 def write_section(path: Path, section: str) -> None:
     """Replace this script's section of ``path`` (other sections are kept)."""
-    from benchmarks._results import write_section as replace
-
-    replace("bench", section, path)
+    _results.write_section("bench", section, path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny data and windows (smoke)")
-    parser.add_argument("--workdir", default=str(ROOT / ".tfinput-cache" / "benchmarks"))
+    parser.add_argument(
+        "--workdir",
+        help="data and caches (default: .tfinput-cache/benchmarks; --smoke: a temporary one)",
+    )
     parser.add_argument("--criteo-sample", default=DEFAULT_SAMPLE)
     parser.add_argument(
         "--out",
@@ -297,11 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", action="append", help="run only workloads whose name contains this"
     )
-    args = parser.parse_args(argv)
+    args = _results.parse_args(parser, argv, smoke={})
+    if args.smoke:
+        args.out = args.out or str(_results.output("RESULTS.md"))
+    default_workdir = _results.smoke_dir() if args.smoke else ROOT / ".tfinput-cache" / "benchmarks"
+    args.workdir = args.workdir or str(default_workdir)
     from rich.console import Console
 
     console = Console(highlight=False, width=160)
-    s = QUICK if args.quick else FULL
+    s = SMOKE if args.smoke else QUICK if args.quick else FULL
     workdir = Path(args.workdir) / ("quick" if args.quick else "full")
     workdir.mkdir(parents=True, exist_ok=True)
     sample = Path(args.criteo_sample)

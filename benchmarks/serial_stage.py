@@ -34,7 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.core import BATCH, data, machine  # noqa: E402
 
 ROWS = 1_000_000
@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="40k rows, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
     p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
+    args = parse_args(
+        p, argv, smoke=dict(rows=8_192, rounds=1, warmup=1, batches=2, roofline_batches=1)
+    )
     if args.quick:
         args.rows, args.rounds, args.warmup, args.batches, args.roofline_batches = (
             40_000, 2, 2, 3, 2,

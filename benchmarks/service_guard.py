@@ -37,7 +37,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.core import machine  # noqa: E402
 from benchmarks.service import ROWS, CpuProbe, _children, make_data  # noqa: E402
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="keep the data here (default: a temporary directory)")
     p.add_argument("--quick", action="store_true", help="40k rows, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, smoke=dict(rows=8_192, rounds=1, warmup=1, batches=2))
     if args.quick:
         args.rows, args.rounds, args.warmup, args.batches = 40_000, 2, 4, 20
 

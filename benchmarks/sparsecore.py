@@ -40,7 +40,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+
+from benchmarks import _results  # noqa: E402
 
 DATA = HERE / ".data"
 ROWS = 400_000
@@ -51,9 +52,8 @@ FORMATS = ["dense", "sparse"]
 
 def pipelines(rows: int) -> dict[str, Any]:
     """The criteo-like data as columnar records and TFRecord files (written once)."""
-    from core import data
-
     import tfinput
+    from benchmarks.core import data
     from tfinput import testing
 
     schema, tfrecords, _ = data(DATA, rows)
@@ -201,10 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="40,000 rows, 1 round, 20 batches")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = p.parse_args(argv)
-    from core import machine
+    args = _results.parse_args(p, argv, smoke={})
+    from benchmarks.core import machine
 
     rows, rounds, batches = (40_000, 1, 20) if args.quick else (ROWS, args.rounds, 200)
+    if args.smoke:
+        global DATA
+        DATA, rows, rounds, batches = _results.smoke_dir() / "data", 24_576, 1, 2
     head = machine()
     speed = throughput(rows, rounds)
     sizes = limits(batches)
@@ -229,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(section)
     if args.write:
-        from _results import write_section
-
-        write_section("sparsecore", section)
+        _results.write_section("sparsecore", section)
     return 0
 
 

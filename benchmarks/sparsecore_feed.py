@@ -54,7 +54,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.columnar import columnar_data  # noqa: E402
 from benchmarks.core import BATCH, data, machine  # noqa: E402
 
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small data, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
     p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, smoke=dict(rows=8_192, rounds=1, warmup=1, batches=2, calls=1))
     if args.quick:
         args.rows, args.rounds, args.warmup, args.batches, args.calls = 40_000, 2, 1, 3, 3
     t0 = time.time()

@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 
 SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 BATCH = 4096
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="10k and 100k rows, 2 rounds")
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, smoke=dict(sizes=[1_000], rounds=1, steps=1, backends=["jax"]))
     FIXED_DIM[0] = args.dim
     if args.quick:
         args.sizes, args.rounds, args.steps = [10_000, 100_000], 2, 2

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 
 import core  # noqa: E402
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 
 SPACE = {
     "interleave_cycle_length": (1, 2, 4),
@@ -45,14 +45,16 @@ SPACE = {
 }
 
 
-def grid(pipeline: Any, base: Any, windows: int, window_batches: int, warmup: int) -> list:
+def grid(
+    pipeline: Any, base: Any, windows: int, window_batches: int, warmup: int, configs: int | None
+) -> list:
     from tfinput.measure.windows import WindowPlan
     from tuners import measure
 
     plan = WindowPlan(windows=windows, window_batches=window_batches, warmup_batches=warmup)
     keys = list(SPACE)
     out = []
-    combos = list(itertools.product(*(SPACE[k] for k in keys)))
+    combos = list(itertools.product(*(SPACE[k] for k in keys)))[:configs]
     t0 = time.time()
     for i, values in enumerate(combos):
         config = base.replace(**dict(zip(keys, values)))
@@ -75,6 +77,8 @@ def study(
     warmup_batches: int,
     confirm_top: int,
     confirm_windows: int,
+    breakdown: bool = True,
+    advise_format: bool = True,
 ) -> Any:
     from tuners import ConfirmOptions, MeasureOptions, SearchSpace, TuneOptions, tune
 
@@ -98,7 +102,12 @@ def study(
             measurement=MeasureOptions(
                 windows=windows, window_batches=window_batches, warmup_batches=warmup_batches
             ),
-            confirmation=ConfirmOptions(confirm_top=confirm_top, confirm_windows=confirm_windows),
+            confirmation=ConfirmOptions(
+                confirm_top=confirm_top,
+                confirm_windows=confirm_windows,
+                breakdown=breakdown,
+                advise_format=advise_format,
+            ),
         ),
         progress=show,
     )
@@ -113,12 +122,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=core.ROWS)
     p.add_argument("--data-dir", default=str(HERE / ".data"))
     p.add_argument("--grid-windows", type=int, default=3)
+    p.add_argument("--grid-configs", type=int, help="measure only the first N grid configs")
     p.add_argument("--final-windows", type=int, default=12)
     p.add_argument("--window-batches", type=int, default=10)
     p.add_argument("--n-trials", type=int, default=30)
+    p.add_argument("--trial-windows", type=int, default=3, help="measurement windows per trial")
+    p.add_argument("--confirm-windows", type=int, default=5)
     p.add_argument("--skip", action="append", default=[], choices=["grid", "ranking", "simulated"])
     p.add_argument("--write", action="store_true")
-    args = p.parse_args(argv)
+    args = parse_args(
+        p,
+        argv,
+        smoke=dict(
+            rows=8_192,
+            grid_configs=2,
+            grid_windows=1,
+            final_windows=1,
+            window_batches=1,
+            n_trials=2,
+            trial_windows=1,
+            confirm_windows=1,
+            skip=["ranking"],
+        ),
+    )
+    # --smoke: the tuner's search and confirmation only (its advice is tested in tests/tuners)
+    quiet = dict(breakdown=False, advise_format=False) if args.smoke else {}
 
     import tfinput
     from tfinput import bench, models, steps, testing
@@ -145,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     # ---------------------------------------------------------- input only
     if "grid" not in args.skip:
         t0 = time.time()
-        ranked = grid(pipeline, base, args.grid_windows, wb, warm)
+        ranked = grid(pipeline, base, args.grid_windows, wb, warm, args.grid_configs)
         grid_s = time.time() - t0
         t1 = time.time()
         res = study(
@@ -153,11 +181,12 @@ def main(argv: list[str] | None = None) -> int:
             base,
             steps.input_only(),
             args.n_trials,
-            windows=3,
+            windows=args.trial_windows,
             window_batches=wb,
             warmup_batches=warm,
             confirm_top=3,
-            confirm_windows=5,
+            confirm_windows=args.confirm_windows,
+            **quiet,
         )
         tune_s = time.time() - t1
         final = {"autotune": autotune, "tuned": res.best_config}
@@ -233,12 +262,13 @@ def main(argv: list[str] | None = None) -> int:
             rpipe,
             base,
             steps.keras_step(model),
-            12,
-            windows=3,
+            min(12, args.n_trials),
+            windows=args.trial_windows,
             window_batches=5,
             warmup_batches=2,
             confirm_top=2,
-            confirm_windows=5,
+            confirm_windows=args.confirm_windows,
+            **quiet,
         )
         res.best_config.to_json(Path(args.data_dir) / "tuned-ranking.json", **res.record())
         lines += _confirmed_table(
@@ -256,12 +286,13 @@ def main(argv: list[str] | None = None) -> int:
             pipeline,
             base,
             steps.simulated_step(0.020),
-            20,
-            windows=3,
+            min(20, args.n_trials),
+            windows=args.trial_windows,
             window_batches=wb,
             warmup_batches=warm,
             confirm_top=2,
-            confirm_windows=5,
+            confirm_windows=args.confirm_windows,
+            **quiet,
         )
         res.best_config.to_json(Path(args.data_dir) / "tuned-simulated.json", **res.record())
         bound = core.BATCH / 0.020

@@ -281,7 +281,9 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    from benchmarks._results import output, parse_args, write_section
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--loads", nargs="+", default=["quiet", "busy"], choices=["quiet", "busy"])
@@ -290,7 +292,7 @@ def main() -> None:
     p.add_argument("--window-seconds", type=float, default=0.5)
     p.add_argument("--confirm-top", type=int, default=2)
     p.add_argument("--confirm-windows", type=int, default=5)
-    p.add_argument("--json", default=str(HERE / "results-tune-power.json"))
+    p.add_argument("--json", help="where the run is saved (default: results-tune-power.json)")
     p.add_argument(
         "--only",
         nargs="+",
@@ -305,7 +307,21 @@ def main() -> None:
     )
     p.add_argument("--from-json", help="only write the section from a saved run")
     p.add_argument("--write", action="store_true", help="replace the RESULTS.md section")
-    args = p.parse_args()
+    args = parse_args(
+        p,
+        argv,
+        smoke=dict(
+            runs=1,
+            loads=["quiet"],
+            only=["quiet:gain 40%"],
+            n_trials=2,
+            windows=1,
+            window_seconds=0.05,
+            confirm_top=1,
+            confirm_windows=1,
+        ),
+    )
+    args.json = args.json or str(output("results-tune-power.json"))
     args.cases = {}
     for item in args.only:
         load, case = item.split(":", 1)
@@ -320,8 +336,6 @@ def main() -> None:
     section = markdown(data)
     print(section)
     if args.write:
-        from benchmarks._results import write_section
-
         write_section("tune-power", section)
 
 

@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import write_section  # noqa: E402
+from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.columnar import columnar_data  # noqa: E402
 from benchmarks.core import BATCH, data, machine, summarize  # noqa: E402
 
@@ -263,7 +263,7 @@ def _config_words(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--base", required=True, help="git revision to compare against")
+    p.add_argument("--base", help="git revision to compare against (required)")
     p.add_argument("--rows", type=int, default=400_000)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--warmup", type=int, default=5)
@@ -293,7 +293,13 @@ def main(argv: list[str] | None = None) -> int:
         help="numpy: read batches with as_numpy_iterator (as a JAX or PyTorch loop does)",
     )
     p.add_argument("--section", default="versions", help="RESULTS.md section written with --write")
-    args = p.parse_args(argv)
+    args = parse_args(
+        p,
+        argv,
+        smoke=dict(rows=8_192, rounds=1, warmup=1, batches=2, formats="tfrecord", base="HEAD"),
+    )
+    if args.base is None:
+        p.error("the following arguments are required: --base")
     res = run(args)
     text = markdown(res)
     print(json.dumps(res, indent=2) if args.json else text)

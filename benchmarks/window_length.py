@@ -88,14 +88,16 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple) 
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    from benchmarks._results import parse_args, write_section
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=40_000)
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seconds", type=float, nargs="+", default=[0, 0.1, 0.25, 0.5, 1.0])
     p.add_argument("--write", action="store_true")
-    args = p.parse_args()
+    args = parse_args(p, argv, smoke=dict(rows=2_048, batch=256, repeats=1, seconds=[0, 0.05]))
     load = os.getloadavg()
     t0 = time.time()
     rows = sweep(args)
@@ -103,8 +105,6 @@ def main() -> None:
     print(section)
     print(f"{time.time() - t0:.0f} s", file=sys.stderr)
     if args.write:
-        from benchmarks._results import write_section
-
         write_section("window-length", section)
 
 

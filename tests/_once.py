@@ -5,7 +5,7 @@ one Python child, so TensorFlow is imported once) gets it through `run_once`: th
 worker to ask runs it, a worker asking meanwhile waits on a lock, later ones read the
 result it saved. What the run covers is what the session selected (`selected`), the
 same on every worker, so each worker's request is the same run. `run_programs` runs
-several programs (doc pages) in turn in one child."""
+several programs (scripts, doc pages) in turn in one child."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -61,29 +61,51 @@ def selected(request: pytest.FixtureRequest, key: Callable[[pytest.Item], Any]) 
     return keys
 
 
-# Programs run in turn in one Python child, each in its own empty working directory and
-# namespace, its stdout and stderr (descriptors 1 and 2) in files of its own; one that
-# raises is recorded and the next one runs. TensorFlow and JAX in one process sometimes
-# abort at interpreter teardown after everything has passed: the child leaves without it.
-_IN_TURN = """
-import json, os, sys, traceback
+class Script(NamedTuple):
+    """A program that is a script file, run as ``python PATH ARGS`` runs it."""
 
-programs, status_path = json.loads(sys.argv[1]), sys.argv[2]
+    path: Path
+    args: list[str]
+
+
+# Programs run in turn in one Python child, each in its own empty working directory, its
+# stdout and stderr (descriptors 1 and 2, TensorFlow's C++ lines included) in files of its
+# own: a script as ``python SCRIPT ARGS`` runs it (``__main__``, its own ``sys.argv``, its
+# folder first on ``sys.path``), Python source (a doc page) in a namespace of its own. One
+# that raises or exits non-zero is recorded and the next one runs: TensorFlow and Keras
+# are imported once for all. TensorFlow and JAX in one process sometimes abort at
+# interpreter teardown after everything has passed: the child leaves without it.
+_IN_TURN = """
+import json, os, runpy, sys, traceback
+
+plan, status_path = json.loads(sys.argv[1]), sys.argv[2]
 status = {}
-for name, directory, program, out_path, err_path in programs:
+for name, directory, script, args, source, out_path, err_path in plan:
     saved = os.dup(1), os.dup(2)
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         os.chdir(directory)
+        if script:
+            sys.argv = [script, *args]
+            sys.path.insert(0, os.path.dirname(script))
         try:
-            exec(compile(program, name, "exec"), {"__name__": "__main__"})
+            if script:
+                runpy.run_path(script, run_name="__main__")
+            else:
+                exec(compile(source, name, "exec"), {"__name__": "__main__"})
             status[name] = "ok"
+        except SystemExit as e:
+            if e.code is not None and not isinstance(e.code, int):
+                print(e.code, file=sys.stderr)
+            status[name] = f"exit {e.code if isinstance(e.code, int) else 1}" if e.code else "ok"
         except BaseException:
             traceback.print_exc()
             status[name] = "failed"
         sys.stdout.flush()
         sys.stderr.flush()
+        if script:
+            del sys.path[0]
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
     with open(status_path, "w") as f:
@@ -93,16 +115,22 @@ os._exit(0)
 
 
 def run_programs(
-    programs: dict[str, str], directory: Path, env: dict[str, str], timeout: float
+    programs: dict[str, str | Script], directory: Path, env: dict[str, str], timeout: float
 ) -> dict[str, list[str]]:
-    """Run ``programs`` (name -> Python source) in turn in one child, each in an empty
-    folder under ``directory``: name -> [``ok``/``failed``/``not finished``, its stdout,
-    its stderr, its folder]."""
+    """Run ``programs`` (name -> Python source, or a `Script`) in turn in one child, each
+    in an empty folder under ``directory``: name -> [``ok``, ``exit N``, ``failed`` (it
+    raised) or ``not finished`` (the child died first), its stdout, its stderr, its
+    folder]."""
     plan = []
     for i, (name, program) in enumerate(programs.items()):
         work = directory / f"program-{i}"
         work.mkdir()
-        plan.append([name, str(work), program, f"{work}.out", f"{work}.err"])
+        script, args, source = (
+            (str(program.path), program.args, None)
+            if isinstance(program, Script)
+            else (None, [], program)
+        )
+        plan.append([name, str(work), script, args, source, f"{work}.out", f"{work}.err"])
     status = directory / "status.json"
     proc = subprocess.run(
         [sys.executable, "-c", _IN_TURN, json.dumps(plan), str(status)],
@@ -114,7 +142,7 @@ def run_programs(
     )
     done = json.loads(status.read_text()) if status.exists() else {}
     results = {}
-    for name, work, _, out, err in plan:
+    for name, work, *_, out, err in plan:
         said = [Path(p).read_text(errors="replace") if Path(p).exists() else "" for p in (out, err)]
         if name not in done:  # the child died before this program's end
             said[1] += f"\n[the child exited with {proc.returncode}]\n{proc.stderr[-3000:]}"

@@ -3,16 +3,13 @@ script, all in one Python child."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests._once import run_once, selected
+from tests._once import Script, run_once, run_programs, selected
 from tests.helpers import SHARED_DATA
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -33,69 +30,13 @@ RUN_OF_TEST = {
     "test_movielens_retrieval_trains_two_towers_and_scores_recall": "movielens-retrieval",
 }
 
-# The scripts run in turn in one Python child, each as ``python SCRIPT ARGS`` runs it
-# (``__main__``, its own ``sys.argv``, its folder first on ``sys.path``), its stdout and
-# stderr (file descriptors 1 and 2, TensorFlow's C++ lines included) in files of its
-# own, its exit code in the status file: one TensorFlow and Keras import for all.
-_IN_TURN = """
-import json, os, runpy, sys, traceback
-
-plan, status_path = json.loads(sys.argv[1]), sys.argv[2]
-status = {}
-for name, script, args, out_path, err_path in plan:
-    saved = os.dup(1), os.dup(2)
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        sys.argv = [script, *args]
-        sys.path.insert(0, os.path.dirname(script))
-        try:
-            runpy.run_path(script, run_name="__main__")
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else int(e.code is not None)
-            if e.code is not None and not isinstance(e.code, int):
-                print(e.code, file=sys.stderr)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        del sys.path[0]
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-    status[name] = code
-    with open(status_path, "w") as f:
-        json.dump(status, f)
-"""
-
 
 def _run_examples(names: list[str], directory: Path) -> dict[str, list]:
-    """Run the named examples in one child: name -> [exit code, stdout, stderr]."""
+    """Run the named examples in turn in one child: name -> [status, stdout, stderr]."""
     env = dict(os.environ)
     env["TFINPUT_DATA_DIR"] = str(SHARED_DATA)
-    plan = [
-        [n, str(EXAMPLES / RUNS[n][0]), RUNS[n][1], str(directory / f"{n}.out"),
-         str(directory / f"{n}.err")]
-        for n in names
-    ]  # fmt: skip
-    status = directory / "status.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", _IN_TURN, json.dumps(plan), str(status)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env=env,
-    )
-    codes = json.loads(status.read_text()) if status.exists() else {}
-    results = {}
-    for name, _, _, out, err in plan:
-        said = [Path(p).read_text(errors="replace") if Path(p).exists() else "" for p in (out, err)]
-        if proc.returncode != 0:  # the child died, or failed at its exit
-            said[1] += f"\n[the examples' process exited with {proc.returncode}]\n"
-            said[1] += proc.stdout[-2000:] + proc.stderr[-3000:]
-        results[name] = [codes.get(name, -1) if proc.returncode == 0 else -1, *said]
-    return results
+    scripts = {n: Script(EXAMPLES / RUNS[n][0], RUNS[n][1]) for n in names}
+    return {n: r[:3] for n, r in run_programs(scripts, directory, env, timeout=1800).items()}
 
 
 def _needed(item: pytest.Item) -> str | None:
@@ -113,8 +54,8 @@ def example_output(request, tmp_path_factory):
     results = run_once(tmp_path_factory, "examples", lambda d: _run_examples(names, d))
 
     def output(name: str) -> str:
-        code, out, err = results[name]
-        assert code == 0, out[-2000:] + err[-3000:]
+        status, out, err = results[name]
+        assert status == "ok", f"{status}: " + out[-2000:] + err[-3000:]
         return out
 
     return output
