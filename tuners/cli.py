@@ -85,6 +85,23 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     _search_arguments(p)
 
 
+def _skip_arguments(p: Any) -> None:
+    """``--no-breakdown`` and ``--no-format-advice``: the two measurements after the
+    confirmation that a quick run may leave out (tune and demo)."""
+    p.add_argument(
+        "--no-breakdown",
+        action="store_true",
+        help="skip the gain by knob (the winner re-measured with each differing knob "
+        "group reverted to autotune)",
+    )
+    p.add_argument(
+        "--no-format-advice",
+        action="store_true",
+        help="skip converting a tf.Example sample to columnar records when parsing is "
+        "the bound (a few seconds to a minute)",
+    )
+
+
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/demo", help="output directory (default: %(default)s)")
     p.add_argument(
@@ -98,6 +115,7 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
         step={"choices": ["ranking", "input_only", "simulated"], "default": "ranking"},
         device_time_ms={"default": 20.0},
     )
+    _skip_arguments(p)
     add_output_arguments(p)
 
 
@@ -158,18 +176,7 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--confirm-top", type=int, default=3)
     s.add_argument("--confirm-windows", type=int, default=5)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument(
-        "--no-breakdown",
-        action="store_true",
-        help="skip the gain by knob (the winner re-measured with each differing knob "
-        "group reverted to autotune)",
-    )
-    s.add_argument(
-        "--no-format-advice",
-        action="store_true",
-        help="skip converting a tf.Example sample to columnar records when parsing is "
-        "the bound (a few seconds to a minute)",
-    )
+    _skip_arguments(s)
     s.add_argument("--out", help="output directory (default: runs/tune-<time>)")
     add_output_arguments(s, json_help="print the result as JSON")
 
@@ -494,7 +501,10 @@ def _demo(args: argparse.Namespace) -> int:
                 warmup_batches=DEMO["warmup_batches"],
             ),
             confirmation=ConfirmOptions(
-                confirm_top=DEMO["confirm_top"], confirm_windows=DEMO["confirm_windows"]
+                confirm_top=DEMO["confirm_top"],
+                confirm_windows=DEMO["confirm_windows"],
+                breakdown=not args.no_breakdown,
+                advise_format=not args.no_format_advice,
             ),
         ),
     )

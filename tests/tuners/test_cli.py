@@ -202,6 +202,9 @@ def test_add_subcommands_registers_tune_and_demo():
     assert (args.n_trials, args.windows, args.confirm_top) == (30, 5, 3)
     demo = parser.parse_args(["demo", "--step", "simulated"])
     assert demo.step == "simulated" and demo.device_time_ms == 20.0 and demo.out == "runs/demo"
+    assert not demo.no_breakdown and not demo.no_format_advice  # the full demo by default
+    quick = parser.parse_args(["demo", "--no-breakdown", "--no-format-advice"])
+    assert quick.no_breakdown and quick.no_format_advice
     with pytest.raises(SystemExit):
         parser.parse_args(["demo", "--step", "keras"])  # not one of the demo's steps
 

@@ -51,7 +51,8 @@ _SMALL_TUNE = (
 # logs as an E line on CPUs without AVX-512 comes from those ops, not from the import).
 COMMANDS = {
     "demo": (
-        "demo --n-trials 1 --step input_only --out {tmp}/demo --data-dir {tmp}/data",
+        "demo --n-trials 1 --step input_only --no-breakdown --no-format-advice --out {tmp}/demo "
+        "--data-dir {tmp}/data",
         "demo finished in",
     ),
     "tune": (
