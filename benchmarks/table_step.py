@@ -219,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     results = []
     for backend in args.backends:
+        if args.smoke and backend == os.environ.get("KERAS_BACKEND"):
+            results.append(measure(args))  # --smoke: this process's backend, no child
+            continue
         env = {**os.environ, "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu"}
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         child = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--write"]

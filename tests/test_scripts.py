@@ -44,13 +44,13 @@ SMOKE = {
     "benchmarks/service_guard.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/sparsecore.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/sparsecore_feed.py": (["--smoke", "--write"], "tensorflow"),
-    "benchmarks/table_step.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/tune_power.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/versions.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/window_length.py": (["--smoke", "--write"], "tensorflow"),
     "examples/sparsecore_feed.py": ([], "tensorflow"),
     "benchmarks/feed.py": (["--smoke", "--write"], "jax"),
     "benchmarks/jax_profile.py": (["--smoke", "--write"], "jax"),
+    "benchmarks/table_step.py": (["--smoke", "--write"], "jax"),  # its smoke backend, in-process
 }
 #: Scripts run elsewhere: tests/test_examples.py (RUNS) and test_examples_resume.py.
 ELSEWHERE = {*(f"examples/{script}" for script, _, _ in EXAMPLE_RUNS.values())}
