@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             after = (
                 before
-                if tuned_path is None
+                if tuned_path is None or args.smoke  # --smoke: one profile per case
                 else analyse(pipeline, tuned, make_step(), Path(d) / "b", args.steps, args.warmup)
             )
             cmp = profiles.compare(before, after)

@@ -209,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="10k and 100k rows, 2 rounds")
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parse_args(p, argv, smoke=dict(sizes=[1_000], rounds=1, steps=1, backends=["jax"]))
+    args = parse_args(
+        p,
+        argv,
+        smoke=dict(sizes=[1_000], rounds=1, steps=1, backends=["jax"], variants=["sparse"]),
+    )
     FIXED_DIM[0] = args.dim
     if args.quick:
         args.sizes, args.rounds, args.steps = [10_000, 100_000], 2, 2

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         smoke=dict(
             rows=8_192,
-            grid_configs=2,
+            grid_configs=1,
             grid_windows=1,
             final_windows=1,
             window_batches=1,

@@ -2,7 +2,16 @@
 mode (``--smoke``: tiny data, one round, anything it writes in a temporary directory),
 the examples not run by tests/test_examples.py and test_examples_resume.py as they are.
 The scripts run in turn in one Python child per Keras backend (TensorFlow and Keras
-imported once for all), so a rename cannot break one silently."""
+imported once for all), so a rename cannot break one silently.
+
+Each smoke run is its script's smallest end-to-end case: one variant where the script
+compares several, one round, a window of a batch or two, one server or worker process
+where it starts several, a step run in this child rather than a child of its own. Keep it
+so: the whole module is budgeted at about 110 CPU-seconds, measured as user + sys of
+``/usr/bin/time -v python -m pytest -p no:xdist -q tests/test_scripts.py`` (about 195
+on the shared development machine; much of it is the processes started, each importing
+TensorFlow: this pytest, the two children, the tf.data service's four server processes,
+Ray's worker, versions.py's worker)."""
 
 from __future__ import annotations
 
