@@ -8,7 +8,7 @@ Each smoke run is its script's smallest end-to-end case: one variant where the s
 compares several, one round, a window of a batch or two, one server or worker process
 where it starts several, a step run in this child rather than a child of its own. Keep it
 so: the whole module is budgeted at about 110 CPU-seconds, measured as user + sys of
-``/usr/bin/time -v python -m pytest -p no:xdist -q tests/test_scripts.py`` (about 195
+``/usr/bin/time -v python -m pytest -p no:xdist -q tests/test_scripts.py`` (about 190
 on the shared development machine; much of it is the processes started, each importing
 TensorFlow: this pytest, the two children, the tf.data service's four server processes,
 Ray's worker, versions.py's worker)."""
