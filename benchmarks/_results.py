@@ -26,8 +26,9 @@ def parse_args(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *, smoke: dict[str, Any]
 ) -> argparse.Namespace:
     """``parser.parse_args(argv)`` with a ``--smoke`` flag added: with it, ``smoke``'s
-    values (argument destinations -> tiny sizes) become the defaults, a ``--data-dir``
-    that defaults to a folder under benchmarks/ defaults to the smoke directory, and
+    values (argument destinations -> tiny sizes) become the defaults, ``--data-dir``
+    defaults to the smoke directory's data folder (generated data is shared by the
+    scripts run in one process), and
     `output` points there."""
     parser.add_argument(
         "--smoke",
@@ -40,8 +41,8 @@ def parse_args(
         return args
     defaults = dict(smoke)
     data = smoke_dir() / "data"
-    if parser.get_default("data_dir") is not None:
-        defaults.setdefault("data_dir", str(data))
+    if any(action.dest == "data_dir" for action in parser._actions):
+        defaults.setdefault("data_dir", str(data))  # shared by the scripts run in turn
     parser.set_defaults(**defaults)
     return parser.parse_args(argv)
 

@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     best: dict[str, dict[str, int]] = {}
     grid_report: dict[str, float] = {}
     for fmt, grid in grids(AUTOTUNE).items():
+        grid = grid[:1] if args.smoke else grid  # --smoke: one grid point per format
         variants = {describe(k): (maker(fmt, k), BATCH) for k in grid}
         measured = rounds(variants, args.grid_rounds, args.warmup, args.grid_batches, f"grid {fmt}")
         name = max(measured, key=lambda n: statistics.median(measured[n]))

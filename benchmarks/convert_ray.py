@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=str(HERE / ".data"))
     p.add_argument("--quick", action="store_true", help="50,000 rows, 1 round")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = parse_args(p, argv, smoke=dict(rows=2_000, rounds=1))
+    args = parse_args(p, argv, smoke=dict(rows=2_000, rounds=1, cpus=1, formats=FORMATS[0]))
     if args.quick:
         args.rows, args.rounds = 50_000, 1
     formats = args.formats.split(",")

@@ -99,14 +99,17 @@ def handwritten(files: list[str], schema: Any, config: Any) -> Any:
     return ds.prefetch(config.prefetch)
 
 
-def cpu_cost(files: list[str], schema: Any, rounds: int = 15, calls: int = 20) -> dict[str, Any]:
+def cpu_cost(
+    files: list[str], schema: Any, rounds: int = 15, calls: int = 20, *, one_thread: bool = True
+) -> dict[str, Any]:
     """CPU milliseconds per batch of parse + transform, tfinput vs hand-written, on one
     thread, calls interleaved round by round (run in a fresh process: the thread
-    counts must be set before TensorFlow starts)."""
+    counts must be set before TensorFlow starts; ``one_thread=False`` leaves them)."""
     import tensorflow as tf
 
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
+    if one_thread:
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_intra_op_parallelism_threads(1)
     from tfinput.config import PipelineConfig
     from tfinput.transforms import parse_spec, transform_batch
 
@@ -166,6 +169,18 @@ def machine() -> str:
     )
 
 
+def _cpu_cost_process(args: argparse.Namespace) -> dict[str, Any]:
+    """`cpu_cost` in a fresh process of this script (``--cpu-cost``): one thread."""
+    proc = subprocess.run(
+        [sys.executable, __file__, "--cpu-cost", "--rows", str(args.rows)]
+        + ["--data-dir", args.data_dir],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=ROWS)
@@ -212,22 +227,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     s = {n: summarize(v) for n, v in results.items()}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--cpu-cost",
-            "--rows",
-            str(args.rows),
-            "--data-dir",
-            args.data_dir,
-            *(["--smoke"] if args.smoke else []),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    cpu = json.loads(proc.stdout.strip().splitlines()[-1])
+    if args.smoke:  # in this process (no second TensorFlow start): its figure is no result
+        cpu = cpu_cost(tf_files, schema, rounds=1, calls=1, one_thread=False)
+    else:
+        cpu = _cpu_cost_process(args)
     overhead = 1 - s["tfinput TFRecord"]["median"] / s["hand-written TFRecord"]["median"]
     pairs = [
         1 - a / b for a, b in zip(results["tfinput TFRecord"], results["hand-written TFRecord"])

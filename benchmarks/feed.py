@@ -90,7 +90,7 @@ def step_table(pipelines: dict[str, Any], schema: Any, args: argparse.Namespace,
     from tuners import measure
 
     rows: dict[tuple[str, str], Any] = {}
-    for layout in ("per_feature", "packed"):
+    for layout in args.layouts:
         rows[(layout, "train_on_batch")] = steps.keras_step(models.ranking_model(schema))
         for k in args.spe:
             rows[(layout, f"fit spe {k}")] = steps.keras_fit_step(models.ranking_model(schema))
@@ -251,7 +251,9 @@ def transfer_cost(pipeline: Any, args: argparse.Namespace) -> dict[str, list[flo
 
 def _step_lines(step: dict) -> list[str]:
     """The step-bound / fed-rate table and the packed-over-per-feature ratios."""
-    sources = ["step bound", "TFRecord", "columnar"]
+    sources = [
+        s for s in ("step bound", "TFRecord", "columnar") if any(k.endswith(s) for k in step)
+    ]
     lines = [
         "### Step bound and fed rate (examples/s)",
         "",
@@ -263,7 +265,7 @@ def _step_lines(step: dict) -> list[str]:
         layout, mode, source = key.split("|")
         by_row.setdefault((layout, mode), {})[source] = values
     for (layout, mode), cells in by_row.items():
-        share = statistics.median(cells["columnar"]) / statistics.median(cells["step bound"])
+        share = statistics.median(cells[sources[-1]]) / statistics.median(cells["step bound"])
         row = " | ".join(_fmt(cells[s]) for s in sources)
         lines.append(f"| {layout} | {mode} | {row} | {share:.0%} |")
     lines += ["", "Packed over per-feature, same step and source (ratio of medians):", ""]
@@ -272,6 +274,8 @@ def _step_lines(step: dict) -> list[str]:
         "| --- | " + " | ".join("---:" for _ in sources) + " |",
     ]
     for mode in dict.fromkeys(m for _, m in by_row):
+        if ("packed", mode) not in by_row or ("per_feature", mode) not in by_row:
+            continue  # --smoke: one layout
         ratios = [
             statistics.median(by_row[("packed", mode)][s])
             / statistics.median(by_row[("per_feature", mode)][s])
@@ -450,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
         args.spe, args.warmup = [1, 2], 2
 
     args.deadline = time.monotonic() + args.deadline_s if args.deadline_s else None
+    # --smoke: the step table trains one model (packed) fed from TFRecord; the packing
+    # cost reads the columnar records
+    args.layouts = ("packed",) if args.smoke else ("per_feature", "packed")
     import jax
 
     import tfinput
@@ -468,7 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     cost: dict[str, list[float]] = {}
     if not (args.skip_cost or on_gpu):  # host CPU cost: measured on the CPU machine
         say("packing cost")  # first: the most sensitive to a loaded machine
-        cost = packing_cost(pipelines, args, say)
+        cost = packing_cost(
+            {"columnar": pipelines["columnar"]} if args.smoke else pipelines, args, say
+        )
     if args.cost_only:
         text = cost_section(cost, args)
         print(text)
@@ -480,7 +489,9 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(raw, indent=1) + "\n")
         return 0
     say("step bound and fed rates")
-    step = step_table(pipelines, schema, args, say)
+    step = step_table(
+        {"TFRecord": pipelines["TFRecord"]} if args.smoke else pipelines, schema, args, say
+    )
     transfer = transfer_cost(pipelines["TFRecord"], args)
     if on_gpu:
         text = gpu_section(step, transfer, args)

@@ -152,8 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(
         p,
         argv,
-        smoke=dict(
-            rows=8_192, batch_size=[1024], rounds=1, windows=1, window_batches=2, steps=2, warmup=1
+        smoke=dict(  # the tiny JAX step (benchmarks/feed.py's smoke run trains the ranking one)
+            rows=8_192,
+            batch_size=[1024],
+            rounds=1,
+            windows=1,
+            window_batches=2,
+            steps=2,
+            warmup=1,
+            step="jax-mlp",
+            hidden=64,
+            layers=1,
         ),
     )
     if os.environ.get("KERAS_BACKEND") != "jax":

@@ -52,7 +52,7 @@ from benchmarks import _results  # noqa: E402
 DATA = HERE / ".data"
 BATCH = 4096
 SIZES = {
-    "smoke": {"rows": 8_192, "buffers": (1_000,), "mix_rows": 16_384, "mix_buffers": (1_000,)},
+    "smoke": {"rows": 8_192, "buffers": (), "mix_rows": 8_192, "mix_buffers": (1_000,)},
     "quick": {"rows": 40_000, "buffers": (1_000, 16_000), "mix_rows": 100_000},
     "full": {"rows": 1_200_000, "buffers": (1_000, 100_000, 1_000_000), "mix_rows": 200_000},
 }

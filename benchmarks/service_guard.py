@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="keep the data here (default: a temporary directory)")
     p.add_argument("--quick", action="store_true", help="40k rows, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = parse_args(p, argv, smoke=dict(rows=8_192, rounds=1, warmup=1, batches=2))
+    args = parse_args(p, argv, smoke=dict(rows=16_384, rounds=1, warmup=1, batches=2))
     if args.quick:
         args.rows, args.rounds, args.warmup, args.batches = 40_000, 2, 4, 20
 
@@ -67,13 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     from tfinput.service import LocalFleet
     from tfinput.steps import input_only
 
+    batches = BATCHES[:1] if args.smoke else BATCHES  # --smoke: one batch size
     variants: dict[str, tuple[int, bool]] = {}
-    for b in BATCHES:
+    for b in batches:
         variants[f"batch {b}, unguarded"] = (b, False)
         variants[f"batch {b}, guarded"] = (b, True)
     names = list(variants)
     with tempfile.TemporaryDirectory(prefix="tfinput-guard-") as tmp:
-        col = make_data(Path(args.data_dir or tmp), args.rows)
+        col = make_data(Path(args.data_dir or tmp) / ("service" if args.smoke else ""), args.rows)
         pipeline = tfinput.columnar(str(col))
         with LocalFleet(max_workers=1) as fleet:
             reads = {
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     stats = {}
-    for b in BATCHES:
+    for b in batches:
         base = f"batch {b}, unguarded"
         group = {n: windows[n] for n in names if variants[n][0] == b}
         for s in summarize(
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{statistics.median(cpu_us[name]):.2f} us |"
         )
     extra = []
-    for b in BATCHES:
+    for b in batches:
         plain = statistics.median(cpu_us[f"batch {b}, unguarded"])
         guard = statistics.median(cpu_us[f"batch {b}, guarded"])
         extra.append(

@@ -370,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small data, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
     p.add_argument("--json", action="store_true")
-    args = parse_args(p, argv, smoke=dict(rows=8_192, rounds=1, warmup=1, batches=2, calls=1))
+    args = parse_args(
+        p, argv, smoke=dict(rows=8_192, rounds=1, warmup=1, batches=2, calls=1, workers=[2])
+    )
     if args.quick:
         args.rows, args.rounds, args.warmup, args.batches, args.calls = 40_000, 2, 1, 3, 3
     t0 = time.time()

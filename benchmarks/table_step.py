@@ -209,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="10k and 100k rows, 2 rounds")
     p.add_argument("--write", action="store_true", help="update RESULTS.md")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parse_args(p, argv, smoke=dict(sizes=[1_000], rounds=1, steps=1, backends=["jax"]))
+    args = parse_args(
+        p,
+        argv,
+        smoke=dict(sizes=[1_000], rounds=1, steps=1, backends=["jax"], variants=["sparse"]),
+    )
     FIXED_DIM[0] = args.dim
     if args.quick:
         args.sizes, args.rounds, args.steps = [10_000, 100_000], 2, 2
@@ -219,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     results = []
     for backend in args.backends:
+        if args.smoke and backend == os.environ.get("KERAS_BACKEND"):
+            results.append(measure(args))  # --smoke: this process's backend, no child
+            continue
         env = {**os.environ, "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu"}
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         child = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--write"]

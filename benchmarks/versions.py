@@ -167,10 +167,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )  # fmt: skip
         workers = {}
         try:
+            roots = (("before", tree), ("after", ROOT))
             workers = {
                 who: Worker(who, root, files, args.shuffle, args.config, args.step, args.iterator)
-                for who, root in (("before", tree), ("after", ROOT))
+                for who, root in roots[: 1 if args.smoke else 2]
             }
+            if args.smoke:  # one worker process (the base's) measures both sides
+                workers["after"] = workers["before"]
             for r in range(args.rounds):
                 order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
                 for fmt in formats:

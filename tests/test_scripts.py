@@ -2,7 +2,16 @@
 mode (``--smoke``: tiny data, one round, anything it writes in a temporary directory),
 the examples not run by tests/test_examples.py and test_examples_resume.py as they are.
 The scripts run in turn in one Python child per Keras backend (TensorFlow and Keras
-imported once for all), so a rename cannot break one silently."""
+imported once for all), so a rename cannot break one silently.
+
+Each smoke run is its script's smallest end-to-end case: one variant where the script
+compares several, one round, a window of a batch or two, one server or worker process
+where it starts several, a step run in this child rather than a child of its own. Keep it
+so: the whole module is budgeted at about 110 CPU-seconds, measured as user + sys of
+``/usr/bin/time -v python -m pytest -p no:xdist -q tests/test_scripts.py`` (about 190
+on the shared development machine; much of it is the processes started, each importing
+TensorFlow: this pytest, the two children, the tf.data service's four server processes,
+Ray's worker, versions.py's worker)."""
 
 from __future__ import annotations
 
@@ -44,13 +53,13 @@ SMOKE = {
     "benchmarks/service_guard.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/sparsecore.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/sparsecore_feed.py": (["--smoke", "--write"], "tensorflow"),
-    "benchmarks/table_step.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/tune_power.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/versions.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/window_length.py": (["--smoke", "--write"], "tensorflow"),
     "examples/sparsecore_feed.py": ([], "tensorflow"),
     "benchmarks/feed.py": (["--smoke", "--write"], "jax"),
     "benchmarks/jax_profile.py": (["--smoke", "--write"], "jax"),
+    "benchmarks/table_step.py": (["--smoke", "--write"], "jax"),  # its smoke backend, in-process
 }
 #: Scripts run elsewhere: tests/test_examples.py (RUNS) and test_examples_resume.py.
 ELSEWHERE = {*(f"examples/{script}" for script, _, _ in EXAMPLE_RUNS.values())}
