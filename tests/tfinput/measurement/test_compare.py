@@ -12,7 +12,7 @@ from tests.tfinput.measurement.conftest import FakeClock, FakeCpu, batches
 from tfinput import steps
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure import compare, roofline
+from tfinput.measure import compare
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.windows import Window
 
@@ -99,82 +99,6 @@ def test_measure_rejects_bad_arguments():
 def test_measure_refuses_a_target_that_is_neither_pipeline_nor_callable():
     with pytest.raises(ConfigError, match=r"target must be a tfinput Pipeline or a .*got int"):
         compare.measure(42, {"a": PipelineConfig()})
-
-
-RESULT_KEYS = {
-    "name",
-    "config",
-    "examples_per_s",
-    "latency_ms",
-    "stall_fraction",
-    "cpu",
-    "peak_rss_mb",
-    "vs_baseline",
-    "roofline_fraction",
-    "windows",
-}
-
-
-def test_json_output_schema():
-    clock = FakeClock()
-    stages = [
-        roofline.Stage(name=n, description=n, examples_per_s=r, examples_per_cpu_s=r, cores_busy=1)
-        for n, r in (("read", 1e6), ("parse", 2e5), ("full", 1e5))
-    ]
-    rl = roofline.roofline_from_stages(stages, cores=2, files=8, bytes_per_example=700.0)
-    result = _fake_measure(
-        _fake_target(clock, [], {1: 0.05}),
-        {"naive": PipelineConfig.naive(batch_size=10)},
-        clock,
-        plan=(2, 3, 1),
-        cpu_count=2,
-        roofline_result=rl,
-    )
-    data = json.loads(result.to_json())
-    assert data["format"] == "tfinput.bench/1"
-    assert {
-        "windows",
-        "window_batches",
-        "warmup_batches",
-        "order",
-        "iterator",
-        "step",
-        "pipeline",
-    } <= set(data["method"])
-    assert {"cpu_model", "cpu_count", "tensorflow", "python", "load_average"} <= set(
-        data["machine"]
-    )
-    assert data["machine"]["cpu_count"] == 2 and data["method"]["step"]["kind"] == "input_only"
-    (entry,) = data["results"]
-    assert set(entry) == RESULT_KEYS
-    assert entry["config"] == PipelineConfig.naive(batch_size=10).to_dict()
-    assert entry["examples_per_s"]["median"] == pytest.approx(200.0)
-    assert entry["roofline_fraction"] == pytest.approx(0.001)
-    assert entry["windows"][0]["round"] == 0 and len(entry["windows"]) == 2
-    roof = data["roofline"]
-    assert roof["bound_examples_per_s"] == 2e5 and roof["limited_by"] == "cpu"
-    assert roof["cost_us_per_example"] == {
-        "read": 1.0,
-        "parse": 4.0,
-        "transform": 5.0,
-        "total": 10.0,
-    }
-
-
-def test_bench_result_writes_its_json_and_names_unknown_configs(tmp_path):
-    clock = FakeClock()
-    one = MeasureOptions(
-        windows=1, window_batches=1, warmup_batches=0, clock=clock, cpu_clock=clock, rss=lambda: 0
-    )
-    configs = {"a": PipelineConfig.naive(batch_size=2)}
-    result = compare.measure(_fake_target(clock, [], {1: 0.1}), configs, measurement=one)
-    text = result.to_json(tmp_path / "r.json")
-    assert (tmp_path / "r.json").read_text() == text + "\n"
-    data = json.loads(text)
-    assert data["roofline"] is None and data["method"]["pipeline"] is None  # a plain callable
-    assert data["method"]["step_per_config"] is None
-    with pytest.raises(ConfigError, match=r"no config 'b'; configs: \['a'\]"):
-        result.result("b")
 
 
 def test_measure_a_real_pipeline_with_a_simulated_step(pipeline_of):
