@@ -1,5 +1,6 @@
 """Fakes for the bench tests: a clock that moves only when told, a CPU clock tied to
-it, and batches that take a set time of that clock to produce (import them:
+it, batches that take a set time of that clock to produce, and the side-by-side
+comparison on that clock (import them:
 ``from tests.tfinput.measurement.conftest import FakeClock, FakeCpu, batches``)."""
 
 from __future__ import annotations
@@ -42,3 +43,36 @@ def batches(
         clock.sleep(produce_s)
         yield {"features": {"x": np.zeros(rows)}, "label": np.zeros(rows)}
         i += 1
+
+
+def fake_target(clock: FakeClock, order: list, per_batch: dict[int, float]):
+    """config -> batches whose production time depends on map_parallelism."""
+
+    def factory(config: Any):
+        order.append(config.map_parallelism)
+        return batches(clock, rows=config.batch_size, produce_s=per_batch[config.map_parallelism])
+
+    return factory
+
+
+def fake_measure(target, configs, clock, *, plan, rss=0, cpu_count=None, **kw):
+    """`tfinput.measure.compare.measure` on the fake clock, one CPU-second per second;
+    ``plan`` is ``(windows, window_batches, warmup_batches)``."""
+    from tfinput.measure import compare
+    from tfinput.measure.options import MeasureOptions
+
+    windows, window_batches, warmup_batches = plan
+    return compare.measure(
+        target,
+        configs,
+        **kw,
+        measurement=MeasureOptions(
+            windows=windows,
+            window_batches=window_batches,
+            warmup_batches=warmup_batches,
+            clock=clock,
+            cpu_clock=FakeCpu(clock, 1.0),
+            rss=lambda: rss,
+            cpu_count=cpu_count,
+        ),
+    )

@@ -8,45 +8,18 @@ import json
 import pytest
 
 import tfinput
-from tests.tfinput.measurement.conftest import FakeClock, FakeCpu, batches
+from tests.tfinput.measurement.conftest import (
+    FakeClock,
+    batches,
+    fake_measure,
+    fake_target,
+)
 from tfinput import steps
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
 from tfinput.measure import compare
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.windows import Window
-
-
-def _fake_target(clock: FakeClock, order: list[str], per_batch: dict[int, float]):
-    """config -> batches whose production time depends on map_parallelism."""
-
-    def factory(config: PipelineConfig):
-        order.append(config.map_parallelism)
-        return batches(clock, rows=config.batch_size, produce_s=per_batch[config.map_parallelism])
-
-    return factory
-
-
-def _fake_measure(
-    target, configs, clock, *, plan, rss=0, cpu_count=None, **kw
-) -> compare.BenchResult:
-    """`compare.measure` on the fake clock, one CPU-second per second; ``plan`` is
-    ``(windows, window_batches, warmup_batches)``."""
-    windows, window_batches, warmup_batches = plan
-    return compare.measure(
-        target,
-        configs,
-        **kw,
-        measurement=MeasureOptions(
-            windows=windows,
-            window_batches=window_batches,
-            warmup_batches=warmup_batches,
-            clock=clock,
-            cpu_clock=FakeCpu(clock, 1.0),
-            rss=lambda: rss,
-            cpu_count=cpu_count,
-        ),
-    )
 
 
 def test_measure_interleaves_configs_and_computes_ratios():
@@ -57,8 +30,8 @@ def test_measure_interleaves_configs_and_computes_ratios():
         "fast": PipelineConfig.naive(batch_size=10, map_parallelism=2),
     }
     seen = []
-    result = _fake_measure(
-        _fake_target(clock, order, {1: 0.02, 2: 0.01}),
+    result = fake_measure(
+        fake_target(clock, order, {1: 0.02, 2: 0.01}),
         configs,
         clock,
         plan=(3, 5, 2),
@@ -158,7 +131,7 @@ def test_measure_hands_the_data_to_a_loop_owning_step():
         "a": PipelineConfig(batch_size=4, steps_per_execution=1),
         "b": PipelineConfig(batch_size=4, steps_per_execution=2),
     }
-    result = _fake_measure(
+    result = fake_measure(
         lambda cfg: batches(clock, rows=4, produce_s=0.01),
         configs,
         clock,

@@ -8,43 +8,15 @@ import json
 
 import pytest
 
-from tests.tfinput.measurement.conftest import FakeClock, FakeCpu, batches
+from tests.tfinput.measurement.conftest import (
+    FakeClock,
+    fake_measure,
+    fake_target,
+)
 from tfinput import bench
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
 from tfinput.measure.options import MeasureOptions
-
-
-def _fake_target(clock: FakeClock, order: list[str], per_batch: dict[int, float]):
-    """config -> batches whose production time depends on map_parallelism."""
-
-    def factory(config: PipelineConfig):
-        order.append(config.map_parallelism)
-        return batches(clock, rows=config.batch_size, produce_s=per_batch[config.map_parallelism])
-
-    return factory
-
-
-def _fake_measure(
-    target, configs, clock, *, plan, rss=0, cpu_count=None, **kw
-) -> bench.BenchResult:
-    """`bench.measure` on the fake clock, one CPU-second per second; ``plan`` is
-    ``(windows, window_batches, warmup_batches)``."""
-    windows, window_batches, warmup_batches = plan
-    return bench.measure(
-        target,
-        configs,
-        **kw,
-        measurement=MeasureOptions(
-            windows=windows,
-            window_batches=window_batches,
-            warmup_batches=warmup_batches,
-            clock=clock,
-            cpu_clock=FakeCpu(clock, 1.0),
-            rss=lambda: rss,
-            cpu_count=cpu_count,
-        ),
-    )
 
 
 def test_preset_and_saved_configs(tmp_path):
@@ -96,8 +68,8 @@ def test_json_output_schema():
         for n, r in (("read", 1e6), ("parse", 2e5), ("full", 1e5))
     ]
     rl = bench.roofline_from_stages(stages, cores=2, files=8, bytes_per_example=700.0)
-    result = _fake_measure(
-        _fake_target(clock, [], {1: 0.05}),
+    result = fake_measure(
+        fake_target(clock, [], {1: 0.05}),
         {"naive": PipelineConfig.naive(batch_size=10)},
         clock,
         plan=(2, 3, 1),
@@ -141,7 +113,7 @@ def test_bench_result_writes_its_json_and_names_unknown_configs(tmp_path):
         windows=1, window_batches=1, warmup_batches=0, clock=clock, cpu_clock=clock, rss=lambda: 0
     )
     configs = {"a": PipelineConfig.naive(batch_size=2)}
-    result = bench.measure(_fake_target(clock, [], {1: 0.1}), configs, measurement=one)
+    result = bench.measure(fake_target(clock, [], {1: 0.1}), configs, measurement=one)
     text = result.to_json(tmp_path / "r.json")
     assert (tmp_path / "r.json").read_text() == text + "\n"
     data = json.loads(text)
