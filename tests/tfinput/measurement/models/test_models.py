@@ -17,6 +17,16 @@ from tfinput import models, testing
 from tfinput.config import PipelineConfig
 
 
+def test_ranking_model_compiles_with_xla_where_it_pays():
+    """``jit_compile="auto"``: TensorFlow here sees only CPUs, where an XLA compile of
+    each input signature costs more than a short run gains (the JAX backend: in
+    tests/tfinput/measurement/steps/test_keras.py's children)."""
+    schema = testing.small_schema(row_id=False)
+    assert not [d for d in tf.config.list_physical_devices() if d.device_type != "CPU"]
+    assert models.ranking_model(schema).jit_compile is False
+    assert models.ranking_model(schema, jit_compile=True).jit_compile is True
+
+
 def test_ranking_model_trains_with_jit_compile(small_tfrecord):
     schema = testing.small_schema(row_id=False)
     ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=100))

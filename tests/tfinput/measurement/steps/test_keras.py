@@ -189,6 +189,7 @@ assert keras.config.backend() == BACKEND
 schema = tfinput.testing.small_schema()
 ds = tfinput.tfrecord(FILES, schema).build(tfinput.PipelineConfig(batch_size=50))
 model = models.ranking_model(schema)
+assert model.jit_compile == (BACKEND == "jax")  # "auto": XLA on JAX, not on a CPU-only TF
 step = steps.keras_step(model)
 losses = [float(np.asarray(step(b)).reshape(-1)[0]) for b in ds.take(3)]
 assert all(np.isfinite(losses)), losses

@@ -2,7 +2,7 @@
 
 These consume the ``dense`` multi-hot format (``[B, max_len]`` ids plus float weights
 with 0 for padding): plain gathers and reductions, so the whole step compiles with
-XLA (``jit_compile=True``) on GPU and CPU, unlike ``embedding_lookup_sparse`` or
+XLA (``jit_compile=True``) on accelerators and CPU, unlike ``embedding_lookup_sparse`` or
 ragged inputs. They are what the tuner's built-in ranking step and the examples use.
 `RankingModel` accepts batches in either layout, per-feature or packed
 (`tfinput.layout`).
@@ -15,7 +15,7 @@ model and layers, the two-tower retrieval model (`_two_tower`, made by
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import keras
 from keras import layers, ops
@@ -218,7 +218,7 @@ def ranking_model(
     schema: Schema,
     *,
     learning_rate: float = 1e-3,
-    jit_compile: bool = True,
+    jit_compile: bool | Literal["auto"] = "auto",
     steps_per_execution: int = 1,
     **kwargs: Any,
 ) -> RankingModel:
@@ -234,7 +234,11 @@ def ranking_model(
     Args:
       schema: The features and tables.
       learning_rate: The optimizer's learning rate (tables and dense layers).
-      jit_compile: Compile the train step with XLA.
+      jit_compile: Compile the train step with XLA. ``"auto"`` (the default): on the
+        JAX backend, and on TensorFlow where it sees a GPU or TPU; not on a host where
+        TensorFlow sees only CPUs, where an XLA compile (several seconds for each input
+        signature: each layout, batch size and ``steps_per_execution``) costs more than
+        a short run gains, as Keras's own ``"auto"`` decides there.
       steps_per_execution: Training steps per call into the compiled step (``fit``);
         pass a tuned ``PipelineConfig.steps_per_execution``.
       **kwargs: `RankingModel` arguments (``bottom``, ``top``, ``cross_layers``,
@@ -246,7 +250,18 @@ def ranking_model(
         optimizer=SparseTableAdam(learning_rate),
         loss=keras.losses.BinaryCrossentropy(from_logits=True),
         metrics=[keras.metrics.AUC(from_logits=True, name="auc")],
-        jit_compile=jit_compile,
+        jit_compile=_xla(jit_compile),
         steps_per_execution=steps_per_execution,
     )
     return model
+
+
+def _xla(jit_compile: bool | Literal["auto"]) -> bool:
+    """`ranking_model`'s ``jit_compile``, ``"auto"`` resolved."""
+    if jit_compile != "auto":
+        return bool(jit_compile)
+    if keras.config.backend() != "tensorflow":
+        return True
+    import tensorflow as tf
+
+    return any(d.device_type != "CPU" for d in tf.config.list_physical_devices())
