@@ -16,6 +16,8 @@ import uuid
 import optuna
 import pytest
 
+from tests._once import run_programs
+
 URL = os.environ.get("TFINPUT_TEST_POSTGRES_URL")
 pytestmark = [
     pytest.mark.postgres,
@@ -39,17 +41,22 @@ def worker(args, log_path, lock_path):
     )
 
 
-def _running_trial_of(pid, study_name, storage, seen=None):
+def _running_trial_of(pid, study_name, storage, seen=None, loaded=None):
     """The number of the trial worker ``pid`` is running, once two trials finished.
 
-    ``seen`` (a list) gets one line per call: what the poll saw, for the failure message."""
+    ``seen`` (a list) gets one line per call: what the poll saw, for the failure message.
+    ``loaded`` (a dict) keeps the study once it exists: each later poll reads its trials
+    only."""
     started = time.monotonic()
+    loaded = {} if loaded is None else loaded
     try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
+        if "study" not in loaded:
+            loaded["study"] = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
         if seen is not None:
             seen.append(f"{time.monotonic() - started:.2f}s no study yet")
         return None
+    study = loaded["study"]
     trials = study.get_trials(deepcopy=False)
     if seen is not None:
         seen.append(
@@ -122,15 +129,17 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
         # killed only if the trial is still running; otherwise A resumes and we wait on.
         deadline = time.time() + 120
         victim = None
-        seen = []
+        seen, loaded = [], {}
         while time.time() < deadline and victim is None:
-            time.sleep(0.1)
-            candidate = _running_trial_of(a.pid, study_name, storage, seen)
+            # A trial runs for a second at least (5 steps of 200 ms): a poll every
+            # quarter second sees each.
+            time.sleep(0.25)
+            candidate = _running_trial_of(a.pid, study_name, storage, seen, loaded)
             if candidate is None:
                 continue
             a.send_signal(signal.SIGSTOP)
             time.sleep(0.5)
-            if _running_trial_of(a.pid, study_name, storage) == candidate:
+            if _running_trial_of(a.pid, study_name, storage, loaded=loaded) == candidate:
                 victim = candidate
                 a.send_signal(signal.SIGKILL)
             else:
@@ -219,25 +228,26 @@ def test_the_storage_password_shows_nowhere_but_redacted(small_tfrecord, small_s
         # An unreachable server: the error names the URL, redacted.
         "error": [*common, "--storage", url.rsplit(":", 1)[0] + ":1/none"],
     }
-    seen = {}
-    for name, args in runs.items():
-        proc = subprocess.run(
-            [sys.executable, "-m", "tfinput.cli", "--verbose", "tune", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-        )
-        seen[name] = proc
-        assert PASSWORD not in proc.stdout + proc.stderr, name
-    assert seen["report"].returncode == 0, seen["report"].stderr[-2000:]
-    assert f" in {redacted}: " in seen["report"].stdout
-    assert json.loads(seen["json"].stdout)["storage"] == redacted
-    assert seen["error"].returncode == 2
+    # The three commands in turn in one child (TensorFlow imported once), each with its
+    # own stdout and stderr (file descriptors 1 and 2: TensorFlow's C++ lines included).
+    programs = {
+        name: "import sys\nfrom tfinput.cli import main\n"
+        f"sys.exit(main({['--verbose', 'tune', *args]!r}))\n"
+        for name, args in runs.items()
+    }
+    (tmp_path / "runs").mkdir()
+    seen = run_programs(programs, tmp_path / "runs", env, timeout=600)
+    for name, (_, stdout, stderr, _) in seen.items():
+        assert PASSWORD not in stdout + stderr, name
+    assert seen["report"][0] == "ok", seen["report"][2][-2000:]
+    assert f" in {redacted}: " in seen["report"][1]
+    assert seen["json"][0] == "ok", seen["json"][2][-2000:]
+    assert json.loads(seen["json"][1])["storage"] == redacted
+    assert seen["error"][0] == "exit 2", seen["error"][2][-2000:]
     assert (
         "cannot open storage "
         + redacted.rsplit(":", 1)[0].replace("postgresql://", "postgresql+psycopg://")
-        in seen["error"].stderr
+        in seen["error"][2]
     )
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert {"result.json", "report.html", "best_config.json"} <= {p.name for p in written}
