@@ -91,9 +91,13 @@ def step_table(pipelines: dict[str, Any], schema: Any, args: argparse.Namespace,
 
     rows: dict[tuple[str, str], Any] = {}
     for layout in args.layouts:
-        rows[(layout, "train_on_batch")] = steps.keras_step(models.ranking_model(schema))
+        rows[(layout, "train_on_batch")] = steps.keras_step(
+            models.ranking_model(schema, jit_compile=True)
+        )
         for k in args.spe:
-            rows[(layout, f"fit spe {k}")] = steps.keras_fit_step(models.ranking_model(schema))
+            rows[(layout, f"fit spe {k}")] = steps.keras_fit_step(
+                models.ranking_model(schema, jit_compile=True)
+            )
     cached_batches: dict[str, Any] = {}
 
     def cached(layout: str) -> Callable[[Any], Any]:

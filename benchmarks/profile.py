@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         (
             "Keras DCN-style ranking step",
             tfinput.tfrecord(tf_files, rschema),
-            lambda: steps.keras_step(models.ranking_model(rschema)),
+            lambda: steps.keras_step(models.ranking_model(rschema, jit_compile=True)),
             "tuned-ranking.json",
         ),
         (

@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if "ranking" not in args.skip:
         rschema = testing.criteo_like_schema(vocabulary_size=100_000, dim=16)
         rpipe = tfinput.tfrecord(tf_files, rschema)
-        model = models.ranking_model(rschema)
+        model = models.ranking_model(rschema, jit_compile=True)
         t0 = time.time()
         res = study(
             rpipe,

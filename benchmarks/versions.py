@@ -61,7 +61,7 @@ else:
 FILES = json.loads(sys.argv[1])
 if STEP == "keras":
     from tfinput import models
-    model = models.ranking_model(schema)
+    model = models.ranking_model(schema, jit_compile=True)
     def step(batch):
         features, labels = batch
         model.train_on_batch(features, labels)
