@@ -105,6 +105,10 @@ SEQUENTIAL = dict(
 
 # Every kind of source `pipeline_of` builds (conftest.py).
 SOURCE_KINDS = ("tfrecord", "parquet", "columnar", "wrapped", "wrapped_batched")
+#: `tfinput.models.ranking_model` arguments for tests that train it to check something
+#: other than the model (an input position across a restart): its narrowest layers,
+#: so that each model traces and compiles less.
+SMALL_RANKING_MODEL: dict[str, Any] = dict(bottom=(8,), top=(8,), cross_layers=1)
 
 
 def wrapped_dataset(cols: Any) -> tf.data.Dataset:

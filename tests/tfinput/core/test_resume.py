@@ -413,6 +413,7 @@ def interrupted_fit(
     regardless. Also run by the JAX subprocess, so it takes plain paths."""
     import keras
 
+    from tests.helpers import SMALL_RANKING_MODEL
     from tfinput import models, testing
 
     schema = testing.small_schema()
@@ -443,6 +444,7 @@ def interrupted_fit(
             schema,
             jit_compile=keras.config.backend() == "jax",
             steps_per_execution=steps_per_execution,
+            **SMALL_RANKING_MODEL,
         )
         start = ckpt.restore(model)
         iterations = int(model.optimizer.iterations.numpy()) if start else 0
@@ -647,6 +649,10 @@ def test_keras_fit_resumes_mid_epoch_on_jax(small_tfrecord, small_columnar, tmp_
         "KERAS_BACKEND": "jax",
         "JAX_PLATFORMS": "cpu",
         "TF_CPP_MIN_LOG_LEVEL": "2",
+        # The second run's train step is the first one's: read from a compilation cache
+        # (of compiles over 1 s), as a restarted job would, rather than compiled again.
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax-cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1",
     }
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -276,6 +276,7 @@ def test_keras_input_checkpoint_refuses_another_read_batch(pipeline_of, tmp_path
     `InputIterator.set_state`, so a restart with another ``read_batch`` is refused."""
     import keras
 
+    from tests.helpers import SMALL_RANKING_MODEL
     from tfinput import models
     from tfinput.resume import KerasInputCheckpoint
 
@@ -284,14 +285,16 @@ def test_keras_input_checkpoint_refuses_another_read_batch(pipeline_of, tmp_path
     config = PipelineConfig(**dict(BASE, drop_remainder=True))
     pipeline = pipeline_of("tfrecord")
     ckpt = KerasInputCheckpoint(pipeline.iterator(config), str(tmp_path / "ckpt"), every=2)
-    model = models.ranking_model(pipeline.schema, jit_compile=False)
+    model = models.ranking_model(pipeline.schema, jit_compile=False, **SMALL_RANKING_MODEL)
     model.fit(
         ckpt.batches(), steps_per_epoch=2, callbacks=[ckpt.callback()], shuffle=False, verbose=0
     )
     other = pipeline.iterator(dataclasses.replace(config, read_batch=32))
     again = KerasInputCheckpoint(other, str(tmp_path / "ckpt"), every=2)
     with pytest.raises(ResumeError, match=re.escape("read_batch: saved 64, now 32")):
-        again.restore(models.ranking_model(pipeline.schema, jit_compile=False))
+        again.restore(
+            models.ranking_model(pipeline.schema, jit_compile=False, **SMALL_RANKING_MODEL)
+        )
 
 
 # ------------------------------------------------------- other hosts, old states

@@ -42,7 +42,8 @@ class InputIterator(Iterator[Any]):
     ``get_state``).
 
     Args:
-      dataset: The dataset (a built pipeline).
+      dataset: The dataset (a built pipeline); with ``epoch_dataset``, its first pass,
+        ``epoch_dataset(0, seed)``.
       identity: What the pipeline is (`pipeline_identity`); a state of another identity
         is refused.
       name: Names the source in errors (``tfrecord``, ``parquet``, ...).
@@ -93,6 +94,10 @@ class InputIterator(Iterator[Any]):
         self._epochs = epochs
         self._epoch_dataset = epoch_dataset
         self._seed = seed
+        # ``(epoch, seed)`` of the pass ``self._dataset`` was built for while no iterator
+        # has been made of it: a `set_state` into that pass restores into it rather than
+        # into another build of the same pass.
+        self._unread: tuple[int, int] | None = (0, seed) if epoch_dataset is not None else None
         self._resume_dataset = resume_dataset
         self.epoch = 0
         # Position at which each recent pass began (for compact states).
@@ -174,6 +179,7 @@ class InputIterator(Iterator[Any]):
         with self._lock:
             if self._iterator is None:
                 self._iterator = iter(self._dataset)
+                self._unread = None
             return self._iterator
 
     def _hold(self, position: int) -> None:
@@ -358,7 +364,7 @@ class InputIterator(Iterator[Any]):
         position, epoch, seed, batch = values
         dataset = self._resume_dataset(epoch, seed, batch)
         with self._lock:
-            self._dataset, self._iterator = dataset, None
+            self._dataset, self._iterator, self._unread = dataset, None, None
             self.epoch, self._seed, self.position = epoch, seed, position
             self._epoch_starts = {epoch: position - batch}
             self._replay.clear()
@@ -396,7 +402,10 @@ class InputIterator(Iterator[Any]):
             )
         self._check_identity(header.get("identity", {}))
         epoch, seed, dataset = int(header.get("epoch", 0)), int(header.get("seed", 0)), None
-        if self._epoch_dataset is not None:
+        unread = self._epoch_dataset is not None and self._unread == (epoch, seed)
+        if unread:
+            dataset = self._dataset
+        elif self._epoch_dataset is not None:
             dataset = self._epoch_dataset(epoch, seed)
         with tempfile.TemporaryDirectory(prefix="tfinput-state-") as tmp:
             for member in z.namelist():
@@ -404,12 +413,16 @@ class InputIterator(Iterator[Any]):
                     with open(os.path.join(tmp, member[len(_CKPT) :]), "wb") as f:
                         f.write(z.read(member))
             iterator = iter(dataset if dataset is not None else self._dataset)
+            self._unread = None
             try:
                 status = tf.train.Checkpoint(iterator=iterator).read(
                     os.path.join(tmp, header["checkpoint"])
                 )
                 status.assert_existing_objects_matched()
             except (tf.errors.OpError, AssertionError, ValueError) as e:
+                if unread:  # reading on from the start needs a build not yet iterated
+                    self._dataset = self._epoch_dataset(epoch, seed)
+                    self._unread = (epoch, seed)
                 raise ResumeError(
                     f"set_state: TensorFlow could not restore the {self._name} pipeline's "
                     f"iterator from this state ({_first_line(e)}); restore into the "
