@@ -261,6 +261,25 @@ def test_set_state_refuses_bytes_that_are_not_a_state(pipeline_of):
     assert it.position == 1
 
 
+def test_set_state_refuses_a_state_whose_checkpoint_was_cut(pipeline_of):
+    """A state whose iterator checkpoint lost its end (a copy cut short, then zipped
+    again) is refused with a ResumeError, not TensorFlow's reader error; the iterator
+    then reads from the start."""
+    config = PipelineConfig(batch_size=BATCH, shuffle_buffer=100, shuffle_seed=1)
+    it = pipeline_of("tfrecord").iterator(config)
+    first = _row_ids(next(it))
+    state = zipfile.ZipFile(io.BytesIO(it.get_state()))
+    cut = io.BytesIO()
+    with zipfile.ZipFile(cut, "w") as z:
+        for member in state.namelist():
+            data = state.read(member)
+            z.writestr(member, data[: len(data) // 2] if ".data-" in member else data)
+    again = pipeline_of("tfrecord").iterator(config)
+    with pytest.raises(ResumeError, match="TensorFlow could not restore the tfrecord"):
+        again.set_state(cut.getvalue())
+    assert (_row_ids(next(again)) == first).all() and again.position == 1
+
+
 def test_set_state_refuses_a_state_of_another_pipeline(pipeline_of, small_tfrecord, small_schema):
     config = PipelineConfig(batch_size=BATCH)
     it = pipeline_of("tfrecord").iterator(config)

@@ -419,7 +419,8 @@ class InputIterator(Iterator[Any]):
                     os.path.join(tmp, header["checkpoint"])
                 )
                 status.assert_existing_objects_matched()
-            except (tf.errors.OpError, AssertionError, ValueError) as e:
+            # IndexError: TensorFlow's checkpoint reader on a cut data file.
+            except (tf.errors.OpError, AssertionError, ValueError, IndexError) as e:
                 if unread:  # reading on from the start needs a build not yet iterated
                     self._dataset = self._epoch_dataset(epoch, seed)
                     self._unread = (epoch, seed)
