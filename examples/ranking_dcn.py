@@ -26,9 +26,9 @@ from tfinput import models, steps, testing
 
 
 def make_data(directory: str, rows: int, quick: bool = False) -> tfinput.Pipeline:
-    if quick:  # every feature kind, fewer of each: XLA compiles the step in a few seconds
+    if quick:  # every feature kind, a few of each: the step traces and compiles in seconds
         schema = testing.criteo_like_schema(
-            n_categorical=8, n_multi_hot=2, vocabulary_size=1_000, dim=8
+            n_dense=4, n_categorical=4, n_multi_hot=1, vocabulary_size=1_000, dim=8
         )
     else:
         schema = testing.criteo_like_schema(vocabulary_size=10_000, dim=8)
