@@ -54,6 +54,23 @@ def test_ranking_model_fits_with_the_tuned_steps_per_execution(small_tfrecord):
     assert np.isfinite(history.history["loss"][-1])
 
 
+def test_ranking_model_traces_its_first_train_step_once(small_tfrecord):
+    """The model and its optimizer come built: TensorFlow traces the step once, where a
+    step that made the optimizer's variables would be traced again."""
+    schema = testing.small_schema(row_id=False)
+    ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=100))
+    model = models.ranking_model(schema, bottom=(8,), top=(8,), cross_layers=1)
+    assert model.built and model.optimizer.built
+    traced = []
+    train_step = model.train_step
+    model.train_step = lambda *data: traced.append(1) or train_step(*data)
+    model.fit(ds.take(3), epochs=1, verbose=0)
+    if keras.config.backend() == "tensorflow":
+        assert len(traced) == 1, f"the train step was traced {len(traced)} times"
+    model.fit(ds.take(2), epochs=1, verbose=0)
+    assert len(traced) <= 1, "a second fit traced the step again"
+
+
 def test_forward_pass_compiles_with_xla_and_static_shapes(small_tfrecord):
     schema = testing.small_schema(row_id=False)
     ds = tfinput.tfrecord(small_tfrecord, schema).build(PipelineConfig(batch_size=100))

@@ -253,6 +253,11 @@ def ranking_model(
         jit_compile=_xla(jit_compile),
         steps_per_execution=steps_per_execution,
     )
+    # Every variable is made now, from the schema. On TensorFlow, Keras otherwise makes
+    # the optimizer's inside the first traced step, and a step that makes variables is
+    # traced again: the first `fit` would trace (and compile) the step twice.
+    model.build(None)
+    model.optimizer.build(model.trainable_variables)
     return model
 
 
