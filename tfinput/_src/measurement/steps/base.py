@@ -1,31 +1,53 @@
-"""The `Step` object every step kind returns, and the names of the kinds."""
+"""The `Step` object every step kind returns, the names of the kinds, and the steps
+that need no framework of their own.
+
+- `Step` and its kind classes, `STEP_KINDS` and `CLI_STEPS`;
+- the steps without a framework: `input_only`, `function_step`, `simulated_step`;
+- feeding batches to a JAX device (`device_feed`) and the window loop of steps that
+  feed it themselves (`loop_windows`), shared with the Keras steps
+  (`tfinput._src.measurement.steps.keras`) and the SparseCore feed;
+- the JAX step (`jax_step`): a user's jitted ``fn(state, batch) -> state`` fed by
+  tfinput.
+"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.errors import ConfigError, DataError
+from tfinput._src.measurement.probes import process_cpu_seconds
+from tfinput._src.measurement.windows import Window, WindowPlan, consecutive_windows
 
 if TYPE_CHECKING:
     from tfinput._src.core.config import PipelineConfig
-    from tfinput._src.measurement.windows import Window
 
 __all__ = [
     "CLI_STEPS",
-    "STEP_CLASSES",
-    "STEP_KINDS",
     "FunctionStep",
     "InputOnlyStep",
     "JaxStep",
     "KerasFitStep",
     "KerasStep",
     "RunWindows",
+    "STEP_CLASSES",
+    "STEP_KINDS",
     "SimulatedStep",
     "Step",
+    "device_feed",
+    "function_step",
+    "input_only",
+    "jax_put",
+    "jax_step",
+    "loop_windows",
+    "numpy_source",
+    "simulated_step",
+    "to_numpy_tree",
 ]
+
 
 STEP_KINDS = ("input_only", "keras", "keras_fit", "jax", "function", "simulated")
 #: Step names accepted on the command line: the kinds, plus ``ranking`` and
@@ -205,3 +227,207 @@ STEP_CLASSES: dict[str, type[Step]] = {
     c.kind: c  # type: ignore[misc]
     for c in (InputOnlyStep, KerasStep, KerasFitStep, JaxStep, FunctionStep, SimulatedStep)
 }
+
+
+def input_only() -> Step:
+    """A step that only consumes the batch (the pipeline's own throughput)."""
+    return Step.of(None)
+
+
+def function_step(fn: Callable[[Any], Any], *, name: str | None = None) -> Step:
+    """A user step function. Values it returns are fetched (``numpy()``) so that an
+    asynchronous device step is finished before the next batch is requested.
+
+    Raises:
+      ConfigError: ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise ConfigError(f"function_step: expected a callable, got {type(fn).__name__}")
+
+    def run(batch: Any) -> Any:
+        out = fn(batch)
+        _block_on(out)
+        return out
+
+    return FunctionStep(name=name or getattr(fn, "__name__", "step"), fn=run)
+
+
+def simulated_step(device_time_s: float, *, sleep: Callable[[float], None] = time.sleep) -> Step:
+    """An accelerator step taking ``device_time_s`` per batch with the host idle.
+
+    Args:
+      device_time_s: Seconds of simulated device time per batch (for example 0.02:
+        20 ms per batch of 4096 is about 200k examples/s).
+      sleep: Injectable sleep function (tests pass a fake clock's sleep).
+
+    Raises:
+      ConfigError: ``device_time_s`` is not > 0.
+    """
+    if not device_time_s > 0:
+        raise ConfigError(f"simulated_step: device_time_s must be > 0, got {device_time_s!r}")
+    return SimulatedStep(
+        name=f"simulated accelerator {device_time_s * 1e3:g} ms/batch",
+        fn=lambda batch: sleep(device_time_s),
+        device_time_s=device_time_s,
+        accepts_packed=True,
+    )
+
+
+def _block_on(out: Any) -> None:
+    """Fetch tensors in ``out`` so an asynchronously dispatched step has completed."""
+    if out is None:
+        return
+    if isinstance(out, (list, tuple)):
+        for o in out:
+            _block_on(o)
+    elif isinstance(out, dict):
+        for o in out.values():
+            _block_on(o)
+    elif hasattr(out, "numpy"):
+        out.numpy()
+
+
+def to_numpy_tree(batch: Any) -> Any:
+    """One tree map: TensorFlow tensors to numpy (zero-copy on CPU), others as they are."""
+    import tensorflow as tf
+
+    return tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, batch)
+
+
+def numpy_source(source: Iterable[Any]) -> Iterable[Any]:
+    """numpy batches of a `tf.data.Dataset` (``as_numpy_iterator``) or of any iterable."""
+    if hasattr(source, "as_numpy_iterator"):
+        return source.as_numpy_iterator()
+    return (to_numpy_tree(b) for b in source)
+
+
+def jax_put(sharding: Any) -> Callable[[Any], Any]:
+    """``batch -> jax.device_put(batch, sharding)``."""
+    import jax
+
+    return lambda batch: jax.device_put(batch, sharding)
+
+
+def device_feed(source: Iterable[Any], *, size: int, sharding: Any = None) -> Iterator[Any]:
+    """Batches of ``source`` on the JAX device: ``size`` ahead on a thread when > 0,
+    else converted and put on the consumer's thread when it asks."""
+    from tfinput._src.core.device_prefetch import to_jax
+
+    if size > 0:
+        return to_jax(source, size=size, sharding=sharding)
+    put = jax_put(sharding)
+    return (put(b) for b in numpy_source(source))
+
+
+def loop_windows(
+    source: Iterable[Any],
+    *,
+    feed: Callable[[Any], Iterator[Any]],
+    run: Callable[[Any], Any],
+    sync: Callable[[], None] | None,
+    batch_size: int | None,
+    warmup_batches: int,
+    windows: int,
+    window_batches: int,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] | None = None,
+    report: Callable[[int, float], bool] | None = None,
+    window_seconds: float = 0.0,
+) -> list[Window]:
+    """Windows of a step that feeds the device itself: ``run`` on every batch of
+    ``feed(source)``, ``sync()`` before each window's end is taken (the
+    `tfinput.steps.Step.run_windows` of such steps); ``window_seconds`` sizes the
+    windows by time as `tfinput.measure.windows.WindowPlan` does.
+
+    Raises:
+      DataError: the data ended during the warm-up.
+    """
+    plan = WindowPlan(
+        warmup_batches=warmup_batches,
+        windows=windows,
+        window_batches=window_batches,
+        window_seconds=window_seconds,
+    )
+
+    def ran_out(done: int) -> DataError:
+        return DataError(
+            f"step: the data ended after {done} warm-up batch(es); it needs "
+            f"more than {warmup_batches} batches"
+        )
+
+    return consecutive_windows(
+        feed(source),
+        plan,
+        step=run,
+        batch_size=batch_size,
+        ran_out=ran_out,
+        clock=clock,
+        cpu_clock=cpu_clock or process_cpu_seconds,
+        sync=sync,
+        report=report,
+    )
+
+
+def jax_step(fn: Callable[[Any, Any], Any], state: Any, *, sharding: Any = None) -> Step:
+    """A JAX training step ``fn(state, batch) -> state``.
+
+    Each batch is converted to numpy with one tree map and moved with
+    ``jax.device_put`` (onto ``sharding`` when given): on the consumer's thread when
+    ``config.device_prefetch`` is 0, else that many batches ahead on a background
+    thread (`tfinput.device_prefetch`). The state is kept between batches (and between
+    measurements: the step trains on); windows block on it at their end so they time
+    finished work. Calling the step on one batch runs it and blocks.
+
+    Args:
+      fn: The step; jitted here with ``jax.jit`` unless it already is.
+      state: The initial state (any pytree: parameters, optimizer state...).
+      sharding: A `jax.sharding.Sharding` for every batch array (data parallelism);
+        None: the default device.
+
+    Raises:
+      ConfigError: JAX is not installed, or ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise ConfigError(f"jax_step: expected a callable fn(state, batch), got {type(fn)!r}")
+    try:
+        import jax
+    except ImportError as e:
+        raise ConfigError("the jax step needs JAX: pip install jax") from e
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    holder = [state]
+    put = jax_put(sharding)
+
+    def advance(device_batch: Any) -> None:
+        holder[0] = jitted(holder[0], device_batch)
+
+    def sync() -> None:
+        jax.block_until_ready(holder[0])
+
+    def one(batch: Any) -> Any:
+        advance(put(to_numpy_tree(batch)))
+        sync()
+        return holder[0]
+
+    name = getattr(fn, "__name__", None) or getattr(
+        getattr(fn, "__wrapped__", None), "__name__", "step"
+    )
+
+    def make_step(size: int) -> Step:
+        return JaxStep(
+            name=f"jax {name}",
+            fn=one,
+            backend="jax",
+            feeds_device=True,
+            prepare_fn=lambda config: make_step(config.device_prefetch),
+            run_windows=lambda source, **kw: loop_windows(
+                source,
+                feed=lambda s: device_feed(s, size=size, sharding=sharding),
+                run=advance,
+                sync=sync,
+                **kw,
+            ),
+            details={"device_prefetch": size},
+            state_fn=lambda: holder[0],
+        )
+
+    return make_step(0)

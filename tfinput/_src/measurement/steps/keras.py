@@ -14,8 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core.errors import ConfigError, DataError
 from tfinput._src.measurement.probes import current_rss_bytes, keras_backend, process_cpu_seconds
-from tfinput._src.measurement.steps._feed import device_feed, loop_windows, to_numpy_tree
-from tfinput._src.measurement.steps.base import KerasFitStep, KerasStep, Step
+from tfinput._src.measurement.steps.base import (
+    KerasFitStep,
+    KerasStep,
+    Step,
+    device_feed,
+    loop_windows,
+    to_numpy_tree,
+)
 from tfinput._src.measurement.windows import Window
 
 if TYPE_CHECKING:
