@@ -45,7 +45,6 @@ from typing import Any
 
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import ConfigError
-from tfinput._src.measurement.options import MeasureOptions
 from tfinput._src.measurement.probes import (
     available_cpus,
     current_rss_bytes,
@@ -56,7 +55,7 @@ from tfinput._src.measurement.probes import (
 from tfinput._src.measurement.roofline import Roofline
 from tfinput._src.measurement.stats import ConfigStats, interleave, summarize
 from tfinput._src.measurement.steps.base import Step
-from tfinput._src.measurement.target import Measurable, Target
+from tfinput._src.measurement.target import Measurable, MeasureOptions, Target
 from tfinput._src.measurement.windows import (
     BENCH_PLAN,
     Clock,

@@ -16,7 +16,7 @@ from tfinput._src.applications.cli.args import (
 from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
-from tfinput._src.measurement.options import MeasureOptions
+from tfinput._src.measurement.target import MeasureOptions
 from tfinput._src.measurement.target import Target
 
 if TYPE_CHECKING:  # pragma: no cover
