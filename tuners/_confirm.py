@@ -20,7 +20,7 @@ from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Target
 from tfinput.steps import Step
-from tuners._trials import explain_failure
+from tuners._storage import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.measure.stats import ConfigStats

@@ -96,7 +96,7 @@ class TuneInterrupted(KeyboardInterrupt):
     def to_dict(self) -> dict[str, Any]:
         """The ``result.json`` of the interrupted run: every trial, the search's best
         (unconfirmed), no verdict and no best config."""
-        from tuners._trials import state_counts, summarize_trials
+        from tuners._storage import state_counts, summarize_trials
 
         rows = summarize_trials(self.study)
         done = [r for r in rows if r["state"] == "complete" and r["value"] is not None]
@@ -437,9 +437,9 @@ def window_rule(plan: WindowPlan) -> str:
 
 
 def describe_pruner(pruner: Any) -> str:
-    """The pruner's own description (`tuners._pruning.NoiseAwarePruner.describe`), or
+    """The pruner's own description (`tuners._objective.NoiseAwarePruner.describe`), or
     its class name."""
-    from tuners._pruning import NoiseAwarePruner
+    from tuners._objective import NoiseAwarePruner
 
     if isinstance(pruner, NoiseAwarePruner):
         return pruner.describe()

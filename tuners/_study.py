@@ -12,7 +12,7 @@ What happens:
    `SearchSpace`; each trial is `objective.measure` — fresh iterator, warm-up, several
    windows — and reports every window; a trial whose best window so far is below the
    bottom quarter of the finished trials at that window by more than the study's
-   measured window-to-window spread is pruned (`tuners._pruning.NoiseAwarePruner`):
+   measured window-to-window spread is pruned (`tuners._objective.NoiseAwarePruner`):
    clear losers stop early, near-ties are measured to the end. A trial that raises
    (bad config, out of memory) is recorded as failed with the reason and counts
    towards ``n_trials``; the study goes on, but stops after
@@ -45,7 +45,7 @@ Storage (`tuners._storage`): None (in memory); a path ending in ``.db``/``.sqlit
 journal file, several processes on one host, resumable); a ``postgresql://`` URL
 (several hosts). RDB storages get heartbeats: a trial whose worker died is failed after
 the grace period and retried once by another worker. Every trial records its worker
-(`tuners._workers`: ``host:pid``, and the PID namespace: containers may share a host
+(`tuners._storage`: ``host:pid``, and the PID namespace: containers may share a host
 name); when a study is opened, a RUNNING trial of a process of this host that no longer
 exists (a restart within the grace period, or the journal storage, which has no
 heartbeats) is failed and its parameters are enqueued again, once.
@@ -63,7 +63,6 @@ from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import TUNER_PLAN
 from tfinput.options import check_counts
 from tfinput.steps import Step
-from tuners._budget import fit_budget
 from tuners._confirm import (
     Remeasure,
     advice_sentences,
@@ -79,7 +78,7 @@ from tuners._confirm import (
     winner_format_advice,
     winner_roofline,
 )
-from tuners._progress import TrialProgress
+from tuners._progress import TrialProgress, fit_budget
 from tuners._result import (
     TrialsFailedError,
     TuneInterrupted,
@@ -100,12 +99,14 @@ from tuners._search import (
     study_name_for,
 )
 from tuners._space import SearchSpace
-from tuners._storage import host_lock, make_storage, storage_label
-from tuners._trials import (
+from tuners._storage import (
+    host_lock,
+    make_storage,
     state_counts,
+    storage_label,
     top_configs,
 )
-from tuners._trials import summarize_trials as summarize_trials  # importable from here
+from tuners._storage import summarize_trials as summarize_trials  # importable from here
 from tuners.options import (
     MAX_CONSECUTIVE_FAILURES,
     ConfirmOptions,
@@ -169,7 +170,7 @@ def tune(
         warm-up (``window_batches`` steps a window when the windows are not timed).
       timeout: Stop searching after this many seconds (None: no limit). When
         ``n_trials`` timed trials do not fit, each measures fewer windows (at least 3),
-        and the result notes it (`tuners._budget.fit_budget`).
+        and the result notes it (`tuners._progress.fit_budget`).
       options: A `tuners.TuneOptions` (default: every default): the search (seed,
         sampler, pruner), the study (storage, name, heartbeats), the measurement
         (window counts, CPUs, clocks) and the confirmation (top configs, gain by knob,

@@ -149,6 +149,7 @@ class Target:
 Measurable = Union[Target, "Pipeline", Buildable, BatchFactory]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class MeasureOptions:
     """The window counts, the CPUs and the probes of a measurement.
 
