@@ -15,7 +15,7 @@ The log directory is never written to: xprof caches its intermediate results nex
 to the trace files, so the conversion runs on links to them in a temporary directory.
 
 This module holds `analyze` and `compare`; the pieces they use live in private
-modules by job: finding the run (`profiles._runs`), the result types
+modules by job: finding the run (`profiles._xplane`), the result types
 (`profiles._results`) and xprof's converters and table layout (`profiles._xprof`).
 Their public names are importable from here.
 """
@@ -28,12 +28,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiles._errors import ProfileError
-from profiles._jax_trace import JaxDeviceTime, jax_device_time
 from profiles._results import Comparison, InputOp, ProfileAnalysis, Spread, StepTime
-from profiles._runs import TraceRun, find_trace
 from profiles._stages import SLOW_CALL_US, PipelineStages, rebuild_stages
-from profiles._xplane import XSpaceFile, host_planes, load_xspace, stat_value
+from profiles._trace_events import JaxDeviceTime, jax_device_time
+from profiles._xplane import (
+    ProfileError,
+    TraceRun,
+    XSpaceFile,
+    find_trace,
+    host_planes,
+    load_xspace,
+    stat_value,
+)
 from profiles._xprof import (
     EXPECTED_COLUMNS,
     TESTED_XPROF,

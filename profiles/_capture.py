@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from profiles._analysis import CAPTURE_METADATA, TESTED_XPROF
-from profiles._errors import ProfileError
-from profiles._jax_trace import JAX_TRACE_DIR
+from profiles._trace_events import JAX_TRACE_DIR
+from profiles._xplane import ProfileError
 from tfinput import steps
 from tfinput.errors import ConfigError
 from tfinput.measure.probes import available_cpus
@@ -324,7 +324,7 @@ class _JaxTrace:
     """JAX's own trace of the profiled steps, for a step that runs on JAX (TensorFlow's
     profiler does not see its computation): written to a temporary directory, each step
     inside a ``jax.profiler.StepTraceAnnotation`` named like the TensorFlow marker, then
-    moved into the TensorFlow run directory (`profiles._jax_trace.JAX_TRACE_DIR`). For
+    moved into the TensorFlow run directory (`profiles._trace_events.JAX_TRACE_DIR`). For
     any other step every method does nothing."""
 
     def __init__(self, profiler: Any = None) -> None:

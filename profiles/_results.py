@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiles._jax_trace import JaxDeviceTime
 from profiles._stages import Bottleneck, PipelineStages
+from profiles._trace_events import JaxDeviceTime
 from profiles._xprof import TESTED_XPROF
 
 __all__ = [

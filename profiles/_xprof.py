@@ -22,8 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiles._errors import ProfileError, XprofLayoutError
-from profiles._runs import HOW_TO_CAPTURE
+from profiles._xplane import HOW_TO_CAPTURE, ProfileError, XprofLayoutError
 
 __all__ = [
     "EXPECTED_COLUMNS",

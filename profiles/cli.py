@@ -163,7 +163,7 @@ def _make_step(args: argparse.Namespace, dataset: Iterable[Any], schema: Schema 
         fit = args.step == "keras_fit"
         if schema is not None:
             return steps.make("ranking_fit" if fit else "ranking", schema=schema)
-        from profiles._demo import demo_keras_model
+        from profiles._testing import demo_keras_model
 
         model = demo_keras_model(dataset.element_spec)
         return steps.keras_fit_step(model) if fit else steps.keras_step(model)
