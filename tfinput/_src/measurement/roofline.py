@@ -21,9 +21,8 @@ import numpy as np
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import ConfigError, SourceError
 from tfinput._src.measurement.probes import available_cpus, current_rss_bytes, process_cpu_seconds
-from tfinput._src.measurement.stats import interleave
 from tfinput._src.measurement.target import MeasureOptions
-from tfinput._src.measurement.windows import ROOFLINE_PLAN, Progress, Window, run_window
+from tfinput._src.measurement.windows import ROOFLINE_PLAN, Progress, Window, interleave, run_window
 
 if TYPE_CHECKING:
     from tfinput._src.core.pipeline import Pipeline

@@ -8,7 +8,8 @@ no target (``window_seconds=0``) times ``window_batches`` batches per window. `m
 already-started iterator and is all the timing logic; `run_window` adds a fresh
 iterator and the warm-up (``tfinput bench``, the roofline); `consecutive_windows`
 times several windows of one iterator after one warm-up (the tuner's trial, the steps
-that own the loop). `WindowPlan` is the one object that says how many of each.
+that own the loop); `interleave` runs several configs' windows in turns, round by round.
+`WindowPlan` is the one object that says how many of each.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "batch_rows",
     "close_iterator",
     "consecutive_windows",
+    "interleave",
     "measure_window",
     "run_window",
     "warm_up",
@@ -494,4 +496,30 @@ def consecutive_windows(
                 break
     finally:
         close_iterator(iterator)
+    return out
+
+
+def interleave(
+    runs: Mapping[str, Callable[[], Window]], windows: int, progress: Progress | None
+) -> dict[str, list[Window]]:
+    """Run ``windows`` rounds of one window per entry of ``runs``, in order.
+
+    Args:
+      runs: ``{name: run}``; each call of ``run`` measures one window.
+      windows: Rounds.
+      progress: Called as ``progress(done, total, window)`` after each window.
+
+    Returns:
+      ``{name: windows}`` in round order, each named and numbered.
+    """
+    out: dict[str, list[Window]] = {name: [] for name in runs}
+    total = windows * len(runs)
+    done = 0
+    for r in range(windows):
+        for name, run in runs.items():
+            w = dataclasses.replace(run(), name=name, round=r)
+            out[name].append(w)
+            done += 1
+            if progress is not None:
+                progress(done, total, w)
     return out
