@@ -22,8 +22,7 @@ from tuners._confirm import (
     Progress,
     Remeasure,
 )
-from tuners._objective import measure
-from tuners._progress import stopped_by_timeout
+from tuners._objective import measure, stopped_by_timeout
 from tuners._result import (
     TrialsFailedError,
     describe_step,

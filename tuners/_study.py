@@ -78,7 +78,7 @@ from tuners._confirm import (
     winner_format_advice,
     winner_roofline,
 )
-from tuners._progress import TrialProgress, fit_budget
+from tuners._objective import TrialProgress, fit_budget
 from tuners._result import (
     TrialsFailedError,
     TuneInterrupted,
@@ -170,7 +170,7 @@ def tune(
         warm-up (``window_batches`` steps a window when the windows are not timed).
       timeout: Stop searching after this many seconds (None: no limit). When
         ``n_trials`` timed trials do not fit, each measures fewer windows (at least 3),
-        and the result notes it (`tuners._progress.fit_budget`).
+        and the result notes it (`tuners._objective.fit_budget`).
       options: A `tuners.TuneOptions` (default: every default): the search (seed,
         sampler, pruner), the study (storage, name, heartbeats), the measurement
         (window counts, CPUs, clocks) and the confirmation (top configs, gain by knob,
@@ -180,7 +180,7 @@ def tune(
         ``roofline``, ...).
       verbose: Log a line per trial (its config, rate, state, the best so far and,
         from the first trial on, the time left), the stages after the search, and a
-        note while a first trial runs past `tuners._progress.SLOW_FIRST_TRIAL_S`
+        note while a first trial runs past `tuners._objective.SLOW_FIRST_TRIAL_S`
         seconds, on the ``tfinput.tuners`` logger (INFO; the note WARNING). When
         logging is not configured, a stderr handler shows them for the call; a level
         set on the logger (or on ``tfinput``) silences them, as ``verbose=False`` does.

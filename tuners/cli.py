@@ -35,7 +35,7 @@ from tfinput.cli.demo import DEMO, demo_pipeline
 from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
 from tfinput.measure.target import Target
-from tuners._progress import stage_line, trial_line
+from tuners._objective import stage_line, trial_line
 from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyOptions, TuneOptions
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""`tuners._progress`: what `tuners.tune` says while it runs, from Python: a line per
+"""`tuners._objective`: what `tuners.tune` says while it runs, from Python: a line per
 trial on the ``tfinput.tuners`` logger, silenced by ``verbose=False`` or the logger's
 level, and a note while a slow first trial runs; and the search's budget (`fit_budget`,
 `stopped_by_timeout`): trials of time-sized windows within the user's ``timeout``."""
@@ -16,8 +16,8 @@ from tests.helpers import run_cli
 from tests.tuners.conftest import FAST, FakeWorkload, options
 from tfinput.config import PipelineConfig
 from tfinput.measure.windows import TUNER_PLAN, WindowPlan
-from tuners import _progress, measure
-from tuners._progress import MIN_WINDOWS, TrialProgress, fit_budget, stopped_by_timeout, trial_line
+from tuners import _objective, measure
+from tuners._objective import MIN_WINDOWS, TrialProgress, fit_budget, stopped_by_timeout, trial_line
 from tuners._report import write_outputs
 from tuners._study import tune
 
@@ -141,7 +141,7 @@ def test_the_cli_and_python_share_the_trial_line():
     assert line == "trial 4 [trial 4] pruned 9,876/s (5/30) best 12,000/s ~2.5 min left: a=x b=1"
     failed = {**info, "state": "fail", "value": None, "error": "OOM", "baseline": "current"}
     assert trial_line(failed, 30) == "trial 4 [current] fail OOM (5/30) best 12,000/s"
-    assert _progress.SLOW_FIRST_TRIAL_S == 60.0
+    assert _objective.SLOW_FIRST_TRIAL_S == 60.0
 
 
 #: 100-example batches at 102,400 examples/s: 1/1024 s each (exact in binary).
