@@ -238,7 +238,7 @@ def _marker_diagnostics(markers: Mapping[str, int]) -> list[str]:
 
 
 # ------------------------------------------------------------ xprof's tables
-def _steps(step_table: Mapping[str, Any]) -> tuple[StepTime, ...]:
+def _steps(step_table: Mapping[str, object]) -> tuple[StepTime, ...]:
     """xprof's per-step breakdown, without empty steps."""
     steps = (
         StepTime(
@@ -334,7 +334,7 @@ def _rebuild_pipelines(
     return tuple(pipelines), diagnostics
 
 
-def _read_capture(run_dir: Path) -> Mapping[str, Any] | None:
+def _read_capture(run_dir: Path) -> Mapping[str, object] | None:
     path = run_dir / CAPTURE_METADATA
     if not path.is_file():
         return None
@@ -345,7 +345,7 @@ def _read_capture(run_dir: Path) -> Mapping[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _jax_device(run_dir: Path, capture: Mapping[str, Any] | None) -> JaxDeviceTime | None:
+def _jax_device(run_dir: Path, capture: Mapping[str, object] | None) -> JaxDeviceTime | None:
     """Device compute and transfer per step from the JAX trace a capture kept."""
     if not capture or not capture.get("jax_trace"):
         return None
@@ -353,7 +353,7 @@ def _jax_device(run_dir: Path, capture: Mapping[str, Any] | None) -> JaxDeviceTi
     return jax_device_time(run_dir, step_name=str(step_name))
 
 
-def _simulated_device_ms(capture: Mapping[str, Any] | None) -> float | None:
+def _simulated_device_ms(capture: Mapping[str, object] | None) -> float | None:
     """Device time per step of a simulated accelerator step, from the capture metadata."""
     if not capture:
         return None
@@ -392,7 +392,7 @@ def compare(
 
 
 def _capture_differences(
-    a: Mapping[str, Any] | None, b: Mapping[str, Any] | None
+    a: Mapping[str, object] | None, b: Mapping[str, object] | None
 ) -> tuple[str, ...]:
     if not a or not b:
         missing = [tag for tag, cap in (("A", a), ("B", b)) if not cap]

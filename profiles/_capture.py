@@ -112,12 +112,12 @@ class CaptureConfig:
             )
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CaptureConfig:
+    def from_dict(cls, data: Mapping[str, object]) -> CaptureConfig:
         """Inverse of `to_dict`."""
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
@@ -144,9 +144,9 @@ class CaptureResult:
     run_dir: Path
     trace_files: tuple[Path, ...]
     config: CaptureConfig
-    step: Mapping[str, Any]
+    step: Mapping[str, object]
     wall_step_ms: tuple[float, ...]
-    metadata: Mapping[str, Any]
+    metadata: Mapping[str, object]
 
 
 def _as_step(step: steps.Step | Callable[[Any], object] | None) -> steps.Step:
@@ -161,7 +161,7 @@ def _as_step(step: steps.Step | Callable[[Any], object] | None) -> steps.Step:
     )
 
 
-def _as_iterable(pipeline: Iterable[Any] | Callable[[], Iterable[Any]]) -> Iterable[Any]:
+def _as_iterable(pipeline: Iterable[object] | Callable[[], Iterable[object]]) -> Iterable[object]:
     dataset = pipeline
     if callable(pipeline) and not isinstance(pipeline, Iterable):
         dataset = pipeline()
@@ -187,7 +187,7 @@ def _describe_pipeline(dataset: object) -> str:
 
 
 def capture(
-    pipeline: Iterable[Any] | Callable[[], Iterable[Any]],
+    pipeline: Iterable[object] | Callable[[], Iterable[object]],
     step: steps.Step | Callable[[Any], object] | None = None,
     *,
     logdir: str | os.PathLike[str],
@@ -233,7 +233,7 @@ def capture(
 
 def _capture(
     the_step: steps.Step,
-    dataset: Iterable[Any],
+    dataset: Iterable[object],
     cfg: CaptureConfig,
     logdir: Path,
     clock: Callable[[], float],
@@ -268,7 +268,7 @@ def _capture(
 
 
 def _profile_steps(
-    iterator: Iterator[Any],
+    iterator: Iterator[object],
     step: steps.Step,
     plan: WindowPlan,
     step_name: str,
@@ -346,7 +346,7 @@ class _JaxTrace:
         if self.profiler is None:
             return
         self.directory = Path(tempfile.mkdtemp(prefix="tfinput-jax-trace-"))
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         if hasattr(self.profiler, "ProfileOptions"):  # JAX 0.6+: no Python tracer
             options = self.profiler.ProfileOptions()
             options.python_tracer_level = 0
@@ -396,7 +396,7 @@ class _JaxTrace:
 
 def _capture_owned_loop(
     step: steps.Step,
-    dataset: Iterable[Any],
+    dataset: Iterable[object],
     cfg: CaptureConfig,
     logdir: Path,
     clock: Callable[[], float],
@@ -510,7 +510,7 @@ def _fit_note(step: steps.Step) -> str:
 
 def _finish(
     the_step: steps.Step,
-    dataset: Iterable[Any],
+    dataset: Iterable[object],
     cfg: CaptureConfig,
     logdir: Path,
     before: dict[Path, float],

@@ -136,7 +136,7 @@ class StageTiming:
         """``kind (label)``, or ``kind`` when there is no label."""
         return f"{self.kind} ({self.label})" if self.label else self.kind
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         out = dataclasses.asdict(self)
         out["params"] = dict(self.params)
@@ -174,7 +174,7 @@ class Bottleneck:
     significant: bool
     summary: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         out = dataclasses.asdict(self)
         out["knobs"] = list(self.knobs)
@@ -226,7 +226,7 @@ class PipelineStages:
                 return s
         raise KeyError(f"no stage {kind_or_path!r}; stages: {[s.kind for s in self.stages]}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return {
             "host": self.host,

@@ -92,7 +92,7 @@ class Event:
         "unmatched",
     )
 
-    def __init__(self, cls: int, name: str, start: int, end: int, stats: dict[str, Any]):
+    def __init__(self, cls: int, name: str, start: int, end: int, stats: dict[str, object]):
         self.cls = cls
         self.name = name
         self.start = start
@@ -346,7 +346,7 @@ class JaxDeviceTime:
         """Median step time, as JAX's markers measured it."""
         return statistics.median(s.step_ms for s in self.steps)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the medians included)."""
         return {
             "trace_file": self.trace_file,
@@ -430,7 +430,7 @@ def _stream_lines(plane: Any) -> list[Any]:
 
 def _events(
     line: Any, names: dict[int, str], stat_names: dict[int, str]
-) -> Iterator[tuple[str, _Interval, dict[str, Any]]]:
+) -> Iterator[tuple[str, _Interval, dict[str, object]]]:
     base = line.timestamp_ns * 1000
     for event in line.events:
         start = base + event.offset_ps

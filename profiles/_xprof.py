@@ -146,7 +146,7 @@ def _xprof_errors(lines: Sequence[str]) -> str:
     return "; ".join(dict.fromkeys(msgs)) or "no message"
 
 
-def xprof_tables(paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]) -> dict[str, Any]:
+def xprof_tables(paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]) -> dict[str, object]:
     """Run xprof's offline converters on trace files.
 
     Args:
@@ -167,7 +167,7 @@ def xprof_tables(paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]) 
         raise ProfileError(
             f"xprof is needed to analyse traces: pip install 'xprof{TESTED_XPROF}' ({e})"
         ) from e
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="tfinput-xprof-") as tmp:
         links = []
         for path in paths:
@@ -204,11 +204,11 @@ def _layout_message(problem: str) -> str:
     )
 
 
-def _col_ids(table: Mapping[str, Any]) -> list[str]:
+def _col_ids(table: Mapping[str, object]) -> list[str]:
     return [str(c.get("id")) for c in table.get("cols", []) if isinstance(c, Mapping)]
 
 
-def find_table(tables: Any, tool: str, what: str) -> Mapping[str, Any]:
+def find_table(tables: Any, tool: str, what: str) -> Mapping[str, object]:
     """The table of ``tool`` output holding ``EXPECTED_COLUMNS[tool][what]``.
 
     Raises:
@@ -240,7 +240,7 @@ def find_table(tables: Any, tool: str, what: str) -> Mapping[str, Any]:
     )
 
 
-def check_layout(tool_tables: Mapping[str, Any]) -> None:
+def check_layout(tool_tables: Mapping[str, object]) -> None:
     """Check that every table in `EXPECTED_COLUMNS` is present.
 
     Raises:
@@ -253,7 +253,7 @@ def check_layout(tool_tables: Mapping[str, Any]) -> None:
             find_table(tool_tables[tool], tool, what)
 
 
-def table_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
+def table_rows(table: Mapping[str, object]) -> list[dict[str, object]]:
     """The rows of a gviz table as ``{column id: value}`` dicts."""
     ids = _col_ids(table)
     out = []
@@ -276,7 +276,7 @@ def cell_number(value: Any) -> float:
         return 0.0
 
 
-def find_table_with(tables: Any, columns: Sequence[str]) -> Mapping[str, Any] | None:
+def find_table_with(tables: Any, columns: Sequence[str]) -> Mapping[str, object] | None:
     """The first table holding all ``columns`` (ids), or None."""
     if not isinstance(tables, list):
         return None

@@ -153,7 +153,7 @@ def resolve_pipeline(
     return (obj, schema) if with_schema else obj
 
 
-def _make_step(args: argparse.Namespace, dataset: Iterable[Any], schema: Schema | None) -> Any:
+def _make_step(args: argparse.Namespace, dataset: Iterable[object], schema: Schema | None) -> Any:
     """The step kinds of the tuner (`tfinput.steps.make`); ``--step keras`` without
     ``--model`` uses the built-in ranking model for tfinput pipelines and a tiny dense
     model for any other dataset."""

@@ -259,7 +259,7 @@ def verdicts(
     best_config: PipelineConfig,
     *,
     notes: list[str],
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The `TuneResult` verdict fields: beats autotune, input wait (measured, or from
     the step bound when the step owns the loop) and their sentences."""
     from tuners._advice import beats_autotune, input_verdict, step_bound_stats

@@ -129,7 +129,7 @@ class Measurement:
             return 0.0
         return statistics.stdev(self.rates) / statistics.mean(self.rates)
 
-    def to_attrs(self) -> dict[str, Any]:
+    def to_attrs(self) -> dict[str, object]:
         """JSON-ready summary (stored as Optuna trial attributes)."""
         return {
             "median_examples_per_s": round(self.median, 1),
@@ -206,7 +206,7 @@ def measure(
 
 
 def _own_windows(
-    iterable: Iterable[Any],
+    iterable: Iterable[object],
     config: PipelineConfig,
     step: Step,
     plan: WindowPlan,
@@ -350,7 +350,7 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def trial_line(info: dict[str, Any], total: int) -> str:
+def trial_line(info: dict[str, object], total: int) -> str:
     """One finished trial: number, name, state, rate, trials done, the best so far, the
     time left (when known) and the config searched."""
     label = info.get("baseline") or f"trial {info['number']}"
@@ -367,7 +367,7 @@ def trial_line(info: dict[str, Any], total: int) -> str:
     return line
 
 
-def stage_line(event: str, info: dict[str, Any]) -> str | None:
+def stage_line(event: str, info: dict[str, object]) -> str | None:
     """The line for a stage after the search (confirmation, roofline, ...), or None."""
     if event == "confirm":
         return (
@@ -404,7 +404,7 @@ class TrialProgress:
         *,
         total: int,
         plan: WindowPlan,
-        display: Callable[[str, dict[str, Any]], None] | None = None,
+        display: Callable[[str, dict[str, object]], None] | None = None,
         verbose: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         slow_after: float = SLOW_FIRST_TRIAL_S,
@@ -450,7 +450,7 @@ class TrialProgress:
         )
 
     # ---------------------------------------------------------- the events
-    def __call__(self, event: str, info: dict[str, Any]) -> None:
+    def __call__(self, event: str, info: dict[str, object]) -> None:
         if event == "trial":
             self.trials_seen += 1
             self._stop.set()

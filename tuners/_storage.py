@@ -137,7 +137,7 @@ def with_psycopg(url: str) -> str:
     return url
 
 
-def connect_args(url: str) -> dict[str, Any]:
+def connect_args(url: str) -> dict[str, object]:
     """SQLAlchemy ``connect_args`` for ``url``: a connection timeout for PostgreSQL."""
     return {"connect_timeout": 10} if url.startswith("postgresql") else {}
 
@@ -375,7 +375,7 @@ def trailing_failures(trials: list[Any], *, since: datetime.datetime) -> list[An
 
 def trial_info(
     study: optuna.Study, trial: optuna.trial.FrozenTrial, n_trials: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The ``trial`` progress event: the trial's state, value and searched parameters,
     trials done, the best."""
     import optuna
@@ -432,7 +432,7 @@ def top_configs(study: optuna.Study, k: int) -> list[tuple[str, PipelineConfig]]
     return out
 
 
-def summarize_trials(study: optuna.Study) -> list[dict[str, Any]]:
+def summarize_trials(study: optuna.Study) -> list[dict[str, object]]:
     """Every trial as a JSON-ready row (number, state, value, config, spread, error)."""
     rows = []
     for t in study.get_trials(deepcopy=False):

@@ -151,7 +151,7 @@ def tune(
     n_trials: int = 30,
     timeout: float | None = None,
     options: TuneOptions | None = None,
-    progress: Callable[[str, dict[str, Any]], None] | None = None,
+    progress: Callable[[str, dict[str, object]], None] | None = None,
     verbose: bool = True,
 ) -> TuneResult:
     """Search pipeline configs against a training step and confirm the winner.
@@ -285,7 +285,7 @@ def _result(
     run: Tuning,
     confirming: ConfirmOptions,
     notes: list[str],
-    outcome: dict[str, Any],
+    outcome: dict[str, object],
 ) -> TuneResult:
     """The `TuneResult` of a finished search and its confirmation (``outcome``)."""
     return TuneResult(
@@ -307,7 +307,7 @@ def _result(
     )
 
 
-def _packed_layout(target: Target, config: PipelineConfig) -> dict[str, Any] | None:
+def _packed_layout(target: Target, config: PipelineConfig) -> dict[str, object] | None:
     """The JSON layout description when ``config`` builds packed batches."""
     layout = target.packed_layout(config)
     return layout.to_dict() if layout is not None else None
@@ -345,7 +345,7 @@ def _format_advice(
 
 def _confirm_and_advise(
     study: optuna.Study, run: Tuning, options: ConfirmOptions, *, notes: list[str]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Confirm the search's top configs, then the verdicts, the gain by knob and the
     format advice (`tuners._confirm`): the `TuneResult` fields they give, ``seconds``
     (without the search's) included."""

@@ -241,7 +241,7 @@ class _Display:
     def __exit__(self, *exc: Any) -> None:
         self.bar.__exit__(*exc)
 
-    def __call__(self, event: str, info: dict[str, Any]) -> None:
+    def __call__(self, event: str, info: dict[str, object]) -> None:
         if event == "trial":
             best = f"best {info['best']:,.0f}/s" if info.get("best") else ""
             label = info.get("baseline") or f"trial {info['number']}"

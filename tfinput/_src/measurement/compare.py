@@ -99,8 +99,8 @@ class BenchResult:
       roofline: The machine's bound, when measured.
     """
 
-    method: dict[str, Any]
-    machine: dict[str, Any]
+    method: dict[str, object]
+    machine: dict[str, object]
     baseline: str | None
     results: tuple[ConfigStats, ...]
     roofline: Roofline | None = None
@@ -123,7 +123,7 @@ class BenchResult:
             f"benchmark: no config {name!r}; configs: {[r.name for r in self.results]}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict in the ``tfinput.bench/1`` format (see docs/bench.md)."""
         return {
             "format": BENCH_FORMAT,
@@ -248,7 +248,7 @@ def measure(
     measured_target = Target.of(target, what="benchmark")
     cores = options.cpu_count or available_cpus()
     clock = options.clock or time.perf_counter
-    per_config: dict[str, Any] = {}
+    per_config: dict[str, object] = {}
     runs = {
         name: _config_run(
             name,
@@ -280,10 +280,10 @@ def measure(
 def _config_run(
     name: str,
     config: PipelineConfig,
-    factory: Callable[[PipelineConfig], Iterable[Any]],
+    factory: Callable[[PipelineConfig], Iterable[object]],
     step: Step,
     plan: WindowPlan,
-    per_config: dict[str, Any],
+    per_config: dict[str, object],
     *,
     clock: Clock,
     cpu_clock: Clock,
@@ -327,8 +327,8 @@ def _config_run(
 
 
 def _method(
-    plan: WindowPlan, step: Step, per_config: Mapping[str, Any], clock: Clock, target: Target
-) -> dict[str, Any]:
+    plan: WindowPlan, step: Step, per_config: Mapping[str, object], clock: Clock, target: Target
+) -> dict[str, object]:
     """The ``method`` record of a `BenchResult`: how every number was taken."""
     first = next(iter(per_config), None)
     return {
@@ -355,7 +355,7 @@ def _method(
     }
 
 
-def _describe(target: Target) -> dict[str, Any] | None:
+def _describe(target: Target) -> dict[str, object] | None:
     if target.pipeline is None:
         return None
     try:
@@ -413,7 +413,7 @@ class ConfigStats:
     ratio_max: float | None = None
     roofline_fraction: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``results`` entries of the ``tfinput.bench/1`` format)."""
 
         def r(x: float | None, nd: int = 3) -> float | None:

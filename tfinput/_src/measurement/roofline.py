@@ -94,7 +94,7 @@ class Stage:
             windows=tuple(windows),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``roofline.stages`` entries of ``tfinput.bench/1``)."""
         return {
             "name": self.name,
@@ -144,7 +144,7 @@ class SerialStage:
         rate = self.examples_per_cpu_s
         return 1e6 / rate if rate > 0 else float("inf")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``roofline.serial`` entries of ``tfinput.bench/1``)."""
         return {
             "config": self.config,
@@ -196,7 +196,7 @@ class Prediction:
     read: float
     serial: float | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``roofline.predictions`` entries of ``tfinput.bench/1``)."""
         return {
             "config": self.config,
@@ -284,7 +284,7 @@ class Roofline:
             "total": full,
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``roofline`` entry of the ``tfinput.bench/1`` format)."""
         return {
             "cores": self.cores,
@@ -492,7 +492,7 @@ def pipeline_stages(pipeline: Pipeline, batch_size: int) -> ReadStages:
         read_batch=PipelineConfig().read_batch,
     )
 
-    def full() -> Iterable[Any]:
+    def full() -> Iterable[object]:
         return pipeline.build(single).repeat().with_options(single_core_options())
 
     own = source.roofline_stages(files, pipeline.schema, batch_size)

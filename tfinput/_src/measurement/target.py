@@ -84,7 +84,7 @@ class Target:
             f"batches (or an object with build(config)), got {type(obj).__name__}"
         )
 
-    def one_batch_repeated(self, config: PipelineConfig) -> Iterable[Any]:
+    def one_batch_repeated(self, config: PipelineConfig) -> Iterable[object]:
         """The first batch of ``config``, repeated endlessly: the step fed without any
         input cost (cached in tf.data for a builder)."""
         if self.pipeline is not None:

@@ -179,7 +179,7 @@ class WindowPlan:
         # A hair under the product first: float sums of the intervals overshoot.
         return max(self.window_batches, math.ceil(self.window_seconds * rate * (1 - 1e-9)))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
 
@@ -231,7 +231,7 @@ class Window:
         """Process CPU-seconds per wall second."""
         return self.cpu_seconds / self.seconds if self.seconds > 0 else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``windows`` entries of the ``tfinput.bench/1`` format)."""
         return {
             "round": self.round,
@@ -260,7 +260,7 @@ def batch_rows(batch: Any) -> int:
     return -1
 
 
-def _first_rows(values: Iterable[Any]) -> int:
+def _first_rows(values: Iterable[object]) -> int:
     for value in values:
         n = batch_rows(value)
         if n >= 0:
@@ -269,7 +269,7 @@ def _first_rows(values: Iterable[Any]) -> int:
 
 
 def measure_window(
-    iterator: Iterator[Any],
+    iterator: Iterator[object],
     *,
     batches: int,
     step: Callable[[Any], Any] | None = None,
@@ -349,7 +349,7 @@ def measure_window(
     )
 
 
-def warm_up(iterator: Iterator[Any], batches: int, step: Callable[[Any], Any] | None) -> int:
+def warm_up(iterator: Iterator[object], batches: int, step: Callable[[Any], Any] | None) -> int:
     """Hand up to ``batches`` untimed batches to ``step``; returns how many there were
     (fewer when the iterator ends: the caller says what that means)."""
     for i in range(batches):
@@ -370,7 +370,7 @@ def close_iterator(iterator: Any) -> None:
 
 
 def run_window(
-    make_iterable: Callable[[], Iterable[Any]],
+    make_iterable: Callable[[], Iterable[object]],
     *,
     warmup_batches: int,
     window_batches: int,
@@ -430,7 +430,7 @@ def run_window(
 
 
 def consecutive_windows(
-    iterator: Iterator[Any],
+    iterator: Iterator[object],
     plan: WindowPlan,
     *,
     step: Callable[[Any], Any] | None,

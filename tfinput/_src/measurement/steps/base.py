@@ -110,7 +110,7 @@ class Step:
     feeds_sparsecore: bool = False
     prepare_fn: Callable[[PipelineConfig], Step] | None = None
     run_windows: RunWindows | None = None
-    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    details: dict[str, object] = dataclasses.field(default_factory=dict)
     state_fn: Callable[[], Any] | None = None
     accepts_packed: bool = False
 
@@ -159,9 +159,9 @@ class Step:
         """Whether measurements must hand the data to `run_windows`."""
         return self.run_windows is not None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """JSON-ready description, recorded next to every measurement."""
-        out: dict[str, Any] = {"kind": self.kind, "name": self.name}
+        out: dict[str, object] = {"kind": self.kind, "name": self.name}
         if self.device_time_s is not None:
             out["device_time_s"] = self.device_time_s
         if self.backend is not None:
@@ -294,7 +294,7 @@ def to_numpy_tree(batch: Any) -> Any:
     return tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, batch)
 
 
-def numpy_source(source: Iterable[Any]) -> Iterable[Any]:
+def numpy_source(source: Iterable[object]) -> Iterable[object]:
     """numpy batches of a `tf.data.Dataset` (``as_numpy_iterator``) or of any iterable."""
     if hasattr(source, "as_numpy_iterator"):
         return source.as_numpy_iterator()
@@ -308,7 +308,7 @@ def jax_put(sharding: Any) -> Callable[[Any], Any]:
     return lambda batch: jax.device_put(batch, sharding)
 
 
-def device_feed(source: Iterable[Any], *, size: int, sharding: Any = None) -> Iterator[Any]:
+def device_feed(source: Iterable[object], *, size: int, sharding: Any = None) -> Iterator[object]:
     """Batches of ``source`` on the JAX device: ``size`` ahead on a thread when > 0,
     else converted and put on the consumer's thread when it asks."""
     from tfinput._src.core.device_prefetch import to_jax
@@ -320,9 +320,9 @@ def device_feed(source: Iterable[Any], *, size: int, sharding: Any = None) -> It
 
 
 def loop_windows(
-    source: Iterable[Any],
+    source: Iterable[object],
     *,
-    feed: Callable[[Any], Iterator[Any]],
+    feed: Callable[[Any], Iterator[object]],
     run: Callable[[Any], Any],
     sync: Callable[[], None] | None,
     batch_size: int | None,

@@ -156,7 +156,7 @@ def _fit_windows(
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] | None = None,
     report: Callable[[int, float], bool] | None = None,
-    callbacks: Iterable[Any] = (),
+    callbacks: Iterable[keras.callbacks.Callback] = (),
     window_seconds: float = 0.0,
 ) -> list[Window]:
     """The ``run_windows`` of a fit step with ``steps_per_execution`` ``k``: one
