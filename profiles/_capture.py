@@ -424,10 +424,8 @@ def _capture_owned_loop(
     try:
         step.run_windows(
             dataset,
+            plan=dataclasses.replace(plan, window_batches=plan.window_batches * per_call),
             batch_size=max(batch_rows(first), 1),
-            warmup_batches=plan.warmup_batches,
-            windows=plan.windows,
-            window_batches=plan.window_batches * per_call,
             clock=clock,
             callbacks=[markers],
         )

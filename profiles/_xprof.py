@@ -146,7 +146,9 @@ def _xprof_errors(lines: Sequence[str]) -> str:
     return "; ".join(dict.fromkeys(msgs)) or "no message"
 
 
-def xprof_tables(paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]) -> dict[str, object]:
+def xprof_tables(
+    paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]
+) -> dict[str, object]:
     """Run xprof's offline converters on trace files.
 
     Args:

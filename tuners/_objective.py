@@ -191,14 +191,11 @@ def measure(
     if owner is not None:
         ws = owner(
             iterable,
+            plan=plan,
             batch_size=size,
-            warmup_batches=plan.warmup_batches,
-            windows=plan.windows,
-            window_batches=plan.window_batches,
             clock=clock,
             cpu_clock=cpu_clock,
             report=report,
-            **({"window_seconds": plan.window_seconds} if plan.timed else {}),
         )
     else:
         ws = _own_windows(iterable, config, prepared, plan, size, clock, cpu_clock, report)

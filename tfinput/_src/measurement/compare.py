@@ -296,20 +296,12 @@ def _config_run(
     prepared = step.prepare(config)
     per_config[name] = prepared.describe()
     owner = prepared.run_windows
-    timed = {"window_seconds": plan.window_seconds} if plan.timed else {}
     if owner is not None:
         # The step drives the data itself (model.fit): one fresh source per window.
+        one = dataclasses.replace(plan, windows=1)
+
         def owned() -> Window:
-            ws = owner(
-                factory(config),
-                batch_size=size,
-                warmup_batches=plan.warmup_batches,
-                windows=1,
-                window_batches=plan.window_batches,
-                clock=clock,
-                cpu_clock=cpu_clock,
-                **timed,
-            )
+            ws = owner(factory(config), plan=one, batch_size=size, clock=clock, cpu_clock=cpu_clock)
             return dataclasses.replace(ws[0], peak_rss_bytes=max(ws[0].peak_rss_bytes, rss()))
 
         return owned

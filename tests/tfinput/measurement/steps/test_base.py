@@ -252,13 +252,13 @@ def test_jax_step_windows_count_examples_and_need_data_past_the_warmup():
     step = steps.jax_step(train, state).prepare(tfinput.PipelineConfig(device_prefetch=1))
     ws = step.run_windows(
         _jax_source(tfinput.PipelineConfig(batch_size=5)),
+        plan=WindowPlan(warmup_batches=2, windows=2, window_batches=3),
         batch_size=None,
-        warmup_batches=2,
-        windows=2,
-        window_batches=3,
     )
     assert [(w.round, w.batches, w.examples) for w in ws] == [(0, 3, 15), (1, 3, 15)]
     assert int(step.state["n"]) == 40 and int(step.state["last"]) == 39  # 8 batches of 5
     short = _jax_source(tfinput.PipelineConfig(batch_size=20)).take(1)
     with pytest.raises(DataError, match=r"step: the data ended after 1 warm-up batch\(es\)"):
-        step.run_windows(short, batch_size=20, warmup_batches=2, windows=1, window_batches=1)
+        step.run_windows(
+            short, plan=WindowPlan(warmup_batches=2, windows=1, window_batches=1), batch_size=20
+        )

@@ -64,9 +64,8 @@ CLI_STEPS = (
     "simulated",
 )
 
-#: ``run_windows(source, *, batch_size, warmup_batches, windows, window_batches, clock,
-#: cpu_clock, report) -> list[Window]``; a measurement with a time target also passes
-#: ``window_seconds``.
+#: ``run_windows(source, *, plan, batch_size, clock, cpu_clock, report) -> list[Window]``:
+#: the windows of ``plan`` (a `WindowPlan`, settled once by the measurement's entry).
 RunWindows = Callable[..., "list[Window]"]
 
 
@@ -88,10 +87,10 @@ class Step:
       prepare_fn: ``config -> Step``: the step set up for a config's feeding knobs
         (`prepare`); None: the step is the same for every config.
       run_windows: When set, the step owns the training loop (``model.fit``, a JAX loop
-        with device prefetch): ``run_windows(source, *, batch_size, warmup_batches,
-        windows, window_batches, clock, cpu_clock, report) -> list[bench.Window]``
-        where ``source`` is a `tf.data.Dataset` or an iterable of batches (and
-        ``window_seconds=`` when the measurement sizes windows by time).
+        with device prefetch): ``run_windows(source, *, plan, batch_size, clock,
+        cpu_clock, report) -> list[bench.Window]`` where ``source`` is a
+        `tf.data.Dataset` or an iterable of batches and ``plan`` the measurement's
+        `WindowPlan`, handed down as it is.
       details: Extra fields for `describe` (``steps_per_execution``, ...).
       state_fn: For steps that carry a state (``jax``), returns the current one.
       accepts_packed: The step takes batches in the ``packed`` layout as well as per
@@ -325,34 +324,25 @@ def loop_windows(
     feed: Callable[[Any], Iterator[object]],
     run: Callable[[Any], Any],
     sync: Callable[[], None] | None,
+    plan: WindowPlan,
     batch_size: int | None,
-    warmup_batches: int,
-    windows: int,
-    window_batches: int,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] | None = None,
     report: Callable[[int, float], bool] | None = None,
-    window_seconds: float = 0.0,
 ) -> list[Window]:
     """Windows of a step that feeds the device itself: ``run`` on every batch of
     ``feed(source)``, ``sync()`` before each window's end is taken (the
-    `tfinput.steps.Step.run_windows` of such steps); ``window_seconds`` sizes the
-    windows by time as `tfinput.measure.windows.WindowPlan` does.
+    `tfinput.steps.Step.run_windows` of such steps), cut as ``plan`` says (its
+    ``window_seconds`` sizes the windows by time).
 
     Raises:
       DataError: the data ended during the warm-up.
     """
-    plan = WindowPlan(
-        warmup_batches=warmup_batches,
-        windows=windows,
-        window_batches=window_batches,
-        window_seconds=window_seconds,
-    )
 
     def ran_out(done: int) -> DataError:
         return DataError(
             f"step: the data ended after {done} warm-up batch(es); it needs "
-            f"more than {warmup_batches} batches"
+            f"more than {plan.warmup_batches} batches"
         )
 
     return consecutive_windows(
