@@ -5,6 +5,7 @@ and without device prefetch)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import numpy as np
@@ -69,6 +70,10 @@ def test_each_kind_is_a_class_with_its_kind_fixed():
     with pytest.raises(ConfigError, match="KerasStep: its kind is 'keras', not 'jax'"):
         steps.KerasStep(kind="jax", name="n", fn=len)
     assert steps.Step(kind="jax", name="n", fn=len).kind == "jax"  # a plain Step still works
+    with pytest.raises(ConfigError, match=r"Step 'n': a kind is needed, one of \['input_only'"):
+        steps.Step(name="n", fn=len)
+    replaced = dataclasses.replace(steps.KerasFitStep(name="n", fn=len), name="m")
+    assert type(replaced) is steps.KerasFitStep and replaced.kind == "keras_fit"
 
 
 def test_prepare_and_describe_carry_every_field():

@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tfinput._src.core.errors import ConfigError, DataError
 from tfinput._src.measurement.probes import process_cpu_seconds
@@ -74,7 +74,7 @@ class Step:
     """One training step over a batch.
 
     Attributes:
-      kind: One of `STEP_KINDS`.
+      kind: One of `STEP_KINDS` (a kind class, `KerasStep` say, fills in its own).
       name: Human-readable description used in reports.
       fn: Callable run on each batch; returns when the step has finished.
       device_time_s: For simulated steps, the device time per batch, else None.
@@ -100,7 +100,7 @@ class Step:
         ``dataclasses.replace(step, accepts_packed=True)``.
     """
 
-    kind: str
+    kind: str = ""
     name: str
     fn: Callable[[Any], Any]
     device_time_s: float | None = None
@@ -113,10 +113,21 @@ class Step:
     state_fn: Callable[[], Any] | None = None
     accepts_packed: bool = False
 
+    #: The kind a kind class fixes (``class KerasStep(Step, kind="keras")``); "" on `Step`.
+    fixed_kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, *, kind: str = "", **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.fixed_kind = kind
+
     def __post_init__(self) -> None:
-        fixed = type(self).__dataclass_fields__["kind"].default
-        if fixed is not dataclasses.MISSING and self.kind != fixed:
+        fixed = type(self).fixed_kind
+        if fixed and not self.kind:
+            object.__setattr__(self, "kind", fixed)
+        elif fixed and self.kind != fixed:
             raise ConfigError(f"{type(self).__name__}: its kind is {fixed!r}, not {self.kind!r}")
+        elif not self.kind:
+            raise ConfigError(f"Step {self.name!r}: a kind is needed, one of {list(STEP_KINDS)}")
 
     @classmethod
     def of(cls, step: Step | Callable[[Any], Any] | None) -> Step:
@@ -177,53 +188,36 @@ def _nothing(batch: Any) -> None:
     del batch
 
 
-# The kinds. Each is a `Step` whose ``kind`` is fixed; the constructors in
-# `tfinput.steps` make them. (A plain `Step` with a ``kind`` name is still accepted.)
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class InputOnlyStep(Step):
+# The kinds. Each is a `Step` whose ``kind`` is fixed (``class X(Step, kind=...)``); the
+# constructors in `tfinput.steps` make them. (A plain `Step` with a ``kind`` name is still
+# accepted.)
+class InputOnlyStep(Step, kind="input_only"):
     """Consumes the batch and does nothing else (the pipeline's own throughput)."""
 
-    kind: str = "input_only"
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FunctionStep(Step):
+class FunctionStep(Step, kind="function"):
     """A user's callable run on every batch."""
 
-    kind: str = "function"
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SimulatedStep(Step):
+class SimulatedStep(Step, kind="simulated"):
     """A fixed device time per batch with the host CPUs free."""
 
-    kind: str = "simulated"
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class KerasStep(Step):
+class KerasStep(Step, kind="keras"):
     """``model.train_on_batch`` on a compiled Keras model."""
 
-    kind: str = "keras"
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class KerasFitStep(Step):
+class KerasFitStep(Step, kind="keras_fit"):
     """``model.fit`` on the pipeline's dataset: the step owns the loop."""
 
-    kind: str = "keras_fit"
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class JaxStep(Step):
+class JaxStep(Step, kind="jax"):
     """A user's jitted ``fn(state, batch) -> state`` with device prefetch."""
-
-    kind: str = "jax"
 
 
 #: The class of each kind in `STEP_KINDS`.
 STEP_CLASSES: dict[str, type[Step]] = {
-    c.kind: c  # type: ignore[misc]
+    c.fixed_kind: c
     for c in (InputOnlyStep, KerasStep, KerasFitStep, JaxStep, FunctionStep, SimulatedStep)
 }
 
