@@ -95,7 +95,7 @@ def mlp_step(pipeline: Any, config: Any, hidden: int, layers: int) -> Any:
     import numpy as np
 
     from tfinput import steps
-    from tfinput._src.measurement.steps._feed import to_numpy_tree
+    from tfinput._src.measurement.steps.base import to_numpy_tree
 
     def features(batch: Any) -> Any:
         leaves = [x for x in jax.tree.leaves(batch) if jnp.issubdtype(x.dtype, jnp.floating)]

@@ -26,8 +26,6 @@ from profiles._analysis import xprof_version as xprof_version
 from profiles._capture import CaptureConfig as CaptureConfig
 from profiles._capture import CaptureResult as CaptureResult
 from profiles._capture import capture as capture
-from profiles._errors import ProfileError as ProfileError
-from profiles._errors import XprofLayoutError as XprofLayoutError
 from profiles._report import format_text as format_text
 from profiles._report import render as render
 from profiles._report import render_comparison as render_comparison
@@ -38,6 +36,8 @@ from profiles._stages import Bottleneck as Bottleneck
 from profiles._stages import PipelineStages as PipelineStages
 from profiles._stages import StageTiming as StageTiming
 from profiles._stages import rebuild_stages as rebuild_stages
+from profiles._xplane import ProfileError as ProfileError
+from profiles._xplane import XprofLayoutError as XprofLayoutError
 
 __all__ = [
     "TESTED_XPROF",

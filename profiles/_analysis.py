@@ -15,7 +15,7 @@ The log directory is never written to: xprof caches its intermediate results nex
 to the trace files, so the conversion runs on links to them in a temporary directory.
 
 This module holds `analyze` and `compare`; the pieces they use live in private
-modules by job: finding the run (`profiles._runs`), the result types
+modules by job: finding the run (`profiles._xplane`), the result types
 (`profiles._results`) and xprof's converters and table layout (`profiles._xprof`).
 Their public names are importable from here.
 """
@@ -28,12 +28,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiles._errors import ProfileError
-from profiles._jax_trace import JaxDeviceTime, jax_device_time
 from profiles._results import Comparison, InputOp, ProfileAnalysis, Spread, StepTime
-from profiles._runs import TraceRun, find_trace
 from profiles._stages import SLOW_CALL_US, PipelineStages, rebuild_stages
-from profiles._xplane import XSpaceFile, host_planes, load_xspace, stat_value
+from profiles._trace_events import JaxDeviceTime, jax_device_time
+from profiles._xplane import (
+    ProfileError,
+    TraceRun,
+    XSpaceFile,
+    find_trace,
+    host_planes,
+    load_xspace,
+    stat_value,
+)
 from profiles._xprof import (
     EXPECTED_COLUMNS,
     TESTED_XPROF,
@@ -232,7 +238,7 @@ def _marker_diagnostics(markers: Mapping[str, int]) -> list[str]:
 
 
 # ------------------------------------------------------------ xprof's tables
-def _steps(step_table: Mapping[str, Any]) -> tuple[StepTime, ...]:
+def _steps(step_table: Mapping[str, object]) -> tuple[StepTime, ...]:
     """xprof's per-step breakdown, without empty steps."""
     steps = (
         StepTime(
@@ -328,7 +334,7 @@ def _rebuild_pipelines(
     return tuple(pipelines), diagnostics
 
 
-def _read_capture(run_dir: Path) -> Mapping[str, Any] | None:
+def _read_capture(run_dir: Path) -> Mapping[str, object] | None:
     path = run_dir / CAPTURE_METADATA
     if not path.is_file():
         return None
@@ -339,7 +345,7 @@ def _read_capture(run_dir: Path) -> Mapping[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _jax_device(run_dir: Path, capture: Mapping[str, Any] | None) -> JaxDeviceTime | None:
+def _jax_device(run_dir: Path, capture: Mapping[str, object] | None) -> JaxDeviceTime | None:
     """Device compute and transfer per step from the JAX trace a capture kept."""
     if not capture or not capture.get("jax_trace"):
         return None
@@ -347,7 +353,7 @@ def _jax_device(run_dir: Path, capture: Mapping[str, Any] | None) -> JaxDeviceTi
     return jax_device_time(run_dir, step_name=str(step_name))
 
 
-def _simulated_device_ms(capture: Mapping[str, Any] | None) -> float | None:
+def _simulated_device_ms(capture: Mapping[str, object] | None) -> float | None:
     """Device time per step of a simulated accelerator step, from the capture metadata."""
     if not capture:
         return None
@@ -386,7 +392,7 @@ def compare(
 
 
 def _capture_differences(
-    a: Mapping[str, Any] | None, b: Mapping[str, Any] | None
+    a: Mapping[str, object] | None, b: Mapping[str, object] | None
 ) -> tuple[str, ...]:
     if not a or not b:
         missing = [tag for tag, cap in (("A", a), ("B", b)) if not cap]

@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from profiles._analysis import CAPTURE_METADATA, TESTED_XPROF
-from profiles._errors import ProfileError
-from profiles._jax_trace import JAX_TRACE_DIR
+from profiles._trace_events import JAX_TRACE_DIR
+from profiles._xplane import ProfileError
 from tfinput import steps
 from tfinput.errors import ConfigError
 from tfinput.measure.probes import available_cpus
@@ -112,12 +112,12 @@ class CaptureConfig:
             )
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CaptureConfig:
+    def from_dict(cls, data: Mapping[str, object]) -> CaptureConfig:
         """Inverse of `to_dict`."""
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
@@ -144,9 +144,9 @@ class CaptureResult:
     run_dir: Path
     trace_files: tuple[Path, ...]
     config: CaptureConfig
-    step: Mapping[str, Any]
+    step: Mapping[str, object]
     wall_step_ms: tuple[float, ...]
-    metadata: Mapping[str, Any]
+    metadata: Mapping[str, object]
 
 
 def _as_step(step: steps.Step | Callable[[Any], object] | None) -> steps.Step:
@@ -161,7 +161,7 @@ def _as_step(step: steps.Step | Callable[[Any], object] | None) -> steps.Step:
     )
 
 
-def _as_iterable(pipeline: Iterable[Any] | Callable[[], Iterable[Any]]) -> Iterable[Any]:
+def _as_iterable(pipeline: Iterable[object] | Callable[[], Iterable[object]]) -> Iterable[object]:
     dataset = pipeline
     if callable(pipeline) and not isinstance(pipeline, Iterable):
         dataset = pipeline()
@@ -187,7 +187,7 @@ def _describe_pipeline(dataset: object) -> str:
 
 
 def capture(
-    pipeline: Iterable[Any] | Callable[[], Iterable[Any]],
+    pipeline: Iterable[object] | Callable[[], Iterable[object]],
     step: steps.Step | Callable[[Any], object] | None = None,
     *,
     logdir: str | os.PathLike[str],
@@ -233,7 +233,7 @@ def capture(
 
 def _capture(
     the_step: steps.Step,
-    dataset: Iterable[Any],
+    dataset: Iterable[object],
     cfg: CaptureConfig,
     logdir: Path,
     clock: Callable[[], float],
@@ -268,7 +268,7 @@ def _capture(
 
 
 def _profile_steps(
-    iterator: Iterator[Any],
+    iterator: Iterator[object],
     step: steps.Step,
     plan: WindowPlan,
     step_name: str,
@@ -324,7 +324,7 @@ class _JaxTrace:
     """JAX's own trace of the profiled steps, for a step that runs on JAX (TensorFlow's
     profiler does not see its computation): written to a temporary directory, each step
     inside a ``jax.profiler.StepTraceAnnotation`` named like the TensorFlow marker, then
-    moved into the TensorFlow run directory (`profiles._jax_trace.JAX_TRACE_DIR`). For
+    moved into the TensorFlow run directory (`profiles._trace_events.JAX_TRACE_DIR`). For
     any other step every method does nothing."""
 
     def __init__(self, profiler: Any = None) -> None:
@@ -346,7 +346,7 @@ class _JaxTrace:
         if self.profiler is None:
             return
         self.directory = Path(tempfile.mkdtemp(prefix="tfinput-jax-trace-"))
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         if hasattr(self.profiler, "ProfileOptions"):  # JAX 0.6+: no Python tracer
             options = self.profiler.ProfileOptions()
             options.python_tracer_level = 0
@@ -396,7 +396,7 @@ class _JaxTrace:
 
 def _capture_owned_loop(
     step: steps.Step,
-    dataset: Iterable[Any],
+    dataset: Iterable[object],
     cfg: CaptureConfig,
     logdir: Path,
     clock: Callable[[], float],
@@ -424,10 +424,8 @@ def _capture_owned_loop(
     try:
         step.run_windows(
             dataset,
+            plan=dataclasses.replace(plan, window_batches=plan.window_batches * per_call),
             batch_size=max(batch_rows(first), 1),
-            warmup_batches=plan.warmup_batches,
-            windows=plan.windows,
-            window_batches=plan.window_batches * per_call,
             clock=clock,
             callbacks=[markers],
         )
@@ -510,7 +508,7 @@ def _fit_note(step: steps.Step) -> str:
 
 def _finish(
     the_step: steps.Step,
-    dataset: Iterable[Any],
+    dataset: Iterable[object],
     cfg: CaptureConfig,
     logdir: Path,
     before: dict[Path, float],

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiles._jax_trace import JaxDeviceTime
 from profiles._stages import Bottleneck, PipelineStages
+from profiles._trace_events import JaxDeviceTime
 from profiles._xprof import TESTED_XPROF
 
 __all__ = [
@@ -86,7 +86,7 @@ class StepTime:
         """Fraction of the step spent waiting for input."""
         return self.input_ms / self.step_ms if self.step_ms > 0 else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (with ``input_fraction``)."""
         return {**dataclasses.asdict(self), "input_fraction": self.input_fraction}
 
@@ -158,7 +158,7 @@ class ProfileAnalysis:
     pipelines: tuple[PipelineStages, ...]
     step_markers: Mapping[str, int]
     diagnostics: tuple[str, ...]
-    capture: Mapping[str, Any] | None = None
+    capture: Mapping[str, object] | None = None
     jax_device: JaxDeviceTime | None = None
 
     @property
@@ -278,7 +278,7 @@ class ProfileAnalysis:
             "it counts time it cannot attribute as 'All others'"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return _jsonable(
             {
@@ -314,7 +314,7 @@ class Comparison:
     step_time_ratio: float | None
     caveats: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return {
             "before": self.before.to_dict(),

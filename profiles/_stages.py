@@ -30,7 +30,7 @@ producer/consumer ``_p``/``_c`` links) to label an unnamed stage by what it runs
 
 The work is split by responsibility: `profiles._trace_events` reads and nests the
 events, `profiles._stage_tree` links them into iterator trees and accumulates each
-stage's times, `profiles._advice` names the knobs, and this module holds the results,
+stage's times, `profiles._stage_tree` names the knobs, and this module holds the results,
 the bottleneck verdict and `rebuild_stages`, which runs those steps in order.
 """
 
@@ -42,14 +42,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from profiles._advice import advise, is_batch_kind
 from profiles._stage_tree import (
     IteratorTree,
     StageAcc,
     StageKey,
     StageTable,
     accumulate_calls,
+    advise,
     attribute_function_ops,
+    is_batch_kind,
     link_children,
     root_calls,
     settle_params,
@@ -135,7 +136,7 @@ class StageTiming:
         """``kind (label)``, or ``kind`` when there is no label."""
         return f"{self.kind} ({self.label})" if self.label else self.kind
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         out = dataclasses.asdict(self)
         out["params"] = dict(self.params)
@@ -173,7 +174,7 @@ class Bottleneck:
     significant: bool
     summary: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         out = dataclasses.asdict(self)
         out["knobs"] = list(self.knobs)
@@ -225,7 +226,7 @@ class PipelineStages:
                 return s
         raise KeyError(f"no stage {kind_or_path!r}; stages: {[s.kind for s in self.stages]}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return {
             "host": self.host,

@@ -1,4 +1,7 @@
-"""Pipelines with a known bottleneck, for tests and for trying the analysis.
+"""Pipelines with a known bottleneck, for tests and for trying the analysis, and a tiny
+Keras model for ``tfinput profile --step keras`` on datasets that are not tfinput
+pipelines (`demo_keras_model`; tfinput pipelines get the built-in ranking model, and the
+``--demo`` pipeline itself is tfinput's built-in default, `tfinput.cli.demo`).
 
 Each pipeline has one deliberately slow stage, so an analysis of its trace must name
 that stage:
@@ -30,6 +33,7 @@ from typing import Any
 __all__ = [
     "KNOWN_PIPELINES",
     "cached_capture",
+    "demo_keras_model",
     "fast_pipeline",
     "slow_map_pipeline",
     "small_interleave_pipeline",
@@ -170,3 +174,48 @@ def cached_capture(name: str, *, steps: int = 8, warmup: int = 2) -> Path:
     logdir = root / f"{name}-{steps}-{warmup}"
     capture(pipeline, simulated_step(0.002), logdir=logdir, steps=steps, warmup=warmup)
     return logdir
+
+
+def demo_keras_model(element_spec: Any) -> Any:
+    """A tiny compiled Keras model accepting any batch of dense numeric features.
+
+    Every feature is cast to float, flattened and concatenated into one dense layer:
+    it only exists to exercise the Keras step path (``--step keras``) on an arbitrary
+    pipeline; pass your own model with ``--model module:function``.
+
+    Raises:
+      ConfigError: A feature is not a dense numeric tensor.
+    """
+    import keras
+    import tensorflow as tf
+
+    from tfinput.errors import ConfigError
+
+    if not (isinstance(element_spec, tuple) and len(element_spec) == 2):
+        raise ConfigError(
+            "--step keras needs a pipeline of (features, labels) batches; got element_spec "
+            f"{element_spec}; pass your own model with --model module:function"
+        )
+    features, _ = element_spec
+    named = features if isinstance(features, dict) else {"x": features}
+    inputs, flat = {}, []
+    for name, spec in named.items():
+        if not isinstance(spec, tf.TensorSpec) or not (
+            spec.dtype.is_floating or spec.dtype.is_integer or spec.dtype.is_bool
+        ):
+            raise ConfigError(
+                f"--step keras: feature {name!r} is {spec}; the built-in model takes dense "
+                "numeric tensors only: pass your own model with --model module:function"
+            )
+        inp = keras.Input(shape=tuple(spec.shape[1:]), dtype=spec.dtype.name, name=name)
+        inputs[name] = inp
+        x = keras.ops.cast(inp, "float32")
+        flat.append(
+            keras.layers.Flatten()(x) if len(spec.shape) > 1 else keras.ops.expand_dims(x, -1)
+        )
+    x = keras.layers.Concatenate()(flat) if len(flat) > 1 else flat[0]
+    x = keras.layers.Dense(32, activation="relu")(x)
+    out = keras.layers.Dense(1)(x)
+    model = keras.Model(inputs if isinstance(features, dict) else inputs["x"], out)
+    model.compile(optimizer="adam", loss="mse")
+    return model

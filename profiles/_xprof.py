@@ -22,8 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiles._errors import ProfileError, XprofLayoutError
-from profiles._runs import HOW_TO_CAPTURE
+from profiles._xplane import HOW_TO_CAPTURE, ProfileError, XprofLayoutError
 
 __all__ = [
     "EXPECTED_COLUMNS",
@@ -147,7 +146,9 @@ def _xprof_errors(lines: Sequence[str]) -> str:
     return "; ".join(dict.fromkeys(msgs)) or "no message"
 
 
-def xprof_tables(paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]) -> dict[str, Any]:
+def xprof_tables(
+    paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]
+) -> dict[str, object]:
     """Run xprof's offline converters on trace files.
 
     Args:
@@ -168,7 +169,7 @@ def xprof_tables(paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]) 
         raise ProfileError(
             f"xprof is needed to analyse traces: pip install 'xprof{TESTED_XPROF}' ({e})"
         ) from e
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="tfinput-xprof-") as tmp:
         links = []
         for path in paths:
@@ -205,11 +206,11 @@ def _layout_message(problem: str) -> str:
     )
 
 
-def _col_ids(table: Mapping[str, Any]) -> list[str]:
+def _col_ids(table: Mapping[str, object]) -> list[str]:
     return [str(c.get("id")) for c in table.get("cols", []) if isinstance(c, Mapping)]
 
 
-def find_table(tables: Any, tool: str, what: str) -> Mapping[str, Any]:
+def find_table(tables: Any, tool: str, what: str) -> Mapping[str, object]:
     """The table of ``tool`` output holding ``EXPECTED_COLUMNS[tool][what]``.
 
     Raises:
@@ -241,7 +242,7 @@ def find_table(tables: Any, tool: str, what: str) -> Mapping[str, Any]:
     )
 
 
-def check_layout(tool_tables: Mapping[str, Any]) -> None:
+def check_layout(tool_tables: Mapping[str, object]) -> None:
     """Check that every table in `EXPECTED_COLUMNS` is present.
 
     Raises:
@@ -254,7 +255,7 @@ def check_layout(tool_tables: Mapping[str, Any]) -> None:
             find_table(tool_tables[tool], tool, what)
 
 
-def table_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
+def table_rows(table: Mapping[str, object]) -> list[dict[str, object]]:
     """The rows of a gviz table as ``{column id: value}`` dicts."""
     ids = _col_ids(table)
     out = []
@@ -277,7 +278,7 @@ def cell_number(value: Any) -> float:
         return 0.0
 
 
-def find_table_with(tables: Any, columns: Sequence[str]) -> Mapping[str, Any] | None:
+def find_table_with(tables: Any, columns: Sequence[str]) -> Mapping[str, object] | None:
     """The first table holding all ``columns`` (ids), or None."""
     if not isinstance(tables, list):
         return None

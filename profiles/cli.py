@@ -153,7 +153,7 @@ def resolve_pipeline(
     return (obj, schema) if with_schema else obj
 
 
-def _make_step(args: argparse.Namespace, dataset: Iterable[Any], schema: Schema | None) -> Any:
+def _make_step(args: argparse.Namespace, dataset: Iterable[object], schema: Schema | None) -> Any:
     """The step kinds of the tuner (`tfinput.steps.make`); ``--step keras`` without
     ``--model`` uses the built-in ranking model for tfinput pipelines and a tiny dense
     model for any other dataset."""
@@ -163,7 +163,7 @@ def _make_step(args: argparse.Namespace, dataset: Iterable[Any], schema: Schema 
         fit = args.step == "keras_fit"
         if schema is not None:
             return steps.make("ranking_fit" if fit else "ranking", schema=schema)
-        from profiles._demo import demo_keras_model
+        from profiles._testing import demo_keras_model
 
         model = demo_keras_model(dataset.element_spec)
         return steps.keras_fit_step(model) if fit else steps.keras_step(model)

@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuners._columnar_advice import FormatAdvice as FormatAdvice
     from tuners._columnar_advice import format_advice as format_advice
     from tuners._objective import Measurement as Measurement
+    from tuners._objective import NoiseAwarePruner as NoiseAwarePruner
     from tuners._objective import measure as measure
-    from tuners._pruning import NoiseAwarePruner as NoiseAwarePruner
     from tuners._result import TrialsFailedError as TrialsFailedError
     from tuners._result import TuneInterrupted as TuneInterrupted
     from tuners._result import TuneResult as TuneResult
@@ -72,7 +72,7 @@ def __getattr__(name: str) -> object:
         case "make_storage":
             import tuners._storage as module
         case "NoiseAwarePruner":
-            import tuners._pruning as module
+            import tuners._objective as module
         case "SearchSpace":
             import tuners._space as module
         case "Measurement" | "measure":

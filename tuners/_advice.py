@@ -368,7 +368,7 @@ class KnobContribution:
     def hurts(self) -> bool:
         return self.ratio_max < 1.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         from tuners._space import encode
 
         return {

@@ -56,7 +56,7 @@ class FormatAdvice:
     """
 
     parse_bound: bool
-    signal: Mapping[str, Any]
+    signal: Mapping[str, object]
     sample_files: tuple[str, ...]
     rows: int
     tf_example_examples_per_s: float
@@ -81,7 +81,7 @@ class FormatAdvice:
             f"convert with: {self.command}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "parse_bound": self.parse_bound,
             "signal": dict(self.signal),
@@ -106,7 +106,7 @@ def parse_is_bound(
     batch_size: int,
     cpu_count: int | None = None,
     roofline_result: Roofline | None = None,
-) -> tuple[bool, dict[str, Any]]:
+) -> tuple[bool, dict[str, object]]:
     """Whether parsing bounds a tf.Example pipeline, from `tfinput.measure.roofline`.
 
     The signal: the roofline's stages measured alone on one core (two windows of a few
@@ -273,7 +273,7 @@ def _convert_and_measure(
     clock: Callable[[], float],
     cpu_count: int | None,
     cpu_clock: Callable[[], float] | None,
-) -> tuple[int, dict[str, Any], float]:
+) -> tuple[int, dict[str, object], float]:
     """Convert ``files`` to columnar records in a temporary directory and measure both
     side by side: ``(rows converted, {name: ConfigStats}, when the conversion ended)``."""
     from tfinput.measure.probes import process_cpu_seconds
@@ -311,7 +311,7 @@ def _convert_sample(pipeline: Pipeline, files: Sequence[str], out: str, chunk_ro
 
 def _sample_pipelines(
     pipeline: Pipeline, files: Sequence[str], columnar_dir: str
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """``pipeline`` over the tf.Example sample ``files`` and over their columnar copy."""
     from tfinput.pipeline import columnar
 
@@ -322,7 +322,7 @@ def _sample_pipelines(
 
 
 def _measure_side_by_side(
-    pipelines: Mapping[str, Any],
+    pipelines: Mapping[str, object],
     config: PipelineConfig,
     plan: WindowPlan,
     *,

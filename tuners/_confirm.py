@@ -20,7 +20,7 @@ from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Target
 from tfinput.steps import Step
-from tuners._trials import explain_failure
+from tuners._storage import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput.measure.stats import ConfigStats
@@ -259,7 +259,7 @@ def verdicts(
     best_config: PipelineConfig,
     *,
     notes: list[str],
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The `TuneResult` verdict fields: beats autotune, input wait (measured, or from
     the step bound when the step owns the loop) and their sentences."""
     from tuners._advice import beats_autotune, input_verdict, step_bound_stats

@@ -1,4 +1,7 @@
-"""Measuring one config against a step: the tuner's objective, usable without Optuna.
+"""A trial: measuring one config against a step (the tuner's objective, usable without
+Optuna), the pruner that stops a trial only when it is a clear loser given the noise,
+the budget of trials within the user's ``timeout``, and what `tuners.tune` says per
+trial while it runs.
 
     m = measure(pipeline, config, step=steps.simulated_step(0.02))
     print(m.median, m.cv)
@@ -20,15 +23,49 @@ when it waits for input, so those measurements record ``stall`` as None.
 
 To measure the *step bound* (the step fed as fast as possible), pass a callable that
 repeats one cached batch: ``lambda cfg: pipeline.build(cfg).take(1).cache().repeat()``.
+
+**The pruner** (`NoiseAwarePruner`). A trial reports examples/s after each window. At
+window ``i`` it is pruned when its *best* window so far is below the 25th percentile (the bottom quarter) of the other
+finished trials at window ``i`` by more than the window-to-window spread measured in
+this study:
+
+    best_so_far * (1 + margin) < p25,  margin = max(min_margin, median relative spread)
+
+where a trial's relative spread is ``(max - min) / median`` of its windows (noise is
+multiplicative, so even a very noisy study prunes a config ten times slower). Runs of the
+same config vary by 10-20% on a busy host; a trial within that band of the bottom
+quarter may be as good as the configs above it, so it is measured to the end (pruned
+trials are never measured again). Optuna's ``PercentilePruner(25.0)`` keeps the *top*
+quarter when maximizing, which prunes three trials in four, near-ties included.
+
+**The budget.** A window lasts at least ``window_seconds``, so a trial of ``windows``
+windows lasts at least ``windows * window_seconds``. When ``n_trials`` such trials do not
+fit in the ``timeout``, each trial gets fewer windows (`fit_budget`: never fewer than
+`MIN_WINDOWS`, nor shorter ones: a short window is a noisy one); when even that does not
+fit, the search stops at the timeout, and the result says so in a note
+(`stopped_by_timeout`). The budget the user set is never exceeded, and never silently
+cut short.
+
+**The progress.** The per-trial line (`trial_line`) is the one ``tfinput tune`` prints
+when its progress bar is off; `TrialProgress` computes the time left, watches the first
+trial (a note on a slow one), logs the lines on the ``tfinput.tuners`` logger (for
+Python callers) and forwards every event to a display (the CLI's).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import statistics
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
 
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
@@ -38,10 +75,23 @@ from tfinput.measure.windows import TUNER_PLAN, WindowPlan, consecutive_windows
 from tfinput.steps import Step
 
 if TYPE_CHECKING:
+    import optuna
+
     from tfinput.measure.target import Measurable
     from tfinput.measure.windows import Window
 
-__all__ = ["Measurement", "measure"]
+__all__ = [
+    "MIN_WINDOWS",
+    "Measurement",
+    "NoiseAwarePruner",
+    "SLOW_FIRST_TRIAL_S",
+    "TrialProgress",
+    "fit_budget",
+    "measure",
+    "stage_line",
+    "stopped_by_timeout",
+    "trial_line",
+]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -79,7 +129,7 @@ class Measurement:
             return 0.0
         return statistics.stdev(self.rates) / statistics.mean(self.rates)
 
-    def to_attrs(self) -> dict[str, Any]:
+    def to_attrs(self) -> dict[str, object]:
         """JSON-ready summary (stored as Optuna trial attributes)."""
         return {
             "median_examples_per_s": round(self.median, 1),
@@ -141,14 +191,11 @@ def measure(
     if owner is not None:
         ws = owner(
             iterable,
+            plan=plan,
             batch_size=size,
-            warmup_batches=plan.warmup_batches,
-            windows=plan.windows,
-            window_batches=plan.window_batches,
             clock=clock,
             cpu_clock=cpu_clock,
             report=report,
-            **({"window_seconds": plan.window_seconds} if plan.timed else {}),
         )
     else:
         ws = _own_windows(iterable, config, prepared, plan, size, clock, cpu_clock, report)
@@ -156,7 +203,7 @@ def measure(
 
 
 def _own_windows(
-    iterable: Iterable[Any],
+    iterable: Iterable[object],
     config: PipelineConfig,
     step: Step,
     plan: WindowPlan,
@@ -199,4 +246,347 @@ def _measurement(
         cores_busy=sum(w.cpu_seconds for w in ws) / timed if timed > 0 else 0.0,
         stopped_early=len(ws) < plan.windows,
         seconds=seconds,
+    )
+
+
+class NoiseAwarePruner(optuna.pruners.BasePruner):
+    """Prune the bottom ``quantile`` of trials, beyond the measured noise (maximize).
+
+    Args:
+      quantile: Fraction of trials that may be pruned: a trial is compared with this
+        quantile of the others (0.25: the bottom quarter). Higher prunes more and
+        saves time, at the risk of losing a config whose first windows were unlucky.
+      n_startup_trials: Finished trials needed before any pruning: fewer give a
+        percentile and a spread that mean little.
+      n_warmup_steps: Windows a trial always gets before it can be pruned.
+      min_margin: Least relative margin below the percentile (0.05: 5%), used when the
+        trials measured so far look quieter than that. Lower prunes near-ties.
+    """
+
+    def __init__(
+        self,
+        *,
+        quantile: float = 0.25,
+        n_startup_trials: int = 4,
+        n_warmup_steps: int = 1,
+        min_margin: float = 0.05,
+    ) -> None:
+        if not 0.0 < quantile < 1.0:
+            raise ValueError(f"quantile must be in (0, 1), got {quantile}")
+        if min_margin < 0:
+            raise ValueError(f"min_margin must be >= 0, got {min_margin}")
+        self.quantile = quantile
+        self.n_startup_trials = n_startup_trials
+        self.n_warmup_steps = n_warmup_steps
+        self.min_margin = min_margin
+
+    def describe(self) -> str:
+        return (
+            f"prune a trial whose best window so far is below the {self.quantile:.0%} "
+            "quantile of the other finished trials at that window by more than the "
+            f"study's median window-to-window spread (at least {self.min_margin:.0%}); "
+            f"after {self.n_startup_trials} finished trials and {self.n_warmup_steps} "
+            "window(s)"
+        )
+
+    def threshold(self, study: optuna.Study, step: int) -> tuple[float, float] | None:
+        """``(cut, margin)`` at window ``step``, or None while too few trials finished."""
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        finished = study.get_trials(deepcopy=False, states=states)
+        at_step = [
+            max(v for s, v in t.intermediate_values.items() if s <= step)
+            for t in finished
+            if step in t.intermediate_values
+        ]
+        if len(at_step) < max(self.n_startup_trials, 1):
+            return None
+        spreads = [s for s in (_relative_spread(t) for t in finished) if s is not None]
+        margin = max(self.min_margin, statistics.median(spreads) if spreads else 0.0)
+        return float(np.percentile(at_step, 100 * self.quantile)), margin
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None or step < self.n_warmup_steps:
+            return False
+        if study.direction != optuna.study.StudyDirection.MAXIMIZE:
+            raise ValueError("NoiseAwarePruner supports maximized objectives only")
+        found = self.threshold(study, step)
+        if found is None:
+            return False
+        cut, margin = found
+        best = max(v for s, v in trial.intermediate_values.items() if s <= step)
+        return best * (1.0 + margin) < cut
+
+
+def _relative_spread(trial: optuna.trial.FrozenTrial) -> float | None:
+    rates = trial.user_attrs.get("window_rates") or list(trial.intermediate_values.values())
+    rates = [r for r in rates if r is not None and r > 0]
+    if len(rates) < 2:
+        return None
+    return (max(rates) - min(rates)) / statistics.median(rates)
+
+
+log = logging.getLogger("tfinput.tuners")
+
+#: A first trial still running after this many seconds says so, with its step time.
+SLOW_FIRST_TRIAL_S = 60.0
+
+STAGES = {
+    "roofline": "measuring the roofline with the winner's serial stage (a few seconds)",
+    "breakdown": "measuring the gain by knob (the winner with each knob group reverted)",
+    "format_advice": "parse may bound tf.Example: converting a sample to columnar records",
+}
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min``, ``1.2 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def trial_line(info: dict[str, object], total: int) -> str:
+    """One finished trial: number, name, state, rate, trials done, the best so far, the
+    time left (when known) and the config searched."""
+    label = info.get("baseline") or f"trial {info['number']}"
+    value = f"{info['value']:,.0f}/s" if info.get("value") else info.get("error") or ""
+    best = f"best {info['best']:,.0f}/s" if info.get("best") else ""
+    parts = [f"trial {info['number']} [{label}] {info['state']} {value} ({info['done']}/{total})"]
+    parts.append(best)
+    if info.get("eta_s") is not None:
+        parts.append(f"~{duration(info['eta_s'])} left")
+    line = " ".join(p for p in parts if p)
+    params = info.get("params")
+    if params:
+        line += ": " + " ".join(f"{k}={v}" for k, v in sorted(params.items()))
+    return line
+
+
+def stage_line(event: str, info: dict[str, object]) -> str | None:
+    """The line for a stage after the search (confirmation, roofline, ...), or None."""
+    if event == "confirm":
+        return (
+            f"confirming {', '.join(info['configs'])} ({info['windows']} windows each, interleaved)"
+        )
+    if event == "slow_trial":
+        return str(info["message"])
+    return STAGES.get(event)
+
+
+class TrialProgress:
+    """``progress(event, info)`` for `tuners.tune`: adds the time left to each ``trial``
+    event, watches the first trial, logs the lines (``verbose``) and forwards every
+    event to ``display``.
+
+    Used as a context manager around the search: it starts the watchdog thread (which
+    wakes every ``poll`` seconds) and, when ``verbose`` and the ``tfinput.tuners``
+    logger would drop INFO records (no level set, no handler anywhere), sets the
+    logger to INFO and gives it a stderr handler for the call.
+
+    Args:
+      total: The trials the search runs.
+      plan: Each trial's windows, for the step count in the slow-trial note.
+      display: Receives every event (the CLI's progress bar), ``slow_trial`` included.
+      verbose: Log the lines on the ``tfinput.tuners`` logger.
+      clock: Seconds (the measurement's clock).
+      slow_after: Seconds after which a still running first trial says so.
+      poll: Seconds between the watchdog's checks (default: a quarter of
+        ``slow_after``, at most 5).
+    """
+
+    def __init__(
+        self,
+        *,
+        total: int,
+        plan: WindowPlan,
+        display: Callable[[str, dict[str, object]], None] | None = None,
+        verbose: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        slow_after: float = SLOW_FIRST_TRIAL_S,
+        poll: float | None = None,
+    ) -> None:
+        self.total = total
+        self.plan = plan
+        self.display = display
+        self.verbose = verbose
+        self.clock = clock
+        self.slow_after = slow_after
+        self.poll = poll if poll is not None else min(5.0, slow_after / 4)
+        self.started = clock()
+        self.trials_seen = 0
+        self.step_seconds: list[float] = []
+        self.step_started: float | None = None
+        self.warned = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._restore: Callable[[], None] = lambda: None
+
+    # ---------------------------------------------------------- the step
+    def watch(self, step: Any) -> Step:
+        """``step`` (a `Step` or callable) with each call timed, prepared steps too."""
+        step = Step.of(step)
+        fn = step.fn
+
+        def timed(batch: Any) -> Any:
+            self.step_started = self.clock()
+            try:
+                return fn(batch)
+            finally:
+                self.step_seconds.append(self.clock() - self.step_started)
+                self.step_started = None
+                self.check()
+
+        prepare = step.prepare_fn
+        return dataclasses.replace(
+            step,
+            fn=timed,
+            prepare_fn=None if prepare is None else (lambda config: self.watch(prepare(config))),
+        )
+
+    # ---------------------------------------------------------- the events
+    def __call__(self, event: str, info: dict[str, object]) -> None:
+        if event == "trial":
+            self.trials_seen += 1
+            self._stop.set()
+            left = max(self.total - info["done"], 0)
+            per_trial = (self.clock() - self.started) / self.trials_seen
+            info = {**info, "eta_s": per_trial * left if left else None}
+            if self.verbose:
+                log.info("%s", trial_line(info, self.total))
+        elif self.verbose and (line := stage_line(event, info)) is not None:
+            log.info("%s", line)
+        if self.display is not None:
+            self.display(event, info)
+
+    def check(self) -> None:
+        """Say once, while the first trial runs, that it has run past ``slow_after``."""
+        if self.trials_seen or self.warned:
+            return
+        elapsed = self.clock() - self.started
+        if elapsed < self.slow_after:
+            return
+        with self._lock:
+            if self.warned:
+                return
+            self.warned = True
+        message = self.slow_message(elapsed)
+        if self.verbose:
+            log.warning("%s", message)
+        if self.display is not None:
+            self.display("slow_trial", {"message": message, "elapsed_s": elapsed})
+
+    def slow_message(self, elapsed: float) -> str:
+        """What the slow-first-trial note says: the step time, the trial's and the
+        search's expected length, and what makes it faster."""
+        head = f"trial 0 still running after {duration(elapsed)}"
+        done = sorted(self.step_seconds)
+        if not done:
+            running = (
+                "" if self.step_started is None else " (tracing and compiling, or a slow step)"
+            )
+            return f"{head}: its first step has not returned yet{running}"
+        per_step = done[len(done) // 2]
+        per_window = self.plan.window_batches
+        if self.plan.timed and per_step > 0:
+            per_window = max(per_window, math.ceil(self.plan.window_seconds / per_step))
+        steps = self.plan.warmup_batches + self.plan.windows * per_window
+        return (
+            f"{head}: each step takes ~{per_step:.2g} s, so a trial of {steps} steps "
+            f"({self.plan.warmup_batches} warm-up + {self.plan.windows} windows of "
+            f"{per_window}) takes ~{duration(per_step * steps)} and "
+            f"{self.total} trials ~{duration(per_step * steps * self.total)} (plus the "
+            "confirmation). Fewer windows/window_batches or n_trials, or a cheaper step, "
+            "finish sooner"
+        )
+
+    # ---------------------------------------------------------- the watchdog
+    def __enter__(self) -> TrialProgress:
+        self.started = self.clock()
+        if self.verbose:
+            self._restore = _show_info_records()
+        self._thread = threading.Thread(target=self._watch, name="tune-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._restore()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll):
+            self.check()
+            if self.warned:
+                return
+
+
+def _show_info_records() -> Callable[[], None]:
+    """Make ``tfinput.tuners``'s INFO records reach stderr when nothing is configured:
+    the logger's level INFO if neither it nor ``tfinput`` has one, a stderr handler if no logger up the tree has
+    one. Returns what undoes it."""
+    undo: list[Callable[[], None]] = []
+    if log.level == logging.NOTSET and logging.getLogger("tfinput").level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+        undo.append(lambda: log.setLevel(logging.NOTSET))
+    if not log.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("tune: %(message)s"))
+        log.addHandler(handler)
+        undo.append(lambda: log.removeHandler(handler))
+
+    def restore() -> None:
+        for f in reversed(undo):
+            f()
+
+    return restore
+
+
+#: The fewest windows a trial is cut to: a median of three still drops one outlier.
+MIN_WINDOWS = 3
+
+
+def fit_budget(
+    plan: WindowPlan, *, n_trials: int, timeout: float | None
+) -> tuple[WindowPlan, str | None]:
+    """The trial plan that fits ``n_trials`` trials in ``timeout`` seconds, and the
+    note that says what was changed (None when nothing was).
+
+    Only a plan sized by time is changed (its windows' least length is known ahead);
+    the warm-up and the confirmation come on top and are not counted.
+    """
+    if timeout is None or not plan.timed:
+        return plan, None
+    per_window = plan.window_seconds
+    need = n_trials * plan.windows * per_window
+    if need <= timeout:
+        return plan, None
+    fit = math.floor(timeout / (n_trials * per_window))
+    windows = min(plan.windows, max(MIN_WINDOWS, fit))
+    head = (
+        f"budget: {n_trials} trials of {plan.windows} windows of at least "
+        f"{per_window:g} s need {need:,.0f} s, more than the timeout of {timeout:g} s"
+    )
+    if windows < plan.windows and fit >= MIN_WINDOWS:
+        return dataclasses.replace(plan, windows=windows), (
+            f"{head}: each trial measures {windows} windows instead"
+        )
+    fitted = dataclasses.replace(plan, windows=windows)
+    trials = max(1, math.floor(timeout / (windows * per_window)))
+    return fitted, (
+        f"{head}: each trial measures {windows} windows and the search stops at the "
+        f"timeout after about {trials} of {n_trials} trials (raise --timeout, or lower "
+        "--n-trials or --window-seconds)"
+    )
+
+
+def stopped_by_timeout(*, counted: int, n_trials: int, timeout: float | None) -> str | None:
+    """The note for a search that the timeout stopped before ``n_trials`` trials."""
+    if timeout is None or counted >= n_trials:
+        return None
+    return (
+        f"the search stopped at the timeout of {timeout:g} s after {counted} of {n_trials} trials"
     )

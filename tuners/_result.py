@@ -93,10 +93,10 @@ class TuneInterrupted(KeyboardInterrupt):
             f"trial{'s' if self.completed != 1 else ''}; no verdict: {why}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ``result.json`` of the interrupted run: every trial, the search's best
         (unconfirmed), no verdict and no best config."""
-        from tuners._trials import state_counts, summarize_trials
+        from tuners._storage import state_counts, summarize_trials
 
         rows = summarize_trials(self.study)
         done = [r for r in rows if r["state"] == "complete" and r["value"] is not None]
@@ -205,9 +205,9 @@ class TuneResult:
     study_name: str
     trials: dict[str, int]
     seconds: dict[str, float]
-    fingerprint: dict[str, Any]
-    method: dict[str, Any]
-    step: dict[str, Any]
+    fingerprint: dict[str, object]
+    method: dict[str, object]
+    step: dict[str, object]
     space: dict[str, list[Any]]
     advice: tuple[str, ...] = ()
     confirmation_error: str | None = None
@@ -220,7 +220,7 @@ class TuneResult:
     verdicts: tuple[str, ...] = ()
     breakdown: tuple[KnobContribution, ...] = ()
     format_advice: FormatAdvice | None = None
-    packed_layout: dict[str, Any] | None = None
+    packed_layout: dict[str, object] | None = None
     storage: str | None = None
     study: optuna.Study | None = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -248,7 +248,7 @@ class TuneResult:
         saved = self.saved_stats
         return saved.ratio if saved is not None else None
 
-    def measured_best_record(self) -> dict[str, Any] | None:
+    def measured_best_record(self) -> dict[str, object] | None:
         """``result.json``'s ``measured_best``: the config measured best, its figures
         and ratio range, and whether it is the saved config (``saved``)."""
         best = self.measured_best
@@ -256,7 +256,7 @@ class TuneResult:
             return None
         return {**best.to_dict(), "saved": not self.kept_autotune}
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, object]:
         """Metadata stored next to the best config in its JSON file."""
         return {
             "fingerprint": self.fingerprint,
@@ -271,7 +271,7 @@ class TuneResult:
             "resume": resume_record(self.best_config),
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "format": "tfinput.tune/1",
             "best_name": self.best_name,
@@ -305,7 +305,7 @@ class TuneResult:
         }
 
 
-def resume_record(config: PipelineConfig) -> dict[str, Any]:
+def resume_record(config: PipelineConfig) -> dict[str, object]:
     """Whether a pipeline built with ``config`` resumes exactly after a restart from a
     saved input position (`tfinput.resume`), saved next to the best config.
 
@@ -348,7 +348,7 @@ def resume_record(config: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def fingerprint(cpu_count: int) -> dict[str, Any]:
+def fingerprint(cpu_count: int) -> dict[str, object]:
     """CPU model and count, accelerators, TensorFlow version, the Keras backend and (when
     JAX is imported) the JAX version: what the numbers belong to."""
     import sys
@@ -387,7 +387,7 @@ def describe_method(
     confirm_top: int,
     confirm_windows: int,
     study: optuna.Study,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """`TuneResult.method`: how each number of a tuning run was measured.
 
     Args:
@@ -437,16 +437,16 @@ def window_rule(plan: WindowPlan) -> str:
 
 
 def describe_pruner(pruner: Any) -> str:
-    """The pruner's own description (`tuners._pruning.NoiseAwarePruner.describe`), or
+    """The pruner's own description (`tuners._objective.NoiseAwarePruner.describe`), or
     its class name."""
-    from tuners._pruning import NoiseAwarePruner
+    from tuners._objective import NoiseAwarePruner
 
     if isinstance(pruner, NoiseAwarePruner):
         return pruner.describe()
     return type(pruner).__name__
 
 
-def describe_step(step: Step | Callable[[Any], object]) -> dict[str, Any]:
+def describe_step(step: Step | Callable[[Any], object]) -> dict[str, object]:
     """The step's own description (`tfinput.steps.Step.describe`), or its name."""
     from tfinput.steps import Step
 

@@ -18,25 +18,27 @@ from tfinput.errors import ConfigError, DataError, TfinputError
 from tfinput.measure.target import Target
 from tfinput.measure.windows import WindowPlan
 from tfinput.steps import Step
-from tuners._budget import stopped_by_timeout
 from tuners._confirm import (
     Progress,
     Remeasure,
 )
-from tuners._objective import measure
+from tuners._objective import measure, stopped_by_timeout
 from tuners._result import (
     TrialsFailedError,
     describe_step,
 )
 from tuners._space import SearchSpace
-from tuners._storage import host_lock, make_storage, open_study
-from tuners._trials import (
+from tuners._storage import (
     explain_failure,
+    host_lock,
     is_counted,
+    make_storage,
+    open_study,
+    requeue_dead_workers,
+    tag_worker,
     trailing_failures,
     trial_info,
 )
-from tuners._workers import requeue_dead_workers, tag_worker
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -287,8 +289,8 @@ def default_sampler(seed: int | None) -> Any:
 
 
 def default_pruner() -> Any:
-    """`tuners._pruning.NoiseAwarePruner`: bottom quarter beyond the measured noise."""
-    from tuners._pruning import NoiseAwarePruner
+    """`tuners._objective.NoiseAwarePruner`: bottom quarter beyond the measured noise."""
+    from tuners._objective import NoiseAwarePruner
 
     return NoiseAwarePruner(quantile=0.25, n_startup_trials=4, n_warmup_steps=1)
 
@@ -311,7 +313,7 @@ def open_tuning_study(run: Tuning, storage: Any, **study: Any) -> Any:
 
 
 class _StopRule:
-    """Optuna callback: stop once ``n_trials`` trials count (`tuners._trials.is_counted`),
+    """Optuna callback: stop once ``n_trials`` trials count (`tuners._storage.is_counted`),
     or after ``max_consecutive_failures`` failed in a row since it was made (a resumed
     study whose step was fixed searches again); ``reason`` then says why."""
 

@@ -374,7 +374,7 @@ class SearchSpace:
                 values[knob] = decode(picked)
         return base.replace(**values)
 
-    def params(self, config: PipelineConfig) -> dict[str, Any]:
+    def params(self, config: PipelineConfig) -> dict[str, object]:
         """The trial parameters that reproduce ``config`` (for enqueueing baselines).
         Knob values outside the space are left out (Optuna then samples them)."""
         out = {}

@@ -1,37 +1,71 @@
-"""Where a study lives, and the host lock that keeps trials of one host apart.
+"""Where a study lives, who runs its trials, and reading them.
+
+- **Storage**, and the host lock that keeps trials of one host apart (`make_storage`,
+  `host_lock`, `open_study`).
+- **Workers** (`tag_worker`, `requeue_dead_workers`): every trial records its worker
+  (``host:pid``, and the PID namespace: containers may share a host name). When a study
+  is opened, a RUNNING trial of a process of this host that no longer exists (a restart
+  within the storage's grace period, or the journal storage, which has no heartbeats) is
+  failed and its parameters are enqueued again, once. Trials of other hosts are left to
+  the storage's heartbeat (RDB storages).
+- **Trials** (`summarize_trials`, `top_configs`, ...): which count towards ``n_trials``,
+  failures in a row, the progress of a trial, the best distinct configs, one JSON row per
+  trial; and why a trial (or a measurement) failed, in words (`explain_failure`).
 
 Storage: None (in memory); a path ending in ``.db``/``.sqlite`` or a ``sqlite:///`` URL
 (one host, resumable); a path ending in ``.log``/``.journal`` (a journal file, several
 processes on one host, resumable); a ``postgresql://`` URL (several hosts). RDB storages
 get heartbeats: a trial whose worker died is failed after the grace period and retried
-once by another worker (`tuners._workers` handles the processes of this host).
+once by another worker (`tuners._storage` handles the processes of this host).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
+import logging
 import os
 import re
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tfinput.errors import ConfigError
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError, TfinputError
+
+if TYPE_CHECKING:
+    import optuna
+
+    from tfinput.measure.target import Measurable
 
 __all__ = [
-    "HEARTBEAT_INTERVAL",
     "GRACE_PERIOD",
-    "make_storage",
-    "open_study",
-    "with_psycopg",
-    "redact",
-    "storage_label",
-    "without_secrets",
+    "HEARTBEAT_INTERVAL",
+    "explain_failure",
     "first_line",
     "host_lock",
+    "is_counted",
+    "make_storage",
+    "open_study",
+    "pid_alive",
+    "pid_namespace",
+    "redact",
+    "requeue_dead_workers",
+    "state_counts",
+    "storage_label",
+    "summarize_trials",
+    "tag_worker",
+    "top_configs",
+    "trailing_failures",
+    "trial_info",
+    "with_psycopg",
+    "without_secrets",
+    "worker_id",
 ]
+
 
 HEARTBEAT_INTERVAL = 5
 GRACE_PERIOD = 15
@@ -103,7 +137,7 @@ def with_psycopg(url: str) -> str:
     return url
 
 
-def connect_args(url: str) -> dict[str, Any]:
+def connect_args(url: str) -> dict[str, object]:
     """SQLAlchemy ``connect_args`` for ``url``: a connection timeout for PostgreSQL."""
     return {"connect_timeout": 10} if url.startswith("postgresql") else {}
 
@@ -214,3 +248,210 @@ def open_study(
         raise ConfigError(
             f"cannot open storage {redact(shown)}: {without_secrets(first_line(e), shown)}"
         ) from e
+
+
+log = logging.getLogger("tfinput.tuners")
+
+
+def worker_id() -> str:
+    """``host:pid`` of this process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (containers sharing a host name have different ones,
+    and a pid means nothing outside its namespace); "" where unknown."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this PID namespace exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def tag_worker(trial: optuna.Trial) -> None:
+    """Record this process as ``trial``'s worker (first thing in a trial, so that a
+    trial left RUNNING by a killed worker can be recognised)."""
+    trial.set_user_attr("worker", worker_id())
+    trial.set_user_attr("worker_pid_namespace", pid_namespace())
+
+
+def requeue_dead_workers(study: optuna.Study) -> list[int]:
+    """Fail the RUNNING trials of dead processes of this host; enqueue their params again.
+
+    Returns the numbers of the trials failed. Trials of other hosts are left to the
+    storage's heartbeat (RDB storages).
+    """
+    import optuna
+
+    host, namespace = socket.gethostname(), pid_namespace()
+    storage = study._storage
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker_host, _, pid = str(t.user_attrs.get("worker", "")).rpartition(":")
+        if worker_host != host or not pid.isdigit():
+            continue
+        if t.user_attrs.get("worker_pid_namespace", namespace) != namespace:
+            continue  # another container with the same host name
+        if pid_alive(int(pid)):
+            continue
+        reason = f"worker {worker_host}:{pid} died while the trial was running; retried"
+        try:
+            storage.set_trial_user_attr(t._trial_id, "error", reason)
+            storage.set_trial_user_attr(t._trial_id, "worker_died", True)
+            if not storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.FAIL):
+                continue
+        except RuntimeError:  # finished meanwhile (another process got there first)
+            continue
+        failed.append(t.number)
+        log.warning("trial %d: %s", t.number, reason)
+        attrs = {k: t.user_attrs[k] for k in ("baseline",) if k in t.user_attrs}
+        # The params it was enqueued with (a baseline), then those it had suggested (a
+        # trial killed mid-suggestion keeps those; the rest are sampled again).
+        params = {**t.system_attrs.get("fixed_params", {}), **t.params}
+        study.enqueue_trial(params, user_attrs={**attrs, "retried_from": t.number})
+    return failed
+
+
+def explain_failure(pipeline: Measurable, error: BaseException) -> str:
+    """Why a trial or measurement failed, in one line: tfinput's own message, "out of
+    memory", or the error's type and its cleaned-up message (`tfinput.errors.clean_error`).
+    """
+    if isinstance(error, TfinputError):
+        return str(error)
+    if isinstance(error, MemoryError):
+        return "out of memory (MemoryError)"
+    try:
+        from tfinput.errors import clean_error
+
+        text = clean_error(error)
+    except Exception:  # pragma: no cover - clean_error itself must not hide the error
+        text = str(error)
+    if "ResourceExhausted" in type(error).__name__:
+        return f"out of memory: {text}"
+    return f"{type(error).__name__}: {text}"
+
+
+def is_counted(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a trial counts towards ``n_trials``: finished, or failed by its config
+    (a trial failed because its worker died, or stopped by Ctrl-C, is retried instead)."""
+    import optuna
+
+    state = trial.state
+    if state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
+        return True
+    return (
+        state == optuna.trial.TrialState.FAIL
+        and bool(trial.user_attrs.get("error"))
+        and not trial.user_attrs.get("worker_died")
+        and not trial.user_attrs.get("interrupted")
+    )
+
+
+def trailing_failures(trials: list[Any], *, since: datetime.datetime) -> list[Any]:
+    """The failed trials (failed by their config) started since ``since``, after the
+    last finished one."""
+    import optuna
+
+    out: list[Any] = []
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.datetime_start is None or t.datetime_start < since:
+            continue
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
+            out = []
+        elif is_counted(t):
+            out.append(t)
+    return out
+
+
+def trial_info(
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, n_trials: int
+) -> dict[str, object]:
+    """The ``trial`` progress event: the trial's state, value and searched parameters,
+    trials done, the best."""
+    import optuna
+
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    ]
+    try:
+        best = study.best_value
+    except ValueError:
+        best = None
+    return {
+        "number": trial.number,
+        "state": trial.state.name.lower(),
+        "value": trial.value,
+        "done": len(done),
+        "total": n_trials,
+        "best": best,
+        "baseline": trial.user_attrs.get("baseline"),
+        "error": trial.user_attrs.get("error"),
+        "params": dict(trial.params),
+    }
+
+
+def state_counts(study: optuna.Study) -> dict[str, int]:
+    """Trial counts by state (``complete``, ``pruned``, ``fail``, ``running``...)."""
+    states: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
+    return states
+
+
+def top_configs(study: optuna.Study, k: int) -> list[tuple[str, PipelineConfig]]:
+    """The ``k`` best distinct configs of the completed trials, as ``(name, config)``
+    (a baseline's name, or ``trial N``; autotune's trial is named by its number)."""
+    import optuna
+
+    complete = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE and "config" in t.user_attrs
+    ]
+    complete.sort(key=lambda t: t.value, reverse=True)
+    out: list[tuple[str, PipelineConfig]] = []
+    for t in complete:
+        config = PipelineConfig.from_dict(t.user_attrs["config"])
+        if all(config != c for _, c in out):
+            name = t.user_attrs.get("baseline") or f"trial {t.number}"
+            out.append((name if name != "autotune" else f"trial {t.number}", config))
+        if len(out) >= k:
+            break
+    return out
+
+
+def summarize_trials(study: optuna.Study) -> list[dict[str, object]]:
+    """Every trial as a JSON-ready row (number, state, value, config, spread, error)."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name.lower(),
+                "value": t.value,
+                "baseline": t.user_attrs.get("baseline"),
+                "params": dict(t.params),
+                "median": t.user_attrs.get("median_examples_per_s"),
+                "min": t.user_attrs.get("min_examples_per_s"),
+                "max": t.user_attrs.get("max_examples_per_s"),
+                "cv": t.user_attrs.get("cv"),
+                "error": t.user_attrs.get("error"),
+                "retried_from": t.system_attrs.get(
+                    "failed_trial", t.user_attrs.get("retried_from")
+                ),
+                "duration_s": t.duration.total_seconds() if t.duration else None,
+            }
+        )
+    return rows

@@ -12,7 +12,7 @@ What happens:
    `SearchSpace`; each trial is `objective.measure` — fresh iterator, warm-up, several
    windows — and reports every window; a trial whose best window so far is below the
    bottom quarter of the finished trials at that window by more than the study's
-   measured window-to-window spread is pruned (`tuners._pruning.NoiseAwarePruner`):
+   measured window-to-window spread is pruned (`tuners._objective.NoiseAwarePruner`):
    clear losers stop early, near-ties are measured to the end. A trial that raises
    (bad config, out of memory) is recorded as failed with the reason and counts
    towards ``n_trials``; the study goes on, but stops after
@@ -45,7 +45,7 @@ Storage (`tuners._storage`): None (in memory); a path ending in ``.db``/``.sqlit
 journal file, several processes on one host, resumable); a ``postgresql://`` URL
 (several hosts). RDB storages get heartbeats: a trial whose worker died is failed after
 the grace period and retried once by another worker. Every trial records its worker
-(`tuners._workers`: ``host:pid``, and the PID namespace: containers may share a host
+(`tuners._storage`: ``host:pid``, and the PID namespace: containers may share a host
 name); when a study is opened, a RUNNING trial of a process of this host that no longer
 exists (a restart within the grace period, or the journal storage, which has no
 heartbeats) is failed and its parameters are enqueued again, once.
@@ -63,7 +63,6 @@ from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import TUNER_PLAN
 from tfinput.options import check_counts
 from tfinput.steps import Step
-from tuners._budget import fit_budget
 from tuners._confirm import (
     Remeasure,
     advice_sentences,
@@ -79,7 +78,7 @@ from tuners._confirm import (
     winner_format_advice,
     winner_roofline,
 )
-from tuners._progress import TrialProgress
+from tuners._objective import TrialProgress, fit_budget
 from tuners._result import (
     TrialsFailedError,
     TuneInterrupted,
@@ -100,12 +99,14 @@ from tuners._search import (
     study_name_for,
 )
 from tuners._space import SearchSpace
-from tuners._storage import host_lock, make_storage, storage_label
-from tuners._trials import (
+from tuners._storage import (
+    host_lock,
+    make_storage,
     state_counts,
+    storage_label,
     top_configs,
 )
-from tuners._trials import summarize_trials as summarize_trials  # importable from here
+from tuners._storage import summarize_trials as summarize_trials  # importable from here
 from tuners.options import (
     MAX_CONSECUTIVE_FAILURES,
     ConfirmOptions,
@@ -150,7 +151,7 @@ def tune(
     n_trials: int = 30,
     timeout: float | None = None,
     options: TuneOptions | None = None,
-    progress: Callable[[str, dict[str, Any]], None] | None = None,
+    progress: Callable[[str, dict[str, object]], None] | None = None,
     verbose: bool = True,
 ) -> TuneResult:
     """Search pipeline configs against a training step and confirm the winner.
@@ -169,7 +170,7 @@ def tune(
         warm-up (``window_batches`` steps a window when the windows are not timed).
       timeout: Stop searching after this many seconds (None: no limit). When
         ``n_trials`` timed trials do not fit, each measures fewer windows (at least 3),
-        and the result notes it (`tuners._budget.fit_budget`).
+        and the result notes it (`tuners._objective.fit_budget`).
       options: A `tuners.TuneOptions` (default: every default): the search (seed,
         sampler, pruner), the study (storage, name, heartbeats), the measurement
         (window counts, CPUs, clocks) and the confirmation (top configs, gain by knob,
@@ -179,7 +180,7 @@ def tune(
         ``roofline``, ...).
       verbose: Log a line per trial (its config, rate, state, the best so far and,
         from the first trial on, the time left), the stages after the search, and a
-        note while a first trial runs past `tuners._progress.SLOW_FIRST_TRIAL_S`
+        note while a first trial runs past `tuners._objective.SLOW_FIRST_TRIAL_S`
         seconds, on the ``tfinput.tuners`` logger (INFO; the note WARNING). When
         logging is not configured, a stderr handler shows them for the call; a level
         set on the logger (or on ``tfinput``) silences them, as ``verbose=False`` does.
@@ -284,7 +285,7 @@ def _result(
     run: Tuning,
     confirming: ConfirmOptions,
     notes: list[str],
-    outcome: dict[str, Any],
+    outcome: dict[str, object],
 ) -> TuneResult:
     """The `TuneResult` of a finished search and its confirmation (``outcome``)."""
     return TuneResult(
@@ -306,7 +307,7 @@ def _result(
     )
 
 
-def _packed_layout(target: Target, config: PipelineConfig) -> dict[str, Any] | None:
+def _packed_layout(target: Target, config: PipelineConfig) -> dict[str, object] | None:
     """The JSON layout description when ``config`` builds packed batches."""
     layout = target.packed_layout(config)
     return layout.to_dict() if layout is not None else None
@@ -344,7 +345,7 @@ def _format_advice(
 
 def _confirm_and_advise(
     study: optuna.Study, run: Tuning, options: ConfirmOptions, *, notes: list[str]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Confirm the search's top configs, then the verdicts, the gain by knob and the
     format advice (`tuners._confirm`): the `TuneResult` fields they give, ``seconds``
     (without the search's) included."""

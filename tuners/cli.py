@@ -35,7 +35,7 @@ from tfinput.cli.demo import DEMO, demo_pipeline
 from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
 from tfinput.measure.target import Target
-from tuners._progress import stage_line, trial_line
+from tuners._objective import stage_line, trial_line
 from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyOptions, TuneOptions
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ class _Display:
     def __exit__(self, *exc: Any) -> None:
         self.bar.__exit__(*exc)
 
-    def __call__(self, event: str, info: dict[str, Any]) -> None:
+    def __call__(self, event: str, info: dict[str, object]) -> None:
         if event == "trial":
             best = f"best {info['best']:,.0f}/s" if info.get("best") else ""
             label = info.get("baseline") or f"trial {info['number']}"

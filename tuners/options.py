@@ -43,7 +43,7 @@ class SearchOptions:
     Attributes:
       seed: The default sampler's seed.
       sampler, pruner: Optuna overrides (default: seeded multivariate TPE with the
-        constant liar; `tuners._pruning.NoiseAwarePruner`: bottom quarter beyond the
+        constant liar; `tuners._objective.NoiseAwarePruner`: bottom quarter beyond the
         measured noise, after one window).
       max_consecutive_failures: Stop after this many failed trials in a row: a step
         or pipeline that always raises ends the study instead of failing forever.

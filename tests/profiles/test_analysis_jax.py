@@ -1,4 +1,4 @@
-"""`profiles._analysis` on JAX's own trace (`profiles._jax_trace`): device compute and
+"""`profiles._analysis` on JAX's own trace (`profiles._trace_events`): device compute and
 host-to-device transfer per step. A real CPU trace is read by tests/profiles/test_cli.py
 (``--step jax``, and Keras on JAX); here, traces in the GPU layout the CUPTI tracer writes
 (device planes with ``Stream #`` lines, kernels and ``MemcpyH2D`` events on the host's
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from profiles._jax_trace import JAX_TRACE_DIR, jax_device_time
 from profiles._results import DEVICE_BUSY_THRESHOLD
+from profiles._trace_events import JAX_TRACE_DIR, jax_device_time
 from profiles._xplane import xspace_class
 
 US = 1_000_000  # picoseconds per microsecond

@@ -481,7 +481,7 @@ def test_demo_model_takes_any_dense_numeric_features():
     import numpy as np
     import tensorflow as tf
 
-    from profiles._demo import demo_keras_model
+    from profiles._testing import demo_keras_model
 
     spec = (
         {
@@ -507,7 +507,7 @@ def test_demo_model_takes_any_dense_numeric_features():
 def test_demo_model_rejects_what_it_cannot_take(spec, message):
     import tensorflow as tf
 
-    from profiles._demo import demo_keras_model
+    from profiles._testing import demo_keras_model
     from tfinput.errors import ConfigError
 
     element_spec = {

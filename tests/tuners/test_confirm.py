@@ -188,8 +188,14 @@ class LoopOwningWorkload:
     def run(self, batch):
         self.clock.t += self.device_s
 
-    def owner(self, source, *, batch_size, warmup_batches, windows, window_batches, **kw):
+    def owner(self, source, *, plan, batch_size, **kw):
         import dataclasses
+
+        warmup_batches, windows, window_batches = (
+            plan.warmup_batches,
+            plan.windows,
+            plan.window_batches,
+        )
 
         it = iter(source)
         clocks = {"clock": self.clock, "cpu_clock": lambda: 0.0}

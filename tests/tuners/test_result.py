@@ -15,7 +15,7 @@ from tests.tuners.conftest import BEST, tune_result
 from tfinput import steps
 from tfinput.config import PipelineConfig
 from tfinput.measure.windows import WindowPlan
-from tuners._pruning import NoiseAwarePruner
+from tuners._objective import NoiseAwarePruner
 from tuners._result import (
     TrialsFailedError,
     describe_method,

@@ -1,26 +1,48 @@
 """`tuners._storage`: where a study lives (memory, SQLite, journal, PostgreSQL URLs),
-opening or resuming it, and the host lock. PostgreSQL itself: test_storage_postgres.py."""
+opening or resuming it, and the host lock; the workers of its trials (ids, the RUNNING
+trials of dead workers requeued); reading its trials. PostgreSQL itself:
+test_storage_postgres.py."""
 
 from __future__ import annotations
 
+import datetime
 import fcntl
+import os
+import socket
+import subprocess
+import sys
 
 import optuna
 import pytest
+import tensorflow as tf
 from optuna.storages import RDBStorage
 from optuna.storages.journal import JournalStorage
 
-from tfinput.errors import ConfigError
+from tests.tuners.conftest import FakeWorkload, rate_by_parallelism
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError, DataError
 from tuners._storage import (
     connect_args,
+    explain_failure,
     first_line,
     host_lock,
+    is_counted,
     make_storage,
     open_study,
+    pid_alive,
+    pid_namespace,
     redact,
+    requeue_dead_workers,
+    state_counts,
     storage_label,
+    summarize_trials,
+    tag_worker,
+    top_configs,
+    trailing_failures,
+    trial_info,
     with_psycopg,
     without_secrets,
+    worker_id,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -129,3 +151,205 @@ def test_host_lock_is_exclusive(tmp_path):
     with open(path) as other:  # released on exit
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.flock(other, fcntl.LOCK_UN)
+
+
+def _dead_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_worker_id_and_pid_liveness():
+    assert worker_id() == f"{socket.gethostname()}:{os.getpid()}"
+    assert pid_namespace() == os.readlink("/proc/self/ns/pid")
+    assert pid_alive(os.getpid()) and not pid_alive(_dead_pid())
+
+
+def test_tag_worker_records_this_process():
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    tag_worker(trial)
+    assert trial.user_attrs == {"worker": worker_id(), "worker_pid_namespace": pid_namespace()}
+
+
+def test_requeue_dead_workers_fails_and_enqueues_their_trials_once():
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial({"x": 2}, user_attrs={"baseline": "autotune"})
+    dead = study.ask()
+    dead.suggest_int("x", 1, 3)
+    dead.set_user_attr("worker", f"{socket.gethostname()}:{_dead_pid()}")
+    live = study.ask()
+    tag_worker(live)
+    elsewhere = study.ask()  # another host: left to the storage's heartbeat
+    elsewhere.set_user_attr("worker", f"not-{socket.gethostname()}:{_dead_pid()}")
+    untagged = study.ask()  # killed before it was tagged: nothing to go on
+
+    assert requeue_dead_workers(study) == [dead.number]
+    assert requeue_dead_workers(study) == [], "failed once, retried once"
+    trials = study.get_trials()
+    failed = trials[dead.number]
+    assert failed.state == optuna.trial.TrialState.FAIL and failed.user_attrs["worker_died"]
+    assert "died while the trial was running; retried" in failed.user_attrs["error"]
+    for t in (live, elsewhere, untagged):
+        assert trials[t.number].state == optuna.trial.TrialState.RUNNING
+    (retry,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert retry.user_attrs == {"baseline": "autotune", "retried_from": dead.number}
+    assert retry.system_attrs["fixed_params"] == {"x": 2}
+
+
+@pytest.mark.parametrize("storage", ["study.db", "study.log"], ids=["sqlite", "journal"])
+def test_a_trial_left_running_by_a_dead_worker_is_failed_and_retried(tmp_path, storage):
+    work = FakeWorkload(rate_by_parallelism)
+    kwargs = dict(
+        storage=str(tmp_path / storage), study_name="restart", lock_path=str(tmp_path / "lock")
+    )
+    work.tune(n_trials=4, **kwargs)
+    # A worker (on this host) was killed mid-trial: its trial stays RUNNING, and the
+    # restart comes well within the heartbeat grace period (or there is no heartbeat).
+    study = optuna.load_study(study_name="restart", storage=make_storage(kwargs["storage"]))
+    study.enqueue_trial({"map_parallelism": 3})
+    victim = study.ask()
+    choices = study.trials[0].distributions["map_parallelism"].choices
+    assert victim.suggest_categorical("map_parallelism", choices) == 3
+    victim.set_user_attr("worker", f"{socket.gethostname()}:{_dead_pid()}")
+    study.enqueue_trial({"map_parallelism": 4})
+    early = study.ask()  # killed before it suggested anything: retried as enqueued
+    early.set_user_attr("worker", f"{socket.gethostname()}:{_dead_pid()}")
+    alive = study.ask()  # a live process of this host (this one) is left alone
+    alive.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+    other = study.ask()  # so is a process of another container with the same host name
+    other.set_user_attr("worker", f"{socket.gethostname()}:{_dead_pid()}")
+    other.set_user_attr("worker_pid_namespace", "pid:[1]")
+
+    result = work.tune(n_trials=8, **kwargs)
+    trials = {t.number: t for t in result.study.get_trials()}
+    killed = trials[victim.number]
+    assert killed.state == optuna.trial.TrialState.FAIL
+    assert "died" in killed.user_attrs["error"]
+    retries = [t for t in trials.values() if t.user_attrs.get("retried_from") == victim.number]
+    assert len(retries) == 1 and retries[0].state.is_finished()
+    assert retries[0].params == {"map_parallelism": 3}
+    (early_retry,) = [
+        t for t in trials.values() if t.user_attrs.get("retried_from") == early.number
+    ]
+    assert trials[early.number].state == optuna.trial.TrialState.FAIL
+    assert early_retry.params == {"map_parallelism": 4}
+    assert trials[alive.number].state == optuna.trial.TrialState.RUNNING
+    assert trials[other.number].state == optuna.trial.TrialState.RUNNING
+    killed_numbers = (victim.number, early.number)
+    counted = [
+        t for t in trials.values() if t.state.is_finished() and t.number not in killed_numbers
+    ]
+    assert len(counted) == 8, "the killed trials do not count; their retries do"
+
+
+State = optuna.trial.TrialState
+T0 = datetime.datetime(2026, 1, 1, 12, 0)
+
+
+@pytest.fixture
+def study():
+    """autotune (100/s), a failed config, a pruned trial, trial 3 (300/s), a trial whose
+    worker died, and trial 5 with trial 3's config (200/s)."""
+    s = optuna.create_study(direction="maximize")
+    fast = PipelineConfig(batch_size=50, prefetch=4).to_dict()
+    trials = [
+        (State.COMPLETE, 100.0, {"baseline": "autotune", "config": PipelineConfig().to_dict()}),
+        (State.FAIL, None, {"error": "out of memory (MemoryError)"}),
+        (State.PRUNED, None, {}),
+        (State.COMPLETE, 300.0, {"config": fast, "median_examples_per_s": 300.0, "cv": 0.1}),
+        (State.FAIL, None, {"error": "worker h:1 died", "worker_died": True}),
+        (State.COMPLETE, 200.0, {"config": fast}),
+    ]
+    for state, value, attrs in trials:
+        s.add_trial(optuna.trial.create_trial(state=state, value=value, user_attrs=attrs))
+    return s
+
+
+def test_is_counted_and_state_counts(study):
+    counted = [is_counted(t) for t in study.trials]
+    assert counted == [True, True, True, True, False, True]  # a dead worker's: retried
+    assert state_counts(study) == {"complete": 3, "fail": 2, "pruned": 1}
+
+
+def test_top_configs_are_distinct_and_best_first(study):
+    top = top_configs(study, 3)
+    assert top == [
+        ("trial 3", PipelineConfig(batch_size=50, prefetch=4)),
+        ("trial 0", PipelineConfig()),  # autotune's trial is named by its number
+    ]
+    assert top_configs(study, 1) == top[:1]
+
+
+def test_summarize_trials_one_row_per_trial(study):
+    rows = summarize_trials(study)
+    assert [r["state"] for r in rows] == [
+        "complete",
+        "fail",
+        "pruned",
+        "complete",
+        "fail",
+        "complete",
+    ]
+    assert rows[0]["baseline"] == "autotune" and rows[0]["value"] == 100.0
+    assert rows[1]["error"] == "out of memory (MemoryError)"
+    assert rows[3]["median"] == 300.0 and rows[3]["cv"] == 0.1 and rows[3]["min"] is None
+    assert all(r["retried_from"] is None for r in rows)
+
+
+def test_trial_info_is_the_progress_event(study):
+    info = trial_info(study, study.trials[3], n_trials=10)
+    assert info == {
+        "number": 3,
+        "state": "complete",
+        "value": 300.0,
+        "done": 4,  # complete and pruned
+        "total": 10,
+        "best": 300.0,
+        "baseline": None,
+        "error": None,
+        "params": {},  # the trial's searched parameters (none in this study)
+    }
+    empty = optuna.create_study(direction="maximize")
+    number = empty.ask().number
+    first = trial_info(empty, empty.trials[number], 5)
+    assert first["state"] == "running" and first["done"] == 0 and first["best"] is None
+
+
+def test_trailing_failures_since_the_last_finished_trial():
+    def trial(number, state, start, **attrs):
+        t = optuna.trial.create_trial(state=state, value=1.0 if state == State.COMPLETE else None)
+        t.number, t.datetime_start, t.user_attrs = number, start, attrs
+        return t
+
+    minute = datetime.timedelta(minutes=1)
+    trials = [
+        trial(0, State.FAIL, T0, error="old failure"),
+        trial(1, State.COMPLETE, T0 + minute),
+        trial(2, State.FAIL, T0 + 2 * minute, error="oom"),
+        trial(3, State.FAIL, T0 + 3 * minute, error="died", worker_died=True),
+        trial(4, State.FAIL, T0 + 4 * minute, error="oom again"),
+    ]
+    assert [t.number for t in trailing_failures(trials, since=T0)] == [2, 4]
+    assert [t.number for t in trailing_failures(trials[:1], since=T0)] == [0]
+    assert trailing_failures(trials[:1], since=T0 + minute) == []  # before this run
+
+
+@pytest.mark.parametrize(
+    "error, want",
+    [
+        (
+            DataError("file a.tfrecord: feature 'x' expected int64"),
+            "file a.tfrecord: feature 'x' expected int64",
+        ),
+        (MemoryError(), "out of memory (MemoryError)"),
+        (
+            tf.errors.ResourceExhaustedError(None, None, "OOM when allocating 800 rows"),
+            "out of memory: OOM when allocating 800 rows",
+        ),
+        (RuntimeError("device lost"), "RuntimeError: device lost"),
+    ],
+    ids=["tfinput-error", "memory-error", "resource-exhausted", "other"],
+)
+def test_explain_failure(error, want):
+    assert explain_failure(None, error) == want

@@ -284,7 +284,7 @@ def test_ctrl_c_in_the_confirmation_claims_no_verdict(tmp_path):
 
 
 def test_a_study_interrupted_in_a_storage_resumes_and_measures_the_stopped_trial(tmp_path):
-    from tuners._trials import is_counted
+    from tuners._storage import is_counted
 
     work = FakeWorkload(rate_by_parallelism)
     work.fail = _ctrl_c(work, at_step=IN_THE_THIRD_TRIAL)

@@ -21,13 +21,13 @@ Clocks, CPU counters and the CPU count are injectable, so every timing is testab
 without sleeping.
 """
 
-from tfinput._src.measurement.options import MeasureOptions as MeasureOptions
 from tfinput._src.measurement.probes import available_cpus as available_cpus
 from tfinput._src.measurement.probes import current_rss_bytes as current_rss_bytes
 from tfinput._src.measurement.probes import keras_backend as keras_backend
 from tfinput._src.measurement.probes import machine as machine
 from tfinput._src.measurement.probes import peak_rss_bytes as peak_rss_bytes
 from tfinput._src.measurement.probes import process_cpu_seconds as process_cpu_seconds
+from tfinput._src.measurement.target import MeasureOptions as MeasureOptions
 from tfinput._src.measurement.windows import BENCH_PLAN as BENCH_PLAN
 from tfinput._src.measurement.windows import CAPTURE_PLAN as CAPTURE_PLAN
 from tfinput._src.measurement.windows import ROOFLINE_PLAN as ROOFLINE_PLAN

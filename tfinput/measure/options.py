@@ -1,3 +1,3 @@
 """`MeasureOptions`: how a measurement is taken, in one frozen object."""
 
-from tfinput._src.measurement.options import MeasureOptions as MeasureOptions
+from tfinput._src.measurement.target import MeasureOptions as MeasureOptions

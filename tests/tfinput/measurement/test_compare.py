@@ -92,9 +92,10 @@ def test_measure_a_real_pipeline_with_a_simulated_step(pipeline_of):
 def _owning_step(clock: FakeClock, prepared: list[PipelineConfig]) -> steps.Step:
     """A step that drives the data itself and, like model.fit, cannot see input waits."""
 
-    def run_windows(source, *, batch_size, warmup_batches, windows, window_batches, **kw):
+    def run_windows(source, *, plan, batch_size, **kw):
+        windows, window_batches = plan.windows, plan.window_batches
         it = iter(source)
-        for _ in range(warmup_batches):
+        for _ in range(plan.warmup_batches):
             next(it)
         out = []
         for i in range(windows):

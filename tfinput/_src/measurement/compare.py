@@ -1,4 +1,5 @@
-"""Configs side by side: `measure`, its `BenchResult`, and the configs it compares.
+"""Configs side by side: `measure`, its `BenchResult`, the configs it compares, and the
+statistics of their windows (`ConfigStats`, `summarize`, `stall_fraction`).
 
 `measure` is the side-by-side comparison behind ``tfinput bench`` (`tfinput.bench`) and
 the tuner's confirmation. How it measures (and records in ``BenchResult.method``):
@@ -13,10 +14,10 @@ the tuner's confirmation. How it measures (and records in ``BenchResult.method``
   let the first config's window absorb it alone and carry buffers filled during
   another config's turn.
 - **Interleaving.** Configs take turns, window by window (``A B C A B C ...``,
-  `tfinput.measure.stats.interleave`), so slow drift of the machine (other jobs,
+  `tfinput.measure.windows.interleave`), so slow drift of the machine (other jobs,
   thermal, page cache) touches every config alike; window ``i`` of each config belongs
   to round ``i``, and ratios against the baseline are computed per round, then
-  summarized (`tfinput.measure.stats.summarize`).
+  summarized (`summarize`).
 - **Statistics.** Per config: the median examples/s over windows (robust to one
   disturbed window), the spread (min-max and coefficient of variation), per-batch
   latency p50/p99 (the time between consecutive batches as the consumer sees it,
@@ -38,14 +39,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import ConfigError
-from tfinput._src.measurement.options import MeasureOptions
 from tfinput._src.measurement.probes import (
     available_cpus,
     current_rss_bytes,
@@ -54,19 +57,30 @@ from tfinput._src.measurement.probes import (
     process_cpu_seconds,
 )
 from tfinput._src.measurement.roofline import Roofline
-from tfinput._src.measurement.stats import ConfigStats, interleave, summarize
 from tfinput._src.measurement.steps.base import Step
-from tfinput._src.measurement.target import Measurable, Target
+from tfinput._src.measurement.target import Measurable, MeasureOptions, Target
 from tfinput._src.measurement.windows import (
     BENCH_PLAN,
     Clock,
     Progress,
     Window,
     WindowPlan,
+    interleave,
     run_window,
 )
 
-__all__ = ["BENCH_FORMAT", "BenchResult", "load_configs", "measure", "preset_configs"]
+__all__ = [
+    "BENCH_FORMAT",
+    "BenchResult",
+    "ConfigStats",
+    "interleave",
+    "load_configs",
+    "measure",
+    "preset_configs",
+    "stall_fraction",
+    "summarize",
+]
+
 
 BENCH_FORMAT = "tfinput.bench/1"
 
@@ -85,8 +99,8 @@ class BenchResult:
       roofline: The machine's bound, when measured.
     """
 
-    method: dict[str, Any]
-    machine: dict[str, Any]
+    method: dict[str, object]
+    machine: dict[str, object]
     baseline: str | None
     results: tuple[ConfigStats, ...]
     roofline: Roofline | None = None
@@ -109,7 +123,7 @@ class BenchResult:
             f"benchmark: no config {name!r}; configs: {[r.name for r in self.results]}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict in the ``tfinput.bench/1`` format (see docs/bench.md)."""
         return {
             "format": BENCH_FORMAT,
@@ -234,7 +248,7 @@ def measure(
     measured_target = Target.of(target, what="benchmark")
     cores = options.cpu_count or available_cpus()
     clock = options.clock or time.perf_counter
-    per_config: dict[str, Any] = {}
+    per_config: dict[str, object] = {}
     runs = {
         name: _config_run(
             name,
@@ -266,10 +280,10 @@ def measure(
 def _config_run(
     name: str,
     config: PipelineConfig,
-    factory: Callable[[PipelineConfig], Iterable[Any]],
+    factory: Callable[[PipelineConfig], Iterable[object]],
     step: Step,
     plan: WindowPlan,
-    per_config: dict[str, Any],
+    per_config: dict[str, object],
     *,
     clock: Clock,
     cpu_clock: Clock,
@@ -282,20 +296,12 @@ def _config_run(
     prepared = step.prepare(config)
     per_config[name] = prepared.describe()
     owner = prepared.run_windows
-    timed = {"window_seconds": plan.window_seconds} if plan.timed else {}
     if owner is not None:
         # The step drives the data itself (model.fit): one fresh source per window.
+        one = dataclasses.replace(plan, windows=1)
+
         def owned() -> Window:
-            ws = owner(
-                factory(config),
-                batch_size=size,
-                warmup_batches=plan.warmup_batches,
-                windows=1,
-                window_batches=plan.window_batches,
-                clock=clock,
-                cpu_clock=cpu_clock,
-                **timed,
-            )
+            ws = owner(factory(config), plan=one, batch_size=size, clock=clock, cpu_clock=cpu_clock)
             return dataclasses.replace(ws[0], peak_rss_bytes=max(ws[0].peak_rss_bytes, rss()))
 
         return owned
@@ -313,8 +319,8 @@ def _config_run(
 
 
 def _method(
-    plan: WindowPlan, step: Step, per_config: Mapping[str, Any], clock: Clock, target: Target
-) -> dict[str, Any]:
+    plan: WindowPlan, step: Step, per_config: Mapping[str, object], clock: Clock, target: Target
+) -> dict[str, object]:
     """The ``method`` record of a `BenchResult`: how every number was taken."""
     first = next(iter(per_config), None)
     return {
@@ -341,10 +347,167 @@ def _method(
     }
 
 
-def _describe(target: Target) -> dict[str, Any] | None:
+def _describe(target: Target) -> dict[str, object] | None:
     if target.pipeline is None:
         return None
     try:
         return target.pipeline.describe()
     except Exception:  # a description must never fail a measurement
         return None
+
+
+def stall_fraction(windows: Sequence[Window]) -> float | None:
+    """Fraction of the windows' time spent waiting for input; None when a window does
+    not know it (the step owns the loop, ``model.fit``)."""
+    waits = [w.wait_seconds for w in windows]
+    if any(x is None for x in waits):
+        return None
+    seconds = sum(w.seconds for w in windows)
+    return sum(x for x in waits if x is not None) / seconds if seconds > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConfigStats:
+    """Summary of one config's windows.
+
+    Attributes:
+      name: Config name.
+      config: The config (None for a plain dataset factory).
+      windows: Its windows, in round order.
+      median, minimum, maximum: Examples/s over windows.
+      cv: Coefficient of variation of examples/s over windows (std / mean).
+      latency_p50_ms, latency_p99_ms: Per-batch latency percentiles, all windows pooled.
+      stall: Fraction of window time spent waiting for the next batch; None when a
+        window could not know it (the step owns the loop, ``model.fit``).
+      cores_busy: Median process CPU-seconds per second.
+      utilisation: ``cores_busy / cpu_count``.
+      peak_rss_mb: Highest resident memory sampled during its windows.
+      ratio, ratio_min, ratio_max: Examples/s over the baseline's: median of the
+        per-round ratios, and their range.
+      roofline_fraction: The median over the roofline's bound, when one was measured.
+    """
+
+    name: str
+    config: PipelineConfig | None
+    windows: tuple[Window, ...]
+    median: float
+    minimum: float
+    maximum: float
+    cv: float
+    latency_p50_ms: float
+    latency_p99_ms: float
+    stall: float | None
+    cores_busy: float
+    utilisation: float
+    peak_rss_mb: float
+    ratio: float | None = None
+    ratio_min: float | None = None
+    ratio_max: float | None = None
+    roofline_fraction: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict (the ``results`` entries of the ``tfinput.bench/1`` format)."""
+
+        def r(x: float | None, nd: int = 3) -> float | None:
+            return None if x is None else round(x, nd)
+
+        return {
+            "name": self.name,
+            "config": self.config.to_dict() if self.config is not None else None,
+            "examples_per_s": {
+                "median": r(self.median, 1),
+                "min": r(self.minimum, 1),
+                "max": r(self.maximum, 1),
+                "cv": r(self.cv, 4),
+            },
+            "latency_ms": {"p50": r(self.latency_p50_ms), "p99": r(self.latency_p99_ms)},
+            "stall_fraction": r(self.stall, 4),
+            "cpu": {"cores_busy": r(self.cores_busy), "utilisation": r(self.utilisation)},
+            "peak_rss_mb": r(self.peak_rss_mb, 1),
+            "vs_baseline": {
+                "ratio": r(self.ratio),
+                "min": r(self.ratio_min),
+                "max": r(self.ratio_max),
+            },
+            "roofline_fraction": r(self.roofline_fraction),
+            "windows": [w.to_dict() for w in self.windows],
+        }
+
+
+def summarize(
+    windows: Mapping[str, Sequence[Window]],
+    *,
+    configs: Mapping[str, PipelineConfig | None] | None = None,
+    baseline: str | None = None,
+    cpu_count: int = 1,
+    bound: float | Mapping[str, float] | None = None,
+) -> list[ConfigStats]:
+    """Statistics per config, ratios to ``baseline`` per round, roofline fractions.
+
+    Args:
+      windows: Windows by config name (round order).
+      configs: The configs, for the record.
+      baseline: Config the ratios are relative to (None: no ratios).
+      cpu_count: CPUs, for utilisation.
+      bound: The roofline bound in examples/s, for fractions: one for every config, or
+        ``{name: bound}`` (`tfinput.measure.roofline.Roofline.predict` per config; a config
+        missing from it gets no fraction). None: no fractions.
+
+    Returns:
+      One `ConfigStats` per config, in the order of ``windows``.
+
+    Raises:
+      ConfigError: ``baseline`` is not one of the configs.
+    """
+    if baseline is not None and baseline not in windows:
+        raise ConfigError(f"benchmark: baseline {baseline!r} is not one of {list(windows)}")
+    base = {w.round: w.examples_per_s for w in windows[baseline]} if baseline else {}
+    return [
+        _config_stats(
+            name,
+            ws,
+            config=(configs or {}).get(name),
+            base=base,
+            cpu_count=cpu_count,
+            bound=bound.get(name) if isinstance(bound, Mapping) else bound,
+        )
+        for name, ws in windows.items()
+    ]
+
+
+def _config_stats(
+    name: str,
+    ws: Sequence[Window],
+    *,
+    config: PipelineConfig | None,
+    base: Mapping[int, float],
+    cpu_count: int,
+    bound: float | None,
+) -> ConfigStats:
+    """One config's `ConfigStats`; ``base`` holds the baseline's rate per round."""
+    rates = np.array([w.examples_per_s for w in ws], dtype=np.float64)
+    intervals = np.array([s for w in ws for s in w.batch_seconds], dtype=np.float64)
+    mean = float(rates.mean())
+    std = float(rates.std(ddof=1)) if len(rates) > 1 else 0.0
+    ratios = [w.examples_per_s / base[w.round] for w in ws if base.get(w.round)]
+    median = float(np.median(rates))
+    cores = statistics.median(w.cores_busy for w in ws)
+    return ConfigStats(
+        name=name,
+        config=config,
+        windows=tuple(ws),
+        median=median,
+        minimum=float(rates.min()),
+        maximum=float(rates.max()),
+        cv=std / mean if mean > 0 else 0.0,
+        latency_p50_ms=float(np.percentile(intervals, 50)) * 1e3,
+        latency_p99_ms=float(np.percentile(intervals, 99)) * 1e3,
+        stall=stall_fraction(ws),
+        cores_busy=cores,
+        utilisation=cores / max(cpu_count, 1),
+        peak_rss_mb=max(w.peak_rss_bytes for w in ws) / 2**20,
+        ratio=float(np.median(ratios)) if ratios else None,
+        ratio_min=min(ratios) if ratios else None,
+        ratio_max=max(ratios) if ratios else None,
+        roofline_fraction=median / bound if bound else None,
+    )

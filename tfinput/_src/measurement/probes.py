@@ -11,7 +11,6 @@ import platform
 import resource
 import sys
 import time
-from typing import Any
 
 __all__ = [
     "available_cpus",
@@ -79,7 +78,7 @@ def _tf_version() -> str | None:
     return None
 
 
-def machine(*, cpu_count: int | None = None) -> dict[str, Any]:
+def machine(*, cpu_count: int | None = None) -> dict[str, object]:
     """The description recorded next to every measurement.
 
     Args:

@@ -20,10 +20,9 @@ import numpy as np
 
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import ConfigError, SourceError
-from tfinput._src.measurement.options import MeasureOptions
 from tfinput._src.measurement.probes import available_cpus, current_rss_bytes, process_cpu_seconds
-from tfinput._src.measurement.stats import interleave
-from tfinput._src.measurement.windows import ROOFLINE_PLAN, Progress, Window, run_window
+from tfinput._src.measurement.target import MeasureOptions
+from tfinput._src.measurement.windows import ROOFLINE_PLAN, Progress, Window, interleave, run_window
 
 if TYPE_CHECKING:
     from tfinput._src.core.pipeline import Pipeline
@@ -95,7 +94,7 @@ class Stage:
             windows=tuple(windows),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``roofline.stages`` entries of ``tfinput.bench/1``)."""
         return {
             "name": self.name,
@@ -145,7 +144,7 @@ class SerialStage:
         rate = self.examples_per_cpu_s
         return 1e6 / rate if rate > 0 else float("inf")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``roofline.serial`` entries of ``tfinput.bench/1``)."""
         return {
             "config": self.config,
@@ -197,7 +196,7 @@ class Prediction:
     read: float
     serial: float | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``roofline.predictions`` entries of ``tfinput.bench/1``)."""
         return {
             "config": self.config,
@@ -285,7 +284,7 @@ class Roofline:
             "total": full,
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``roofline`` entry of the ``tfinput.bench/1`` format)."""
         return {
             "cores": self.cores,
@@ -493,7 +492,7 @@ def pipeline_stages(pipeline: Pipeline, batch_size: int) -> ReadStages:
         read_batch=PipelineConfig().read_batch,
     )
 
-    def full() -> Iterable[Any]:
+    def full() -> Iterable[object]:
         return pipeline.build(single).repeat().with_options(single_core_options())
 
     own = source.roofline_stages(files, pipeline.schema, batch_size)

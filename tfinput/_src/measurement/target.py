@@ -1,10 +1,17 @@
-"""What the measurement takes: a pipeline, declared (`Target`), whatever form it came in.
+"""What a measurement takes: the pipeline (`Target`) and how to measure it (`MeasureOptions`).
+
+Both are settled once, at the entry, and passed down as they are.
 
 `tfinput bench`, `tuners.tune` and `profiles._capture` accept a `tfinput.Pipeline`, any
 object with ``build(config)`` (`Buildable`), or a callable ``config -> iterable of
 batches``. `Target.of` turns each into one declared object once, at the entry, so the
 code below it asks named questions (the source, the schema, the layout, the service)
 instead of probing attributes.
+
+`tfinput.measure.compare.measure`, `tfinput.bench.roofline` (``measurement=``) and
+`tuners.tune` (``TuneOptions.measurement``) take a `MeasureOptions`. Each settles its
+window counts into a `WindowPlan` once (`MeasureOptions.plan`, with its own default plan)
+and hands that plan down.
 """
 
 from __future__ import annotations
@@ -16,15 +23,17 @@ from typing import TYPE_CHECKING, Any, Union
 
 from tfinput._src.core.config import Buildable, PipelineConfig
 from tfinput._src.core.errors import ConfigError
+from tfinput._src.measurement.windows import Clock, WindowPlan
 
-if TYPE_CHECKING:  # the pipeline module imports TensorFlow: on first use only
+if TYPE_CHECKING:
     from tfinput._src.core.layout import PackedLayout
     from tfinput._src.core.pipeline import Pipeline
     from tfinput._src.core.schema import Schema
     from tfinput._src.core.service import ServiceRead
     from tfinput._src.core.sources.protocol import Source
 
-__all__ = ["BatchFactory", "Buildable", "Measurable", "Target"]
+__all__ = ["BatchFactory", "Buildable", "Measurable", "MeasureOptions", "Target"]
+
 
 #: ``config -> iterable of batches``: a fresh, endless stream per call.
 BatchFactory = Callable[[PipelineConfig], Iterable[Any]]
@@ -75,7 +84,7 @@ class Target:
             f"batches (or an object with build(config)), got {type(obj).__name__}"
         )
 
-    def one_batch_repeated(self, config: PipelineConfig) -> Iterable[Any]:
+    def one_batch_repeated(self, config: PipelineConfig) -> Iterable[object]:
         """The first batch of ``config``, repeated endlessly: the step fed without any
         input cost (cached in tf.data for a builder)."""
         if self.pipeline is not None:
@@ -138,3 +147,69 @@ class Target:
 #: What bench, the tuner and the profiler measure: a `Pipeline`, anything with
 #: ``build(config)``, a callable ``config -> batches``, or a `Target` made of one.
 Measurable = Union[Target, "Pipeline", Buildable, BatchFactory]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeasureOptions:
+    """The window counts, the CPUs and the probes of a measurement.
+
+    Attributes:
+      warmup_batches, windows, window_batches: The `WindowPlan` (None: the measuring
+        function's own plan, `BENCH_PLAN` for bench and `TUNER_PLAN` for the tuner).
+      window_seconds: The least seconds of a window, its batches sized from the
+        warm-up's rate (`WindowPlan.window_seconds`; 0: a fixed ``window_batches``).
+        None: the plan's own target, except when ``window_batches`` is given alone,
+        which asks for that fixed count.
+      cpu_count: CPUs the numbers are normalized to and recorded with (None: the
+        process's affinity mask).
+      clock, cpu_clock, rss: Wall clock, process CPU seconds and resident memory
+        probes (None: the real ones; tests pass fakes).
+    """
+
+    warmup_batches: int | None = None
+    windows: int | None = None
+    window_batches: int | None = None
+    window_seconds: float | None = None
+    cpu_count: int | None = None
+    clock: Clock | None = None
+    cpu_clock: Clock | None = None
+    rss: Callable[[], int] | None = None
+
+    def plan(self, default: WindowPlan, *, what: str) -> WindowPlan:
+        """The window plan: the counts given here, the others ``default``'s.
+
+        Raises:
+          ConfigError: a bad count, as ``"{what}: windows must be an int >= 1, got 0"``,
+            or a negative ``window_seconds``.
+        """
+        seconds = self.window_seconds
+        if seconds is None:
+            seconds = default.window_seconds if self.window_batches is None else 0.0
+        return WindowPlan.checked(
+            what,
+            warmup_batches=_given(self.warmup_batches, default.warmup_batches),
+            windows=_given(self.windows, default.windows),
+            window_batches=_given(self.window_batches, default.window_batches),
+            window_seconds=seconds,
+        )
+
+    def with_plan(self, plan: WindowPlan) -> MeasureOptions:
+        """These options with every window count ``plan``'s: a plan settled by a caller,
+        handed to a measurement whose own default plan is another."""
+        return dataclasses.replace(
+            self,
+            warmup_batches=plan.warmup_batches,
+            windows=plan.windows,
+            window_batches=plan.window_batches,
+            window_seconds=plan.window_seconds,
+        )
+
+    def clocks(self) -> dict[str, Clock]:
+        """``clock`` and ``cpu_clock`` as keywords, only those given (so the
+        measurement's own defaults apply to the others)."""
+        given = {"clock": self.clock, "cpu_clock": self.cpu_clock}
+        return {name: probe for name, probe in given.items() if probe is not None}
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value

@@ -8,7 +8,8 @@ no target (``window_seconds=0``) times ``window_batches`` batches per window. `m
 already-started iterator and is all the timing logic; `run_window` adds a fresh
 iterator and the warm-up (``tfinput bench``, the roofline); `consecutive_windows`
 times several windows of one iterator after one warm-up (the tuner's trial, the steps
-that own the loop). `WindowPlan` is the one object that says how many of each.
+that own the loop); `interleave` runs several configs' windows in turns, round by round.
+`WindowPlan` is the one object that says how many of each.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "batch_rows",
     "close_iterator",
     "consecutive_windows",
+    "interleave",
     "measure_window",
     "run_window",
     "warm_up",
@@ -177,7 +179,7 @@ class WindowPlan:
         # A hair under the product first: float sums of the intervals overshoot.
         return max(self.window_batches, math.ceil(self.window_seconds * rate * (1 - 1e-9)))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
 
@@ -229,7 +231,7 @@ class Window:
         """Process CPU-seconds per wall second."""
         return self.cpu_seconds / self.seconds if self.seconds > 0 else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the ``windows`` entries of the ``tfinput.bench/1`` format)."""
         return {
             "round": self.round,
@@ -258,7 +260,7 @@ def batch_rows(batch: Any) -> int:
     return -1
 
 
-def _first_rows(values: Iterable[Any]) -> int:
+def _first_rows(values: Iterable[object]) -> int:
     for value in values:
         n = batch_rows(value)
         if n >= 0:
@@ -267,7 +269,7 @@ def _first_rows(values: Iterable[Any]) -> int:
 
 
 def measure_window(
-    iterator: Iterator[Any],
+    iterator: Iterator[object],
     *,
     batches: int,
     step: Callable[[Any], Any] | None = None,
@@ -347,7 +349,7 @@ def measure_window(
     )
 
 
-def warm_up(iterator: Iterator[Any], batches: int, step: Callable[[Any], Any] | None) -> int:
+def warm_up(iterator: Iterator[object], batches: int, step: Callable[[Any], Any] | None) -> int:
     """Hand up to ``batches`` untimed batches to ``step``; returns how many there were
     (fewer when the iterator ends: the caller says what that means)."""
     for i in range(batches):
@@ -368,7 +370,7 @@ def close_iterator(iterator: Any) -> None:
 
 
 def run_window(
-    make_iterable: Callable[[], Iterable[Any]],
+    make_iterable: Callable[[], Iterable[object]],
     *,
     warmup_batches: int,
     window_batches: int,
@@ -428,7 +430,7 @@ def run_window(
 
 
 def consecutive_windows(
-    iterator: Iterator[Any],
+    iterator: Iterator[object],
     plan: WindowPlan,
     *,
     step: Callable[[Any], Any] | None,
@@ -494,4 +496,30 @@ def consecutive_windows(
                 break
     finally:
         close_iterator(iterator)
+    return out
+
+
+def interleave(
+    runs: Mapping[str, Callable[[], Window]], windows: int, progress: Progress | None
+) -> dict[str, list[Window]]:
+    """Run ``windows`` rounds of one window per entry of ``runs``, in order.
+
+    Args:
+      runs: ``{name: run}``; each call of ``run`` measures one window.
+      windows: Rounds.
+      progress: Called as ``progress(done, total, window)`` after each window.
+
+    Returns:
+      ``{name: windows}`` in round order, each named and numbered.
+    """
+    out: dict[str, list[Window]] = {name: [] for name in runs}
+    total = windows * len(runs)
+    done = 0
+    for r in range(windows):
+        for name, run in runs.items():
+            w = dataclasses.replace(run(), name=name, round=r)
+            out[name].append(w)
+            done += 1
+            if progress is not None:
+                progress(done, total, w)
     return out

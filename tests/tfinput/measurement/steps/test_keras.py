@@ -17,6 +17,9 @@ from tfinput import steps
 from tfinput.errors import ConfigError
 from tfinput.measure.windows import WindowPlan
 
+#: The least plan: no warm-up, one window of one batch.
+ONE = WindowPlan(warmup_batches=0, windows=1, window_batches=1)
+
 
 def _env(backend: str) -> dict[str, str]:
     return {
@@ -108,10 +111,8 @@ def test_keras_fit_step_measures_windows_on_the_tensorflow_backend(
     # Windows directly: 6 batches are rounded up to a multiple of k; examples counted.
     ws = prepared.run_windows(
         pipeline.build(config).repeat(),
+        plan=WindowPlan(warmup_batches=1, windows=2, window_batches=6),
         batch_size=50,
-        warmup_batches=1,
-        windows=2,
-        window_batches=6,
     )
     batches = 6 if k == 1 else 8
     assert [w.batches for w in ws] == [batches, batches]
@@ -168,7 +169,7 @@ def test_keras_fit_step_needs_a_dataset_and_a_model(fit_model):
         steps.keras_fit_step(object())
     step = steps.keras_fit_step(fit_model)
     with pytest.raises(ConfigError, match=r"tf\.data\.Dataset"):
-        step.run_windows([1, 2, 3], batch_size=1, warmup_batches=0, windows=1, window_batches=1)
+        step.run_windows([1, 2, 3], plan=ONE, batch_size=1)
 
 
 def test_keras_fit_step_needs_countable_batches(small_tfrecord, small_schema, fit_model):
@@ -177,7 +178,7 @@ def test_keras_fit_step_needs_countable_batches(small_tfrecord, small_schema, fi
     ds = tfinput.tfrecord(small_tfrecord, small_schema).build(config)
     step = steps.keras_fit_step(fit_model)
     with pytest.raises(ConfigError, match="drop_remainder=True"):
-        step.run_windows(ds, batch_size=None, warmup_batches=0, windows=1, window_batches=1)
+        step.run_windows(ds, plan=ONE, batch_size=None)
 
 
 # --------------------------------------------------- other backends (children)

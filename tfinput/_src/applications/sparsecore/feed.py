@@ -67,8 +67,7 @@ from tfinput._src.applications.sparsecore.workers import (
 )
 from tfinput._src.core._input_iterator import InputIterator
 from tfinput._src.core.errors import ConfigError, ResumeError
-from tfinput._src.measurement.steps._feed import loop_windows
-from tfinput._src.measurement.steps.base import STEP_CLASSES, Step
+from tfinput._src.measurement.steps.base import STEP_CLASSES, Step, loop_windows
 
 __all__ = ["SparseCoreFeed", "sparsecore_feed", "sparsecore_step"]
 

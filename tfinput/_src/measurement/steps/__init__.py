@@ -31,14 +31,21 @@ Each kind is a class (`InputOnlyStep`, `FunctionStep`, `SimulatedStep`, `KerasSt
 `KerasFitStep`, `JaxStep`: a `Step` whose ``kind`` is fixed), made by the constructors
 below.
 
-Modules: `tfinput._src.measurement.steps.base` (`Step`, the kind classes and names), `tfinput._src.measurement.steps.simple`
-(input only, function, simulated), `tfinput._src.measurement.steps.keras`, `tfinput._src.measurement.steps.jax`,
-`tfinput._src.measurement.steps.cli` (`make`, from command-line choices); the device feeding and the
-window loop of steps that feed the device themselves are in ``_feed``.
+Modules: `tfinput._src.measurement.steps.base` (`Step`, the kind classes and names; the
+input-only, function, simulated and JAX steps; the device feeding and the window loop of
+steps that feed the device themselves) and `tfinput._src.measurement.steps.keras`. `make`,
+here, makes a step from command-line choices (shared by ``tfinput tune`` and ``tfinput
+profile``).
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tfinput._src.core._objects import load_object
+from tfinput._src.core.errors import ConfigError
 from tfinput._src.measurement.steps.base import (
     CLI_STEPS,
     STEP_CLASSES,
@@ -50,14 +57,18 @@ from tfinput._src.measurement.steps.base import (
     KerasStep,
     SimulatedStep,
     Step,
+    function_step,
+    input_only,
+    jax_step,
+    simulated_step,
 )
 from tfinput._src.measurement.steps.base import (
     RunWindows as RunWindows,  # the type of Step.run_windows
 )
-from tfinput._src.measurement.steps.cli import make
-from tfinput._src.measurement.steps.jax import jax_step
 from tfinput._src.measurement.steps.keras import keras_backend, keras_fit_step, keras_step
-from tfinput._src.measurement.steps.simple import function_step, input_only, simulated_step
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfinput._src.core.schema import Schema
 
 __all__ = [
     "Step",
@@ -79,3 +90,102 @@ __all__ = [
     "STEP_KINDS",
     "CLI_STEPS",
 ]
+
+
+def make(
+    kind: str,
+    *,
+    schema: Schema | None = None,
+    model: str | None = None,
+    step_fn: str | None = None,
+    device_time_ms: float | None = None,
+) -> Step:
+    """A step from command-line choices (shared by ``tfinput tune`` and ``profile``).
+
+    Args:
+      kind: One of `CLI_STEPS`.
+      schema: The pipeline's `tfinput.Schema` (for ``ranking``/``ranking_fit``, and
+        passed to a ``--model`` or ``--step-fn`` factory that accepts it).
+      model: ``MODULE:FUNCTION`` returning a compiled Keras model (``keras``,
+        ``keras_fit``).
+      step_fn: ``MODULE:FUNCTION`` of a step function (``function``), or of a factory
+        returning ``(step_fn, initial_state)`` (``jax``).
+      device_time_ms: Device time per batch (``simulated``).
+
+    Returns:
+      The `Step`.
+
+    Raises:
+      ConfigError: a missing or invalid companion option.
+    """
+    if kind == "input_only":
+        return input_only()
+    if kind == "simulated":
+        if not device_time_ms or device_time_ms <= 0:
+            raise ConfigError("the simulated step needs --device-time-ms > 0")
+        return simulated_step(device_time_ms / 1e3)
+    if kind in ("ranking", "ranking_fit"):
+        return _ranking_step(kind, schema)
+    if kind == "keras":
+        return keras_step(_keras_model(model, schema, "keras"))
+    if kind == "keras_fit":
+        return keras_fit_step(_keras_model(model, schema, "keras_fit"))
+    if kind == "function":
+        if not step_fn:
+            raise ConfigError("--step function needs --step-fn MODULE:FUNCTION")
+        return function_step(load_object(step_fn, "--step-fn"))
+    if kind == "jax":
+        return _jax_step(step_fn, schema)
+    raise ConfigError(f"unknown step {kind!r}; choose from {list(CLI_STEPS)}")
+
+
+def _ranking_step(kind: str, schema: Schema | None) -> Step:
+    """tfinput's ranking model trained with ``train_on_batch`` or ``model.fit``."""
+    if schema is None:
+        other = "keras" if kind == "ranking" else "keras_fit"
+        raise ConfigError(
+            f"the {kind} step needs a tfinput pipeline (it builds its model from the "
+            f"schema); use --step {other} --model MODULE:FUNCTION for other datasets"
+        )
+    from tfinput._src.measurement import models
+
+    built = models.ranking_model(schema)
+    return keras_step(built) if kind == "ranking" else keras_fit_step(built)
+
+
+def _jax_step(step_fn: str | None, schema: Schema | None) -> Step:
+    """``--step jax``: ``step_fn`` names a factory returning ``(fn, initial_state)``."""
+    if not step_fn:
+        raise ConfigError(
+            "--step jax needs --step-fn MODULE:FUNCTION, a function returning "
+            "(step_fn, initial_state)"
+        )
+    made = _call_factory(load_object(step_fn, "--step-fn"), schema)
+    if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
+        raise ConfigError(
+            f"--step-fn {step_fn}: for --step jax it must return (step_fn, "
+            f"initial_state), got {type(made).__name__}"
+        )
+    return jax_step(made[0], made[1])
+
+
+def _call_factory(factory: Callable[..., Any], schema: Schema | None) -> Any:
+    """``factory(schema)`` when it takes an argument and a schema is known, else
+    ``factory()``."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+        takes = any(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+        )
+    except (TypeError, ValueError):
+        takes = False
+    return factory(schema) if takes and schema is not None else factory()
+
+
+def _keras_model(model: str | None, schema: Schema | None, option: str) -> Any:
+    if not model:
+        raise ConfigError(f"--step {option} needs --model MODULE:FUNCTION")
+    factory = load_object(model, "--model")
+    if hasattr(factory, "train_on_batch"):
+        return factory
+    return _call_factory(factory, schema)

@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core.errors import ConfigError, DataError
 from tfinput._src.measurement.probes import current_rss_bytes, keras_backend, process_cpu_seconds
-from tfinput._src.measurement.steps._feed import device_feed, loop_windows, to_numpy_tree
-from tfinput._src.measurement.steps.base import KerasFitStep, KerasStep, Step
-from tfinput._src.measurement.windows import Window
+from tfinput._src.measurement.steps.base import (
+    KerasFitStep,
+    KerasStep,
+    Step,
+    device_feed,
+    loop_windows,
+    to_numpy_tree,
+)
+from tfinput._src.measurement.windows import Window, WindowPlan
 
 if TYPE_CHECKING:
     import keras
@@ -143,28 +149,25 @@ def _fit_windows(
     k: int,
     source: tf.data.Dataset,
     *,
+    plan: WindowPlan,
     batch_size: int | None = None,
-    warmup_batches: int,
-    windows: int,
-    window_batches: int,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] | None = None,
     report: Callable[[int, float], bool] | None = None,
-    callbacks: Iterable[Any] = (),
-    window_seconds: float = 0.0,
+    callbacks: Iterable[keras.callbacks.Callback] = (),
 ) -> list[Window]:
     """The ``run_windows`` of a fit step with ``steps_per_execution`` ``k``: one
     ``model.fit`` call, warm-up epoch(s), then one epoch per window. ``fit`` fixes
-    ``steps_per_epoch`` before the first epoch, so a ``window_seconds`` target is not
-    applied: every window is ``window_batches`` batches (rounded up to ``k``).
+    ``steps_per_epoch`` before the first epoch, so ``plan``'s ``window_seconds`` target is
+    not applied: every window is ``window_batches`` batches (rounded up to ``k``).
 
     Raises:
       ConfigError: ``source`` is no `tf.data.Dataset`, or its batches cannot be counted.
       DataError: ``fit`` ran no timed epoch.
     """
     size = _fit_batch_size(source, batch_size)
-    batches = max(k, math.ceil(window_batches / k) * k)
-    warmup_epochs = max(1, math.ceil(warmup_batches / batches))
+    batches = max(k, math.ceil(plan.window_batches / k) * k)
+    warmup_epochs = max(1, math.ceil(plan.warmup_batches / batches))
     out: list[Window] = []
     timer = _FitTimer.make(
         warmup_epochs=warmup_epochs,
@@ -180,7 +183,7 @@ def _fit_windows(
         model.train_function = None  # retraced by fit with the new k
     model.fit(
         source,
-        epochs=warmup_epochs + windows,
+        epochs=warmup_epochs + plan.windows,
         steps_per_epoch=batches,
         callbacks=[timer, *callbacks],
         shuffle=False,

@@ -16,8 +16,7 @@ from tfinput._src.applications.cli.args import (
 from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
-from tfinput._src.measurement.options import MeasureOptions
-from tfinput._src.measurement.target import Target
+from tfinput._src.measurement.target import MeasureOptions, Target
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput._src.measurement.compare import BenchResult

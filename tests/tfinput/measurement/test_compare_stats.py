@@ -1,5 +1,6 @@
-"""`tfinput.measure.stats`: configs interleaved window by window, and the statistics of
-their windows (`summarize`, `ConfigStats`)."""
+"""`tfinput.measure.stats`: configs interleaved window by window (`interleave`, in
+`tfinput._src.measurement.windows`), and the statistics of their windows (`summarize`,
+`ConfigStats`, in `tfinput._src.measurement.compare`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`tfinput._src.measurement.steps.cli`: `make`, a step from command-line choices (``--step``,
+"""`tfinput._src.measurement.steps`: `make`, a step from command-line choices (``--step``,
 ``--model``, ``--step-fn``, ``--device-time-ms``)."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""profiles._advice: which PipelineConfig knobs control a traced tf.data stage, its current
+"""profiles._stage_tree (its advice): which PipelineConfig knobs control a traced tf.data stage, its current
 setting and what to change."""
 
 from __future__ import annotations
 
 import pytest
 
-from profiles._advice import advise, base_kind, is_batch_kind
+from profiles._stage_tree import advise, base_kind, is_batch_kind
 
 _ADVICE_CASES = {
     "parallel-map-below-cores": (

@@ -1,4 +1,4 @@
-"""profiles._errors: the exceptions profiles raises, caught as tfinput errors, with
+"""profiles._xplane (its errors): the exceptions profiles raises, caught as tfinput errors, with
 messages that say what is wrong and how to capture a usable trace."""
 
 from __future__ import annotations
