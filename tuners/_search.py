@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import gc
 import logging
 import time
 import warnings
@@ -181,12 +182,17 @@ class Tuning:
                 m = measure(
                     self.target, config, self.step, plan=self.plan, report=report, **self.clocks
                 )
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
             # Not the config's fault: the trial does not count towards n_trials, and a
             # study kept in a storage measures it again when it resumes.
             self.interrupted.append(trial.number)
-            # Best effort: Ctrl-C may have landed inside a write to the storage, which
-            # then fails; the interrupt is what goes on.
+            # Ctrl-C may have landed inside a read of the storage: the interrupted frames
+            # hold its open cursor, and on SQLite its lock, for as long as the traceback
+            # lives, so every write after it (these, and Optuna's tell) would wait out
+            # the busy timeout and fail. The frames go first; the interrupt goes on.
+            interrupt.with_traceback(None)
+            gc.collect()
+            # Best effort: a write to the storage that Ctrl-C cut short fails here.
             with contextlib.suppress(Exception):
                 trial.set_user_attr("interrupted", True)
                 trial.set_user_attr("error", "interrupted (Ctrl-C) before it finished")

@@ -253,13 +253,22 @@ def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None):
     sends it to the terminal's foreground group) once its first trial line is printed,
     and again once a line starting with ``again_after`` is printed: ``(exit code, stderr
     lines, trial lines before Ctrl-C)``."""
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tfinput.cli", "tune", *map(str, argv)],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            start_new_session=True,
-        )
+    # A suite run in the background of a non-interactive shell ignores SIGINT, and its
+    # children would inherit that: the tune gets Ctrl-C as a terminal's command does.
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tfinput.cli", "tune", *map(str, argv)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+            )
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         deadline = time.monotonic() + 240
         seen = _wait_for_line(log_path, "trial ", proc, deadline)
