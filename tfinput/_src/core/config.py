@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from tfinput._src.core import _json
 from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.options import load_json
 
 __all__ = [
     "AUTOTUNE",
@@ -303,7 +303,7 @@ class PipelineConfig:
     @classmethod
     def from_json(cls, path_or_text: str | os.PathLike[str]) -> PipelineConfig:
         """Load from a JSON file path or a JSON string."""
-        data, _ = _json.load(path_or_text, ConfigError, "config")
+        data, _ = load_json(path_or_text, ConfigError, "config")
         return cls.from_dict(data)
 
 

@@ -7,8 +7,10 @@ reading tfinput's source.
 
 from __future__ import annotations
 
+import difflib
 import re
 import traceback
+from collections.abc import Iterable
 
 __all__ = [
     "TfinputError",
@@ -21,6 +23,8 @@ __all__ = [
     "clean_error",
     "raised_inside",
     "without_locals",
+    "did_you_mean",
+    "first_line",
 ]
 
 
@@ -134,3 +138,15 @@ def without_locals(error: BaseException) -> BaseException:
         traceback.clear_frames(e.__traceback__)
         e = e.__cause__ or e.__context__
     return error
+
+
+def did_you_mean(key: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean [...]?"`` with the close matches of ``key``, or ``""``."""
+    close = difflib.get_close_matches(key, list(candidates), n=3)
+    return f"; did you mean {close}?" if close else ""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type name when empty)."""
+    text = getattr(e, "message", None) or str(e)
+    return text.strip().splitlines()[0] if text.strip() else type(e).__name__

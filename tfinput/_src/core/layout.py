@@ -252,9 +252,9 @@ class PackedLayout:
     @classmethod
     def from_json(cls, path_or_text: str) -> PackedLayout:
         """Read `to_json`'s output from a file path or the JSON text itself."""
-        from tfinput._src.core import _json
+        from tfinput._src.core.options import load_json
 
-        data, _ = _json.load(path_or_text, ConfigError, "layout")
+        data, _ = load_json(path_or_text, ConfigError, "layout")
         return cls.from_dict(data)
 
 

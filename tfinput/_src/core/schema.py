@@ -25,7 +25,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from tfinput._src.core import _json
 from tfinput._src.core._schema_checks import (
     TOWERS,
     check_categorical,
@@ -36,6 +35,7 @@ from tfinput._src.core._schema_checks import (
     field_error,
 )
 from tfinput._src.core.errors import SchemaError
+from tfinput._src.core.options import load_json
 
 __all__ = [
     "Table",
@@ -562,7 +562,7 @@ class Schema:
     @classmethod
     def from_json(cls, path_or_text: str | os.PathLike[str]) -> Schema:
         """Load from a JSON file path or a JSON string."""
-        data, source = _json.load(path_or_text, SchemaError, "schema")
+        data, source = load_json(path_or_text, SchemaError, "schema")
         return cls.from_dict(data, source=source)
 
     @classmethod

@@ -24,10 +24,9 @@ from tfinput._src.core.columnar.manifest import (
     is_dir,
     read_manifest,
 )
-from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, did_you_mean
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import MultiHot, Schema
-from tfinput._src.core.sources._text import did_you_mean
 from tfinput._src.core.sources.files import resolve_paths
 from tfinput._src.core.sources.protocol import (
     Decode,

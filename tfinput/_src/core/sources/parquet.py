@@ -11,7 +11,14 @@ import numpy as np
 import tensorflow as tf
 
 from tfinput._src.core.config import PipelineConfig
-from tfinput._src.core.errors import DataError, SchemaError, SourceError, TfinputError
+from tfinput._src.core.errors import (
+    DataError,
+    SchemaError,
+    SourceError,
+    TfinputError,
+    did_you_mean,
+    first_line,
+)
 from tfinput._src.core.formats import parquet
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.sources._arrow import (
@@ -24,7 +31,6 @@ from tfinput._src.core.sources._arrow import (
     parquet_signature,
     reads_as,
 )
-from tfinput._src.core.sources._text import did_you_mean, first_line
 from tfinput._src.core.sources.files import drop_empty_files, resolve_paths
 from tfinput._src.core.sources.protocol import (
     Decode,
