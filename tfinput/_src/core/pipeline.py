@@ -29,10 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from tfinput._src.core._pipeline_check import CheckReport, FileCheck, check_files, explain_failure
 from tfinput._src.core._pipeline_parts import (
+    CheckReport,
+    FileCheck,
+    check_files,
     check_towers,
     checked_config,
+    explain_failure,
     pipeline_options,
     split_towers,
     warn_large_padded_batches,
