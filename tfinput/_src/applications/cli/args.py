@@ -430,7 +430,7 @@ def pipeline_from_paths(
     is there (schema from the manifest unless given), else Parquet or TFRecord by
     extension unless ``fmt`` says; the schema is ``schema_path`` or a ``schema.json``
     next to the data (`find_schema`)."""
-    from tfinput._src.core.columnar.manifest import is_columnar
+    from tfinput._src.core.columnar.format import is_columnar
     from tfinput._src.core.pipeline import columnar, parquet, tfrecord
     from tfinput._src.core.schema import Schema
     from tfinput._src.core.sources import resolve_paths

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tfinput._src.core.columnar._decode import Raw
-from tfinput._src.core.columnar.manifest import FileEntry, Manifest
+from tfinput._src.core.columnar.format import FileEntry, Manifest
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.sources.skeleton import (

@@ -16,13 +16,15 @@ from typing import Any, ClassVar
 
 import tfinput._src.core.columnar.reader as reader
 from tfinput._src.core.columnar._decode import assembler
-from tfinput._src.core.columnar.format import NUMERIC_DTYPES, Column, storage_columns
-from tfinput._src.core.columnar.manifest import (
+from tfinput._src.core.columnar.format import (
+    NUMERIC_DTYPES,
+    Column,
     FileEntry,
     Manifest,
     file_stat,
     is_dir,
     read_manifest,
+    storage_columns,
 )
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, did_you_mean
 from tfinput._src.core.formats import tfrecord
