@@ -133,8 +133,7 @@ def _read_plan(source: Source, config: PipelineConfig) -> dict[str, Any]:
     number of files TensorFlow reads at once on this host (`_cycle_length`)."""
     # Imported here: the sources package loads TensorFlow, which `tfinput check`'s
     # parser (this module's importer) must not.
-    from tfinput._src.core.sources.protocol import READ_KNOBS
-    from tfinput._src.core.sources.skeleton import read_parallelism
+    from tfinput._src.core.sources.protocol import READ_KNOBS, read_parallelism
 
     knobs = getattr(source, "position_knobs", None)
     if knobs is None:  # a source written against an earlier Source protocol
@@ -166,7 +165,7 @@ def _cycle_length(config: PipelineConfig, cores: int) -> int:
     the parallelism, at most the cores, for a parallel one; a third of the cores (at
     least one) when the parallelism is AUTOTUNE too (a thread for the current and two
     for the next files of each)."""
-    from tfinput._src.core.sources.skeleton import read_parallelism
+    from tfinput._src.core.sources.protocol import read_parallelism
 
     parallel = read_parallelism(config)
     if parallel == 1:

@@ -55,8 +55,6 @@ from tfinput._src.core.sources.protocol import (
     RestartsOrder,
     RooflineStages,
     Source,
-)
-from tfinput._src.core.sources.skeleton import (
     deterministic_arg,
     parallel_calls,
     plan_shards,

@@ -30,7 +30,7 @@ from tfinput._src.core.columnar._decode import Raw
 from tfinput._src.core.columnar.format import FileEntry, Manifest
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.formats import tfrecord
-from tfinput._src.core.sources.skeleton import (
+from tfinput._src.core.sources.protocol import (
     deterministic_arg,
     file_order,
     interleave_files,

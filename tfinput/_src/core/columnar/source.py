@@ -38,8 +38,9 @@ from tfinput._src.core.sources.protocol import (
     Resume,
     RooflineStages,
     Source,
+    knob_is_set,
+    single_core_options,
 )
-from tfinput._src.core.sources.skeleton import knob_is_set, single_core_options
 
 log = logging.getLogger("tfinput")
 
@@ -348,7 +349,7 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
           ConfigError: ``shuffle_buffer`` or ``cache`` set (they would buffer chunks
             again, or replay the first iteration's order).
         """
-        from tfinput._src.core.sources.skeleton import deterministic_arg, parallel_calls
+        from tfinput._src.core.sources.protocol import deterministic_arg, parallel_calls
 
         config = request.config
         for knob, why in (

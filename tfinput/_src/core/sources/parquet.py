@@ -40,8 +40,11 @@ from tfinput._src.core.sources.protocol import (
     Resume,
     RooflineStages,
     Source,
+    file_order,
+    interleave_files,
+    knob_is_set,
+    traced,
 )
-from tfinput._src.core.sources.skeleton import file_order, interleave_files, knob_is_set, traced
 
 __all__ = ["ParquetSource", "LIST_VALUES", "LIST_LENGTHS"]
 

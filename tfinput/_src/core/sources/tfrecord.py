@@ -45,8 +45,10 @@ from tfinput._src.core.sources.protocol import (
     Resume,
     RooflineStages,
     Source,
+    file_order,
+    interleave_files,
+    single_core_options,
 )
-from tfinput._src.core.sources.skeleton import file_order, interleave_files, single_core_options
 from tfinput._src.core.transforms import parse_spec
 
 __all__ = ["TFRecordSource"]
