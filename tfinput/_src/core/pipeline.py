@@ -43,12 +43,12 @@ from tfinput._src.core._pipeline_parts import (
 from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput._src.core.config import LAYOUTS, PipelineConfig
 from tfinput._src.core.errors import ConfigError, DataError, ResumeError, without_locals
+from tfinput._src.core.files import PathsLike, as_paths, data_files, epoch_rows
 from tfinput._src.core.layout import PackedLayout
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.service import Fleet, ServiceRead
 from tfinput._src.core.service.guard import DEFAULT_STALL_TIMEOUT_S
 from tfinput._src.core.sources import DatasetSource, ParquetSource, TFRecordSource
-from tfinput._src.core.sources.files import PathsLike, as_paths, data_files, epoch_rows
 from tfinput._src.core.sources.protocol import (
     Decode,
     ReadRequest,

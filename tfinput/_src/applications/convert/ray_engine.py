@@ -66,8 +66,8 @@ from tfinput._src.applications.convert.run import converted, open_inputs
 from tfinput._src.applications.convert.sniff import Layout, sniff_layout
 from tfinput._src.applications.convert.writers import Shards, prepare_out_dir
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
+from tfinput._src.core.files import check_writable
 from tfinput._src.core.options import with_keywords
-from tfinput._src.core.outputs import check_writable
 from tfinput._src.core.schema import Schema
 
 __all__ = ["ENGINES", "SPLIT_BYTES", "convert_ray", "import_ray"]

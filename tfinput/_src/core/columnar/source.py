@@ -27,9 +27,9 @@ from tfinput._src.core.columnar.format import (
     storage_columns,
 )
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, did_you_mean
+from tfinput._src.core.files import resolve_paths
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import MultiHot, Schema
-from tfinput._src.core.sources.files import resolve_paths
 from tfinput._src.core.sources.protocol import (
     Decode,
     FileChecks,

@@ -367,7 +367,7 @@ def verify_files(
     Returns:
       The problems found, empty if the data set is intact.
     """
-    from tfinput._src.core.sources.files import as_paths
+    from tfinput._src.core.files import as_paths
 
     source = ColumnarSource(paths=as_paths(paths))
     problems: list[ChunkProblem] = []

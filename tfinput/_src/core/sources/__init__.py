@@ -15,11 +15,11 @@ with the rest of that format.
 
 from __future__ import annotations
 
+from tfinput._src.core.files import PathsLike as PathsLike
+from tfinput._src.core.files import resolve_paths
 from tfinput._src.core.sources._tfrecord_checks import SAMPLE_RECORDS as SAMPLE_RECORDS
 from tfinput._src.core.sources._tfrecord_checks import check_first_example as check_first_example
 from tfinput._src.core.sources.dataset import DatasetSource
-from tfinput._src.core.sources.files import PathsLike as PathsLike
-from tfinput._src.core.sources.files import resolve_paths
 from tfinput._src.core.sources.parquet import ParquetSource
 from tfinput._src.core.sources.protocol import Decode as Decode
 from tfinput._src.core.sources.protocol import (

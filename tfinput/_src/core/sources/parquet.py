@@ -19,6 +19,7 @@ from tfinput._src.core.errors import (
     did_you_mean,
     first_line,
 )
+from tfinput._src.core.files import drop_empty_files, resolve_paths
 from tfinput._src.core.formats import parquet
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.sources._arrow import (
@@ -31,7 +32,6 @@ from tfinput._src.core.sources._arrow import (
     parquet_signature,
     reads_as,
 )
-from tfinput._src.core.sources.files import drop_empty_files, resolve_paths
 from tfinput._src.core.sources.protocol import (
     Decode,
     FileChecks,

@@ -250,7 +250,7 @@ class FileChecks(Protocol):
     def check_files(self) -> tuple[list[str], list[str]]:
         """``(files, empty files)`` `Pipeline.check` reads one by one (empty files are
         skipped, never an error)."""
-        from tfinput._src.core.sources.files import drop_empty_files, resolve_paths
+        from tfinput._src.core.files import drop_empty_files, resolve_paths
 
         return drop_empty_files(resolve_paths(self.paths, what=self.kind), "skip")
 

@@ -25,17 +25,17 @@ import tensorflow as tf
 
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import SourceError
+from tfinput._src.core.files import (
+    check_empty_files_policy,
+    drop_empty_files,
+    resolve_paths,
+)
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.sources._tfrecord_checks import (
     capped_shuffle_buffer,
     check_first_examples_once,
     check_tail_once,
-)
-from tfinput._src.core.sources.files import (
-    check_empty_files_policy,
-    drop_empty_files,
-    resolve_paths,
 )
 from tfinput._src.core.sources.protocol import (
     Decode,
