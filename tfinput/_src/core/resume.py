@@ -35,7 +35,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tfinput._src.core._input_iterator import InputIterator, distributed_steps, epoch_seed
 from tfinput._src.core._resume_identity import (
@@ -81,8 +81,8 @@ def verify(
     *,
     after: int = 3,
     compare: int = 3,
-    tick: Callable[[], Any] = lambda: None,
-) -> dict[str, Any]:
+    tick: Callable[[], object] = lambda: None,
+) -> dict[str, object]:
     """Save the position of ``pipeline.iterator(config)`` after ``after`` batches,
     restore it into a fresh iterator and compare its next ``compare`` batches with the
     uninterrupted run's, element by element.
@@ -106,7 +106,7 @@ def verify(
 
     from tfinput._src.core.errors import TfinputError
 
-    result: dict[str, Any] = {
+    result: dict[str, object] = {
         "ok": False,
         "exact": None,
         "after": after,
@@ -132,9 +132,9 @@ def _save_restore_compare(
     config: PipelineConfig,
     after: int,
     compare: int,
-    tick: Callable[[], Any],
-    result: dict[str, Any],
-) -> dict[str, Any]:
+    tick: Callable[[], object],
+    result: dict[str, object],
+) -> dict[str, object]:
     """`verify`'s run: ``result`` filled in, ``ok`` when the restored run is exact."""
     first = pipeline.iterator(config, keep=0)
     for i in range(after):
@@ -178,8 +178,8 @@ def _save_restore_compare(
 
 
 def _differs(
-    result: dict[str, Any], batch: int, feature: str | None, why: str | None
-) -> dict[str, Any]:
+    result: dict[str, object], batch: int, feature: str | None, why: str | None
+) -> dict[str, object]:
     result["exact"] = False
     result["first_difference"] = {"batch": batch, "feature": feature}
     result["error"] = why or (
@@ -194,7 +194,7 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _first_difference(want: Any, got: Any) -> str | None:
+def _first_difference(want: object, got: object) -> str | None:
     """The path of the first leaf (``dense/price``, ``label``) where two batches differ,
     or None when they are equal, values, shapes, row lengths and dtypes alike."""
     import numpy as np
@@ -213,7 +213,7 @@ def _first_difference(want: Any, got: Any) -> str | None:
     return None
 
 
-def _leaves(batch: Any, path: str = "") -> Iterator[tuple[str, tuple[Any, ...]]]:
+def _leaves(batch: object, path: str = "") -> Iterator[tuple[str, tuple[object, ...]]]:
     """``(path, arrays)`` for every tensor of a batch: ``(features, labels)`` give
     ``group/feature`` and ``label``; ragged and sparse tensors give all their parts."""
     import tensorflow as tf
@@ -330,7 +330,7 @@ class KerasInputCheckpoint:
         # whatever ``keep`` says, and let each trained step release its batch.
         iterator._hold(iterator.position)
 
-    def batches(self) -> Iterator[Any]:
+    def batches(self) -> Iterator[object]:
         """The iterator as the generator Keras ``fit`` accepts (``(features, labels)``).
 
         A new generator (the next ``fit`` call) starts with the batches an earlier one
@@ -394,16 +394,16 @@ class KerasInputCheckpoint:
 
         _save_folder(self.directory, write)
 
-    def callback(self) -> Any:
+    def callback(self) -> keras.callbacks.Callback:
         """The Keras callback that counts trained steps and saves every ``every``."""
         owner = self
 
         class _Callback(_keras_callback_base()):  # type: ignore[misc]
-            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
                 del epoch, logs
                 self.epoch_start = owner.step
 
-            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            def on_train_batch_end(self, batch: int, logs: object = None) -> None:
                 # Called once per execution (steps_per_execution steps); ``batch`` is
                 # the index in the epoch of the last step trained.
                 del logs
