@@ -211,22 +211,9 @@ def _batch_rows(element: object) -> int:
     return int(first.shape[0]) if first.shape.rank else 1
 
 
-def guarded(
-    dataset: tf.data.Dataset,
-    *,
-    expected_rows: int | Callable[[], int | None] | None = None,
-    tail_rows: int = 0,
-    stall_timeout_s: float = 120.0,
-    address: str | None = None,
-) -> GuardedRead:
-    """``dataset``'s batches with a bounded wait and a row count: see `GuardedRead`."""
-    return GuardedRead(
-        dataset,
-        expected_rows=expected_rows,
-        tail_rows=tail_rows,
-        stall_timeout_s=stall_timeout_s,
-        address=address,
-    )
+#: ``guarded(dataset, ...)``: ``dataset``'s batches with a bounded wait and a row count,
+#: a `GuardedRead` (the name `tfinput.service` gives its constructor).
+guarded = GuardedRead
 
 
 def guarded_dataset(
@@ -255,7 +242,7 @@ def guarded_dataset(
     """
     import tensorflow as tf
 
-    guarded(dataset, stall_timeout_s=stall_timeout_s, tail_rows=tail_rows)  # checks the args
+    GuardedRead(dataset, stall_timeout_s=stall_timeout_s, tail_rows=tail_rows)  # checks the args
     passes = _Passes(
         expected_rows=expected_rows,
         tail_rows=tail_rows,
