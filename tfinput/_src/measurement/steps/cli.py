@@ -7,8 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.core.options import load_object
 from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.options import load_object
 from tfinput._src.measurement.steps.base import CLI_STEPS, Step
 from tfinput._src.measurement.steps.jax import jax_step
 from tfinput._src.measurement.steps.keras import keras_fit_step, keras_step
