@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     machine_line = machine()
     import tfinput
-    from tfinput._src.core.sources._mixing import mini_batch
+    from tfinput._src.core.sources.tfrecord import mini_batch
     from tfinput.config import PipelineConfig
 
     variants = {

@@ -320,7 +320,7 @@ IMPORTS_BY_STRING = {
     # the CLI's lazy command table: its modules are imported when the parser is built
     "tfinput._src.applications.cli.registry",
     # a user's ``module:attribute`` on the command line (their code, not ours)
-    "tfinput._src.core._objects",
+    "tfinput._src.core.options",
 }
 
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import tfinput
 from tests.helpers import collect
-from tfinput._src.core.sources.skeleton import plan_shards
+from tfinput._src.core.sources.protocol import plan_shards
 from tfinput.config import AUTOTUNE, PipelineConfig
 
 HOSTS = 4

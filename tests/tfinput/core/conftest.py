@@ -16,9 +16,9 @@ from tests.helpers import SEQUENTIAL, collect, expected_rows
 def fresh_warnings(monkeypatch):
     """Each knob warning is logged once per process; start every test with none logged,
     whatever other tests built before."""
-    from tfinput._src.core.sources import skeleton
+    from tfinput._src.core.sources import protocol
 
-    monkeypatch.setattr(skeleton, "_WARNED", set())
+    monkeypatch.setattr(protocol, "_WARNED", set())
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 import tfinput
-from tfinput._src.core._resume_verify import _first_difference
+from tfinput._src.core.resume import _first_difference
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError, ResumeError
 from tfinput.resume import KerasInputCheckpoint
@@ -564,7 +564,7 @@ def test_keras_fit_resumes_mid_epoch_on_tensorflow(
 # ------------------------------------------------- 7. a crash at every point of a save
 _CRASH_SAVE = """
 import os, sys
-from tfinput._src.core import _resume_keras as folders
+from tfinput._src.core import resume as folders
 directory, at, generation = sys.argv[1], sys.argv[2], sys.argv[3]
 folders._failpoint = lambda name: os._exit(9) if name == at else None
 
@@ -589,7 +589,7 @@ def _generation_writer(generation: str) -> Any:
 
 
 def _latest_generation(directory: Path) -> str:
-    from tfinput._src.core._resume_keras import _KERAS_FILES, _latest_folder
+    from tfinput._src.core.resume import _KERAS_FILES, _latest_folder
 
     latest = _latest_folder(str(directory), _KERAS_FILES)
     assert latest is not None
@@ -603,7 +603,7 @@ def test_a_save_killed_at_any_point_leaves_the_last_checkpoint_whole(tmp_path, a
     """A process killed (os._exit) at each step of a checkpoint save: the last complete
     checkpoint is found whole, the next save succeeds and leaves one folder, and the
     temporary folders of crashed saves (this one, and one from before) are gone."""
-    from tfinput._src.core._resume_keras import _save_folder
+    from tfinput._src.core.resume import _save_folder
 
     directory = tmp_path / "ckpt"
     _save_folder(str(directory), _generation_writer("1"))
@@ -625,7 +625,7 @@ def test_a_save_killed_at_any_point_leaves_the_last_checkpoint_whole(tmp_path, a
 
 
 def test_a_failed_save_leaves_no_folder_and_the_earlier_layout_is_read(tmp_path):
-    from tfinput._src.core._resume_keras import _save_folder
+    from tfinput._src.core.resume import _save_folder
 
     directory = tmp_path / "ckpt"
 

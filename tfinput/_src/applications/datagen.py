@@ -12,7 +12,7 @@ whichever format: a TFRecord and a Parquet data set generated with the same argu
 hold the same examples. TFRecord files are written with the vectorized tf.Example
 encoder (`tfinput.testing.to_examples`), Parquet files with one row group per chunk.
 The schema is written next to the data as ``schema.json``. The output is committed
-whole at the end (`tfinput._src.core.outputs.StagedDir`): a killed run leaves none of it.
+whole at the end (`tfinput._src.core.files.StagedDir`): a killed run leaves none of it.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.files import StagedDir, check_writable
 from tfinput._src.core.formats import parquet, tfrecord
-from tfinput._src.core.outputs import StagedDir, check_writable
 from tfinput._src.core.schema import Schema
 
 __all__ = ["CHUNK_ROWS", "PRESETS", "DatagenResult", "generate_files", "preset_schema"]

@@ -10,7 +10,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tfinput._src.core.config import AUTOTUNE
 from tfinput._src.core.errors import ResumeError
@@ -90,8 +90,10 @@ class Identifiable(Protocol):
 
 
 def pipeline_identity(
-    pipeline: Identifiable, config: PipelineConfig, input_context: Any = None
-) -> dict[str, Any]:
+    pipeline: Identifiable,
+    config: PipelineConfig,
+    input_context: tf.distribute.InputContext | None = None,
+) -> dict[str, object]:
     """What a state must match to be restored into a build: source kind, files (each
     local file by absolute path, size and modification time, so that the same files
     named from another working directory match and a file rewritten under its name
@@ -126,20 +128,19 @@ def pipeline_identity(
     return identity
 
 
-def _read_plan(source: Source, config: PipelineConfig) -> dict[str, Any]:
+def _read_plan(source: Source, config: PipelineConfig) -> dict[str, object]:
     """The read-plan knobs of ``config`` that ``source`` holds a position to, as an
     identity records them: AUTOTUNE as ``"AUTOTUNE"``, the interleave's parallelism as
     the read uses it (at most the cycle length), and an AUTOTUNE cycle length with the
     number of files TensorFlow reads at once on this host (`_cycle_length`)."""
     # Imported here: the sources package loads TensorFlow, which `tfinput check`'s
     # parser (this module's importer) must not.
-    from tfinput._src.core.sources.protocol import READ_KNOBS
-    from tfinput._src.core.sources.skeleton import read_parallelism
+    from tfinput._src.core.sources.protocol import READ_KNOBS, read_parallelism
 
     knobs = getattr(source, "position_knobs", None)
     if knobs is None:  # a source written against an earlier Source protocol
         knobs = [k for k in READ_KNOBS if k not in getattr(source, "ignored_knobs", ())]
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for knob in [*knobs, "prefetch"]:
         value = (
             read_parallelism(config) if knob == "interleave_parallelism" else getattr(config, knob)
@@ -166,7 +167,7 @@ def _cycle_length(config: PipelineConfig, cores: int) -> int:
     the parallelism, at most the cores, for a parallel one; a third of the cores (at
     least one) when the parallelism is AUTOTUNE too (a thread for the current and two
     for the next files of each)."""
-    from tfinput._src.core.sources.skeleton import read_parallelism
+    from tfinput._src.core.sources.protocol import read_parallelism
 
     parallel = read_parallelism(config)
     if parallel == 1:
@@ -176,7 +177,7 @@ def _cycle_length(config: PipelineConfig, cores: int) -> int:
     return -(-cores // 3)
 
 
-def _plan(key: str, value: Any) -> Any:
+def _plan(key: str, value: object) -> object:
     """What a read-plan knob's recorded value makes of the read: values that make the
     same plan compare equal (``read_batch`` 0 and 1, any two parallel values)."""
     if key == "read_batch" and isinstance(value, int):
@@ -198,7 +199,7 @@ def _plan(key: str, value: Any) -> Any:
 MAX_LISTED_FILES = 1000
 
 
-def _file_entry(path: str) -> list[Any]:
+def _file_entry(path: str) -> list[object]:
     """``[absolute path, size, modification time in ns]`` of a local file; a remote
     one (``gs://...``) by its name only (``[path, None, None]``)."""
     if "://" in path:
@@ -207,7 +208,7 @@ def _file_entry(path: str) -> list[Any]:
     return [os.path.abspath(path), stat.st_size, stat.st_mtime_ns]
 
 
-def identity_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+def identity_differences(saved: Mapping[str, object], now: Mapping[str, object]) -> list[str]:
     """What differs between a saved pipeline identity and the current one, in words
     (which file; which field, with both values); empty when they match. Values of a
     read-plan knob that make the same plan match (``read_batch`` 0 and 1, two parallel
@@ -242,7 +243,7 @@ def _some(paths: list[str], n: int = 3) -> str:
     return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
 
 
-def _file_differences(saved: Any, now: Any) -> list[str]:
+def _file_differences(saved: object, now: object) -> list[str]:
     if isinstance(saved, dict) or isinstance(now, dict):  # compact summaries
         saved = saved if isinstance(saved, dict) else _files_summary(saved or [])
         now = now if isinstance(now, dict) else _files_summary(now or [])
@@ -292,11 +293,11 @@ def _when(mtime_ns: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(mtime_ns / 1e9)) + " UTC"
 
 
-def _files_summary(files: list[list[Any]]) -> dict[str, Any]:
+def _files_summary(files: list[list[object]]) -> dict[str, object]:
     """A compact summary of an identity's file entries: their number and digests of
     their names (any order), their order, and their sizes and modification times."""
 
-    def digest(value: Any) -> str:
+    def digest(value: object) -> str:
         return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
 
     return {
@@ -307,11 +308,11 @@ def _files_summary(files: list[list[Any]]) -> dict[str, Any]:
     }
 
 
-def _listed(entries: list[list[Any]]) -> list[list[Any]] | dict[str, Any]:
+def _listed(entries: list[list[object]]) -> list[list[object]] | dict[str, object]:
     return entries if len(entries) <= MAX_LISTED_FILES else _files_summary(entries)
 
 
-def compact_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
+def compact_identity(identity: Mapping[str, object]) -> dict[str, object]:
     """An identity with its file list summarised (`_files_summary`): what a compact
     state carries (under 1 KB whatever the number of files)."""
     out = dict(identity)
@@ -320,7 +321,7 @@ def compact_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def identified(dataset: tf.data.Dataset, identity: Mapping[str, Any]) -> tf.data.Dataset:
+def identified(dataset: tf.data.Dataset, identity: Mapping[str, object]) -> tf.data.Dataset:
     """``dataset``, whose iterators carry ``identity`` into ``tf.train.Checkpoint``: a
     checkpoint of such an iterator restores only into an iterator of a dataset of the
     same identity, and refuses any other at restore with a `ResumeError` naming what
@@ -345,7 +346,7 @@ def _identified_class() -> type:
         def serialize(self) -> str:
             return self.identity
 
-        def deserialize(self, string_value: Any) -> None:
+        def deserialize(self, string_value: object) -> None:
             if not isinstance(string_value, str):
                 string_value = bytes(string_value).decode()
             saved = json.loads(string_value)
@@ -363,7 +364,7 @@ def _identified_class() -> type:
             self._tfinput_identity = identity
             super().__init__(dataset, dataset._variant_tensor)
 
-        def __iter__(self) -> Any:
+        def __iter__(self) -> object:
             iterator = super().__iter__()
             if tf.executing_eagerly():
                 iterator._track_trackable(

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from tfinput._src.core import _json
 from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.options import load_json
 
 __all__ = [
     "AUTOTUNE",
@@ -40,7 +40,30 @@ AUTOTUNE = -1
 _AUTOTUNE_JSON = "autotune"
 
 
-def _check_knob(name: str, value: Any, *, minimum: int, autotune: bool = True) -> None:
+#: Each int knob: (its minimum, whether AUTOTUNE (-1) is accepted), in checking order.
+_INT_KNOBS = {
+    "batch_size": (1, False),
+    "interleave_cycle_length": (1, True),
+    "interleave_block_length": (1, True),
+    "interleave_parallelism": (1, True),
+    "map_parallelism": (1, True),
+    "prefetch": (0, True),
+    "shuffle_buffer": (0, False),
+    "read_batch": (0, False),
+    "private_threadpool_size": (0, True),
+    "max_intra_op_parallelism": (1, True),
+    "autotune_ram_budget": (1, True),
+    "autotune_min_parallelism": (1, True),
+    "steps_per_execution": (1, False),
+    "device_prefetch": (0, False),
+    "sparsecore_workers": (0, False),
+    "sparsecore_prefetch": (0, False),
+    "service_workers": (0, False),
+    "service_max_outstanding_requests": (1, True),
+}
+
+
+def _check_knob(name: str, value: object, *, minimum: int, autotune: bool = True) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(
             f"PipelineConfig.{name}: expected an int{' or AUTOTUNE' if autotune else ''}, "
@@ -169,26 +192,8 @@ class PipelineConfig:
     service_max_outstanding_requests: int = AUTOTUNE
 
     def __post_init__(self) -> None:
-        _check_knob("batch_size", self.batch_size, minimum=1, autotune=False)
-        _check_knob("interleave_cycle_length", self.interleave_cycle_length, minimum=1)
-        _check_knob("interleave_block_length", self.interleave_block_length, minimum=1)
-        _check_knob("interleave_parallelism", self.interleave_parallelism, minimum=1)
-        _check_knob("map_parallelism", self.map_parallelism, minimum=1)
-        _check_knob("prefetch", self.prefetch, minimum=0)
-        _check_knob("shuffle_buffer", self.shuffle_buffer, minimum=0, autotune=False)
-        _check_knob("read_batch", self.read_batch, minimum=0, autotune=False)
-        _check_knob("private_threadpool_size", self.private_threadpool_size, minimum=0)
-        _check_knob("max_intra_op_parallelism", self.max_intra_op_parallelism, minimum=1)
-        _check_knob("autotune_ram_budget", self.autotune_ram_budget, minimum=1)
-        _check_knob("autotune_min_parallelism", self.autotune_min_parallelism, minimum=1)
-        _check_knob("steps_per_execution", self.steps_per_execution, minimum=1, autotune=False)
-        _check_knob("device_prefetch", self.device_prefetch, minimum=0, autotune=False)
-        _check_knob("sparsecore_workers", self.sparsecore_workers, minimum=0, autotune=False)
-        _check_knob("sparsecore_prefetch", self.sparsecore_prefetch, minimum=0, autotune=False)
-        _check_knob("service_workers", self.service_workers, minimum=0, autotune=False)
-        _check_knob(
-            "service_max_outstanding_requests", self.service_max_outstanding_requests, minimum=1
-        )
+        for name, (minimum, autotune) in _INT_KNOBS.items():
+            _check_knob(name, getattr(self, name), minimum=minimum, autotune=autotune)
         if self.service_compression not in SERVICE_COMPRESSIONS:
             raise ConfigError(
                 'PipelineConfig.service_compression: expected "AUTO" or null, '
@@ -303,7 +308,7 @@ class PipelineConfig:
     @classmethod
     def from_json(cls, path_or_text: str | os.PathLike[str]) -> PipelineConfig:
         """Load from a JSON file path or a JSON string."""
-        data, _ = _json.load(path_or_text, ConfigError, "config")
+        data, _ = load_json(path_or_text, ConfigError, "config")
         return cls.from_dict(data)
 
 

@@ -34,12 +34,13 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tfinput._src.core._input_iterator import InputIterator
 from tfinput._src.core.errors import ConfigError, ResumeError
 
 if TYPE_CHECKING:  # pragma: no cover
+    import jax
     import tensorflow as tf
 
 __all__ = ["DevicePrefetch", "to_jax", "to_tensorflow"]
@@ -74,9 +75,9 @@ class _Feed:
     the consumer) only on the consumer's thread.
     """
 
-    def __init__(self, it: Iterator[Any], size: int) -> None:
+    def __init__(self, it: Iterator[object], size: int) -> None:
         self.it = it
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=size)
+        self.queue: queue.Queue[object] = queue.Queue(maxsize=size)
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.pulled = 0
@@ -96,8 +97,8 @@ class SavesPosition(Protocol):
     """An iterator whose position can be saved and restored
     (`tfinput.resume.InputIterator`): the prefetcher then saves and restores its own."""
 
-    def __iter__(self) -> Iterator[Any]: ...
-    def __next__(self) -> Any: ...
+    def __iter__(self) -> Iterator[object]: ...
+    def __next__(self) -> object: ...
     def get_state(self) -> bytes: ...
     def set_state(self, state: bytes) -> None: ...
 
@@ -106,7 +107,7 @@ def _resumable(source: object) -> bool:
     return isinstance(source, SavesPosition)
 
 
-class DevicePrefetch(Iterator[Any]):
+class DevicePrefetch(Iterator[object]):
     """An iterator that runs ``put(next(source))`` up to ``size`` batches ahead.
 
     One producer thread and a FIFO queue: batches come out in the source's order and
@@ -136,9 +137,9 @@ class DevicePrefetch(Iterator[Any]):
 
     def __init__(
         self,
-        source: Iterable[Any],
+        source: Iterable[object],
         *,
-        put: Callable[[Any], Any],
+        put: Callable[[object], object],
         size: int = 2,
         poll_s: float = 0.05,
     ) -> None:
@@ -169,7 +170,7 @@ class DevicePrefetch(Iterator[Any]):
                 _hooked = True
             _LIVE.add(self)
 
-    def _start(self, it: Iterator[Any]) -> None:
+    def _start(self, it: Iterator[object]) -> None:
         self._done = False
         self._feed = _Feed(it, self._size)
         # The thread holds the feed, not this object, so that an iterator the consumer
@@ -186,7 +187,7 @@ class DevicePrefetch(Iterator[Any]):
     def __iter__(self) -> DevicePrefetch:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> object:
         if self._done:
             raise StopIteration
         feed = self._feed
@@ -286,7 +287,7 @@ class DevicePrefetch(Iterator[Any]):
             self._feed.stop.set()
 
 
-def _offer(q: queue.Queue[Any], stop: threading.Event, item: Any, poll_s: float) -> bool:
+def _offer(q: queue.Queue[object], stop: threading.Event, item: object, poll_s: float) -> bool:
     """Queue ``item`` unless asked to stop first; False if stopped."""
     while not stop.is_set():
         try:
@@ -297,7 +298,7 @@ def _offer(q: queue.Queue[Any], stop: threading.Event, item: Any, poll_s: float)
     return False
 
 
-def _produce(feed: _Feed, put: Callable[[Any], Any], poll_s: float) -> None:
+def _produce(feed: _Feed, put: Callable[[object], object], poll_s: float) -> None:
     q, stop = feed.queue, feed.stop
     try:
         while not stop.is_set():
@@ -322,7 +323,7 @@ def _produce(feed: _Feed, put: Callable[[Any], Any], poll_s: float) -> None:
                 close()
 
 
-def _to_numpy(batch: Any) -> Any:
+def _to_numpy(batch: object) -> object:
     """A batch of TensorFlow tensors (any nest) as numpy arrays; numpy passes through."""
     import tensorflow as tf
 
@@ -330,11 +331,11 @@ def _to_numpy(batch: Any) -> Any:
 
 
 def to_jax(
-    source: Iterable[Any],
+    source: Iterable[object],
     *,
     size: int = 2,
-    sharding: Any = None,
-    device: Any = None,
+    sharding: jax.sharding.Sharding | None = None,
+    device: jax.Device | None = None,
 ) -> DevicePrefetch:
     """Batches of ``source`` as JAX arrays on the device, ``size`` batches ahead.
 
@@ -366,7 +367,7 @@ def to_jax(
     if not _resumable(source) and hasattr(source, "as_numpy_iterator"):
         source, numpy_already = source.as_numpy_iterator(), True
 
-    def put(batch: Any) -> Any:
+    def put(batch: object) -> object:
         out = jax.device_put(batch if numpy_already else _to_numpy(batch), target)
         # Wait for the copy here, on the producer thread, so that the consumer's next()
         # returns arrays that are ready and the step never waits on a transfer.
@@ -376,7 +377,9 @@ def to_jax(
     return DevicePrefetch(source, put=put, size=size)
 
 
-def to_tensorflow(dataset: tf.data.Dataset, *, device: str | None = None, size: int = 2) -> Any:
+def to_tensorflow(
+    dataset: tf.data.Dataset, *, device: str | None = None, size: int = 2
+) -> tf.data.Dataset:
     """``dataset`` with ``tf.data.experimental.prefetch_to_device`` as its last step.
 
     Args:

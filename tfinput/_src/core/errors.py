@@ -7,8 +7,10 @@ reading tfinput's source.
 
 from __future__ import annotations
 
+import difflib
 import re
 import traceback
+from collections.abc import Iterable, Sequence
 
 __all__ = [
     "TfinputError",
@@ -21,6 +23,12 @@ __all__ = [
     "clean_error",
     "raised_inside",
     "without_locals",
+    "did_you_mean",
+    "first_line",
+    "field_error",
+    "check_name",
+    "check_int",
+    "check_choice",
 ]
 
 
@@ -134,3 +142,39 @@ def without_locals(error: BaseException) -> BaseException:
         traceback.clear_frames(e.__traceback__)
         e = e.__cause__ or e.__context__
     return error
+
+
+def did_you_mean(key: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean [...]?"`` with the close matches of ``key``, or ``""``."""
+    close = difflib.get_close_matches(key, list(candidates), n=3)
+    return f"; did you mean {close}?" if close else ""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type name when empty)."""
+    text = getattr(e, "message", None) or str(e)
+    return text.strip().splitlines()[0] if text.strip() else type(e).__name__
+
+
+def field_error(owner: str, field: str, expected: str, got: object) -> SchemaError:
+    """``"{owner}.{field}: expected {expected}, got {got!r}"``: a schema field's error."""
+    return SchemaError(f"{owner}.{field}: expected {expected}, got {got!r}")
+
+
+def check_name(owner: str, name: object) -> None:
+    if not isinstance(name, str) or not name or name != name.strip():
+        raise field_error(owner, "name", "a non-empty string without surrounding spaces", name)
+
+
+def check_int(
+    owner: str, field: str, value: object, minimum: int, maximum: int | None = None
+) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise field_error(owner, field, f"an int >= {minimum}", value)
+    if maximum is not None and value > maximum:
+        raise field_error(owner, field, f"an int <= {maximum}", value)
+
+
+def check_choice(owner: str, field: str, value: object, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise field_error(owner, field, f"one of {list(choices)}", value)

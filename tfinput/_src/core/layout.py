@@ -27,10 +27,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.schema import Categorical, Dense, MultiHot, Schema
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
 
 __all__ = [
     "LAYOUT_FORMAT",
@@ -69,7 +72,7 @@ class Slot:
     width: int
     scalar: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "offset": self.offset,
@@ -188,7 +191,7 @@ class PackedLayout:
         return cls(**{g: tuple(s) for g, s in groups.items()})
 
     # ---------------------------------------------------------------- JSON
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """A JSON-ready description: format, dtypes, widths and every slot."""
         return {
             "format": LAYOUT_FORMAT,
@@ -200,7 +203,7 @@ class PackedLayout:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PackedLayout:
+    def from_dict(cls, data: Mapping[str, object]) -> PackedLayout:
         """Inverse of `to_dict`.
 
         Raises:
@@ -252,9 +255,9 @@ class PackedLayout:
     @classmethod
     def from_json(cls, path_or_text: str) -> PackedLayout:
         """Read `to_json`'s output from a file path or the JSON text itself."""
-        from tfinput._src.core import _json
+        from tfinput._src.core.options import load_json
 
-        data, _ = _json.load(path_or_text, ConfigError, "layout")
+        data, _ = load_json(path_or_text, ConfigError, "layout")
         return cls.from_dict(data)
 
 
@@ -263,7 +266,7 @@ def _width(slots: tuple[Slot, ...] | list[Slot]) -> int:
 
 
 # --------------------------------------------------------------- pack / unpack
-def is_packed(features: Any) -> bool:
+def is_packed(features: object) -> bool:
     """Whether ``features`` is a packed batch (groups are arrays, not feature dicts)."""
     if not isinstance(features, Mapping):
         return False
@@ -284,17 +287,17 @@ class Block:
       axis: 0 or 1, as above.
     """
 
-    tensor: Any
+    tensor: tf.Tensor
     index: int
     axis: int
 
 
 def pack(
-    features: Mapping[str, Mapping[str, Any]],
+    features: Mapping[str, Mapping[str, tf.Tensor]],
     layout: PackedLayout,
     *,
     blocks: Mapping[tuple[str, str], Block] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, tf.Tensor]:
     """Concatenate per-feature tensors into the packed groups (TensorFlow ops).
 
     Called inside the pipeline's parse map by `tfinput.transforms.transform_batch`.
@@ -318,7 +321,7 @@ def pack(
     """
     import tensorflow as tf
 
-    out: dict[str, Any] = {}
+    out: dict[str, tf.Tensor] = {}
     for group in GROUPS:
         slots = getattr(layout, group)
         if not slots:
@@ -349,14 +352,14 @@ def pack(
     return out
 
 
-def _columns(run: list[Any]) -> Any:
+def _columns(run: list[tf.Tensor]) -> tf.Tensor:
     """``[B]`` tensors as the columns of one ``[B, n]`` tensor."""
     import tensorflow as tf
 
     return run[0][:, None] if len(run) == 1 else tf.transpose(tf.stack(run, axis=0))
 
 
-def _slice(block: Block, start: int, stop: int) -> Any:
+def _slice(block: Block, start: int, stop: int) -> tf.Tensor:
     """Slabs ``start:stop`` of a block as ``[B, columns]``."""
     import tensorflow as tf
 
@@ -367,7 +370,7 @@ def _slice(block: Block, start: int, stop: int) -> Any:
     return tf.reshape(x, [-1, (stop - start) * x.shape[2]])
 
 
-def _join(parts: list[tuple[bool, Any, Block | None]]) -> Any:
+def _join(parts: list[tuple[bool, tf.Tensor, Block | None]]) -> tf.Tensor:
     """Columns side by side, cheaply, then one ``tf.concat``:
 
     - consecutive slots that sit in one `Block` in order are one slice of it
@@ -379,8 +382,8 @@ def _join(parts: list[tuple[bool, Any, Block | None]]) -> Any:
     """
     import tensorflow as tf
 
-    out: list[Any] = []
-    run: list[Any] = []  # scalars outside any block
+    out: list[tf.Tensor] = []
+    run: list[tf.Tensor] = []  # scalars outside any block
     span: list[Any] = []  # [block, start, stop] of the current block run
 
     def flush() -> None:
@@ -475,7 +478,7 @@ def _unpack_layer() -> type:
           layout: A `PackedLayout`, or its `PackedLayout.to_dict` description.
         """
 
-        def __init__(self, layout: PackedLayout | Mapping[str, Any], **kwargs: Any):
+        def __init__(self, layout: PackedLayout | Mapping[str, object], **kwargs: object):
             super().__init__(**kwargs)
             if not isinstance(layout, PackedLayout):
                 layout = PackedLayout.from_dict(layout)
@@ -484,7 +487,7 @@ def _unpack_layer() -> type:
         def call(self, features: Any) -> Any:
             return unpack(features, self.layout)
 
-        def get_config(self) -> dict[str, Any]:
+        def get_config(self) -> dict[str, object]:
             return {**super().get_config(), "layout": self.layout.to_dict()}
 
     UnpackFeatures.__module__ = __name__
@@ -493,7 +496,7 @@ def _unpack_layer() -> type:
     return UnpackFeatures
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "UnpackFeatures":
         return _unpack_layer()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,10 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from tfinput._src.core._pipeline_check import CheckReport, FileCheck, check_files, explain_failure
 from tfinput._src.core._pipeline_parts import (
+    CheckReport,
+    FileCheck,
+    check_files,
     check_towers,
     checked_config,
+    explain_failure,
     pipeline_options,
     split_towers,
     warn_large_padded_batches,
@@ -40,20 +43,18 @@ from tfinput._src.core._pipeline_parts import (
 from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput._src.core.config import LAYOUTS, PipelineConfig
 from tfinput._src.core.errors import ConfigError, DataError, ResumeError, without_locals
+from tfinput._src.core.files import PathsLike, as_paths, data_files, epoch_rows
 from tfinput._src.core.layout import PackedLayout
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.service import Fleet, ServiceRead
 from tfinput._src.core.service.guard import DEFAULT_STALL_TIMEOUT_S
 from tfinput._src.core.sources import DatasetSource, ParquetSource, TFRecordSource
-from tfinput._src.core.sources.files import PathsLike, as_paths, data_files, epoch_rows
 from tfinput._src.core.sources.protocol import (
     Decode,
     ReadRequest,
     RestartsOrder,
     RooflineStages,
     Source,
-)
-from tfinput._src.core.sources.skeleton import (
     deterministic_arg,
     parallel_calls,
     plan_shards,

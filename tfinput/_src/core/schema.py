@@ -25,17 +25,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from tfinput._src.core import _json
-from tfinput._src.core._schema_checks import (
-    TOWERS,
-    check_categorical,
+from tfinput._src.core.errors import (
+    SchemaError,
     check_choice,
     check_int,
     check_name,
-    check_tower,
     field_error,
 )
-from tfinput._src.core.errors import SchemaError
+from tfinput._src.core.options import load_json
 
 __all__ = [
     "Table",
@@ -60,6 +57,51 @@ SCHEMA_FORMAT = "tfinput.schema/1"
 _COMBINERS = ("mean", "sum", "sqrtn")
 _DENSE_DTYPES = ("float32", "int64")
 _LABEL_DTYPES = ("float32", "int64")
+#: The sides of a two-tower retrieval model a feature can feed (`Dense.tower`).
+TOWERS = ("query", "candidate")
+
+
+def _check_tower(owner: str, tower: object) -> None:
+    if tower is not None and tower not in TOWERS:
+        raise field_error(owner, "tower", '"query", "candidate" or null', tower)
+
+
+class _Column:
+    """What every feature and label has: the column it reads."""
+
+    name: str
+    column: str | None
+
+    @property
+    def source(self) -> str:
+        return self.column or self.name
+
+
+class _Ids(_Column):
+    """The fields `Categorical` and `MultiHot` share, and their checks."""
+
+    table: str
+    dtype: str
+    out_of_range: str
+    tower: str | None
+
+    def __post_init__(self) -> None:
+        kind = type(self).__name__
+        owner = f"{kind} {getattr(self, 'name', None)!r}"
+        check_name(kind, self.name)
+        check_name(f"{owner}.table", self.table)
+        check_choice(owner, "dtype", self.dtype, ("int64", "string"))
+        check_choice(owner, "out_of_range", self.out_of_range, ("error", "modulo"))
+        _check_tower(owner, self.tower)
+        default = getattr(self, "default", None)
+        if default is None:
+            return
+        if self.dtype == "string" and not isinstance(default, str):
+            raise field_error(owner, "default", "a string (dtype is string)", default)
+        if self.dtype == "int64" and (isinstance(default, bool) or not isinstance(default, int)):
+            raise field_error(owner, "default", "an int (dtype is int64)", default)
+        if self.dtype == "int64" and default < 0:
+            raise field_error(owner, "default", "a non-negative id", default)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -88,7 +130,7 @@ class Table:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Dense:
+class Dense(_Column):
     """A float feature: a scalar (``length=None``) or a fixed-length vector.
 
     Attributes:
@@ -117,7 +159,7 @@ class Dense:
 
     def __post_init__(self) -> None:
         owner = f"Dense {self.name!r}"
-        check_tower(owner, self.tower)
+        _check_tower(owner, self.tower)
         check_name("Dense", self.name)
         if self.length is not None:
             check_int(owner, "length", self.length, 1)
@@ -140,13 +182,9 @@ class Dense:
         if not isinstance(self.log1p, bool):
             raise field_error(owner, "log1p", "true or false", self.log1p)
 
-    @property
-    def source(self) -> str:
-        return self.column or self.name
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Categorical:
+class Categorical(_Ids):
     """One categorical id per example, looked up in ``table``.
 
     Attributes:
@@ -173,16 +211,9 @@ class Categorical:
     column: str | None = None
     tower: Literal["query", "candidate"] | None = None
 
-    def __post_init__(self) -> None:
-        check_categorical(self)
-
-    @property
-    def source(self) -> str:
-        return self.column or self.name
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MultiHot:
+class MultiHot(_Ids):
     """A variable-length list of ids, emitted as ``[B, max_len]`` ids plus weights.
 
     Attributes:
@@ -211,18 +242,14 @@ class MultiHot:
     tower: Literal["query", "candidate"] | None = None
 
     def __post_init__(self) -> None:
-        check_categorical(self)
+        super().__post_init__()
         check_int(f"MultiHot {self.name!r}", "max_len", self.max_len, 1, MAX_LEN)
         if self.weights is not None:
             check_name(f"MultiHot {self.name!r}.weights", self.weights)
 
-    @property
-    def source(self) -> str:
-        return self.column or self.name
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Label:
+class Label(_Column):
     """A training target (``[B]``, float32 in the output).
 
     Attributes:
@@ -241,10 +268,6 @@ class Label:
     def __post_init__(self) -> None:
         check_name("Label", self.name)
         check_choice(f"Label {self.name!r}", "dtype", self.dtype, _LABEL_DTYPES)
-
-    @property
-    def source(self) -> str:
-        return self.column or self.name
 
 
 Feature = Dense | Categorical | MultiHot
@@ -272,22 +295,19 @@ class Schema:
     candidate_id: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "features", tuple(self.features))
-        object.__setattr__(self, "tables", tuple(self.tables))
-        object.__setattr__(self, "labels", tuple(self.labels))
+        for field in ("features", "tables", "labels"):
+            object.__setattr__(self, field, tuple(getattr(self, field)))
         for f in self.features:
             if not isinstance(f, (Dense, Categorical, MultiHot)):
                 raise SchemaError(
                     f"Schema.features: expected Dense, Categorical or MultiHot, got {f!r}"
                 )
-        names = [f.name for f in self.features] + [lab.name for lab in self.labels]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise SchemaError(f"Schema: duplicate feature or label names {dupes}")
         table_names = [t.name for t in self.tables]
-        dupes = sorted({n for n in table_names if table_names.count(n) > 1})
-        if dupes:
-            raise SchemaError(f"Schema: duplicate table names {dupes}")
+        named = [f.name for f in self.features] + [lab.name for lab in self.labels]
+        for what, names in (("feature or label", named), ("table", table_names)):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise SchemaError(f"Schema: duplicate {what} names {dupes}")
         for f in self.categorical:
             if f.table not in table_names:
                 raise SchemaError(
@@ -316,7 +336,7 @@ class Schema:
         """A source column has one shape: features may share a column (a numeric and
         a categorical view of one field) only where they read it the same way."""
 
-        def shape(f: Any) -> str:
+        def shape(f: Feature) -> str:
             if isinstance(f, MultiHot):
                 return "a list of ids"
             if isinstance(f, Dense) and f.length is not None:
@@ -562,7 +582,7 @@ class Schema:
     @classmethod
     def from_json(cls, path_or_text: str | os.PathLike[str]) -> Schema:
         """Load from a JSON file path or a JSON string."""
-        data, source = _json.load(path_or_text, SchemaError, "schema")
+        data, source = load_json(path_or_text, SchemaError, "schema")
         return cls.from_dict(data, source=source)
 
     @classmethod

@@ -475,7 +475,7 @@ def pipeline_stages(pipeline: Pipeline, batch_size: int) -> ReadStages:
       SourceError: the source has no roofline stages (a wrapped dataset).
     """
     from tfinput._src.core.sources import RooflineStages
-    from tfinput._src.core.sources.skeleton import single_core_options
+    from tfinput._src.core.sources.protocol import single_core_options
 
     source = pipeline.source
     if not isinstance(source, RooflineStages):

@@ -128,7 +128,7 @@ def _rows(to: str, result) -> list[tuple]:
 @pytest.mark.parametrize("to", FORMATS)
 def test_ray_output_equals_the_single_process_output(local_ray, inputs, tmp_path, to):
     from tfinput._src.applications.convert.ray_engine import convert_ray
-    from tfinput._src.core.columnar.verify import verify_files
+    from tfinput._src.core.columnar.writer import verify_files
 
     local = convert(inputs, tmp_path / "local", to=to, **OPTIONS)
     dist = convert_ray(inputs, tmp_path / "ray", to=to, split_bytes=SPLIT, **OPTIONS)

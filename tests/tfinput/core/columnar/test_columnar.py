@@ -79,7 +79,7 @@ def test_incompatible_schema_is_a_schema_error(small_columnar, small_schema, cha
 
 
 def test_names_resolve_and_unknown_ones_raise():
-    from tfinput._src.core.columnar.verify import verify_files
+    from tfinput._src.core.columnar.writer import verify_files
 
     assert columnar_records.verify_files is verify_files
     assert {"ColumnarSource", "verify_files", "ChunkProblem"} <= set(dir(columnar_records))

@@ -19,7 +19,7 @@ from tfinput._src.core.columnar.reader import (
     plan_chunks,
     read_permuted_chunks,
 )
-from tfinput._src.core.columnar.verify import verify_files
+from tfinput._src.core.columnar.writer import verify_files
 from tfinput.columnar_records import read_manifest, storage_columns
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
@@ -205,7 +205,7 @@ def test_shuffling_levels(small_columnar):
 
 # ----------------------------------------------------------- global shuffle
 def test_chunks_read_by_offset_in_a_permutation(small_columnar):
-    from tfinput._src.core.columnar.manifest import read_manifest as manifest_of
+    from tfinput._src.core.columnar.format import read_manifest as manifest_of
 
     manifest = manifest_of(small_columnar[0])
     chosen = [(p, manifest, manifest.entry(p)) for p in small_columnar]

@@ -12,7 +12,7 @@ import pytest
 
 import tfinput
 from tfinput import testing
-from tfinput._src.core.columnar.manifest import read_manifest
+from tfinput._src.core.columnar.format import read_manifest
 from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, SourceError

@@ -346,7 +346,7 @@ def test_a_tiny_shuffle_buffer_is_not_a_no_op(small_tfrecord, small_schema, buff
 def test_derived_sizes_come_from_config_knobs_alone():
     """Mini-batches shrink for small shuffle buffers (the pool of buffer and window
     holds at least 32 of them); windows are half the buffer, at least 256 records."""
-    from tfinput._src.core.sources._mixing import mini_batch, window_size
+    from tfinput._src.core.sources.tfrecord import mini_batch, window_size
 
     sizes = {s: mini_batch(PipelineConfig(shuffle_buffer=s)) for s in (0, 100, 1000, 10_000)}
     assert sizes == {0: 64, 100: 11, 1000: 46, 10_000: 64}

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from tfinput._src.applications.cli.objects import load_object
 from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.files import check_writable
 from tfinput._src.core.formats.parquet import is_parquet_name
-from tfinput._src.core.outputs import check_writable
 from tfinput._src.measurement.target import Buildable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -430,7 +430,7 @@ def pipeline_from_paths(
     is there (schema from the manifest unless given), else Parquet or TFRecord by
     extension unless ``fmt`` says; the schema is ``schema_path`` or a ``schema.json``
     next to the data (`find_schema`)."""
-    from tfinput._src.core.columnar.manifest import is_columnar
+    from tfinput._src.core.columnar.format import is_columnar
     from tfinput._src.core.pipeline import columnar, parquet, tfrecord
     from tfinput._src.core.schema import Schema
     from tfinput._src.core.sources import resolve_paths

@@ -29,7 +29,7 @@ output):
 - **Columnar:** each task writes whole chunks only and hands its last rows (fewer than
   ``chunk_rows``) back to the driver, which writes them, in piece order, as the last
   file(s); the per-piece manifests are merged into one ``manifest.json`` with every
-  chunk's digest (`tfinput._src.core.columnar.manifest.merge_manifests`). So, as with one
+  chunk's digest (`tfinput._src.core.columnar.format.merge_manifests`). So, as with one
   process, only the very last chunk of the data set can be partial. Order: the rows of
   each piece stay in input order, except its last ``rows % chunk_rows`` rows, which move
   to the end of the data set.
@@ -66,8 +66,8 @@ from tfinput._src.applications.convert.run import converted, open_inputs
 from tfinput._src.applications.convert.sniff import Layout, sniff_layout
 from tfinput._src.applications.convert.writers import Shards, prepare_out_dir
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
+from tfinput._src.core.files import check_writable
 from tfinput._src.core.options import with_keywords
-from tfinput._src.core.outputs import check_writable
 from tfinput._src.core.schema import Schema
 
 __all__ = ["ENGINES", "SPLIT_BYTES", "convert_ray", "import_ray"]
@@ -367,7 +367,7 @@ def _join_columnar(out: Path, reports: list[dict], job: _Job) -> list[str]:
     """Write the tasks' last rows as the last chunks, then merge every manifest."""
     import pyarrow as pa
 
-    from tfinput._src.core.columnar.manifest import merge_manifests, read_manifest
+    from tfinput._src.core.columnar.format import merge_manifests, read_manifest
     from tfinput._src.core.columnar.writer import ColumnarWriter
 
     tail = [_from_ipc(r["leftover"]) for r in reports if r["leftover"]]

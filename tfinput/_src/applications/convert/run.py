@@ -33,8 +33,8 @@ from tfinput._src.applications.convert.writers import (
     prepare_out_dir,
 )
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError
+from tfinput._src.core.files import check_writable
 from tfinput._src.core.options import with_keywords
-from tfinput._src.core.outputs import check_writable
 from tfinput._src.core.schema import Schema
 
 __all__ = ["convert", "converted", "open_inputs"]

@@ -32,7 +32,7 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
       SourceError: no input, a pattern or directory that matches nothing, a missing
         file, or a FIFO, socket or device (`check_regular_file`).
     """
-    from tfinput._src.core.sources.files import check_regular_file, data_files
+    from tfinput._src.core.files import check_regular_file, data_files
 
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not items:

@@ -12,8 +12,8 @@ import numpy as np
 
 from tfinput._src.applications.convert.plan import Column
 from tfinput._src.core.errors import SourceError
+from tfinput._src.core.files import StagedDir, remove_stale, unfinished_output
 from tfinput._src.core.formats import parquet, tfrecord
-from tfinput._src.core.outputs import StagedDir, remove_stale, unfinished_output
 from tfinput._src.core.schema import Schema
 
 __all__ = [

@@ -18,7 +18,7 @@ from tfinput._src.core.columnar.format import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    pass
+    import tensorflow as tf
 
 
 __all__ = ["Raw", "assembler"]
@@ -29,7 +29,7 @@ Raw = dict[str, Any]
 
 def assembler(
     wanted: Sequence[Column], stored: Sequence[Column], *, verify: bool, uniform: bool
-) -> Callable[[Any], Raw]:
+) -> Callable[[tf.Tensor], Raw]:
     """The decode function: a batch of ``k`` serialized chunks -> one raw batch.
 
     Args:
@@ -52,7 +52,7 @@ def assembler(
     groups = _scalar_groups(columns) if uniform else {}
     check = _chunk_checker(columns, stored) if verify else None
 
-    def assemble(encoded: Any) -> Raw:
+    def assemble(encoded: tf.Tensor) -> Raw:
         records = encoded["record"] if isinstance(encoded, dict) else encoded
         parsed = tf.io.parse_example(records, spec)
         raw = _decode_columns(parsed, columns, groups, uniform=uniform)
@@ -63,17 +63,17 @@ def assembler(
     return assemble
 
 
-def _tf_dtype(dtype: str) -> Any:
+def _tf_dtype(dtype: str) -> tf.DType:
     import tensorflow as tf
 
     return {"float32": tf.float32, "int64": tf.int64}[dtype]
 
 
-def _parse_spec(columns: Sequence[Column], *, verify: bool) -> dict[str, Any]:
+def _parse_spec(columns: Sequence[Column], *, verify: bool) -> dict[str, tf.io.FixedLenFeature]:
     """The ``parse_example`` spec: one scalar string per numeric key, strings ragged."""
     import tensorflow as tf
 
-    spec: dict[str, Any] = {ROWS_KEY: tf.io.FixedLenFeature([], tf.int64)}
+    spec: dict[str, tf.io.FixedLenFeature] = {ROWS_KEY: tf.io.FixedLenFeature([], tf.int64)}
     for c in columns:
         if c.dtype == "string":
             spec[c.name] = tf.io.RaggedFeature(tf.string, row_splits_dtype=tf.int64)
@@ -100,7 +100,7 @@ def _scalar_groups(columns: Sequence[Column]) -> dict[str, list[Column]]:
     return {dtype: cs for dtype, cs in groups.items() if len(cs) > 1}
 
 
-def _flat(x: Any, dtype: Any, *, same_length: bool) -> Any:
+def _flat(x: tf.Tensor, dtype: tf.DType, *, same_length: bool) -> tf.Tensor:
     """The values of a ``[k]`` batch of raw strings, concatenated."""
     import tensorflow as tf
 
@@ -110,7 +110,7 @@ def _flat(x: Any, dtype: Any, *, same_length: bool) -> Any:
 
 
 def _decode_columns(
-    parsed: dict[str, Any],
+    parsed: dict[str, tf.Tensor],
     columns: Sequence[Column],
     groups: dict[str, list[Column]],
     *,
@@ -148,7 +148,7 @@ def _decode_columns(
 # ------------------------------------------------------------------ verify
 def _chunk_checker(
     columns: Sequence[Column], stored: Sequence[Column]
-) -> Callable[[dict[str, Any], dict[str, Any]], None]:
+) -> Callable[[dict[str, tf.Tensor], dict[str, tf.Tensor]], None]:
     """The in-graph integrity check of a batch of chunks: each read column's payload
     against its ``@check`` slot, the format version, and ``@check`` against the
     manifest digest. A failure raises `DataError` naming the file, chunk and column."""
@@ -161,7 +161,7 @@ def _chunk_checker(
     slots = [all_keys.index(k) for k in keys]
     string_keys = {c.name for c in columns if c.dtype == "string"}
 
-    def check(encoded: dict[str, Any], parsed: dict[str, Any]) -> None:
+    def check(encoded: dict[str, tf.Tensor], parsed: dict[str, tf.Tensor]) -> None:
         k = tf.shape(parsed[CHECK_KEY])[0]
         stored_check = tf.reshape(tf.io.decode_raw(parsed[CHECK_KEY], tf.uint8), [k, -1, 8])
         expected = tf.gather(stored_check, slots, axis=1)  # [k, keys, 8]
@@ -190,13 +190,13 @@ def _chunk_checker(
 
 
 def _mismatch_message(
-    encoded: dict[str, Any],
-    parsed: dict[str, Any],
-    chunk_ok: Any,
-    same: Any,
-    version_ok: Any,
-    names: Any,
-) -> Any:
+    encoded: dict[str, tf.Tensor],
+    parsed: dict[str, tf.Tensor],
+    chunk_ok: tf.Tensor,
+    same: tf.Tensor,
+    version_ok: tf.Tensor,
+    names: tf.Tensor,
+) -> tf.Tensor:
     """The message naming the first bad chunk: its file, index and what is wrong."""
     import tensorflow as tf
 

@@ -22,15 +22,15 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tfinput._src.core.columnar._decode import Raw
-from tfinput._src.core.columnar.manifest import FileEntry, Manifest
+from tfinput._src.core.columnar.format import FileEntry, Manifest
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.formats import tfrecord
-from tfinput._src.core.sources.skeleton import (
+from tfinput._src.core.sources.protocol import (
     deterministic_arg,
     file_order,
     interleave_files,
@@ -144,7 +144,7 @@ def index_chunks(plan: ChunkPlan, chosen: Sequence[tuple[str, Manifest, FileEntr
     )
 
 
-def permutation_keys(seed: int | None) -> Any:
+def permutation_keys(seed: int | None) -> tf.data.Dataset:
     """The one-element dataset of each iteration's permutation key: a fresh int64 per
     ``iter()``, drawn natively (``Dataset.random``, seeded by ``seed``)."""
     import tensorflow as tf
@@ -163,7 +163,9 @@ def permutation_key(seed: int, iteration: int) -> int:
     return key
 
 
-def _permutation_positions(n: int, seed: int | None, start: tuple[int, int] | None) -> Any:
+def _permutation_positions(
+    n: int, seed: int | None, start: tuple[int, int] | None
+) -> tf.data.Dataset:
     """``{"key", "position"}`` per chunk position of an iteration (see
     `read_permuted_chunks`)."""
     import tensorflow as tf
@@ -175,7 +177,9 @@ def _permutation_positions(n: int, seed: int | None, start: tuple[int, int] | No
         # iterations' keys at any point, even after reading ahead to the end.
         draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
 
-        def first_draw(state: Any, element: Any) -> Any:
+        def first_draw(
+            state: tuple[tf.Tensor, tf.Tensor], element: tuple[tf.Tensor, tf.Tensor]
+        ) -> tuple[tuple[tf.Tensor, tf.Tensor], dict[str, tf.Tensor]]:
             have, key = state
             position, draw = element
             key = tf.where(have, key, draw)
@@ -197,7 +201,7 @@ def read_permuted_chunks(
     deterministic: bool | None,
     buffer_size: int | None,
     start: tuple[int, int] | None = None,
-) -> Any:
+) -> tf.data.Dataset:
     """Every chunk of ``index`` once per iteration, in a permutation drawn anew for
     each iteration, each read by its offset (no buffer, no per-file iterator).
 
@@ -259,7 +263,7 @@ def read_permuted_chunks(
     )
 
 
-def _read_range(path: bytes, offset: Any, size: Any) -> Any:
+def _read_range(path: bytes, offset: np.int64, size: np.int64) -> np.ndarray:
     """``size`` bytes of ``path`` from ``offset`` (a scalar string array).
 
     Raises:
@@ -287,14 +291,16 @@ def _read_range(path: bytes, offset: Any, size: Any) -> Any:
 _KEY_SALT = 0x636F6C756D6E6172
 
 
-def shuffle_rows_by_position(assemble: Callable[[Any], Raw]) -> Callable[[Any], Raw]:
+def shuffle_rows_by_position(
+    assemble: Callable[[dict[str, tf.Tensor]], Raw],
+) -> Callable[[dict[str, tf.Tensor]], Raw]:
     """``assemble`` (of a batch of globally shuffled chunks) followed by a permutation
     of the decoded rows, seeded by the iteration's key and the batch's first chunk
     position, so a restored or restarted iteration permutes every batch as the
     uninterrupted one did."""
     import tensorflow as tf
 
-    def assemble_shuffled(encoded: dict[str, Any]) -> Raw:
+    def assemble_shuffled(encoded: dict[str, tf.Tensor]) -> Raw:
         seed = tf.stack([encoded["key"][0], encoded["position"][0]])
         return _permute_rows(assemble(encoded), seed)
 
@@ -303,7 +309,7 @@ def shuffle_rows_by_position(assemble: Callable[[Any], Raw]) -> Callable[[Any], 
 
 def read_chunks(
     plan: ChunkPlan, request: ReadRequest, *, verify: bool, buffer_size: int | None
-) -> Any:
+) -> tf.data.Dataset:
     """Serialized chunks of every planned file, interleaved (file order shuffled when the
     request says so). With ``verify`` each element is a dict of the record, its file,
     its chunk index and its manifest digest; otherwise the record alone."""
@@ -328,7 +334,9 @@ def chunk_buffer(shuffle_buffer: int, chunk_rows: int) -> int:
     return max(1, math.ceil(shuffle_buffer / chunk_rows))
 
 
-def _file_reader(*, verify: bool, buffer_size: int | None) -> Callable[[Any], Any]:
+def _file_reader(
+    *, verify: bool, buffer_size: int | None
+) -> Callable[[dict[str, tf.Tensor]], tf.data.Dataset]:
     """The interleave function: one file's planned chunks as a dataset."""
     import tensorflow as tf
 
@@ -355,12 +363,12 @@ def _file_reader(*, verify: bool, buffer_size: int | None) -> Callable[[Any], An
 
 def batch_chunks(
     ds: tf.data.Dataset,
-    assemble: Callable[[Any], Raw],
+    assemble: Callable[[dict[str, tf.Tensor]], Raw],
     config: PipelineConfig,
     *,
     batch_size: int,
     chunk_rows: int,
-) -> tuple[Any, Callable[[Any], Raw]]:
+) -> tuple[tf.data.Dataset, Callable[[dict[str, tf.Tensor]], Raw]]:
     """Chunks -> batches of ``batch_size`` rows, and the decode function to apply.
 
     A multiple of ``chunk_rows`` batches whole chunks and decodes them in the pipeline's
@@ -387,8 +395,8 @@ def batch_chunks(
 
 
 def shuffle_rows_in_batches(
-    ds: tf.data.Dataset, finish: Callable[[Any], Raw], *, seed: int | None
-) -> tuple[Any, Callable[[Any], Raw]]:
+    ds: tf.data.Dataset, finish: Callable[[dict[str, tf.Tensor]], Raw], *, seed: int | None
+) -> tuple[tf.data.Dataset, Callable[[dict[str, tf.Tensor]], Raw]]:
     """Pair each batch with a fresh seed, and a decode step that decodes it with
     ``finish`` and then permutes its rows (one gather per column)."""
     import tensorflow as tf
@@ -396,19 +404,19 @@ def shuffle_rows_in_batches(
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
     ds = tf.data.Dataset.zip({"batch": ds, "seed": seeds})
 
-    def finish_shuffled(element: dict[str, Any]) -> Raw:
+    def finish_shuffled(element: dict[str, tf.Tensor]) -> Raw:
         return _shuffle_rows(finish(element["batch"]), element["seed"])
 
     return ds, finish_shuffled
 
 
-def _shuffle_rows(raw: Raw, seed: Any) -> Raw:
+def _shuffle_rows(raw: Raw, seed: tf.Tensor) -> Raw:
     import tensorflow as tf
 
     return _permute_rows(raw, tf.stack([seed, tf.constant(0, tf.int64)]))
 
 
-def _permute_rows(raw: Raw, seed: Any) -> Raw:
+def _permute_rows(raw: Raw, seed: tf.Tensor) -> Raw:
     """``raw`` with its rows in the stateless permutation of ``seed`` (shape [2])."""
     import tensorflow as tf
 

@@ -16,19 +16,20 @@ from typing import Any, ClassVar
 
 import tfinput._src.core.columnar.reader as reader
 from tfinput._src.core.columnar._decode import assembler
-from tfinput._src.core.columnar.format import NUMERIC_DTYPES, Column, storage_columns
-from tfinput._src.core.columnar.manifest import (
+from tfinput._src.core.columnar.format import (
+    NUMERIC_DTYPES,
+    Column,
     FileEntry,
     Manifest,
     file_stat,
     is_dir,
     read_manifest,
+    storage_columns,
 )
-from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
+from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, did_you_mean
+from tfinput._src.core.files import resolve_paths
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import MultiHot, Schema
-from tfinput._src.core.sources._text import did_you_mean
-from tfinput._src.core.sources.files import resolve_paths
 from tfinput._src.core.sources.protocol import (
     Decode,
     FileChecks,
@@ -37,8 +38,9 @@ from tfinput._src.core.sources.protocol import (
     Resume,
     RooflineStages,
     Source,
+    knob_is_set,
+    single_core_options,
 )
-from tfinput._src.core.sources.skeleton import knob_is_set, single_core_options
 
 log = logging.getLogger("tfinput")
 
@@ -347,7 +349,7 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
           ConfigError: ``shuffle_buffer`` or ``cache`` set (they would buffer chunks
             again, or replay the first iteration's order).
         """
-        from tfinput._src.core.sources.skeleton import deterministic_arg, parallel_calls
+        from tfinput._src.core.sources.protocol import deterministic_arg, parallel_calls
 
         config = request.config
         for knob, why in (

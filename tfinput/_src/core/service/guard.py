@@ -9,11 +9,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfinput._src.core.errors import ConfigError, ServiceError
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
     import tensorflow as tf
 
 __all__ = ["DEFAULT_STALL_TIMEOUT_S", "GuardedRead", "guarded", "guarded_dataset", "unguarded"]
@@ -77,7 +78,7 @@ class GuardedRead:
         self.rows = 0
         self.batches = 0
         self.finished = False
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -155,7 +156,7 @@ class GuardedRead:
         except BaseException as e:  # handed to the consumer, in order
             self._queue.put(e)
 
-    def __next__(self) -> Any:
+    def __next__(self) -> object:
         if self._thread is None:
             iter(self)
         if self.finished:
@@ -203,29 +204,16 @@ def _stalled(
     )
 
 
-def _batch_rows(element: Any) -> int:
+def _batch_rows(element: object) -> int:
     import tensorflow as tf
 
     first = tf.nest.flatten(element)[0]
     return int(first.shape[0]) if first.shape.rank else 1
 
 
-def guarded(
-    dataset: tf.data.Dataset,
-    *,
-    expected_rows: int | Callable[[], int | None] | None = None,
-    tail_rows: int = 0,
-    stall_timeout_s: float = 120.0,
-    address: str | None = None,
-) -> GuardedRead:
-    """``dataset``'s batches with a bounded wait and a row count: see `GuardedRead`."""
-    return GuardedRead(
-        dataset,
-        expected_rows=expected_rows,
-        tail_rows=tail_rows,
-        stall_timeout_s=stall_timeout_s,
-        address=address,
-    )
+#: ``guarded(dataset, ...)``: ``dataset``'s batches with a bounded wait and a row count,
+#: a `GuardedRead` (the name `tfinput.service` gives its constructor).
+guarded = GuardedRead
 
 
 def guarded_dataset(
@@ -235,7 +223,7 @@ def guarded_dataset(
     tail_rows: int = 0,
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
     address: str | None = None,
-) -> Any:
+) -> tf.data.Dataset:
     """``dataset`` with `GuardedRead`'s checks, as a `tf.data.Dataset` (what
     `distribute` returns by default, so that ``model.fit`` gets them too).
 
@@ -254,7 +242,7 @@ def guarded_dataset(
     """
     import tensorflow as tf
 
-    guarded(dataset, stall_timeout_s=stall_timeout_s, tail_rows=tail_rows)  # checks the args
+    GuardedRead(dataset, stall_timeout_s=stall_timeout_s, tail_rows=tail_rows)  # checks the args
     passes = _Passes(
         expected_rows=expected_rows,
         tail_rows=tail_rows,
@@ -264,10 +252,10 @@ def guarded_dataset(
     spec = dataset.element_spec
     flat_specs = tf.nest.flatten(spec, expand_composites=True)
 
-    def placeholder() -> tuple[Any, ...]:
+    def placeholder() -> tuple[tf.Tensor, ...]:
         return _placeholder(flat_specs)
 
-    def beat(*element: Any) -> Any:
+    def beat(*element: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
         value = element[0] if len(element) == 1 else element
         seen = tf.numpy_function(
             passes.beat, [_rows_of(value)], tf.int64, stateful=True, name="svc_beat"
@@ -275,10 +263,10 @@ def guarded_dataset(
         kind = tf.cast(seen, tf.int32) * 0  # 0: a batch (after its count)
         return kind, tuple(tf.nest.flatten(value, expand_composites=True))
 
-    def marker(call: Callable[[], Any], kind: int, name: str) -> Any:
+    def marker(call: Callable[[], object], kind: int, name: str) -> tf.data.Dataset:
         return _marker(call, kind, name, flat_specs)
 
-    def watch(_: Any) -> Any:
+    def watch(_: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
         kind = tf.numpy_function(passes.watch, [], tf.int32, stateful=True, name="svc_watch")
         return tf.reshape(kind, []), placeholder()  # 2: nothing, 3: the pass ended
 
@@ -298,7 +286,7 @@ def guarded_dataset(
     )
     passes_ds = marker(passes.start, 1, "svc_start").concatenate(raced)
 
-    def unpack(kind: Any, flat: Any) -> Any:
+    def unpack(kind: tf.Tensor, flat: tuple[tf.Tensor, ...]) -> object:
         # The placeholders have the batches' static shapes (0 where unknown), so the
         # race keeps the element spec: no shape to set again.
         del kind
@@ -309,7 +297,7 @@ def guarded_dataset(
     return out
 
 
-def _placeholder(flat_specs: list[Any]) -> tuple[Any, ...]:
+def _placeholder(flat_specs: list[tf.TypeSpec]) -> tuple[tf.Tensor, ...]:
     """What the watchdog's elements carry in place of a batch (filtered out): zeros of
     the batches' static shapes (0 where unknown)."""
     import tensorflow as tf
@@ -323,18 +311,20 @@ def _placeholder(flat_specs: list[Any]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _marker(call: Callable[[], Any], kind: int, name: str, flat_specs: list[Any]) -> Any:
+def _marker(
+    call: Callable[[], object], kind: int, name: str, flat_specs: list[tf.TypeSpec]
+) -> tf.data.Dataset:
     """A one-element dataset of ``kind`` that runs ``call`` (a pass's start or end)."""
     import tensorflow as tf
 
-    def element(_: Any) -> Any:
+    def element(_: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
         done = tf.numpy_function(call, [], tf.int64, stateful=True, name=name)
         return tf.cast(done, tf.int32) * 0 + kind, _placeholder(flat_specs)
 
     return tf.data.Dataset.range(1).map(element)
 
 
-def _rows_of(element: Any) -> Any:
+def _rows_of(element: object) -> tf.Tensor:
     """Rows of one batch, as a scalar int64 tensor (its first component's leading dim)."""
     import tensorflow as tf
 
@@ -394,14 +384,14 @@ class _Passes:
         with self._lock:
             return self._current
 
-    def start(self) -> Any:
+    def start(self) -> np.int64:
         import numpy as np
 
         with self._lock:
             self._current = _Pass(self.expected_rows)
         return np.int64(0)
 
-    def beat(self, rows: Any) -> Any:
+    def beat(self, rows: np.int64) -> np.int64:
         import numpy as np
 
         p = self._pass()
@@ -410,7 +400,7 @@ class _Passes:
         p.last = time.monotonic()
         return np.int64(0)
 
-    def end(self) -> Any:
+    def end(self) -> np.int64:
         import numpy as np
 
         p = self._pass()
@@ -425,7 +415,7 @@ class _Passes:
         p.done.set()
         return np.int64(0)
 
-    def watch(self) -> Any:
+    def watch(self) -> np.int32:
         import numpy as np
 
         p = self._pass()

@@ -5,6 +5,14 @@ A batch from `ParquetBatches` is a dict of numpy arrays keyed by column: scalar 
 fixed-length columns under their name, each list column ``c`` as two arrays,
 ``c + LIST_VALUES`` (the flat values) and ``c + LIST_LENGTHS`` (the row lengths), which
 `tfinput._src.core.sources.parquet.ParquetSource` turns back into ragged tensors.
+
+Its read-ahead runs on an `IdlePool`, a thread pool whose threads exit when there is no
+work. `concurrent.futures.ThreadPoolExecutor` keeps its threads until it is shut down or
+collected. A reader whose dataset TensorFlow never releases (a Python function in a
+tf.data graph stays referenced by TensorFlow after the dataset and its iterators are
+gone) would then keep its threads, and what they hold, for the life of the process:
+one set per abandoned iterator, every tuner trial. Here a thread exits after
+``idle_s`` seconds without a task, and the last one to go calls ``on_idle``.
 """
 
 from __future__ import annotations
@@ -13,19 +21,18 @@ import dataclasses
 import functools
 import hashlib
 import os
+import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from tfinput._src.core.config import AUTOTUNE, PipelineConfig
 from tfinput._src.core.errors import DataError
 from tfinput._src.core.formats import parquet
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema
-from tfinput._src.core.sources._idle_pool import IdlePool
 
 __all__ = [
     "LIST_VALUES",
@@ -33,7 +40,6 @@ __all__ = [
     "ParquetBatches",
     "expected_arrow",
     "parquet_columns",
-    "parquet_signature",
     "reads_as",
 ]
 
@@ -142,26 +148,6 @@ def _arrow_type_key(t: Any) -> str:
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return f"list<{_arrow_type_key(t.value_type)}>"
     return str(t)
-
-
-def parquet_signature(schema: Schema) -> dict[str, tf.TensorSpec]:
-    sig: dict[str, tf.TensorSpec] = {}
-    for f in schema.features:
-        if isinstance(f, Dense):
-            shape = [None] if f.length is None else [None, f.length]
-            sig[f.source] = tf.TensorSpec(shape, tf.float32)
-        elif isinstance(f, Categorical):
-            sig[f.source] = tf.TensorSpec([None], tf.int64 if f.dtype == "int64" else tf.string)
-        else:
-            dtype = tf.int64 if f.dtype == "int64" else tf.string
-            sig[f.source + LIST_VALUES] = tf.TensorSpec([None], dtype)
-            sig[f.source + LIST_LENGTHS] = tf.TensorSpec([None], tf.int64)
-            if f.weights:
-                sig[f.weights + LIST_VALUES] = tf.TensorSpec([None], tf.float32)
-                sig[f.weights + LIST_LENGTHS] = tf.TensorSpec([None], tf.int64)
-    for lab in schema.labels:
-        sig[lab.source] = tf.TensorSpec([None], tf.float32)
-    return sig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -530,3 +516,69 @@ def _columns(table: Any, schema: Schema) -> dict[str, np.ndarray]:
     for lab in schema.labels:
         out[lab.source] = numeric(table.column(lab.source), pa.float32())
     return out
+
+
+# ------------------------------------------------------ threads that exit when idle
+class IdlePool:
+    """Runs submitted callables on up to ``threads`` threads, started on demand.
+
+    Args:
+      threads: The most threads at once.
+      idle_s: A thread with no task for this long exits.
+      name: The threads' name prefix.
+      on_idle: Called (on the exiting thread) when the last thread has exited.
+    """
+
+    def __init__(
+        self,
+        threads: int,
+        *,
+        idle_s: float,
+        name: str,
+        on_idle: Callable[[], None] | None = None,
+    ) -> None:
+        self.max_threads = max(int(threads), 1)
+        self.idle_s = idle_s
+        self.name = name
+        self._on_idle = on_idle
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._live = 0  # threads started and not exited
+        self._waiting = 0  # of those, waiting for a task
+
+    @property
+    def threads(self) -> int:
+        """Threads alive now."""
+        with self._lock:
+            return self._live
+
+    def submit(self, task: Callable[[], None]) -> None:
+        """Run ``task()`` on a pool thread (exceptions are the task's to handle)."""
+        with self._lock:
+            self._tasks.put(task)
+            if self._tasks.qsize() > self._waiting and self._live < self.max_threads:
+                self._live += 1
+                threading.Thread(
+                    target=self._work, name=f"{self.name}-{self._live}", daemon=True
+                ).start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._waiting += 1
+            try:
+                task = self._tasks.get(timeout=self.idle_s)
+            except queue.Empty:
+                with self._lock:
+                    self._waiting -= 1
+                    if not self._tasks.empty():
+                        continue  # a task came in as the wait ended: run it
+                    self._live -= 1
+                    last = self._live == 0
+                if last and self._on_idle is not None:
+                    self._on_idle()
+                return
+            with self._lock:
+                self._waiting -= 1
+            task()
+            del task

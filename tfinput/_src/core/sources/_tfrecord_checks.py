@@ -12,10 +12,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfinput._src.core.errors import DataError, SchemaError
+from tfinput._src.core.errors import DataError, SchemaError, did_you_mean
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema
-from tfinput._src.core.sources._text import did_you_mean
 
 __all__ = [
     "SAMPLE_RECORDS",

@@ -8,11 +8,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import tensorflow as tf
 
-from tfinput._src.core.errors import ConfigError, SchemaError, SourceError
+from tfinput._src.core.errors import ConfigError, SchemaError, SourceError, did_you_mean
 from tfinput._src.core.schema import MultiHot, Schema
-from tfinput._src.core.sources._text import did_you_mean
-from tfinput._src.core.sources.protocol import Decode, ReadRequest, Resume, Source
-from tfinput._src.core.sources.skeleton import knob_is_set, traced
+from tfinput._src.core.sources.protocol import (
+    Decode,
+    ReadRequest,
+    Resume,
+    Source,
+    knob_is_set,
+    traced,
+)
 from tfinput._src.core.transforms import guard
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -11,9 +11,17 @@ import numpy as np
 import tensorflow as tf
 
 from tfinput._src.core.config import PipelineConfig
-from tfinput._src.core.errors import DataError, SchemaError, SourceError, TfinputError
+from tfinput._src.core.errors import (
+    DataError,
+    SchemaError,
+    SourceError,
+    TfinputError,
+    did_you_mean,
+    first_line,
+)
+from tfinput._src.core.files import drop_empty_files, resolve_paths
 from tfinput._src.core.formats import parquet
-from tfinput._src.core.schema import Schema
+from tfinput._src.core.schema import Categorical, Dense, Schema
 from tfinput._src.core.sources._arrow import (
     LIST_LENGTHS,
     LIST_VALUES,
@@ -21,11 +29,8 @@ from tfinput._src.core.sources._arrow import (
     expected_arrow,
     footer_rows,
     parquet_columns,
-    parquet_signature,
     reads_as,
 )
-from tfinput._src.core.sources._text import did_you_mean, first_line
-from tfinput._src.core.sources.files import drop_empty_files, resolve_paths
 from tfinput._src.core.sources.protocol import (
     Decode,
     FileChecks,
@@ -34,8 +39,11 @@ from tfinput._src.core.sources.protocol import (
     Resume,
     RooflineStages,
     Source,
+    file_order,
+    interleave_files,
+    knob_is_set,
+    traced,
 )
-from tfinput._src.core.sources.skeleton import file_order, interleave_files, knob_is_set, traced
 
 __all__ = ["ParquetSource", "LIST_VALUES", "LIST_LENGTHS"]
 
@@ -328,6 +336,26 @@ def _positions(draws: tf.data.Dataset, fingerprint: int, batches: int) -> tf.dat
     )
 
 
+def _signature(schema: Schema) -> dict[str, tf.TensorSpec]:
+    sig: dict[str, tf.TensorSpec] = {}
+    for f in schema.features:
+        if isinstance(f, Dense):
+            shape = [None] if f.length is None else [None, f.length]
+            sig[f.source] = tf.TensorSpec(shape, tf.float32)
+        elif isinstance(f, Categorical):
+            sig[f.source] = tf.TensorSpec([None], tf.int64 if f.dtype == "int64" else tf.string)
+        else:
+            dtype = tf.int64 if f.dtype == "int64" else tf.string
+            sig[f.source + LIST_VALUES] = tf.TensorSpec([None], dtype)
+            sig[f.source + LIST_LENGTHS] = tf.TensorSpec([None], tf.int64)
+            if f.weights:
+                sig[f.weights + LIST_VALUES] = tf.TensorSpec([None], tf.float32)
+                sig[f.weights + LIST_LENGTHS] = tf.TensorSpec([None], tf.int64)
+    for lab in schema.labels:
+        sig[lab.source] = tf.TensorSpec([None], tf.float32)
+    return sig
+
+
 def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
     """Batches of `ParquetBatches` at native positions: ``(seed, fingerprint, k)`` for
     ``k`` in ``range(batches per epoch)``, mapped through ``tf.numpy_function`` (a
@@ -348,7 +376,7 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
         batch_size=request.batch_size,
         shuffle_files=request.shuffle_files,
     )
-    signature = parquet_signature(request.schema)
+    signature = _signature(request.schema)
     keys, dtypes = list(signature), [spec.dtype for spec in signature.values()]
     fingerprint = reader.fingerprint()
     batches = reader.num_batches

@@ -323,7 +323,7 @@ def test_resume_needs_enough_batches(small_tfrecord, schema_file, capsys):
 
 
 def test_first_difference_names_the_feature(pipeline_of):
-    from tfinput._src.core._resume_verify import _first_difference
+    from tfinput._src.core.resume import _first_difference
 
     it = pipeline_of("tfrecord").iterator(PipelineConfig(batch_size=20, **SEQUENTIAL))
     first, second = next(it), next(it)
