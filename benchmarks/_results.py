@@ -57,6 +57,11 @@ def smoke_dir() -> Path:
     return _smoke_dir
 
 
+def smoke_active() -> bool:
+    """Whether a ``--smoke`` run started in this process."""
+    return _smoke_dir is not None
+
+
 def output(name: str) -> Path:
     """Where a results file (``RESULTS.md``, ``results-*.json``) is read and written:
     benchmarks/, or the smoke directory once a ``--smoke`` run started here."""

@@ -53,14 +53,14 @@ def columnar_data(root: Path, rows: int, parquet_files: list[str]) -> str:
     """The same rows as the Parquet files, as columnar records (written once)."""
     import pyarrow.parquet as pq
 
-    from tfinput import testing
+    from benchmarks.core import criteo_schema
     from tfinput.columnar_records import MANIFEST, ColumnarWriter
 
     out = root / f"criteo-{rows}" / "columnar"
     if not (out / MANIFEST).exists():
         per_file = -(-rows // FILES)
         with ColumnarWriter(
-            out, testing.criteo_like_schema(), chunk_rows=CHUNK, rows_per_file=per_file
+            out, criteo_schema(), chunk_rows=CHUNK, rows_per_file=per_file
         ) as writer:
             for path in parquet_files:
                 for batch in pq.ParquetFile(path).iter_batches(64 * 1024):

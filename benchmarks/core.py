@@ -33,10 +33,25 @@ FILES = 8
 BATCH = 4096
 
 
+#: ``--smoke``'s criteo-like schema: every kind of feature, a few of each, small tables
+#: (building a pipeline traces, and a model compiles, per feature).
+SMOKE_SCHEMA = dict(n_dense=4, n_categorical=4, n_multi_hot=1, vocabulary_size=1_000)
+
+
+def criteo_schema(**kwargs: Any) -> Any:
+    """``testing.criteo_like_schema(**kwargs)``; in a ``--smoke`` run, `SMOKE_SCHEMA`'s
+    few features (``kwargs`` still win)."""
+    from benchmarks import _results
+    from tfinput import testing
+
+    smoke = SMOKE_SCHEMA if _results.smoke_active() else {}
+    return testing.criteo_like_schema(**{**smoke, **kwargs})
+
+
 def data(root: Path, rows: int) -> tuple[Any, list[str], list[str]]:
     from tfinput import testing
 
-    schema = testing.criteo_like_schema()
+    schema = criteo_schema()
     tf_dir, pq_dir = root / f"criteo-{rows}" / "tfrecord", root / f"criteo-{rows}" / "parquet"
     if not (tf_dir.exists() and pq_dir.exists()):
         cols = testing.generate(schema, rows, seed=0)
