@@ -121,13 +121,6 @@ def _script(item: pytest.Item) -> str | None:
     return spec.params.get("script") if spec else None
 
 
-#: The smoke runs cost about three CPU-minutes, more than CI's time budget holds today:
-#: they run when asked (``TFINPUT_TEST_SCRIPTS=1 ./dev test tests/test_scripts.py``);
-#: the checks below that every script has a smoke run always do.
-ASKED = os.environ.get("TFINPUT_TEST_SCRIPTS") == "1"
-
-
-@pytest.mark.skipif(not ASKED, reason="the smoke runs run when asked: TFINPUT_TEST_SCRIPTS=1")
 @pytest.mark.parametrize("script", list(SMOKE))
 def test_script_runs_in_its_smoke_mode(smoke, script):
     """The script exits 0; a benchmark writes only under its temporary directory."""
