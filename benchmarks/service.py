@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="keep the data here (default: a temporary directory)")
     p.add_argument("--quick", action="store_true", help="40k rows, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = parse_args(p, argv, smoke=dict(rows=16_384, rounds=1, warmup=1, batches=2))
+    args = parse_args(p, argv, smoke=dict(rows=12_288, rounds=1, warmup=1, batches=2))
     if args.quick:
         args.rows, args.rounds, args.warmup, args.batches = 40_000, 2, 4, 20
     per_epoch = args.rows // BATCH
