@@ -3,7 +3,8 @@
 
 ``--smoke`` runs a script end to end in seconds, to check that it still runs (the test
 suite runs every script this way): the script's declared tiny sizes become the defaults
-(arguments given on the command line still win), ``--data-dir`` and everything the
+(arguments given on the command line still win), criteo-like data has a few features
+of each kind (`benchmarks.core.criteo_schema`), ``--data-dir`` and everything the
 script writes (RESULTS.md, results-*.json) go to one temporary directory, never into
 benchmarks/. Its figures are not results."""
 
