@@ -3,7 +3,8 @@
 
 ``--smoke`` runs a script end to end in seconds, to check that it still runs (the test
 suite runs every script this way): the script's declared tiny sizes become the defaults
-(arguments given on the command line still win), ``--data-dir`` and everything the
+(arguments given on the command line still win), criteo-like data has a few features
+of each kind (`benchmarks.core.criteo_schema`), ``--data-dir`` and everything the
 script writes (RESULTS.md, results-*.json) go to one temporary directory, never into
 benchmarks/. Its figures are not results."""
 
@@ -55,6 +56,11 @@ def smoke_dir() -> Path:
         parent = os.environ.get("TFINPUT_SMOKE_DIR")
         _smoke_dir = Path(tempfile.mkdtemp(prefix="tfinput-smoke-", dir=parent))
     return _smoke_dir
+
+
+def smoke_active() -> bool:
+    """Whether a ``--smoke`` run started in this process."""
+    return _smoke_dir is not None
 
 
 def output(name: str) -> Path:

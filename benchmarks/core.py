@@ -33,10 +33,25 @@ FILES = 8
 BATCH = 4096
 
 
+#: ``--smoke``'s criteo-like schema: every kind of feature, a few of each, small tables
+#: (building a pipeline traces, and a model compiles, per feature).
+SMOKE_SCHEMA = dict(n_dense=4, n_categorical=4, n_multi_hot=1, vocabulary_size=1_000)
+
+
+def criteo_schema(**kwargs: Any) -> Any:
+    """``testing.criteo_like_schema(**kwargs)``; in a ``--smoke`` run, `SMOKE_SCHEMA`'s
+    few features (``kwargs`` still win)."""
+    from benchmarks import _results
+    from tfinput import testing
+
+    smoke = SMOKE_SCHEMA if _results.smoke_active() else {}
+    return testing.criteo_like_schema(**{**smoke, **kwargs})
+
+
 def data(root: Path, rows: int) -> tuple[Any, list[str], list[str]]:
     from tfinput import testing
 
-    schema = testing.criteo_like_schema()
+    schema = criteo_schema()
     tf_dir, pq_dir = root / f"criteo-{rows}" / "tfrecord", root / f"criteo-{rows}" / "parquet"
     if not (tf_dir.exists() and pq_dir.exists()):
         cols = testing.generate(schema, rows, seed=0)
@@ -100,11 +115,19 @@ def handwritten(files: list[str], schema: Any, config: Any) -> Any:
 
 
 def cpu_cost(
-    files: list[str], schema: Any, rounds: int = 15, calls: int = 20, *, one_thread: bool = True
+    files: list[str],
+    schema: Any,
+    rounds: int = 15,
+    calls: int = 20,
+    *,
+    one_thread: bool = True,
+    autograph: bool = True,
 ) -> dict[str, Any]:
     """CPU milliseconds per batch of parse + transform, tfinput vs hand-written, on one
     thread, calls interleaved round by round (run in a fresh process: the thread
-    counts must be set before TensorFlow starts; ``one_thread=False`` leaves them)."""
+    counts must be set before TensorFlow starts; ``one_thread=False`` leaves them).
+    ``autograph=False`` traces both functions as written: the same graphs (neither has
+    Python control flow on tensors), traced in a tenth of the time."""
     import tensorflow as tf
 
     if one_thread:
@@ -116,10 +139,13 @@ def cpu_cost(
     records = next(iter(tf.data.TFRecordDataset(files).batch(BATCH)))
     spec = parse_spec(schema)
     ours = tf.function(
-        lambda s: transform_batch(tf.io.parse_example(s, spec), schema, batch_size=BATCH)
+        lambda s: transform_batch(tf.io.parse_example(s, spec), schema, batch_size=BATCH),
+        autograph=autograph,
     )
     # the hand-written map function, taken from the hand-written pipeline
-    theirs = tf.function(_handwritten_parse(schema, PipelineConfig(batch_size=BATCH)))
+    theirs = tf.function(
+        _handwritten_parse(schema, PipelineConfig(batch_size=BATCH)), autograph=autograph
+    )
 
     def cost(fn: Any) -> float:
         start = time.process_time()
@@ -228,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     s = {n: summarize(v) for n, v in results.items()}
     if args.smoke:  # in this process (no second TensorFlow start): its figure is no result
-        cpu = cpu_cost(tf_files, schema, rounds=1, calls=1, one_thread=False)
+        cpu = cpu_cost(tf_files, schema, rounds=1, calls=1, one_thread=False, autograph=False)
     else:
         cpu = _cpu_cost_process(args)
     overhead = 1 - s["tfinput TFRecord"]["median"] / s["hand-written TFRecord"]["median"]

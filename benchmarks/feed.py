@@ -147,8 +147,10 @@ def packing_cost(pipelines: dict[str, Any], args: argparse.Namespace, say: Any):
         jax.block_until_ready(arrays)
 
     cells = {}
+    # --smoke: the batches put on the device only (that feed reads them as "input" does)
+    feeds = ("to device",) if args.smoke else ("input", "to device")
     for source, pipeline in pipelines.items():
-        for feed in ("input", "to device"):
+        for feed in feeds:
             for layout in ("per_feature", "packed"):
                 # One thread for everything: the CPU time a batch costs, without
                 # tf.data's autotuning, idle polling or thread hand-offs (which vary far

@@ -171,11 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     import tfinput
-    from tfinput import models, steps, testing
+    from tfinput import models, steps
     from tfinput.config import PipelineConfig
 
     _, tf_files, _ = core.data(Path(args.data_dir), args.rows)
-    schema = testing.criteo_like_schema()
+    schema = core.criteo_schema()
     pipeline = tfinput.tfrecord(tf_files, schema)
     ranking = steps.keras_step(models.ranking_model(schema)) if args.step == "ranking" else None
     if args.keep_traces is not None:

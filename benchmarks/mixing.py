@@ -5,7 +5,7 @@ against records handed over one at a time (``read_batch=0``), at the same
 
     python benchmarks/mixing.py            # measure and print the markdown section
     python benchmarks/mixing.py --write    # also replace the section in RESULTS.md
-    python benchmarks/mixing.py --smoke    # 8,192 rows, two cells: checks the script
+    python benchmarks/mixing.py --smoke    # 2,048 rows, two cells: checks the script
 
 Data: ``tfinput.testing.small_schema`` rows as tf.Example TFRecord, ``--files`` files
 of consecutive ``row_id`` values (file ``f`` holds rows ``f * n .. (f + 1) * n - 1``,
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycle", type=int, default=0, help="interleave_cycle_length (0: AUTOTUNE)")
     p.add_argument("--data-dir", help="keep the data here (default: a temporary directory)")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = parse_args(p, argv, smoke=dict(rows=8_192))
+    args = parse_args(p, argv, smoke=dict(rows=2_048))
     shuffles, batches = SHUFFLES, BATCHES
     if args.smoke:
         shuffles, batches = (100,), (32, 256)

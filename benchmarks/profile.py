@@ -66,12 +66,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import profiles
     import tfinput
-    from tfinput import models, steps, testing
+    from tfinput import models, steps
     from tfinput.config import PipelineConfig
 
     _, tf_files, _ = core.data(Path(args.data_dir), args.rows)
     autotune = PipelineConfig.autotune(batch_size=core.BATCH)
-    rschema = testing.criteo_like_schema(vocabulary_size=100_000, dim=16)
+    rschema = core.criteo_schema()  # 100k x 16 tables; --smoke: few, small
     cases = [
         (
             "Keras DCN-style ranking step",
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         (
             "simulated accelerator step, 20 ms",
-            tfinput.tfrecord(tf_files, testing.criteo_like_schema()),
+            tfinput.tfrecord(tf_files, core.criteo_schema()),
             lambda: steps.simulated_step(0.020),
             "tuned-simulated.json",
         ),

@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.core import machine  # noqa: E402
-from benchmarks.service import ROWS, CpuProbe, _children, make_data  # noqa: E402
+from benchmarks.service import ROWS, CpuProbe, _children, fleet_for, make_data  # noqa: E402
 
 BATCHES = (1024, 256)
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="keep the data here (default: a temporary directory)")
     p.add_argument("--quick", action="store_true", help="40k rows, 2 rounds: checks the script")
     p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    args = parse_args(p, argv, smoke=dict(rows=16_384, rounds=1, warmup=1, batches=2))
+    args = parse_args(p, argv, smoke=dict(rows=12_288, rounds=1, warmup=1, batches=2))
     if args.quick:
         args.rows, args.rounds, args.warmup, args.batches = 40_000, 2, 4, 20
 
@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     from tfinput.measure.probes import available_cpus
     from tfinput.measure.stats import summarize
     from tfinput.measure.windows import run_window
-    from tfinput.service import LocalFleet
     from tfinput.steps import input_only
 
     batches = BATCHES[:1] if args.smoke else BATCHES  # --smoke: one batch size
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tfinput-guard-") as tmp:
         col = make_data(Path(args.data_dir or tmp) / ("service" if args.smoke else ""), args.rows)
         pipeline = tfinput.columnar(str(col))
-        with LocalFleet(max_workers=1) as fleet:
+        with fleet_for(args.smoke, 1) as fleet:  # --smoke: in this process
             reads = {
                 True: pipeline.with_service(fleet),
                 False: pipeline.with_service(fleet, stall_timeout_s=None),

@@ -205,10 +205,10 @@ def _feed(
 
 def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     import tfinput
-    from tfinput import testing
+    from benchmarks.core import criteo_schema
     from tfinput.config import PipelineConfig
 
-    schema = testing.criteo_like_schema()
+    schema = criteo_schema()
     _, _, pq_files = data(root, args.rows)
     pipeline = tfinput.columnar(columnar_data(root, args.rows, pq_files), schema)
     config = PipelineConfig(batch_size=BATCH)

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             grid_windows=1,
             final_windows=1,
             window_batches=1,
-            n_trials=2,
+            n_trials=1,  # the autotune baseline: each study runs, confirms and reports
             trial_windows=1,
             confirm_windows=1,
             skip=["ranking"],
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet = dict(breakdown=False, advise_format=False) if args.smoke else {}
 
     import tfinput
-    from tfinput import bench, models, steps, testing
+    from tfinput import bench, models, steps
     from tfinput.config import PipelineConfig
     from tfinput.measure import MeasureOptions
 
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # --------------------------------------------------------- ranking step
     if "ranking" not in args.skip:
-        rschema = testing.criteo_like_schema(vocabulary_size=100_000, dim=16)
+        rschema = core.criteo_schema()  # 100k x 16 tables; --smoke: few, small
         rpipe = tfinput.tfrecord(tf_files, rschema)
         model = models.ranking_model(rschema, jit_compile=True)
         t0 = time.time()

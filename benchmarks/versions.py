@@ -49,7 +49,7 @@ _WORKER = r"""
 import json, sys, time
 import tfinput
 from tfinput import testing
-schema = testing.criteo_like_schema()
+schema = testing.criteo_like_schema(**json.loads(sys.argv[6]))  # --smoke: its few features
 SHUFFLE = int(sys.argv[2])
 CONFIG, STEP, NUMPY = sys.argv[3], sys.argv[4], sys.argv[5] == "numpy"
 shuffle = dict(shuffle_buffer=SHUFFLE, shuffle_seed=1 if SHUFFLE else None)
@@ -101,11 +101,15 @@ class Worker:
         step: str = "none",
         iterator: str = "tensors",
     ) -> None:
+        from benchmarks._results import smoke_active
+        from benchmarks.core import SMOKE_SCHEMA
+
         env = {**os.environ, "PYTHONPATH": str(source_root), "TF_CPP_MIN_LOG_LEVEL": "2"}
         code = _WORKER.replace("BATCH", str(BATCH))
         self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, json.dumps(files), str(shuffle), config, step, iterator],
+            [sys.executable, "-c", code, json.dumps(files), str(shuffle), config, step, iterator]
+            + [json.dumps(SMOKE_SCHEMA if smoke_active() else {})],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

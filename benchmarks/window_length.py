@@ -31,12 +31,13 @@ sys.path.insert(0, str(HERE.parent))
 def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Trials of the autotune config for every window length."""
     import tfinput
+    from benchmarks.core import criteo_schema
     from tfinput import testing
     from tfinput.config import PipelineConfig
     from tfinput.measure.windows import WindowPlan
     from tuners import measure
 
-    schema = testing.criteo_like_schema()
+    schema = criteo_schema()
     root = Path(tempfile.mkdtemp(prefix="window-length-"))
     testing.write_tfrecord(root, schema, rows=args.rows, files=8)
     pipeline = tfinput.tfrecord(sorted(map(str, root.iterdir())), schema)

@@ -4,14 +4,17 @@ the examples not run by tests/test_examples.py and test_examples_resume.py as th
 The scripts run in turn in one Python child per Keras backend (TensorFlow and Keras
 imported once for all), so a rename cannot break one silently.
 
-Each smoke run is its script's smallest end-to-end case: one variant where the script
-compares several, one round, a window of a batch or two, one server or worker process
-where it starts several, a step run in this child rather than a child of its own. Keep it
-so: the whole module is budgeted at about 110 CPU-seconds, measured as user + sys of
-``/usr/bin/time -v python -m pytest -p no:xdist -q tests/test_scripts.py`` (about 190
-on the shared development machine; much of it is the processes started, each importing
-TensorFlow: this pytest, the two children, the tf.data service's four server processes,
-Ray's worker, versions.py's worker)."""
+Each smoke run is its script's smallest end-to-end case: criteo-like data with a few
+features of each kind (benchmarks/core.py's ``SMOKE_SCHEMA``: building a pipeline traces
+every feature), one variant where the script compares several, one round, a window of a
+batch or two, one worker process where it starts several, tf.data service servers and a
+step run in this child rather than in processes of their own. Keep it so: the whole
+module is budgeted at about 110 CPU-seconds, measured as user + sys of
+``/usr/bin/time -v python -m pytest -p no:xdist -q tests/test_scripts.py`` (about 105 on
+the shared development machine, more when it is busy; much of it is fixed: each process
+started imports TensorFlow (this pytest, the two children, versions.py's worker, Ray's
+worker), and each build of a pipeline costs about half a CPU-second, however small its
+data)."""
 
 from __future__ import annotations
 
@@ -121,13 +124,6 @@ def _script(item: pytest.Item) -> str | None:
     return spec.params.get("script") if spec else None
 
 
-#: The smoke runs cost about three CPU-minutes, more than CI's time budget holds today:
-#: they run when asked (``TFINPUT_TEST_SCRIPTS=1 ./dev test tests/test_scripts.py``);
-#: the checks below that every script has a smoke run always do.
-ASKED = os.environ.get("TFINPUT_TEST_SCRIPTS") == "1"
-
-
-@pytest.mark.skipif(not ASKED, reason="the smoke runs run when asked: TFINPUT_TEST_SCRIPTS=1")
 @pytest.mark.parametrize("script", list(SMOKE))
 def test_script_runs_in_its_smoke_mode(smoke, script):
     """The script exits 0; a benchmark writes only under its temporary directory."""
