@@ -1,8 +1,10 @@
 """Distributed conversion on Ray Data: ``tfinput convert --engine ray`` (`convert_ray`).
 
     from tfinput._src.applications.convert.ray_engine import convert_ray
-    result = convert_ray(["day_0.tsv"], "data/criteo", to="columnar", preset="criteo",
-                         num_cpus=8)                      # or ray_address="ray://head:10001"
+    options = ConvertOptions(columns=ColumnOptions(preset="criteo"),
+                             write=WriteOptions(to="columnar"))
+    result = convert_ray(["day_0.tsv"], "data/criteo", options=options,
+                         ray=RayOptions(num_cpus=8))      # or ray_address="ray://head:10001"
 
 The driver does what the single-process `tfinput.convert.convert` does before reading:
 it checks the arguments, sniffs every CSV file's layout, takes the schema (given,
@@ -13,7 +15,7 @@ holds whole records); a compressed CSV file, a Parquet file or a TFRecord file i
 piece. A Ray Data dataset of the pieces (`ray.data.from_items`) is mapped by Ray
 tasks, each of which reads its piece with tfinput's own readers (the same pyarrow CSV
 reader options, quote guard and line numbering), converts every block with the same
-functions as the single-process path (`tfinput._src.applications.convert.values.convert_batch` /
+functions as the single-process path (`tfinput._src.applications.convert.columns.convert_batch` /
 `convert_typed`) and writes its own shards (`tfinput._src.applications.convert.writers.Shards` or
 `tfinput.columnar_records.ColumnarWriter`) into a directory of its own. Ray Data's
 `read_csv` is not used: it reads a CSV file in one task and loses line numbers.
@@ -58,15 +60,19 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tfinput._src.applications.convert.columns import Column
 from tfinput._src.applications.convert.options import SPLIT_BYTES, ConvertOptions, RayOptions
-from tfinput._src.applications.convert.plan import Column
-from tfinput._src.applications.convert.readers import CsvReader, typed_batches
-from tfinput._src.applications.convert.results import MAX_REPORTED, BadRow, BadRowLog, ConvertResult
-from tfinput._src.applications.convert.run import converted, open_inputs
-from tfinput._src.applications.convert.sniff import Layout, sniff_layout
+from tfinput._src.applications.convert.readers import CsvReader, Layout, sniff_layout, typed_batches
+from tfinput._src.applications.convert.run import (
+    MAX_REPORTED,
+    BadRow,
+    BadRowLog,
+    ConvertResult,
+    converted,
+    open_inputs,
+)
 from tfinput._src.applications.convert.writers import Shards, prepare_out_dir
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
-from tfinput._src.core.options import with_keywords
 from tfinput._src.core.outputs import check_writable
 from tfinput._src.core.schema import Schema
 
@@ -87,7 +93,6 @@ def convert_ray(
     options: ConvertOptions | None = None,
     ray: RayOptions | None = None,
     progress: Callable[[int, int], None] | None = None,
-    **keywords: Any,
 ) -> ConvertResult:
     """`tfinput.convert.convert` on Ray Data: the same output rows and values, written by
     many tasks (see the module docstring for how the work is cut and the order).
@@ -95,12 +100,10 @@ def convert_ray(
     Args:
       inputs: As for `convert`.
       out_dir: As for `convert`; on a cluster, a path every node sees.
-      options: As for `convert` (``rows_per_file`` counts per task: each task starts
-        its own files).
+      options: A `ConvertOptions`, as `convert_options` takes it (``rows_per_file``
+        counts per task: each task starts its own files).
       ray: `RayOptions`: the cluster, the CPUs and the bytes per task.
       progress: Called once as ``progress(total_bytes, total_bytes)`` when done.
-      **keywords: Fields of ``ray`` (``ray_address=``, ``num_cpus=``,
-        ``split_bytes=``) or of the groups of ``options``, given directly.
 
     Returns:
       A `ConvertResult`, as `convert` returns it.
@@ -109,11 +112,8 @@ def convert_ray(
       ConfigError: Ray is not installed (``pip install 'tfinput[ray]'``), or an invalid
         argument.
       SourceError, SchemaError, DataError: as `convert` raises them.
-      TypeError: a keyword that is no field of the options.
     """
-    given = _RayRun(convert=options or ConvertOptions(), ray=ray or RayOptions())
-    run = with_keywords(given, keywords, what="convert_ray")
-    opts, where = run.convert, run.ray
+    opts, where = options or ConvertOptions(), ray or RayOptions()
     _check_ray(where)
     check_writable(out_dir, what="convert: output", directory=True)
     ray_module = import_ray()
@@ -168,14 +168,6 @@ def _check_ray(where: RayOptions) -> None:
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ConfigError(f"convert --engine ray: {name} must be an int >= 1, got {value!r}")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _RayRun:
-    """`convert_ray`'s two options objects, so that one keyword maps onto either."""
-
-    convert: ConvertOptions
-    ray: RayOptions
 
 
 def _checked_reports(

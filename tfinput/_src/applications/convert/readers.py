@@ -1,30 +1,43 @@
-"""Reading inputs in blocks: CSV/TSV text (streamed by pyarrow, each row tagged with its
-line number), Parquet row batches and tf.Example TFRecord records, each block converted
-by `tfinput._src.applications.convert.values`."""
+"""What the inputs are and reading them in blocks.
+
+The inputs: files, format and compression; a CSV file's layout (delimiter, header,
+column names) is `tfinput.formats.csv`'s (`Layout`, `sniff_layout`, re-exported). The
+blocks: CSV/TSV text (streamed by pyarrow, each row tagged with its line number), Parquet
+row batches and tf.Example TFRecord records, each block converted by
+`tfinput._src.applications.convert.columns`."""
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from tfinput._src.applications.convert.plan import Column
-from tfinput._src.applications.convert.sniff import Layout, sniff_layout
-from tfinput._src.applications.convert.values import convert_batch, convert_typed, is_list_type
-from tfinput._src.core.errors import DataError, SchemaError, SourceError
+from tfinput._src.applications.convert.columns import (
+    Column,
+    convert_batch,
+    convert_typed,
+    is_list_type,
+)
+from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
 from tfinput._src.core.formats import csv as _csv
 from tfinput._src.core.formats import parquet, tfrecord
-from tfinput._src.core.formats.csv import BLOCK_SIZE
+from tfinput._src.core.formats.csv import BLOCK_SIZE, Layout, sniff_layout
 from tfinput._src.core.schema import Schema
 
 __all__ = [
     "BLOCK_SIZE",
-    "TYPED_BLOCK_ROWS",
     "Blocks",
     "CsvReader",
+    "INPUT_FORMATS",
+    "Layout",
+    "TYPED_BLOCK_ROWS",
     "csv_batches",
+    "detect_input_format",
+    "resolve_inputs",
+    "sniff_layout",
     "typed_batches",
     "typed_names",
 ]
@@ -251,3 +264,84 @@ def _scalars(values: Any, splits: np.ndarray, lengths: np.ndarray) -> Any:
         type=values.type,
         mask=~present,
     )
+
+
+INPUT_FORMATS = ("auto", "csv", "parquet", "tfrecord")
+
+
+# ------------------------------------------------------------------ inputs
+def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The input files: each path as given, each glob pattern expanded (sorted), each
+    directory's files (sorted; hidden files, ``_``-prefixed ones and ``.json`` sidecars
+    such as ``schema.json`` left out).
+
+    Raises:
+      SourceError: no input, a pattern or directory that matches nothing, a missing
+        file, or a FIFO, socket or device (`check_regular_file`).
+    """
+    from tfinput._src.core.sources.files import check_regular_file, data_files
+
+    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    if not items:
+        raise SourceError("convert: no input files given")
+    out: list[str] = []
+    for item in items:
+        p = os.fspath(item)
+        if any(ch in p for ch in "*?["):
+            matches = sorted(glob.glob(p))
+            if not matches:
+                raise SourceError(f"convert: input pattern {p!r} matches no files")
+            out += matches
+        elif os.path.isfile(p):
+            out.append(p)
+        elif os.path.isdir(p):
+            matches = data_files(p)
+            if not matches:
+                raise SourceError(f"convert: input directory {p!r} holds no data files")
+            out += matches
+        elif os.path.exists(p):  # a FIFO, a socket or a device: refused below
+            out.append(p)
+        else:
+            raise SourceError(f"convert: input file {p!r} does not exist")
+    for path in out:
+        check_regular_file(path, what="convert: input")
+    return out
+
+
+def detect_input_format(paths: list[str], requested: str) -> str:
+    """The input format: ``requested``, or for ``auto`` the one the file names say.
+
+    Args:
+      paths: The input files.
+      requested: One of `INPUT_FORMATS`.
+
+    Returns:
+      ``csv``, ``parquet`` or ``tfrecord``.
+
+    Raises:
+      ConfigError: an unknown format, or inputs whose names say different formats.
+    """
+    if requested not in INPUT_FORMATS:
+        raise ConfigError(
+            f"convert: input_format must be one of {list(INPUT_FORMATS)}, got {requested!r}"
+        )
+    if requested != "auto":
+        return requested
+
+    def kind(p: str) -> str:
+        if parquet.is_parquet_name(p):
+            return "parquet"
+        return "tfrecord" if tfrecord.is_tfrecord_name(p) else "csv"
+
+    kinds = {p: kind(p) for p in paths}
+    found = sorted(set(kinds.values()))
+    if len(found) > 1:
+        example = {k: next(p for p, v in kinds.items() if v == k) for k in found}
+        raise ConfigError(
+            f"convert: inputs mix formats {found} (for example {example}); convert each "
+            "format separately, or pass input_format / --input-format"
+        )
+    return found[0]
+
+
+# -------------------------------------------------------------- CSV layout

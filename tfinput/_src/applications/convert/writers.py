@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tfinput._src.applications.convert.plan import Column
+from tfinput._src.applications.convert.columns import Column
 from tfinput._src.core.errors import SourceError
 from tfinput._src.core.formats import parquet, tfrecord
 from tfinput._src.core.outputs import StagedDir, remove_stale, unfinished_output

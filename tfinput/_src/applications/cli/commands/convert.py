@@ -21,7 +21,7 @@ from tfinput._src.applications.cli.registry import Command
 
 if TYPE_CHECKING:
     from tfinput._src.applications.convert.options import ConvertOptions
-    from tfinput._src.applications.convert.results import ConvertResult
+    from tfinput._src.applications.convert.run import ConvertResult
 
 __all__ = ["CONVERT_COMMAND"]
 
@@ -232,9 +232,9 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         given = [name for name, value in ray_options.items() if value is not None]
         if given:
             raise ConfigError(f"convert: {', '.join(given)} apply to --engine ray only")
-        from tfinput._src.applications.convert import convert
+        from tfinput._src.applications.convert.run import convert_options
 
-        return convert, {}
+        return convert_options, {}
     from tfinput._src.applications.convert.options import SPLIT_BYTES, RayOptions
     from tfinput._src.applications.convert.ray_engine import convert_ray
 
