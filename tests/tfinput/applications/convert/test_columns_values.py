@@ -9,8 +9,12 @@ import pytest
 import tensorflow as tf
 
 import tfinput
-from tfinput._src.applications.convert.columns import Column
-from tfinput._src.applications.convert.columns import convert_batch, convert_typed, is_list_type
+from tfinput._src.applications.convert.columns import (
+    Column,
+    convert_batch,
+    convert_typed,
+    is_list_type,
+)
 from tfinput.convert import convert
 from tfinput.errors import DataError
 from tfinput.schema import Categorical, Dense, Label, Schema, Table
