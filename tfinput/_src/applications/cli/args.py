@@ -8,34 +8,40 @@ Each group adds the arguments named in its ``help`` mapping, in that order, with
 help text: the flags, types, choices and defaults are shared, the sentences are each
 command's own. `pipeline_from_args` turns the source arguments into a `tfinput.Pipeline`;
 `count`, `delimiter` and `list_columns` parse the values a few commands take.
+
+The built-in default data set (`DEMO`, `demo_pipeline`): what ``tfinput demo`` (and
+``tune --demo``) tunes and ``tfinput profile --demo`` profiles, with no user data needed.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.applications.cli.objects import load_object
+from tfinput._src.core._objects import load_object
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.formats.parquet import is_parquet_name
 from tfinput._src.core.outputs import check_writable
 from tfinput._src.measurement.target import Buildable
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:
     from tfinput._src.core.pipeline import Pipeline
 
 __all__ = [
+    "DEMO",
     "add_output_arguments",
     "add_source_arguments",
     "add_step_arguments",
     "check_output",
     "count",
     "delimiter",
+    "demo_pipeline",
     "find_schema",
     "list_columns",
     "pipeline_from_args",
@@ -182,7 +188,7 @@ def pipeline_from_args(
 ) -> Buildable:
     """The `tfinput.Pipeline` a command's source arguments name: exactly one of PATHS
     (with ``--schema``, ``--format``, ``--compression``: `pipeline_from_paths`),
-    ``--pipeline MODULE:FUNCTION`` (`pipeline_from_spec`) or ``--demo`` (`tfinput._src.applications.cli.demo.demo_pipeline`, which reports through ``say``).
+    ``--pipeline MODULE:FUNCTION`` (`pipeline_from_spec`) or ``--demo`` (`tfinput._src.applications.cli.args.demo_pipeline`, which reports through ``say``).
 
     Raises:
       ConfigError: None or several of them, or ``--pipeline`` names no pipeline.
@@ -193,8 +199,6 @@ def pipeline_from_args(
     if [bool(paths), bool(spec), bool(demo)].count(True) != 1:
         raise ConfigError("give exactly one pipeline: PATHS with --schema, --pipeline or --demo")
     if demo:
-        from tfinput._src.applications.cli.demo import demo_pipeline
-
         return demo_pipeline(say=say)
     if spec:
         return service_from_args(args, pipeline_from_spec(spec))
@@ -445,3 +449,46 @@ def pipeline_from_paths(
     if fmt == "parquet":
         return parquet(files, schema)
     return tfrecord(files, schema, compression=compression)
+
+
+#: The built-in default the README's main job runs: small enough to finish in a few
+#: minutes on 2 cores, big enough that the input pipeline matters.
+DEMO = {
+    "rows": 200_000,
+    "files": 8,
+    "batch_size": 4096,
+    "vocabulary_size": 10_000,
+    "dim": 8,
+    "n_trials": 14,
+    "windows": 3,
+    "window_batches": 8,
+    "window_seconds": 0.5,
+    "warmup_batches": 3,
+    "confirm_top": 2,
+    "confirm_windows": 3,
+}
+
+
+def demo_pipeline(
+    data_dir: str | os.PathLike[str] | None = None, *, rows: int = DEMO["rows"], say: Any = None
+) -> Any:
+    """The demo pipeline: criteo-like TFRecord data (13 dense, 26 single ids, 4
+    multi-hot lists), generated once into ``data_dir`` (default
+    ``$TFINPUT_DATA_DIR`` or ``~/.cache/tfinput``) and reused."""
+    from tfinput._src.applications import testing
+    from tfinput._src.core.pipeline import tfrecord
+
+    schema = testing.criteo_like_schema(vocabulary_size=DEMO["vocabulary_size"], dim=DEMO["dim"])
+    root = Path(
+        data_dir or os.environ.get("TFINPUT_DATA_DIR") or Path.home() / ".cache" / "tfinput"
+    )
+    directory = root / f"demo-criteo-like-{rows}-v1"
+    done = directory / "_COMPLETE"
+    if not done.exists():
+        if say:
+            say(f"generating {rows:,} criteo-like rows into {directory} (once)")
+        testing.write_tfrecord(directory, schema, rows=rows, files=DEMO["files"], seed=0)
+        schema.to_json(directory / "schema.json")
+        done.write_text("ok\n")
+    files = sorted(str(p) for p in directory.glob("part-*.tfrecord"))
+    return tfrecord(files, schema)

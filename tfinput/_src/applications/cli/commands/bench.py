@@ -19,7 +19,7 @@ from tfinput._src.core.errors import ConfigError
 from tfinput._src.measurement.options import MeasureOptions
 from tfinput._src.measurement.target import Target
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:
     from tfinput._src.measurement.compare import BenchResult
 
 __all__ = ["BENCH_COMMAND", "print_bench", "roofline_lines"]

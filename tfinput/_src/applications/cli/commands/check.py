@@ -8,6 +8,9 @@ config with a batch size of 64), shuffling on, reads ``--resume-after`` batches,
 the position, reads ``--resume-compare`` more (the uninterrupted run), restores the
 saved position into a freshly built pipeline and compares its next batches with those,
 element by element. Exit code 1 when the data checks or the resume check fail.
+
+``tfinput doctor`` checks the installation instead: the versions a bug report needs
+(`tfinput.doctor`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.resume import verify
 
-__all__ = ["CHECK_COMMAND"]
+__all__ = ["CHECK_COMMAND", "DOCTOR_COMMAND"]
 
 #: Batch size of the data check when no ``--batch-size`` is given.
 CHECK_BATCH_SIZE = 1024
@@ -221,4 +224,24 @@ CHECK_COMMAND = Command(
     "verify that the input position saves and restores exactly",
     arguments=_arguments,
     run=_check,
+)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from tfinput._src.applications.doctor import report
+
+    rep = report()
+    if args.json:
+        print(json.dumps(rep.to_dict(), indent=2))
+    else:
+        print("\n".join(rep.lines()))
+    return 0
+
+
+DOCTOR_COMMAND = Command(
+    name="doctor",
+    help="versions of TensorFlow, Keras (and backend), numpy, pyarrow, optuna, Python "
+    "and the optional parts: paste it into a bug report",
+    arguments=add_output_arguments,
+    run=_doctor,
 )
