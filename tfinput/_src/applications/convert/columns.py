@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError
 from tfinput._src.core.formats.csv import KNOWN_COLUMNS
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema, Table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "Column",
@@ -46,7 +49,7 @@ class Column:
     feature: str = ""
 
     @property
-    def arrow_type(self) -> Any:
+    def arrow_type(self) -> pa.DataType:
         """The column's Arrow type in the output."""
         import pyarrow as pa
 
@@ -164,7 +167,9 @@ def _columns(
         )
 
 
-def _id_checks(f: Categorical | MultiHot, tables: Mapping[str, int]) -> dict[str, Any]:
+def _id_checks(
+    f: Categorical | MultiHot, tables: Mapping[str, int]
+) -> dict[str, bool | int | None]:
     """``is_id`` and ``vocab`` of a categorical column: int ids with
     ``out_of_range="error"`` are checked against their table."""
     strict = f.dtype == "int64" and f.out_of_range == "error"
@@ -189,7 +194,7 @@ def preset_schema(name: str, *, hash_buckets: int = 100_000, dim: int = 16) -> S
       ConfigError: unknown preset.
     """
     if name == "criteo":
-        features: list[Any] = [
+        features: list[Dense | Categorical | MultiHot] = [
             Dense(name=f"I{i}", dtype="int64", clip=(0.0, None), log1p=True) for i in range(1, 14)
         ]
         tables = [Table(name=f"C{i}", vocabulary_size=hash_buckets, dim=dim) for i in range(1, 27)]
@@ -231,7 +236,9 @@ PRESET_COLUMNS: dict[str, list[str]] = KNOWN_COLUMNS
 PRESET_LISTS: dict[str, dict[str, str]] = {"criteo": {}, "movielens": {"genres": "|"}}
 
 
-def convert_batch(batch: Any, plan: Mapping[str, Column]) -> tuple[Any, dict[int, str], int]:
+def convert_batch(
+    batch: pa.RecordBatch, plan: Mapping[str, Column]
+) -> tuple[pa.Table, dict[int, str], int]:
     """Convert one CSV text batch.
 
     Args:
@@ -265,7 +272,9 @@ def convert_batch(batch: Any, plan: Mapping[str, Column]) -> tuple[Any, dict[int
     return table, bad, int(blank.sum())
 
 
-def convert_typed(raw: Any, plan: Mapping[str, Column], path: str) -> tuple[Any, dict[int, str]]:
+def convert_typed(
+    raw: pa.Table | pa.RecordBatch, plan: Mapping[str, Column], path: str
+) -> tuple[pa.Table, dict[int, str]]:
     """Cast and check typed columns (Parquet or parsed TFRecord) like CSV text columns.
 
     Args:
@@ -291,14 +300,14 @@ def convert_typed(raw: Any, plan: Mapping[str, Column], path: str) -> tuple[Any,
     return table, bad
 
 
-def is_list_type(t: Any) -> bool:
+def is_list_type(t: pa.DataType) -> bool:
     """Whether an Arrow type is a list (plain, large or fixed-size)."""
     import pyarrow as pa
 
     return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
 
 
-def _convert_column(text: Any, col: Column) -> tuple[Any, dict[int, str]]:
+def _convert_column(text: pa.Array, col: Column) -> tuple[pa.Array, dict[int, str]]:
     """One column of a batch (text) to its output type; bad rows with reasons."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -317,7 +326,9 @@ def _convert_column(text: Any, col: Column) -> tuple[Any, dict[int, str]]:
     return _convert_lists(flat, lengths, col, where, bad), bad
 
 
-def _typed_column(arr: Any, col: Column, path: str, bad: dict[int, str]) -> Any:
+def _typed_column(
+    arr: pa.Array | pa.ChunkedArray, col: Column, path: str, bad: dict[int, str]
+) -> pa.Array:
     """One typed column to its output type; bad rows go to ``bad``."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -340,7 +351,7 @@ def _typed_column(arr: Any, col: Column, path: str, bad: dict[int, str]) -> Any:
     return _convert_lists(flat, lengths, col, where, bad, null_rows=null_rows)
 
 
-def _convert_scalars(values: Any, col: Column, where: str, bad: dict[int, str]) -> Any:
+def _convert_scalars(values: pa.Array, col: Column, where: str, bad: dict[int, str]) -> pa.Array:
     """A scalar column to its output type; bad values and missing required values mark
     their rows in ``bad``."""
     out, value_bad = _convert_values(values, col, f"{where} value")
@@ -354,14 +365,14 @@ def _convert_scalars(values: Any, col: Column, where: str, bad: dict[int, str]) 
 
 
 def _convert_lists(
-    flat: Any,
+    flat: pa.Array,
     lengths: np.ndarray,
     col: Column,
     where: str,
     bad: dict[int, str],
     *,
     null_rows: np.ndarray | None = None,
-) -> Any:
+) -> pa.ListArray:
     """A list column from its flat items (``lengths`` per row, ``null_rows`` missing);
     bad or null items and wrong lengths mark their rows in ``bad``."""
     import pyarrow as pa
@@ -384,7 +395,7 @@ def _convert_lists(
     return pa.ListArray.from_arrays(offsets, typed, mask=mask)
 
 
-def _cast_int(arr: Any) -> Any:
+def _cast_int(arr: pa.Array) -> pa.Array:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -394,7 +405,7 @@ def _cast_int(arr: Any) -> Any:
         return pc.cast(pc.cast(arr, pa.float64()), pa.int64())  # "260.0"; 260.5 raises
 
 
-def _caster(kind: str) -> Callable[[Any], Any]:
+def _caster(kind: str) -> Callable[[pa.Array], pa.Array]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -405,7 +416,7 @@ def _caster(kind: str) -> Callable[[Any], Any]:
     return lambda a: a
 
 
-def _bad_positions(arr: Any, fn: Callable[[Any], Any], base: int = 0) -> list[int]:
+def _bad_positions(arr: pa.Array, fn: Callable[[pa.Array], pa.Array], base: int = 0) -> list[int]:
     """Positions where ``fn`` fails, found by bisection (a few casts per bad value)."""
     import pyarrow as pa
 
@@ -421,7 +432,9 @@ def _bad_positions(arr: Any, fn: Callable[[Any], Any], base: int = 0) -> list[in
     )
 
 
-def _convert_values(values: Any, col: Column, kind_name: str) -> tuple[Any, dict[int, str]]:
+def _convert_values(
+    values: pa.Array, col: Column, kind_name: str
+) -> tuple[pa.Array, dict[int, str]]:
     """Cast a text array; returns the typed array (bad entries null) and the reasons."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -456,7 +469,7 @@ def _convert_values(values: Any, col: Column, kind_name: str) -> tuple[Any, dict
     return out, bad
 
 
-def _as_text_if_string(arr: Any, col: Column, path: str) -> Any:
+def _as_text_if_string(arr: pa.Array, col: Column, path: str) -> pa.Array:
     """String columns as Arrow strings (binary must be UTF-8); others unchanged."""
     import pyarrow as pa
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from tfinput._src.core.formats import csv as _csv
 from tfinput._src.core.formats import parquet, tfrecord
 from tfinput._src.core.formats.csv import BLOCK_SIZE, Layout, sniff_layout
 from tfinput._src.core.schema import Schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import tensorflow as tf
 
 __all__ = [
     "BLOCK_SIZE",
@@ -47,7 +51,7 @@ TYPED_BLOCK_ROWS = 65_536
 
 #: ``(path, converted table or None, bad rows as (line or row, reason), blank lines)``
 #: per block read.
-Blocks = Generator[tuple[str, Any, list[tuple[int, str]], int], None, None]
+Blocks = Generator[tuple[str, "pa.Table | None", list[tuple[int, str]], int], None, None]
 
 
 # --------------------------------------------------------------------- CSV
@@ -55,7 +59,9 @@ class CsvReader(_csv.CsvReader):
     """`tfinput.formats.csv.CsvReader` whose text batches convert to the planned
     columns (`converted`)."""
 
-    def converted(self, plan: Mapping[str, Column]) -> Iterator[tuple[Any, list, int]]:
+    def converted(
+        self, plan: Mapping[str, Column]
+    ) -> Iterator[tuple[pa.Table | None, list[tuple[int, str]], int]]:
         """``(converted table, bad rows as (line, reason), blank lines)`` per block, then
         ``(None, remaining structural bad rows, 0)``."""
         for batch, lines in self.batches():
@@ -73,7 +79,7 @@ def csv_batches(
     paths: list[str],
     *,
     first: Layout,
-    layout_args: dict[str, Any],
+    layout_args: Mapping[str, object],
     plan: Mapping[str, Column],
     block_size: int,
     on_read: Callable[[int], None],
@@ -168,7 +174,7 @@ def typed_batches(
 
 def _parquet_blocks(
     path: str, plan: Mapping[str, Column], on_read: Callable[[int], None]
-) -> Iterator[Any]:
+) -> Iterator[pa.RecordBatch]:
     """Record batches of a Parquet file's planned columns, shapes checked first."""
     pf = parquet.open_file(path)
     arrow_schema = pf.schema_arrow
@@ -193,7 +199,7 @@ def _parquet_blocks(
 
 def _tfrecord_blocks(
     path: str, plan: Mapping[str, Column], on_read: Callable[[int], None]
-) -> Iterator[Any]:
+) -> Iterator[pa.Table]:
     """Blocks of tf.Example records as Arrow tables: every key parsed as a ragged
     feature, so a missing key is a null (scalar) or an empty list, never a default."""
     import pyarrow as pa
@@ -205,7 +211,7 @@ def _tfrecord_blocks(
         for name, col in plan.items()
     }
 
-    def parse(serialized: tf.Tensor) -> Any:
+    def parse(serialized: tf.Tensor) -> tuple[dict[str, tf.RaggedTensor], tf.Tensor]:
         size = tf.reduce_sum(tf.strings.length(serialized)) + 16 * tf.size(serialized, tf.int32)
         return tf.io.parse_example(serialized, spec), size
 
@@ -230,7 +236,7 @@ def _tfrecord_blocks(
         yield table
 
 
-def _arrow_column(ragged: Any, col: Column) -> Any:
+def _arrow_column(ragged: tf.RaggedTensor, col: Column) -> pa.Array:
     """One parsed ragged key as an Arrow column."""
     import pyarrow as pa
 
@@ -249,7 +255,7 @@ def _arrow_column(ragged: Any, col: Column) -> Any:
     return _scalars(arrow_values, splits, lengths)
 
 
-def _scalars(values: Any, splits: np.ndarray, lengths: np.ndarray) -> Any:
+def _scalars(values: pa.Array, splits: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """Scalar values of a ragged key; a row with no value is null."""
     import pyarrow as pa
 

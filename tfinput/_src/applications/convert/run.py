@@ -8,7 +8,6 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from tfinput._src.applications.convert.columns import (
     PRESET_LISTS,
@@ -293,7 +292,7 @@ class _Source:
     names: list[str]
     names_from: str
     layout: Layout | None = None
-    layout_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    layout_args: dict[str, object] = dataclasses.field(default_factory=dict)
 
     def blocks(
         self, plan: Mapping[str, Column], *, block_size: int, on_read: Callable[[int], None]
@@ -317,7 +316,7 @@ def _check_arguments(
     on_bad_rows: str,
     preset: str | None,
     delimiter: str | None,
-    sizes: Mapping[str, Any],
+    sizes: Mapping[str, object],
 ) -> None:
     """Raise `ConfigError` for an invalid `convert` argument."""
     if to not in FORMATS:
@@ -338,10 +337,10 @@ def _open_source(
     *,
     kind: str,
     schema: Schema | None,
-    csv_options: dict[str, Any],
+    csv_options: dict[str, object],
     preset: str | None,
     lists: Mapping[str, str],
-    inference: dict[str, Any],
+    inference: dict[str, object],
 ) -> _Source:
     """The inputs' columns and schema (inferred with ``inference`` if None).
 
@@ -379,7 +378,7 @@ def _typed_source(
     *,
     kind: str,
     schema: Schema | None,
-    csv_options: Mapping[str, Any],
+    csv_options: Mapping[str, object],
     label: str | None,
     infer_rows: int,
     hash_buckets: int | None,
@@ -402,7 +401,7 @@ def _typed_source(
 
 
 def _inferred(
-    paths: list[str], kind: str, *, infer_rows: int, label: str | None, **kwargs: Any
+    paths: list[str], kind: str, *, infer_rows: int, label: str | None, **kwargs: object
 ) -> Schema:
     """The schema `tfinput.infer_schema` (``tfinput schema infer``) infers: one engine,
     one answer."""
@@ -513,7 +512,7 @@ class ConvertResult:
     input_format: str = "csv"
     manifest_path: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready summary."""
         return {
             "format": self.format,

@@ -49,8 +49,8 @@ the result: `Inference`, `ColumnStats`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from tfinput._src.applications.inference._decide import LABEL_NAMES, ColumnStats, Inference, decide
 from tfinput._src.applications.inference._decide import LARGE_VALUE as LARGE_VALUE
@@ -70,7 +70,7 @@ __all__ = ["infer_schema", "Inference", "ColumnStats", "LABEL_NAMES"]
 
 
 def infer_schema(
-    paths: Any,
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     sample_rows: int = 10_000,
     labels: Sequence[str] | None = None,

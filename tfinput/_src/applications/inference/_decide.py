@@ -9,7 +9,6 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -151,7 +150,7 @@ def _weights_of(samples: list[ColumnSample]) -> dict[str, str]:
 def _observe(sample: ColumnSample, rows: int) -> ColumnStats:
     """The statistics of one column (no kind or note yet)."""
     present, values = sample.present, sample.values
-    s: dict[str, Any] = {}
+    s: dict[str, object] = {}
     if sample.is_list and present.size:
         s.update(
             length_p50=float(np.percentile(present, 50)),
@@ -405,7 +404,7 @@ class Inference:
     files: tuple[str, ...]
     sampled_rows: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready: the files, the rows sampled, every column's statistics and the
         schema (``Schema.to_dict``)."""
         return {

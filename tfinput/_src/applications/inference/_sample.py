@@ -7,12 +7,23 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tfinput._src.core.errors import DataError, SchemaError
 from tfinput._src.core.formats import parquet, tfrecord
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import pyarrow as pa
+    import tensorflow as tf
+
+    from tfinput._src.core.formats.csv import CsvReader, Layout
+
+    #: What `_add_example` records of a key: its dtype and its values by row.
+    _Seen = dict[str, dict[str, str | dict[int, list[int | float | bytes]]]]
 
 __all__ = [
     "ColumnSample",
@@ -107,7 +118,7 @@ def sample_parquet(files: list[str], limit: int) -> tuple[list[SampledColumn], i
     return list(cols.values()), rows
 
 
-def _add_record_batch(cols: dict[str, SampledColumn], rb: Any) -> None:
+def _add_record_batch(cols: dict[str, SampledColumn], rb: pa.RecordBatch) -> None:
     """Appends each column of the Arrow record batch ``rb`` to ``cols``."""
     import pyarrow.compute as pc
 
@@ -126,7 +137,9 @@ def _add_record_batch(cols: dict[str, SampledColumn], rb: Any) -> None:
         col.lengths.append(lengths.astype(np.int64))
 
 
-def _arrow_kind(arr: Any) -> tuple[Any, bool, str | None]:
+def _arrow_kind(
+    arr: pa.Array | pa.ChunkedArray,
+) -> tuple[pa.Array | pa.ChunkedArray, bool, str | None]:
     """``(array, is_list, dtype)`` of an Arrow column, dictionaries decoded; dtype None
     for a type that is no feature kind."""
     import pyarrow as pa
@@ -153,7 +166,7 @@ def _arrow_kind(arr: Any) -> tuple[Any, bool, str | None]:
     return arr, is_list, None
 
 
-def _np_values(arr: Any, dtype: str) -> np.ndarray:
+def _np_values(arr: pa.Array | pa.ChunkedArray, dtype: str) -> np.ndarray:
     import pyarrow as pa
 
     if dtype == "string":
@@ -186,7 +199,7 @@ def sample_tfrecord(files: list[str], limit: int) -> tuple[list[SampledColumn], 
 
     from tfinput._src.core.errors import clean_error
 
-    seen: dict[str, dict[str, Any]] = {}
+    seen: _Seen = {}
     rows = 0
     for path in files:
         ds = tfrecord.records(path, tfrecord.compression_from_name(path)).take(limit - rows)
@@ -204,7 +217,7 @@ def sample_tfrecord(files: list[str], limit: int) -> tuple[list[SampledColumn], 
     return _example_columns(seen, rows), rows
 
 
-def _add_example(seen: dict[str, dict[str, Any]], ex: Any, *, row: int, path: str) -> None:
+def _add_example(seen: _Seen, ex: tf.train.Example, *, row: int, path: str) -> None:
     """Records the values of every feature of ``ex`` under ``seen[key]["rows"][row]``."""
     for key, feat in ex.features.feature.items():
         kind = feat.WhichOneof("kind")
@@ -220,7 +233,7 @@ def _add_example(seen: dict[str, dict[str, Any]], ex: Any, *, row: int, path: st
         entry["rows"][row] = values
 
 
-def _example_columns(seen: dict[str, dict[str, Any]], rows: int) -> list[SampledColumn]:
+def _example_columns(seen: _Seen, rows: int) -> list[SampledColumn]:
     """The sampled columns of ``seen`` (see `_add_example`); a key whose rows all hold
     one value is a scalar column."""
     cols = []
@@ -228,7 +241,7 @@ def _example_columns(seen: dict[str, dict[str, Any]], rows: int) -> list[Sampled
     # the same records always give the same schema, byte for byte.
     for key, entry in sorted(seen.items()):
         lengths = np.full(rows, -1, np.int64)
-        flat: list[Any] = []
+        flat: list[int | float | bytes] = []
         for r, values in entry["rows"].items():
             lengths[r] = len(values)
             flat.extend(values)
@@ -252,7 +265,7 @@ _NUMBER_TEXT = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 NON_NUMERIC_TOLERANCE = 0.001
 
 
-def text_kind(text: Any, where: list[str]) -> tuple[str, np.ndarray, str]:
+def text_kind(text: pa.Array, where: list[str]) -> tuple[str, np.ndarray, str]:
     """The type of a CSV column from its non-null text values: ``(dtype, values,
     note)``, values as int64, float64 or str numpy arrays. ``where[i]`` is the
     ``file:line`` of ``text[i]`` (for notes).
@@ -289,7 +302,7 @@ def text_kind(text: Any, where: list[str]) -> tuple[str, np.ndarray, str]:
     return "float32", pc.cast(text, pa.float64()).to_numpy(zero_copy_only=False), note
 
 
-def _integer_text(text: Any, note: str) -> tuple[str, np.ndarray, str]:
+def _integer_text(text: pa.Array, note: str) -> tuple[str, np.ndarray, str]:
     """`text_kind` of integer text: int64, or strings when a value is beyond int64."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -311,7 +324,7 @@ def _integer_text(text: Any, note: str) -> tuple[str, np.ndarray, str]:
 
 
 def sample_csv(
-    files: list[str], limit: int, *, lists: dict[str, str], layout_args: dict[str, Any]
+    files: list[str], limit: int, *, lists: dict[str, str], layout_args: Mapping[str, object]
 ) -> tuple[list[SampledColumn], int, dict[str, str]]:
     """Sample CSV/TSV files as `tfinput.convert` reads them (same layout sniffing, same
     reader): columns typed by `text_kind`, and notes per column.
@@ -348,19 +361,19 @@ def sample_csv(
 
 
 def _read_rows(
-    files: list[str], limit: int, *, lists: dict[str, str], layout_args: dict[str, Any]
-) -> tuple[Any, list[str], list[str]]:
+    files: list[str], limit: int, *, lists: dict[str, str], layout_args: Mapping[str, object]
+) -> tuple[pa.Table | None, list[str], list[str]]:
     """The first ``limit`` rows of ``files`` as an Arrow table of text (None if there
     are none), the ``file:line`` of each row, and the column names."""
     import pyarrow as pa
 
     from tfinput._src.core.formats.csv import CsvReader, sniff_layout
 
-    def layout_of(path: str) -> Any:
+    def layout_of(path: str) -> Layout:
         return sniff_layout(path, preset=None, list_delimiters=set(lists.values()), **layout_args)
 
     first = layout_of(files[0])
-    batches: list[Any] = []
+    batches: list[pa.RecordBatch] = []
     where: list[str] = []
     for i, path in enumerate(files):
         layout = first if i == 0 else layout_of(path)
@@ -384,11 +397,11 @@ def _read_rows(
     return table, where, first.names
 
 
-def _first_rows(reader: Any, limit: int) -> tuple[list[Any], list[int]]:
+def _first_rows(reader: CsvReader, limit: int) -> tuple[list[pa.RecordBatch], list[int]]:
     """Up to ``limit`` rows of a `CsvReader`: record batches and the rows' line numbers."""
     import pyarrow as pa
 
-    batches: list[Any] = []
+    batches: list[pa.RecordBatch] = []
     kept: list[int] = []
     for batch, lines in reader.batches():
         valid = np.zeros(batch.num_rows, dtype=bool)
@@ -403,7 +416,7 @@ def _first_rows(reader: Any, limit: int) -> tuple[list[Any], list[int]]:
 
 
 def _list_column(
-    name: str, text: Any, delimiter: str, where: list[str]
+    name: str, text: pa.Array, delimiter: str, where: list[str]
 ) -> tuple[SampledColumn, str]:
     """A multi-valued column split on ``delimiter``; empty items are dropped."""
     import pyarrow as pa
@@ -422,7 +435,7 @@ def _list_column(
     return SampledColumn(name, dtype, True, [values], [lengths]), note
 
 
-def _scalar_column(name: str, text: Any, where: list[str]) -> tuple[SampledColumn, str]:
+def _scalar_column(name: str, text: pa.Array, where: list[str]) -> tuple[SampledColumn, str]:
     """A single-valued column; an empty field is a missing value."""
     present = text.is_valid().to_numpy(zero_copy_only=False)
     dtype, values, note = text_kind(text.drop_null(), [w for w, p in zip(where, present) if p])
