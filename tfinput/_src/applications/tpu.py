@@ -44,6 +44,7 @@ __all__ = [
     "enqueue_weights",
     "KERAS_RS_PLACEMENT",
     "TableLimits",
+    "checked_limits",
 ]
 
 #: Tables up to this many rows are better replicated on every core than sharded
@@ -165,7 +166,7 @@ def keras_rs_configs(
     names = [t.name for t in schema.tables]
     optimizers = _keras_rs_optimizers(optimizer, names)
     placements = _keras_rs_placements(schema, placement)
-    table_limits = _table_limits(limits, names)
+    table_limits = checked_limits(limits, names)
     layers = keras_rs.layers
     tables = {
         t.name: layers.TableConfig(
@@ -265,7 +266,7 @@ class TableLimits(Protocol):
         ...
 
 
-def _table_limits(
+def checked_limits(
     limits: TableLimits | Mapping[str, tuple[int, int]] | None, tables: list[str]
 ) -> dict[str, tuple[int, int]]:
     """``limits`` as a checked dict table -> (max ids, max unique ids) per partition."""

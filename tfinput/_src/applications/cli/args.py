@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tfinput._src.core.pipeline import Pipeline
 
 __all__ = [
+    "DATA_SET_HELP",
     "DEMO",
     "add_output_arguments",
     "add_source_arguments",
@@ -53,6 +54,15 @@ __all__ = [
 
 # dest -> (flags, add_argument keywords)
 _Spec = dict[str, tuple[tuple[str, ...], dict[str, Any]]]
+
+#: The help of ``--schema``, ``--format`` and ``--compression`` of the commands that read
+#: any data set as it is (``tfinput check``, ``tfinput schema sparsecore``).
+DATA_SET_HELP = {
+    "schema": "schema JSON (default: schema.json next to the data; a columnar data set "
+    "carries its own)",
+    "format": "input format (default: columnar if there is a manifest.json, else by extension)",
+    "compression": "TFRecord compression: none, GZIP, ZLIB or auto (by extension)",
+}
 
 _SOURCE: _Spec = {
     "paths": (("paths",), {"nargs": "+"}),

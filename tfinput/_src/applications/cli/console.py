@@ -19,12 +19,18 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import rich.console
+    import rich.progress
+    import rich.table
 
 __all__ = [
     "PIPED_WIDTH",
     "console",
+    "rich_table",
     "filter_stderr",
     "progress",
     "quiet_tensorflow",
@@ -267,7 +273,7 @@ PIPED_WIDTH = 160
 
 def console(
     stderr: bool = False, *, piped_width: int = PIPED_WIDTH, highlight: bool = False
-) -> Any:
+) -> rich.console.Console:
     """A rich console on stdout (or stderr).
 
     Args:
@@ -297,7 +303,7 @@ def _console_class() -> Any:
     return PipeConsole
 
 
-def progress() -> Any:
+def progress() -> rich.progress.Progress:
     """A rich progress display on stderr (silent when stderr is not a terminal)."""
     from rich.progress import (
         BarColumn,
@@ -318,3 +324,14 @@ def progress() -> Any:
         transient=False,
         disable=not sys.stderr.isatty(),
     )
+
+
+def rich_table(title: str, columns: Sequence[str], **options: object) -> rich.table.Table:
+    """A rich table titled ``title`` with ``columns``, whose long cells fold onto more
+    lines; ``options`` are more `rich.table.Table` arguments (``caption=``)."""
+    from rich.table import Table
+
+    t = Table(title=title, **options)  # type: ignore[arg-type]
+    for column in columns:
+        t.add_column(column, overflow="fold")
+    return t

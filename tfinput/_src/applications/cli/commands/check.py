@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfinput._src.applications.cli.args import (
+    DATA_SET_HELP,
     add_output_arguments,
     add_source_arguments,
     tfinput_pipeline_from_args,
@@ -42,11 +43,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         p,
         help={
             "paths": "data files, globs or directories",
-            "schema": "schema JSON (default: schema.json next to the data; a columnar data "
-            "set carries its own)",
-            "format": "input format (default: columnar if there is a manifest.json, else by "
-            "extension)",
-            "compression": "TFRecord compression: none, GZIP, ZLIB or auto (by extension)",
+            **DATA_SET_HELP,
         },
     )
     p.add_argument(

@@ -13,13 +13,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from tfinput._src.applications.cli.args import (
+    DATA_SET_HELP,
     add_output_arguments,
     add_source_arguments,
     check_output,
     list_columns,
     tfinput_pipeline_from_args,
 )
-from tfinput._src.applications.cli.console import console, progress
+from tfinput._src.applications.cli.console import console, progress, rich_table
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
 
@@ -75,24 +76,24 @@ def _infer(args: argparse.Namespace) -> int:
 
 def _inference_table(result: Inference) -> Any:
     """One row per column of a `tfinput.inference` result."""
-    from rich.table import Table as RichTable
 
     def num(v: Any, fmt: str = "{:g}") -> str:
         return "" if v is None else fmt.format(v)
 
-    t = RichTable(title=f"{len(result.files)} file(s), {result.sampled_rows:,} rows sampled")
-    for col in (
-        "column",
-        "kind",
-        "dtype",
-        "list",
-        "missing",
-        "len p50/p90/p99/max",
-        "min..max",
-        "distinct",
-        "note",
-    ):
-        t.add_column(col, overflow="fold")
+    t = rich_table(
+        f"{len(result.files)} file(s), {result.sampled_rows:,} rows sampled",
+        (
+            "column",
+            "kind",
+            "dtype",
+            "list",
+            "missing",
+            "len p50/p90/p99/max",
+            "min..max",
+            "distinct",
+            "note",
+        ),
+    )
     for c in result.columns:
         lengths = (
             f"{num(c.length_p50)}/{num(c.length_p90)}/{num(c.length_p99)}/{c.length_max}"
@@ -118,21 +119,18 @@ def _inference_table(result: Inference) -> Any:
 def _dims_table(schema: Any) -> Any:
     """One row per table: rows, dim and the rule behind it, parameters, float32 bytes;
     the total, and how to change a dim."""
-    from rich.table import Table as RichTable
-
     from tfinput._src.applications.inference._decide import dim_rule
 
     total = sum(t.vocabulary_size * t.dim for t in schema.tables)
-    t = RichTable(
-        title="embedding tables: the model size these dims imply",
+    t = rich_table(
+        "embedding tables: the model size these dims imply",
+        ("table", "rows", "dim", "why", "parameters", "float32"),
         caption=(
             f"total {total:,} parameters, {_bytes(4 * total)} at float32 (Adam keeps 2 "
             "more copies; tfinput.models.SparseTableAdam one float per row); change a dim "
             'by editing the table\'s "dim" in the schema JSON (docs/data.md)'
         ),
     )
-    for col in ("table", "rows", "dim", "why", "parameters", "float32"):
-        t.add_column(col, overflow="fold")
     for table in schema.tables:
         n = table.vocabulary_size * table.dim
         t.add_row(
@@ -172,11 +170,10 @@ def _tpu(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_tpu_dict(tables, features, places), indent=2))
         return 0
-    from rich.table import Table as RichTable
-
-    t = RichTable(title="TPU embedding tables")
-    for col in ("table", "rows", "dim", "combiner", "MiB (f32)", "features", "placement", "why"):
-        t.add_column(col, overflow="fold")
+    t = rich_table(
+        "TPU embedding tables",
+        ("table", "rows", "dim", "combiner", "MiB (f32)", "features", "placement", "why"),
+    )
     for p in places:
         cfg = tables[p.table]
         users = ", ".join(n for n, f in features.items() if f.table is cfg)
@@ -218,11 +215,7 @@ def _sparsecore_arguments(p: argparse.ArgumentParser) -> None:
         p,
         help={
             "paths": "data files, globs or directories (scanned through the training pipeline)",
-            "schema": "schema JSON (default: schema.json next to the data; a columnar data "
-            "set carries its own)",
-            "format": "input format (default: columnar if there is a manifest.json, else by "
-            "extension)",
-            "compression": "TFRecord compression: none, GZIP, ZLIB or auto (by extension)",
+            **DATA_SET_HELP,
         },
     )
     p.add_argument(
@@ -379,28 +372,23 @@ def _payload(stats: SparseCoreStats, schema: Schema, overflows: list[Any]) -> di
 
 
 def _print(stats: SparseCoreStats, schema: Schema, overflows: list[Any], mlperf: int) -> None:
-    from rich.table import Table as RichTable
-
     out = console()
-    t = RichTable(
-        title=(
-            f"SparseCore limits: {stats.devices} device(s) x {stats.sparsecores_per_device} "
-            f"SparseCores, per-replica batch {stats.per_replica_batch_size}, "
-            f"{stats.multi_hot_format} multi-hot, margin {stats.margin:.0%}"
-        )
+    t = rich_table(
+        f"SparseCore limits: {stats.devices} device(s) x {stats.sparsecores_per_device} "
+        f"SparseCores, per-replica batch {stats.per_replica_batch_size}, "
+        f"{stats.multi_hot_format} multi-hot, margin {stats.margin:.0%}",
+        (
+            "stack",
+            "tables",
+            "max ids / partition",
+            "max unique ids",
+            "buffer / SparseCore",
+            "suggested ids",
+            "suggested unique",
+            "suggested buffer",
+            "hottest partition",
+        ),
     )
-    for col in (
-        "stack",
-        "tables",
-        "max ids / partition",
-        "max unique ids",
-        "buffer / SparseCore",
-        "suggested ids",
-        "suggested unique",
-        "suggested buffer",
-        "hottest partition",
-    ):
-        t.add_column(col, overflow="fold")
     for s in stats.stacks:
         o, g = s.observed, s.limits(stats.margin)
         hot = int(s.partition_ids.argmax())
