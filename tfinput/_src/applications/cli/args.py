@@ -31,7 +31,13 @@ from tfinput._src.core.outputs import check_writable
 from tfinput._src.measurement.target import Buildable
 
 if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from tfinput._src.core.config import PipelineConfig
     from tfinput._src.core.pipeline import Pipeline
+
+    #: What an argument group is added to.
+    _Parser = argparse.ArgumentParser | argparse._ArgumentGroup
 
 __all__ = [
     "DATA_SET_HELP",
@@ -87,7 +93,12 @@ def _step_spec() -> _Spec:
     }
 
 
-def _add(parser: Any, spec: _Spec, help: Mapping[str, str | None], overrides: Any) -> None:
+def _add(
+    parser: _Parser,
+    spec: _Spec,
+    help: Mapping[str, str | None],
+    overrides: Mapping[str, Mapping[str, object]],
+) -> None:
     unknown = set(overrides) - set(help)
     if unknown or not set(help) <= set(spec):
         raise TypeError(f"unknown arguments: {sorted(unknown | (set(help) - set(spec)))}")
@@ -97,7 +108,7 @@ def _add(parser: Any, spec: _Spec, help: Mapping[str, str | None], overrides: An
 
 
 def add_source_arguments(
-    parser: Any, help: Mapping[str, str | None], **overrides: dict[str, Any]
+    parser: _Parser, help: Mapping[str, str | None], **overrides: Mapping[str, object]
 ) -> None:
     """Add the arguments that say which data a command reads.
 
@@ -117,7 +128,7 @@ def add_source_arguments(
 
 
 def add_step_arguments(
-    parser: Any, help: Mapping[str, str | None], **overrides: dict[str, Any]
+    parser: _Parser, help: Mapping[str, str | None], **overrides: Mapping[str, object]
 ) -> None:
     """Add the arguments that choose the training step (`tfinput.steps.make`).
 
@@ -133,7 +144,9 @@ def add_step_arguments(
     _add(parser, _step_spec(), help, overrides)
 
 
-def add_output_arguments(parser: Any, *, json_help: str | None = None, html: bool = False) -> None:
+def add_output_arguments(
+    parser: _Parser, *, json_help: str | None = None, html: bool = False
+) -> None:
     """Add ``--json`` (machine-readable output on stdout) and, with ``html``, ``--html PATH``."""
     parser.add_argument("--json", action="store_true", help=json_help)
     if html:
@@ -194,7 +207,7 @@ def list_columns(specs: list[str] | None) -> dict[str, str]:
 
 # ---------------------------------------------------------------- pipeline
 def pipeline_from_args(
-    args: argparse.Namespace, *, say: Callable[[str], Any] | None = None
+    args: argparse.Namespace, *, say: Callable[[str], object] | None = None
 ) -> Buildable:
     """The `tfinput.Pipeline` a command's source arguments name: exactly one of PATHS
     (with ``--schema``, ``--format``, ``--compression``: `pipeline_from_paths`),
@@ -281,11 +294,11 @@ class DatasetFactory:
     """A user's ``f(config)`` that returns a ``tf.data.Dataset``, measured as a builder:
     ``build(config)`` calls it with each config."""
 
-    def __init__(self, make: Callable[[Any], Any], spec: str) -> None:
+    def __init__(self, make: Callable[[PipelineConfig], tf.data.Dataset], spec: str) -> None:
         self.make = make
         self.spec = spec
 
-    def build(self, config: Any) -> Any:
+    def build(self, config: PipelineConfig) -> tf.data.Dataset:
         """``f(config)``, checked to be a ``tf.data.Dataset``.
 
         Raises:
@@ -480,8 +493,11 @@ DEMO = {
 
 
 def demo_pipeline(
-    data_dir: str | os.PathLike[str] | None = None, *, rows: int = DEMO["rows"], say: Any = None
-) -> Any:
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    rows: int = DEMO["rows"],
+    say: Callable[[str], object] | None = None,
+) -> Pipeline:
     """The demo pipeline: criteo-like TFRecord data (13 dense, 26 single ids, 4
     multi-hot lists), generated once into ``data_dir`` (default
     ``$TFINPUT_DATA_DIR`` or ``~/.cache/tfinput``) and reused."""

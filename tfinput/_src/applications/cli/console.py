@@ -20,9 +20,12 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import types
+    from importlib.machinery import ModuleSpec
+
     import rich.console
     import rich.progress
     import rich.table
@@ -94,7 +97,9 @@ def quiet_tensorflow(*, verbose: bool = False) -> bool:
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
     """Filters stderr (the file descriptor) while ``tensorflow`` itself is imported."""
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != "tensorflow":
             return None
         with contextlib.suppress(ValueError):
@@ -105,7 +110,7 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
             return spec
         real = loader.exec_module
 
-        def exec_module(module: Any) -> None:
+        def exec_module(module: types.ModuleType) -> None:
             try:
                 with _filtered_stderr():
                     real(module)
@@ -289,7 +294,7 @@ def console(
 
 
 @functools.cache
-def _console_class() -> Any:
+def _console_class() -> type[rich.console.Console]:
     """rich's ``Console``, raising `BrokenPipeError` when its reader closed the stream
     (rich's own default exits with 1, which `tfinput check` uses for "problems found");
     `tfinput._src.applications.cli.registry.run_command` turns it into its exit code."""

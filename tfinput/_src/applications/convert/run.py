@@ -83,47 +83,33 @@ def convert(
     TFRecord or columnar files plus ``schema.json``.
 
     Args:
-      inputs: Files or glob patterns, read in order (``.gz``/``.bz2`` CSV decompressed,
-        ``.tfrecord.gz``/``.zz`` TFRecord too).
-      out_dir: Output directory; it must be empty unless ``overwrite``. The files are
-        written into a hidden staging directory beside it and put in place together,
-        ``schema.json`` included, once every one is written and flushed to disk: a run
-        that stops early (an error, Ctrl-C, a kill) leaves no partial output.
-      to: ``parquet`` (what `tfinput.parquet` reads), ``tfrecord``
-        (``tf.train.Example`` records, for `tfinput.tfrecord`) or ``columnar``
-        (pre-batched columnar records plus ``manifest.json``, for `tfinput.columnar`:
-        the fastest to read, and native).
-      schema: The schema to write; its source columns must exist in the input.
-        Overrides ``preset`` kinds and inference.
+      inputs: Files or glob patterns, read in order (``.gz``, ``.bz2``, ``.zz`` too).
+      out_dir: Output directory, empty unless ``overwrite``. The files are staged beside it
+        and put in place together once all are on disk: a stopped run leaves nothing.
+      to: ``parquet`` (for `tfinput.parquet`), ``tfrecord`` (``tf.train.Example``, for
+        `tfinput.tfrecord`) or ``columnar`` (pre-batched records plus ``manifest.json``,
+        for `tfinput.columnar`: the fastest to read, and native).
+      schema: The schema to write (its columns must be in the input), not inferred.
       preset: ``criteo`` or ``movielens`` (see the `tfinput.convert` docstring).
-      input_format: ``auto`` (by extension: ``.parquet``/``.pq`` is Parquet,
-        ``.tfrecord[s]``/``.tfr`` (optionally ``.gz``/``.zz``) is TFRecord, anything
-        else CSV/TSV), ``csv``, ``parquet`` or ``tfrecord``.
-      delimiter: Field delimiter; None sniffs it from the first lines (CSV only).
-      header: ``"auto"`` (sniffed), True or False (CSV only).
-      column_names: Names of the columns, for files without a header (CSV only).
-      list_columns: ``{column: item delimiter}`` for multi-valued CSV columns, for
-        example ``{"genres": "|"}``. Multi-hot columns of a schema default to ``|``.
-      on_bad_rows: ``error`` (raise at the first bad row) or ``skip`` (leave bad rows
-        out and count them).
-      label: The label column when inferring (default: every column named one of
-        `LABEL_NAMES`, in any case).
-      hash_buckets: Table rows for hashed string columns (and folded int id tables)
-        of presets (default 100,000) and of inferred schemas (default: 4 x distinct
-        values seen, rounded up to a power of two, as ``tfinput schema infer``).
-      infer_rows: Rows sampled from the first input to infer kinds (no schema or
-        preset).
-      rows_per_file: Rows per output file (columnar: rounded up to whole chunks).
-        Several files let readers interleave and shard across input pipelines.
-      chunk_rows: Columnar only: rows per record. Batch sizes that are a multiple of
-        it are assembled without per-row work; smaller chunks shuffle at a finer grain.
-      overwrite: Replace the ``part-*`` files, ``schema.json`` and ``manifest.json``
-        of the output directory (otherwise it must be empty). They are replaced when
-        the new output is complete; until then the previous one stays whole.
-      block_size: Bytes of CSV parsed at a time. Memory grows with it; a record must
-        fit in one block; smaller blocks mean more Python work per byte.
-      progress: Called as ``progress(bytes_read, total_bytes)`` (compressed bytes for
-        compressed inputs) as blocks are read.
+      input_format: ``auto`` (by extension: Parquet, TFRecord, else CSV/TSV), ``csv``,
+        ``parquet`` or ``tfrecord``.
+      delimiter, header, column_names: CSV only: the field delimiter (None: sniffed), a
+        header line (``"auto"``: sniffed, True, False), names for files without one.
+      list_columns: ``{column: item delimiter}`` of multi-valued CSV columns
+        (``{"genres": "|"}``); multi-hot columns of a schema default to ``|``.
+      on_bad_rows: ``error`` (raise at the first bad row) or ``skip`` (count them).
+      label: The label column when inferring (default: those named in `LABEL_NAMES`).
+      hash_buckets: Rows of hashed string (and folded int id) tables: presets 100,000,
+        inferred schemas 4 x the distinct values seen, rounded up to a power of two.
+      infer_rows: Rows of the first input sampled to infer kinds.
+      rows_per_file: Rows per output file (columnar: whole chunks); several files let
+        readers interleave and shard across input pipelines.
+      chunk_rows: Columnar: rows per record (batch sizes that are a multiple of it are
+        assembled without per-row work; smaller chunks shuffle at a finer grain).
+      overwrite: Replace the output's ``part-*``, ``schema.json`` and ``manifest.json``
+        once the new output is complete (until then the previous one stays whole).
+      block_size: Bytes of CSV parsed at a time (a record must fit in one).
+      progress: Called as ``progress(bytes_read, total_bytes)`` as blocks are read.
 
     Returns:
       A `ConvertResult` with counts, the output paths and the schema.
@@ -132,8 +118,7 @@ def convert(
       SourceError: an input is missing or empty, or ``out_dir`` is not empty.
       SchemaError: the schema's columns are not in the input.
       DataError: a bad row with ``on_bad_rows="error"``, or no valid row at all.
-      ConfigError: an invalid argument, or ``out_dir`` cannot be written (checked
-        before anything is read).
+      ConfigError: an invalid argument, or ``out_dir`` cannot be written.
     """
     read = ReadOptions(
         input_format=input_format,
@@ -150,8 +135,8 @@ def convert(
     write = WriteOptions(
         to=to, rows_per_file=rows_per_file, chunk_rows=chunk_rows, overwrite=overwrite
     )
-    options = ConvertOptions(read=read, columns=columns, write=write)
-    return convert_options(inputs, out_dir, options, progress=progress)
+    grouped = ConvertOptions(read=read, columns=columns, write=write)
+    return convert_options(inputs, out_dir, grouped, progress=progress)
 
 
 def convert_options(

@@ -5,10 +5,11 @@ datagen``: deterministic synthetic data (`tfinput.datagen`)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfinput._src.applications.cli.args import (
     add_output_arguments,
@@ -21,7 +22,9 @@ from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 
 if TYPE_CHECKING:
-    from tfinput._src.applications.convert.options import ConvertOptions
+    from collections.abc import Callable, Sequence
+
+    from tfinput._src.applications.convert.options import ConvertOptions, RayOptions
     from tfinput._src.applications.convert.run import ConvertResult
 
 __all__ = ["CONVERT_COMMAND", "DATAGEN_COMMAND"]
@@ -138,7 +141,7 @@ def _convert(args: argparse.Namespace) -> int:
     """Convert CSV/TSV, Parquet or TFRecord to Parquet, TFRecord or columnar records."""
     check_output(args.out, "--out", directory=True)
     options = _options(args)
-    run, engine_options = _engine(args)
+    run = _engine(args)
     with progress() as bar:
         task = bar.add_task("converting", total=None)
         result = run(
@@ -146,7 +149,6 @@ def _convert(args: argparse.Namespace) -> int:
             args.out,
             options=options,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
-            **engine_options,
         )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -216,8 +218,9 @@ LOCAL_RAY_OPEN = (
 )
 
 
-def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """The conversion function of ``--engine`` and its extra arguments.
+def _engine(args: argparse.Namespace) -> Callable[..., ConvertResult]:
+    """The conversion function of ``--engine``, taking the inputs, the output directory,
+    ``options=`` and ``progress=`` (the Ray options of ``--engine ray`` bound).
 
     Raises:
       ConfigError: a Ray option without ``--engine ray``.
@@ -235,7 +238,7 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
             raise ConfigError(f"convert: {', '.join(given)} apply to --engine ray only")
         from tfinput._src.applications.convert.run import convert_options
 
-        return convert_options, {}
+        return convert_options
     from tfinput._src.applications.convert.options import SPLIT_BYTES, RayOptions
     from tfinput._src.applications.convert.ray_engine import convert_ray
 
@@ -244,19 +247,24 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         num_cpus=args.ray_cpus,
         split_bytes=args.split_mb << 20 if args.split_mb else SPLIT_BYTES,
     )
-    if args.ray_address is None:
-        return _on_local_ray, {"ray": ray}
-    return convert_ray, {"ray": ray}
+    return functools.partial(_on_local_ray if args.ray_address is None else convert_ray, ray=ray)
 
 
-def _on_local_ray(*args: Any, **kwargs: Any) -> ConvertResult:
+def _on_local_ray(
+    inputs: Sequence[str],
+    out_dir: str,
+    *,
+    options: ConvertOptions,
+    ray: RayOptions,
+    progress: Callable[[int, int], None],
+) -> ConvertResult:
     """`convert_ray` on the local Ray instance it starts, said once at start
     (`LOCAL_RAY_OPEN`) once Ray is known to be installed."""
     from tfinput._src.applications.convert.ray_engine import convert_ray, import_ray
 
     import_ray()  # without Ray: the error naming the extra, and no notice
     print(LOCAL_RAY_OPEN, file=sys.stderr, flush=True)
-    return convert_ray(*args, **kwargs)
+    return convert_ray(inputs, out_dir, options=options, ray=ray, progress=progress)
 
 
 def _print_summary(result: ConvertResult, out_dir: str) -> None:

@@ -25,9 +25,13 @@ from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from rich.table import Table as RichTable
+
     from tfinput._src.applications.inference import Inference
-    from tfinput._src.applications.sparsecore.results import SparseCoreStats
+    from tfinput._src.applications.sparsecore.results import Overflow, SparseCoreStats
+    from tfinput._src.applications.tpu import Placement
     from tfinput._src.core.schema import Schema
+
 
 __all__ = ["SCHEMA_COMMAND"]
 
@@ -74,10 +78,10 @@ def _infer(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inference_table(result: Inference) -> Any:
+def _inference_table(result: Inference) -> RichTable:
     """One row per column of a `tfinput.inference` result."""
 
-    def num(v: Any, fmt: str = "{:g}") -> str:
+    def num(v: float | None, fmt: str = "{:g}") -> str:
         return "" if v is None else fmt.format(v)
 
     t = rich_table(
@@ -116,7 +120,7 @@ def _inference_table(result: Inference) -> Any:
     return t
 
 
-def _dims_table(schema: Any) -> Any:
+def _dims_table(schema: Schema) -> RichTable:
     """One row per table: rows, dim and the rule behind it, parameters, float32 bytes;
     the total, and how to change a dim."""
     from tfinput._src.applications.inference._decide import dim_rule
@@ -191,7 +195,7 @@ def _tpu(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tpu_dict(tables: Any, features: Any, places: Any) -> dict[str, Any]:
+def _tpu_dict(tables: Any, features: Any, places: list[Placement]) -> dict[str, object]:
     """The ``--json`` output of ``tfinput schema tpu``."""
     return {
         "tables": {
@@ -271,7 +275,7 @@ def _sparsecore_arguments(p: argparse.ArgumentParser) -> None:
     add_output_arguments(p, json_help="print the JSON written by --out")
 
 
-def _stacking(values: list[str] | None) -> Any:
+def _stacking(values: list[str] | None) -> str | list[list[str]]:
     if not values:
         return "auto"
     if len(values) == 1 and values[0] in ("auto", "none"):
@@ -281,7 +285,7 @@ def _stacking(values: list[str] | None) -> Any:
     return [[t.strip() for t in v.split(",") if t.strip()] for v in values]
 
 
-def _limits(spec: str | None) -> Any:
+def _limits(spec: str | None) -> int | dict[str, object] | None:
     if spec is None:
         return None
     if spec.isdigit():
@@ -339,7 +343,9 @@ def _sparsecore(args: argparse.Namespace) -> int:
     return 1 if any(o.over_any for o in overflows) else 0
 
 
-def _payload(stats: SparseCoreStats, schema: Schema, overflows: list[Any]) -> dict[str, Any]:
+def _payload(
+    stats: SparseCoreStats, schema: Schema, overflows: list[Overflow]
+) -> dict[str, object]:
     """Statistics, suggested limits per table, TensorFlow's and keras-rs's configs."""
     import dataclasses
 
@@ -371,7 +377,7 @@ def _payload(stats: SparseCoreStats, schema: Schema, overflows: list[Any]) -> di
     return out
 
 
-def _print(stats: SparseCoreStats, schema: Schema, overflows: list[Any], mlperf: int) -> None:
+def _print(stats: SparseCoreStats, schema: Schema, overflows: list[Overflow], mlperf: int) -> None:
     out = console()
     t = rich_table(
         f"SparseCore limits: {stats.devices} device(s) x {stats.sparsecores_per_device} "
