@@ -96,6 +96,12 @@ def run_ray(path: Path, out: Path, to: str, cpus: int) -> tuple[float, float]:
     """(start-up seconds, conversion seconds) on a fresh local Ray instance."""
     import ray
 
+    from tfinput._src.applications.convert.options import (
+        ColumnOptions,
+        ConvertOptions,
+        RayOptions,
+        WriteOptions,
+    )
     from tfinput._src.applications.convert.ray_engine import convert_ray
 
     shutil.rmtree(out, ignore_errors=True)
@@ -106,7 +112,8 @@ def run_ray(path: Path, out: Path, to: str, cpus: int) -> tuple[float, float]:
     startup = time.perf_counter() - t
     try:
         t = time.perf_counter()
-        convert_ray([str(path)], out, to=to, preset="criteo", num_cpus=cpus)
+        options = ConvertOptions(columns=ColumnOptions(preset="criteo"), write=WriteOptions(to=to))
+        convert_ray([str(path)], out, options=options, ray=RayOptions(num_cpus=cpus))
         return startup, time.perf_counter() - t
     finally:
         ray.shutdown()

@@ -1,5 +1,5 @@
 """Every kind of server tfinput starts, started for real, and the addresses it listens on
-read from the kernel's socket table (`tfinput._src.applications.listeners`):
+read from the kernel's socket table (`tfinput._src.applications.cli.commands.serve`):
 ``tfinput serve dispatcher`` and ``serve worker``, a ``local:N`` fleet as ``bench`` and
 ``tune --service local:N`` start it, the local Ray instance of ``convert --engine ray``,
 and the profilers ``tfinput profile`` runs (which open none). Each command's message
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tfinput._src.applications.listeners import is_loopback, listening_addresses
+from tfinput._src.applications.cli.commands.serve import is_loopback, listening_addresses
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads the socket table in /proc (Linux)"
@@ -149,7 +149,7 @@ import ray
 from tests.test_open_ports import _children
 from tfinput._src.applications.cli import main
 from tfinput._src.applications.convert.ray_engine import _start_ray
-from tfinput._src.applications.listeners import listening_addresses
+from tfinput._src.applications.cli.commands.serve import listening_addresses
 _start_ray(ray, None, 1)  # what convert --engine ray does without --ray-address
 try:
     pids = [os.getpid(), *_children(os.getpid())]

@@ -1,4 +1,3 @@
-"""Options objects: small frozen dataclasses, and their flat keywords."""
+"""Options objects: the check of their count settings."""
 
 from tfinput._src.core.options import check_counts as check_counts
-from tfinput._src.core.options import with_keywords as with_keywords

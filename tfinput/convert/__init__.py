@@ -5,11 +5,6 @@ from tfinput._src.applications.convert import LABEL_NAMES as LABEL_NAMES
 from tfinput._src.applications.convert import MAX_REPORTED as MAX_REPORTED
 from tfinput._src.applications.convert import PRESETS as PRESETS
 from tfinput._src.applications.convert import BadRow as BadRow
-from tfinput._src.applications.convert import ColumnOptions as ColumnOptions
-from tfinput._src.applications.convert import ConvertOptions as ConvertOptions
 from tfinput._src.applications.convert import ConvertResult as ConvertResult
-from tfinput._src.applications.convert import RayOptions as RayOptions
-from tfinput._src.applications.convert import ReadOptions as ReadOptions
-from tfinput._src.applications.convert import WriteOptions as WriteOptions
 from tfinput._src.applications.convert import convert as convert
 from tfinput._src.applications.convert import preset_schema as preset_schema

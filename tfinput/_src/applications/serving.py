@@ -48,17 +48,25 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfinput._src.core.config import LAYOUTS
 from tfinput._src.core.errors import ConfigError, SchemaError
 from tfinput._src.core.schema import Categorical, Dense, MultiHot, Schema
 
 if TYPE_CHECKING:
+    import types
+    from collections.abc import Callable
+
     import keras
+    import tensorflow as tf
 
     from tfinput._src.core.layout import PackedLayout
     from tfinput._src.core.pipeline import Pipeline
+
+    Tensors = Mapping[str, tf.Tensor | tf.RaggedTensor | tf.SparseTensor]
+    #: Model inputs as a pipeline yields them: a tensor or a dict of tensors per group.
+    Features = Mapping[str, tf.Tensor | tf.RaggedTensor | tf.SparseTensor | Tensors]
 
 __all__ = [
     "ROW_LENGTHS_SUFFIX",
@@ -138,7 +146,7 @@ class ServingSpec:
 
         return PackedLayout.from_schema(self.schema) if self.layout == "packed" else None
 
-    def transform(self, raw: Mapping[str, Any]) -> Any:
+    def transform(self, raw: Tensors) -> Features:
         """Raw batch by column -> the model inputs (the training pipeline's features)."""
         from tfinput._src.core.transforms import transform_batch
 
@@ -151,7 +159,9 @@ class ServingSpec:
         )
         return features
 
-    def parse(self, examples: Any) -> dict[str, Any]:
+    def parse(
+        self, examples: tf.Tensor
+    ) -> dict[str, tf.Tensor | tf.RaggedTensor | tf.SparseTensor]:
         """Serialized ``tf.train.Example`` ``[B]`` -> raw batch, as the TFRecord source
         decodes it."""
         import tensorflow as tf
@@ -160,7 +170,9 @@ class ServingSpec:
 
         return tf.io.parse_example(examples, parse_spec(self.schema))
 
-    def raw_from_tensors(self, tensors: Mapping[str, Any]) -> dict[str, Any]:
+    def raw_from_tensors(
+        self, tensors: Mapping[str, tf.Tensor]
+    ) -> dict[str, tf.Tensor | tf.RaggedTensor]:
         """The raw signature's flat tensors -> the raw batch `transform` takes (multi-hot
         columns become ragged rows)."""
         import tensorflow as tf
@@ -173,7 +185,7 @@ class ServingSpec:
                 raw[f.weights] = tf.RaggedTensor.from_row_lengths(tensors[f.weights], lengths)
         return raw
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "schema": self.training_schema.to_dict(),
             "multi_hot_format": self.multi_hot_format,
@@ -181,7 +193,7 @@ class ServingSpec:
         }
 
 
-def raw_signature(schema: Schema) -> dict[str, Any]:
+def raw_signature(schema: Schema) -> dict[str, tf.TensorSpec]:
     """The `tf.TensorSpec` of every raw input, by name (see the module docstring).
 
     Raises:
@@ -192,9 +204,9 @@ def raw_signature(schema: Schema) -> dict[str, Any]:
 
     from tfinput._src.core.transforms import TF_DTYPES
 
-    specs: dict[str, Any] = {}
+    specs: dict[str, tf.TensorSpec] = {}
 
-    def add(name: str, shape: list, dtype: Any) -> None:
+    def add(name: str, shape: list, dtype: tf.DType) -> None:
         if not _OP_NAME.match(name):
             raise ConfigError(
                 f"serving: column {name!r} cannot name a signature input (letters, "
@@ -220,13 +232,13 @@ def raw_signature(schema: Schema) -> dict[str, Any]:
     return specs
 
 
-def flatten_features(features: Any) -> dict[str, Any]:
+def flatten_features(features: Features) -> dict[str, tf.Tensor]:
     """Model inputs as one flat dict a signature can return: ``"dense/I1"``,
     ``"ids/C1"``, ``"weights/genres"`` (per-feature layout) or ``"dense"``, ``"ids"``,
     ``"weights"`` (packed). Sparse and ragged values are densified with 0."""
     import tensorflow as tf
 
-    out: dict[str, Any] = {}
+    out: dict[str, tf.Tensor] = {}
     for group, value in features.items():
         if isinstance(value, Mapping):
             for name, tensor in value.items():
@@ -236,7 +248,9 @@ def flatten_features(features: Any) -> dict[str, Any]:
     return out
 
 
-def _dense(tensor: Any, tf: Any) -> Any:
+def _dense(
+    tensor: tf.Tensor | tf.RaggedTensor | tf.SparseTensor, tf: types.ModuleType
+) -> tf.Tensor:
     if isinstance(tensor, tf.SparseTensor):
         return tf.sparse.to_dense(tensor)
     if isinstance(tensor, tf.RaggedTensor):
@@ -244,7 +258,7 @@ def _dense(tensor: Any, tf: Any) -> Any:
     return tensor
 
 
-def _outputs(value: Any) -> dict[str, Any]:
+def _outputs(value: object) -> dict[str, object]:
     """A model's outputs as the flat dict a signature returns (``predictions`` for a
     single tensor)."""
     if isinstance(value, Mapping):
@@ -261,7 +275,7 @@ def serving_fn(
     inputs: str = "examples",
     multi_hot_format: str | None = None,
     layout: str | None = None,
-) -> Any:
+) -> tf.types.experimental.PolymorphicFunction:
     """A `tf.function` from a raw request to the model's outputs, through exactly the
     training transforms.
 
@@ -293,14 +307,14 @@ def serving_fn(
     if inputs == "examples":
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-        def from_examples(examples: Any) -> Any:
+        def from_examples(examples: tf.Tensor) -> object:
             return call(spec.transform(spec.parse(examples)))
 
         return from_examples
     if inputs == "raw":
 
         @tf.function(input_signature=[raw_signature(spec.schema)])
-        def from_raw(tensors: Any) -> Any:
+        def from_raw(tensors: Mapping[str, tf.Tensor]) -> object:
             return call(spec.transform(spec.raw_from_tensors(tensors)))
 
         return from_raw
@@ -333,7 +347,7 @@ def transform_differences(trained: Schema, given: Schema) -> list[str]:
     of a feature's table (ids are folded or hashed into it). Labels, and table fields
     the model alone uses (``dim``, ``combiner``), are not compared."""
 
-    def features(schema: Schema) -> dict[str, dict[str, Any]]:
+    def features(schema: Schema) -> dict[str, dict[str, object]]:
         out = {}
         for f in schema.features:
             fields = {"kind": f.kind, **dataclasses.asdict(f)}
@@ -354,7 +368,7 @@ def transform_differences(trained: Schema, given: Schema) -> list[str]:
     return out
 
 
-def _model_call(model: keras.Model) -> Any:
+def _model_call(model: keras.Model) -> Callable[[Features], object]:
     if model is None:
         return lambda features: features
     _require_tensorflow_backend(model)
@@ -388,7 +402,7 @@ def export(
     *,
     multi_hot_format: str | None = None,
     layout: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Write a SavedModel serving ``model`` from raw requests (see `SIGNATURES`).
 
     Args:

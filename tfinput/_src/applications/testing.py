@@ -238,40 +238,24 @@ def _to_examples_protobuf(cols: Columns, schema: Schema | None = None) -> list[b
     (tens of microseconds per row). `to_examples` must parse identically."""
     from tensorflow.core.example import example_pb2
 
-    float_cols, int_cols, bytes_cols = [], [], []
     list_cols = set(cols.lengths)
-    for col, v in cols.values.items():
-        kind = v.dtype.kind
-        target = bytes_cols if kind == "O" else int_cols if kind in "iu" else float_cols
-        target.append(col)
+    # Each column's tf.Example list, floats first, then ints, then bytes.
+    fields = {"f": "float_list", "i": "int64_list", "u": "int64_list", "O": "bytes_list"}
+    order = {"float_list": 0, "int64_list": 1, "bytes_list": 2}
+    columns = sorted(
+        ((col, fields.get(v.dtype.kind, "float_list")) for col, v in cols.values.items()),
+        key=lambda c: order[c[1]],
+    )
     offsets = {c: cols.offsets(c) for c in list_cols}
-    lists = {c: cols.values[c].tolist() for c in list_cols}
-    scalars = {c: cols.values[c].tolist() for c in cols.values if c not in list_cols}
+    values = {c: cols.values[c].tolist() for c in cols.values}
     out = []
     for r in range(cols.rows):
         ex = example_pb2.Example()
         fmap = ex.features.feature
-        for col in float_cols:
-            v = (
-                lists[col][offsets[col][r] : offsets[col][r + 1]]
-                if col in list_cols
-                else scalars[col][r]
-            )
-            fmap[col].float_list.value.extend(v if isinstance(v, list) else [v])
-        for col in int_cols:
-            v = (
-                lists[col][offsets[col][r] : offsets[col][r + 1]]
-                if col in list_cols
-                else scalars[col][r]
-            )
-            fmap[col].int64_list.value.extend(v if isinstance(v, list) else [v])
-        for col in bytes_cols:
-            v = (
-                lists[col][offsets[col][r] : offsets[col][r + 1]]
-                if col in list_cols
-                else scalars[col][r]
-            )
-            fmap[col].bytes_list.value.extend(v if isinstance(v, list) else [v])
+        for col, field in columns:
+            v = values[col]
+            row = v[offsets[col][r] : offsets[col][r + 1]] if col in list_cols else [v[r]]
+            getattr(fmap[col], field).value.extend(row)
         out.append(ex.SerializeToString())
     return out
 

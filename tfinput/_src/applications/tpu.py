@@ -31,10 +31,20 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.schema import MultiHot, Schema
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import keras
+    import keras_rs
+    import tensorflow as tf
+
+    _emb = tf.tpu.experimental.embedding
+    _TpuOptimizer = _emb.SGD | _emb.Adagrad | _emb.Adam | _emb.FTRL
 
 __all__ = [
     "embedding_configs",
@@ -44,6 +54,7 @@ __all__ = [
     "enqueue_weights",
     "KERAS_RS_PLACEMENT",
     "TableLimits",
+    "checked_limits",
 ]
 
 #: Tables up to this many rows are better replicated on every core than sharded
@@ -63,9 +74,9 @@ def embedding_configs(
     schema: Schema,
     *,
     per_replica_batch_size: int,
-    initializer: Any = None,
-    optimizer: Any = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    initializer: Callable[..., tf.Tensor] | None = None,
+    optimizer: _TpuOptimizer | None = None,
+) -> tuple[dict[str, _emb.TableConfig], dict[str, _emb.FeatureConfig]]:
     """Build `tf.tpu.experimental.embedding` configs from the schema.
 
     Args:
@@ -115,11 +126,13 @@ def keras_rs_configs(
     *,
     per_replica_batch_size: int,
     replicas: int = 1,
-    optimizer: Any = "adam",
-    initializer: Any = None,
+    optimizer: str
+    | keras.optimizers.Optimizer
+    | Mapping[str, str | keras.optimizers.Optimizer] = "adam",
+    initializer: str | keras.initializers.Initializer | None = None,
     placement: str | Mapping[str, str] = "auto",
     limits: TableLimits | Mapping[str, tuple[int, int]] | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, keras_rs.layers.TableConfig], dict[str, keras_rs.layers.FeatureConfig]]:
     """Build keras-rs `DistributedEmbedding` configs from the schema (docs/tpu.md).
 
     One ``keras_rs.layers.TableConfig`` per table, shared by every feature that names
@@ -165,7 +178,7 @@ def keras_rs_configs(
     names = [t.name for t in schema.tables]
     optimizers = _keras_rs_optimizers(optimizer, names)
     placements = _keras_rs_placements(schema, placement)
-    table_limits = _table_limits(limits, names)
+    table_limits = checked_limits(limits, names)
     layers = keras_rs.layers
     tables = {
         t.name: layers.TableConfig(
@@ -192,7 +205,10 @@ def keras_rs_configs(
     return tables, features
 
 
-def _keras_rs_optimizers(optimizer: Any, names: list[str]) -> dict[str, Any]:
+def _keras_rs_optimizers(
+    optimizer: str | keras.optimizers.Optimizer | Mapping[str, str | keras.optimizers.Optimizer],
+    names: list[str],
+) -> dict[str, str | keras.optimizers.Optimizer]:
     """Each table's keras-rs optimizer (see `keras_rs_configs`), checked."""
     optimizers = _per_table("optimizer", optimizer, names, default="adam")
     for table, opt in optimizers.items():
@@ -200,10 +216,12 @@ def _keras_rs_optimizers(optimizer: Any, names: list[str]) -> dict[str, Any]:
     return optimizers
 
 
-def _table_extras(initializer: Any, limits: tuple[int, int] | None) -> dict[str, Any]:
+def _table_extras(
+    initializer: str | keras.initializers.Initializer | None, limits: tuple[int, int] | None
+) -> dict[str, object]:
     """A keras-rs ``TableConfig``'s optional keywords: the initializer, when given, and
     the SparseCore buffer limits, when known."""
-    extras: dict[str, Any] = {"initializer": initializer} if initializer is not None else {}
+    extras: dict[str, object] = {"initializer": initializer} if initializer is not None else {}
     if limits is not None:
         extras.update(max_ids_per_partition=limits[0], max_unique_ids_per_partition=limits[1])
     return extras
@@ -225,12 +243,14 @@ def _keras_rs_placements(schema: Schema, placement: str | Mapping[str, str]) -> 
     return placements
 
 
-def _check_positive_int(name: str, value: Any) -> None:
+def _check_positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}: expected a positive int, got {value!r}")
 
 
-def _per_table(what: str, value: Any, tables: list[str], *, default: Any) -> dict[str, Any]:
+def _per_table(
+    what: str, value: object, tables: list[str], *, default: object
+) -> dict[str, object]:
     """One value for every table, or a dict by table name (others get ``default``)."""
     if not isinstance(value, Mapping):
         return dict.fromkeys(tables, value)
@@ -240,7 +260,7 @@ def _per_table(what: str, value: Any, tables: list[str], *, default: Any) -> dic
     return {t: value.get(t, default) for t in tables}
 
 
-def _check_optimizer(table: str, optimizer: Any) -> None:
+def _check_optimizer(table: str, optimizer: str | keras.optimizers.Optimizer) -> None:
     if isinstance(optimizer, str):
         if optimizer in _KERAS_RS_OPTIMIZERS:
             return
@@ -265,7 +285,7 @@ class TableLimits(Protocol):
         ...
 
 
-def _table_limits(
+def checked_limits(
     limits: TableLimits | Mapping[str, tuple[int, int]] | None, tables: list[str]
 ) -> dict[str, tuple[int, int]]:
     """``limits`` as a checked dict table -> (max ids, max unique ids) per partition."""
@@ -298,7 +318,10 @@ def _table_limits(
     return out
 
 
-def enqueue_weights(schema: Schema, features: dict[str, Any]) -> dict[str, Any]:
+def enqueue_weights(
+    schema: Schema,
+    features: Mapping[str, Mapping[str, tf.Tensor | tf.SparseTensor | tf.RaggedTensor]],
+) -> dict[str, tf.Tensor | tf.SparseTensor | tf.RaggedTensor | None]:
     """The ``weights`` argument matching ``features["ids"]``: multi-hot weights where
     the pipeline produced them, None for single ids.
 

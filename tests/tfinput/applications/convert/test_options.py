@@ -1,18 +1,20 @@
-"""`ConvertOptions`: the objects convert as the keywords do, and the CLI maps onto them."""
+"""The option groups `tfinput convert`'s flags map onto: `convert_options` with a
+`ConvertOptions` converts as `convert` with the same keywords does, and `convert` takes
+its settings as keywords only."""
 
 from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
 
-from tfinput.convert import (
+from tfinput._src.applications.convert.options import (
     ColumnOptions,
     ConvertOptions,
     ReadOptions,
     WriteOptions,
-    convert,
 )
-from tfinput.options import with_keywords
+from tfinput._src.applications.convert.run import convert_options
+from tfinput.convert import convert
 
 
 def write_csv(path):
@@ -27,7 +29,7 @@ def test_an_options_object_converts_as_the_same_keywords_do(tmp_path):
         columns=ColumnOptions(label="label"),
         write=WriteOptions(to="parquet", rows_per_file=2),
     )
-    by_object = convert([str(csv)], tmp_path / "a", options=options)
+    by_object = convert_options([str(csv)], tmp_path / "a", options)
     by_keywords = convert(
         [str(csv)],
         tmp_path / "b",
@@ -43,20 +45,9 @@ def test_an_options_object_converts_as_the_same_keywords_do(tmp_path):
         assert pq.read_table(a).equals(pq.read_table(b))
 
 
-def test_a_keyword_overrides_the_same_field_of_the_object(tmp_path):
+@pytest.mark.parametrize("keyword", ["options", "engine"])
+def test_convert_takes_its_settings_as_keywords_only(tmp_path, keyword):
     csv = write_csv(tmp_path / "in.csv")
-    options = ConvertOptions(write=WriteOptions(to="tfrecord"))
-    result = convert([str(csv)], tmp_path / "out", options=options, to="columnar")
-    assert result.format == "columnar" and result.manifest_path is not None
-    assert options.write.to == "tfrecord"
-
-
-def test_every_convert_keyword_belongs_to_one_group():
-    options = with_keywords(
-        ConvertOptions(), {"delimiter": "\t", "preset": "criteo", "overwrite": True}, what="convert"
-    )
-    assert options.read.delimiter == "\t"
-    assert options.columns.preset == "criteo"
-    assert options.write.overwrite is True
-    with pytest.raises(TypeError, match="unexpected keyword argument 'engine'"):
-        convert(["x.csv"], "out", engine="ray")
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{keyword}'"):
+        convert([str(csv)], tmp_path / "out", **{keyword: ConvertOptions()})
+    assert not (tmp_path / "out").exists()

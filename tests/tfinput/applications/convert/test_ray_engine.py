@@ -17,6 +17,13 @@ import numpy as np
 import pytest
 
 from tests.helpers import SHARED_DATA, cli_main
+from tfinput._src.applications.convert.options import (
+    ColumnOptions,
+    ConvertOptions,
+    RayOptions,
+    ReadOptions,
+    WriteOptions,
+)
 from tfinput.convert import convert
 from tfinput.errors import DataError
 
@@ -30,6 +37,18 @@ FORMATS = ("parquet", "columnar")
 #: gzipped file's one, three tasks (each Ray task costs seconds on 2 cores).
 SPLIT = 40_000
 OPTIONS = {"list_columns": {"genres": "|"}, "rows_per_file": 1000, "chunk_rows": 128}
+SPLIT_RAY = RayOptions(split_bytes=SPLIT)
+
+
+def _grouped(*, to="parquet", schema=None, on_bad_rows="error"):
+    """`OPTIONS` and these, grouped as `convert_ray` takes them (`convert`'s keywords)."""
+    return ConvertOptions(
+        read=ReadOptions(list_columns=OPTIONS["list_columns"], on_bad_rows=on_bad_rows),
+        columns=ColumnOptions(schema=schema),
+        write=WriteOptions(
+            to=to, rows_per_file=OPTIONS["rows_per_file"], chunk_rows=OPTIONS["chunk_rows"]
+        ),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +150,7 @@ def test_ray_output_equals_the_single_process_output(local_ray, inputs, tmp_path
     from tfinput._src.core.columnar.writer import verify_files
 
     local = convert(inputs, tmp_path / "local", to=to, **OPTIONS)
-    dist = convert_ray(inputs, tmp_path / "ray", to=to, split_bytes=SPLIT, **OPTIONS)
+    dist = convert_ray(inputs, tmp_path / "ray", options=_grouped(to=to), ray=SPLIT_RAY)
     assert len(dist.paths) > len(local.paths)  # several tasks wrote files
     assert (dist.rows, dist.blank_lines, dist.skipped) == (local.rows, 1, 0) == (3100, 1, 0)
     assert dist.schema == local.schema and dist.dropped_columns == local.dropped_columns
@@ -164,16 +183,15 @@ def test_bad_rows_are_reported_as_the_single_process_path_reports_them(local_ray
     path.write_text("\n".join(["label,count,price,city,genres", *_csv_lines(1500, 3, 97)]) + "\n")
     options = dict(OPTIONS, schema=schema)
     local = convert([str(path)], tmp_path / "l", on_bad_rows="skip", **options)
-    dist = convert_ray(
-        [str(path)], tmp_path / "r", on_bad_rows="skip", split_bytes=SPLIT, **options
-    )
+    skip = _grouped(schema=schema, on_bad_rows="skip")
+    dist = convert_ray([str(path)], tmp_path / "r", options=skip, ray=SPLIT_RAY)
     assert dist.skipped == local.skipped == 15 and dist.rows == local.rows
     assert [str(b) for b in dist.bad_rows] == [str(b) for b in local.bad_rows]
     assert {b.line for b in dist.bad_rows} >= {98, 1456}  # in the first and the last piece
     with pytest.raises(DataError) as first:
         convert([str(path)], tmp_path / "l2", **options)
     with pytest.raises(DataError) as dist_first:
-        convert_ray([str(path)], tmp_path / "r2", split_bytes=SPLIT, **options)
+        convert_ray([str(path)], tmp_path / "r2", options=_grouped(schema=schema), ray=SPLIT_RAY)
     assert str(dist_first.value) == str(first.value)
     assert str(first.value).startswith(f"{path}:98: expected 5 fields")
     assert not (tmp_path / "r2").exists()  # nothing left behind, staging included
@@ -183,9 +201,9 @@ def test_bad_rows_are_reported_as_the_single_process_path_reports_them(local_ray
 def test_parquet_inputs_one_task_per_file(local_ray, small_parquet, tmp_path):
     from tfinput._src.applications.convert.ray_engine import convert_ray
 
-    options = {"to": "columnar", "chunk_rows": 64}
-    local = convert(small_parquet, tmp_path / "l", **options)
-    dist = convert_ray(small_parquet, tmp_path / "r", **options)
+    local = convert(small_parquet, tmp_path / "l", to="columnar", chunk_rows=64)
+    options = ConvertOptions(write=WriteOptions(to="columnar", chunk_rows=64))
+    dist = convert_ray(small_parquet, tmp_path / "r", options=options)
     assert dist.rows == local.rows == 1000 and dist.input_format == "parquet"
     assert Counter(_columnar_rows(tmp_path / "r")) == Counter(_columnar_rows(tmp_path / "l"))
 

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tfinput
-from tfinput._src.applications.convert.plan import plan_columns
+from tfinput._src.applications.convert.columns import plan_columns
 from tfinput._src.applications.convert.writers import (
     ColumnarShards,
     Shards,

@@ -286,7 +286,9 @@ def test_bad_input_and_arguments_are_clear_errors(small_schema, batches):
             global_device_count=2,
             num_sc_per_device=SC,
         )
-    with pytest.raises(ConfigError, match=r"limits name table\(s\) \['nope'\] not in the schema"):
+    with pytest.raises(
+        ConfigError, match=r"limits: unknown table\(s\) \['nope'\]; the schema's tables are"
+    ):
         _plan(small_schema, "none", limits={"nope": (8, 8)})
     packed = [({"packed_ids": np.zeros((BATCH, 3))}, np.zeros(BATCH))]
     feed = sparsecore_feed(packed, plan)

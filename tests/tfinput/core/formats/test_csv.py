@@ -101,7 +101,7 @@ def test_unclosed_quote(line, bad):
 
 
 def test_known_columns_are_the_conversion_presets():
-    from tfinput._src.applications.convert.presets import PRESET_COLUMNS, PRESETS
+    from tfinput._src.applications.convert.columns import PRESET_COLUMNS, PRESETS
 
     assert PRESET_COLUMNS is KNOWN_COLUMNS and set(KNOWN_COLUMNS) == set(PRESETS)
     assert len(KNOWN_COLUMNS["criteo"]) == 40 and KNOWN_COLUMNS["criteo"][0] == "label"
@@ -109,7 +109,7 @@ def test_known_columns_are_the_conversion_presets():
 
 def test_convert_reads_csv_through_this_module():
     """convert's reader is this reader with conversion added; its sniffing is this one."""
-    from tfinput._src.applications.convert import readers, sniff
+    from tfinput._src.applications.convert import readers
 
     assert issubclass(readers.CsvReader, CsvReader)
-    assert sniff.sniff_layout is sniff_layout and sniff.Layout is Layout
+    assert readers.sniff_layout is sniff_layout and readers.Layout is Layout

@@ -8,34 +8,47 @@ Each group adds the arguments named in its ``help`` mapping, in that order, with
 help text: the flags, types, choices and defaults are shared, the sentences are each
 command's own. `pipeline_from_args` turns the source arguments into a `tfinput.Pipeline`;
 `count`, `delimiter` and `list_columns` parse the values a few commands take.
+
+The built-in default data set (`DEMO`, `demo_pipeline`): what ``tfinput demo`` (and
+``tune --demo``) tunes and ``tfinput profile --demo`` profiles, with no user data needed.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.applications.cli.objects import load_object
+from tfinput._src.core.options import load_object
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.files import check_writable
 from tfinput._src.core.formats.parquet import is_parquet_name
 from tfinput._src.measurement.target import Buildable
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from tfinput._src.core.config import PipelineConfig
     from tfinput._src.core.pipeline import Pipeline
 
+    #: What an argument group is added to.
+    _Parser = argparse.ArgumentParser | argparse._ArgumentGroup
+
 __all__ = [
+    "DATA_SET_HELP",
+    "DEMO",
     "add_output_arguments",
     "add_source_arguments",
     "add_step_arguments",
     "check_output",
     "count",
     "delimiter",
+    "demo_pipeline",
     "find_schema",
     "list_columns",
     "pipeline_from_args",
@@ -47,6 +60,15 @@ __all__ = [
 
 # dest -> (flags, add_argument keywords)
 _Spec = dict[str, tuple[tuple[str, ...], dict[str, Any]]]
+
+#: The help of ``--schema``, ``--format`` and ``--compression`` of the commands that read
+#: any data set as it is (``tfinput check``, ``tfinput schema sparsecore``).
+DATA_SET_HELP = {
+    "schema": "schema JSON (default: schema.json next to the data; a columnar data set "
+    "carries its own)",
+    "format": "input format (default: columnar if there is a manifest.json, else by extension)",
+    "compression": "TFRecord compression: none, GZIP, ZLIB or auto (by extension)",
+}
 
 _SOURCE: _Spec = {
     "paths": (("paths",), {"nargs": "+"}),
@@ -71,7 +93,12 @@ def _step_spec() -> _Spec:
     }
 
 
-def _add(parser: Any, spec: _Spec, help: Mapping[str, str | None], overrides: Any) -> None:
+def _add(
+    parser: _Parser,
+    spec: _Spec,
+    help: Mapping[str, str | None],
+    overrides: Mapping[str, Mapping[str, object]],
+) -> None:
     unknown = set(overrides) - set(help)
     if unknown or not set(help) <= set(spec):
         raise TypeError(f"unknown arguments: {sorted(unknown | (set(help) - set(spec)))}")
@@ -81,7 +108,7 @@ def _add(parser: Any, spec: _Spec, help: Mapping[str, str | None], overrides: An
 
 
 def add_source_arguments(
-    parser: Any, help: Mapping[str, str | None], **overrides: dict[str, Any]
+    parser: _Parser, help: Mapping[str, str | None], **overrides: Mapping[str, object]
 ) -> None:
     """Add the arguments that say which data a command reads.
 
@@ -101,7 +128,7 @@ def add_source_arguments(
 
 
 def add_step_arguments(
-    parser: Any, help: Mapping[str, str | None], **overrides: dict[str, Any]
+    parser: _Parser, help: Mapping[str, str | None], **overrides: Mapping[str, object]
 ) -> None:
     """Add the arguments that choose the training step (`tfinput.steps.make`).
 
@@ -117,7 +144,9 @@ def add_step_arguments(
     _add(parser, _step_spec(), help, overrides)
 
 
-def add_output_arguments(parser: Any, *, json_help: str | None = None, html: bool = False) -> None:
+def add_output_arguments(
+    parser: _Parser, *, json_help: str | None = None, html: bool = False
+) -> None:
     """Add ``--json`` (machine-readable output on stdout) and, with ``html``, ``--html PATH``."""
     parser.add_argument("--json", action="store_true", help=json_help)
     if html:
@@ -178,11 +207,11 @@ def list_columns(specs: list[str] | None) -> dict[str, str]:
 
 # ---------------------------------------------------------------- pipeline
 def pipeline_from_args(
-    args: argparse.Namespace, *, say: Callable[[str], Any] | None = None
+    args: argparse.Namespace, *, say: Callable[[str], object] | None = None
 ) -> Buildable:
     """The `tfinput.Pipeline` a command's source arguments name: exactly one of PATHS
     (with ``--schema``, ``--format``, ``--compression``: `pipeline_from_paths`),
-    ``--pipeline MODULE:FUNCTION`` (`pipeline_from_spec`) or ``--demo`` (`tfinput._src.applications.cli.demo.demo_pipeline`, which reports through ``say``).
+    ``--pipeline MODULE:FUNCTION`` (`pipeline_from_spec`) or ``--demo`` (`tfinput._src.applications.cli.args.demo_pipeline`, which reports through ``say``).
 
     Raises:
       ConfigError: None or several of them, or ``--pipeline`` names no pipeline.
@@ -193,8 +222,6 @@ def pipeline_from_args(
     if [bool(paths), bool(spec), bool(demo)].count(True) != 1:
         raise ConfigError("give exactly one pipeline: PATHS with --schema, --pipeline or --demo")
     if demo:
-        from tfinput._src.applications.cli.demo import demo_pipeline
-
         return demo_pipeline(say=say)
     if spec:
         return service_from_args(args, pipeline_from_spec(spec))
@@ -267,11 +294,11 @@ class DatasetFactory:
     """A user's ``f(config)`` that returns a ``tf.data.Dataset``, measured as a builder:
     ``build(config)`` calls it with each config."""
 
-    def __init__(self, make: Callable[[Any], Any], spec: str) -> None:
+    def __init__(self, make: Callable[[PipelineConfig], tf.data.Dataset], spec: str) -> None:
         self.make = make
         self.spec = spec
 
-    def build(self, config: Any) -> Any:
+    def build(self, config: PipelineConfig) -> tf.data.Dataset:
         """``f(config)``, checked to be a ``tf.data.Dataset``.
 
         Raises:
@@ -445,3 +472,49 @@ def pipeline_from_paths(
     if fmt == "parquet":
         return parquet(files, schema)
     return tfrecord(files, schema, compression=compression)
+
+
+#: The built-in default the README's main job runs: small enough to finish in a few
+#: minutes on 2 cores, big enough that the input pipeline matters.
+DEMO = {
+    "rows": 200_000,
+    "files": 8,
+    "batch_size": 4096,
+    "vocabulary_size": 10_000,
+    "dim": 8,
+    "n_trials": 14,
+    "windows": 3,
+    "window_batches": 8,
+    "window_seconds": 0.5,
+    "warmup_batches": 3,
+    "confirm_top": 2,
+    "confirm_windows": 3,
+}
+
+
+def demo_pipeline(
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    rows: int = DEMO["rows"],
+    say: Callable[[str], object] | None = None,
+) -> Pipeline:
+    """The demo pipeline: criteo-like TFRecord data (13 dense, 26 single ids, 4
+    multi-hot lists), generated once into ``data_dir`` (default
+    ``$TFINPUT_DATA_DIR`` or ``~/.cache/tfinput``) and reused."""
+    from tfinput._src.applications import testing
+    from tfinput._src.core.pipeline import tfrecord
+
+    schema = testing.criteo_like_schema(vocabulary_size=DEMO["vocabulary_size"], dim=DEMO["dim"])
+    root = Path(
+        data_dir or os.environ.get("TFINPUT_DATA_DIR") or Path.home() / ".cache" / "tfinput"
+    )
+    directory = root / f"demo-criteo-like-{rows}-v1"
+    done = directory / "_COMPLETE"
+    if not done.exists():
+        if say:
+            say(f"generating {rows:,} criteo-like rows into {directory} (once)")
+        testing.write_tfrecord(directory, schema, rows=rows, files=DEMO["files"], seed=0)
+        schema.to_json(directory / "schema.json")
+        done.write_text("ok\n")
+    files = sorted(str(p) for p in directory.glob("part-*.tfrecord"))
+    return tfrecord(files, schema)

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tfinput._src.applications.cli.tf_logs import filter_stderr, quiet_tensorflow, wants_verbose
+from tfinput._src.applications.cli.console import filter_stderr, quiet_tensorflow, wants_verbose
 from tfinput._src.core.errors import TfinputError
 
 __all__ = [
@@ -48,13 +48,13 @@ STDOUT_CLOSED = 141
 COMMANDS = (
     "tfinput._src.applications.cli.commands.schema:SCHEMA_COMMAND",
     "tfinput._src.applications.cli.commands.check:CHECK_COMMAND",
-    "tfinput._src.applications.cli.commands.doctor:DOCTOR_COMMAND",
+    "tfinput._src.applications.cli.commands.check:DOCTOR_COMMAND",
     "tuners.cli:TUNE_COMMAND",
     "tuners.cli:DEMO_COMMAND",
     "tfinput._src.applications.cli.commands.convert:CONVERT_COMMAND",
-    "tfinput._src.applications.cli.commands.datagen:DATAGEN_COMMAND",
+    "tfinput._src.applications.cli.commands.convert:DATAGEN_COMMAND",
     "tfinput._src.applications.cli.commands.bench:BENCH_COMMAND",
-    "tfinput._src.applications.cli.commands.export:EXPORT_COMMAND",
+    "tfinput._src.applications.cli.commands.serve:EXPORT_COMMAND",
     "tfinput._src.applications.cli.commands.serve:SERVE_COMMAND",
     "profiles.cli:PROFILE_COMMAND",
     "profiles.cli:INSPECT_COMMAND",

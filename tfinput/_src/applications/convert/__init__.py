@@ -67,28 +67,21 @@ on its own (reason ``unbalanced quote``); it cannot swallow the lines after it.
 Unreadable inputs (a truncated ``.gz``, a binary or non-UTF-8 file) raise `DataError`
 naming the file; nothing is written.
 
-The package, one job per module: `tfinput._src.applications.convert.sniff` (inputs, formats, CSV layout),
-`tfinput._src.applications.convert.presets`, `tfinput._src.applications.convert.plan` (which columns, how converted),
-`tfinput._src.applications.convert.values` (text or typed columns to output types, bad rows),
-`tfinput._src.applications.convert.readers` (CSV, Parquet and TFRecord blocks), `tfinput._src.applications.convert.writers`
-(output shards), `tfinput._src.applications.convert.results` and `tfinput._src.applications.convert.run` (`convert`).
+The package, one job per module: `tfinput._src.applications.convert.readers` (inputs,
+formats, CSV layout; CSV, Parquet and TFRecord blocks), `tfinput._src.applications.convert.columns`
+(presets; which columns, how converted; text or typed columns to output types, bad rows),
+`tfinput._src.applications.convert.writers` (output shards), `tfinput._src.applications.convert.options`
+(the option groups `tfinput convert`'s flags map onto), `tfinput._src.applications.convert.run`
+(`convert` and its result) and `tfinput._src.applications.convert.ray_engine` (``--engine ray``).
 """
 
 from __future__ import annotations
 
-from tfinput._src.applications.convert.options import (
-    ColumnOptions,
-    ConvertOptions,
-    RayOptions,
-    ReadOptions,
-    WriteOptions,
-)
-from tfinput._src.applications.convert.presets import PRESETS, preset_schema
+from tfinput._src.applications.convert.columns import PRESETS, preset_schema
 from tfinput._src.applications.convert.readers import BLOCK_SIZE
+from tfinput._src.applications.convert.readers import INPUT_FORMATS as INPUT_FORMATS
 from tfinput._src.applications.convert.readers import TYPED_BLOCK_ROWS as TYPED_BLOCK_ROWS
-from tfinput._src.applications.convert.results import MAX_REPORTED, BadRow, ConvertResult
-from tfinput._src.applications.convert.run import convert
-from tfinput._src.applications.convert.sniff import INPUT_FORMATS as INPUT_FORMATS
+from tfinput._src.applications.convert.run import MAX_REPORTED, BadRow, ConvertResult, convert
 from tfinput._src.applications.convert.writers import FORMATS as FORMATS
 from tfinput._src.applications.inference import LABEL_NAMES
 
@@ -98,12 +91,7 @@ __all__ = [
     "MAX_REPORTED",
     "PRESETS",
     "BadRow",
-    "ColumnOptions",
-    "ConvertOptions",
     "ConvertResult",
-    "RayOptions",
-    "ReadOptions",
-    "WriteOptions",
     "convert",
     "preset_schema",
 ]

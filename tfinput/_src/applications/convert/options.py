@@ -1,16 +1,16 @@
-"""What `convert` and `convert_ray` take besides the inputs and the output directory:
-one frozen `ConvertOptions` of three small groups, and `RayOptions` for Ray.
+"""The settings of a conversion grouped as `tfinput convert`'s flags map onto them: one
+frozen `ConvertOptions` of three small groups, and `RayOptions` for ``--engine ray``.
 
     options = ConvertOptions(
         read=ReadOptions(delimiter="\\t", header=False),
         columns=ColumnOptions(preset="criteo"),
         write=WriteOptions(to="columnar", rows_per_file=500_000),
     )
-    convert("day_0.gz", "out/", options=options)
+    convert_options("day_0.gz", "out/", options)
 
-Every field is also a keyword of `convert` (``convert(..., to="columnar")``), which
-overrides the same field of ``options``. The values are checked when a conversion
-starts (`convert` raises `ConfigError` naming the argument).
+`tfinput.convert.convert` takes the same settings as keywords (its docstring says what
+each does) and groups them so. The values are checked when a conversion starts (a
+`ConfigError` naming the argument).
 """
 
 from __future__ import annotations
@@ -39,22 +39,9 @@ SPLIT_BYTES = 32 << 20
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReadOptions:
-    """How the inputs are read.
-
-    Attributes:
-      input_format: ``auto`` (by extension: ``.parquet``/``.pq`` is Parquet,
-        ``.tfrecord[s]``/``.tfr`` (optionally ``.gz``/``.zz``) is TFRecord, anything
-        else CSV/TSV), ``csv``, ``parquet`` or ``tfrecord``.
-      delimiter: Field delimiter; None sniffs it from the first lines (CSV only).
-      header: ``"auto"`` (sniffed), True or False (CSV only).
-      column_names: Names of the columns, for files without a header (CSV only).
-      list_columns: ``{column: item delimiter}`` for multi-valued CSV columns, for
-        example ``{"genres": "|"}``. Multi-hot columns of a schema default to ``|``.
-      on_bad_rows: ``error`` (raise at the first bad row) or ``skip`` (leave bad rows
-        out and count them).
-      block_size: Bytes of CSV parsed at a time. Memory grows with it; a record must
-        fit in one block; smaller blocks mean more Python work per byte.
-    """
+    """How the inputs are read: ``input_format``, ``delimiter``, ``header``,
+    ``column_names``, ``list_columns``, ``on_bad_rows`` and ``block_size``, as
+    `tfinput.convert.convert` takes them."""
 
     input_format: str = "auto"
     delimiter: str | None = None
@@ -67,20 +54,8 @@ class ReadOptions:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ColumnOptions:
-    """What the columns are: a given schema, a preset, or inferred from a sample.
-
-    Attributes:
-      schema: The schema to write; its source columns must exist in the input.
-        Overrides ``preset`` kinds and inference.
-      preset: ``criteo`` or ``movielens`` (see the `tfinput.convert` docstring).
-      label: The label column when inferring (default: every column named one of
-        `LABEL_NAMES`, in any case).
-      hash_buckets: Table rows for hashed string columns (and folded int id tables)
-        of presets (default 100,000) and of inferred schemas (default: 4 x distinct
-        values seen, rounded up to a power of two, as ``tfinput schema infer``).
-      infer_rows: Rows sampled from the first input to infer kinds (no schema or
-        preset).
-    """
+    """What the columns are: a given ``schema``, a ``preset``, or inferred from a sample
+    (``label``, ``hash_buckets``, ``infer_rows``), as `tfinput.convert.convert` takes them."""
 
     schema: Schema | None = None
     preset: str | None = None
@@ -91,21 +66,8 @@ class ColumnOptions:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WriteOptions:
-    """What is written.
-
-    Attributes:
-      to: ``parquet`` (what `tfinput.parquet` reads), ``tfrecord``
-        (``tf.train.Example`` records, for `tfinput.tfrecord`) or ``columnar``
-        (pre-batched columnar records plus ``manifest.json``, for `tfinput.columnar`:
-        the fastest to read, and native).
-      rows_per_file: Rows per output file (columnar: rounded up to whole chunks).
-        Several files let readers interleave and shard across input pipelines.
-      chunk_rows: Columnar only: rows per record. Batch sizes that are a multiple of
-        it are assembled without per-row work; smaller chunks shuffle at a finer grain.
-      overwrite: Replace the ``part-*`` files, ``schema.json`` and ``manifest.json``
-        of the output directory (otherwise it must be empty). They are replaced when
-        the new output is complete; until then the previous one stays whole.
-    """
+    """What is written: ``to``, ``rows_per_file``, ``chunk_rows`` and ``overwrite``, as
+    `tfinput.convert.convert` takes them."""
 
     to: str = "parquet"
     rows_per_file: int = 1_000_000
@@ -115,7 +77,7 @@ class WriteOptions:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ConvertOptions:
-    """Everything `convert` takes besides the inputs and the output directory.
+    """Everything `convert_options` takes besides the inputs and the output directory.
 
     Attributes:
       read: `ReadOptions`: the input format, CSV layout and bad-row policy.

@@ -1,8 +1,10 @@
 """Distributed conversion on Ray Data: ``tfinput convert --engine ray`` (`convert_ray`).
 
     from tfinput._src.applications.convert.ray_engine import convert_ray
-    result = convert_ray(["day_0.tsv"], "data/criteo", to="columnar", preset="criteo",
-                         num_cpus=8)                      # or ray_address="ray://head:10001"
+    options = ConvertOptions(columns=ColumnOptions(preset="criteo"),
+                             write=WriteOptions(to="columnar"))
+    result = convert_ray(["day_0.tsv"], "data/criteo", options=options,
+                         ray=RayOptions(num_cpus=8))      # or ray_address="ray://head:10001"
 
 The driver does what the single-process `tfinput.convert.convert` does before reading:
 it checks the arguments, sniffs every CSV file's layout, takes the schema (given,
@@ -13,7 +15,7 @@ holds whole records); a compressed CSV file, a Parquet file or a TFRecord file i
 piece. A Ray Data dataset of the pieces (`ray.data.from_items`) is mapped by Ray
 tasks, each of which reads its piece with tfinput's own readers (the same pyarrow CSV
 reader options, quote guard and line numbering), converts every block with the same
-functions as the single-process path (`tfinput._src.applications.convert.values.convert_batch` /
+functions as the single-process path (`tfinput._src.applications.convert.columns.convert_batch` /
 `convert_typed`) and writes its own shards (`tfinput._src.applications.convert.writers.Shards` or
 `tfinput.columnar_records.ColumnarWriter`) into a directory of its own. Ray Data's
 `read_csv` is not used: it reads a CSV file in one task and loses line numbers.
@@ -56,19 +58,30 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
+from tfinput._src.applications.convert.columns import Column
 from tfinput._src.applications.convert.options import SPLIT_BYTES, ConvertOptions, RayOptions
-from tfinput._src.applications.convert.plan import Column
-from tfinput._src.applications.convert.readers import CsvReader, typed_batches
-from tfinput._src.applications.convert.results import MAX_REPORTED, BadRow, BadRowLog, ConvertResult
-from tfinput._src.applications.convert.run import converted, open_inputs
-from tfinput._src.applications.convert.sniff import Layout, sniff_layout
+from tfinput._src.applications.convert.readers import CsvReader, Layout, sniff_layout, typed_batches
+from tfinput._src.applications.convert.run import (
+    MAX_REPORTED,
+    BadRow,
+    BadRowLog,
+    ConvertResult,
+    converted,
+    open_inputs,
+)
 from tfinput._src.applications.convert.writers import Shards, prepare_out_dir
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
 from tfinput._src.core.files import check_writable
-from tfinput._src.core.options import with_keywords
 from tfinput._src.core.schema import Schema
+
+if TYPE_CHECKING:
+    import types
+
+    import pyarrow as pa
+
+    from tfinput._src.core.columnar.writer import ColumnarWriter
 
 __all__ = ["ENGINES", "SPLIT_BYTES", "convert_ray", "import_ray"]
 
@@ -87,7 +100,6 @@ def convert_ray(
     options: ConvertOptions | None = None,
     ray: RayOptions | None = None,
     progress: Callable[[int, int], None] | None = None,
-    **keywords: Any,
 ) -> ConvertResult:
     """`tfinput.convert.convert` on Ray Data: the same output rows and values, written by
     many tasks (see the module docstring for how the work is cut and the order).
@@ -95,12 +107,10 @@ def convert_ray(
     Args:
       inputs: As for `convert`.
       out_dir: As for `convert`; on a cluster, a path every node sees.
-      options: As for `convert` (``rows_per_file`` counts per task: each task starts
-        its own files).
+      options: A `ConvertOptions`, as `convert_options` takes it (``rows_per_file``
+        counts per task: each task starts its own files).
       ray: `RayOptions`: the cluster, the CPUs and the bytes per task.
       progress: Called once as ``progress(total_bytes, total_bytes)`` when done.
-      **keywords: Fields of ``ray`` (``ray_address=``, ``num_cpus=``,
-        ``split_bytes=``) or of the groups of ``options``, given directly.
 
     Returns:
       A `ConvertResult`, as `convert` returns it.
@@ -109,11 +119,8 @@ def convert_ray(
       ConfigError: Ray is not installed (``pip install 'tfinput[ray]'``), or an invalid
         argument.
       SourceError, SchemaError, DataError: as `convert` raises them.
-      TypeError: a keyword that is no field of the options.
     """
-    given = _RayRun(convert=options or ConvertOptions(), ray=ray or RayOptions())
-    run = with_keywords(given, keywords, what="convert_ray")
-    opts, where = run.convert, run.ray
+    opts, where = options or ConvertOptions(), ray or RayOptions()
     _check_ray(where)
     check_writable(out_dir, what="convert: output", directory=True)
     ray_module = import_ray()
@@ -170,17 +177,9 @@ def _check_ray(where: RayOptions) -> None:
             raise ConfigError(f"convert --engine ray: {name} must be an int >= 1, got {value!r}")
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _RayRun:
-    """`convert_ray`'s two options objects, so that one keyword maps onto either."""
-
-    convert: ConvertOptions
-    ray: RayOptions
-
-
 def _checked_reports(
-    reports: list[dict[str, Any]],
-    pieces: list[dict[str, Any]],
+    reports: list[_Report],
+    pieces: list[_Piece],
     paths: list[str],
     on_bad_rows: str,
     *,
@@ -204,7 +203,7 @@ def _checked_reports(
 
 
 # ------------------------------------------------------------------- driver
-def import_ray() -> Any:
+def import_ray() -> types.ModuleType:
     """The ``ray`` module, with Ray Data loaded.
 
     Raises:
@@ -221,15 +220,46 @@ def import_ray() -> Any:
     return ray
 
 
-def _start_ray(ray: Any, address: str | None, num_cpus: int | None) -> bool:
+def _start_ray(ray: types.ModuleType, address: str | None, num_cpus: int | None) -> bool:
     """Start (or connect to) Ray unless it is initialized; whether this call did."""
     if ray.is_initialized():
         return False
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    kwargs: dict[str, object] = {"include_dashboard": False, "log_to_driver": False}
     if address is None:
         kwargs["num_cpus"] = num_cpus
     ray.init(address=address, **kwargs)
     return True
+
+
+class _Piece(TypedDict):
+    """One task's work: a byte range of a file (``end`` -1: the whole file) and, for CSV,
+    its sniffed `Layout` as JSON."""
+
+    task: int
+    file: int
+    part: int
+    path: str
+    start: int
+    end: int
+    layout: str
+
+
+class _Report(TypedDict, total=False):
+    """What a task reports: its counts, bad rows as ``(line or row, reason)``, the files
+    it wrote and its manifest (columnar), its last rows as Arrow IPC bytes, or the name
+    and message of the tfinput error that stopped it."""
+
+    task: int
+    rows: int
+    skipped: int
+    blank: int
+    lines: int
+    bad: list[tuple[int, str]]
+    files: list[str]
+    manifest: str
+    leftover: bytes
+    error: str
+    message: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -247,7 +277,9 @@ class _Job:
     block_size: int
 
 
-def _layouts(paths: list[str], first: Layout | None, layout_args: dict[str, Any]) -> dict:
+def _layouts(
+    paths: list[str], first: Layout | None, layout_args: Mapping[str, object]
+) -> dict[str, Layout]:
     """Every CSV file's layout (sniffed on the driver); its columns must be the first's."""
     assert first is not None
     out = {paths[0]: first}
@@ -263,9 +295,9 @@ def _layouts(paths: list[str], first: Layout | None, layout_args: dict[str, Any]
 
 def _pieces(
     paths: list[str], *, kind: str, split_bytes: int, layouts: Mapping[str, Layout]
-) -> list[dict[str, Any]]:
+) -> list[_Piece]:
     """The work: per file, byte ranges at line breaks (uncompressed CSV) or the file."""
-    pieces: list[dict[str, Any]] = []
+    pieces: list[_Piece] = []
     for index, path in enumerate(paths):
         ranges: list[tuple[int, int]] = [(0, -1)]
         if kind == "csv" and not path.lower().endswith((".gz", ".gzip", ".bz2")):
@@ -311,13 +343,15 @@ def _byte_ranges(path: str, split_bytes: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:]))
 
 
-def _run(ray: Any, pieces: list[dict[str, Any]], job: _Job, num_cpus: int | None) -> list[dict]:
+def _run(
+    ray: types.ModuleType, pieces: list[_Piece], job: _Job, num_cpus: int | None
+) -> list[_Report]:
     """Map the pieces with Ray Data; the tasks' reports in piece order (a task's tfinput
     error is raised here, as the single-process path raises it)."""
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ds = ray.data.from_items(pieces, override_num_blocks=len(pieces))
-    kwargs: dict[str, Any] = {"fn_kwargs": {"job": job}, "num_cpus": 1}
+    kwargs: dict[str, object] = {"fn_kwargs": {"job": job}, "num_cpus": 1}
     if num_cpus is not None:
         kwargs["concurrency"] = min(num_cpus, len(pieces))
     reports = []
@@ -333,7 +367,7 @@ def _run(ray: Any, pieces: list[dict[str, Any]], job: _Job, num_cpus: int | None
 
 
 def _bad_rows(
-    reports: list[dict], pieces: list[dict[str, Any]], paths: list[str], *, stop: bool
+    reports: list[_Report], pieces: list[_Piece], paths: list[str], *, stop: bool
 ) -> tuple[list[BadRow], int]:
     """The bad rows the tasks reported, in input order with absolute line numbers, and
     how many were skipped."""
@@ -349,7 +383,7 @@ def _bad_rows(
     return bad, sum(r["skipped"] for r in reports)
 
 
-def _join(out: Path, reports: list[dict], job: _Job) -> list[str]:
+def _join(out: Path, reports: list[_Report], job: _Job) -> list[str]:
     """Move the tasks' files into ``out`` as one data set; the data files' paths."""
     if job.to == "columnar":
         return _join_columnar(out, reports, job)
@@ -363,7 +397,7 @@ def _join(out: Path, reports: list[dict], job: _Job) -> list[str]:
     return final
 
 
-def _join_columnar(out: Path, reports: list[dict], job: _Job) -> list[str]:
+def _join_columnar(out: Path, reports: list[_Report], job: _Job) -> list[str]:
     """Write the tasks' last rows as the last chunks, then merge every manifest."""
     import pyarrow as pa
 
@@ -385,7 +419,7 @@ def _join_columnar(out: Path, reports: list[dict], job: _Job) -> list[str]:
     return merge_manifests(parts, out / "manifest.json").paths
 
 
-def _to_ipc(table: Any) -> bytes:
+def _to_ipc(table: pa.Table) -> bytes:
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
@@ -394,17 +428,17 @@ def _to_ipc(table: Any) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _from_ipc(data: bytes) -> Any:
+def _from_ipc(data: bytes) -> pa.Table:
     import pyarrow as pa
 
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 # -------------------------------------------------------------------- tasks
-def _convert_piece(piece: dict[str, Any], *, job: _Job) -> dict[str, Any]:
+def _convert_piece(piece: _Piece, *, job: _Job) -> dict[str, str | bytes]:
     """One Ray task: read, convert and write one piece; a JSON report (tfinput errors
     included) and the last rows (columnar) as Arrow IPC bytes."""
-    report: dict[str, Any] = {"task": int(piece["task"])}
+    report: _Report = {"task": int(piece["task"])}
     leftover = b""
     try:
         written, leftover = _write_piece(piece, job)
@@ -414,7 +448,7 @@ def _convert_piece(piece: dict[str, Any], *, job: _Job) -> dict[str, Any]:
     return {"report": json.dumps(report), "leftover": leftover}
 
 
-def _write_piece(piece: dict[str, Any], job: _Job) -> tuple[dict[str, Any], bytes]:
+def _write_piece(piece: _Piece, job: _Job) -> tuple[_Report, bytes]:
     """Convert and write a piece into its own directory; its report and last rows."""
     directory = Path(job.parts) / f"task-{int(piece['task']):05d}"
     directory.mkdir(parents=True, exist_ok=True)
@@ -441,7 +475,9 @@ def _write_piece(piece: dict[str, Any], job: _Job) -> tuple[dict[str, Any], byte
     return report, leftover
 
 
-def _blocks(piece: dict[str, Any], job: _Job, lines: list[int]) -> Iterator[tuple]:
+def _blocks(
+    piece: _Piece, job: _Job, lines: list[int]
+) -> Iterator[tuple[pa.Table | None, list[tuple[int, str]], int]]:
     """``(converted table or None, bad rows as (line or row, reason), blank lines)`` per
     block of a piece, as `tfinput._src.applications.convert.readers.csv_batches` yields them; the piece's
     line count goes to ``lines[0]`` (CSV byte ranges)."""
@@ -468,18 +504,18 @@ class _Sink:
 
     def __init__(self, directory: Path, job: _Job):
         self.job = job
-        self.pending: list[Any] = []
+        self.pending: list[pa.Table] = []
         self.pending_rows = 0
         if job.to == "columnar":
             from tfinput._src.core.columnar.writer import ColumnarWriter
 
-            self.writer: Any = ColumnarWriter(
+            self.writer: ColumnarWriter | Shards = ColumnarWriter(
                 directory, job.schema, chunk_rows=job.chunk_rows, rows_per_file=job.rows_per_file
             )
         else:
             self.writer = Shards(directory, job.to, rows_per_file=job.rows_per_file, plan=job.plan)
 
-    def write(self, table: Any) -> None:
+    def write(self, table: pa.Table) -> None:
         if self.job.to != "columnar":
             self.writer.write(table)
             return

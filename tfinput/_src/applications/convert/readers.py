@@ -1,30 +1,47 @@
-"""Reading inputs in blocks: CSV/TSV text (streamed by pyarrow, each row tagged with its
-line number), Parquet row batches and tf.Example TFRecord records, each block converted
-by `tfinput._src.applications.convert.values`."""
+"""What the inputs are and reading them in blocks.
+
+The inputs: files, format and compression; a CSV file's layout (delimiter, header,
+column names) is `tfinput.formats.csv`'s (`Layout`, `sniff_layout`, re-exported). The
+blocks: CSV/TSV text (streamed by pyarrow, each row tagged with its line number), Parquet
+row batches and tf.Example TFRecord records, each block converted by
+`tfinput._src.applications.convert.columns`."""
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Callable, Generator, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tfinput._src.applications.convert.plan import Column
-from tfinput._src.applications.convert.sniff import Layout, sniff_layout
-from tfinput._src.applications.convert.values import convert_batch, convert_typed, is_list_type
-from tfinput._src.core.errors import DataError, SchemaError, SourceError
+from tfinput._src.applications.convert.columns import (
+    Column,
+    convert_batch,
+    convert_typed,
+    is_list_type,
+)
+from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
 from tfinput._src.core.formats import csv as _csv
 from tfinput._src.core.formats import parquet, tfrecord
-from tfinput._src.core.formats.csv import BLOCK_SIZE
+from tfinput._src.core.formats.csv import BLOCK_SIZE, Layout, sniff_layout
 from tfinput._src.core.schema import Schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import tensorflow as tf
 
 __all__ = [
     "BLOCK_SIZE",
-    "TYPED_BLOCK_ROWS",
     "Blocks",
     "CsvReader",
+    "INPUT_FORMATS",
+    "Layout",
+    "TYPED_BLOCK_ROWS",
     "csv_batches",
+    "detect_input_format",
+    "resolve_inputs",
+    "sniff_layout",
     "typed_batches",
     "typed_names",
 ]
@@ -34,7 +51,7 @@ TYPED_BLOCK_ROWS = 65_536
 
 #: ``(path, converted table or None, bad rows as (line or row, reason), blank lines)``
 #: per block read.
-Blocks = Generator[tuple[str, Any, list[tuple[int, str]], int], None, None]
+Blocks = Generator[tuple[str, "pa.Table | None", list[tuple[int, str]], int], None, None]
 
 
 # --------------------------------------------------------------------- CSV
@@ -42,7 +59,9 @@ class CsvReader(_csv.CsvReader):
     """`tfinput.formats.csv.CsvReader` whose text batches convert to the planned
     columns (`converted`)."""
 
-    def converted(self, plan: Mapping[str, Column]) -> Iterator[tuple[Any, list, int]]:
+    def converted(
+        self, plan: Mapping[str, Column]
+    ) -> Iterator[tuple[pa.Table | None, list[tuple[int, str]], int]]:
         """``(converted table, bad rows as (line, reason), blank lines)`` per block, then
         ``(None, remaining structural bad rows, 0)``."""
         for batch, lines in self.batches():
@@ -60,7 +79,7 @@ def csv_batches(
     paths: list[str],
     *,
     first: Layout,
-    layout_args: dict[str, Any],
+    layout_args: Mapping[str, object],
     plan: Mapping[str, Column],
     block_size: int,
     on_read: Callable[[int], None],
@@ -155,7 +174,7 @@ def typed_batches(
 
 def _parquet_blocks(
     path: str, plan: Mapping[str, Column], on_read: Callable[[int], None]
-) -> Iterator[Any]:
+) -> Iterator[pa.RecordBatch]:
     """Record batches of a Parquet file's planned columns, shapes checked first."""
     pf = parquet.open_file(path)
     arrow_schema = pf.schema_arrow
@@ -180,7 +199,7 @@ def _parquet_blocks(
 
 def _tfrecord_blocks(
     path: str, plan: Mapping[str, Column], on_read: Callable[[int], None]
-) -> Iterator[Any]:
+) -> Iterator[pa.Table]:
     """Blocks of tf.Example records as Arrow tables: every key parsed as a ragged
     feature, so a missing key is a null (scalar) or an empty list, never a default."""
     import pyarrow as pa
@@ -192,7 +211,7 @@ def _tfrecord_blocks(
         for name, col in plan.items()
     }
 
-    def parse(serialized: tf.Tensor) -> Any:
+    def parse(serialized: tf.Tensor) -> tuple[dict[str, tf.RaggedTensor], tf.Tensor]:
         size = tf.reduce_sum(tf.strings.length(serialized)) + 16 * tf.size(serialized, tf.int32)
         return tf.io.parse_example(serialized, spec), size
 
@@ -217,7 +236,7 @@ def _tfrecord_blocks(
         yield table
 
 
-def _arrow_column(ragged: Any, col: Column) -> Any:
+def _arrow_column(ragged: tf.RaggedTensor, col: Column) -> pa.Array:
     """One parsed ragged key as an Arrow column."""
     import pyarrow as pa
 
@@ -236,7 +255,7 @@ def _arrow_column(ragged: Any, col: Column) -> Any:
     return _scalars(arrow_values, splits, lengths)
 
 
-def _scalars(values: Any, splits: np.ndarray, lengths: np.ndarray) -> Any:
+def _scalars(values: pa.Array, splits: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """Scalar values of a ragged key; a row with no value is null."""
     import pyarrow as pa
 
@@ -251,3 +270,84 @@ def _scalars(values: Any, splits: np.ndarray, lengths: np.ndarray) -> Any:
         type=values.type,
         mask=~present,
     )
+
+
+INPUT_FORMATS = ("auto", "csv", "parquet", "tfrecord")
+
+
+# ------------------------------------------------------------------ inputs
+def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The input files: each path as given, each glob pattern expanded (sorted), each
+    directory's files (sorted; hidden files, ``_``-prefixed ones and ``.json`` sidecars
+    such as ``schema.json`` left out).
+
+    Raises:
+      SourceError: no input, a pattern or directory that matches nothing, a missing
+        file, or a FIFO, socket or device (`check_regular_file`).
+    """
+    from tfinput._src.core.files import check_regular_file, data_files
+
+    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    if not items:
+        raise SourceError("convert: no input files given")
+    out: list[str] = []
+    for item in items:
+        p = os.fspath(item)
+        if any(ch in p for ch in "*?["):
+            matches = sorted(glob.glob(p))
+            if not matches:
+                raise SourceError(f"convert: input pattern {p!r} matches no files")
+            out += matches
+        elif os.path.isfile(p):
+            out.append(p)
+        elif os.path.isdir(p):
+            matches = data_files(p)
+            if not matches:
+                raise SourceError(f"convert: input directory {p!r} holds no data files")
+            out += matches
+        elif os.path.exists(p):  # a FIFO, a socket or a device: refused below
+            out.append(p)
+        else:
+            raise SourceError(f"convert: input file {p!r} does not exist")
+    for path in out:
+        check_regular_file(path, what="convert: input")
+    return out
+
+
+def detect_input_format(paths: list[str], requested: str) -> str:
+    """The input format: ``requested``, or for ``auto`` the one the file names say.
+
+    Args:
+      paths: The input files.
+      requested: One of `INPUT_FORMATS`.
+
+    Returns:
+      ``csv``, ``parquet`` or ``tfrecord``.
+
+    Raises:
+      ConfigError: an unknown format, or inputs whose names say different formats.
+    """
+    if requested not in INPUT_FORMATS:
+        raise ConfigError(
+            f"convert: input_format must be one of {list(INPUT_FORMATS)}, got {requested!r}"
+        )
+    if requested != "auto":
+        return requested
+
+    def kind(p: str) -> str:
+        if parquet.is_parquet_name(p):
+            return "parquet"
+        return "tfrecord" if tfrecord.is_tfrecord_name(p) else "csv"
+
+    kinds = {p: kind(p) for p in paths}
+    found = sorted(set(kinds.values()))
+    if len(found) > 1:
+        example = {k: next(p for p, v in kinds.items() if v == k) for k in found}
+        raise ConfigError(
+            f"convert: inputs mix formats {found} (for example {example}); convert each "
+            "format separately, or pass input_format / --input-format"
+        )
+    return found[0]
+
+
+# -------------------------------------------------------------- CSV layout

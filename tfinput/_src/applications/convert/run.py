@@ -1,4 +1,5 @@
-"""`convert`: an outline of named steps, from the inputs to the written shards."""
+"""`convert`: an outline of named steps, from the inputs to the written shards, and what
+it reports: bad rows (raised or counted) and the `ConvertResult`."""
 
 from __future__ import annotations
 
@@ -7,23 +8,31 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from tfinput._src.applications.convert.options import ConvertOptions
-from tfinput._src.applications.convert.plan import Column, match_columns, plan_columns
-from tfinput._src.applications.convert.presets import PRESET_LISTS, PRESETS, preset_schema
-from tfinput._src.applications.convert.readers import (
-    Blocks,
-    csv_batches,
-    typed_batches,
-    typed_names,
+from tfinput._src.applications.convert.columns import (
+    PRESET_LISTS,
+    PRESETS,
+    Column,
+    match_columns,
+    plan_columns,
+    preset_schema,
 )
-from tfinput._src.applications.convert.results import BadRowLog, ConvertResult
-from tfinput._src.applications.convert.sniff import (
+from tfinput._src.applications.convert.options import (
+    ColumnOptions,
+    ConvertOptions,
+    ReadOptions,
+    WriteOptions,
+)
+from tfinput._src.applications.convert.readers import (
+    BLOCK_SIZE,
+    Blocks,
     Layout,
+    csv_batches,
     detect_input_format,
     resolve_inputs,
     sniff_layout,
+    typed_batches,
+    typed_names,
 )
 from tfinput._src.applications.convert.writers import (
     FORMATS,
@@ -34,36 +43,73 @@ from tfinput._src.applications.convert.writers import (
 )
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError
 from tfinput._src.core.files import check_writable
-from tfinput._src.core.options import with_keywords
 from tfinput._src.core.schema import Schema
 
-__all__ = ["convert", "converted", "open_inputs"]
+__all__ = [
+    "BadRow",
+    "BadRowLog",
+    "ConvertResult",
+    "MAX_REPORTED",
+    "convert",
+    "convert_options",
+    "converted",
+    "open_inputs",
+]
 
 
 def convert(
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
     *,
-    options: ConvertOptions | None = None,
+    to: str = "parquet",
+    schema: Schema | None = None,
+    preset: str | None = None,
+    input_format: str = "auto",
+    delimiter: str | None = None,
+    header: bool | str = "auto",
+    column_names: Sequence[str] | None = None,
+    list_columns: Mapping[str, str] | None = None,
+    on_bad_rows: str = "error",
+    label: str | None = None,
+    hash_buckets: int | None = None,
+    infer_rows: int = 10_000,
+    rows_per_file: int = 1_000_000,
+    chunk_rows: int = 1024,
+    overwrite: bool = False,
+    block_size: int = BLOCK_SIZE,
     progress: Callable[[int, int], None] | None = None,
-    **keywords: Any,
 ) -> ConvertResult:
     """Convert CSV/TSV, Parquet or tf.Example TFRecord files into sharded Parquet,
     TFRecord or columnar files plus ``schema.json``.
 
     Args:
-      inputs: Files or glob patterns, read in order (``.gz``/``.bz2`` CSV decompressed,
-        ``.tfrecord.gz``/``.zz`` TFRecord too).
-      out_dir: Output directory; it must be empty unless ``overwrite``. The files are
-        written into a hidden staging directory beside it and put in place together,
-        ``schema.json`` included, once every one is written and flushed to disk: a run
-        that stops early (an error, Ctrl-C, a kill) leaves no partial output.
-      options: A `ConvertOptions`: how the inputs are read (`ReadOptions`), what the
-        columns are (`ColumnOptions`) and what is written (`WriteOptions`).
-      progress: Called as ``progress(bytes_read, total_bytes)`` (compressed bytes for
-        compressed inputs) as blocks are read.
-      **keywords: Fields of the groups of ``options`` given directly (``to=``,
-        ``preset=``, ``delimiter=``, ``rows_per_file=``, ...); they override ``options``.
+      inputs: Files or glob patterns, read in order (``.gz``, ``.bz2``, ``.zz`` too).
+      out_dir: Output directory, empty unless ``overwrite``. The files are staged beside it
+        and put in place together once all are on disk: a stopped run leaves nothing.
+      to: ``parquet`` (for `tfinput.parquet`), ``tfrecord`` (``tf.train.Example``, for
+        `tfinput.tfrecord`) or ``columnar`` (pre-batched records plus ``manifest.json``,
+        for `tfinput.columnar`: the fastest to read, and native).
+      schema: The schema to write (its columns must be in the input), not inferred.
+      preset: ``criteo`` or ``movielens`` (see the `tfinput.convert` docstring).
+      input_format: ``auto`` (by extension: Parquet, TFRecord, else CSV/TSV), ``csv``,
+        ``parquet`` or ``tfrecord``.
+      delimiter, header, column_names: CSV only: the field delimiter (None: sniffed), a
+        header line (``"auto"``: sniffed, True, False), names for files without one.
+      list_columns: ``{column: item delimiter}`` of multi-valued CSV columns
+        (``{"genres": "|"}``); multi-hot columns of a schema default to ``|``.
+      on_bad_rows: ``error`` (raise at the first bad row) or ``skip`` (count them).
+      label: The label column when inferring (default: those named in `LABEL_NAMES`).
+      hash_buckets: Rows of hashed string (and folded int id) tables: presets 100,000,
+        inferred schemas 4 x the distinct values seen, rounded up to a power of two.
+      infer_rows: Rows of the first input sampled to infer kinds.
+      rows_per_file: Rows per output file (columnar: whole chunks); several files let
+        readers interleave and shard across input pipelines.
+      chunk_rows: Columnar: rows per record (batch sizes that are a multiple of it are
+        assembled without per-row work; smaller chunks shuffle at a finer grain).
+      overwrite: Replace the output's ``part-*``, ``schema.json`` and ``manifest.json``
+        once the new output is complete (until then the previous one stays whole).
+      block_size: Bytes of CSV parsed at a time (a record must fit in one).
+      progress: Called as ``progress(bytes_read, total_bytes)`` as blocks are read.
 
     Returns:
       A `ConvertResult` with counts, the output paths and the schema.
@@ -72,14 +118,39 @@ def convert(
       SourceError: an input is missing or empty, or ``out_dir`` is not empty.
       SchemaError: the schema's columns are not in the input.
       DataError: a bad row with ``on_bad_rows="error"``, or no valid row at all.
-      ConfigError: an invalid argument, or ``out_dir`` cannot be written (checked
-        before anything is read).
-      TypeError: a keyword that is no field of the options.
+      ConfigError: an invalid argument, or ``out_dir`` cannot be written.
     """
-    opts = with_keywords(options or ConvertOptions(), keywords, what="convert")
-    read, write = opts.read, opts.write
+    read = ReadOptions(
+        input_format=input_format,
+        delimiter=delimiter,
+        header=header,
+        column_names=column_names,
+        list_columns=list_columns,
+        on_bad_rows=on_bad_rows,
+        block_size=block_size,
+    )
+    columns = ColumnOptions(
+        schema=schema, preset=preset, label=label, hash_buckets=hash_buckets, infer_rows=infer_rows
+    )
+    write = WriteOptions(
+        to=to, rows_per_file=rows_per_file, chunk_rows=chunk_rows, overwrite=overwrite
+    )
+    grouped = ConvertOptions(read=read, columns=columns, write=write)
+    return convert_options(inputs, out_dir, grouped, progress=progress)
+
+
+def convert_options(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    options: ConvertOptions,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> ConvertResult:
+    """`convert` with its settings grouped in one `ConvertOptions` (what ``tfinput
+    convert``'s flags map onto): the same conversion, the same errors."""
+    read, write = options.read, options.write
     check_writable(out_dir, what="convert: output", directory=True)
-    source, plan, dropped = open_inputs(inputs, opts)
+    source, plan, dropped = open_inputs(inputs, options)
     paths, kind = source.paths, source.kind
     out = Path(out_dir)
     with prepare_out_dir(out, write.overwrite) as stage:
@@ -206,7 +277,7 @@ class _Source:
     names: list[str]
     names_from: str
     layout: Layout | None = None
-    layout_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    layout_args: dict[str, object] = dataclasses.field(default_factory=dict)
 
     def blocks(
         self, plan: Mapping[str, Column], *, block_size: int, on_read: Callable[[int], None]
@@ -230,7 +301,7 @@ def _check_arguments(
     on_bad_rows: str,
     preset: str | None,
     delimiter: str | None,
-    sizes: Mapping[str, Any],
+    sizes: Mapping[str, object],
 ) -> None:
     """Raise `ConfigError` for an invalid `convert` argument."""
     if to not in FORMATS:
@@ -251,10 +322,10 @@ def _open_source(
     *,
     kind: str,
     schema: Schema | None,
-    csv_options: dict[str, Any],
+    csv_options: dict[str, object],
     preset: str | None,
     lists: Mapping[str, str],
-    inference: dict[str, Any],
+    inference: dict[str, object],
 ) -> _Source:
     """The inputs' columns and schema (inferred with ``inference`` if None).
 
@@ -292,7 +363,7 @@ def _typed_source(
     *,
     kind: str,
     schema: Schema | None,
-    csv_options: Mapping[str, Any],
+    csv_options: Mapping[str, object],
     label: str | None,
     infer_rows: int,
     hash_buckets: int | None,
@@ -315,7 +386,7 @@ def _typed_source(
 
 
 def _inferred(
-    paths: list[str], kind: str, *, infer_rows: int, label: str | None, **kwargs: Any
+    paths: list[str], kind: str, *, infer_rows: int, label: str | None, **kwargs: object
 ) -> Schema:
     """The schema `tfinput.infer_schema` (``tfinput schema infer``) infers: one engine,
     one answer."""
@@ -364,3 +435,115 @@ def _write_blocks(
         shards.abort()
         raise
     return files, rows, blank
+
+
+#: Bad rows listed in a `ConvertResult` (all are counted).
+MAX_REPORTED = 20
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BadRow:
+    """A row that was not converted.
+
+    Attributes:
+      path: Input file.
+      line: 1-based line number (CSV) or row number (Parquet, TFRecord) in that file.
+      reason: What is wrong (column, value, expectation).
+      unit: ``line`` (CSV/TSV inputs) or ``row`` (Parquet, TFRecord inputs).
+    """
+
+    path: str
+    line: int
+    reason: str
+    unit: str = "line"
+
+    def __str__(self) -> str:
+        if self.unit == "line":
+            return f"{self.path}:{self.line}: {self.reason}"
+        return f"{self.path}: {self.unit} {self.line}: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConvertResult:
+    """What `convert` wrote.
+
+    Attributes:
+      paths: Output files, in order.
+      schema: The schema of the output (given, preset or inferred).
+      schema_path: Where the schema JSON was written (next to the data).
+      format: ``parquet``, ``tfrecord`` or ``columnar``.
+      rows: Rows written.
+      skipped: Bad rows left out (``on_bad_rows="skip"``).
+      bad_rows: The first `MAX_REPORTED` bad rows, with line numbers and reasons.
+      blank_lines: Blank lines ignored.
+      dropped_columns: Input columns the schema does not use (not written).
+      delimiter: The field delimiter used (CSV inputs; empty otherwise).
+      header: Whether the first line of the first input was a header.
+      input_format: ``csv``, ``parquet`` or ``tfrecord``.
+      manifest_path: The columnar ``manifest.json`` (``columnar`` output only).
+    """
+
+    paths: tuple[str, ...]
+    schema: Schema
+    schema_path: str
+    format: str
+    rows: int
+    skipped: int = 0
+    bad_rows: tuple[BadRow, ...] = ()
+    blank_lines: int = 0
+    dropped_columns: tuple[str, ...] = ()
+    delimiter: str = ","
+    header: bool = False
+    input_format: str = "csv"
+    manifest_path: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready summary."""
+        return {
+            "format": self.format,
+            "rows": self.rows,
+            "files": len(self.paths),
+            "paths": list(self.paths),
+            "schema_path": self.schema_path,
+            "skipped": self.skipped,
+            "bad_rows": [dataclasses.asdict(b) for b in self.bad_rows],
+            "blank_lines": self.blank_lines,
+            "dropped_columns": list(self.dropped_columns),
+            "delimiter": self.delimiter,
+            "header": self.header,
+            "input_format": self.input_format,
+            "manifest_path": self.manifest_path,
+        }
+
+
+class BadRowLog:
+    """Where bad rows go: raised at once (``on_bad_rows="error"``) or counted, the first
+    `MAX_REPORTED` kept with their reasons (``"skip"``).
+
+    Args:
+      on_bad_rows: ``error`` or ``skip``.
+      unit: ``line`` (CSV/TSV inputs) or ``row`` (Parquet, TFRecord inputs).
+    """
+
+    def __init__(self, *, on_bad_rows: str, unit: str):
+        self.on_bad_rows = on_bad_rows
+        self.unit = unit
+        self.skipped = 0
+        self.reported: list[BadRow] = []
+
+    def add(self, path: str, line: int, reason: str) -> None:
+        """Record one bad row.
+
+        Raises:
+          DataError: with ``on_bad_rows="error"``, naming the file, the line (or row)
+            and the reason.
+        """
+        if self.on_bad_rows == "error":
+            where = f"{path}:{line}" if self.unit == "line" else f"{path}: row {line}"
+            raise DataError(
+                f"{where}: {reason} (pass on_bad_rows='skip' / --on-bad-rows skip "
+                "to leave bad rows out and count them)"
+            )
+        self.skipped += 1
+        if len(self.reported) < MAX_REPORTED:
+            self.reported.append(BadRow(path=path, line=line, reason=reason, unit=self.unit))

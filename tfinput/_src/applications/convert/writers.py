@@ -6,15 +6,20 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tfinput._src.applications.convert.plan import Column
+from tfinput._src.applications.convert.columns import Column
 from tfinput._src.core.errors import SourceError
 from tfinput._src.core.files import StagedDir, remove_stale, unfinished_output
 from tfinput._src.core.formats import parquet, tfrecord
 from tfinput._src.core.schema import Schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import tensorflow as tf
 
 __all__ = [
     "FORMATS",
@@ -86,14 +91,14 @@ class Shards:
     def __init__(self, out_dir: Path, fmt: str, *, rows_per_file: int, plan: Mapping[str, Column]):
         self.out_dir, self.fmt, self.rows_per_file, self.plan = out_dir, fmt, rows_per_file, plan
         self.paths: list[str] = []
-        self.writer: Any = None
+        self.writer: pq.ParquetWriter | tf.io.TFRecordWriter | None = None
         self.in_file = 0
-        self.pending: list[Any] = []
+        self.pending: list[pa.Table] = []
         self.pending_rows = 0
         # Rows buffered before writing: one Parquet row group, or one encoding batch.
         self.row_group = min(rows_per_file, 64 * 1024 if fmt == "parquet" else 16 * 1024)
 
-    def write(self, table: Any) -> None:
+    def write(self, table: pa.Table) -> None:
         """Append the rows of an Arrow table of converted columns."""
         while table.num_rows:
             if self.writer is None or self.in_file >= self.rows_per_file:
@@ -179,7 +184,7 @@ class ColumnarShards:
             out_dir, schema, chunk_rows=chunk_rows, rows_per_file=rows_per_file
         )
 
-    def write(self, table: Any) -> None:
+    def write(self, table: pa.Table) -> None:
         """Append the rows of an Arrow table of converted columns."""
         self.writer.write(table)
 
@@ -192,7 +197,7 @@ class ColumnarShards:
         self.writer.abort()
 
 
-def _string_buffers(arr: Any) -> tuple[np.ndarray, np.ndarray]:
+def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Flat UTF-8 bytes and per-value byte lengths of a string array (nulls: empty)."""
     import pyarrow as pa
 
@@ -203,7 +208,7 @@ def _string_buffers(arr: Any) -> tuple[np.ndarray, np.ndarray]:
     return flat[offsets[0] : offsets[-1]], np.diff(offsets).astype(np.int64)
 
 
-def _examples(table: Any, plan: Mapping[str, Column]) -> list[bytes]:
+def _examples(table: pa.Table, plan: Mapping[str, Column]) -> list[bytes]:
     """A table of converted columns as tf.Example records (missing values: absent)."""
     import pyarrow.compute as pc
 

@@ -41,31 +41,36 @@ is explained in the column's ``note``):
 - TFRecord keys are sorted by name, so the same records give the same schema;
 - embedding dim = ``6 · rows^¼`` rounded to a multiple of 4, within [4, 128].
 
-The package, one job per module: `tfinput._src.applications.inference._sample` (Parquet and TFRecord
-sampling, the format of a file), `tfinput._src.applications.inference._text` (CSV sampling and typing
-text), `tfinput._src.applications.inference._decide` (the decisions above, column by column) and
-`tfinput._src.applications.inference._result` (`Inference`, `ColumnStats`).
+The package, one job per module: `tfinput._src.applications.inference._sample` (Parquet,
+TFRecord and CSV sampling, the format of a file, typing text) and
+`tfinput._src.applications.inference._decide` (the decisions above, column by column, and
+the result: `Inference`, `ColumnStats`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from tfinput._src.applications.inference._decide import LABEL_NAMES, decide
+from tfinput._src.applications.inference._decide import LABEL_NAMES, ColumnStats, Inference, decide
 from tfinput._src.applications.inference._decide import LARGE_VALUE as LARGE_VALUE
 from tfinput._src.applications.inference._decide import MAX_DIRECT_ROWS as MAX_DIRECT_ROWS
-from tfinput._src.applications.inference._result import ColumnStats, Inference
-from tfinput._src.applications.inference._sample import format_of, sample_parquet, sample_tfrecord
-from tfinput._src.applications.inference._text import NON_NUMERIC_TOLERANCE as NON_NUMERIC_TOLERANCE
-from tfinput._src.applications.inference._text import sample_csv
+from tfinput._src.applications.inference._sample import (
+    NON_NUMERIC_TOLERANCE as NON_NUMERIC_TOLERANCE,
+)
+from tfinput._src.applications.inference._sample import (
+    format_of,
+    sample_csv,
+    sample_parquet,
+    sample_tfrecord,
+)
 from tfinput._src.core.errors import SchemaError, SourceError
 
 __all__ = ["infer_schema", "Inference", "ColumnStats", "LABEL_NAMES"]
 
 
 def infer_schema(
-    paths: Any,
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     sample_rows: int = 10_000,
     labels: Sequence[str] | None = None,

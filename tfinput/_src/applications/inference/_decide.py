@@ -1,5 +1,7 @@
 """The decisions of schema inference, column by column: label, weights, dense feature or
-id table (the rules are listed in `tfinput.inference`'s module docstring)."""
+id table (the rules are listed in `tfinput.inference`'s module docstring), and what
+`tfinput.infer_schema` returns: the schema plus, column by column, what was observed and
+decided (`Inference`, `ColumnStats`)."""
 
 from __future__ import annotations
 
@@ -7,16 +9,22 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
-from tfinput._src.applications.inference._result import ColumnStats, Inference
 from tfinput._src.applications.inference._sample import ColumnSample, SampledColumn
 from tfinput._src.core.errors import SchemaError
 from tfinput._src.core.schema import MAX_LEN, Categorical, Dense, Label, MultiHot, Schema, Table
 
-__all__ = ["LABEL_NAMES", "LARGE_VALUE", "MAX_DIRECT_ROWS", "decide", "dim_rule"]
+__all__ = [
+    "ColumnStats",
+    "Inference",
+    "LABEL_NAMES",
+    "LARGE_VALUE",
+    "MAX_DIRECT_ROWS",
+    "decide",
+    "dim_rule",
+]
 
 #: Column names (any case) taken as labels when ``labels`` is not given.
 LABEL_NAMES = (
@@ -142,7 +150,7 @@ def _weights_of(samples: list[ColumnSample]) -> dict[str, str]:
 def _observe(sample: ColumnSample, rows: int) -> ColumnStats:
     """The statistics of one column (no kind or note yet)."""
     present, values = sample.present, sample.values
-    s: dict[str, Any] = {}
+    s: dict[str, object] = {}
     if sample.is_list and present.size:
         s.update(
             length_p50=float(np.percentile(present, 50)),
@@ -365,3 +373,43 @@ def _pow2(n: int) -> int:
 
 def _join(*notes: str) -> str:
     return "; ".join(n for n in notes if n)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ColumnStats:
+    """What sampling saw in one column."""
+
+    name: str
+    dtype: str  # "int64" | "float32" | "string"
+    is_list: bool
+    rows: int
+    missing: int
+    length_p50: float | None = None
+    length_p90: float | None = None
+    length_p99: float | None = None
+    length_max: int | None = None
+    min_value: float | None = None
+    max_value: float | None = None
+    distinct: int | None = None
+    kind: str = ""  # the kind chosen
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Inference:
+    """The inferred schema plus the statistics it was inferred from."""
+
+    schema: Schema
+    columns: tuple[ColumnStats, ...]
+    files: tuple[str, ...]
+    sampled_rows: int
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: the files, the rows sampled, every column's statistics and the
+        schema (``Schema.to_dict``)."""
+        return {
+            "files": list(self.files),
+            "sampled_rows": self.sampled_rows,
+            "columns": [dataclasses.asdict(c) for c in self.columns],
+            "schema": self.schema.to_dict(),
+        }

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tfinput._src.applications.sparsecore.results import SparseCoreStats
+from tfinput._src.applications.tpu import checked_limits
 from tfinput._src.core.errors import ConfigError, DataError
 from tfinput._src.core.layout import is_packed
 from tfinput._src.core.schema import MultiHot, Schema
@@ -198,7 +199,7 @@ class SparseCorePlan:
                 f"SparseCorePlan.from_schema: stacking must be 'auto' or 'none', got {stacking!r}"
             )
         global_count = global_device_count or local_device_count
-        per_table = _limits_by_table(limits, [t.name for t in schema.tables])
+        per_table = checked_limits(limits, [t.name for t in schema.tables])
         stats = limits if isinstance(limits, SparseCoreStats) else None
         measured = [tuple(s.stack.tables) for s in stats.stacks] if stats else []
         specs = _feature_specs(schema, per_table, batch_size=batch_size, optimizer=optimizer)
@@ -494,21 +495,6 @@ def _feature_specs(
             output_shape=(batch_size, tables[f.table].embedding_dim),
         )
     return specs
-
-
-def _limits_by_table(
-    limits: SparseCoreStats | Mapping[str, tuple[int, int]] | None, tables: list[str]
-) -> dict[str, tuple[int, int]]:
-    if limits is None:
-        return {}
-    if isinstance(limits, SparseCoreStats):
-        limits = limits.table_limits()
-    unknown = set(limits) - set(tables)
-    if unknown:
-        raise ConfigError(
-            f"SparseCore limits name table(s) {sorted(unknown)} not in the schema {tables}"
-        )
-    return {t: (int(v[0]), int(v[1])) for t, v in limits.items()}
 
 
 def _apply_buffer_sizes(plan: SparseCorePlan, stats: SparseCoreStats) -> None:

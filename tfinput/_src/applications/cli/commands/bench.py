@@ -18,7 +18,7 @@ from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.measurement.target import MeasureOptions, Target
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:
     from tfinput._src.measurement.compare import BenchResult
 
 __all__ = ["BENCH_COMMAND", "print_bench", "roofline_lines"]

@@ -8,6 +8,9 @@ config with a batch size of 64), shuffling on, reads ``--resume-after`` batches,
 the position, reads ``--resume-compare`` more (the uninterrupted run), restores the
 saved position into a freshly built pipeline and compares its next batches with those,
 element by element. Exit code 1 when the data checks or the resume check fail.
+
+``tfinput doctor`` checks the installation instead: the versions a bug report needs
+(`tfinput.doctor`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfinput._src.applications.cli.args import (
+    DATA_SET_HELP,
     add_output_arguments,
     add_source_arguments,
     tfinput_pipeline_from_args,
@@ -26,7 +30,7 @@ from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.resume import verify
 
-__all__ = ["CHECK_COMMAND"]
+__all__ = ["CHECK_COMMAND", "DOCTOR_COMMAND"]
 
 #: Batch size of the data check when no ``--batch-size`` is given.
 CHECK_BATCH_SIZE = 1024
@@ -39,11 +43,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         p,
         help={
             "paths": "data files, globs or directories",
-            "schema": "schema JSON (default: schema.json next to the data; a columnar data "
-            "set carries its own)",
-            "format": "input format (default: columnar if there is a manifest.json, else by "
-            "extension)",
-            "compression": "TFRecord compression: none, GZIP, ZLIB or auto (by extension)",
+            **DATA_SET_HELP,
         },
     )
     p.add_argument(
@@ -221,4 +221,24 @@ CHECK_COMMAND = Command(
     "verify that the input position saves and restores exactly",
     arguments=_arguments,
     run=_check,
+)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from tfinput._src.applications.doctor import report
+
+    rep = report()
+    if args.json:
+        print(json.dumps(rep.to_dict(), indent=2))
+    else:
+        print("\n".join(rep.lines()))
+    return 0
+
+
+DOCTOR_COMMAND = Command(
+    name="doctor",
+    help="versions of TensorFlow, Keras (and backend), numpy, pyarrow, optuna, Python "
+    "and the optional parts: paste it into a bug report",
+    arguments=add_output_arguments,
+    run=_doctor,
 )

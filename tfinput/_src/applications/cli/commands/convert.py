@@ -1,13 +1,15 @@
 """``tfinput convert``: CSV/TSV, Parquet or TFRecord to sharded Parquet, TFRecord or
-columnar files plus a ``schema.json`` (`tfinput.convert.convert`)."""
+columnar files plus a ``schema.json`` (`tfinput.convert.convert`), and ``tfinput
+datagen``: deterministic synthetic data (`tfinput.datagen`)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfinput._src.applications.cli.args import (
     add_output_arguments,
@@ -20,10 +22,12 @@ from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 
 if TYPE_CHECKING:
-    from tfinput._src.applications.convert.options import ConvertOptions
-    from tfinput._src.applications.convert.results import ConvertResult
+    from collections.abc import Callable, Sequence
 
-__all__ = ["CONVERT_COMMAND"]
+    from tfinput._src.applications.convert.options import ConvertOptions, RayOptions
+    from tfinput._src.applications.convert.run import ConvertResult
+
+__all__ = ["CONVERT_COMMAND", "DATAGEN_COMMAND"]
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -137,7 +141,7 @@ def _convert(args: argparse.Namespace) -> int:
     """Convert CSV/TSV, Parquet or TFRecord to Parquet, TFRecord or columnar records."""
     check_output(args.out, "--out", directory=True)
     options = _options(args)
-    run, engine_options = _engine(args)
+    run = _engine(args)
     with progress() as bar:
         task = bar.add_task("converting", total=None)
         result = run(
@@ -145,7 +149,6 @@ def _convert(args: argparse.Namespace) -> int:
             args.out,
             options=options,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
-            **engine_options,
         )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -215,8 +218,9 @@ LOCAL_RAY_OPEN = (
 )
 
 
-def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """The conversion function of ``--engine`` and its extra arguments.
+def _engine(args: argparse.Namespace) -> Callable[..., ConvertResult]:
+    """The conversion function of ``--engine``, taking the inputs, the output directory,
+    ``options=`` and ``progress=`` (the Ray options of ``--engine ray`` bound).
 
     Raises:
       ConfigError: a Ray option without ``--engine ray``.
@@ -232,9 +236,9 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         given = [name for name, value in ray_options.items() if value is not None]
         if given:
             raise ConfigError(f"convert: {', '.join(given)} apply to --engine ray only")
-        from tfinput._src.applications.convert import convert
+        from tfinput._src.applications.convert.run import convert_options
 
-        return convert, {}
+        return convert_options
     from tfinput._src.applications.convert.options import SPLIT_BYTES, RayOptions
     from tfinput._src.applications.convert.ray_engine import convert_ray
 
@@ -243,19 +247,24 @@ def _engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         num_cpus=args.ray_cpus,
         split_bytes=args.split_mb << 20 if args.split_mb else SPLIT_BYTES,
     )
-    if args.ray_address is None:
-        return _on_local_ray, {"ray": ray}
-    return convert_ray, {"ray": ray}
+    return functools.partial(_on_local_ray if args.ray_address is None else convert_ray, ray=ray)
 
 
-def _on_local_ray(*args: Any, **kwargs: Any) -> ConvertResult:
+def _on_local_ray(
+    inputs: Sequence[str],
+    out_dir: str,
+    *,
+    options: ConvertOptions,
+    ray: RayOptions,
+    progress: Callable[[int, int], None],
+) -> ConvertResult:
     """`convert_ray` on the local Ray instance it starts, said once at start
     (`LOCAL_RAY_OPEN`) once Ray is known to be installed."""
     from tfinput._src.applications.convert.ray_engine import convert_ray, import_ray
 
     import_ray()  # without Ray: the error naming the extra, and no notice
     print(LOCAL_RAY_OPEN, file=sys.stderr, flush=True)
-    return convert_ray(*args, **kwargs)
+    return convert_ray(inputs, out_dir, options=options, ray=ray, progress=progress)
 
 
 def _print_summary(result: ConvertResult, out_dir: str) -> None:
@@ -293,5 +302,59 @@ CONVERT_COMMAND = Command(
     "row number.",
     arguments=_arguments,
     run=_convert,
+    error_first_line=True,
+)
+
+
+def _datagen_arguments(p: argparse.ArgumentParser) -> None:
+    from tfinput._src.applications.datagen import PRESETS
+
+    p.add_argument("out", help="output directory")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="criteo-like")
+    p.add_argument("--schema", help="generate data for this schema JSON instead of a preset")
+    p.add_argument("--rows", type=count, required=True, help="rows, e.g. 400k or 1M")
+    p.add_argument("--files", type=count, default=8)
+    p.add_argument("--format", choices=["tfrecord", "parquet"], default="tfrecord")
+    p.add_argument("--seed", type=int, default=0)
+    add_output_arguments(p, json_help="machine-readable summary")
+
+
+def _datagen(args: argparse.Namespace) -> int:
+    """Write deterministic synthetic data."""
+    from tfinput._src.applications import datagen
+    from tfinput._src.core.schema import Schema
+
+    check_output(args.out, "datagen: output", directory=True)
+    schema = Schema.from_json(args.schema) if args.schema else None
+    with progress() as bar:
+        task = bar.add_task(f"datagen {args.format}", total=args.rows)
+        result = datagen.generate_files(
+            args.out,
+            preset=args.preset,
+            schema=schema,
+            rows=args.rows,
+            files=args.files,
+            format=args.format,
+            seed=args.seed,
+            progress=lambda done, total: bar.update(task, completed=done),
+        )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    console().print(
+        f"wrote {result.rows:,} rows ({result.bytes / 2**20:,.1f} MiB) to "
+        f"{len(result.paths)} {result.format} file(s) in {args.out}; "
+        f"schema: {result.schema_path}",
+        markup=False,
+    )
+    return 0
+
+
+DATAGEN_COMMAND = Command(
+    name="datagen",
+    help="write deterministic synthetic data (Criteo-like) as TFRecord or Parquet",
+    description="The same arguments always write the same rows, in any format.",
+    arguments=_datagen_arguments,
+    run=_datagen,
     error_first_line=True,
 )

@@ -1,4 +1,4 @@
-"""`tfinput._src.applications.convert.values`: text and typed columns converted to their output types, bad
+"""`tfinput._src.applications.convert.columns`: text and typed columns converted to their output types, bad
 rows found with their reasons."""
 
 from __future__ import annotations
@@ -9,8 +9,12 @@ import pytest
 import tensorflow as tf
 
 import tfinput
-from tfinput._src.applications.convert.plan import Column
-from tfinput._src.applications.convert.values import convert_batch, convert_typed, is_list_type
+from tfinput._src.applications.convert.columns import (
+    Column,
+    convert_batch,
+    convert_typed,
+    is_list_type,
+)
 from tfinput.convert import convert
 from tfinput.errors import DataError
 from tfinput.schema import Categorical, Dense, Label, Schema, Table

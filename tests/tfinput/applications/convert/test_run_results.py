@@ -1,4 +1,4 @@
-"""`tfinput._src.applications.convert.results`: bad rows raised or counted, and the `ConvertResult`."""
+"""`tfinput._src.applications.convert.run`: bad rows raised or counted, and the `ConvertResult`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tfinput._src.applications.convert.results import BadRowLog
+from tfinput._src.applications.convert.run import BadRowLog
 from tfinput.convert import MAX_REPORTED, BadRow, convert
 from tfinput.errors import DataError
 from tfinput.schema import Dense, Schema

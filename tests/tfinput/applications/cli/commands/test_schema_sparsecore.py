@@ -1,4 +1,4 @@
-"""``tfinput schema sparsecore`` (`tfinput._src.applications.cli.commands.sparsecore`)."""
+"""``tfinput schema sparsecore`` (`tfinput._src.applications.cli.commands.schema`)."""
 
 from __future__ import annotations
 

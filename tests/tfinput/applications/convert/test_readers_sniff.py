@@ -1,4 +1,4 @@
-"""`tfinput._src.applications.convert.sniff`: input files and formats, and a CSV file's layout (delimiter,
+"""`tfinput._src.applications.convert.readers`: input files and formats, and a CSV file's layout (delimiter,
 header, column names) sniffed from its first lines."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.helpers import cli_main
-from tfinput._src.applications.convert.sniff import (
+from tfinput._src.applications.convert.readers import (
     detect_input_format,
     resolve_inputs,
 )

@@ -1,4 +1,4 @@
-"""`tfinput._src.applications.listeners`: the listening addresses read from the kernel's
+"""`tfinput._src.applications.cli.commands.serve`: the listening addresses read from the kernel's
 socket table, for sockets bound to loopback and to every interface (IPv4 and IPv6),
 checked against ``ss -ltn`` where it is installed. Nothing connects anywhere."""
 
@@ -13,7 +13,11 @@ import sys
 
 import pytest
 
-from tfinput._src.applications.listeners import is_loopback, listening_addresses, listening_on
+from tfinput._src.applications.cli.commands.serve import (
+    is_loopback,
+    listening_addresses,
+    listening_on,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
 

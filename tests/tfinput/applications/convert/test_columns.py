@@ -1,11 +1,11 @@
-"""`tfinput._src.applications.convert.plan`: which input columns a schema reads, and how each is converted."""
+"""`tfinput._src.applications.convert.columns`: which input columns a schema reads, and how each is converted."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 
-from tfinput._src.applications.convert.plan import Column, match_columns, plan_columns
+from tfinput._src.applications.convert.columns import Column, match_columns, plan_columns
 from tfinput.errors import SchemaError
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 

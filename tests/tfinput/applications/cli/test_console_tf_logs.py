@@ -1,4 +1,4 @@
-"""`tfinput._src.applications.cli.tf_logs`: TensorFlow's log lines kept out of a command's output unless
+"""`tfinput._src.applications.cli.console`: TensorFlow's log lines kept out of a command's output unless
 ``--verbose`` or the user's ``TF_CPP_MIN_LOG_LEVEL`` says otherwise."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import warnings
 
 import pytest
 
-from tfinput._src.applications.cli import tf_logs
-from tfinput._src.applications.cli.tf_logs import quiet_tensorflow, wants_verbose
+from tfinput._src.applications.cli import console as cli_console
+from tfinput._src.applications.cli.console import quiet_tensorflow, wants_verbose
 
 TF_NOISE = ("cpu_feature_guard", "oneDNN", "absl::InitializeLog", "XLA service")
 
@@ -175,7 +175,7 @@ def test_quiet_tensorflow_sets_the_log_level_unless_asked(monkeypatch, verbose, 
     import logging
     import warnings
 
-    from tfinput._src.applications.cli.tf_logs import quiet_tensorflow
+    from tfinput._src.applications.cli.console import quiet_tensorflow
 
     if preset is None:
         monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
@@ -203,7 +203,7 @@ def test_quiet_tensorflow_sets_the_log_level_unless_asked(monkeypatch, verbose, 
     ids=["global", "after-subcommand", "after-dashes", "empty"],
 )
 def test_wants_verbose(argv, verbose):
-    from tfinput._src.applications.cli.tf_logs import wants_verbose
+    from tfinput._src.applications.cli.console import wants_verbose
 
     assert wants_verbose(argv) is verbose
 
@@ -225,7 +225,7 @@ def test_quiet_tensorflow_silences_loggers_and_python_warnings(monkeypatch, rest
     assert logging.getLogger("absl").level == logging.ERROR
     # TensorFlow is already imported in this process: no import hook is left waiting
     assert "tensorflow" in sys.modules
-    assert not any(isinstance(f, tf_logs._QuietTensorFlowImport) for f in sys.meta_path)
+    assert not any(isinstance(f, cli_console._QuietTensorFlowImport) for f in sys.meta_path)
 
 
 # An absl INFO line, a glog-style WARNING line, the absl preamble and the continuation
@@ -249,13 +249,13 @@ KEPT = (
 
 
 def test_filtered_stderr_drops_tensorflow_info_and_warning_lines(capfd):
-    with tf_logs._filtered_stderr():
+    with cli_console._filtered_stderr():
         os.write(2, (NOISE + KEPT).encode())
     assert capfd.readouterr().err == KEPT
 
 
 def test_filtered_stderr_replays_everything_when_the_import_fails(capfd):
-    with pytest.raises(ImportError), tf_logs._filtered_stderr():
+    with pytest.raises(ImportError), cli_console._filtered_stderr():
         os.write(2, (NOISE + KEPT).encode())
         raise ImportError("libtensorflow_framework.so.2: cannot open shared object file")
     # Everything written comes back, once and in order. Not `==`: other threads of this
@@ -266,7 +266,7 @@ def test_filtered_stderr_replays_everything_when_the_import_fails(capfd):
 
 _FILTERED_CHILD = """
 import os, sys
-from tfinput._src.applications.cli.tf_logs import filter_stderr
+from tfinput._src.applications.cli.console import filter_stderr
 assert filter_stderr()
 os.write(2, sys.argv[1].encode())
 print(sys.stderr.isatty(), flush=True)

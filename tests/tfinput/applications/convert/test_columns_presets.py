@@ -1,4 +1,4 @@
-"""`tfinput._src.applications.convert.presets`: the Criteo and MovieLens schemas and column names, and
+"""`tfinput._src.applications.convert.columns`: the Criteo and MovieLens schemas and column names, and
 the project's samples converted with them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfinput
-from tfinput._src.applications.convert.presets import PRESET_COLUMNS, PRESET_LISTS, PRESETS
+from tfinput._src.applications.convert.columns import PRESET_COLUMNS, PRESET_LISTS, PRESETS
 from tfinput.convert import convert, preset_schema
 from tfinput.errors import ConfigError
 from tfinput.schema import Categorical, Dense, MultiHot, Schema
