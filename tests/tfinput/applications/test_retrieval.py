@@ -123,6 +123,7 @@ def test_two_tower_model_trains_and_recall_at_k(small_tfrecord, schema):
     pipeline = tfinput.tfrecord(small_tfrecord, schema).with_towers()
     ds = pipeline.build(PipelineConfig(batch_size=50, shuffle_buffer=1000, shuffle_seed=0))
     model = retrieval.two_tower_model(schema, embedding_dim=8, jit_compile=False)
+    assert model.built and model.optimizer.built  # the first fit traces its step once
     features, _ = next(iter(ds))
     logits = model(features)
     assert tuple(logits.shape) == (50, 50)

@@ -201,6 +201,10 @@ def two_tower_model(
         jit_compile=jit_compile,
         steps_per_execution=steps_per_execution,
     )
+    # Built now, as `tfinput.models.ranking_model` is: TensorFlow then traces the first
+    # train step once, not again after it made the optimizer's variables.
+    model.build(None)
+    model.optimizer.build(model.trainable_variables)
     return model
 
 

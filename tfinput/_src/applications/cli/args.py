@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.core.options import load_object
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.files import check_writable
 from tfinput._src.core.formats.parquet import is_parquet_name
+from tfinput._src.core.options import load_object
 from tfinput._src.measurement.target import Buildable
 
 if TYPE_CHECKING:

@@ -44,8 +44,8 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tfinput._src.core.options import load_object
 from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.options import load_object
 from tfinput._src.measurement.steps.base import (
     CLI_STEPS,
     STEP_CLASSES,
