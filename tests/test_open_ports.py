@@ -147,7 +147,7 @@ import contextlib, io, json, os, sys
 sys.path.insert(0, sys.argv[1])
 import ray
 from tests.test_open_ports import _children
-from tfinput._src.applications.cli import main
+from tfinput._src.applications.cli.registry import main
 from tfinput._src.applications.convert.ray_engine import _start_ray
 from tfinput._src.applications.cli.commands.serve import listening_addresses
 _start_ray(ray, None, 1)  # what convert --engine ray does without --ray-address

@@ -1,6 +1,6 @@
 """What a ``tfinput`` command shows: the console every command prints with, and its
 progress bar (`console`, `progress`), and TensorFlow's own log lines kept out of the
-output: `quiet_tensorflow`, called by `tfinput._src.applications.cli.main` before anything
+output: `quiet_tensorflow`, called by `tfinput._src.applications.cli.registry.main` before anything
 imports TensorFlow, unless the global ``--verbose`` (`wants_verbose`) or the user's
 ``TF_CPP_MIN_LOG_LEVEL`` says otherwise."""
 
@@ -76,7 +76,7 @@ def quiet_tensorflow(*, verbose: bool = False) -> bool:
     the ``tensorflow`` and ``absl`` Python loggers to ERROR, ignores Python warnings
     raised in TensorFlow, Keras and absl, and drops the INFO/WARNING lines TensorFlow
     writes while it loads (before the level applies). Must run before TensorFlow is
-    imported; `tfinput._src.applications.cli.main` calls it first.
+    imported; `tfinput._src.applications.cli.registry.main` calls it first.
 
     Returns:
       Whether anything was changed.
@@ -211,7 +211,7 @@ def filter_stderr() -> bool:
     while TensorFlow loads). Descriptor 2 becomes a pipe (a pseudo-terminal when stderr
     is a terminal, so progress bars and colours stay) read by a small filter process that
     writes the rest to the real stderr. The filter outlives a crash of this process, so
-    a traceback or a fatal error is never lost. `tfinput._src.applications.cli.main` calls it for the
+    a traceback or a fatal error is never lost. `tfinput._src.applications.cli.registry.main` calls it for the
     ``tfinput`` command (not for ``main(argv)`` called from Python) unless ``--verbose``
     or the user's ``TF_CPP_MIN_LOG_LEVEL``.
 
