@@ -35,7 +35,6 @@ from tfinput.cli.demo import DEMO, demo_pipeline
 from tfinput.cli.registry import Command
 from tfinput.errors import ConfigError
 from tfinput.measure.target import Target
-from tuners._objective import stage_line, trial_line
 from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyOptions, TuneOptions
 
 if TYPE_CHECKING:
@@ -242,6 +241,10 @@ class _Display:
         self.bar.__exit__(*exc)
 
     def __call__(self, event: str, info: dict[str, object]) -> None:
+        # Here, not at the top: the module of a trial imports Optuna, which the parser
+        # (`tfinput --help`, every other command) must not load.
+        from tuners._objective import stage_line, trial_line
+
         if event == "trial":
             best = f"best {info['best']:,.0f}/s" if info.get("best") else ""
             label = info.get("baseline") or f"trial {info['number']}"

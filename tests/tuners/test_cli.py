@@ -274,6 +274,14 @@ def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None):
         seen = _wait_for_line(log_path, "trial ", proc, deadline)
         assert seen, log_path.read_text()
         os.killpg(proc.pid, signal.SIGINT)
+        # A Ctrl-C that lands while Python runs a garbage-collector callback (JAX's: Keras
+        # loads JAX) is lost, at a terminal too: sent again, as a user would, until tune
+        # says it was interrupted.
+        said = "tfinput tune: interrupted"
+        while not _wait_for_line(log_path, said, proc, min(deadline, time.monotonic() + 20)):
+            if proc.poll() is not None or time.monotonic() >= deadline:
+                break
+            os.killpg(proc.pid, signal.SIGINT)
         if again_after is not None:
             assert _wait_for_line(log_path, again_after, proc, deadline), log_path.read_text()
             os.killpg(proc.pid, signal.SIGINT)

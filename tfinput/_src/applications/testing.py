@@ -254,7 +254,10 @@ def _to_examples_protobuf(cols: Columns, schema: Schema | None = None) -> list[b
         fmap = ex.features.feature
         for col, field in columns:
             v = values[col]
-            row = v[offsets[col][r] : offsets[col][r + 1]] if col in list_cols else [v[r]]
+            if col in list_cols:
+                row = v[offsets[col][r] : offsets[col][r + 1]]
+            else:  # a scalar, or a fixed-length dense feature's list
+                row = v[r] if isinstance(v[r], list) else [v[r]]
             getattr(fmap[col], field).value.extend(row)
         out.append(ex.SerializeToString())
     return out
