@@ -340,7 +340,6 @@ LAZY_PACKAGES = (
     "tfinput",
     "tuners",
     "tfinput.layout",
-    "tfinput.retrieval",
 )
 
 

@@ -12,25 +12,6 @@ import re
 import traceback
 from collections.abc import Iterable, Sequence
 
-__all__ = [
-    "TfinputError",
-    "ConfigError",
-    "SchemaError",
-    "SourceError",
-    "DataError",
-    "ResumeError",
-    "ServiceError",
-    "clean_error",
-    "raised_inside",
-    "without_locals",
-    "did_you_mean",
-    "first_line",
-    "field_error",
-    "check_name",
-    "check_int",
-    "check_choice",
-]
-
 
 class TfinputError(Exception):
     """Base class of every error tfinput raises on purpose."""

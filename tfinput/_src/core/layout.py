@@ -35,18 +35,6 @@ from tfinput._src.core.schema import Categorical, Dense, MultiHot, Schema
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
-__all__ = [
-    "LAYOUT_FORMAT",
-    "GROUPS",
-    "Slot",
-    "PackedLayout",
-    "Block",
-    "pack",
-    "unpack",
-    "is_packed",
-    "UnpackFeatures",  # noqa: F822 (defined on first use by the module __getattr__)
-]
-
 #: Format tag written by `PackedLayout.to_dict` and checked by `from_dict`.
 LAYOUT_FORMAT = "tfinput.layout/1"
 #: The packed groups, in order, with the dtype of each.
