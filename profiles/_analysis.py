@@ -30,7 +30,7 @@ from typing import Any
 
 from profiles._results import Comparison, InputOp, ProfileAnalysis, Spread, StepTime
 from profiles._stages import SLOW_CALL_US, PipelineStages, rebuild_stages
-from profiles._trace_events import JaxDeviceTime, jax_device_time
+from profiles._trace_events import JAX_TRACE_DIR, JaxDeviceTime, jax_device_time
 from profiles._xplane import (
     ProfileError,
     TraceRun,
@@ -130,6 +130,7 @@ def analyze(
     capture = _read_capture(trace.run_dir)
     return ProfileAnalysis(
         jax_device=_jax_device(trace.run_dir, capture),
+        host_stages=_host_stages(trace.run_dir, capture),
         logdir=str(trace.logdir),
         run=trace.run,
         hosts=trace.hosts,
@@ -351,6 +352,20 @@ def _jax_device(run_dir: Path, capture: Mapping[str, object] | None) -> JaxDevic
         return None
     step_name = (capture.get("config") or {}).get("step_name") or "train"
     return jax_device_time(run_dir, step_name=str(step_name))
+
+
+def _host_stages(run_dir: Path, capture: Mapping[str, object] | None) -> tuple[InputOp, ...]:
+    """The host input stages annotated in the JAX trace a capture kept, as xprof's
+    input-pipeline analyzer counts them: the SparseCore feed's and `device_prefetch`'s
+    (`tfinput.device_prefetch.INPUT_STAGES`), and any a user annotates the same way
+    (``_ipl_stage_name``, ``_ipl_stage_id``, ``_ipl_stage_cat``, as Grain does)."""
+    if not capture or not capture.get("jax_trace"):
+        return ()
+    found = sorted((run_dir / JAX_TRACE_DIR).rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return ()
+    tools = xprof_tables(found[-1:], ("input_pipeline_analyzer",))
+    return _input_ops(tools["input_pipeline_analyzer"])
 
 
 def _simulated_device_ms(capture: Mapping[str, object] | None) -> float | None:

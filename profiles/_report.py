@@ -126,6 +126,18 @@ def _summary_rows(analysis: ProfileAnalysis) -> list[tuple[str, str]]:
         )
     )
     rows.append(("Device compute", _device_text(analysis)))
+    if analysis.host_stages:  # annotated host stages of the JAX trace (SparseCore feed, ...)
+        steps = len(analysis.jax_device.steps) if analysis.jax_device else 0
+        per = f" over {steps} profiled steps" if steps else ""
+        rows.append(
+            (
+                "Host input stages",
+                ", ".join(
+                    f"{op.name} {op.time_ms:.1f} ms ({op.category})" for op in analysis.host_stages
+                )
+                + f"{per} (JAX trace, xprof's input-pipeline analyzer)",
+            )
+        )
     applies, why = analysis.xprof_applies
     if not applies:  # xprof's input verdict contradicts the measured wait
         rows.append(("xprof says", why))

@@ -138,6 +138,10 @@ class ProfileAnalysis:
       jax_device: Device compute and host-to-device transfer per step from JAX's own
         trace, for a step that runs on JAX (whose computation TensorFlow's profiler
         does not see); None otherwise.
+      host_stages: The host input stages annotated in that JAX trace (the SparseCore
+        feed's read, preprocessing and wait, `device_prefetch`'s transfer), as xprof's
+        input-pipeline analyzer counts them: total milliseconds over the profiled
+        steps; empty without a JAX trace or annotations.
     """
 
     logdir: str
@@ -160,6 +164,7 @@ class ProfileAnalysis:
     diagnostics: tuple[str, ...]
     capture: Mapping[str, object] | None = None
     jax_device: JaxDeviceTime | None = None
+    host_stages: tuple[InputOp, ...] = ()
 
     @property
     def is_complete(self) -> bool:

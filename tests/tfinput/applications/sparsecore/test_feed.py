@@ -668,3 +668,40 @@ def test_device_prefetch_over_the_feed_saves_what_it_holds_as_not_taken(
         prefetcher.set_state(state)
         rest = [rows(b) for b in prefetcher]
     assert first + rest == whole
+
+
+def test_a_jax_profile_names_the_feed_and_transfer_stages_with_their_time(
+    small_schema, batches, tmp_path
+):
+    # The feed (2 worker threads) and `to_jax` over it, profiled with a JAX step: xprof's
+    # input-pipeline analyzer, run offline on the JAX trace, counts each annotated stage,
+    # and `profiles.analyze` lists them with their time in its report.
+    import jax.numpy as jnp
+
+    import profiles
+    from tfinput import steps
+    from tfinput.device_prefetch import INPUT_STAGES, to_jax
+
+    plan = _plan(small_schema, "none")
+    run = [batches[i % len(batches)] for i in range(12)]
+
+    def train(state, batch):
+        (dense, _sparse), labels = batch
+        return state + jnp.sum(dense["price"]) + jnp.sum(labels)
+
+    with sparsecore_feed(run, plan, workers=2) as feed:
+        profiles.capture(
+            to_jax(feed, size=2),
+            steps.jax_step(train, jnp.zeros(())),
+            logdir=tmp_path,
+            warmup=2,
+            steps=8,
+        )
+    analysis = profiles.analyze(tmp_path)
+    stages = {op.name: op for op in analysis.host_stages}
+    assert set(stages) == set(INPUT_STAGES), stages
+    shown = {"read": "Demanded file read", "preprocessing": "Preprocessing", "enqueue": "Enqueue"}
+    for name, (_id, category) in INPUT_STAGES.items():
+        assert stages[name].time_ms > 0 and stages[name].category == shown[category], stages[name]
+    text = profiles.format_text(analysis)
+    assert "Host input stages" in text and "tfinput/sparsecore/preprocess" in text

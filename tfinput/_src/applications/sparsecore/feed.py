@@ -29,6 +29,12 @@ The input: tfinput's ``per_feature`` batches with the ``dense`` multi-hot format
 ``[B, max_len]`` for a multi-hot list (padded with id 0 and weight 0, weights in
 ``features["weights"][name]``); the plan's ``feature_specs`` name the features it feeds.
 
+Profiles: with JAX's profiler on, the feed's stages are input-pipeline stages that
+xprof's input-pipeline analyzer counts and `profiles.analyze` lists (``host_stages``):
+``tfinput/sparsecore/read`` (the feed's thread takes a batch from tf.data),
+``tfinput/sparsecore/preprocess`` (a worker thread's preprocessing; not seen from worker
+processes) and ``tfinput/sparsecore/wait`` (the training loop waits for a ready batch).
+
 Resuming: feed from a `tfinput.resume.InputIterator` (``pipeline.iterator(config)``)
 and save ``feed.get_state()``: the position after the last batch the training loop
 took, not after what the workers ran ahead to. A new feed over an iterator restored
@@ -66,6 +72,7 @@ from tfinput._src.applications.sparsecore.workers import (
     numpy_batches,
 )
 from tfinput._src.core._input_iterator import InputIterator
+from tfinput._src.core.device_prefetch import input_stage
 from tfinput._src.core.errors import ConfigError, ResumeError
 from tfinput._src.measurement.steps.base import STEP_CLASSES, Step, loop_windows
 
@@ -154,7 +161,8 @@ class SparseCoreFeed(Iterator[Any]):
         if self._closed:
             raise StopIteration
         if self._source is not None:  # serial: each batch on this thread
-            batch = next(self._source)  # the source's errors and its end, as they are
+            with input_stage("tfinput/sparsecore/read"):
+                batch = next(self._source)  # the source's errors and its end, as they are
             number = self.position
             try:
                 features, _labels = batch
@@ -168,19 +176,20 @@ class SparseCoreFeed(Iterator[Any]):
             return self._item(batch, result)
         assert self._feeder is not None
         ready = self._feeder.ready
-        item = ready.get()
-        if item is END:
-            ready.put(END)  # later calls end too
-            raise StopIteration
-        if isinstance(item, BaseException):
-            self.close()
-            raise item
-        batch, future = item
-        try:
-            result = future.result()
-        except BaseException:  # a worker process died (BrokenProcessPool): as it is
-            self.close()
-            raise
+        with input_stage("tfinput/sparsecore/wait"):
+            item = ready.get()
+            if item is END:
+                ready.put(END)  # later calls end too
+                raise StopIteration
+            if isinstance(item, BaseException):
+                self.close()
+                raise item
+            batch, future = item
+            try:
+                result = future.result()
+            except BaseException:  # a worker process died (BrokenProcessPool): as it is
+                self.close()
+                raise
         self.stats.wait_seconds += time.perf_counter() - start
         if result.error is not None:
             self.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import pickle
 import queue
 import threading
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tfinput._src.applications.sparsecore.plan import SparseCorePlan
+from tfinput._src.core.device_prefetch import input_stage
 from tfinput._src.core.errors import ConfigError, DataError
 
 __all__ = [
@@ -169,7 +171,8 @@ def job(
     result = Result(number)
     start = time.perf_counter()
     try:
-        sparse, stats = plan.preprocess(features, batch_number=number)
+        with input_stage("tfinput/sparsecore/preprocess"):
+            sparse, stats = plan.preprocess(features, batch_number=number)
         partitions = plan.num_sc_per_device * plan.global_device_count
         used = {
             table: (
@@ -263,7 +266,11 @@ def _feed(
         return False
 
     try:
-        for number, batch in enumerate(source, start=start):
+        for number in itertools.count(start):
+            with input_stage("tfinput/sparsecore/read"):
+                batch = next(source, END)
+            if batch is END:
+                break
             if stopped.is_set() or not put((batch, _submit(pool, plan, number, batch))):
                 return
     except BaseException as e:  # the source's own error, raised in next()
