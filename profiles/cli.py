@@ -16,7 +16,7 @@ import inspect as _inspect
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tfinput.cli.args import add_output_arguments, add_step_arguments, check_output
@@ -45,7 +45,8 @@ def _profile_arguments(p: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--pipeline",
         metavar="MODULE:FUNCTION",
-        help="callable returning a tf.data.Dataset or an object with .build(config) "
+        help="callable returning a tf.data.Dataset, an object with .build(config) or an "
+        "iterator of batches (a SparseCore feed) "
         "(MODULE may be a dotted module or a path to a .py file)",
     )
     source.add_argument("--demo", action="store_true", help="profile the built-in demo pipeline")
@@ -105,7 +106,10 @@ def resolve_pipeline(
 
     The object may be a ``tf.data.Dataset``, an object with ``.build(config)`` (a
     `tfinput.Pipeline`, built with ``--config`` and repeated), or a callable returning
-    either; a callable taking an argument receives the `PipelineConfig` (``--config``),
+    either, or returning an iterator of batches (a `tfinput.sparsecore.sparsecore_feed`
+    over a built pipeline, `tfinput.device_prefetch.to_jax` over that: their stages are
+    in the JAX trace of ``--step jax``); a callable taking an argument receives the
+    `PipelineConfig` (``--config``),
     a zero-argument one is called as is. With ``with_schema`` returns ``(dataset,
     schema)``, the schema being the pipeline's (None for a plain dataset).
 
@@ -146,9 +150,10 @@ def resolve_pipeline(
             obj, schema = built(obj)
     elif config is not None:
         raise ConfigError(f"--config was given but {spec} is a dataset, not a factory")
-    if not isinstance(obj, tf.data.Dataset):
+    if not isinstance(obj, (tf.data.Dataset, Iterator)):
         raise ConfigError(
-            f"--pipeline {spec}: expected a tf.data.Dataset, got {type(obj).__name__}"
+            f"--pipeline {spec}: expected a tf.data.Dataset, an object with .build(config) "
+            f"or an iterator of batches, got {type(obj).__name__}"
         )
     return (obj, schema) if with_schema else obj
 

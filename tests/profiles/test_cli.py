@@ -328,7 +328,7 @@ def test_profile_passes_the_config(capsys, tmp_path, pipeline_module, monkeypatc
         ("no-colon", "expected MODULE:FUNCTION"),
         ("surely_not_a_module_xyz:make", "cannot import 'surely_not_a_module_xyz'"),
         ("{module}:missing", "has no attribute 'missing'"),
-        ("{module}:not_a_dataset", "expected a tf.data.Dataset, got list"),
+        ("{module}:not_a_dataset", "or an iterator of batches, got list"),
         ("{module}:short", "ran out after"),
     ],
     ids=["no-colon", "no-module", "no-attribute", "not-a-dataset", "runs-out"],
