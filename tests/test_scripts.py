@@ -56,6 +56,7 @@ SMOKE = {
     "benchmarks/service_guard.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/sparsecore.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/sparsecore_feed.py": (["--smoke", "--write"], "tensorflow"),
+    "benchmarks/sparsecore_loaders.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/tune_power.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/versions.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/window_length.py": (["--smoke", "--write"], "tensorflow"),
