@@ -41,6 +41,7 @@ __all__ = [
     "winner_roofline",
     "serial_sentence",
     "advice_sentences",
+    "feed_sentence",
     "service_sizing",
 ]
 
@@ -417,6 +418,42 @@ def advice_sentences(
             "(Goyal et al., 2017), and check the model's quality, not only its speed."
         )
     return advice
+
+
+#: The training loop's share of a batch's time spent waiting for the SparseCore feed from
+#: which the feed is said to bound the step (xprof calls a run input-bound above 10%).
+FEED_BOUND_SHARE = 0.10
+
+
+def feed_sentence(
+    step: Step, best_config: PipelineConfig, confirmed: Sequence[ConfigStats]
+) -> str | None:
+    """Advice when a SparseCore feed (`tfinput.sparsecore.sparsecore_step`) bounds the
+    winner: over the measurements with the winner's feed knobs, the training loop waited
+    at least `FEED_BOUND_SHARE` of the winner's time per batch for preprocessed batches.
+    None for other steps, a winner that preprocesses on the training thread
+    (``sparsecore_workers=0``) or one measured without its feed."""
+    if not step.feeds_sparsecore or best_config.sparsecore_workers == 0:
+        return None
+    fed = step.prepare(best_config).details.get("sparsecore_feed") or {}
+    batches = int(fed.get("batches") or 0)
+    stats = next((c for c in confirmed if c.config == best_config), None)
+    if not batches or stats is None or stats.median <= 0:
+        return None
+    per_batch_s = best_config.batch_size / stats.median
+    wait_s = float(fed["wait_seconds"]) / batches
+    if wait_s < FEED_BOUND_SHARE * per_batch_s:
+        return None
+    workers = best_config.sparsecore_workers
+    return (
+        f"The SparseCore feed bounds the step: the training loop waited {wait_s * 1e3:.1f} ms "
+        f"of each {per_batch_s * 1e3:.1f} ms batch ({wait_s / per_batch_s:.0%}) for "
+        f"preprocessed batches, with {workers} worker{'s' if workers != 1 else ''} taking "
+        f"{float(fed['preprocess_seconds']) / batches * 1e3:.1f} ms per batch. More workers "
+        "(sparsecore_workers, on cores tf.data leaves free), worker processes "
+        "(sparsecore_step(..., processes=True)) or limits measured from the data (tfinput "
+        "schema sparsecore: smaller buffers) raise it; so does a host with more cores."
+    )
 
 
 def service_sizing(

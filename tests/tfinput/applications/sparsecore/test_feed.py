@@ -6,6 +6,7 @@ that name the batch."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import logging
 import re
@@ -728,3 +729,38 @@ def test_a_jax_profile_names_the_feed_and_transfer_stages_with_their_time(
         found = re.search(rf"{name} ([0-9.]+) ms \({shown[category]}\)", text)
         assert found and float(found[1]) > 0, (name, out)
     assert "over 8 profiled steps (JAX trace, xprof's input-pipeline analyzer)" in text
+
+
+@pytest.mark.parametrize(
+    ("device_time_s", "bound"), [(None, True), (0.1, False)], ids=["input-only", "long-step"]
+)
+def test_the_tuner_says_when_the_feed_bounds_its_winner(
+    small_tfrecord, small_schema, device_time_s, bound
+):
+    # The feed's own times per config (the step made for it), measured through real
+    # windows: with no step the training loop only waits for preprocessed batches (the
+    # feed is the bound); behind a 100 ms step two workers keep it fed.
+    from tfinput import steps
+    from tfinput.measure.compare import measure
+    from tfinput.measure.options import MeasureOptions
+    from tuners._confirm import feed_sentence
+
+    plan = _plan(small_schema, "none")
+    step = sparsecore_step(plan, None if device_time_s is None else steps.simulated_step(0.1))
+    config = PipelineConfig(batch_size=BATCH, sparsecore_workers=2, sparsecore_prefetch=4)
+    result = measure(
+        tfinput.tfrecord(small_tfrecord, small_schema),
+        {"feed": config},
+        step=step,
+        measurement=MeasureOptions(windows=2, window_batches=6, warmup_batches=2),
+    )
+    fed = step.prepare(config).describe()["sparsecore_feed"]
+    assert fed["batches"] >= 2 * (2 + 6) and fed["preprocess_seconds"] > 0
+    said = feed_sentence(step, config, result.results)
+    if bound:
+        assert said is not None and said.startswith("The SparseCore feed bounds the step"), fed
+        assert "with 2 workers taking" in said
+    else:
+        assert said is None, (said, fed)
+    serial = dataclasses.replace(config, sparsecore_workers=0)
+    assert feed_sentence(step, serial, result.results) is None  # on the training thread

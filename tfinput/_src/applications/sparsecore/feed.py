@@ -368,7 +368,11 @@ def sparsecore_step(
       A `tfinput.steps.Step` with ``feeds_sparsecore``. Its ``describe()["sparsecore"]``
       holds the feed statistics summed over every measurement (`SparseCoreFeedStats`:
       ids dropped and COO buffer usage per stacked table), which `tuners.tune` stores
-      in its result's ``step``.
+      in its result's ``step``. The step made for a config
+      (``step.prepare(config)``) has in ``describe()["sparsecore_feed"]`` the feed's
+      batches, the training loop's wait and the preprocessing time over every
+      measurement with that config's ``sparsecore_workers`` and ``sparsecore_prefetch``:
+      `tuners.tune` says when the feed bounds its winner.
 
     Raises:
       ConfigError: jax-tpu-embedding is missing; ``step`` owns its training loop
@@ -393,12 +397,25 @@ class _SparseCoreSteps:
         self.plan, self.inner, self.processes, self.alone = plan, inner, processes, alone
         self.totals = SparseCoreFeedStats()
         self.summary: dict[str, Any] = self.totals.to_dict()  # shared, updated in place
+        # The feed's times for each (workers, prefetch), updated in place: what the
+        # tuner reads to say whether the feed bounds its winner.
+        self.by_knobs: dict[tuple[int, int], dict[str, float]] = {}
         self.warned: set[str] = set()  # a table's drops are logged once
 
-    def account(self, stats: SparseCoreFeedStats) -> None:
+    def account(self, stats: SparseCoreFeedStats, knobs: tuple[int, int] | None = None) -> None:
         self.totals.add(stats)
         self.summary.clear()
         self.summary.update(self.totals.to_dict())
+        if knobs is not None:
+            mine = self._times(knobs)
+            mine["batches"] += stats.batches
+            mine["wait_seconds"] += stats.wait_seconds
+            mine["preprocess_seconds"] += stats.preprocess_seconds
+
+    def _times(self, knobs: tuple[int, int]) -> dict[str, float]:
+        return self.by_knobs.setdefault(
+            knobs, {"batches": 0, "wait_seconds": 0.0, "preprocess_seconds": 0.0}
+        )
 
     def feed(self, source: Iterable[Any], workers: int, prefetch: int) -> Iterator[Any]:
         """``source``'s batches preprocessed by ``workers`` workers."""
@@ -414,7 +431,7 @@ class _SparseCoreSteps:
             yield from fed
         finally:
             fed.close()
-            self.account(fed.stats)
+            self.account(fed.stats, (workers, prefetch))
 
     def one(self, batch: Any) -> Any:
         """One batch, preprocessed on this thread (no pool to start and stop for it)."""
@@ -448,5 +465,7 @@ class _SparseCoreSteps:
                 "sparsecore_workers": workers,
                 "sparsecore_prefetch": prefetch,
                 "sparsecore": self.summary,
+                # this config's feed: batches, the loop's wait, the preprocessing
+                "sparsecore_feed": self._times((workers, prefetch)),
             },
         )
