@@ -764,3 +764,43 @@ def test_the_tuner_says_when_the_feed_bounds_its_winner(
         assert said is None, (said, fed)
     serial = dataclasses.replace(config, sparsecore_workers=0)
     assert feed_sentence(step, serial, result.results) is None  # on the training thread
+
+
+def test_tune_against_a_jax_step_searches_the_feed_knobs_with_the_tf_data_ones(
+    small_tfrecord, small_schema, tmp_path
+):
+    # A JAX training step on the feed's batches (run batch by batch, the feed doing the
+    # prefetching): the tuner searches the feed's workers and prefetch with tf.data's
+    # knobs (not device_prefetch: the feed prefetches).
+    import jax.numpy as jnp
+
+    from tfinput import steps
+    from tuners._study import tune
+    from tuners.options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
+
+    def train(state, batch):
+        (dense, _sparse), labels = batch
+        return state + jnp.sum(dense["price"]) + jnp.sum(labels)
+
+    inner = steps.jax_step(train, jnp.zeros(()))
+    step = sparsecore_step(_plan(small_schema, "none"), inner)
+    assert step.kind == "jax" and step.feeds_sparsecore and not step.feeds_device
+    result = tune(
+        tfinput.tfrecord(small_tfrecord, small_schema),
+        step=step,
+        n_trials=2,
+        base=PipelineConfig(batch_size=BATCH),
+        options=TuneOptions(
+            measurement=MeasureOptions(cpu_count=2, windows=2, window_batches=2, warmup_batches=1),
+            study=StudyOptions(lock_path=str(tmp_path / "lock")),
+            confirmation=ConfirmOptions(
+                confirm_top=1, confirm_windows=1, advise_format=False, breakdown=False
+            ),
+        ),
+    )
+    assert {"sparsecore_workers", "sparsecore_prefetch", "map_parallelism"} <= set(result.space)
+    assert "device_prefetch" not in result.space  # the feed prefetches
+    assert result.step["kind"] == "jax"
+    fed = result.step["sparsecore"]
+    assert fed["batches"] >= 2 * (1 + 2 * 2) and fed["dropped_ids"] == 0
+    assert len(result.study.get_trials()) >= 2

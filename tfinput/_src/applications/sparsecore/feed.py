@@ -359,9 +359,10 @@ def sparsecore_step(
     Args:
       plan: The `SparseCorePlan`.
       step: A `tfinput.steps.Step` taking the preprocessed batches (for example
-        `tfinput.steps.simulated_step`: the device time of a TPU step, or
-        `tfinput.steps.function_step` around your own); None measures the input side
-        alone (the preprocessing included).
+        `tfinput.steps.simulated_step`: the device time of a TPU step,
+        `tfinput.steps.jax_step` around your JAX training step, run batch by batch on
+        the feed's batches, or `tfinput.steps.function_step` around your own); None
+        measures the input side alone (the preprocessing included).
       processes: The feed's workers are processes (`sparsecore_feed`).
 
     Returns:
@@ -380,10 +381,12 @@ def sparsecore_step(
     """
     inner = Step.of(step)
     embedding_module()
-    if inner.owns_loop:
+    # A JAX step runs one batch and blocks when called (`jax_step`): it takes the feed's
+    # batches that way, the feed doing the prefetching its own windows would do.
+    if inner.owns_loop and inner.kind != "jax":
         raise ConfigError(
             f"sparsecore_step: step {inner.name!r} runs its own loop ({inner.kind}); pass a "
-            "step called on each batch (simulated_step, function_step)"
+            "step called on each batch (simulated_step, function_step, jax_step)"
         )
     steps = _SparseCoreSteps(plan, inner, processes=processes, alone=step is None)
     return steps.make(2, 0)
