@@ -30,7 +30,7 @@ from typing import Any
 
 from profiles._results import Comparison, InputOp, ProfileAnalysis, Spread, StepTime
 from profiles._stages import SLOW_CALL_US, PipelineStages, rebuild_stages
-from profiles._trace_events import JAX_TRACE_DIR, JaxDeviceTime, jax_device_time
+from profiles._trace_events import JaxDeviceTime, jax_device_time, jax_trace_file
 from profiles._xplane import (
     ProfileError,
     TraceRun,
@@ -361,10 +361,10 @@ def _host_stages(run_dir: Path, capture: Mapping[str, object] | None) -> tuple[I
     (``_ipl_stage_name``, ``_ipl_stage_id``, ``_ipl_stage_cat``, as Grain does)."""
     if not capture or not capture.get("jax_trace"):
         return ()
-    found = sorted((run_dir / JAX_TRACE_DIR).rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
-    if not found:
+    path = jax_trace_file(run_dir)
+    if path is None:
         return ()
-    tools = xprof_tables(found[-1:], ("input_pipeline_analyzer",))
+    tools = xprof_tables([path], ("input_pipeline_analyzer",))
     return _input_ops(tools["input_pipeline_analyzer"])
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "fold_path",
     "gather_events",
     "jax_device_time",
+    "jax_trace_file",
     "kind_of",
     "nearest",
     "parent_path",
@@ -369,13 +370,18 @@ def jax_device_time(run_dir: str | Path, *, step_name: str = "train") -> JaxDevi
       Per-step device compute and transfer, or None when the run has no JAX trace or
       the trace has no step marked ``step_name``.
     """
+    path = jax_trace_file(run_dir)
+    if path is None:
+        return None
+    return device_time_of(load_xspace(path).space, step_name=step_name, source=str(path))
+
+
+def jax_trace_file(run_dir: str | Path) -> Path | None:
+    """The newest ``.xplane.pb`` of the JAX trace a capture kept in ``run_dir``, if any."""
     files = sorted(
         (Path(run_dir) / JAX_TRACE_DIR).rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime
     )
-    if not files:
-        return None
-    path = files[-1]
-    return device_time_of(load_xspace(path).space, step_name=step_name, source=str(path))
+    return files[-1] if files else None
 
 
 def device_time_of(space: Any, *, step_name: str, source: str = "") -> JaxDeviceTime | None:

@@ -554,12 +554,24 @@ def test_workers_zero_preprocesses_on_the_calling_thread(small_schema, batches):
         _assert_same(sparse, _serial(plan, batches[number][0], number))
 
 
+def _short_tune(tmp_path):
+    """A tune of a few batches per window, one confirmation window, no extra advice."""
+    from tuners.options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
+
+    return TuneOptions(
+        measurement=MeasureOptions(cpu_count=2, windows=2, window_batches=2, warmup_batches=1),
+        study=StudyOptions(lock_path=str(tmp_path / "lock")),
+        confirmation=ConfirmOptions(
+            confirm_top=1, confirm_windows=1, advise_format=False, breakdown=False
+        ),
+    )
+
+
 def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
     small_tfrecord, small_schema, tmp_path, caplog, batches
 ):
     from tfinput import steps
     from tuners._study import tune
-    from tuners.options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
 
     # Limits far below what the data needs: every batch drops ids, counted per table.
     plan = _plan(
@@ -575,13 +587,7 @@ def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
         step=step,
         n_trials=3,
         base=PipelineConfig(batch_size=BATCH),
-        options=TuneOptions(
-            measurement=MeasureOptions(cpu_count=2, windows=2, window_batches=2, warmup_batches=1),
-            study=StudyOptions(lock_path=str(tmp_path / "lock")),
-            confirmation=ConfirmOptions(
-                confirm_top=1, confirm_windows=1, advise_format=False, breakdown=False
-            ),
-        ),
+        options=_short_tune(tmp_path),
     )
     assert set(result.space["sparsecore_workers"]) == {0, 1, 2}  # 0: the baselines'
     assert result.space["sparsecore_prefetch"] == [0, 2, 8]
@@ -776,7 +782,6 @@ def test_tune_against_a_jax_step_searches_the_feed_knobs_with_the_tf_data_ones(
 
     from tfinput import steps
     from tuners._study import tune
-    from tuners.options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
 
     def train(state, batch):
         (dense, _sparse), labels = batch
@@ -790,13 +795,7 @@ def test_tune_against_a_jax_step_searches_the_feed_knobs_with_the_tf_data_ones(
         step=step,
         n_trials=2,
         base=PipelineConfig(batch_size=BATCH),
-        options=TuneOptions(
-            measurement=MeasureOptions(cpu_count=2, windows=2, window_batches=2, warmup_batches=1),
-            study=StudyOptions(lock_path=str(tmp_path / "lock")),
-            confirmation=ConfirmOptions(
-                confirm_top=1, confirm_windows=1, advise_format=False, breakdown=False
-            ),
-        ),
+        options=_short_tune(tmp_path),
     )
     assert {"sparsecore_workers", "sparsecore_prefetch", "map_parallelism"} <= set(result.space)
     assert "device_prefetch" not in result.space  # the feed prefetches
