@@ -803,3 +803,15 @@ def test_tune_against_a_jax_step_searches_the_feed_knobs_with_the_tf_data_ones(
     fed = result.step["sparsecore"]
     assert fed["batches"] >= 2 * (1 + 2 * 2) and fed["dropped_ids"] == 0
     assert len(result.study.get_trials()) >= 2
+
+
+def test_a_step_that_runs_model_fit_is_refused_naming_it(small_schema):
+    # model.fit owns its loop and cannot take the feed's batches; a JAX step can.
+    import keras
+
+    from tfinput import steps
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ConfigError, match=r"runs its own loop \(keras_fit\).*jax_step"):
+        sparsecore_step(_plan(small_schema, "none"), steps.keras_fit_step(model))
