@@ -33,6 +33,7 @@ from tuners._storage import (
     explain_failure,
     host_lock,
     is_counted,
+    is_interrupt,
     make_storage,
     open_study,
     requeue_dead_workers,
@@ -166,13 +167,14 @@ class Tuning:
         measured under the host lock, every window reported to the pruner."""
         import optuna
 
-        tag_worker(trial)
-
         def report(i: int, rate: float) -> bool:
             trial.report(rate, i)
             return trial.should_prune()
 
         try:
+            # Inside the try: a Ctrl-C that lands while the worker is recorded (two
+            # storage writes) is the trial's interrupt too, recorded as such below.
+            tag_worker(trial)
             config = self.space.suggest(trial, self.base)
             name = trial.user_attrs.get("baseline")
             if name in self.baselines:  # measure the baseline exactly as the user has it
@@ -183,21 +185,12 @@ class Tuning:
                     self.target, config, self.step, plan=self.plan, report=report, **self.clocks
                 )
         except KeyboardInterrupt as interrupt:
-            # Not the config's fault: the trial does not count towards n_trials, and a
-            # study kept in a storage measures it again when it resumes.
-            self.interrupted.append(trial.number)
-            # Ctrl-C may have landed inside a read of the storage: the interrupted frames
-            # hold its open cursor, and on SQLite its lock, for as long as the traceback
-            # lives, so every write after it (these, and Optuna's tell) would wait out
-            # the busy timeout and fail. The frames go first; the interrupt goes on.
-            interrupt.with_traceback(None)
-            gc.collect()
-            # Best effort: a write to the storage that Ctrl-C cut short fails here.
-            with contextlib.suppress(Exception):
-                trial.set_user_attr("interrupted", True)
-                trial.set_user_attr("error", "interrupted (Ctrl-C) before it finished")
+            self._interrupted(trial, interrupt)
             raise
         except (TfinputError, MemoryError, Exception) as e:
+            if is_interrupt(e):  # Ctrl-C inside TensorFlow's C++, wrapped by pybind11
+                self._interrupted(trial, e)
+                raise KeyboardInterrupt from None
             if isinstance(e, DataError) and "produced no batch" in str(e):
                 # Every other config would fail the same way: stop, and say what to do.
                 self.too_small.append(self._too_small(config))
@@ -215,6 +208,22 @@ class Tuning:
         if m.stopped_early:
             raise optuna.TrialPruned(f"window rates {m.rates} pruned: a clear loser")
         return m.median
+
+    def _interrupted(self, trial: optuna.Trial, interrupt: BaseException) -> None:
+        """Record that Ctrl-C stopped ``trial``: not the config's fault, so the trial
+        does not count towards n_trials, and a study kept in a storage measures it again
+        when it resumes."""
+        self.interrupted.append(trial.number)
+        # Ctrl-C may have landed inside a read of the storage: the interrupted frames
+        # hold its open cursor, and on SQLite its lock, for as long as the traceback
+        # lives, so every write after it (these, and Optuna's tell) would wait out the
+        # busy timeout and fail. The frames go first; the interrupt goes on.
+        interrupt.with_traceback(None)
+        gc.collect()
+        # Best effort: a write to the storage that Ctrl-C cut short fails here.
+        with contextlib.suppress(Exception):
+            trial.set_user_attr("interrupted", True)
+            trial.set_user_attr("error", "interrupted (Ctrl-C) before it finished")
 
     def refuse_data_smaller_than_a_batch(self) -> None:
         """Before the first trial: the data must hold one batch of every batch size the

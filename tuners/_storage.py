@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,6 +190,30 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def stop_heartbeats() -> int:
+    """Stop the heartbeat threads Optuna left running; how many.
+
+    Optuna records an RDB storage's heartbeat on a thread of its own (not a daemon),
+    started as each trial starts, in a ``with`` block that stops it when the trial ends.
+    A Ctrl-C that lands while that thread starts (``__enter__`` waits for it: long on a
+    busy host) leaves it running with no one to stop it, and Python waits for it at exit:
+    the process would never end. Called once Ctrl-C has stopped the search; any trial
+    still RUNNING then is failed by the next worker that checks the heartbeats, as a
+    killed worker's is.
+    """
+    from optuna.storages._heartbeat import HeartbeatThread
+
+    stopped = 0
+    for thread in threading.enumerate():
+        # Thread keeps its target and arguments until the target returns.
+        if getattr(thread, "_target", None) is HeartbeatThread._record_heartbeat:
+            for arg in getattr(thread, "_args", ()):
+                if isinstance(arg, threading.Event):
+                    arg.set()
+                    stopped += 1
+    return stopped
+
+
 @contextlib.contextmanager
 def host_lock(path: str | None = None) -> Iterator[None]:
     """Exclusive lock shared by every tfinput tuner process on this host."""
@@ -322,10 +347,27 @@ def requeue_dead_workers(study: optuna.Study) -> list[int]:
     return failed
 
 
+def is_interrupt(error: BaseException) -> bool:
+    """Whether ``error`` is Ctrl-C: a ``KeyboardInterrupt``, or the ``RuntimeError``
+    pybind11 raises in its place when the interrupt lands while TensorFlow's C++ code
+    is raising an error of its own ("MISMATCH of original and normalized active
+    exception types: ... REPLACED BY KeyboardInterrupt"); counted as a failed trial,
+    that Ctrl-C would be lost."""
+    return isinstance(error, KeyboardInterrupt) or (
+        isinstance(error, RuntimeError) and "REPLACED BY KeyboardInterrupt" in str(error)
+    )
+
+
 def explain_failure(pipeline: Measurable, error: BaseException) -> str:
     """Why a trial or measurement failed, in one line: tfinput's own message, "out of
     memory", or the error's type and its cleaned-up message (`tfinput.errors.clean_error`).
+
+    Raises:
+      KeyboardInterrupt: ``error`` is Ctrl-C in disguise (`is_interrupt`): not a failure
+        to note and go on from (every failure the tuner survives is explained here).
     """
+    if is_interrupt(error):
+        raise KeyboardInterrupt from None
     if isinstance(error, TfinputError):
         return str(error)
     if isinstance(error, MemoryError):

@@ -102,8 +102,10 @@ from tuners._search import (
 from tuners._space import SearchSpace
 from tuners._storage import (
     host_lock,
+    is_interrupt,
     make_storage,
     state_counts,
+    stop_heartbeats,
     storage_label,
     top_configs,
 )
@@ -250,8 +252,9 @@ def tune(
             # interrupted trials are enqueued again stops at once). An error after
             # Ctrl-C stopped a trial is the interrupt's too: the storage failing while
             # Optuna records the stopped trial (Ctrl-C landed inside a write).
-            if not isinstance(e, KeyboardInterrupt) and not run.interrupted:
+            if not is_interrupt(e) and not run.interrupted:
                 raise
+            stop_heartbeats()  # one Ctrl-C left running would keep the process alive
             requeued = () if in_memory else requeue_interrupted(study, run)
             raise TuneInterrupted(
                 study, stage=stage, storage=kept.storage, requeued=tuple(requeued)

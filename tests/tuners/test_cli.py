@@ -265,6 +265,8 @@ def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None):
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 start_new_session=True,
+                # A tune that hangs is sent SIGABRT below: its threads' stacks go to the log.
+                env={**os.environ, "PYTHONFAULTHANDLER": "1"},
             )
     finally:
         if ignored:
@@ -285,7 +287,12 @@ def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None):
         if again_after is not None:
             assert _wait_for_line(log_path, again_after, proc, deadline), log_path.read_text()
             os.killpg(proc.pid, signal.SIGINT)
-        code = proc.wait(timeout=120)
+        try:
+            code = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # the stacks of a tune that hangs, to the log
+            proc.wait(timeout=30)
+            pytest.fail(f"tune did not exit after Ctrl-C:\n{log_path.read_text()}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

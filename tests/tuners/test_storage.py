@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 
 import optuna
 import pytest
@@ -34,6 +35,7 @@ from tuners._storage import (
     redact,
     requeue_dead_workers,
     state_counts,
+    stop_heartbeats,
     storage_label,
     summarize_trials,
     tag_worker,
@@ -151,6 +153,25 @@ def test_host_lock_is_exclusive(tmp_path):
     with open(path) as other:  # released on exit
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.flock(other, fcntl.LOCK_UN)
+
+
+def test_a_heartbeat_thread_ctrl_c_orphaned_is_stopped(tmp_path):
+    # Optuna starts a trial's heartbeat thread in a `with` block's __enter__; Ctrl-C that
+    # lands there leaves it running with nothing to stop it (the tune process then
+    # never exits: Python waits for it). Here it is left running on purpose.
+    from optuna.storages._heartbeat import HeartbeatThread
+
+    storage = RDBStorage(f"sqlite:///{tmp_path}/hb.db", heartbeat_interval=1)
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    orphan = HeartbeatThread(trial._trial_id, storage)
+    orphan.start()
+    (thread,) = [t for t in threading.enumerate() if t is orphan._thread]
+    assert thread.is_alive() and not thread.daemon
+    assert stop_heartbeats() == 1
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert stop_heartbeats() == 0
 
 
 def _dead_pid():

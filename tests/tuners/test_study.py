@@ -226,7 +226,7 @@ def test_a_step_that_always_raises_ends_the_study_with_its_error(tmp_path, stora
 
 
 # ------------------------------------------------------------------ Ctrl-C
-def _ctrl_c(work, *, at_step=None):
+def _ctrl_c(work, *, at_step=None, error=KeyboardInterrupt):
     """A fake step that raises KeyboardInterrupt (what Python's SIGINT handler raises)
     at its ``at_step``-th call, or at the first step of the confirmation."""
     calls = []
@@ -234,9 +234,17 @@ def _ctrl_c(work, *, at_step=None):
     def fail(batch):
         calls.append(1)
         if len(calls) == at_step or (at_step is None and work.confirming):
-            raise KeyboardInterrupt
+            raise error
 
     return fail
+
+
+#: What pybind11 raises when Ctrl-C lands while TensorFlow's C++ code raises an error
+#: of its own (seen in a real `tfinput tune` on the oldest TensorFlow): still Ctrl-C.
+DISGUISED = RuntimeError(
+    "pybind11::error_already_set: MISMATCH of original and normalized active exception "
+    "types: ORIGINAL InvalidArgumentError REPLACED BY KeyboardInterrupt: <EMPTY MESSAGE>"
+)
 
 
 #: Steps of one trial of `FakeWorkload.tune`: a warm-up batch and four windows of two
@@ -244,9 +252,10 @@ def _ctrl_c(work, *, at_step=None):
 IN_THE_THIRD_TRIAL = 2 * 9 + 4
 
 
-def test_ctrl_c_in_the_search_raises_with_the_completed_trials(tmp_path):
+@pytest.mark.parametrize("error", [KeyboardInterrupt, DISGUISED], ids=["raised", "disguised"])
+def test_ctrl_c_in_the_search_raises_with_the_completed_trials(tmp_path, error):
     work = FakeWorkload(rate_by_parallelism)
-    work.fail = _ctrl_c(work, at_step=IN_THE_THIRD_TRIAL)
+    work.fail = _ctrl_c(work, at_step=IN_THE_THIRD_TRIAL, error=error)
     with pytest.raises(KeyboardInterrupt) as raised:
         work.tune(n_trials=6, lock_path=str(tmp_path / "lock"))
     interrupt = raised.value
@@ -269,9 +278,10 @@ def test_ctrl_c_in_the_search_raises_with_the_completed_trials(tmp_path):
     assert [r["state"] for r in data["trials_detail"]] == ["complete", "complete", "fail"]
 
 
-def test_ctrl_c_in_the_confirmation_claims_no_verdict(tmp_path):
+@pytest.mark.parametrize("error", [KeyboardInterrupt, DISGUISED], ids=["raised", "disguised"])
+def test_ctrl_c_in_the_confirmation_claims_no_verdict(tmp_path, error):
     work = FakeWorkload(rate_by_parallelism)
-    work.fail = _ctrl_c(work)
+    work.fail = _ctrl_c(work, error=error)
     with pytest.raises(TuneInterrupted) as raised:
         work.tune(n_trials=3, lock_path=str(tmp_path / "lock"))
     assert raised.value.stage == "confirmation" and raised.value.completed == 3
