@@ -27,10 +27,12 @@ pytest.importorskip(
     "for CPython 3.12+ on x86-64 Linux)",
 )
 
+from jax_tpu_embedding.sparsecore.lib.fdo.file_fdo_client import NPZFileFDOClient
 from jax_tpu_embedding.sparsecore.lib.nn import embedding
 
+from tests.helpers import run_cli
 from tfinput._src.applications.sparsecore.workers import used_entries
-from tfinput.sparsecore import SparseCorePlan, sparsecore_feed, sparsecore_step
+from tfinput.sparsecore import LimitsExceeded, SparseCorePlan, sparsecore_feed, sparsecore_step
 
 BATCH = 64
 DEVICES = 2
@@ -815,3 +817,115 @@ def test_a_step_that_runs_model_fit_is_refused_naming_it(small_schema):
     model.compile(optimizer="sgd", loss="mse")
     with pytest.raises(ConfigError, match=r"runs its own loop \(keras_fit\).*jax_step"):
         sparsecore_step(_plan(small_schema, "none"), steps.keras_fit_step(model))
+
+
+def test_schema_sparsecore_out_npz_is_what_the_fdo_client_loads(
+    small_tfrecord, small_schema, schema_file, tmp_path, capsys
+):
+    out_file = tmp_path / "fdo_stats_0_0.npz"
+    code, out, err = run_cli(
+        capsys, "schema", "sparsecore", *small_tfrecord, "--schema", schema_file,
+        "--per-replica-batch-size", "64", "--devices", "2", "--out", out_file,
+    )  # fmt: skip
+    assert code == 0 and "in jax-tpu-embedding's FDO form" in out, err
+    loaded = NPZFileFDOClient(tmp_path).load()
+    want = tfinput.sparsecore_stats(
+        tfinput.tfrecord(small_tfrecord, small_schema), per_replica_batch_size=64, devices=2
+    )
+    for s in want.stacks:  # the maxima the data needed, per partition and per SparseCore
+        name = s.stack.name
+        assert loaded.max_ids_per_partition[name].tolist() == [s.partition_ids.tolist()]
+        assert loaded.max_unique_ids_per_partition[name].tolist() == [s.partition_unique.tolist()]
+        assert loaded.required_buffer_size_per_sc[name].max() == (
+            s.observed.required_buffer_size_per_sc
+        )
+    plan = SparseCorePlan.from_schema(
+        small_schema, batch_size=128, local_device_count=2, num_sc_per_device=4
+    ).with_limits(loaded, margin=0.0, shrink=True)
+    for f in plan.feature_specs.values():  # the plan takes them (no margin: as measured)
+        stacked = f.table_spec.stacked_table_spec
+        observed = want.stack(stacked.stack_name).observed
+        assert stacked.max_ids_per_partition >= observed.max_ids_per_partition
+        assert stacked.max_ids_per_partition - observed.max_ids_per_partition < 8
+
+
+def test_the_feed_publishes_the_maxima_of_the_batches_taken_in_the_fdo_form(
+    small_schema, batches, tmp_path
+):
+    plan = _plan(small_schema, "none")
+    client = NPZFileFDOClient(tmp_path)
+    with sparsecore_feed(batches, plan, workers=2, fdo=client) as feed:
+        taken = [next(feed) for _ in range(5)]
+        feed.publish()  # one host's file, one record: the maxima of the 5 batches
+        rest = list(feed)
+    assert len(taken) + len(rest) == len(batches)
+    files = sorted(tmp_path.glob("fdo_stats_0_*.npz"))
+    assert len(files) == 2  # publish(), then close() with the batches taken since
+    want = [plan.preprocess(features, number)[1] for number, (features, _) in enumerate(batches)]
+    loaded = NPZFileFDOClient(tmp_path).load()  # as every host would: the latest file
+    for field in ("max_ids_per_partition", "max_unique_ids_per_partition"):
+        for stack, got in getattr(loaded, field).items():
+            # One row per record: the batches before publish(), then those after it.
+            first = np.max([getattr(s, field)[stack] for s in want[:5]], axis=0)
+            then = np.max([getattr(s, field)[stack] for s in want[5:]], axis=0)
+            np.testing.assert_array_equal(got, [first, then])
+    with pytest.raises(ConfigError, match="the feed has no FDO client"):
+        sparsecore_feed(batches, plan).publish()
+    with pytest.raises(ConfigError, match="fdo must be a jax-tpu-embedding FDO client"):
+        sparsecore_feed(batches, plan, fdo=str(tmp_path))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_limits_learn_through_the_fdo_client_and_training_goes_on(
+    small_tfrecord, small_schema, tmp_path, workers
+):
+    # Batch 5 needs 18 ids in one partition of table "tokens", more than its limit of 16:
+    # the feed refuses it (without dropping ids, and without jax-tpu-embedding's process
+    # abort), publishes its statistics with those of the batches before it, and the run
+    # goes on from that batch with the limits the client loads: the jitted step compiles
+    # once more, for the larger buffers, and every batch is trained on once.
+    import jax
+    import jax.numpy as jnp
+
+    tight = {"tokens": (16, 10), "user": (8, 8), "items": (16, 10)}
+    plan = _plan(small_schema, "none", limits=tight)
+    config = PipelineConfig(batch_size=BATCH, deterministic=True)
+    pipeline = tfinput.tfrecord(small_tfrecord, small_schema)
+    client = NPZFileFDOClient(tmp_path)
+    step = jax.jit(lambda sparse: sum(jnp.sum(v) for v in sparse.lhs_embedding_ids.values()))
+    iterator = pipeline.iterator(config)
+    plans, refused, labels = [plan], [], []
+    while True:
+        try:
+            with sparsecore_feed(iterator, plans[-1], workers=workers, fdo=client) as feed:
+                for (_, sparse), y in feed:
+                    step(sparse)
+                    labels.append(y)
+            break
+        except LimitsExceeded as e:
+            refused.append((e.batch_number, e.stats))
+            plans.append(plans[-1].with_limits(client.load()))
+            iterator.set_state(feed.get_state())  # from the refused batch on
+    assert [number for number, _ in refused] == [5]
+    ((_, stats),) = refused
+    assert int(np.max(stats.max_ids_per_partition["tokens"])) == 18
+    limits = {
+        f.table_spec.name: f.table_spec.stacked_table_spec for f in plans[-1].feature_specs.values()
+    }
+    # 18 ids * 1.2, rounded up to 8; the unique ids the first 6 batches needed (8) likewise.
+    assert (
+        limits["tokens"].max_ids_per_partition,
+        limits["tokens"].max_unique_ids_per_partition,
+    ) == (
+        24,
+        16,
+    )
+    assert all(
+        s.max_ids_per_partition >= tight[t][0] and s.suggested_coo_buffer_size_per_device
+        for t, s in limits.items()
+    )
+    assert step._cache_size() == 2  # compiled for the first plan's buffers, then the new
+    want = [y for _, y in pipeline.build(config).as_numpy_iterator()]
+    assert len(labels) == len(want) == 15
+    for got, expected in zip(labels, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), expected)

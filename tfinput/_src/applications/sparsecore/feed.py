@@ -60,7 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from tfinput._src.applications.sparsecore.plan import SparseCorePlan, embedding_module
+from tfinput._src.applications.sparsecore.plan import SparseCorePlan
+from tfinput._src.applications.sparsecore.stacks import embedding_module
 from tfinput._src.applications.sparsecore.workers import (
     END,
     Feeder,
@@ -77,6 +78,14 @@ from tfinput._src.core.errors import ConfigError, ResumeError
 from tfinput._src.measurement.steps.base import STEP_CLASSES, Step, loop_windows
 
 __all__ = ["SparseCoreFeed", "sparsecore_feed", "sparsecore_step"]
+
+#: jax-tpu-embedding's statistics an FDO client records (``SparseDenseMatmulInputStats``).
+_FDO_FIELDS = (
+    "max_ids_per_partition",
+    "max_unique_ids_per_partition",
+    "required_buffer_size_per_sc",
+    "id_drop_counters",
+)
 
 log = logging.getLogger("tfinput")
 
@@ -96,6 +105,7 @@ class SparseCoreFeed(Iterator[Any]):
         workers: int,
         prefetch: int,
         processes: bool = False,
+        fdo: Any = None,
         warned: set[str] | None = None,
     ) -> None:
         for name, value, least in (("workers", workers, 0), ("prefetch", prefetch, 1)):
@@ -104,8 +114,18 @@ class SparseCoreFeed(Iterator[Any]):
                     f"sparsecore_feed: {name} must be an int >= {least}, got {value!r}"
                 )
         embedding_module()  # a missing library fails here, not in a worker
+        for method in ("record", "publish"):
+            if fdo is not None and not callable(getattr(fdo, method, None)):
+                raise ConfigError(
+                    "sparsecore_feed: fdo must be a jax-tpu-embedding FDO client (record, "
+                    f"publish, load: NPZFileFDOClient), got {type(fdo).__name__}"
+                )
         self.plan = plan
         self.stats = SparseCoreFeedStats()
+        self._fdo = fdo
+        # jax-tpu-embedding's statistics of the batches taken since the last publish():
+        # field -> stack -> element-wise maxima (drop counts: sums).
+        self._unpublished: dict[str, dict[str, np.ndarray]] = {}
         # An InputIterator (tfinput.resume): batches are numbered from its position, and
         # get_state() saves the position after the last batch the training loop took.
         self._iterator = batches if isinstance(batches, InputIterator) else None
@@ -171,6 +191,7 @@ class SparseCoreFeed(Iterator[Any]):
             result = job(self.plan, number, features, False)
             self.stats.wait_seconds += time.perf_counter() - start
             if result.error is not None:
+                self._fold(getattr(result.error, "stats", None))
                 raise explain(result.error, result.number) from result.error
             self._record(result)
             return self._item(batch, result)
@@ -192,6 +213,7 @@ class SparseCoreFeed(Iterator[Any]):
                 raise
         self.stats.wait_seconds += time.perf_counter() - start
         if result.error is not None:
+            self._fold(getattr(result.error, "stats", None))  # a batch beyond the limits
             self.close()
             raise explain(result.error, result.number) from result.error
         self._record(result)
@@ -199,6 +221,7 @@ class SparseCoreFeed(Iterator[Any]):
 
     def _record(self, result: Result) -> None:
         used, stats = result.stats
+        self._fold(stats)
         self._taken += 1
         self.stats.batches += 1
         self.stats.preprocess_seconds += result.seconds
@@ -227,6 +250,42 @@ class SparseCoreFeed(Iterator[Any]):
                     int(np.max(stats.max_ids_per_partition[table])),
                     int(np.max(stats.max_unique_ids_per_partition[table])),
                 )  # fmt: skip
+
+    def _fold(self, stats: Any) -> None:
+        """Add one batch's jax-tpu-embedding statistics to those the next `publish`
+        records (with an FDO client)."""
+        if self._fdo is None or stats is None:
+            return
+        for field in _FDO_FIELDS:
+            kept = self._unpublished.setdefault(field, {})
+            for stack, value in getattr(stats, field).items():
+                value = np.asarray(value, dtype=np.int64)
+                if stack not in kept:
+                    kept[stack] = value
+                elif field == "id_drop_counters":
+                    kept[stack] = kept[stack] + value
+                else:
+                    kept[stack] = np.maximum(kept[stack], value)
+
+    def publish(self) -> None:
+        """Publish the statistics of the batches taken since the last publish through
+        the feed's FDO client: one ``record`` of their element-wise maxima (not one per
+        batch), then the client's ``publish`` (the NPZ client writes this host's file).
+        Every host publishes; the client's ``load()`` then gives the maxima over the
+        hosts, for `SparseCorePlan.with_limits`. `close` publishes what is left, and
+        so does a feed that refuses a batch beyond its limits, with that batch's
+        statistics.
+
+        Raises:
+          ConfigError: the feed has no FDO client (``sparsecore_feed(..., fdo=...)``).
+        """
+        if self._fdo is None:
+            raise ConfigError("sparsecore_feed.publish(): the feed has no FDO client (fdo=)")
+        if self._unpublished:
+            stats = embedding_module().SparseDenseMatmulInputStats(**self._unpublished)
+            self._unpublished = {}
+            self._fdo.record(stats)
+        self._fdo.publish()
 
     @property
     def position(self) -> int:
@@ -293,6 +352,8 @@ class SparseCoreFeed(Iterator[Any]):
         self._source = None
         if self._feeder is not None:
             self._stop_feeder()  # Feeder.stop, once
+        if self._unpublished:
+            self.publish()
 
     def __enter__(self) -> SparseCoreFeed:
         return self
@@ -308,6 +369,7 @@ def sparsecore_feed(
     workers: int = 2,
     prefetch: int | None = None,
     processes: bool = False,
+    fdo: Any = None,
 ) -> SparseCoreFeed:
     """Feed ``batches`` with their SparseCore preprocessing done ahead, in order.
 
@@ -331,9 +393,15 @@ def sparsecore_feed(
     Returns:
       A `SparseCoreFeed` of ``((dense, preprocessed), labels)``.
 
+      fdo: A jax-tpu-embedding FDO client (``NPZFileFDOClient(directory)``): the feed
+        keeps the statistics of the batches the training loop takes and publishes
+        their maxima through it (`SparseCoreFeed.publish`, and at `close`), for limits
+        that learn (`SparseCorePlan.with_limits`; docs/sparsecore.md).
+
     Raises:
       ConfigError: jax-tpu-embedding is missing; a bad worker or prefetch count; an
-        `InputIterator` that keeps fewer than ``prefetch + 1`` batches.
+        `InputIterator` that keeps fewer than ``prefetch + 1`` batches; ``fdo`` is not
+        an FDO client.
     """
     return SparseCoreFeed(
         batches,
@@ -341,6 +409,7 @@ def sparsecore_feed(
         workers=workers,
         prefetch=prefetch if prefetch else max(1, 2 * workers),
         processes=processes,
+        fdo=fdo,
     )
 
 

@@ -6,34 +6,42 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from tfinput._src.applications.sparsecore.results import SparseCoreStats
+from tfinput._src.applications.sparsecore.stacks import ALIGNMENT, embedding_module, round_up
 from tfinput._src.applications.tpu import checked_limits
 from tfinput._src.core.errors import ConfigError, DataError
 from tfinput._src.core.layout import is_packed
 from tfinput._src.core.schema import MultiHot, Schema
 
-__all__ = ["SparseCorePlan", "embedding_module"]
+__all__ = ["LimitsExceeded", "SparseCorePlan"]
 
 #: `SparseCorePlan.output`'s forms.
 _OUTPUTS = ("jax_tpu_embedding", "keras_rs")
 
-_INSTALL = (
-    "pip install 'tfinput[sparsecore]' (jax-tpu-embedding; wheels for CPython 3.12+ on "
-    "x86-64 Linux)"
-)
 
+class LimitsExceeded(DataError):
+    """A batch needs more than a stack's SparseCore limits, and the plan does not drop ids.
 
-def embedding_module() -> Any:
-    try:
-        from jax_tpu_embedding.sparsecore.lib.nn import embedding
-    except ImportError as e:
-        raise ConfigError(f"SparseCore preprocessing needs jax-tpu-embedding: {_INSTALL}") from e
-    return embedding
+    Attributes:
+      batch_number: The batch's number in the stream.
+      stats: jax-tpu-embedding's ``SparseDenseMatmulInputStats`` of the batch: what it
+        needs (for `SparseCorePlan.with_limits`; a feed with an FDO client publishes
+        them).
+    """
+
+    def __init__(self, message: str, *, batch_number: int = -1, stats: Any = None) -> None:
+        super().__init__(message)
+        self.batch_number = batch_number
+        self.stats = stats
+
+    def __reduce__(self) -> tuple[Any, ...]:  # from a worker process, with its stats
+        return (type(self), (str(self),), {"batch_number": self.batch_number, "stats": self.stats})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -234,6 +242,71 @@ class SparseCorePlan:
         )
         return self
 
+    def with_limits(
+        self, stats: Any, *, margin: float = 0.2, shrink: bool = False
+    ) -> SparseCorePlan:
+        """A new plan whose stacks' limits hold what ``stats`` says the batches need:
+        the limits learnt from the data as training goes (this plan is unchanged).
+
+        ``stats`` is jax-tpu-embedding's ``SparseDenseMatmulInputStats``: an FDO
+        client's ``load()`` (the maxima every host published: a feed with ``fdo=``, or
+        ``tfinput schema sparsecore --out fdo_stats_0_0.npz``), or a refused batch's
+        `LimitsExceeded.stats`. Each stack's ``max_ids_per_partition``,
+        ``max_unique_ids_per_partition`` and COO buffer size become the stats' maxima
+        times ``1 + margin`` (rounded up to 8; the buffer at most what the limits can
+        fill), through jax-tpu-embedding's ``update_preprocessing_parameters``. The
+        limits only grow, unless ``shrink`` (to start a run from measured statistics:
+        then they are what ``stats`` says). The buffers' shapes follow the buffer size,
+        so a jitted step compiles again for the new plan's batches.
+
+        Raises:
+          ConfigError: ``stats`` names a stack the plan does not have (statistics of
+            another stacking), or ``margin`` is negative.
+        """
+        embedding = embedding_module()
+        if margin < 0:
+            raise ConfigError(f"SparseCorePlan.with_limits: margin must be >= 0, got {margin}")
+        specs = copy.deepcopy(dict(self.feature_specs))  # shared table specs stay shared
+        stacked = {}
+        for f in specs.values():
+            stacked[f.table_spec.stacked_table_spec.stack_name] = f.table_spec.stacked_table_spec
+        fields = ("max_ids_per_partition", "max_unique_ids_per_partition")
+        buffer_sizes = getattr(stats, "required_buffer_size_per_sc", None) or {}
+        named = {*buffer_sizes, *(n for f in fields for n in getattr(stats, f, None) or {})}
+        if unknown := sorted(named - set(stacked)):
+            raise ConfigError(
+                f"SparseCorePlan.with_limits: the statistics name stack(s) {unknown} the "
+                f"plan does not have (its stacks: {sorted(stacked)}); they were taken with "
+                "another stacking"
+            )
+
+        def grown(value: Any, current: int | None) -> int:
+            need = round_up(math.ceil(int(np.max(value)) * (1 + margin)), ALIGNMENT)
+            return need if shrink else max(need, current or 0)
+
+        limits = {
+            field: {n: np.array(grown(v, getattr(stacked[n], field))) for n, v in got.items()}
+            for field in fields
+            for got in [getattr(stats, field, None) or {}]
+        }
+        buffers = {}
+        n_sc = self.num_sc_per_device
+        for name, value in buffer_sizes.items():
+            current = stacked[name].suggested_coo_buffer_size_per_device
+            per_sc = grown(value, None if current is None else -(-current // n_sc))
+            # No more than the limits allow (jax-tpu-embedding aborts on a larger one).
+            ids = limits["max_ids_per_partition"].get(name, stacked[name].max_ids_per_partition)
+            most = embedding.compute_theoretical_max_coo_buffer_size(
+                int(ids), self.global_device_count, n_sc
+            )
+            buffers[name] = np.full(n_sc, min(per_sc, most // n_sc), np.int64)
+        embedding.update_preprocessing_parameters(
+            specs,
+            embedding.SparseDenseMatmulInputStats(**limits, required_buffer_size_per_sc=buffers),
+            num_sc_per_device=self.num_sc_per_device,
+        )
+        return dataclasses.replace(self, feature_specs=specs)
+
     def inputs(
         self, features: Mapping[str, Any], *, batch_number: int = 0
     ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -306,8 +379,10 @@ class SparseCorePlan:
         Raises:
           ConfigError: jax-tpu-embedding is missing, or the batch is not as `inputs`
             expects.
-          DataError: a batch `inputs` refuses; ids beyond a table's limits, without
-            ``allow_id_dropping``: names the batch, the table, the count and the limits.
+          DataError: a batch `inputs` refuses.
+          LimitsExceeded: ids beyond a table's limits, without ``allow_id_dropping``:
+            names the batch, the table, the count and the limits, and carries the
+            batch's statistics.
         """
         embedding = embedding_module()
         ids, weights = self.inputs(features, batch_number=batch_number)
@@ -328,7 +403,7 @@ class SparseCorePlan:
             table, count = sorted(dropped.items())[0]
             spec = self._stack_spec(table)
             others = f"; other tables too: {sorted(dropped)[1:]}" if len(dropped) > 1 else ""
-            raise DataError(
+            raise LimitsExceeded(
                 f"SparseCore batch {batch_number}: table {table!r} has {count} id(s) beyond "
                 f"max_ids_per_partition {spec.max_ids_per_partition} / "
                 f"max_unique_ids_per_partition {spec.max_unique_ids_per_partition} (the "
@@ -336,7 +411,10 @@ class SparseCorePlan:
                 f"{int(np.max(stats.max_unique_ids_per_partition[table]))} in one "
                 f"partition{others}). Raise the limits (tfinput schema sparsecore measures "
                 "them from the data; SparseCorePlan.from_schema(limits=stats)), or "
-                "allow_id_dropping=True to drop and count them"
+                "allow_id_dropping=True to drop and count them (or let the run learn "
+                "them: SparseCorePlan.with_limits, docs/sparsecore.md)",
+                batch_number=batch_number,
+                stats=stats,
             )
         return out, stats
 

@@ -8,7 +8,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from tfinput._src.applications.sparsecore.stacks import ALIGNMENT, COO_ENTRY_BYTES, Stack, round_up
+import numpy as np
+
+from tfinput._src.applications.sparsecore.stacks import (
+    ALIGNMENT,
+    COO_ENTRY_BYTES,
+    Stack,
+    embedding_module,
+    round_up,
+)
 from tfinput._src.core.errors import ConfigError
 
 __all__ = ["Limits", "Overflow", "SparseCoreStats", "StackStats"]
@@ -231,6 +239,30 @@ class SparseCoreStats:
     def limits(self) -> dict[str, Limits]:
         """Suggested limits (observed maxima plus the margin) by stack name."""
         return {s.stack.name: s.limits(self.margin) for s in self.stacks}
+
+    def input_stats(self) -> Any:
+        """The statistics as jax-tpu-embedding's ``SparseDenseMatmulInputStats``, the form
+        its FDO clients record and load: per stack, the maxima over the batches scanned
+        (per partition: ``partition_ids`` and ``partition_unique``; the buffer, per
+        SparseCore), without the margin (`SparseCorePlan.with_limits` adds one).
+
+        Raises:
+          ConfigError: jax-tpu-embedding is missing.
+        """
+        embedding = embedding_module()
+        return embedding.SparseDenseMatmulInputStats(
+            max_ids_per_partition={
+                s.stack.name: np.asarray(s.partition_ids, np.int64) for s in self.stacks
+            },
+            max_unique_ids_per_partition={
+                s.stack.name: np.asarray(s.partition_unique, np.int64) for s in self.stacks
+            },
+            required_buffer_size_per_sc={
+                s.stack.name: np.full(self.sparsecores, s.observed.required_buffer_size_per_sc)
+                for s in self.stacks
+            },
+            id_drop_counters={s.stack.name: 0 for s in self.stacks},
+        )
 
     def table_limits(self) -> dict[str, tuple[int, int]]:
         """``table -> (max_ids_per_partition, max_unique_ids_per_partition)``, the

@@ -1,6 +1,7 @@
 """SparseCore stacks: which tables share a SparseCore stack, the constants of the
-hardware, and counting ids per partition of each stack (vectorized: one 64-bit key per
-id, one sort per batch and stack). `tfinput.sparsecore` is the public API."""
+hardware (and jax-tpu-embedding, the library that preprocesses for it), and counting
+ids per partition of each stack (vectorized: one 64-bit key per id, one sort per batch
+and stack). `tfinput.sparsecore` is the public API."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ __all__ = [
     "KERAS_RS_DEFAULT_LIMIT",
     "MLPERF_LIMIT",
     "Stack",
+    "embedding_module",
     "plan_stacks",
     "round_up",
 ]
@@ -38,6 +40,25 @@ ALIGNMENT = 8
 ACTIVATION_BYTES_LIMIT = 2 * 1024 * 1024
 #: Bytes per COO buffer entry (int32 id, int32 sample, float32 gain).
 COO_ENTRY_BYTES = 12
+
+
+_INSTALL = (
+    "pip install 'tfinput[sparsecore]' (jax-tpu-embedding; wheels for CPython 3.12+ on "
+    "x86-64 Linux)"
+)
+
+
+def embedding_module() -> Any:
+    """jax-tpu-embedding's ``embedding`` module (imported on first use).
+
+    Raises:
+      ConfigError: jax-tpu-embedding is not installed: names what to install.
+    """
+    try:
+        from jax_tpu_embedding.sparsecore.lib.nn import embedding
+    except ImportError as e:
+        raise ConfigError(f"SparseCore preprocessing needs jax-tpu-embedding: {_INSTALL}") from e
+    return embedding
 
 
 def round_up(value: int, multiple: int) -> int:

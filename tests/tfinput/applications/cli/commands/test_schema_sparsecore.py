@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -74,6 +75,18 @@ def test_sample_and_format(data, capsys):
     got = json.loads(out)
     assert got["batches"] == 2 and got["complete"] is False
     assert got["multi_hot_format"] == "sparse" and "1/(n+1)" in got["sampling"]
+
+
+def test_out_npz_is_the_fdo_form_named_as_its_client_loads(data, tmp_path, capsys):
+    # What the client loads: tests/tfinput/applications/sparsecore/test_feed.py (the
+    # end with jax-tpu-embedding).
+    args = ["schema", "sparsecore", *data, "--per-replica-batch-size", "64", "--devices", "2"]
+    code, _, err = run_cli(capsys, *args, "--out", tmp_path / "limits.npz")
+    assert code == 2 and "loads only files named fdo_stats_<process>_<timestamp>.npz" in err
+    assert f"name it e.g. {tmp_path}/fdo_stats_0_0.npz" in err
+    if importlib.util.find_spec("jax_tpu_embedding") is None:
+        code, _, err = run_cli(capsys, *args, "--out", tmp_path / "fdo_stats_0_0.npz")
+        assert code == 2 and "pip install 'tfinput[sparsecore]'" in err
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from tfinput._src.applications.cli.args import (
@@ -270,7 +271,12 @@ def _sparsecore_arguments(p: argparse.ArgumentParser) -> None:
         "(, buffer per SparseCore)]}; exit 1 if any batch would overflow them",
     )
     p.add_argument(
-        "--out", metavar="FILE", help="write the statistics and the configs as JSON here"
+        "--out",
+        metavar="FILE",
+        help="write the statistics and the configs as JSON here; a FILE named "
+        "fdo_stats_<host>_<n>.npz gets the statistics in jax-tpu-embedding's FDO form "
+        "instead (its NPZFileFDOClient(FILE's folder).load() reads them; "
+        "SparseCorePlan.with_limits applies them)",
     )
     add_output_arguments(p, json_help="print the JSON written by --out")
 
@@ -307,6 +313,7 @@ def _sparsecore(args: argparse.Namespace) -> int:
     from tfinput._src.applications.sparsecore.stacks import MLPERF_LIMIT
 
     check_output(args.out, "--out", directory=False)
+    fdo = _fdo_file(args.out)
     limits = _limits(args.limits)
     stacking = _stacking(args.stack)
     config = None
@@ -331,16 +338,59 @@ def _sparsecore(args: argparse.Namespace) -> int:
         )
     overflows = stats.overflows(limits) if limits is not None else []
     payload = _payload(stats, pipeline.schema, overflows)
-    if args.out:
+    if fdo:
+        _write_fdo(stats, args.out)
+    elif args.out:
         with open(args.out, "w") as f:
             json.dump(payload, f, indent=2)
     if args.json:
         print(json.dumps(payload, indent=2))
     else:
         _print(stats, pipeline.schema, overflows, MLPERF_LIMIT)
-        if args.out:
+        if fdo:
+            console().print(
+                f"statistics written to {args.out} in jax-tpu-embedding's FDO form: "
+                f"NPZFileFDOClient({os.path.dirname(os.path.abspath(args.out))!r}).load() "
+                "reads them, SparseCorePlan.with_limits applies them"
+            )
+        elif args.out:
             console().print(f"statistics and configs written to {args.out}")
     return 1 if any(o.over_any for o in overflows) else 0
+
+
+#: The files jax-tpu-embedding's NPZFileFDOClient loads: fdo_stats_<process>_<time>.npz.
+_FDO_NAME = re.compile(r"fdo_stats_\d+_\d+\.npz")
+
+
+def _fdo_file(out: str | None) -> bool:
+    """Whether ``--out`` asks for the FDO form (a ``.npz`` file), refusing a name that
+    jax-tpu-embedding's NPZ client would not load."""
+    if out is None or not out.endswith(".npz"):
+        return False
+    if not _FDO_NAME.fullmatch(os.path.basename(out)):
+        raise ConfigError(
+            f"--out {out}: jax-tpu-embedding's NPZFileFDOClient loads only files named "
+            "fdo_stats_<process>_<timestamp>.npz; name it e.g. "
+            f"{os.path.join(os.path.dirname(out), 'fdo_stats_0_0.npz')}"
+        )
+    return True
+
+
+def _write_fdo(stats: SparseCoreStats, path: str) -> None:
+    """The statistics as one record of jax-tpu-embedding's NPZ FDO client: a row per
+    stack and statistic, under the keys its ``publish`` writes."""
+    import dataclasses
+
+    import numpy as np
+
+    data = stats.input_stats()
+    arrays = {
+        f"{stack}{field.metadata['suffix']}": np.asarray(value, np.int64)[None]
+        for field in dataclasses.fields(data)
+        for stack, value in getattr(data, field.name).items()
+    }
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def _payload(
