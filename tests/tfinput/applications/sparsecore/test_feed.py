@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import gc
 import logging
+import pickle
 import re
 import textwrap
 import threading
@@ -903,7 +904,9 @@ def test_limits_learn_through_the_fdo_client_and_training_goes_on(
                     labels.append(y)
             break
         except LimitsExceeded as e:
-            refused.append((e.batch_number, e.stats))
+            again = pickle.loads(pickle.dumps(e))  # as from a worker process
+            assert (again.batch_number, str(again)) == (e.batch_number, str(e))
+            refused.append((again.batch_number, again.stats))
             plans.append(plans[-1].with_limits(client.load()))
             iterator.set_state(feed.get_state())  # from the refused batch on
     assert [number for number, _ in refused] == [5]
