@@ -65,9 +65,10 @@ SMOKE = {
     "benchmarks/jax_profile.py": (["--smoke", "--write"], "jax"),
     "benchmarks/table_step.py": (["--smoke", "--write"], "jax"),  # its smoke backend, in-process
 }
-#: Scripts run elsewhere: tests/test_examples.py (RUNS) and test_examples_resume.py.
+#: Scripts run elsewhere: tests/test_examples.py (RUNS), test_examples_resume.py and
+#: tests/tfinput/applications/sparsecore/test_feed_hosts.py.
 ELSEWHERE = {*(f"examples/{script}" for script, _, _ in EXAMPLE_RUNS.values())}
-ELSEWHERE |= {"examples/resume_jax.py"}
+ELSEWHERE |= {"examples/resume_jax.py", "examples/sparsecore_hosts.py"}  # its own test module
 
 
 def _files() -> dict[str, int]:

@@ -1,0 +1,94 @@
+"""The SparseCore feed on several hosts (examples/sparsecore_hosts.py): 2 processes of 4
+CPU devices each, joined by ``jax.distributed`` on loopback, one global mesh. Each host
+preprocesses its own shard of every global batch; the hosts agree on the batch numbers
+(checked inside a jitted step over every device of both hosts) and on the limits they
+learn together through jax-tpu-embedding's FDO client, whose statistics cross hosts
+once per update. One host is killed with SIGKILL mid-epoch and every host restarted:
+they resume at the same global batch, and over the epoch every row is trained on once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "jax_tpu_embedding",
+    reason="jax-tpu-embedding is not installed (pip install 'tfinput[sparsecore]': wheels "
+    "for CPython 3.12+ on x86-64 Linux)",
+)
+
+EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "sparsecore_hosts.py"
+HOSTS, DEVICES, UPDATE_EVERY = 2, 4, 3
+ROWS, STEPS = 1024, 8  # 4 files of 256 rows; global batches of 2 x 64 rows
+#: The last host is killed once it has fed step 4: steps 0-2 were committed (the update
+#: and checkpoint after step 2), 3-4 were not (the next is after step 5).
+KILL_AFTER, COMMITTED = 4, 2
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hosts")
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--hosts", str(HOSTS), "--devices", str(DEVICES),
+         "--update-every", str(UPDATE_EVERY), "--out", str(out), "--timeout", "400",
+         "--kill-after", str(KILL_AFTER)],
+        capture_output=True, text=True, timeout=500,
+    )  # fmt: skip
+    # What each host wrote, read here rather than trusting the launcher's checks: its
+    # record of the second run, and every step it fed in both runs.
+    hosts = [json.loads(p.read_text()) for p in sorted(out.glob("host-*.json"))]
+    fed = [
+        [json.loads(line) for line in p.read_text().splitlines()]
+        for p in sorted(out.glob("fed-*.jsonl"))
+    ]
+    return proc, hosts, fed
+
+
+def test_the_launcher_checks_pass(run):
+    proc, _, _ = run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"killed (SIGKILL) after step {KILL_AFTER}" in proc.stdout
+    assert "ok: every host resumed at the same global batch" in proc.stdout
+    assert "FAILED" not in proc.stdout
+
+
+def test_every_host_resumes_at_the_committed_global_batch(run):
+    _, hosts, fed = run
+    assert [h["start"] for h in hosts] == [COMMITTED + 1] * HOSTS
+    for steps in fed:  # the first run, up to the kill (or further: the other host), then again
+        numbers = [line["number"] for line in steps]
+        restart = numbers.index(COMMITTED + 1, KILL_AFTER)
+        assert numbers[:restart][: KILL_AFTER + 1] == list(range(KILL_AFTER + 1))
+        assert numbers[restart:] == list(range(COMMITTED + 1, STEPS))
+
+
+def test_each_host_trains_on_its_own_rows_and_every_row_once(run):
+    _, hosts, fed = run
+    assert all(h["devices"] == [DEVICES, HOSTS * DEVICES] for h in hosts)
+    trained = []
+    for steps in fed:  # the committed steps of the first run, then the second run's
+        restart = [line["number"] for line in steps].index(COMMITTED + 1, KILL_AFTER)
+        kept = [line for line in steps[:restart] if line["step"] <= COMMITTED] + steps[restart:]
+        assert all(len(line["rows"]) == 64 for line in kept)
+        trained.append(sorted(r for line in kept for r in line["rows"]))
+    assert not set(trained[0]) & set(trained[1])  # no row on two hosts
+    assert sorted(trained[0] + trained[1]) == list(range(ROWS))
+
+
+def test_the_hosts_agree_on_batch_numbers_and_limits(run):
+    _, hosts, _ = run
+    assert all(all(h["agree"]) and len(h["agree"]) == STEPS - COMMITTED - 1 for h in hosts)
+    assert [u["step"] for u in hosts[0]["updates"]] == [5]
+    assert all(h["updates"] == hosts[0]["updates"] for h in hosts)
+    assert hosts[0]["updates"][0]["limits"]["tokens"][0] > 8  # grown from the tight 8 / 8
+
+
+def test_statistics_cross_hosts_once_per_update(run):
+    _, hosts, _ = run
+    # The updates after steps 2 and 5, and the feed's close after step 7: three files per
+    # host for eight steps.
+    assert [h["fdo_files"] for h in hosts] == [3] * HOSTS
