@@ -932,3 +932,22 @@ def test_limits_learn_through_the_fdo_client_and_training_goes_on(
     assert len(labels) == len(want) == 15
     for got, expected in zip(labels, want, strict=True):
         np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_with_limits_refuses_statistics_of_another_stacking_and_a_negative_margin(
+    small_schema, batches
+):
+    plan = _plan(small_schema, "none")
+    _, stats = _plan(small_schema, "auto").preprocess(batches[0][0], 0)  # stacks of auto
+    with pytest.raises(ConfigError, match=r"name stack\(s\) \['items_user'\] the plan does not"):
+        plan.with_limits(stats)
+    _, own = plan.preprocess(batches[0][0], 0)
+    with pytest.raises(ConfigError, match=r"margin must be >= 0, got -0\.5"):
+        plan.with_limits(own, margin=-0.5)
+    grown = plan.with_limits(own, margin=0.0)  # the default limits (256) already hold them
+
+    def ids(p):
+        return {n: f.table_spec.stacked_table_spec.max_ids_per_partition
+                for n, f in p.feature_specs.items()}  # fmt: skip
+
+    assert ids(grown) == ids(plan) and set(ids(plan).values()) == {256}

@@ -389,14 +389,13 @@ def sparsecore_feed(
         process, so threads beyond one do not add throughput; processes do
         (benchmarks/RESULTS.md, "SparseCore preprocessing"). Worth it on a many-core host
         whose steps need more than one process preprocesses.
-
-    Returns:
-      A `SparseCoreFeed` of ``((dense, preprocessed), labels)``.
-
       fdo: A jax-tpu-embedding FDO client (``NPZFileFDOClient(directory)``): the feed
         keeps the statistics of the batches the training loop takes and publishes
         their maxima through it (`SparseCoreFeed.publish`, and at `close`), for limits
         that learn (`SparseCorePlan.with_limits`; docs/sparsecore.md).
+
+    Returns:
+      A `SparseCoreFeed` of ``((dense, preprocessed), labels)``.
 
     Raises:
       ConfigError: jax-tpu-embedding is missing; a bad worker or prefetch count; an
