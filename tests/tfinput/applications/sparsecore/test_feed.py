@@ -557,15 +557,23 @@ def test_workers_zero_preprocesses_on_the_calling_thread(small_schema, batches):
         _assert_same(sparse, _serial(plan, batches[number][0], number))
 
 
-def _short_tune(tmp_path):
-    """A tune of a few batches per window, one confirmation window, no extra advice."""
+def _short_tune(small_tfrecord, small_schema, step, *, n_trials, tmp_path):
+    """`tuners.tune` of the shared TFRecord files against ``step``: a few batches per
+    window, one confirmation window, no extra advice."""
+    from tuners import tune
     from tuners.options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
 
-    return TuneOptions(
-        measurement=MeasureOptions(cpu_count=2, windows=2, window_batches=2, warmup_batches=1),
-        study=StudyOptions(lock_path=str(tmp_path / "lock")),
-        confirmation=ConfirmOptions(
-            confirm_top=1, confirm_windows=1, advise_format=False, breakdown=False
+    return tune(
+        tfinput.tfrecord(small_tfrecord, small_schema),
+        step=step,
+        n_trials=n_trials,
+        base=PipelineConfig(batch_size=BATCH),
+        options=TuneOptions(
+            measurement=MeasureOptions(cpu_count=2, windows=2, window_batches=2, warmup_batches=1),
+            study=StudyOptions(lock_path=str(tmp_path / "lock")),
+            confirmation=ConfirmOptions(
+                confirm_top=1, confirm_windows=1, advise_format=False, breakdown=False
+            ),
         ),
     )
 
@@ -574,7 +582,6 @@ def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
     small_tfrecord, small_schema, tmp_path, caplog, batches
 ):
     from tfinput import steps
-    from tuners._study import tune
 
     # Limits far below what the data needs: every batch drops ids, counted per table.
     plan = _plan(
@@ -585,13 +592,7 @@ def test_tune_searches_the_feed_knobs_and_its_result_counts_the_drops(
     )
     step = sparsecore_step(plan, steps.simulated_step(0.002))
     assert step.feeds_sparsecore and step.owns_loop
-    result = tune(
-        tfinput.tfrecord(small_tfrecord, small_schema),
-        step=step,
-        n_trials=3,
-        base=PipelineConfig(batch_size=BATCH),
-        options=_short_tune(tmp_path),
-    )
+    result = _short_tune(small_tfrecord, small_schema, step, n_trials=3, tmp_path=tmp_path)
     assert set(result.space["sparsecore_workers"]) == {0, 1, 2}  # 0: the baselines'
     assert result.space["sparsecore_prefetch"] == [0, 2, 8]
     baseline = result.study.get_trials()[0]
@@ -784,7 +785,6 @@ def test_tune_against_a_jax_step_searches_the_feed_knobs_with_the_tf_data_ones(
     import jax.numpy as jnp
 
     from tfinput import steps
-    from tuners._study import tune
 
     def train(state, batch):
         (dense, _sparse), labels = batch
@@ -793,13 +793,7 @@ def test_tune_against_a_jax_step_searches_the_feed_knobs_with_the_tf_data_ones(
     inner = steps.jax_step(train, jnp.zeros(()))
     step = sparsecore_step(_plan(small_schema, "none"), inner)
     assert step.kind == "jax" and step.feeds_sparsecore and not step.feeds_device
-    result = tune(
-        tfinput.tfrecord(small_tfrecord, small_schema),
-        step=step,
-        n_trials=2,
-        base=PipelineConfig(batch_size=BATCH),
-        options=_short_tune(tmp_path),
-    )
+    result = _short_tune(small_tfrecord, small_schema, step, n_trials=2, tmp_path=tmp_path)
     assert {"sparsecore_workers", "sparsecore_prefetch", "map_parallelism"} <= set(result.space)
     assert "device_prefetch" not in result.space  # the feed prefetches
     assert result.step["kind"] == "jax"
