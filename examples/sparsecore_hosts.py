@@ -3,6 +3,7 @@ global batch, the hosts agree on the batch numbers, and the limits learn across 
 
     python examples/sparsecore_hosts.py                 # 2 hosts of 4 CPU devices each
     python examples/sparsecore_hosts.py --hosts 4 --out runs/hosts
+    python examples/sparsecore_hosts.py --minibatching  # split batches beyond the limits
 
 Runs on CPU with jax-tpu-embedding (``pip install 'tfinput[sparsecore]'``, CPython 3.12+).
 It starts ``--hosts`` processes on this machine as the hosts of a pod, joined by
@@ -23,6 +24,10 @@ global mesh over all of them. Each host (`host`):
   goes on with a new feed from the same position. Between updates the ids beyond the
   limits are dropped and counted (``allow_id_dropping``): a refusal on one host would
   leave the others waiting in the step.
+- with ``--minibatching``, splits a batch whose ids exceed the limits into minibatches
+  instead (``SparseCorePlan(minibatching=True)``): the hosts agree on each batch's split
+  through jax-tpu-embedding's all-reduce (`tfinput.sparsecore.AllReduce`, a gRPC server
+  per host on a loopback port here), and the step checks that they did.
 
 The launcher then checks what the hosts wrote: every row of the data once over the
 hosts and the steps, the same batch numbers and the same limits on every host, and the
@@ -33,7 +38,10 @@ What changes on a TPU pod: the processes are the pod's hosts (``jax.distributed
 chip's SparseCores (4 on v5p, 2 on v6e); the FDO directory is one every host can read
 (a shared file system or a bucket path); the step is the model's (the preprocessed
 input goes to jax-tpu-embedding's ``tpu_sparse_dense_matmul``, whose feature specs are
-static arguments: new limits compile it again, on every host at the same step).
+static arguments: new limits compile it again, on every host at the same step; with
+minibatching it runs with ``enable_minibatching=True``, a loop over the minibatches);
+the all-reduce's port is one the other hosts reach, and nothing else should (its server
+listens on every interface, without authentication).
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ PER_HOST_BATCH = 64
 SPARSECORES = 2
 #: Limits small enough that the first batches outgrow them: the update raises them.
 TIGHT_LIMITS = {"items": (8, 8), "user": (8, 8), "tokens": (8, 8)}
+#: With --minibatching: room for every id of a partition, but so few distinct ids that
+#: the first batches must be split (minibatching splits on distinct ids).
+MINIBATCH_LIMITS = {"items": (32, 4), "user": (32, 4), "tokens": (32, 4)}
 
 
 def host(args: argparse.Namespace) -> None:
@@ -77,7 +88,7 @@ def host(args: argparse.Namespace) -> None:
 
     import tfinput
     from tfinput import testing
-    from tfinput.sparsecore import SparseCorePlan, sparsecore_feed
+    from tfinput.sparsecore import AllReduce, SparseCorePlan, sparsecore_feed
 
     mesh = jax.make_mesh((jax.device_count(),), ("devices",))
     spread = NamedSharding(mesh, PartitionSpec("devices"))
@@ -89,8 +100,8 @@ def host(args: argparse.Namespace) -> None:
     @jax.jit
     def step(numbers: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         # A collective over every device of every host: the hosts agree on the batch
-        # number when its smallest and largest are the same.
-        return jnp.max(numbers) - jnp.min(numbers), jnp.sum(ids >= 0)
+        # number (and on its minibatches) when its smallest and largest are the same.
+        return jnp.max(numbers, 0) - jnp.min(numbers, 0), jnp.sum(ids >= 0)
 
     schema = testing.small_schema()
     pipeline = tfinput.tfrecord(sorted(Path(args.data).glob("part-*")), schema)
@@ -108,10 +119,21 @@ def host(args: argparse.Namespace) -> None:
         global_device_count=jax.device_count(),
         num_sc_per_device=SPARSECORES,
         stacking="none",
-        limits=TIGHT_LIMITS,
+        limits=MINIBATCH_LIMITS if args.minibatching else TIGHT_LIMITS,
         allow_id_dropping=True,
+        minibatching=args.minibatching,
     )
     client = NPZFileFDOClient(args.fdo)
+    all_reduce = None
+    if args.minibatching:  # this host's end of the all-reduce, the others' addresses
+        ports = [int(p) for p in args.all_reduce_ports.split(",")]
+        peers = [f"localhost:{p}" for i, p in enumerate(ports) if i != args.host]
+        all_reduce = AllReduce.start(
+            peers, ports[args.host], host_id=args.host, host_count=args.hosts
+        )
+        # Every host's end listens before any host's first all-reduce calls it (a call to
+        # an end not yet started fails at once).
+        multihost_utils.sync_global_devices("all-reduce-started")
 
     def limits(p: SparseCorePlan) -> dict[str, list[int]]:
         return {
@@ -132,18 +154,21 @@ def host(args: argparse.Namespace) -> None:
         plan = plan.with_limits(client.load())
     record: dict[str, list] = {"agree": [], "updates": []}
     dropped = 0
-    feed = sparsecore_feed(iterator, plan, workers=2, fdo=client)
+    feed = sparsecore_feed(iterator, plan, workers=2, fdo=client, all_reduce=all_reduce)
     for number in range(start, args.steps):
         (dense, sparse), _labels = next(feed)
         local = jax.local_device_count()
         # Each local device's part of every stack's COO buffer, a row per device.
         ids = np.concatenate([v.reshape(local, -1) for v in sparse.lhs_embedding_ids.values()], 1)
         batch_number = feed.position - 1
-        disagree, _ = step(global_array(np.full(local, batch_number)), global_array(ids))
-        record["agree"].append(int(disagree) == 0)
+        minibatches = int(np.max(sparse.num_minibatches))
+        numbers = np.tile([batch_number, minibatches], (local, 1))
+        disagree, _ = step(global_array(numbers), global_array(ids))
+        record["agree"].append(not np.any(np.asarray(disagree)))
         rows = np.asarray(dense["row_id"]).astype(int).tolist()
+        line = {"step": number, "number": batch_number, "minibatches": minibatches, "rows": rows}
         with open(out / f"fed-{args.host}.jsonl", "a") as fed:  # what each step fed, as it goes
-            fed.write(json.dumps({"step": number, "number": batch_number, "rows": rows}) + "\n")
+            fed.write(json.dumps(line) + "\n")
         if number == args.stop_after:  # the launcher kills this host here (--kill-after)
             (out / "stopped").write_text(str(number))
             time.sleep(3600)
@@ -163,7 +188,7 @@ def host(args: argparse.Namespace) -> None:
             feed.close()
             iterator.set_state(state)
             plan = new
-            feed = sparsecore_feed(iterator, plan, workers=2, fdo=client)
+            feed = sparsecore_feed(iterator, plan, workers=2, fdo=client, all_reduce=all_reduce)
         # A checkpoint every host agrees on: each saves its input position (with the
         # model's checkpoint, in a real run), a barrier, then the step is committed.
         _write(out / f"state-{args.host}-{number}.bin", state)
@@ -200,10 +225,16 @@ def _start(
     """The hosts, on a fresh coordinator port, their output in ``logs/host-<i>.log``;
     host ``victim`` stops after step ``--kill-after``, for the launcher to kill it."""
     common = [*common, "--port", str(_free_port())]
+    if args.minibatching:
+        ports: set[int] = set()
+        while len(ports) < args.hosts:
+            ports.add(_free_port())
+        common += ["--minibatching", "--all-reduce-ports", ",".join(map(str, sorted(ports)))]
     stop = ["--stop-after", str(args.kill_after)]
     return [
         subprocess.Popen(
-            [sys.executable, __file__, "--host", str(i), *common, *(stop if i == victim else [])],
+            [sys.executable, "-u", __file__, "--host", str(i), *common]
+            + (stop if i == victim else []),
             stdout=open(logs / f"host-{i}.log", "a"),
             stderr=subprocess.STDOUT,
         )
@@ -290,6 +321,13 @@ def launch(args: argparse.Namespace) -> int:
             h["updates"] == hosts[0]["updates"] for h in hosts
         ),
     }
+    if args.minibatching:
+        checks["batches beyond the limits split into minibatches, the same on every host"] = any(
+            line["minibatches"] > 1 for f in fed for line in f
+        ) and all(
+            [line["minibatches"] for line in f] == [line["minibatches"] for line in fed[0]]
+            for f in fed
+        )
     if committed is not None:
         checks["every host resumed at the same global batch"] = all(
             h["start"] == committed + 1 for h in hosts
@@ -306,6 +344,8 @@ def launch(args: argparse.Namespace) -> int:
     for update in hosts[0]["updates"]:
         print(f"after step {update['step']}: limits {update['limits']}")
     print(f"ids dropped before the limits caught up: {[h['dropped_ids'] for h in hosts]}")
+    if args.minibatching:
+        print(f"minibatches per step: {[line['minibatches'] for line in fed[0]]}")
     for name, ok in checks.items():
         print(f"{'ok' if ok else 'FAILED'}: {name}")
     print(f"written: {out}")
@@ -331,6 +371,12 @@ def main() -> None:
     p.add_argument("--out", help="where the data, the FDO files and each host's record go")
     p.add_argument("--timeout", type=float, default=300, help="seconds the hosts may take")
     p.add_argument(
+        "--minibatching",
+        action="store_true",
+        help="split batches beyond the limits into minibatches, the hosts agreeing on each "
+        "split through jax-tpu-embedding's all-reduce (a gRPC port per host, on loopback)",
+    )
+    p.add_argument(
         "--kill-after",
         type=int,
         metavar="STEP",
@@ -341,7 +387,7 @@ def main() -> None:
     p.add_argument("--host", type=int, help=argparse.SUPPRESS)
     for name in ("--port", "--steps", "--stop-after"):
         p.add_argument(name, type=int, help=argparse.SUPPRESS)
-    for name in ("--data", "--fdo"):
+    for name in ("--data", "--fdo", "--all-reduce-ports"):
         p.add_argument(name, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.host is None:

@@ -3,8 +3,10 @@ CPU devices each, joined by ``jax.distributed`` on loopback, one global mesh. Ea
 preprocesses its own shard of every global batch; the hosts agree on the batch numbers
 (checked inside a jitted step over every device of both hosts) and on the limits they
 learn together through jax-tpu-embedding's FDO client, whose statistics cross hosts
-once per update. One host is killed with SIGKILL mid-epoch and every host restarted:
-they resume at the same global batch, and over the epoch every row is trained on once."""
+once per update. Batches beyond the first limits are split into minibatches, the hosts
+agreeing on each split through jax-tpu-embedding's all-reduce (and the step checking
+it). One host is killed with SIGKILL mid-epoch and every host restarted: they resume at
+the same global batch, and over the epoch every row is trained on once."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ def run(tmp_path_factory):
     proc = subprocess.run(
         [sys.executable, str(EXAMPLE), "--hosts", str(HOSTS), "--devices", str(DEVICES),
          "--update-every", str(UPDATE_EVERY), "--out", str(out), "--timeout", "400",
-         "--kill-after", str(KILL_AFTER)],
+         "--kill-after", str(KILL_AFTER), "--minibatching"],
         capture_output=True, text=True, timeout=500,
     )  # fmt: skip
     # What each host wrote, read here rather than trusting the launcher's checks: its
@@ -84,7 +86,18 @@ def test_the_hosts_agree_on_batch_numbers_and_limits(run):
     assert all(all(h["agree"]) and len(h["agree"]) == STEPS - COMMITTED - 1 for h in hosts)
     assert [u["step"] for u in hosts[0]["updates"]] == [5]
     assert all(h["updates"] == hosts[0]["updates"] for h in hosts)
-    assert hosts[0]["updates"][0]["limits"]["tokens"][0] > 8  # grown from the tight 8 / 8
+    # The distinct ids grown from the example's 4 (MINIBATCH_LIMITS), at the first update
+    # (step 2) of the first run; the second run loaded them.
+    assert hosts[0]["updates"][0]["limits"]["tokens"][1] > 4
+
+
+def test_batches_beyond_the_limits_were_minibatched_alike_on_every_host(run):
+    _, hosts, fed = run
+    splits = [[line["minibatches"] for line in steps] for steps in fed]
+    assert splits[0] == splits[1]  # both runs, every step (and the step's check agreed)
+    # Steps 0-2 (before the first update) needed more distinct ids than the limits.
+    assert all(n > 1 for n in splits[0][: COMMITTED + 1])
+    assert [h["dropped_ids"] for h in hosts] == [0] * HOSTS
 
 
 def test_statistics_cross_hosts_once_per_update(run):

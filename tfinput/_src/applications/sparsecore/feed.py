@@ -60,11 +60,13 @@ from typing import Any
 
 import numpy as np
 
+from tfinput._src.applications.sparsecore.minibatching import AllReduce
 from tfinput._src.applications.sparsecore.plan import SparseCorePlan
 from tfinput._src.applications.sparsecore.stacks import embedding_module
 from tfinput._src.applications.sparsecore.workers import (
     END,
     Feeder,
+    Lockstep,
     Result,
     SparseCoreFeedStats,
     TableUsage,
@@ -106,6 +108,7 @@ class SparseCoreFeed(Iterator[Any]):
         prefetch: int,
         processes: bool = False,
         fdo: Any = None,
+        all_reduce: AllReduce | None = None,
         warned: set[str] | None = None,
     ) -> None:
         for name, value, least in (("workers", workers, 0), ("prefetch", prefetch, 1)):
@@ -120,8 +123,11 @@ class SparseCoreFeed(Iterator[Any]):
                     "sparsecore_feed: fdo must be a jax-tpu-embedding FDO client (record, "
                     f"publish, load: NPZFileFDOClient), got {type(fdo).__name__}"
                 )
+        _check_minibatching(plan, all_reduce, processes and workers > 0)
         self.plan = plan
         self.stats = SparseCoreFeedStats()
+        self._all_reduce = all_reduce
+        self._lockstep: Lockstep | None = None
         self._fdo = fdo
         # jax-tpu-embedding's statistics of the batches taken since the last publish():
         # field -> stack -> element-wise maxima (drop counts: sums).
@@ -152,6 +158,9 @@ class SparseCoreFeed(Iterator[Any]):
         The feeder holds nothing of this feed: collected, the feed stops it."""
         self._closed = False
         source = numpy_batches(self._batches)
+        self._lockstep = (
+            Lockstep(self._all_reduce, self._start) if self._all_reduce is not None else None
+        )
         if self._serial:
             self._source: Iterator[Any] | None = source
             self._feeder: Feeder | None = None
@@ -164,6 +173,7 @@ class SparseCoreFeed(Iterator[Any]):
             prefetch=self._prefetch,
             processes=self._processes,
             start=self._start,
+            lockstep=self._lockstep,
         )
         self._stop_feeder = weakref.finalize(self, self._feeder.stop)
 
@@ -188,7 +198,10 @@ class SparseCoreFeed(Iterator[Any]):
                 features, _labels = batch
             except (TypeError, ValueError) as e:
                 raise explain(e, number) from e
-            result = job(self.plan, number, features, False)
+            sync = self._lockstep.sync(number) if self._lockstep is not None else None
+            result = job(self.plan, number, features, False, sync)
+            if self._lockstep is not None:
+                self._lockstep.next = number + 1
             self.stats.wait_seconds += time.perf_counter() - start
             if result.error is not None:
                 self._fold(getattr(result.error, "stats", None))
@@ -223,7 +236,12 @@ class SparseCoreFeed(Iterator[Any]):
         used, stats = result.stats
         self._fold(stats)
         self._taken += 1
+        if self._lockstep is not None:
+            self._lockstep.taken += 1
         self.stats.batches += 1
+        if result.minibatches > 1:
+            self.stats.minibatched += 1
+        self.stats.max_minibatches = max(self.stats.max_minibatches, result.minibatches)
         self.stats.preprocess_seconds += result.seconds
         for table, (size, entries) in used.items():
             usage = self.stats.tables.setdefault(table, TableUsage())
@@ -351,7 +369,10 @@ class SparseCoreFeed(Iterator[Any]):
         self._closed = True
         self._source = None
         if self._feeder is not None:
-            self._stop_feeder()  # Feeder.stop, once
+            self._stop_feeder()  # Feeder.stop, once (with a lockstep: gives its numbers back)
+        elif self._lockstep is not None:  # serial: the numbers of the batches it ran
+            step, self._lockstep = self._lockstep, None
+            step.all_reduce.give_back(step.next - step.start)
         if self._unpublished:
             self.publish()
 
@@ -370,6 +391,7 @@ def sparsecore_feed(
     prefetch: int | None = None,
     processes: bool = False,
     fdo: Any = None,
+    all_reduce: AllReduce | None = None,
 ) -> SparseCoreFeed:
     """Feed ``batches`` with their SparseCore preprocessing done ahead, in order.
 
@@ -393,6 +415,13 @@ def sparsecore_feed(
         keeps the statistics of the batches the training loop takes and publishes
         their maxima through it (`SparseCoreFeed.publish`, and at `close`), for limits
         that learn (`SparseCorePlan.with_limits`; docs/sparsecore.md).
+      all_reduce: With ``SparseCorePlan(minibatching=True)`` on several hosts, this
+        host's `AllReduce` (the same for every feed of the run): the hosts agree on
+        each batch's minibatch split through it. Every host must then take the same
+        batches and close its feed after the same one, as a training loop in lockstep
+        does; closing preprocesses the batches any host may have run ahead to
+        (``prefetch + 1``) and waits for the other hosts to do the same. Threads
+        only (not ``processes``).
 
     Returns:
       A `SparseCoreFeed` of ``((dense, preprocessed), labels)``.
@@ -400,7 +429,8 @@ def sparsecore_feed(
     Raises:
       ConfigError: jax-tpu-embedding is missing; a bad worker or prefetch count; an
         `InputIterator` that keeps fewer than ``prefetch + 1`` batches; ``fdo`` is not
-        an FDO client.
+        an FDO client; minibatching on several hosts without ``all_reduce``, an
+        ``all_reduce`` without minibatching or with ``processes``.
     """
     return SparseCoreFeed(
         batches,
@@ -409,7 +439,38 @@ def sparsecore_feed(
         prefetch=prefetch if prefetch else max(1, 2 * workers),
         processes=processes,
         fdo=fdo,
+        all_reduce=all_reduce,
     )
+
+
+def _check_minibatching(plan: SparseCorePlan, all_reduce: Any, processes: bool) -> None:
+    """A feed's minibatching settings, checked before any batch is read."""
+    if all_reduce is not None and not isinstance(all_reduce, AllReduce):
+        raise ConfigError(
+            "sparsecore_feed: all_reduce must be a tfinput.sparsecore.AllReduce "
+            "(AllReduce.start(peers, port), or AllReduce(interface) around "
+            f"jax-tpu-embedding's), got {type(all_reduce).__name__}"
+        )
+    if all_reduce is not None and not plan.minibatching:
+        raise ConfigError(
+            "sparsecore_feed: all_reduce is for minibatching; the plan does not minibatch "
+            "(SparseCorePlan(minibatching=True))"
+        )
+    if all_reduce is not None and processes:
+        raise ConfigError(
+            "sparsecore_feed: all_reduce needs worker threads (each host one all-reduce "
+            "participant); processes=True would make every worker process one"
+        )
+    if (
+        plan.minibatching
+        and all_reduce is None
+        and plan.local_device_count < plan.global_device_count
+    ):
+        raise ConfigError(
+            f"sparsecore_feed: minibatching on several hosts ({plan.local_device_count} of "
+            f"{plan.global_device_count} devices here) needs all_reduce: the hosts must "
+            "agree on each batch's split (tfinput.sparsecore.AllReduce.start)"
+        )
 
 
 def sparsecore_step(

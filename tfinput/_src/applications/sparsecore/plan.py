@@ -68,6 +68,14 @@ class SparseCorePlan:
         (``{"preprocessed_inputs_per_placement": {"sparsecore": {"inputs": {stack:
         ShardedCooMatrix}}}}``), to pass to the layer or model as its sparse input.
         `SparseCorePlan.from_keras_rs` sets it.
+      minibatching: jax-tpu-embedding's minibatching: a batch whose ids in some
+        partition exceed ``max_unique_ids_per_partition`` is split (its ids hashed into
+        64 buckets) into minibatches the SparseCore runs one after the other, instead of
+        dropping or refusing them. The step must run the lookup with
+        ``enable_minibatching=True`` too; the COO buffers hold every minibatch (their
+        largest size is 64 times that without). On several hosts the hosts agree on
+        each batch's split through an all-reduce (``sparsecore_feed(all_reduce=...)``,
+        `AllReduce`). Not with keras-rs's output (keras-rs 0.4 does not minibatch).
     """
 
     feature_specs: Mapping[str, Any]
@@ -78,6 +86,7 @@ class SparseCorePlan:
     sharding_strategy: str = "MOD"
     has_leading_dimension: bool = False
     output: str = "jax_tpu_embedding"
+    minibatching: bool = False
 
     def __post_init__(self) -> None:
         if not self.feature_specs:
@@ -93,6 +102,12 @@ class SparseCorePlan:
                 "SparseCorePlan(output='keras_rs'): keras-rs preprocesses with "
                 "sharding_strategy='MOD' and has_leading_dimension=False; got "
                 f"{self.sharding_strategy!r} and {self.has_leading_dimension}"
+            )
+        if self.output == "keras_rs" and self.minibatching:
+            raise ConfigError(
+                "SparseCorePlan(output='keras_rs', minibatching=True): keras-rs 0.4 does not "
+                "minibatch (its lookup takes one batch per step); use "
+                "output='jax_tpu_embedding' with jax-tpu-embedding's own lookup"
             )
         for name in ("local_device_count", "global_device_count", "num_sc_per_device"):
             value = getattr(self, name)
@@ -173,6 +188,7 @@ class SparseCorePlan:
         optimizer: Any = None,
         allow_id_dropping: bool = False,
         output: str = "jax_tpu_embedding",
+        minibatching: bool = False,
     ) -> SparseCorePlan:
         """The plan for a tfinput schema in one call: a jax-tpu-embedding ``TableSpec`` per
         table and a ``FeatureSpec`` per categorical feature (single ids ``[B, 1]``,
@@ -195,7 +211,7 @@ class SparseCorePlan:
             default on JAX) or ``"none"`` (every table its own stack).
           optimizer: A jax-tpu-embedding optimizer spec (default: SGD); preprocessing
             does not depend on it.
-          allow_id_dropping, output: As the attributes.
+          allow_id_dropping, output, minibatching: As the attributes.
 
         Raises:
           ConfigError: jax-tpu-embedding is missing; an unknown stacking; limits for a
@@ -226,6 +242,7 @@ class SparseCorePlan:
             num_sc_per_device=num_sc_per_device,
             allow_id_dropping=allow_id_dropping,
             output=output,
+            minibatching=minibatching,
         ).prepared()
         if measured:
             _apply_buffer_sizes(plan, limits)
@@ -297,7 +314,7 @@ class SparseCorePlan:
             # No more than the limits allow (jax-tpu-embedding aborts on a larger one).
             ids = limits["max_ids_per_partition"].get(name, stacked[name].max_ids_per_partition)
             most = embedding.compute_theoretical_max_coo_buffer_size(
-                int(ids), self.global_device_count, n_sc
+                int(ids), self.global_device_count, n_sc, enable_minibatching=self.minibatching
             )
             buffers[name] = np.full(n_sc, min(per_sc, most // n_sc), np.int64)
         embedding.update_preprocessing_parameters(
@@ -367,9 +384,21 @@ class SparseCorePlan:
             weights[name] = w.astype(np.float32, copy=False)
         return ids, weights
 
-    def preprocess(self, features: Mapping[str, Any], batch_number: int = 0) -> tuple[Any, Any]:
+    def preprocess(
+        self,
+        features: Mapping[str, Any],
+        batch_number: int = 0,
+        *,
+        all_reduce: Any = None,
+        sync_number: int | None = None,
+    ) -> tuple[Any, Any]:
         """jax-tpu-embedding's ``preprocess_sparse_dense_matmul_input`` for one batch's
         features: ``(PreprocessedInput, SparseDenseMatmulInputStats)``.
+
+        With ``minibatching``, ``all_reduce`` (jax-tpu-embedding's ``AllReduceInterface``)
+        makes the hosts agree on the batch's split, keyed by ``sync_number`` (default:
+        ``batch_number``; the same on every host, and used once per interface:
+        `AllReduce` hands them out).
 
         It is always called with id dropping on: without it, jax-tpu-embedding 0.2 aborts
         the whole process (a C++ check) on a batch with more ids than a table's limits.
@@ -396,7 +425,9 @@ class SparseCorePlan:
             sharding_strategy=self.sharding_strategy,
             has_leading_dimension=self.has_leading_dimension,
             allow_id_dropping=True,
-            batch_number=batch_number,
+            batch_number=batch_number if sync_number is None else sync_number,
+            enable_minibatching=self.minibatching,
+            all_reduce_interface=all_reduce,
         )
         dropped = {t: int(n) for t, n in stats.id_drop_counters.items() if n}
         if dropped and not self.allow_id_dropping:

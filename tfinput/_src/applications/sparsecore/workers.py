@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from tfinput._src.core.errors import ConfigError, DataError
 __all__ = [
     "END",
     "Feeder",
+    "Lockstep",
     "Result",
     "SparseCoreFeedStats",
     "TableUsage",
@@ -37,6 +38,7 @@ __all__ = [
     "job",
     "numpy_batches",
     "used_entries",
+    "used_entries_minibatched",
 ]
 
 
@@ -78,12 +80,16 @@ class SparseCoreFeedStats:
       tables: `TableUsage` per stacked table.
       preprocess_seconds: Wall time of the preprocessing calls, summed over workers.
       wait_seconds: Time the training loop waited in ``next()`` for a ready batch.
+      minibatched: Batches split into more than one minibatch (``minibatching``).
+      max_minibatches: The most minibatches one batch was split into.
     """
 
     batches: int = 0
     tables: dict[str, TableUsage] = dataclasses.field(default_factory=dict)
     preprocess_seconds: float = 0.0
     wait_seconds: float = 0.0
+    minibatched: int = 0
+    max_minibatches: int = 0
 
     @property
     def dropped_ids(self) -> int:
@@ -95,6 +101,8 @@ class SparseCoreFeedStats:
         self.batches += other.batches
         self.preprocess_seconds += other.preprocess_seconds
         self.wait_seconds += other.wait_seconds
+        self.minibatched += other.minibatched
+        self.max_minibatches = max(self.max_minibatches, other.max_minibatches)
         for name, t in other.tables.items():
             mine = self.tables.setdefault(name, TableUsage())
             for field in ("batches", "buffer_entries", "used_entries", "dropped_ids"):
@@ -108,6 +116,8 @@ class SparseCoreFeedStats:
             "preprocess_seconds": round(self.preprocess_seconds, 4),
             "wait_seconds": round(self.wait_seconds, 4),
             "dropped_ids": self.dropped_ids,
+            "minibatched": self.minibatched,
+            "max_minibatches": self.max_minibatches,
             "tables": {name: t.to_dict() for name, t in sorted(self.tables.items())},
         }
 
@@ -124,6 +134,21 @@ def used_entries(row_pointers: np.ndarray, buffer_size: int, partitions: int) ->
     return min(int(np.clip(per_sc - starts, 0, None).sum()), buffer_size)
 
 
+def used_entries_minibatched(
+    row_pointers: np.ndarray, buffer_size: int, devices: int, rows: int
+) -> int:
+    """Ids in one table's flat COO buffer with minibatching: per device, its first
+    ``rows`` row pointers (SparseCores x minibatches x partitions; the rest are not
+    written) are running ends within the device's buffer, each partition starting at
+    the previous end rounded up to 8."""
+    ends = np.asarray(row_pointers, dtype=np.int64).reshape(devices, -1)[:, :rows]
+    if ends.size == 0:
+        return 0
+    starts = np.zeros_like(ends)
+    starts[:, 1:] = -(-ends[:, :-1] // 8) * 8
+    return min(int(np.clip(ends - starts, 0, None).sum()), buffer_size)
+
+
 #: What the feeder queues after the last batch.
 END = object()
 
@@ -132,7 +157,7 @@ class Result:
     """A batch's preprocessed input (``item``) with its buffer usage and statistics, or
     the error preprocessing it raised. Returned by worker processes too (pickled)."""
 
-    __slots__ = ("error", "item", "number", "seconds", "stats")
+    __slots__ = ("error", "item", "minibatches", "number", "seconds", "stats")
 
     def __init__(self, number: int, *, error: BaseException | None = None) -> None:
         self.number = number
@@ -140,6 +165,7 @@ class Result:
         self.stats: Any = None
         self.error = error
         self.seconds = 0.0
+        self.minibatches = 1
 
 
 #: The plan of a worker process (`_start_worker`).
@@ -162,31 +188,78 @@ def _start_worker(plan: bytes) -> None:
 
 
 def job(
-    plan: SparseCorePlan | None, number: int, features: Mapping[str, Any], in_process: bool
+    plan: SparseCorePlan | None,
+    number: int,
+    features: Mapping[str, Any],
+    in_process: bool,
+    sync: tuple[Any, int] | None = None,
 ) -> Result:
     """Preprocess batch ``number`` (with ``plan``, or the worker process's own): the
-    input, its buffer usage per table and jax-tpu-embedding's statistics."""
+    input, its buffer usage per table and jax-tpu-embedding's statistics. ``sync``:
+    the all-reduce interface and the number keying this batch's (minibatching on
+    several hosts)."""
     plan = plan if plan is not None else _WORKER_PLAN
     assert plan is not None
     result = Result(number)
     start = time.perf_counter()
+    all_reduce, sync_number = sync if sync is not None else (None, None)
     try:
         with input_stage("tfinput/sparsecore/preprocess"):
-            sparse, stats = plan.preprocess(features, batch_number=number)
-        partitions = plan.num_sc_per_device * plan.global_device_count
-        used = {
-            table: (
-                int(np.size(ids)),
-                used_entries(sparse.lhs_row_pointers[table], int(np.size(ids)), partitions),
+            sparse, stats = plan.preprocess(
+                features, batch_number=number, all_reduce=all_reduce, sync_number=sync_number
             )
-            for table, ids in sparse.lhs_embedding_ids.items()
-        }
+        partitions = plan.num_sc_per_device * plan.global_device_count
+        if plan.minibatching:
+            result.minibatches = int(np.max(sparse.num_minibatches))
+            rows = plan.num_sc_per_device * result.minibatches * partitions
+            used = {
+                table: (
+                    int(np.size(ids)),
+                    used_entries_minibatched(
+                        sparse.lhs_row_pointers[table],
+                        int(np.size(ids)),
+                        plan.local_device_count,
+                        rows,
+                    ),
+                )
+                for table, ids in sparse.lhs_embedding_ids.items()
+            }
+        else:
+            used = {
+                table: (
+                    int(np.size(ids)),
+                    used_entries(sparse.lhs_row_pointers[table], int(np.size(ids)), partitions),
+                )
+                for table, ids in sparse.lhs_embedding_ids.items()
+            }
         result.item, result.stats = plan.formatted(sparse), (used, stats)
     except BaseException as e:  # raised in next(), in order
         # From a process, as tfinput's own error: any exception pickles as that.
         result.error = explain(e, number) if in_process else e
     result.seconds = time.perf_counter() - start
     return result
+
+
+class Lockstep:
+    """What a `Feeder` whose batches are keyed in an all-reduce across hosts keeps, so
+    that stopping it spends the same numbers on every host: its `AllReduce`, the first
+    number of its range, the batches the training loop took (the feed counts them),
+    the next batch number to submit, and the jobs not yet done."""
+
+    #: Seconds `Feeder.stop` waits for the other hosts to preprocess the same batches.
+    TIMEOUT = 600.0
+
+    def __init__(self, all_reduce: Any, start: int) -> None:
+        self.all_reduce = all_reduce
+        self.base = all_reduce.take()
+        self.start = start
+        self.taken = 0
+        self.next = start
+        self.pending: list[Future[Result]] = []
+
+    def sync(self, number: int) -> tuple[Any, int]:
+        """The interface and the number keying batch ``number``'s all-reduce."""
+        return self.all_reduce.interface, self.all_reduce.check(self.base + number - self.start)
 
 
 class Feeder:
@@ -196,7 +269,10 @@ class Feeder:
 
     `stop` ends it: the reading thread returns at its next batch (a blocked hand-over
     waits at most a tenth of a second), the batches held are dropped and the pool shuts
-    down, its queued jobs cancelled.
+    down, its queued jobs cancelled. With a `Lockstep` (minibatching across hosts), it
+    first preprocesses every batch any host may have started (up to ``prefetch + 1``
+    past those the training loop took) and waits for them: each one's all-reduce needs
+    every host.
     """
 
     def __init__(
@@ -208,9 +284,12 @@ class Feeder:
         prefetch: int,
         processes: bool,
         start: int,
+        lockstep: Lockstep | None = None,
     ) -> None:
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
         self.stopped = threading.Event()
+        self.source, self.plan, self.prefetch = source, plan, prefetch
+        self.lockstep = lockstep
         self.pool: Executor
         if processes:
             import multiprocessing
@@ -227,7 +306,15 @@ class Feeder:
             self.pool = ThreadPoolExecutor(workers, thread_name_prefix="tfinput-sparsecore")
         self.thread = threading.Thread(
             target=_feed,
-            args=(source, self.ready, self.stopped, self.pool, None if processes else plan, start),
+            args=(
+                source,
+                self.ready,
+                self.stopped,
+                self.pool,
+                None if processes else plan,
+                start,
+                lockstep,
+            ),
             name="tfinput-sparsecore-feeder",
             daemon=True,
         )
@@ -235,14 +322,48 @@ class Feeder:
 
     def stop(self) -> None:
         """End this run: the reading thread stops, the batches held are dropped, the
-        workers finish the batch they are on and exit."""
+        workers finish the batch they are on and exit (with a `Lockstep`: every batch
+        any host may have started is preprocessed first, and its numbers given back).
+
+        Raises:
+          DataError: with a `Lockstep`, the other hosts did not preprocess the same
+            batches within `Lockstep.TIMEOUT` seconds (they did not stop their feeds at
+            the same batch).
+        """
         self.stopped.set()
         while True:
             try:
                 self.ready.get_nowait()
             except queue.Empty:
                 break
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        step = self.lockstep
+        if step is None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            return
+        self.thread.join()
+        # Any host may have started batches up to prefetch + 1 past those taken (the
+        # queue, and one handed to a worker while the reader waits to queue it).
+        end = step.start + step.taken + self.prefetch + 1
+        try:
+            while step.next < end:
+                batch = next(self.source, END)
+                if batch is END:
+                    break
+                step.pending.append(_submit(self.pool, self.plan, step.next, batch, step))
+                step.next += 1
+        except Exception:  # the source's own error: every host reads the same data
+            pass
+        _done, late = wait(step.pending, timeout=Lockstep.TIMEOUT)
+        self.pool.shutdown(wait=False)
+        if late:
+            raise DataError(
+                f"sparsecore_feed: batches {step.start}-{step.next - 1} of this feed were not "
+                f"preprocessed by every host within {Lockstep.TIMEOUT:.0f} s: with "
+                "minibatching across hosts, every host must stop its feed after the same "
+                "batch (this AllReduce cannot be used again)"
+            )
+        step.pending.clear()
+        step.all_reduce.give_back(step.next - step.start)
 
 
 def _feed(
@@ -252,6 +373,7 @@ def _feed(
     pool: Executor,
     plan: SparseCorePlan | None,
     start: int,
+    lockstep: Lockstep | None,
 ) -> None:
     """The reading thread of a `Feeder` (``plan`` None: the pool's workers are processes
     with a plan of their own)."""
@@ -271,7 +393,14 @@ def _feed(
                 batch = next(source, END)
             if batch is END:
                 break
-            if stopped.is_set() or not put((batch, _submit(pool, plan, number, batch))):
+            if stopped.is_set():
+                return
+            future = _submit(pool, plan, number, batch, lockstep)
+            if lockstep is not None:
+                lockstep.pending = [f for f in lockstep.pending if not f.done()]
+                lockstep.pending.append(future)
+                lockstep.next = number + 1
+            if not put((batch, future)):
                 return
     except BaseException as e:  # the source's own error, raised in next()
         if not stopped.is_set():
@@ -280,7 +409,13 @@ def _feed(
     put(END)
 
 
-def _submit(pool: Executor, plan: SparseCorePlan | None, number: int, batch: Any) -> Future[Result]:
+def _submit(
+    pool: Executor,
+    plan: SparseCorePlan | None,
+    number: int,
+    batch: Any,
+    lockstep: Lockstep | None = None,
+) -> Future[Result]:
     """Batch ``number`` handed to a worker: the whole features to a thread, only the
     ids and weights (what preprocessing reads) to a process (``plan`` None)."""
     try:
@@ -291,7 +426,8 @@ def _submit(pool: Executor, plan: SparseCorePlan | None, number: int, batch: Any
         done: Future[Result] = Future()
         done.set_result(Result(number, error=e))  # raised in next(), in order
         return done
-    return pool.submit(job, plan, number, features, plan is None)
+    sync = lockstep.sync(number) if lockstep is not None else None
+    return pool.submit(job, plan, number, features, plan is None, sync)
 
 
 def explain(error: BaseException, number: int) -> BaseException:

@@ -257,6 +257,10 @@ class LocalFleet:
 
     def close(self) -> None:
         """Stop every cluster's processes (SIGTERM, then SIGKILL after 10 s)."""
+        # Iterators over these clusters left in reference cycles: collected while the
+        # servers still answer (collected later, each would wait on retries to the gone
+        # servers, in whatever code the collection ran in).
+        gc.collect()
         with self._lock:
             procs = [p for _, ps in self._clusters.values() for p in ps]
             self._clusters.clear()
