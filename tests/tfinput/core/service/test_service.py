@@ -26,7 +26,7 @@ from tfinput.errors import ConfigError
 from tfinput.service import LocalFleet, ServiceRead, workers_needed
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def address():
     with service.local_cluster(workers=1) as addr:
         yield addr
