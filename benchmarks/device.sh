@@ -18,6 +18,13 @@
 #   traces/batchN-0.xplane.pb            JAX's trace of each batch size's first round (to read
 #                                        again offline)
 #   profile-gpu.txt                      `tfinput profile --demo --step ranking`'s report
+#   read-batch.md                        benchmarks/read_batch.py: read_batch against
+#                                        read_batch=0 on TFRecord, on the 16 host cores
+#   sparsecore-loaders-T.md              benchmarks/sparsecore_loaders.py --threads T for
+#                                        each T in LOADER_THREADS: the feed against keras-rs's
+#                                        MLPerf loader (issue 51, point 1); skipped without
+#                                        jax-tpu-embedding (0.2 ships cp313 wheels only:
+#                                        carry its wheel and a Python 3.13 if the image has one)
 #   log.txt                              everything else (setup, versions, timings)
 set -uo pipefail
 OUT=${OUT:-/tmp/tfinput-device-out}
@@ -32,6 +39,9 @@ TUNE_SOURCES=${TUNE_SOURCES-tfrecord}  # tune against each of these formats in t
 TUNE_FIX=${TUNE_FIX:-}      # e.g. cache=false: --fix for every tune
 PROFILE_S=${PROFILE_S:-150} # bound on the JAX profile benchmark and the profile report
 PROFILE_BATCHES=${PROFILE_BATCHES:-4096}  # batch sizes for the JAX profile benchmark (commas)
+READ_BATCH_S=${READ_BATCH_S:-240}  # bound on the read_batch benchmark (empty: skip)
+LOADERS_S=${LOADERS_S:-180}        # bound on each SparseCore loaders run
+LOADER_THREADS=${LOADER_THREADS-2 8}  # thread counts of the SparseCore loaders runs (empty: skip)
 t0=$(date +%s)
 stamp() { echo "[device.sh +$(($(date +%s) - t0))s] $*"; }
 
@@ -80,4 +90,20 @@ for fmt in $TUNE_SOURCES; do
   mkdir -p "$OUT/tune-$fmt"
   cp "/tmp/tune-$fmt/result.json" "$OUT/tune-$fmt/" 2>/dev/null
 done
+if [ -n "$READ_BATCH_S" ]; then
+  stamp "read_batch against read_batch=0 on TFRecord"
+  timeout "$READ_BATCH_S" python3 benchmarks/read_batch.py --rows "$ROWS" --rounds 3 \
+    > "$OUT/read-batch.md"
+  stamp "read_batch exit $?"
+fi
+if [ -n "$LOADER_THREADS" ] && python3 -c 'import jax_tpu_embedding' 2>/dev/null; then
+  for threads in $LOADER_THREADS; do
+    stamp "SparseCore feed against the MLPerf loader, $threads threads"
+    timeout "$LOADERS_S" python3 benchmarks/sparsecore_loaders.py --threads "$threads" \
+      --rounds 3 > "$OUT/sparsecore-loaders-$threads.md"
+    stamp "sparsecore loaders exit $?"
+  done
+elif [ -n "$LOADER_THREADS" ]; then
+  stamp "SparseCore loaders skipped: jax-tpu-embedding does not import here"
+fi
 stamp "done"
