@@ -17,7 +17,7 @@ import pickle
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -209,29 +209,23 @@ def job(
                 features, batch_number=number, all_reduce=all_reduce, sync_number=sync_number
             )
         partitions = plan.num_sc_per_device * plan.global_device_count
+        count: Callable[[Any, int], int]
         if plan.minibatching:
             result.minibatches = int(np.max(sparse.num_minibatches))
             rows = plan.num_sc_per_device * result.minibatches * partitions
-            used = {
-                table: (
-                    int(np.size(ids)),
-                    used_entries_minibatched(
-                        sparse.lhs_row_pointers[table],
-                        int(np.size(ids)),
-                        plan.local_device_count,
-                        rows,
-                    ),
-                )
-                for table, ids in sparse.lhs_embedding_ids.items()
-            }
+            devices = plan.local_device_count
+
+            def count(pointers: Any, size: int) -> int:
+                return used_entries_minibatched(pointers, size, devices, rows)
         else:
-            used = {
-                table: (
-                    int(np.size(ids)),
-                    used_entries(sparse.lhs_row_pointers[table], int(np.size(ids)), partitions),
-                )
-                for table, ids in sparse.lhs_embedding_ids.items()
-            }
+
+            def count(pointers: Any, size: int) -> int:
+                return used_entries(pointers, size, partitions)
+
+        used = {
+            table: (int(np.size(ids)), count(sparse.lhs_row_pointers[table], int(np.size(ids))))
+            for table, ids in sparse.lhs_embedding_ids.items()
+        }
         result.item, result.stats = plan.formatted(sparse), (used, stats)
     except BaseException as e:  # raised in next(), in order
         # From a process, as tfinput's own error: any exception pickles as that.
