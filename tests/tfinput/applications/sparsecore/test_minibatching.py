@@ -9,6 +9,8 @@ on every host, so that the next feed's all-reduces neither wait for ever nor abo
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -234,3 +236,55 @@ def test_minibatching_settings_are_checked(batches, small_schema):
         sparsecore_feed(batches, plan, all_reduce=end)
     first.close()
     assert end.take() == 0  # a serial feed that ran nothing spent nothing
+
+
+#: One host of two feeds while the other never does; the process then exits without
+#: closing the feed (argv: the data's directory).
+_LEFT_WAITING = """
+import socket, sys, time
+import tfinput
+from tfinput import testing
+from tfinput.config import PipelineConfig
+from tfinput.sparsecore import AllReduce, SparseCorePlan, sparsecore_feed
+
+schema = testing.small_schema()
+files = testing.write_tfrecord(sys.argv[1], schema, rows=256, files=1)
+batches = tfinput.tfrecord(files, schema).build(PipelineConfig(batch_size=64))
+plan = SparseCorePlan.from_schema(schema, batch_size=64, local_device_count=2,
+    global_device_count=4, stacking="none", limits={t.name: (24, 4) for t in schema.tables},
+    minibatching=True)
+ports = []
+for _ in range(2):
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        ports.append(s.getsockname()[1])
+ends = [AllReduce.start([f"localhost:{ports[1 - h]}"], ports[h], host_id=h, host_count=2)
+        for h in range(2)]
+feed = sparsecore_feed(batches, plan, workers=2, all_reduce=ends[0])
+time.sleep(2)  # its workers wait in the all-reduce for the other host
+print("leaving", flush=True)
+"""
+
+
+def test_a_host_left_waiting_raises_at_close_and_does_not_hold_up_the_exit(
+    batches, small_schema, monkeypatch, tmp_path
+):
+    """The other host never preprocesses the batches this one started: closing waits
+    (`Lockstep.TIMEOUT`), then raises naming the batches; a process that exits without
+    closing its feed exits (its workers are daemon threads, its finalizer does not run
+    at exit)."""
+    from tfinput._src.applications.sparsecore.workers import Lockstep
+
+    monkeypatch.setattr(Lockstep, "PATIENCE", 0.2)
+    monkeypatch.setattr(Lockstep, "TIMEOUT", 1.0)
+    ends = _pair()
+    feed = sparsecore_feed(batches, _plan(small_schema, hosts=2), workers=2, all_reduce=ends[0])
+    # None taken, prefetch 4: any host may have started batches 0-4, so this one runs
+    # them all before it waits.
+    with pytest.raises(tfinput.errors.DataError, match=r"batches 0-4 of this feed were not"):
+        feed.close()
+    proc = subprocess.run(
+        [sys.executable, "-c", _LEFT_WAITING, str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "leaving" in proc.stdout, proc.stdout + proc.stderr[-3000:]

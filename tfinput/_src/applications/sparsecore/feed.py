@@ -176,6 +176,9 @@ class SparseCoreFeed(Iterator[Any]):
             lockstep=self._lockstep,
         )
         self._stop_feeder = weakref.finalize(self, self._feeder.stop)
+        # In lockstep, stopping waits for the other hosts: not at the interpreter's exit
+        # (its worker threads are daemons, and do not hold the exit up either).
+        self._stop_feeder.atexit = self._lockstep is None
 
     @staticmethod
     def _item(batch: Any, result: Result) -> Any:

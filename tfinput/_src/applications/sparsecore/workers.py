@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import logging
 import pickle
 import queue
 import threading
@@ -29,6 +30,7 @@ from tfinput._src.core.errors import ConfigError, DataError
 
 __all__ = [
     "END",
+    "DaemonThreads",
     "Feeder",
     "Lockstep",
     "Result",
@@ -40,6 +42,8 @@ __all__ = [
     "used_entries",
     "used_entries_minibatched",
 ]
+
+log = logging.getLogger("tfinput")
 
 
 @dataclasses.dataclass
@@ -240,8 +244,10 @@ class Lockstep:
     number of its range, the batches the training loop took (the feed counts them),
     the next batch number to submit, and the jobs not yet done."""
 
-    #: Seconds `Feeder.stop` waits for the other hosts to preprocess the same batches.
+    #: Seconds `Feeder.stop` waits for the other hosts to preprocess the same batches
+    #: (after `PATIENCE` seconds, it says so).
     TIMEOUT = 600.0
+    PATIENCE = 10.0
 
     def __init__(self, all_reduce: Any, start: int) -> None:
         self.all_reduce = all_reduce
@@ -254,6 +260,51 @@ class Lockstep:
     def sync(self, number: int) -> tuple[Any, int]:
         """The interface and the number keying batch ``number``'s all-reduce."""
         return self.all_reduce.interface, self.all_reduce.check(self.base + number - self.start)
+
+
+class DaemonThreads(Executor):
+    """Worker threads that do not hold up the interpreter's exit, for a feed in lockstep
+    (`ThreadPoolExecutor` joins its threads at exit: one blocked in an all-reduce that
+    no other host answers would hang the exit for ever)."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"{name}_{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._jobs.put((future, fn, args, kwargs))
+        return future
+
+    def _run(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            future, fn, args, kwargs = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:
+                future.set_exception(e)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in self._threads:
+            self._jobs.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 class Feeder:
@@ -296,6 +347,8 @@ class Feeder:
                 initializer=_start_worker,
                 initargs=(_shippable(plan),),
             )
+        elif lockstep is not None:
+            self.pool = DaemonThreads(workers, "tfinput-sparsecore")
         else:
             self.pool = ThreadPoolExecutor(workers, thread_name_prefix="tfinput-sparsecore")
         self.thread = threading.Thread(
@@ -347,7 +400,16 @@ class Feeder:
                 step.next += 1
         except Exception:  # the source's own error: every host reads the same data
             pass
-        _done, late = wait(step.pending, timeout=Lockstep.TIMEOUT)
+        _done, late = wait(step.pending, timeout=Lockstep.PATIENCE)
+        if late:
+            log.warning(
+                "tfinput: sparsecore_feed: closing waits for the other hosts to preprocess "
+                "batches %d-%d too (minibatching all-reduce; at most %.0f s)",
+                step.start,
+                step.next - 1,
+                Lockstep.TIMEOUT,
+            )
+            _done, late = wait(late, timeout=Lockstep.TIMEOUT)
         self.pool.shutdown(wait=False)
         if late:
             raise DataError(
