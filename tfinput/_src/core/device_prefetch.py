@@ -54,7 +54,7 @@ __all__ = ["DevicePrefetch", "to_jax", "to_tensorflow", "input_stage", "INPUT_ST
 #: id, category). xprof counts three categories: ``read`` ("Demanded file read"),
 #: ``preprocessing`` and ``enqueue``; Grain annotates its stages the same way.
 INPUT_STAGES = {
-    "tfinput/sparsecore/read": (1, "read"),  # the feed's thread takes a batch from tf.data
+    "tfinput/sparsecore/read": (1, "read"),  # a feed worker takes a batch from tf.data
     "tfinput/sparsecore/preprocess": (2, "preprocessing"),  # jax-tpu-embedding, a worker
     "tfinput/sparsecore/wait": (3, "enqueue"),  # the training loop waits for a ready batch
     "tfinput/device_put": (4, "enqueue"),  # a batch moved to the device

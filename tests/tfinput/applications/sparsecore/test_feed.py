@@ -408,8 +408,9 @@ def test_closing_early_stops_the_feeder(small_schema, batches):
     feed = sparsecore_feed(endless, plan, workers=2, prefetch=2)
     next(feed)
     feed.close()
-    feed._feeder.thread.join(timeout=10)
-    assert not feed._feeder.thread.is_alive()
+    for thread in feed._feeder.threads:
+        thread.join(timeout=10)
+    assert not any(thread.is_alive() for thread in feed._feeder.threads)
 
 
 def _feed_threads() -> list[str]:

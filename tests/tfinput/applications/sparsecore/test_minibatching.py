@@ -191,10 +191,10 @@ def test_two_hosts_agree_on_every_split_and_a_stopped_feed_spends_the_same_numbe
     assert not any(t.is_alive() for t in threads), "a host waited for ever"
     assert not errors, errors
     assert [len(got[h]) for h in range(2)] == [8, 8]
-    # The first feed spent 3 + prefetch 2 + 1 = 6 numbers on both hosts (as far as any
-    # host may have run ahead), the second the 5 batches left: the next feed starts
-    # from the same number on both.
-    assert [e.take() for e in ends] == [6 + 5, 6 + 5]
+    # The first feed spent 3 + prefetch 2 = 5 numbers on both hosts (as far as any host
+    # may have read ahead), the second the 5 batches left: the next feed starts from the
+    # same number on both.
+    assert [e.take() for e in ends] == [5 + 5, 5 + 5]
     splits = [[int(np.max(s.num_minibatches)) for (_, s), _ in got[h]] for h in range(2)]
     assert splits[0] == splits[1] and max(splits[0]) > 1, splits
 
@@ -279,9 +279,9 @@ def test_a_host_left_waiting_raises_at_close_and_does_not_hold_up_the_exit(
     monkeypatch.setattr(Lockstep, "TIMEOUT", 1.0)
     ends = _pair()
     feed = sparsecore_feed(batches, _plan(small_schema, hosts=2), workers=2, all_reduce=ends[0])
-    # None taken, prefetch 4: any host may have started batches 0-4, so this one runs
-    # them all before it waits.
-    with pytest.raises(tfinput.errors.DataError, match=r"batches 0-4 of this feed were not"):
+    # None taken, prefetch 4: any host may have read batches 0-3, so this one runs them
+    # all before it waits.
+    with pytest.raises(tfinput.errors.DataError, match=r"batches 0-3 of this feed were not"):
         feed.close()
     proc = subprocess.run(
         [sys.executable, "-c", _LEFT_WAITING, str(tmp_path)],

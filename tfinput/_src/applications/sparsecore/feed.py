@@ -31,7 +31,7 @@ The input: tfinput's ``per_feature`` batches with the ``dense`` multi-hot format
 
 Profiles: with JAX's profiler on, the feed's stages are input-pipeline stages that
 xprof's input-pipeline analyzer counts and `profiles.analyze` lists (``host_stages``):
-``tfinput/sparsecore/read`` (the feed's thread takes a batch from tf.data),
+``tfinput/sparsecore/read`` (a worker takes a batch from tf.data),
 ``tfinput/sparsecore/preprocess`` (a worker thread's preprocessing; not seen from worker
 processes) and ``tfinput/sparsecore/wait`` (the training loop waits for a ready batch).
 
@@ -154,7 +154,7 @@ class SparseCoreFeed(Iterator[Any]):
 
     def _begin(self) -> None:
         """Start a run: the source read from its current position and, unless serial, a
-        `Feeder` (its own queue and stop flag: one of an earlier run only sees its own).
+        `Feeder` (its own results and stop flag: one of an earlier run only sees its own).
         The feeder holds nothing of this feed: collected, the feed stops it."""
         self._closed = False
         source = numpy_batches(self._batches)
@@ -212,21 +212,14 @@ class SparseCoreFeed(Iterator[Any]):
             self._record(result)
             return self._item(batch, result)
         assert self._feeder is not None
-        ready = self._feeder.ready
         with input_stage("tfinput/sparsecore/wait"):
-            item = ready.get()
-            if item is END:
-                ready.put(END)  # later calls end too
-                raise StopIteration
-            if isinstance(item, BaseException):
-                self.close()
-                raise item
-            batch, future = item
-            try:
-                result = future.result()
-            except BaseException:  # a worker process died (BrokenProcessPool): as it is
-                self.close()
-                raise
+            item = self._feeder.take()
+        if item is END:  # later calls end too
+            raise StopIteration
+        if isinstance(item, BaseException):  # the source's error, or a worker process died
+            self.close()
+            raise item
+        batch, result = item
         self.stats.wait_seconds += time.perf_counter() - start
         if result.error is not None:
             self._fold(getattr(result.error, "stats", None))  # a batch beyond the limits
@@ -239,8 +232,6 @@ class SparseCoreFeed(Iterator[Any]):
         used, stats = result.stats
         self._fold(stats)
         self._taken += 1
-        if self._lockstep is not None:
-            self._lockstep.taken += 1
         self.stats.batches += 1
         if result.minibatches > 1:
             self.stats.minibatched += 1
@@ -375,7 +366,7 @@ class SparseCoreFeed(Iterator[Any]):
             self._stop_feeder()  # Feeder.stop, once (with a lockstep: gives its numbers back)
         elif self._lockstep is not None:  # serial: the numbers of the batches it ran
             step, self._lockstep = self._lockstep, None
-            step.all_reduce.give_back(step.next - step.start)
+            step.give_back(step.next)
         if self._unpublished:
             self.publish()
 
@@ -406,8 +397,9 @@ def sparsecore_feed(
       plan: The `SparseCorePlan` (feature specs, device and SparseCore counts).
       workers: Threads preprocessing batches at once; 0 preprocesses each batch on the
         calling thread in ``next()`` (keras-rs's generator pattern: the baseline).
-      prefetch: Preprocessed batches held ready (default: ``2 * workers``); bounds the
-        memory and how far the feed runs ahead of training.
+      prefetch: Batches read past those the training loop took, being preprocessed or
+        held ready (default: ``2 * workers``); bounds the memory and how far the feed
+        runs ahead of training.
       processes: Workers are processes (started with ``spawn``; each imports
         jax-tpu-embedding, a few seconds, and gets the ids and weights of its batches
         pickled) instead of threads. jax-tpu-embedding serialises concurrent calls in one
@@ -423,7 +415,7 @@ def sparsecore_feed(
         each batch's minibatch split through it. Every host must then take the same
         batches and close its feed after the same one, as a training loop in lockstep
         does; closing preprocesses the batches any host may have run ahead to
-        (``prefetch + 1``) and waits for the other hosts to do the same. Threads
+        (``prefetch``) and waits for the other hosts to do the same. Threads
         only (not ``processes``).
 
     Returns:

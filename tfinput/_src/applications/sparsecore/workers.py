@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import logging
 import pickle
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -30,7 +28,6 @@ from tfinput._src.core.errors import ConfigError, DataError
 
 __all__ = [
     "END",
-    "DaemonThreads",
     "Feeder",
     "Lockstep",
     "Result",
@@ -239,10 +236,9 @@ def job(
 
 
 class Lockstep:
-    """What a `Feeder` whose batches are keyed in an all-reduce across hosts keeps, so
-    that stopping it spends the same numbers on every host: its `AllReduce`, the first
-    number of its range, the batches the training loop took (the feed counts them),
-    the next batch number to submit, and the jobs not yet done."""
+    """What a feed whose batches are keyed in an all-reduce across hosts keeps, so that
+    stopping it spends the same numbers on every host: its `AllReduce`, the first number
+    of its range, and (fed serially) the next batch number."""
 
     #: Seconds `Feeder.stop` waits for the other hosts to preprocess the same batches
     #: (after `PATIENCE` seconds, it says so).
@@ -253,71 +249,30 @@ class Lockstep:
         self.all_reduce = all_reduce
         self.base = all_reduce.take()
         self.start = start
-        self.taken = 0
         self.next = start
-        self.pending: list[Future[Result]] = []
 
     def sync(self, number: int) -> tuple[Any, int]:
         """The interface and the number keying batch ``number``'s all-reduce."""
         return self.all_reduce.interface, self.all_reduce.check(self.base + number - self.start)
 
-
-class DaemonThreads(Executor):
-    """Worker threads that do not hold up the interpreter's exit, for a feed in lockstep
-    (`ThreadPoolExecutor` joins its threads at exit: one blocked in an all-reduce that
-    no other host answers would hang the exit for ever)."""
-
-    def __init__(self, workers: int, name: str) -> None:
-        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._run, name=f"{name}_{i}", daemon=True)
-            for i in range(workers)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        self._jobs.put((future, fn, args, kwargs))
-        return future
-
-    def _run(self) -> None:
-        while (item := self._jobs.get()) is not None:
-            future, fn, args, kwargs = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as e:
-                future.set_exception(e)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        if cancel_futures:
-            while True:
-                try:
-                    item = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not None:
-                    item[0].cancel()
-        for _ in self._threads:
-            self._jobs.put(None)
-        if wait:
-            for thread in self._threads:
-                thread.join()
+    def give_back(self, end: int) -> None:
+        """The batches before ``end`` were preprocessed: their numbers are spent."""
+        self.all_reduce.give_back(end - self.start)
 
 
 class Feeder:
-    """One run of a feed's workers: a thread reads the batches from ``source`` (numbered
-    from ``start``) and hands each to a worker of ``pool``; the bounded queue `ready` of
-    ``(batch, future)`` keeps at most ``prefetch`` batches ahead of the training loop.
+    """One run of a feed's workers, as keras-rs's MLPerf loader runs them: each of
+    ``workers`` threads takes the next batch from ``source`` (one at a time, numbered
+    from ``start``), preprocesses it (or has a worker process do it) and keeps the
+    result until the training loop takes it, in order (`take`). At most ``prefetch``
+    batches past those taken are read.
 
-    `stop` ends it: the reading thread returns at its next batch (a blocked hand-over
-    waits at most a tenth of a second), the batches held are dropped and the pool shuts
-    down, its queued jobs cancelled. With a `Lockstep` (minibatching across hosts), it
-    first preprocesses every batch any host may have started (up to ``prefetch + 1``
-    past those the training loop took) and waits for them: each one's all-reduce needs
-    every host.
+    `stop` ends it: the threads return after the batch they are on, and the results held
+    are dropped; worker processes are shut down, their queued jobs cancelled. With a
+    `Lockstep` (minibatching across hosts), it first preprocesses every batch any host
+    may have read (up to ``prefetch`` past those taken) and waits for them: each one's
+    all-reduce needs every host. The threads are daemons: one waiting in an all-reduce
+    that no other host answers cannot hold up the interpreter's exit.
     """
 
     def __init__(
@@ -331,11 +286,10 @@ class Feeder:
         start: int,
         lockstep: Lockstep | None = None,
     ) -> None:
-        self.ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
-        self.stopped = threading.Event()
         self.source, self.plan, self.prefetch = source, plan, prefetch
         self.lockstep = lockstep
-        self.pool: Executor
+        self.start = start
+        self.pool: ProcessPoolExecutor | None = None
         if processes:
             import multiprocessing
 
@@ -347,143 +301,152 @@ class Feeder:
                 initializer=_start_worker,
                 initargs=(_shippable(plan),),
             )
-        elif lockstep is not None:
-            self.pool = DaemonThreads(workers, "tfinput-sparsecore")
-        else:
-            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="tfinput-sparsecore")
-        self.thread = threading.Thread(
-            target=_feed,
-            args=(
-                source,
-                self.ready,
-                self.stopped,
-                self.pool,
-                None if processes else plan,
-                start,
-                lockstep,
-            ),
-            name="tfinput-sparsecore-feeder",
-            daemon=True,
-        )
-        self.thread.start()
+        self.changed = threading.Condition()  # guards what follows
+        self.reading = threading.Lock()  # one thread reads the source at a time
+        self.next_read = start  # the number of the next batch to read
+        self.taken = start  # the number of the next batch the training loop takes
+        self.end: int | None = None  # no batch from this number on (or an error at it)
+        self.drain_to: int | None = None  # stopping in lockstep: read up to here
+        self.stopped = False
+        self.results: dict[int, Any] = {}  # number -> (batch, Result), or an exception
+        self.threads = [
+            threading.Thread(target=self._work, name=f"tfinput-sparsecore_{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _claim(self) -> int | None:
+        """The number of the next batch for this thread to read (None: no more); holds
+        ``reading``."""
+        with self.changed:
+
+            def may_read() -> bool:  # stopping reads up to drain_to without waiting
+                if self.stopped or self.end is not None or self.drain_to is not None:
+                    return True
+                return self.next_read < self.taken + self.prefetch
+
+            self.changed.wait_for(may_read)
+            if self.stopped or self.end is not None:
+                return None
+            if self.drain_to is not None and self.next_read >= self.drain_to:
+                return None
+            number = self.next_read
+            self.next_read += 1
+            return number
+
+    def _work(self) -> None:
+        while True:
+            with self.reading:
+                number = self._claim()
+                if number is None:
+                    return
+                try:
+                    with input_stage("tfinput/sparsecore/read"):
+                        batch = next(self.source, END)
+                except BaseException as e:  # the source's own error, raised in take()
+                    batch = e
+                if batch is END or isinstance(batch, BaseException):
+                    with self.changed:
+                        self.end = number
+                        if batch is not END:
+                            self.results[number] = batch
+                        self.changed.notify_all()
+                    return
+            try:
+                result = self._run(number, batch)
+            except BaseException as e:  # a worker process died (BrokenProcessPool)
+                result = e
+            with self.changed:
+                if not self.stopped:
+                    self.results[number] = (
+                        result
+                        if isinstance(result, BaseException)
+                        else (
+                            batch,
+                            result,
+                        )
+                    )
+                self.changed.notify_all()
+
+    def _run(self, number: int, batch: Any) -> Result:
+        """Batch ``number`` preprocessed: here, with the whole features, or by a worker
+        process, with only the ids and weights (what preprocessing reads)."""
+        try:
+            features, _labels = batch
+            if self.pool is not None:
+                features = {"ids": features["ids"], "weights": features.get("weights", {})}
+        except (TypeError, ValueError, KeyError) as e:
+            return Result(number, error=e)  # raised in take(), in order
+        sync = self.lockstep.sync(number) if self.lockstep is not None else None
+        if self.pool is None:
+            return job(self.plan, number, features, False, sync)
+        return self.pool.submit(job, None, number, features, True).result()
+
+    def take(self) -> Any:
+        """The next batch's ``(batch, Result)``, in order (waiting for it), `END` after
+        the last, or the error reading or preprocessing it raised."""
+        with self.changed:
+            self.changed.wait_for(
+                lambda: self.taken in self.results or self.taken == self.end or self.stopped
+            )
+            if self.stopped or (self.taken == self.end and self.taken not in self.results):
+                return END
+            item = self.results.pop(self.taken)
+            self.taken += 1
+            self.changed.notify_all()
+            return item
 
     def stop(self) -> None:
-        """End this run: the reading thread stops, the batches held are dropped, the
-        workers finish the batch they are on and exit (with a `Lockstep`: every batch
-        any host may have started is preprocessed first, and its numbers given back).
+        """End this run: the threads return after the batch they are on, the results
+        held are dropped (with a `Lockstep`: every batch any host may have read is
+        preprocessed first, and its numbers given back).
 
         Raises:
           DataError: with a `Lockstep`, the other hosts did not preprocess the same
             batches within `Lockstep.TIMEOUT` seconds (they did not stop their feeds at
             the same batch).
         """
-        self.stopped.set()
-        while True:
-            try:
-                self.ready.get_nowait()
-            except queue.Empty:
-                break
         step = self.lockstep
-        if step is None:
+        with self.changed:
+            if step is None:
+                self.stopped = True
+            else:  # any host may have read up to prefetch past those taken
+                self.drain_to = self.taken + self.prefetch
+            self.results.clear()
+            self.changed.notify_all()
+        if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
+        if step is None:
             return
-        self.thread.join()
-        # Any host may have started batches up to prefetch + 1 past those taken (the
-        # queue, and one handed to a worker while the reader waits to queue it).
-        end = step.start + step.taken + self.prefetch + 1
-        try:
-            while step.next < end:
-                batch = next(self.source, END)
-                if batch is END:
-                    break
-                step.pending.append(_submit(self.pool, self.plan, step.next, batch, step))
-                step.next += 1
-        except Exception:  # the source's own error: every host reads the same data
-            pass
-        _done, late = wait(step.pending, timeout=Lockstep.PATIENCE)
-        if late:
+        if not _joined(self.threads, Lockstep.PATIENCE):
             log.warning(
                 "tfinput: sparsecore_feed: closing waits for the other hosts to preprocess "
                 "batches %d-%d too (minibatching all-reduce; at most %.0f s)",
-                step.start,
-                step.next - 1,
+                self.start,
+                self.drain_to - 1,
                 Lockstep.TIMEOUT,
             )
-            _done, late = wait(late, timeout=Lockstep.TIMEOUT)
-        self.pool.shutdown(wait=False)
-        if late:
-            raise DataError(
-                f"sparsecore_feed: batches {step.start}-{step.next - 1} of this feed were not "
-                f"preprocessed by every host within {Lockstep.TIMEOUT:.0f} s: with "
-                "minibatching across hosts, every host must stop its feed after the same "
-                "batch (this AllReduce cannot be used again)"
-            )
-        step.pending.clear()
-        step.all_reduce.give_back(step.next - step.start)
+            if not _joined(self.threads, Lockstep.TIMEOUT):
+                raise DataError(
+                    f"sparsecore_feed: batches {self.start}-{self.drain_to - 1} of this feed "
+                    f"were not preprocessed by every host within {Lockstep.TIMEOUT:.0f} s: "
+                    "with minibatching across hosts, every host must stop its feed after the "
+                    "same batch (this AllReduce cannot be used again)"
+                )
+        with self.changed:
+            self.stopped = True
+            self.results.clear()
+        spent = min(self.next_read, self.drain_to)
+        step.give_back(spent if self.end is None else min(spent, self.end))
 
 
-def _feed(
-    source: Iterator[Any],
-    ready: queue.Queue[Any],
-    stopped: threading.Event,
-    pool: Executor,
-    plan: SparseCorePlan | None,
-    start: int,
-    lockstep: Lockstep | None,
-) -> None:
-    """The reading thread of a `Feeder` (``plan`` None: the pool's workers are processes
-    with a plan of their own)."""
-
-    def put(item: Any) -> bool:
-        while not stopped.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    try:
-        for number in itertools.count(start):
-            with input_stage("tfinput/sparsecore/read"):
-                batch = next(source, END)
-            if batch is END:
-                break
-            if stopped.is_set():
-                return
-            future = _submit(pool, plan, number, batch, lockstep)
-            if lockstep is not None:
-                lockstep.pending = [f for f in lockstep.pending if not f.done()]
-                lockstep.pending.append(future)
-                lockstep.next = number + 1
-            if not put((batch, future)):
-                return
-    except BaseException as e:  # the source's own error, raised in next()
-        if not stopped.is_set():
-            put(e)
-        return
-    put(END)
-
-
-def _submit(
-    pool: Executor,
-    plan: SparseCorePlan | None,
-    number: int,
-    batch: Any,
-    lockstep: Lockstep | None = None,
-) -> Future[Result]:
-    """Batch ``number`` handed to a worker: the whole features to a thread, only the
-    ids and weights (what preprocessing reads) to a process (``plan`` None)."""
-    try:
-        features, _labels = batch
-        if plan is None:
-            features = {"ids": features["ids"], "weights": features.get("weights", {})}
-    except (TypeError, ValueError, KeyError) as e:
-        done: Future[Result] = Future()
-        done.set_result(Result(number, error=e))  # raised in next(), in order
-        return done
-    sync = lockstep.sync(number) if lockstep is not None else None
-    return pool.submit(job, plan, number, features, plan is None, sync)
+def _joined(threads: list[threading.Thread], timeout: float) -> bool:
+    """Whether every thread ended within ``timeout`` seconds in all."""
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(thread.is_alive() for thread in threads)
 
 
 def explain(error: BaseException, number: int) -> BaseException:
