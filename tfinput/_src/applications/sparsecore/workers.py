@@ -346,6 +346,8 @@ class Feeder:
                         batch = next(self.source, END)
                 except BaseException as e:  # the source's own error, raised in take()
                     batch = e
+                if self.stopped:  # stopped while this thread read: nothing to do
+                    return
                 if batch is END or isinstance(batch, BaseException):
                     with self.changed:
                         self.end = number
@@ -357,16 +359,10 @@ class Feeder:
                 result = self._run(number, batch)
             except BaseException as e:  # a worker process died (BrokenProcessPool)
                 result = e
+            kept = result if isinstance(result, BaseException) else (batch, result)
             with self.changed:
                 if not self.stopped:
-                    self.results[number] = (
-                        result
-                        if isinstance(result, BaseException)
-                        else (
-                            batch,
-                            result,
-                        )
-                    )
+                    self.results[number] = kept
                 self.changed.notify_all()
 
     def _run(self, number: int, batch: Any) -> Result:
