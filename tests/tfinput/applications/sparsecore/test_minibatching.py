@@ -8,6 +8,7 @@ on every host, so that the next feed's all-reduces neither wait for ever nor abo
 
 from __future__ import annotations
 
+import gc
 import socket
 import subprocess
 import sys
@@ -236,6 +237,11 @@ def test_minibatching_settings_are_checked(batches, small_schema):
         sparsecore_feed(batches, plan, all_reduce=end)
     first.close()
     assert end.take() == 0  # a serial feed that ran nothing spent nothing
+    end.give_back(0)
+    dropped = sparsecore_feed(batches[:1], plan, workers=0, all_reduce=end)
+    del dropped  # collected without close: it gives its numbers back all the same
+    gc.collect()
+    sparsecore_feed(batches[:1], plan, workers=0, all_reduce=end).close()
 
 
 #: One host of two feeds while the other never does; the process then exits without

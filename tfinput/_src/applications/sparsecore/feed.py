@@ -164,6 +164,8 @@ class SparseCoreFeed(Iterator[Any]):
         if self._serial:
             self._source: Iterator[Any] | None = source
             self._feeder: Feeder | None = None
+            if self._lockstep is not None:  # collected unclosed, it still gives them back
+                self._stop_feeder = weakref.finalize(self, self._lockstep.give_back)
             return
         self._source = None
         self._feeder = Feeder(
@@ -362,11 +364,10 @@ class SparseCoreFeed(Iterator[Any]):
         closed is closed then."""
         self._closed = True
         self._source = None
-        if self._feeder is not None:
-            self._stop_feeder()  # Feeder.stop, once (with a lockstep: gives its numbers back)
-        elif self._lockstep is not None:  # serial: the numbers of the batches it ran
-            step, self._lockstep = self._lockstep, None
-            step.give_back(step.next)
+        if self._feeder is not None or self._lockstep is not None:
+            # Feeder.stop (with a lockstep: gives its numbers back), or the serial feed's
+            # Lockstep.give_back; once.
+            self._stop_feeder()
         if self._unpublished:
             self.publish()
 

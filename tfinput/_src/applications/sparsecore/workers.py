@@ -237,8 +237,9 @@ def job(
 
 class Lockstep:
     """What a feed whose batches are keyed in an all-reduce across hosts keeps, so that
-    stopping it spends the same numbers on every host: its `AllReduce`, the first number
-    of its range, and (fed serially) the next batch number."""
+    stopping it spends the same numbers on every host: its `AllReduce` (until
+    `give_back`), the first number of its range, and the next batch number (set by the
+    serial feed as it goes, by `Feeder.stop` when it has stopped)."""
 
     #: Seconds `Feeder.stop` waits for the other hosts to preprocess the same batches
     #: (after `PATIENCE` seconds, it says so).
@@ -255,9 +256,11 @@ class Lockstep:
         """The interface and the number keying batch ``number``'s all-reduce."""
         return self.all_reduce.interface, self.all_reduce.check(self.base + number - self.start)
 
-    def give_back(self, end: int) -> None:
-        """The batches before ``end`` were preprocessed: their numbers are spent."""
-        self.all_reduce.give_back(end - self.start)
+    def give_back(self) -> None:
+        """The batches before `next` were preprocessed: their numbers are spent (once)."""
+        if self.all_reduce is not None:
+            self.all_reduce.give_back(self.next - self.start)
+            self.all_reduce = None
 
 
 class Feeder:
@@ -434,7 +437,8 @@ class Feeder:
             self.stopped = True
             self.results.clear()
         spent = min(self.next_read, self.drain_to)
-        step.give_back(spent if self.end is None else min(spent, self.end))
+        step.next = spent if self.end is None else min(spent, self.end)
+        step.give_back()
 
 
 def _joined(threads: list[threading.Thread], timeout: float) -> bool:
