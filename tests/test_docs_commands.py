@@ -156,9 +156,13 @@ SERVERS: dict[tuple[str, str], tuple[str, str]] = {
         "tfinput serve dispatcher --port {port} --work-dir {tmp}/dispatcher",
         "a free port and a writable work directory on this machine",
     ),
-    ("docs/scaling.md", "tfinput serve worker --dispatcher dispatcher-host:5050"): (
-        "tfinput serve worker --dispatcher localhost:{port}",
-        "the dispatcher started just before, on this machine",
+    (
+        "docs/scaling.md",
+        "tfinput serve worker --dispatcher dispatcher-host:5050 --port 5051 "
+        "--worker-address worker-1",
+    ): (
+        "tfinput serve worker --dispatcher localhost:{port} --port 0 --worker-address localhost",
+        "the dispatcher started just before, on this machine (a free port; this machine's name)",
     ),
 }
 # (page, command) -> why it cannot run in a test. Keep this short.

@@ -28,8 +28,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import ipaddress
+import logging
 import math
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -39,9 +42,13 @@ from typing import Any
 
 from tfinput._src.core.errors import ConfigError
 
+log = logging.getLogger("tfinput.service")  # the public module's name
+
 __all__ = [
     "LocalFleet",
     "local_cluster",
+    "parse_worker_address",
+    "registered_address",
     "serve_until_signal",
     "start_dispatcher",
     "start_worker",
@@ -77,21 +84,127 @@ def start_dispatcher(
     )
 
 
-def start_worker(dispatcher: str, *, port: int = 0) -> Any:
+def start_worker(dispatcher: str, *, port: int = 0, worker_address: str | None = None) -> Any:
     """Start a tf.data service worker in this process, registered with ``dispatcher``.
+
+    The worker registers an address with the dispatcher, which hands it to the clients
+    (the trainers) that read from this worker: ``worker_address``, by default
+    ``localhost`` and the worker's port, which reaches this host only. A worker whose
+    trainers run on other hosts must register the address they reach it at, or they wait
+    for its batches until the read's stall timeout ("a tf.data service worker probably
+    died"); a worker that registers a loopback address with a dispatcher that is not on
+    loopback logs a warning saying so.
 
     Args:
       dispatcher: The dispatcher address (``host:port`` or ``grpc://host:port``).
       port: The worker's port (0: a free one).
+      worker_address: The address clients reach this worker at: ``HOST:PORT``, or
+        ``HOST`` alone for the port the worker listens on (``port``, or the free one it
+        took). It does not change where the worker listens (every interface). None:
+        ``localhost`` and the worker's port (clients on this host only).
 
     Returns:
       The started `tf.data.experimental.service.WorkerServer`.
+
+    Raises:
+      ConfigError: ``worker_address`` is not ``HOST`` or ``HOST:PORT``.
     """
     import tensorflow as tf
 
     svc = tf.data.experimental.service
     address = dispatcher.split("://", 1)[-1]
-    return svc.WorkerServer(svc.WorkerConfig(dispatcher_address=address, port=port))
+    advertised = parse_worker_address(worker_address or _DEFAULT_WORKER_HOST)
+    server = svc.WorkerServer(
+        svc.WorkerConfig(dispatcher_address=address, worker_address=advertised, port=port)
+    )
+    registered = registered_address(server, advertised)
+    if _reaches_this_host_only(_host(registered)) and not _reaches_this_host_only(_host(address)):
+        log.warning(
+            "tf.data service worker: registered with dispatcher %s as %s, an address only "
+            "this host reaches: trainers on other hosts will wait for its batches until the "
+            "read's stall timeout. Register the address they reach it at: "
+            "--worker-address HOST[:PORT] (tfinput serve worker), "
+            'worker_address="HOST[:PORT]" (tfinput.service.start_worker)',
+            address,
+            registered,
+        )
+    return server
+
+
+#: Where TensorFlow puts the port a worker listens on in its registered address.
+_PORT_PLACEHOLDER = "%port%"
+#: The host a worker registers without ``worker_address`` (TensorFlow's default too).
+_DEFAULT_WORKER_HOST = "localhost"
+
+
+def parse_worker_address(text: str) -> str:
+    """A worker address as `tf.data.experimental.service.WorkerConfig` takes it:
+    ``HOST:PORT`` as it is, ``HOST`` as ``HOST:%port%`` (the port the worker listens on,
+    filled in by TensorFlow). IPv6 hosts in brackets: ``[fd00::2]:5051``.
+
+    Raises:
+      ConfigError: no host, a port that is not a number from 1 to 65535, or an IPv6
+        address without brackets.
+    """
+    expected = "expected HOST or HOST:PORT (an IPv6 host in brackets: [fd00::2]:5051)"
+    text = text.strip()
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+        valid = bracket and (rest == "" or port is not None) and _is_ipv6(host)
+        host = f"[{host}]"
+    else:
+        host, colon, port = text.partition(":")
+        valid = ":" not in port
+        port = port if colon else None
+    if not valid or not host or any(c.isspace() for c in text):
+        raise ConfigError(f"worker address {text!r}: {expected}")
+    if port is None or port == _PORT_PLACEHOLDER:
+        return f"{host}:{_PORT_PLACEHOLDER}"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"worker address {text!r}: the port must be 1 to 65535; {expected}")
+    return f"{host}:{int(port)}"
+
+
+def registered_address(server: Any, worker_address: str | None) -> str:
+    """The address ``server`` (a worker `start_worker` started) registered with its
+    dispatcher, given the ``worker_address`` it was started with (None: the default)."""
+    # WorkerServer has no public address accessor; ``_address`` is what TF's tests use.
+    port = server._address.rsplit(":", 1)[1]
+    advertised = parse_worker_address(worker_address or _DEFAULT_WORKER_HOST)
+    return advertised.replace(_PORT_PLACEHOLDER, port)
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
+def _host(address: str) -> str:
+    """``host`` of ``host:port`` or ``grpc://host:port`` (IPv6 brackets removed)."""
+    return address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+
+
+def _reaches_this_host_only(host: str) -> bool:
+    """Whether a client connecting to ``host`` reaches this host only: a loopback or
+    unspecified address, or a name that resolves to such addresses only. A name that
+    does not resolve here counts as another host's."""
+    try:
+        ips = {ipaddress.ip_address(host)}
+    except ValueError:
+        try:
+            found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            return False
+        ips = {ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in found}
+    local = set()
+    for ip in ips:
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        local.add(ip.is_loopback or ip.is_unspecified)
+    return local == {True}
 
 
 def serve_until_signal(server: Any) -> None:

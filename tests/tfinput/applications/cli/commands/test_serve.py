@@ -1,6 +1,7 @@
-"""``tfinput serve``: its actions parse their arguments, and a server killed with SIGKILL
-leaves nothing running (the servers themselves run as subprocesses in
-tests/test_service_faults.py)."""
+"""``tfinput serve``: its actions parse their arguments (a bad ``--worker-address`` is a
+usage error), and a server killed with SIGKILL leaves nothing running (the servers
+themselves run as subprocesses in tests/test_service_faults.py, and across two network
+namespaces in tests/test_service_hosts.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,26 @@ def test_dispatcher_and_worker_arguments():
     d = _parse("serve", "dispatcher", "--port", "0", "--work-dir", "/tmp/j")
     assert (d.port, d.work_dir, d.worker_timeout_ms) == (0, "/tmp/j", None)
     w = _parse("serve", "worker", "--dispatcher", "localhost:5050")
-    assert (w.dispatcher, w.port) == ("localhost:5050", 0)
+    assert (w.dispatcher, w.port, w.worker_address) == ("localhost:5050", 0, None)
+    w = _parse("serve", "worker", "--dispatcher", "d:5050", "--worker-address", "10.0.0.2")
+    assert w.worker_address == "10.0.0.2:%port%"  # the port the worker listens on
+    w = _parse("serve", "worker", "--dispatcher", "d:5050", "--worker-address", "w-1:5051")
+    assert w.worker_address == "w-1:5051"
+
+
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ("w-1:0", "worker address 'w-1:0': the port must be 1 to 65535"),
+        ("fd00::2", "worker address 'fd00::2': expected HOST or HOST:PORT (an IPv6 host in "
+         "brackets: [fd00::2]:5051)"),
+    ],
+)  # fmt: skip
+def test_a_bad_worker_address_is_refused_when_parsed(bad, why, capsys):
+    with pytest.raises(SystemExit) as e:
+        _parse("serve", "worker", "--dispatcher", "d:5050", "--worker-address", bad)
+    assert e.value.code == 2
+    assert f"argument --worker-address: {why}" in capsys.readouterr().err
 
 
 def test_a_killed_server_leaves_nothing_running(tmp_path):

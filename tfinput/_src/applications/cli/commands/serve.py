@@ -75,6 +75,16 @@ def _dispatcher(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker_address(text: str) -> str:
+    """An argparse type: ``--worker-address`` checked (`parse_worker_address`)."""
+    from tfinput._src.core.service import servers
+
+    try:
+        return servers.parse_worker_address(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dispatcher", required=True, help="dispatcher address, HOST:PORT")
     p.add_argument(
@@ -84,17 +94,29 @@ def _worker_arguments(p: argparse.ArgumentParser) -> None:
         help="port (0: a free one); fix it so that a worker restarted after a crash comes "
         "back at the address its clients wait on",
     )
+    p.add_argument(
+        "--worker-address",
+        type=_worker_address,
+        metavar="HOST[:PORT]",
+        help="the address trainers reach this worker at, which the dispatcher hands them "
+        "(this host's name or IP on their network; PORT defaults to the port the worker "
+        "listens on). Default: localhost, which only trainers on this host reach. It does "
+        "not change where the worker listens (every interface)",
+    )
 
 
 def _worker(args: argparse.Namespace) -> int:
     from tfinput._src.core.service import servers
 
-    server = servers.start_worker(args.dispatcher, port=args.port)
+    server = servers.start_worker(
+        args.dispatcher, port=args.port, worker_address=args.worker_address
+    )
     # WorkerServer has no public address accessor; ``_address`` is what TF's tests use.
     port = int(server._address.rsplit(":", 1)[1])
+    registered = servers.registered_address(server, args.worker_address)
     print(
         f"worker listening on {listening_on(port)}; registered with dispatcher "
-        f"{args.dispatcher} as {server._address}",
+        f"{args.dispatcher} as {registered}",
         flush=True,
     )
     print(_open_to_the_network(port), flush=True)
