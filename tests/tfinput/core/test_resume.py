@@ -696,3 +696,32 @@ def test_an_epoch_without_a_batch_is_an_error_not_a_silent_end(pipeline_of):
         "batch of 2,048 (a partial batch is dropped with drop_remainder); lower the batch "
         "size, or see what the files hold with tfinput check"
     )
+
+
+def test_a_failed_read_is_raised_again_not_saved_or_ended_silently(tmp_path, small_schema):
+    """TensorFlow's iterator ends after a failed read: a consumer that reads on (a feed's
+    worker, a prefetcher) would see the data end early, and a state saved after it
+    would end the data there. The iterator raises the read's error again instead."""
+    from tfinput import testing
+
+    [path] = testing.write_tfrecord(tmp_path, small_schema, rows=1000)
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    Path(path).write_bytes(bytes(data))
+    it = tfinput.tfrecord([path], small_schema).iterator(PipelineConfig(batch_size=100))
+    next(it)
+    before = it.get_state()
+    delivered = 1
+    with pytest.raises(DataError) as first:
+        while True:
+            next(it)
+            delivered += 1
+    assert str(first.value).startswith(f"{path}: corrupted record at byte ")
+    for again in (lambda: next(it), it.get_state, lambda: it.state_at(1)):
+        with pytest.raises(DataError) as e:
+            again()
+        assert str(e.value) == str(first.value)
+    it.set_state(before)  # a state saved before the failure reads up to it again
+    assert [next(it) is not None for _ in range(delivered - 1)] == [True] * (delivered - 1)
+    with pytest.raises(DataError, match="corrupted record"):
+        next(it)

@@ -67,6 +67,10 @@ class InputIterator(Iterator[Any]):
         order instead of reading TensorFlow's iterator checkpoint. The restoring process
         must run with the same ``tf.random.set_seed`` (or none), like the saving one.
 
+    A read that fails raises its error (a `DataError` through ``explain``) at that call
+    and at every later one until `set_state`: TensorFlow's iterator ends after a failed
+    read, which would end the data there without a word.
+
     Attributes:
       position: Batches delivered since the start of the data (restored states count
         from the start too).
@@ -117,6 +121,9 @@ class InputIterator(Iterator[Any]):
         # callback saves, and the position, the kept batches and TensorFlow's iterator
         # must describe the same point.
         self._lock = threading.RLock()
+        # The error a read of TensorFlow's iterator raised: that iterator then ends
+        # (StopIteration), and its checkpoint ends the data there; raised again instead.
+        self._failed: BaseException | None = None
         self.position = 0
 
     # ------------------------------------------------------------- iterate
@@ -131,6 +138,8 @@ class InputIterator(Iterator[Any]):
                 batch = self._replay.popleft()
             else:
                 while True:
+                    if self._failed is not None:  # not the silent end TensorFlow gives
+                        raise self._failed
                     try:
                         batch = next(self._live())
                         break
@@ -140,8 +149,10 @@ class InputIterator(Iterator[Any]):
                             raise
                     except tf.errors.OpError as e:
                         if self._explain is None:
+                            self._failed = e
                             raise
-                        raise self._explain(without_locals(e)) from e
+                        self._failed = self._explain(without_locals(e))
+                        raise self._failed from e
             if self._keep or self._hold_from is not None:
                 self._recent.append(batch)
             self.position += 1
@@ -237,6 +248,10 @@ class InputIterator(Iterator[Any]):
         Raises:
           ResumeError: the dataset cannot be checkpointed (the message names the source
             and the remedy), or ``unconsumed`` is more than the batches kept.
+          DataError: a read failed (the error it raised, again; a consumer that reads
+            ahead may not have delivered it yet): TensorFlow's iterator ends after a
+            failed read, so a state saved from it would end the data there. A compact
+            state is saved all the same.
         """
         if not isinstance(unconsumed, int) or unconsumed < 0:
             raise ResumeError(f"unconsumed must be an integer >= 0, got {unconsumed!r}")
@@ -252,6 +267,7 @@ class InputIterator(Iterator[Any]):
         Raises:
           ResumeError: ``position`` is ahead of the batches delivered, or before the
             batches kept (``keep``).
+          DataError: a read failed, as in `get_state`.
         """
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
             raise ResumeError(f"position must be an integer >= 0, got {position!r}")
@@ -271,6 +287,8 @@ class InputIterator(Iterator[Any]):
             compact = self._compact_state(at)
             if compact is not None:
                 return compact
+            if self._failed is not None:  # TensorFlow's checkpoint would end the data here
+                raise self._failed
             unconsumed = self.position - at
             if unconsumed > min(len(self._recent), self.position):
                 raise ResumeError(
@@ -365,6 +383,7 @@ class InputIterator(Iterator[Any]):
         dataset = self._resume_dataset(epoch, seed, batch)
         with self._lock:
             self._dataset, self._iterator, self._unread = dataset, None, None
+            self._failed = None
             self.epoch, self._seed, self.position = epoch, seed, position
             self._epoch_starts = {epoch: position - batch}
             self._replay.clear()
@@ -437,7 +456,7 @@ class InputIterator(Iterator[Any]):
         with self._lock:
             if dataset is not None:
                 self._dataset, self.epoch, self._seed = dataset, epoch, seed
-            self._iterator = iterator
+            self._iterator, self._failed = iterator, None
             self._replay = collections.deque(again)
             self._recent.clear()
             self.position = int(header["position"])
