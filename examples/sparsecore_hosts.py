@@ -5,10 +5,12 @@ global batch, the hosts agree on the batch numbers, and the limits learn across 
     python examples/sparsecore_hosts.py --hosts 4 --out runs/hosts
     python examples/sparsecore_hosts.py --minibatching  # split batches beyond the limits
 
+    python examples/sparsecore_hosts.py --bad-data 1   # a DataError on host 1 stops all
+
 Runs on CPU with jax-tpu-embedding (``pip install 'tfinput[sparsecore]'``, CPython 3.12+).
 It starts ``--hosts`` processes on this machine as the hosts of a pod, joined by
-``jax.distributed.initialize`` on loopback, each with ``--devices`` CPU devices, and one
-global mesh over all of them. Each host (`host`):
+``jax.distributed.initialize`` (its coordinator on a loopback port), each with
+``--devices`` CPU devices, and one global mesh over all of them. Each host (`host`):
 
 - reads its own shard of the data: ``pipeline.iterator(config, input_context=...)`` with
   one input pipeline per host, so that every global batch is the hosts' per-host
@@ -27,7 +29,21 @@ global mesh over all of them. Each host (`host`):
 - with ``--minibatching``, splits a batch whose ids exceed the limits into minibatches
   instead (``SparseCorePlan(minibatching=True)``): the hosts agree on each batch's split
   through jax-tpu-embedding's all-reduce (`tfinput.sparsecore.AllReduce`, a gRPC server
-  per host on a loopback port here), and the step checks that they did.
+  per host, which listens on every interface), and the step checks that they did.
+
+A host that fails (a `tfinput.errors.DataError` in its shard, with ``--bad-data HOST``)
+writes its error beside the others' records and waits, a few seconds at most, until
+every other host has printed it and stopped; then the launcher prints it and exits 1.
+The others are in a collective that waits for the failed host (for minutes, with
+jax-tpu-embedding's all-reduce for ever): each host watches for another's error in a
+thread of its own.
+
+Ports, while the hosts run: ``jax.distributed``'s coordinator (host 0) listens on
+127.0.0.1 only; JAX's CPU collectives (gloo) listen on the address this machine's host
+name resolves to (loopback where ``/etc/hosts`` maps the name to 127.0.x.1, else a
+network address), with no option to choose; with ``--minibatching`` each host's
+all-reduce listens on every interface (``[::]``), without authentication:
+jax-tpu-embedding has no option to bind one.
 
 The launcher then checks what the hosts wrote: every row of the data once over the
 hosts and the steps, the same batch numbers and the same limits on every host, and the
@@ -41,7 +57,8 @@ input goes to jax-tpu-embedding's ``tpu_sparse_dense_matmul``, whose feature spe
 static arguments: new limits compile it again, on every host at the same step; with
 minibatching it runs with ``enable_minibatching=True``, a loop over the minibatches);
 the all-reduce's port is one the other hosts reach, and nothing else should (its server
-listens on every interface, without authentication).
+listens on every interface, without authentication); the hosts' errors go through the
+same shared directory as the FDO files (or the pod's scheduler collects them).
 """
 
 from __future__ import annotations
@@ -54,7 +71,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from pathlib import Path
 
 ROWS_PER_FILE = 256
@@ -66,9 +85,66 @@ TIGHT_LIMITS = {"items": (8, 8), "user": (8, 8), "tokens": (8, 8)}
 #: With --minibatching: room for every id of a partition, but so few distinct ids that
 #: the first batches must be split (minibatching splits on distinct ids).
 MINIBATCH_LIMITS = {"items": (32, 4), "user": (32, 4), "tokens": (32, 4)}
+#: Seconds a failed host waits for the others to print its error and stop.
+SEEN_WAIT_S = 30.0
 
 
 def host(args: argparse.Namespace) -> None:
+    """One host (`run_host`), stopped by its own error or another host's: either way it
+    prints the error and exits 1, every host within seconds of the first error."""
+    out = Path(args.out)
+    watch = threading.Thread(target=_stop_on_another_hosts_error, args=(out, args.host))
+    watch.daemon = True
+    watch.start()
+    try:
+        run_host(args)
+    except BaseException as e:  # every way a host can fail, Ctrl-C included
+        _fail(out, args.host, args.hosts, e)
+
+
+def _errors(out: Path, but: int) -> list[str]:
+    """The errors other hosts than ``but`` wrote (`_fail`)."""
+    return [p.read_text() for p in sorted(out.glob("error-*.txt")) if p.name != f"error-{but}.txt"]
+
+
+def _stop_on_another_hosts_error(out: Path, me: int) -> None:
+    """Print the first error another host writes, say so, and stop this host: its main
+    thread may be waiting for the failed host in a collective, for minutes."""
+    while True:
+        errors = _errors(out, but=me)
+        if errors:
+            print(f"host {me} stops: {errors[0]}", flush=True)
+            (out / f"stopped-on-error-{me}").touch()
+            os._exit(1)
+        time.sleep(0.2)
+
+
+def _fail(out: Path, me: int, hosts: int, error: BaseException) -> None:
+    """This host's error: printed, written for the other hosts, and exit 1 once they have
+    printed it (or after `SEEN_WAIT_S`). An error that follows another host's (a
+    collective that lost its peer) is that host's, said as such."""
+    errors = _errors(out, but=me)
+    if errors:
+        print(f"host {me} stops: {errors[0]}", flush=True)
+        os._exit(1)
+    traceback.print_exc()
+    said = f"host {me} failed: {type(error).__name__}: {error}"
+    _write(out / f"error-{me}.txt", said.encode())
+    print(said, flush=True)
+    # Leave once every other host has printed it and stopped: host 0 holds the
+    # coordinator, whose end would stop the others without a word.
+    others = [i for i in range(hosts) if i != me]
+    deadline = time.monotonic() + SEEN_WAIT_S
+    while time.monotonic() < deadline and not all(
+        (out / f"stopped-on-error-{i}").exists() or (out / f"error-{i}.txt").exists()
+        for i in others
+    ):
+        time.sleep(0.1)
+    sys.stderr.flush()
+    os._exit(1)  # not jax.distributed's shutdown barrier, which waits for every host
+
+
+def run_host(args: argparse.Namespace) -> None:
     """One host: its shard, its feed, the global step, the limits updated with the
     other hosts'. Writes what it did to ``<out>/host-<i>.json``."""
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
@@ -76,8 +152,12 @@ def host(args: argparse.Namespace) -> None:
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    coordinator = f"127.0.0.1:{args.port}"  # listening on loopback only, not [::]
     jax.distributed.initialize(
-        f"localhost:{args.port}", num_processes=args.hosts, process_id=args.host
+        coordinator,
+        num_processes=args.hosts,
+        process_id=args.host,
+        coordinator_bind_address=coordinator,
     )
     import jax.numpy as jnp
     import numpy as np
@@ -225,6 +305,8 @@ def _start(
     """The hosts, on a fresh coordinator port, their output in ``logs/host-<i>.log``;
     host ``victim`` stops after step ``--kill-after``, for the launcher to kill it."""
     common = [*common, "--port", str(_free_port())]
+    for left in [*logs.glob("error-*.txt"), *logs.glob("stopped-on-error-*")]:
+        left.unlink()  # a run before this one's
     if args.minibatching:
         ports: set[int] = set()
         while len(ports) < args.hosts:
@@ -242,21 +324,36 @@ def _start(
     ]
 
 
-def _wait(procs: list[subprocess.Popen], timeout: float, logs: Path) -> list[str]:
-    """Wait for every host; what went wrong (none: all exited 0)."""
+def _wait(procs: list[subprocess.Popen], timeout: float, out: Path) -> list[str]:
+    """Wait for every host; what went wrong (none: all exited 0). A host that ended
+    without writing its error (killed by a signal, say) gets one written for it, for the
+    others to stop on."""
     deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        for i, proc in enumerate(procs):
+            code = proc.poll()
+            if code and not list(out.glob("error-*.txt")):
+                why = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited {code}"
+                _write(out / f"error-{i}.txt", f"host {i} {why}, saying nothing".encode())
+        time.sleep(0.1)
     failed = []
     for i, proc in enumerate(procs):
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
+        if proc.poll() is None:
+            proc.kill()
             proc.wait()
             failed.append(f"host {i} did not finish within {timeout:.0f} s")
-        if proc.returncode:
-            said = (logs / f"host-{i}.log").read_text(errors="replace")[-3000:]
-            failed.append(f"host {i} exited {proc.returncode}:\n{said}")
+    errors = [p.read_text() for p in sorted(out.glob("error-*.txt"))]
+    if errors:  # the first host's error, which every other host printed as it stopped
+        stopped = sorted(p.name.rsplit("-", 1)[1] for p in out.glob("stopped-on-error-*"))
+        failed += errors + [
+            f"hosts stopped on it: {', '.join(stopped) or 'none'}; each host's log: "
+            f"{out / 'host-<i>.log'}"
+        ]
+    else:
+        for i, proc in enumerate(procs):
+            if proc.returncode:
+                said = (out / f"host-{i}.log").read_text(errors="replace")[-3000:]
+                failed.append(f"host {i} exited {proc.returncode}:\n{said}")
     return failed
 
 
@@ -291,6 +388,11 @@ def launch(args: argparse.Namespace) -> int:
     files = FILES_PER_HOST * args.hosts
     rows = ROWS_PER_FILE * files
     testing.write_tfrecord(data, schema, rows=rows, files=files, seed=3)
+    if args.bad_data is not None:  # a byte flipped in the middle of that host's last file
+        shard = sorted(data.glob("part-*"))[args.bad_data :: args.hosts]
+        damaged = bytearray(shard[-1].read_bytes())
+        damaged[len(damaged) // 2] ^= 0xFF
+        shard[-1].write_bytes(bytes(damaged))
     steps = rows // (PER_HOST_BATCH * args.hosts)  # one epoch: every row once
     common = ["--hosts", str(args.hosts), "--devices", str(args.devices)]
     common += ["--data", str(data), "--fdo", str(fdo), "--out", str(out)]
@@ -363,8 +465,19 @@ def _trained(path: Path, committed: int | None) -> list[dict]:
     return [line for line in lines[:restart] if line["step"] <= committed] + lines[restart:]
 
 
+PORTS = (
+    "Ports, while the hosts run: jax.distributed's coordinator listens on 127.0.0.1 only; "
+    "JAX's CPU collectives (gloo) on the address this machine's host name resolves to "
+    "(loopback where /etc/hosts maps it to 127.0.x.1, else a network address); with "
+    "--minibatching, each host's all-reduce on every interface ([::]), without "
+    "authentication (jax-tpu-embedding has no option to bind one)."
+)
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split()), epilog=PORTS
+    )
     p.add_argument("--hosts", type=int, default=2, help="processes, one per host (default 2)")
     p.add_argument("--devices", type=int, default=4, help="CPU devices per host (default 4)")
     p.add_argument("--update-every", type=int, default=3, help="steps between limit updates")
@@ -374,7 +487,8 @@ def main() -> None:
         "--minibatching",
         action="store_true",
         help="split batches beyond the limits into minibatches, the hosts agreeing on each "
-        "split through jax-tpu-embedding's all-reduce (a gRPC port per host, on loopback)",
+        "split through jax-tpu-embedding's all-reduce (a gRPC port per host, listening on "
+        "every interface)",
     )
     p.add_argument(
         "--kill-after",
@@ -383,6 +497,13 @@ def main() -> None:
         help="SIGKILL the last host once it has fed STEP, restart every host, and check "
         "that they resume at the same global batch with no row lost or fed twice",
     )
+    p.add_argument(
+        "--bad-data",
+        type=int,
+        metavar="HOST",
+        help="damage a record of host HOST's shard: that host stops with a DataError naming "
+        "the file, and every host prints it and stops within seconds (exit 1)",
+    )
     # One host's own arguments (the launcher passes them).
     p.add_argument("--host", type=int, help=argparse.SUPPRESS)
     for name in ("--port", "--steps", "--stop-after"):
@@ -390,6 +511,8 @@ def main() -> None:
     for name in ("--data", "--fdo", "--all-reduce-ports"):
         p.add_argument(name, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.bad_data is not None and not 0 <= args.bad_data < args.hosts:
+        p.error(f"--bad-data {args.bad_data}: expected a host from 0 to {args.hosts - 1}")
     if args.host is None:
         sys.exit(launch(args))
     host(args)

@@ -1,21 +1,29 @@
 """The SparseCore feed on several hosts (examples/sparsecore_hosts.py): 2 processes of 4
-CPU devices each, joined by ``jax.distributed`` on loopback, one global mesh. Each host
+CPU devices each, joined by ``jax.distributed`` (its coordinator on loopback), one global
+mesh. Each host
 preprocesses its own shard of every global batch; the hosts agree on the batch numbers
 (checked inside a jitted step over every device of both hosts) and on the limits they
 learn together through jax-tpu-embedding's FDO client, whose statistics cross hosts
 once per update. Batches beyond the first limits are split into minibatches, the hosts
 agreeing on each split through jax-tpu-embedding's all-reduce (and the step checking
 it). One host is killed with SIGKILL mid-epoch and every host restarted: they resume at
-the same global batch, and over the epoch every row is trained on once."""
+the same global batch, and over the epoch every row is trained on once. A damaged record
+in one host's shard: that host's DataError is printed by every host, and all stop; each
+host listens where the example says (the kernel's socket table, read while it runs)."""
 
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from tfinput._src.applications.cli.commands.serve import is_loopback, listening_addresses
 
 pytest.importorskip(
     "jax_tpu_embedding",
@@ -105,3 +113,83 @@ def test_statistics_cross_hosts_once_per_update(run):
     # The updates after steps 2 and 5, and the feed's close after step 7: three files per
     # host for eight steps.
     assert [h["fdo_files"] for h in hosts] == [3] * HOSTS
+
+
+#: The host whose shard gets a damaged record: host 0 also holds jax.distributed's
+#: coordinator, whose end would stop the other host before it printed anything.
+BAD_HOST = 0
+
+
+@pytest.fixture(scope="module")
+def bad_run(tmp_path_factory):
+    """The example with a damaged record in `BAD_HOST`'s shard; while it runs, the
+    addresses each host listens on, from the kernel's socket table."""
+    psutil = pytest.importorskip("psutil")
+    out, said = tmp_path_factory.mktemp("bad"), tmp_path_factory.mktemp("said")
+    with open(said / "stdout", "w") as stdout, open(said / "stderr", "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, str(EXAMPLE), "--hosts", str(HOSTS), "--devices", str(DEVICES),
+             "--out", str(out), "--timeout", "300", "--minibatching",
+             "--bad-data", str(BAD_HOST)],
+            stdout=stdout, stderr=stderr, text=True,
+        )  # fmt: skip
+        listened: dict[int, set[str]] = {}
+        coordinator = None
+        deadline = time.monotonic() + 500
+        while proc.poll() is None and time.monotonic() < deadline:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    argv = child.cmdline()
+                except psutil.Error:
+                    continue
+                if "--host" in argv:
+                    host = int(argv[argv.index("--host") + 1])
+                    coordinator = int(argv[argv.index("--port") + 1])
+                    listened.setdefault(host, set()).update(listening_addresses(child.pid) or ())
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    proc.stdout, proc.stderr = (said / "stdout").read_text(), (said / "stderr").read_text()
+    return proc, out, listened, coordinator
+
+
+def test_a_data_error_on_one_host_is_printed_by_every_host_before_all_stop(bad_run):
+    """Without it the other host waited in a collective for minutes (the all-reduce for
+    ever), and the error was in the failed host's log only."""
+    proc, out, _, _ = bad_run
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    damaged = sorted((out / "data").glob("part-*"))[BAD_HOST::HOSTS][-1]
+    error = (out / f"error-{BAD_HOST}.txt").read_text()
+    assert re.fullmatch(
+        rf"host {BAD_HOST} failed: DataError: {re.escape(str(damaged))}: corrupted record at "
+        r"byte [\d,]+: its length or checksum does not match: the bytes are damaged",
+        error,
+    ), error
+    other = 1 - BAD_HOST
+    logs = [(out / f"host-{i}.log").read_text() for i in range(HOSTS)]
+    assert f"\n{error}\n" in logs[BAD_HOST]  # after its traceback
+    assert f"\nhost {other} stops: {error}\n" in logs[other]
+    # The launcher: the error, who stopped on it, where the logs are; no host waited out
+    # the launcher's timeout.
+    assert proc.stderr.splitlines()[-2:] == [
+        error,
+        f"hosts stopped on it: {other}; each host's log: {out / 'host-<i>.log'}",
+    ]
+    assert "did not finish" not in proc.stderr and "ok:" not in proc.stdout
+
+
+def test_the_hosts_listen_where_the_example_says(bad_run):
+    """The example's docstring and --help: the coordinator on loopback only, gloo on the
+    address the host name resolves to, each host's all-reduce on every interface."""
+    _, _, listened, coordinator = bad_run
+    assert sorted(listened) == list(range(HOSTS)) and coordinator is not None
+    [on] = [a for a in listened[0] if a.endswith(f":{coordinator}")]
+    assert is_loopback(on), on
+    named = set(socket.gethostbyname_ex(socket.gethostname())[2])
+    for table in listened.values():
+        wildcard = [a for a in table if a.rsplit(":", 1)[0] in ("[::]", "0.0.0.0")]
+        assert len(wildcard) == 1, table  # its all-reduce
+        rest = table - set(wildcard)
+        assert rest, table  # gloo's, and host 0's coordinator
+        assert all(is_loopback(a) or a.rsplit(":", 1)[0].strip("[]") in named for a in rest)
