@@ -61,11 +61,6 @@ def _netns_unavailable() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(
-    bool(_netns_unavailable()), reason=_netns_unavailable() or "available"
-)
-
-
 def _ip(*argv: str) -> None:
     subprocess.run(["ip", *argv], check=True, capture_output=True, text=True)
 
@@ -73,17 +68,23 @@ def _ip(*argv: str) -> None:
 @pytest.fixture
 def hosts() -> Iterator[tuple[str, str]]:
     """Two namespaces, ``(server, trainer)``, at `SERVER` and `TRAINER` on a veth pair."""
+    unavailable = _netns_unavailable()
+    if unavailable:
+        pytest.skip(unavailable)
     tag = str(os.getpid())
     server, trainer = f"tfi-srv-{tag}", f"tfi-trn-{tag}"
     try:
-        for ns in (server, trainer):
-            _ip("netns", "add", ns)
-            _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("link", "add", f"tfi{tag}s", "type", "veth", "peer", "name", f"tfi{tag}t")
-        for ns, end, address in ((server, "s", SERVER), (trainer, "t", TRAINER)):
-            _ip("link", "set", f"tfi{tag}{end}", "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", f"tfi{tag}{end}")
-            _ip("-n", ns, "link", "set", f"tfi{tag}{end}", "up")
+        try:
+            for ns in (server, trainer):
+                _ip("netns", "add", ns)
+                _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("link", "add", f"tfi{tag}s", "type", "veth", "peer", "name", f"tfi{tag}t")
+            for ns, end, address in ((server, "s", SERVER), (trainer, "t", TRAINER)):
+                _ip("link", "set", f"tfi{tag}{end}", "netns", ns)
+                _ip("-n", ns, "addr", "add", f"{address}/24", "dev", f"tfi{tag}{end}")
+                _ip("-n", ns, "link", "set", f"tfi{tag}{end}", "up")
+        except subprocess.CalledProcessError as e:
+            pytest.skip(f"cannot join two network namespaces here: {' '.join(e.cmd)}: {e.stderr}")
         yield server, trainer
     finally:
         # Deleting a namespace deletes its end of the pair, and the pair with it.
