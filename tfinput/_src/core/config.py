@@ -104,7 +104,11 @@ class PipelineConfig:
       shuffle_buffer: Records held for shuffling; 0 disables shuffling of records.
         Bigger buffers shuffle better, cost memory and a slower start. TFRecord with
         ``read_batch``: the buffer takes its records a window of ``max(shuffle_buffer
-        // 2, 256)`` at a time, so up to one window more is held.
+        // 2, 256)`` at a time, so up to one window more is held. Sources that read
+        batches shuffle their rows in windows of the buffer rounded up to whole
+        batches, at least two (Parquet, wrapped batches), and columnar records hold
+        whole chunks, at least two, permuting rows in windows of chunks for batches
+        under two chunks: rows cross batch boundaries at any buffer, on every source.
       shuffle_seed: Seed for file and record shuffling; None draws a fresh seed.
       read_batch: TFRecord: records each file's branch of the parallel read batches
         before they leave it; the consumer side (shuffle, re-cut to ``batch_size``,

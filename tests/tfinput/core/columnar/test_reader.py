@@ -18,6 +18,7 @@ from tfinput._src.core.columnar.reader import (
     permutation_keys,
     plan_chunks,
     read_permuted_chunks,
+    row_window,
 )
 from tfinput._src.core.columnar.writer import verify_files
 from tfinput.columnar_records import read_manifest, storage_columns
@@ -61,9 +62,25 @@ def test_plan_chunks_leaves_out_a_partial_last_chunk_only_when_asked(
     ]
 
 
-@pytest.mark.parametrize(("rows", "chunks"), [(0, 1), (1, 1), (100, 1), (101, 2), (1000, 10)])
-def test_chunk_buffer_rounds_rows_up_to_chunks(rows, chunks):
-    assert chunk_buffer(rows, 100) == chunks
+@pytest.mark.parametrize(("rows", "chunks"), [(1, 2), (100, 2), (201, 3), (1000, 10)])
+def test_chunk_buffer_rounds_rows_up_to_chunks_at_least_two(rows, chunks):
+    assert chunk_buffer(rows, 100) == chunks  # one chunk would hand each on as it comes
+
+
+@pytest.mark.parametrize(
+    ("shuffle_buffer", "batch", "rows", "window"),
+    [
+        (0, 50, True, 0),  # no shuffle
+        (10, 50, False, 2),  # batches under two chunks: windows of two chunks at least
+        (100, 100, False, 2),
+        (1000, 199, False, 10),  # the chunk buffer
+        (1000, 200, False, 0),  # whole chunks from the buffer
+        (10, 400, True, 8),  # shuffle_rows: windows of two batches at least
+        (1000, 400, True, 10),
+    ],
+)
+def test_row_windows_under_two_chunks_or_with_shuffle_rows(shuffle_buffer, batch, rows, window):
+    assert row_window(shuffle_buffer, batch_size=batch, chunk_rows=100, rows=rows) == window
 
 
 @pytest.mark.parametrize("uniform", [True, False], ids=["uniform", "joined"])
@@ -201,6 +218,19 @@ def test_shuffling_levels(small_columnar):
     # seeded: the same seed gives the same order
     again = _order(tfinput.columnar(small_columnar, shuffle_rows=True), config)
     assert all((a == b).all() for a, b in zip(within, again))
+
+
+def test_a_shuffle_of_batches_under_two_chunks_mixes_the_rows_of_a_window(small_columnar):
+    base = tfinput.columnar(small_columnar)
+    config = PipelineConfig(batch_size=50, shuffle_buffer=100, shuffle_seed=5, **SEQUENTIAL)
+    batches = _order(base, config)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(1000))
+    # windows of two chunks (200 rows; the last file's one chunk joins the window before
+    # it): every batch holds rows of both chunks of its window, in no order
+    assert all(len(np.unique(b // 100)) == 2 for b in batches)
+    assert all(b.tolist() != sorted(b.tolist()) for b in batches)
+    again = _order(base, config)  # seeded: the same order
+    assert all((a == b).all() for a, b in zip(batches, again))
 
 
 # ----------------------------------------------------------- global shuffle

@@ -63,7 +63,35 @@ def test_shuffle_buffer_counts_chunks(small_columnar, read_request):
         source.shuffle_buffer(None, read_request(small_columnar, shuffle_buffer=rows))
         for rows in (1, 100, 101, 250)
     ]
-    assert buffers == [1, 1, 2, 3]
+    assert buffers == [2, 2, 2, 3]  # at least two: one chunk would hand each on as it comes
+
+
+def test_whole_chunk_batches_from_a_small_buffer_are_said_once_with_what_mixes(
+    small_columnar, small_schema, warnings_logged
+):
+    def batches(config, **source):
+        pipeline = tfinput.columnar(small_columnar, small_schema, **source)
+        return [np.sort(f["dense"]["row_id"].numpy()).tolist() for f, _ in pipeline.build(config)]
+
+    config = PipelineConfig(batch_size=200, shuffle_buffer=100, shuffle_seed=2)
+    for _ in range(2):  # the tuner builds one pipeline many times: said once
+        whole = batches(config)
+    assert all(len({r // 100 for r in b}) == 2 for b in whole)  # two whole chunks each
+    assert warnings_logged() == [
+        "tfinput: columnar shuffle_buffer=100 with batches of 200 rows: batches are cut from "
+        "whole chunks of 100 rows taken from a buffer of 2 chunks, so the rows of a chunk "
+        "stay together and some batches hold the same rows as without a shuffle; "
+        "tfinput.columnar(..., shuffle_rows=True) permutes the rows of windows of 4 chunks "
+        "(two batches) before cutting batches (one gather per column), a shuffle_buffer of "
+        "400 rows (two batches) or more mixes more chunks, and shuffle='global' draws each "
+        "batch's chunks from the whole data set"
+    ]
+    # shuffle_rows: rows of windows of four chunks, so no batch is two whole chunks
+    mixed = batches(config, shuffle_rows=True)
+    assert all(len({r // 100 for r in b}) > 2 for b in mixed)
+    assert sorted(r for b in mixed for r in b) == list(range(1000))
+    batches(config.replace(shuffle_buffer=400))  # two batches: chunks mix enough
+    assert len(warnings_logged()) == 1
 
 
 def test_explain_error_names_the_chunk_and_its_rows(small_columnar):

@@ -36,7 +36,7 @@ def test_wrapped_declares_batching_and_no_files(small_columns):
     assert rows.files() == [] and not isinstance(rows, FileChecks)
 
 
-def test_wrapped_names_file_knobs_and_shuffling_of_batches(
+def test_wrapped_names_file_knobs_and_honours_a_shuffle_of_batches(
     small_columns, small_schema, warnings_logged
 ):
     def make():
@@ -44,11 +44,14 @@ def test_wrapped_names_file_knobs_and_shuffling_of_batches(
 
     pipeline = tfinput.wrap(make, small_schema, batched=True).with_file_shuffling()
     config = PipelineConfig(batch_size=50, interleave_cycle_length=5, shuffle_buffer=123)
-    pipeline.build(config)
+    ds = pipeline.build(config)
     messages = "\n".join(warnings_logged())
     assert "interleave_cycle_length=5 has no effect on the dataset source" in messages
-    assert "shuffle_buffer=123 has no effect on the dataset source" in messages
     assert "shuffle_files has no effect on the dataset source" in messages
+    assert "shuffle_buffer" not in messages
+    assert "shuffle_buffer" not in pipeline.source.ignored_knobs  # the tuner may search it
+    # the batches keep their static size: every row is in one of them
+    assert ds.element_spec[0]["dense"]["row_id"].shape == [50]
 
 
 def test_wrapped_rows_honour_the_shuffle_buffer(small_columns, small_schema, read_request):

@@ -392,6 +392,41 @@ def test_reading_is_random_access_and_matches_the_sequential_read(small_parquet,
     assert sorted(ids.tolist()) == list(range(1000))
 
 
+@pytest.mark.parametrize(
+    ("shuffle_buffer", "batch", "windows"),
+    [
+        (10, 70, [140] * 6 + [160]),  # a buffer under a batch: windows of two batches
+        (70, 70, [140] * 6 + [160]),
+        (250, 100, [300, 300, 400]),  # rounded up to whole batches; the last takes the rest
+        (5000, 100, [1000]),  # one window: the whole epoch
+    ],
+    ids=["buffer-under-a-batch", "buffer-of-a-batch", "rounded-up", "whole-epoch"],
+)
+def test_shuffle_windows_span_two_batches_or_more_and_the_last_takes_the_rest(
+    small_parquet, small_schema, shuffle_buffer, batch, windows
+):
+    from tfinput._src.core.sources._arrow import ParquetBatches
+
+    config = PipelineConfig(batch_size=batch, shuffle_buffer=shuffle_buffer, drop_remainder=False)
+    reader = ParquetBatches(
+        files=small_parquet,
+        schema=small_schema,
+        config=config,
+        batch_size=batch,
+        shuffle_files=False,
+    )
+    got = [np.sort(b["row_id"]).astype(int) for b in reader(seed=3)]
+    assert reader.windows == len(windows)
+    ends = np.cumsum(windows)
+    for k, rows in enumerate(got):
+        plain = np.arange(k * batch, min((k + 1) * batch, 1000))
+        j = reader.window_of(k)
+        assert ends[j] - windows[j] <= rows.min() and rows.max() < ends[j], k  # its window's
+        assert len(rows) == len(plain) and (rows != plain).any(), k  # rows from other batches
+    assert np.concatenate(got).tolist() != list(range(1000))
+    assert sorted(np.concatenate(got).tolist()) == list(range(1000))
+
+
 def test_an_abandoned_reader_lets_its_threads_go_and_drops_its_read_ahead(
     small_parquet, small_schema, monkeypatch
 ):

@@ -1,7 +1,7 @@
 """The source contract (`tfinput._src.core.sources.protocol`): every source satisfies `Source`,
 declares what it can do, and gives its roofline stages; the steps every source shares
-(shard, file order, interleave, parallelism arguments) and the once-only warning for
-unhonoured knobs."""
+(shard, file order, interleave, parallelism arguments, the shuffle windows of batched
+rows) and the once-only warning for unhonoured knobs."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tfinput._src.core.sources import (
     protocol,
 )
 from tfinput.config import AUTOTUNE, PipelineConfig
-from tfinput.errors import SourceError
+from tfinput.errors import ConfigError, SourceError
 
 
 @pytest.fixture(params=SOURCE_KINDS)
@@ -200,3 +200,54 @@ def test_single_core_options():
     assert opts.threading.private_threadpool_size == 1
     assert opts.threading.max_intra_op_parallelism == 1
     assert opts.autotune.enabled is False
+
+
+@pytest.mark.parametrize(
+    ("buffer", "batch", "window"), [(1, 32, 64), (64, 32, 64), (65, 32, 96), (1000, 256, 1024)]
+)
+def test_a_shuffle_window_is_the_buffer_in_whole_batches_two_at_least(buffer, batch, window):
+    assert protocol.shuffle_window(buffer, batch) == window
+
+
+def _groups(sizes: list[int]) -> tf.data.Dataset:
+    """Batches of consecutive rows of these sizes: ids, a vector of the id and a ragged
+    list of the id repeated ``id % 3`` times, the vector's width unknown to tf.data."""
+    rows = [(sum(sizes[:i]), n) for i, n in enumerate(sizes)]
+
+    def batch(start: tf.Tensor, n: tf.Tensor) -> dict[str, tf.Tensor]:
+        ids = tf.range(start, start + n)
+        return {
+            "id": ids,
+            "vector": tf.reshape(tf.repeat(ids, 2), [-1, 2]),
+            "list": tf.RaggedTensor.from_row_lengths(tf.repeat(ids, ids % 3), ids % 3),
+        }
+
+    ds = tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*rows)))).map(batch)
+    return ds.map(lambda b: {**b, "vector": tf.ensure_shape(b["vector"], [None, None])})
+
+
+def test_row_windows_permute_each_window_and_join_a_short_one_to_the_window_before():
+    config = PipelineConfig(batch_size=10, shuffle_buffer=5, shuffle_seed=4)
+    # windows of 20 rows; the groups of 7 (a file's tail) and of 5 (the end) are short
+    out = protocol.shuffle_row_windows(_groups([20, 7, 20, 20, 5]), window_rows=20, config=config)
+    windows = [{k: v.numpy() if k != "list" else v.to_list() for k, v in w.items()} for w in out]
+    assert [sorted(w["id"].tolist()) for w in windows] == [
+        list(range(0, 27)),  # 20 rows and the 7 after them
+        list(range(27, 47)),
+        list(range(47, 72)),  # 20 rows and the last 5
+    ]
+    for w in windows:
+        assert w["id"].tolist() != sorted(w["id"].tolist())  # permuted
+        assert (w["vector"] == w["id"][:, None]).all()  # every column moves with its row
+        assert w["list"] == [[i] * (i % 3) for i in w["id"].tolist()]
+    again = protocol.shuffle_row_windows(_groups([20, 7, 20, 20, 5]), window_rows=20, config=config)
+    assert [w["id"].numpy().tolist() for w in again] == [w["id"].tolist() for w in windows]
+
+
+def test_row_windows_refuse_what_they_cannot_permute():
+    sparse = tf.data.Dataset.from_tensors({"ids": tf.sparse.from_dense([[1, 0], [0, 2]])})
+    config = PipelineConfig(batch_size=2, shuffle_buffer=4)
+    with pytest.raises(
+        ConfigError, match=r"shuffle_buffer=4: the batches' ids is SparseTensorSpec"
+    ):
+        protocol.shuffle_row_windows(sparse, window_rows=4, config=config)

@@ -4,9 +4,10 @@
 shuffle of `chunk_buffer` chunks] (both applied by `tfinput.Pipeline.build`) -> batch of
 chunks -> `assembler` (``tf.io.parse_example`` of a few scalar strings,
 ``tf.io.decode_raw``, ``tf.RaggedTensor.from_row_lengths``, in-graph checksum checks)
--> [``rebatch`` when the batch size is not a multiple of the chunk size] -> [row
-shuffle]. `ColumnarSource` (`tfinput._src.core.columnar.source`) supplies the steps to
-the pipeline.
+-> [rows permuted in windows of chunks (`row_window`): the shuffle of batches smaller
+than two chunks] -> [``rebatch`` when the batch size is not a multiple of the chunk
+size, or rows were permuted] -> [row shuffle]. `ColumnarSource`
+(`tfinput._src.core.columnar.source`) supplies the steps to the pipeline.
 
 Global shuffle (``ColumnarSource(shuffle="global")``) replaces the file interleave and
 the chunk buffer: `read_permuted_chunks` yields every chunk of every file once per
@@ -35,6 +36,7 @@ from tfinput._src.core.sources.protocol import (
     file_order,
     interleave_files,
     parallel_calls,
+    shuffle_row_windows,
     traced,
 )
 
@@ -52,6 +54,7 @@ __all__ = [
     "permutation_keys",
     "read_chunks",
     "chunk_buffer",
+    "row_window",
     "batch_chunks",
     "shuffle_rows_in_batches",
     "shuffle_rows_by_position",
@@ -330,8 +333,22 @@ def read_chunks(
 
 
 def chunk_buffer(shuffle_buffer: int, chunk_rows: int) -> int:
-    """Chunks a shuffle of ``shuffle_buffer`` rows holds: rounded up, at least one."""
-    return max(1, math.ceil(shuffle_buffer / chunk_rows))
+    """Chunks a shuffle of ``shuffle_buffer`` rows holds: rounded up, at least two (a
+    buffer of one chunk hands each chunk on as it comes)."""
+    return max(2, math.ceil(shuffle_buffer / chunk_rows))
+
+
+def row_window(shuffle_buffer: int, *, batch_size: int, chunk_rows: int, rows: bool) -> int:
+    """Chunks per window of the row shuffle (`batch_chunks`), 0 for none. With a
+    ``shuffle_buffer``, batches smaller than two chunks cannot draw whole chunks from
+    the chunk buffer (a batch of one chunk, or of part of one, holds the rows of one
+    chunk), so their rows are permuted in windows before batches are cut; larger
+    batches take whole chunks from the buffer unless ``rows`` (``shuffle_rows``) asks
+    for the rows to be permuted too. A window holds `chunk_buffer` chunks, and at
+    least two batches of rows, so that rows cross batch boundaries."""
+    if not shuffle_buffer or (batch_size >= 2 * chunk_rows and not rows):
+        return 0
+    return max(chunk_buffer(shuffle_buffer, chunk_rows), math.ceil(2 * batch_size / chunk_rows))
 
 
 def _file_reader(
@@ -368,30 +385,36 @@ def batch_chunks(
     *,
     batch_size: int,
     chunk_rows: int,
+    window: int = 0,
 ) -> tuple[tf.data.Dataset, Callable[[dict[str, tf.Tensor]], Raw]]:
     """Chunks -> batches of ``batch_size`` rows, and the decode function to apply.
 
     A multiple of ``chunk_rows`` batches whole chunks and decodes them in the pipeline's
     parse step (``assemble``). Any other size decodes groups of about one batch of
     chunks here and cuts exact batches with ``rebatch``; the decode step is then the
-    identity.
+    identity. With ``window`` (chunks, `row_window`), groups of that many chunks are
+    decoded and their rows permuted (`shuffle_row_windows`, seeded by
+    ``shuffle_seed``) before exact batches are cut, so that rows of a chunk spread over
+    many batches and every batch draws rows from several chunks.
     """
-
-    if batch_size % chunk_rows == 0:
+    if batch_size % chunk_rows == 0 and not window:
         ds = ds.batch(batch_size // chunk_rows, drop_remainder=config.drop_remainder)
         return ds, assemble
     parallel_map = parallel_calls(config.map_parallelism)
-    ds = ds.batch(max(1, batch_size // chunk_rows)).map(
+    ds = ds.batch(window or max(1, batch_size // chunk_rows)).map(
         traced(assemble),
         num_parallel_calls=parallel_map,
         deterministic=deterministic_arg(config) if parallel_map else None,
     )
+    if window:
+        ds = shuffle_row_windows(ds, window_rows=window * chunk_rows, config=config)
     ds = ds.rebatch(batch_size, drop_remainder=config.drop_remainder)
+    return ds, _identity
 
-    def finish(raw: Raw) -> Raw:
-        return raw
 
-    return ds, finish
+def _identity(raw: Raw) -> Raw:
+    """The decode step of batches decoded before they were cut."""
+    return raw
 
 
 def shuffle_rows_in_batches(

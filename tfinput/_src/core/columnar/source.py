@@ -40,6 +40,7 @@ from tfinput._src.core.sources.protocol import (
     Source,
     knob_is_set,
     single_core_options,
+    warn_once,
 )
 
 log = logging.getLogger("tfinput")
@@ -59,10 +60,16 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
 
     Chunks of rows are read natively (``TFRecordDataset``, interleaved over files); the
     pipeline's cache and shuffle steps work on chunks (``shuffle_buffer`` rows make a
-    buffer of ``ceil(shuffle_buffer / chunk_rows)`` chunks), and the batch step
-    batches whole chunks (or cuts exact batches with ``rebatch``). A build's read
-    position can be checkpointed with tf.data's iterator checkpointing
-    (``resume = "iterator"``).
+    buffer of ``ceil(shuffle_buffer / chunk_rows)`` chunks, at least two), and the batch
+    step batches whole chunks (or cuts exact batches with ``rebatch``). Batches smaller
+    than two chunks cannot take whole chunks from the buffer: with a
+    ``shuffle_buffer``, their rows are permuted in windows of the buffer's chunks (at
+    least two batches; one gather per column) before the batches are cut, so rows cross
+    batch boundaries at every batch size. Larger batches take whole chunks, whose rows
+    stay together (said once where the buffer holds less than two batches), unless
+    ``shuffle_rows`` permutes the windows' rows for them too. A build's read position
+    can be checkpointed with tf.data's iterator checkpointing (``resume =
+    "iterator"``).
 
     ``shuffle="global"`` reads instead every chunk of every (sharded) file once per
     iteration, in a permutation drawn anew for each ``iter()`` (seeded by
@@ -85,8 +92,11 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
         TFRecord's own CRC32C still catches bytes corrupted on disk (not with
         ``shuffle="global"``, which reads each chunk's payload by offset, without the
         framing: keep ``verify`` on there).
-      shuffle_rows: Shuffle rows within each batch (seeded by
-        ``PipelineConfig.shuffle_seed``); costs one gather per column.
+      shuffle_rows: Shuffle rows (seeded by ``PipelineConfig.shuffle_seed``): within
+        each batch; with a ``shuffle_buffer``, across windows of the buffer's chunks (at
+        least two batches) before the batches are cut, so that the rows of a chunk
+        spread over many batches. Costs one gather per column (and, with a buffer, the
+        decode moves before an exact re-cut of the batches: ``rebatch``, one more copy).
       buffer_size: Read buffer per open file, bytes (None: TensorFlow's default).
       shuffle: ``"buffer"`` (default): chunks of the interleaved files go through the
         pipeline's shuffle buffer (``PipelineConfig.shuffle_buffer`` rows; 0: no
@@ -405,7 +415,7 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
         return out
 
     def shuffle_buffer(self, records: Any, request: ReadRequest) -> int:
-        """Chunks: ``ceil(shuffle_buffer / chunk_rows)``, at least one."""
+        """Chunks: ``ceil(shuffle_buffer / chunk_rows)``, at least two."""
         del records
         chunk = self._chosen(request.files[:1])[0][1].chunk_rows
         return reader.chunk_buffer(request.config.shuffle_buffer, chunk)
@@ -414,7 +424,12 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
         """Batches of whole chunks decoded by the parse step (or exact batches cut
         here), rows shuffled within each batch when ``shuffle_rows`` (with
         ``shuffle="global"``: always, within each decoded group of chunks, seeded by the
-        iteration's key and the group's first chunk position)."""
+        iteration's key and the group's first chunk position). With a
+        ``shuffle_buffer``, and batches smaller than two chunks or ``shuffle_rows``,
+        rows are permuted in windows of chunks before batches are cut
+        (`reader.row_window`), which also orders each batch's rows at random; batches
+        of whole chunks from a buffer of less than two batches are said once
+        (`_say_whole_chunks`)."""
         chosen, chunk, skip_partial, _ = self._plan(request)
         assemble = assembler(
             storage_columns(request.schema),
@@ -422,12 +437,28 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
             verify=self.verify,
             uniform=skip_partial,
         )
+        config = request.config
+        window = 0
         if self.shuffle == "global":  # rows mixed per decoded group (before any rebatch)
             assemble = reader.shuffle_rows_by_position(assemble)
+        else:
+            window = reader.row_window(
+                config.shuffle_buffer,
+                batch_size=request.batch_size,
+                chunk_rows=chunk,
+                rows=self.shuffle_rows,
+            )
+            if config.shuffle_buffer and not window:
+                _say_whole_chunks(config.shuffle_buffer, request.batch_size, chunk)
         ds, finish = reader.batch_chunks(
-            records, assemble, request.config, batch_size=request.batch_size, chunk_rows=chunk
+            records,
+            assemble,
+            config,
+            batch_size=request.batch_size,
+            chunk_rows=chunk,
+            window=window,
         )
-        if self.shuffle_rows and self.shuffle != "global":
+        if self.shuffle_rows and self.shuffle != "global" and not window:
             ds, finish = reader.shuffle_rows_in_batches(
                 ds, finish, seed=request.config.shuffle_seed
             )
@@ -570,6 +601,30 @@ def check_size(path: str, m: Manifest, entry: FileEntry) -> None:
         f"{path}: {size:,} bytes on disk but the manifest {m.path} records {entry.bytes:,}; "
         f"the file was rewritten or appended to after its manifest (chunks after "
         f"{entry.chunks - 1} are unknown); convert again"
+    )
+
+
+def _say_whole_chunks(shuffle_buffer: int, batch_size: int, chunk_rows: int) -> None:
+    """Say once per sizes that batches of whole chunks keep each chunk's rows together,
+    where the buffer holds less than two batches (some batches then hold the same
+    chunks as the unshuffled read), with the settings that mix rows."""
+    if shuffle_buffer >= 2 * batch_size:
+        return
+    warn_once(
+        ("columnar", "whole chunks", str(shuffle_buffer), str(batch_size), str(chunk_rows)),
+        "tfinput: columnar shuffle_buffer=%d with batches of %d rows: batches are cut from "
+        "whole chunks of %d rows taken from a buffer of %d chunks, so the rows of a chunk "
+        "stay together and some batches hold the same rows as without a shuffle; "
+        "tfinput.columnar(..., shuffle_rows=True) permutes the rows of windows of %d "
+        "chunks (two batches) before cutting batches (one gather per column), a "
+        "shuffle_buffer of %d rows (two batches) or more mixes more chunks, and "
+        "shuffle='global' draws each batch's chunks from the whole data set",
+        shuffle_buffer,
+        batch_size,
+        chunk_rows,
+        reader.chunk_buffer(shuffle_buffer, chunk_rows),
+        reader.row_window(shuffle_buffer, batch_size=batch_size, chunk_rows=chunk_rows, rows=True),
+        2 * batch_size,
     )
 
 

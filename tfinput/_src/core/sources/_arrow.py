@@ -33,6 +33,7 @@ from tfinput._src.core.config import AUTOTUNE, PipelineConfig
 from tfinput._src.core.errors import DataError
 from tfinput._src.core.formats import parquet
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema
+from tfinput._src.core.sources.protocol import shuffle_window
 
 __all__ = [
     "LIST_VALUES",
@@ -209,11 +210,13 @@ class _Epoch:
         return self.once(self.windows, j, lambda: self._window(j))
 
     def _window(self, j: int) -> Any:
-        """Rows ``[j * W, (j + 1) * W)`` of the stream, shuffled when shuffling rows."""
+        """Rows ``[j * W, (j + 1) * W)`` of the stream (the last window: to the end),
+        shuffled when shuffling rows."""
         import pyarrow as pa
 
-        size = self.owner.window
-        a, b = j * size, min((j + 1) * size, self.owner.total_rows)
+        owner = self.owner
+        a = j * owner.window
+        b = owner.total_rows if j == owner.windows - 1 else a + owner.window
         first = int(np.searchsorted(self.starts, a, side="right")) - 1
         parts = []
         for piece in self.pieces[first:]:
@@ -229,14 +232,14 @@ class _Epoch:
 
     def batch(self, k: int) -> dict[str, np.ndarray]:
         owner = self.owner
-        size = owner.batch_size
-        j, offset = divmod(k * size, owner.window)
-        return _columns(self.window(j).slice(offset, size), owner.schema)
+        j = owner.window_of(k)
+        offset = k * owner.batch_size - j * owner.window
+        return _columns(self.window(j).slice(offset, owner.batch_size), owner.schema)
 
     def drop_before(self, k: int) -> None:
         """Forget what only batches before ``k`` need."""
         owner = self.owner
-        j = k * owner.batch_size // owner.window
+        j = owner.window_of(k)
         row = j * owner.window
         with self.lock:
             for key in [key for key in self.batches if key < k]:
@@ -253,9 +256,12 @@ class ParquetBatches:
 
     The epoch's row stream is the files' row groups in file order (shuffled by the seed
     with ``shuffle_files``). With ``shuffle_buffer`` the stream is cut into windows of
-    ``W`` rows (the buffer rounded up to whole batches) and each window is permuted by
-    ``(seed, window)``. Batch ``k`` is rows ``[k * B, (k + 1) * B)`` of the (shuffled)
-    stream; the last one is partial unless ``drop_remainder``.
+    ``W`` rows (the buffer rounded up to whole batches, at least two batches: a window
+    of one batch would only reorder its rows) and each window is permuted by ``(seed,
+    window)``; the last window takes the rows after the last whole one (``W`` to ``2W -
+    1`` rows), so no batch is left unmixed at the end of an epoch. Batch ``k`` is rows
+    ``[k * B, (k + 1) * B)`` of the (shuffled) stream; the last one is partial unless
+    ``drop_remainder``.
 
     Reading is random access (`batch`), but a sequential reader is served ahead: each
     call starts the next ``readahead`` batches (row groups read, nulls filled, windows
@@ -300,7 +306,12 @@ class ParquetBatches:
         ]
         self._footers = footers
         self.total_rows = sum(map(sum, self.group_rows))
-        self.window = -(-max(config.shuffle_buffer, 1) // batch_size) * batch_size
+        self.window = batch_size
+        if config.shuffle_buffer:
+            self.window = shuffle_window(config.shuffle_buffer, batch_size)
+        # The last window takes the rows after the last whole window: no window of a
+        # shuffle holds less than W rows (unless the epoch does), so every batch mixes.
+        self.windows = max(1, self.total_rows // self.window)
         full, rest = divmod(self.total_rows, batch_size)
         self.num_batches = full + (1 if rest and not config.drop_remainder else 0)
         cycle = config.interleave_cycle_length
@@ -322,8 +333,8 @@ class ParquetBatches:
 
     def fingerprint(self) -> int:
         """A 63-bit digest of what the batch positions mean (files and their row groups,
-        batch size, window, drop_remainder, file shuffling): a position saved by one
-        build is refused by a build where it would mean other rows."""
+        batch size, the shuffle windows, drop_remainder, file shuffling): a position
+        saved by one build is refused by a build where it would mean other rows."""
         what = repr(
             (
                 self.files,
@@ -334,8 +345,20 @@ class ParquetBatches:
                 self.config.drop_remainder,
                 self.shuffle_files,
             )
+            + self._last_window()
         )
         return int.from_bytes(hashlib.sha256(what.encode()).digest()[:8], "little") >> 1
+
+    def window_of(self, k: int) -> int:
+        """The window batch ``k`` is cut from."""
+        return min(k * self.batch_size // self.window, self.windows - 1)
+
+    def _last_window(self) -> tuple[int, ...]:
+        """``(first row, rows)`` of the last window where it is longer than the others
+        (it takes the rows after the last whole window); empty otherwise."""
+        start = (self.windows - 1) * self.window
+        rows = self.total_rows - start
+        return (start, rows) if self.config.shuffle_buffer and rows > self.window else ()
 
     def epoch(self, seed: int) -> _Epoch:
         with self._lock:

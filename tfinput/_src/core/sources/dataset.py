@@ -16,6 +16,8 @@ from tfinput._src.core.sources.protocol import (
     Resume,
     Source,
     knob_is_set,
+    shuffle_row_windows,
+    shuffle_window,
     traced,
 )
 from tfinput._src.core.transforms import guard
@@ -38,12 +40,15 @@ class DatasetSource(Source):
 
     The pipeline shards it by ``Dataset.shard`` under a distribution strategy, caches,
     shuffles and batches it (``ragged_batch``) unless its elements are already batches
-    (``batched=True``: the source then batches by itself and ``shuffle_buffer`` has no
-    effect, with a warning). Batches of a static size other than the config's are refused
-    at build unless ``rebatch=True`` re-cuts them to the config's batch size (per replica
-    under a strategy) with ``Dataset.rebatch``, which the tuner's ``--tune-batch-size``
-    then searches. The interleave knobs and file shuffling have no
-    effect on a dataset without files (a warning names them). Whether a build's read
+    (``batched=True``: the source then batches by itself). Batches of a static size other
+    than the config's are refused at build unless ``rebatch=True`` re-cuts them to the
+    config's batch size (per replica under a strategy) with ``Dataset.rebatch``, which the
+    tuner's ``--tune-batch-size`` then searches. A ``shuffle_buffer`` shuffles single
+    elements with tf.data's ``shuffle``, or, for batches, their rows: re-cut into windows
+    of the buffer rounded up to whole batches (at least two), each permuted, then cut into
+    batches again (three copies of each row), so that rows cross batch boundaries. The
+    interleave knobs and file shuffling have no effect on a dataset without files (a
+    warning names them). Whether a build's read
     position can be checkpointed depends on the wrapped dataset (``resume =
     "dataset"``: tf.data's iterator checkpointing works when every op of it supports it).
 
@@ -89,9 +94,8 @@ class DatasetSource(Source):
 
     @property
     def ignored_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
-        """The interleave knobs and ``read_batch`` (no files), and ``shuffle_buffer``
-        for batches."""
-        return _FILE_KNOBS + ("read_batch",) + (("shuffle_buffer",) if self.batched else ())
+        """The interleave knobs and ``read_batch`` (no files)."""
+        return _FILE_KNOBS + ("read_batch",)
 
     def make(self) -> tf.data.Dataset:
         """The wrapped dataset (the callable's result, when given one).
@@ -142,8 +146,6 @@ class DatasetSource(Source):
         out = {k: "a wrapped dataset has no files" for k in _FILE_KNOBS if knob_is_set(config, k)}
         if request.shuffle_files:
             out["shuffle_files"] = "a wrapped dataset has no files"
-        if self.batched and config.shuffle_buffer:
-            out["shuffle_buffer"] = "the wrapped dataset's elements are already batches"
         return out
 
     def read(self, request: ReadRequest) -> tf.data.Dataset:
@@ -192,14 +194,21 @@ class DatasetSource(Source):
         return buffer
 
     def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:
-        """``ragged_batch(B)`` unless ``batched``; decoding squeezes ``[B, 1]`` scalars,
-        makes lists ragged and casts numbers to the schema's dtypes."""
+        """``ragged_batch(B)`` unless ``batched``; batches re-cut with ``rebatch``, and
+        their rows shuffled in windows (`shuffle_row_windows`) with a ``shuffle_buffer``;
+        decoding squeezes ``[B, 1]`` scalars, makes lists ragged and casts numbers to
+        the schema's dtypes."""
         ds = records
-        config = request.config
+        config, size = request.config, request.batch_size
         if not self.batched:
-            ds = ds.ragged_batch(request.batch_size, drop_remainder=config.drop_remainder)
+            ds = ds.ragged_batch(size, drop_remainder=config.drop_remainder)
+        elif config.shuffle_buffer:
+            window = shuffle_window(config.shuffle_buffer, size)
+            ds = shuffle_row_windows(ds.rebatch(window), window_rows=window, config=config)
+            # Batches of the static size come back whole: every row is in one of them.
+            ds = ds.rebatch(size, drop_remainder=config.drop_remainder or not self.rebatch)
         elif self.rebatch:
-            ds = ds.rebatch(request.batch_size, drop_remainder=config.drop_remainder)
+            ds = ds.rebatch(size, drop_remainder=config.drop_remainder)
         return ds, _decoder(request.schema)
 
 

@@ -64,8 +64,10 @@ class ParquetSource(Source, FileChecks, RooflineStages):
     batches prepared ahead, twice the value, 8 for AUTOTUNE; ``interleave_parallelism``:
     background threads, 4 for AUTOTUNE; pyarrow decodes each row group's columns on its
     own threads too, whatever the value),
-    ``shuffle_buffer`` shuffles rows in windows of that many rows (rounded up to whole
-    batches) inside the reader, and ``interleave_block_length`` has no equivalent (a
+    ``shuffle_buffer`` shuffles rows inside the reader, in windows of that many rows
+    rounded up to whole batches and at least two batches (so that rows cross batch
+    boundaries whatever the buffer; the last window of an epoch also takes the rows
+    after the last whole window), and ``interleave_block_length`` has no equivalent (a
     warning says so).
 
     The read position is native: a ``tf.data`` range over the epoch's batch indices

@@ -47,6 +47,7 @@ from tfinput._src.core.sources.protocol import (
     Source,
     file_order,
     interleave_files,
+    record_shuffle,
     single_core_options,
 )
 from tfinput._src.core.transforms import parse_spec
@@ -239,7 +240,7 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         config = request.config
         hold = self.shuffle_buffer(records, request)
         if not read_batch(config):
-            return records.shuffle(hold, seed=config.shuffle_seed)
+            return record_shuffle(self, records, hold, request)
         window = window_size(hold)
         log_difference_once(
             shuffle_buffer=hold,
