@@ -40,10 +40,11 @@ calls it on JAX, and TensorFlow's `TPUEmbeddingV2` mod-shards the same way):
   groups tables the way jax-tpu-embedding's ``auto_stack_tables`` (keras-rs's default on
   JAX) does: same embedding width rounded up to 8 and same combiner, alphabetical order,
   at most 2 MiB of activations per stack.
-- Multi-hot features fed in the ``dense`` format pass their padding to the SparseCore as
-  id 0 with weight 0: one extra entry per padded row, all in id 0's partition. The
-  statistics count what the chosen format feeds; ``sparse`` and ``ragged`` feed only
-  real ids.
+- A multi-hot list's padding is not fed: `sparsecore_feed` leaves every entry of weight
+  0 out (the ``dense`` format pads with id 0, weight 0), and the dense counts leave them
+  out too, so every format counts the same ids. ``sparse`` and ``ragged`` count every id
+  they list (TensorFlow's TPUEmbedding enqueue sends ids of weight 0 too; the feed, at
+  most those).
 
 The counting is vectorized: one 64-bit key per id and one numpy sort per batch and stack
 give both counts, inside the pipeline's map (batches count in parallel): no per-example
@@ -113,9 +114,9 @@ def sparsecore_stats(
       config: `PipelineConfig` for the build (its batch size, layout and epochs are
         replaced); None reads in file order with default knobs.
       schema: Needed only when ``pipeline`` is a dataset.
-      multi_hot_format: Needed only when ``pipeline`` is a dataset whose multi-hot
-        features are dense but will be fed sparse (or the reverse); defaults to the
-        pipeline's format.
+      multi_hot_format: The format to read a pipeline's multi-hot features in
+        (default: its own), or the one a dataset's are in (recorded in the result);
+        the counts are the same in each.
       tick: Called with the number of batches done after each batch (progress).
 
     Returns:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -333,6 +334,9 @@ class SparseCorePlan:
         a word): the rows its feature spec expects, ids in ``[0, vocabulary_size)`` of
         the table, weights of the ids' shape.
 
+        A multi-hot list's padding is here as it is in the batch (id 0, weight 0);
+        `preprocess` leaves every entry of weight 0 out.
+
         Raises:
           ConfigError: a feature of the plan is not in the batch, or the batch is not
             tfinput's per_feature layout with dense multi-hot ids (a packed batch is
@@ -395,6 +399,17 @@ class SparseCorePlan:
         """jax-tpu-embedding's ``preprocess_sparse_dense_matmul_input`` for one batch's
         features: ``(PreprocessedInput, SparseDenseMatmulInputStats)``.
 
+        Entries of weight 0 are left out: a multi-hot list's padding (id 0, weight 0)
+        takes no SparseCore capacity and is not counted against the limits (fed as it
+        is, every padded row sends an id 0 entry to id 0's partition), and a row with
+        no id looks nothing up (fed as it is, its padding gets the gain 0 / 0, NaN,
+        under the ``mean`` and ``sqrtn`` combiners). Every other entry's gain is the
+        same either way. `tfinput.sparsecore_stats` counts the same entries. Such a
+        batch goes to jax-tpu-embedding as sparse COO input
+        (``preprocess_sparse_dense_matmul_input_from_sparse_tensor``, built with
+        vectorized numpy) where every weight left is 1, or else as ragged rows (its
+        object arrays: one numpy view per row of a list with padding, built in Python).
+
         With ``minibatching``, ``all_reduce`` (jax-tpu-embedding's ``AllReduceInterface``)
         makes the hosts agree on the batch's split, keyed by ``sync_number`` (default:
         ``batch_number``; the same on every host, and used once per interface:
@@ -415,7 +430,8 @@ class SparseCorePlan:
         """
         embedding = embedding_module()
         ids, weights = self.inputs(features, batch_number=batch_number)
-        out, stats = embedding.preprocess_sparse_dense_matmul_input(
+        out, stats = _preprocess_fed(
+            embedding,
             ids,
             weights,
             dict(self.feature_specs),
@@ -484,6 +500,77 @@ class SparseCorePlan:
             if stacked is not None and stacked.stack_name == stack:
                 return stacked
         raise KeyError(stack)
+
+
+def _preprocess_fed(
+    embedding: Any,
+    ids: dict[str, np.ndarray],
+    weights: dict[str, np.ndarray],
+    specs: dict[str, Any],
+    **options: Any,
+) -> tuple[Any, Any]:
+    """jax-tpu-embedding's preprocessing of the entries of ``ids`` (2-D, checked) whose
+    weight is not 0, in the cheapest form that holds them: the dense arrays as they are
+    when no entry has weight 0; sparse COO (uniform weights of 1) when every other
+    weight is 1; ragged rows otherwise (dense arrays for the features without such
+    entries)."""
+    fed = {name: w != 0 for name, w in weights.items()}
+    if all(f.all() for f in fed.values()):
+        return embedding.preprocess_sparse_dense_matmul_input(ids, weights, specs, **options)
+    if all((w[fed[name]] == 1).all() for name, w in weights.items()):
+        indices, values, shapes = {}, {}, {}
+        for name, x in ids.items():
+            keep = fed[name]
+            full = keep.all()
+            # Row-major (rows, then columns, ascending), as jax-tpu-embedding needs them.
+            indices[name] = _all_indices(x.shape) if full else np.argwhere(keep)
+            values[name] = x.ravel() if full else x[keep]
+            shapes[name] = np.asarray(x.shape, np.int64)
+        return embedding.preprocess_sparse_dense_matmul_input_from_sparse_tensor(
+            indices, values, shapes, specs, **options
+        )
+    ragged_ids, ragged_weights = dict(ids), dict(weights)
+    for name, keep in fed.items():
+        if not keep.all():
+            ragged_ids[name], ragged_weights[name] = _ragged(ids[name], weights[name], keep)
+    return embedding.preprocess_sparse_dense_matmul_input(
+        ragged_ids, ragged_weights, specs, **options
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _all_indices(shape: tuple[int, int]) -> np.ndarray:
+    """``[rows * cols, 2]`` int64 COO indices of every entry of a ``shape`` array, in
+    row-major order (read-only: shared by every batch of that shape)."""
+    out = np.argwhere(np.ones(shape, bool))
+    out.flags.writeable = False
+    return out
+
+
+def _ragged(
+    ids: np.ndarray, weights: np.ndarray, keep: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[B, max_len]`` ids and weights with only their ``keep`` entries, in
+    jax-tpu-embedding's ragged form: object arrays of ``B`` rows, each a contiguous
+    int32 (float32) array (a view of one new array per feature; weights all 1 share
+    one array of ones per row length)."""
+    counts = np.count_nonzero(keep, axis=1)
+    ends = np.cumsum(counts)
+    bounds = list(map(slice, (ends - counts).tolist(), ends.tolist()))
+    values, gains = ids[keep], weights[keep]  # new contiguous arrays, rows in order
+    rows = np.fromiter(map(values.__getitem__, bounds), object, len(bounds))
+    if (gains == 1).all():
+        return rows, _ones_by_length(ids.shape[1])[counts]
+    return rows, np.fromiter(map(gains.__getitem__, bounds), object, len(bounds))
+
+
+@functools.lru_cache(maxsize=64)
+def _ones_by_length(max_len: int) -> np.ndarray:
+    """``[max_len + 1]`` object array: at ``k``, a read-only float32 array of ``k``
+    ones."""
+    ones = np.ones(max_len, np.float32)
+    ones.flags.writeable = False
+    return np.fromiter((ones[:k] for k in range(max_len + 1)), object, max_len + 1)
 
 
 def _checked_ids(name: str, spec: Any, x: np.ndarray, batch_number: int) -> np.ndarray:
