@@ -1033,7 +1033,7 @@ def test_with_limits_refuses_statistics_of_another_stacking_and_a_negative_margi
     with pytest.raises(ConfigError, match=r"name stack\(s\) \['items_user'\] the plan does not"):
         plan.with_limits(stats)
     _, own = plan.preprocess(batches[0][0], 0)
-    with pytest.raises(ConfigError, match=r"margin must be >= 0, got -0\.5"):
+    with pytest.raises(ConfigError, match=r"margin must be a finite number >= 0 .*, got -0\.5"):
         plan.with_limits(own, margin=-0.5)
     grown = plan.with_limits(own, margin=0.0)  # the default limits (256) already hold them
 

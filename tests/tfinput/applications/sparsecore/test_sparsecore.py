@@ -287,6 +287,8 @@ def test_plan_stacks_follows_keras_rs_auto_stacking():
         ({"per_replica_batch_size": 10}, "multiple of 4"),
         ({"per_replica_batch_size": 0}, "positive int"),
         ({"per_replica_batch_size": 16, "margin": -1}, "margin"),
+        ({"per_replica_batch_size": 16, "margin": float("nan")}, "margin: expected a finite"),
+        ({"per_replica_batch_size": 16, "margin": float("inf")}, "margin: expected a finite"),
         ({"per_replica_batch_size": 16, "stacking": [["a", "nope"]]}, "no table 'nope'"),
         ({"per_replica_batch_size": 16, "stacking": [["a", "m"]]}, "different combiners"),
         ({"per_replica_batch_size": 16, "stacking": [["a"], ["a", "b"]]}, "more than one"),

@@ -54,6 +54,7 @@ Python.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -173,8 +174,13 @@ def _check_sizes(
     _check_positive("sparsecores_per_device", sparsecores_per_device)
     if max_batches is not None:
         _check_positive("max_batches", max_batches)
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or margin < 0:
-        raise ConfigError(f"margin: expected a number >= 0 (0.2 = 20%), got {margin!r}")
+    if (
+        not isinstance(margin, (int, float))
+        or isinstance(margin, bool)
+        or not math.isfinite(margin)
+        or margin < 0
+    ):
+        raise ConfigError(f"margin: expected a finite number >= 0 (0.2 = 20%), got {margin!r}")
     num_sc = devices * sparsecores_per_device
     if num_sc & (num_sc - 1):
         raise ConfigError(

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import logging
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -216,7 +217,8 @@ class SparseCorePlan:
 
         Raises:
           ConfigError: jax-tpu-embedding is missing; an unknown stacking; limits for a
-            table the schema lacks.
+            table the schema lacks; limits beyond int32, or whose COO buffer would be
+            (jax-tpu-embedding would abort the process at the first batch).
         """
         embedding = embedding_module()  # a missing library is a ConfigError
         if stacking not in ("auto", "none"):
@@ -247,6 +249,7 @@ class SparseCorePlan:
         ).prepared()
         if measured:
             _apply_buffer_sizes(plan, limits)
+        _check_sizes_fit(plan, "SparseCorePlan.from_schema")
         return plan
 
     def prepared(self) -> SparseCorePlan:
@@ -269,53 +272,80 @@ class SparseCorePlan:
         ``stats`` is jax-tpu-embedding's ``SparseDenseMatmulInputStats``: an FDO
         client's ``load()`` (the maxima every host published: a feed with ``fdo=``, or
         ``tfinput schema sparsecore --out fdo_stats_0_0.npz``), or a refused batch's
-        `LimitsExceeded.stats`. Each stack's ``max_ids_per_partition``,
+        `LimitsExceeded.stats`; or `tfinput.sparsecore_stats`'s result (its
+        ``input_stats()``). Each stack's ``max_ids_per_partition``,
         ``max_unique_ids_per_partition`` and COO buffer size become the stats' maxima
-        times ``1 + margin`` (rounded up to 8; the buffer at most what the limits can
-        fill), through jax-tpu-embedding's ``update_preprocessing_parameters``. The
-        limits only grow, unless ``shrink`` (to start a run from measured statistics:
-        then they are what ``stats`` says). The buffers' shapes follow the buffer size,
-        so a jitted step compiles again for the new plan's batches.
+        times ``1 + margin`` (rounded up to 8, at least 8: a stack whose batches had no
+        id gets the smallest limits; the buffer at most what the limits can fill),
+        through jax-tpu-embedding's ``update_preprocessing_parameters``. The limits
+        only grow, unless ``shrink`` (to start a run from measured statistics: then
+        they are what ``stats`` says). The buffers' shapes follow the buffer size, so a
+        jitted step compiles again for the new plan's batches. Stacks the statistics
+        do not name keep their limits.
+
+        Statistics jax-tpu-embedding would abort the process on, or silently ignore,
+        are refused first.
 
         Raises:
-          ConfigError: ``stats`` names a stack the plan does not have (statistics of
-            another stacking), or ``margin`` is negative.
+          ConfigError: ``stats`` is not one of those forms (a dict of limits per table
+            goes to `from_schema`); names a stack the plan does not have (statistics of
+            another stacking); is empty, gives a stack one limit without the other,
+            counts that are negative, NaN, infinite, fractional or beyond int32,
+            unique ids above ids, a buffer smaller than the ids of one partition, or no
+            id in any stack; limits whose COO buffer would pass int32; ``margin`` is
+            not a finite number >= 0, or ``shrink`` not a bool. The message names the
+            stack, its tables and the field.
         """
         embedding = embedding_module()
-        if margin < 0:
-            raise ConfigError(f"SparseCorePlan.with_limits: margin must be >= 0, got {margin}")
+        where = "SparseCorePlan.with_limits"
+        if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
+            raise ConfigError(f"{where}: margin must be a number >= 0, got {margin!r}")
+        if not math.isfinite(margin) or margin < 0:
+            raise ConfigError(
+                f"{where}: margin must be a finite number >= 0 (0.2: 20% above the "
+                f"statistics), got {margin!r}"
+            )
+        if not isinstance(shrink, bool):
+            raise ConfigError(f"{where}: shrink must be True or False, got {shrink!r}")
         specs = copy.deepcopy(dict(self.feature_specs))  # shared table specs stay shared
         stacked = {}
         for f in specs.values():
             stacked[f.table_spec.stacked_table_spec.stack_name] = f.table_spec.stacked_table_spec
-        fields = ("max_ids_per_partition", "max_unique_ids_per_partition")
-        buffer_sizes = getattr(stats, "required_buffer_size_per_sc", None) or {}
-        named = {*buffer_sizes, *(n for f in fields for n in getattr(stats, f, None) or {})}
-        if unknown := sorted(named - set(stacked)):
-            raise ConfigError(
-                f"SparseCorePlan.with_limits: the statistics name stack(s) {unknown} the "
-                f"plan does not have (its stacks: {sorted(stacked)}); they were taken with "
-                "another stacking"
-            )
+        maxima = _stat_maxima(stats, specs, where)
+        n_sc = self.num_sc_per_device
 
-        def grown(value: Any, current: int | None) -> int:
-            need = round_up(math.ceil(int(np.max(value)) * (1 + margin)), ALIGNMENT)
+        def grown(name: str, field: str, value: int, current: int | None) -> int:
+            scaled = value * (1 + margin)
+            need = (
+                max(ALIGNMENT, round_up(math.ceil(scaled), ALIGNMENT))
+                if scaled <= _INT32_MAX  # also false for an infinite product
+                else _INT32_MAX + 1
+            )
+            if need > _INT32_MAX:
+                raise ConfigError(
+                    f"{where}: {_stack_label(specs, name)}: {field} {value:,} times 1 + "
+                    f"margin ({1 + margin:.4g}) is {scaled:.4g}, beyond jax-tpu-embedding's "
+                    f"int32 sizes ({_INT32_MAX:,}); use a smaller margin"
+                )
             return need if shrink else max(need, current or 0)
 
-        limits = {
-            field: {n: np.array(grown(v, getattr(stacked[n], field))) for n, v in got.items()}
-            for field in fields
-            for got in [getattr(stats, field, None) or {}]
-        }
+        limits: dict[str, dict[str, np.ndarray]] = {f: {} for f in _LIMIT_FIELDS}
         buffers = {}
-        n_sc = self.num_sc_per_device
-        for name, value in buffer_sizes.items():
-            current = stacked[name].suggested_coo_buffer_size_per_device
-            per_sc = grown(value, None if current is None else -(-current // n_sc))
+        for name, (ids, unique, buffer) in maxima.items():
+            spec = stacked[name]
+            for field, value in zip(_LIMIT_FIELDS, (ids, unique), strict=True):
+                limits[field][name] = np.array(grown(name, field, value, getattr(spec, field)))
+            if buffer is None:
+                continue
+            current = spec.suggested_coo_buffer_size_per_device
+            field = "required_buffer_size_per_sc"
+            per_sc = grown(name, field, buffer, None if current is None else -(-current // n_sc))
             # No more than the limits allow (jax-tpu-embedding aborts on a larger one).
-            ids = limits["max_ids_per_partition"].get(name, stacked[name].max_ids_per_partition)
             most = embedding.compute_theoretical_max_coo_buffer_size(
-                int(ids), self.global_device_count, n_sc, enable_minibatching=self.minibatching
+                int(limits["max_ids_per_partition"][name]),
+                self.global_device_count,
+                n_sc,
+                enable_minibatching=self.minibatching,
             )
             buffers[name] = np.full(n_sc, min(per_sc, most // n_sc), np.int64)
         embedding.update_preprocessing_parameters(
@@ -323,7 +353,9 @@ class SparseCorePlan:
             embedding.SparseDenseMatmulInputStats(**limits, required_buffer_size_per_sc=buffers),
             num_sc_per_device=self.num_sc_per_device,
         )
-        return dataclasses.replace(self, feature_specs=specs)
+        plan = dataclasses.replace(self, feature_specs=specs)
+        _check_sizes_fit(plan, where)
+        return plan
 
     def inputs(
         self, features: Mapping[str, Any], *, batch_number: int = 0
@@ -620,6 +652,172 @@ def _check_measured_stacks(
         )
 
 
+#: jax-tpu-embedding keeps the limits and buffer sizes in C++ ints.
+_INT32_MAX = 2**31 - 1
+#: The limits of a stack, in `SparseDenseMatmulInputStats`'s field names.
+_LIMIT_FIELDS = ("max_ids_per_partition", "max_unique_ids_per_partition")
+#: What `SparseCorePlan.with_limits` takes.
+_STATS_FORMS = (
+    "jax-tpu-embedding's SparseDenseMatmulInputStats (an FDO client's load(), "
+    "LimitsExceeded.stats) or tfinput.sparsecore_stats's result"
+)
+
+
+def _stack_tables(specs: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Each stack's tables, by stack name."""
+    out: dict[str, list[str]] = {}
+    for f in specs.values():
+        tables = out.setdefault(f.table_spec.stacked_table_spec.stack_name, [])
+        if f.table_spec.name not in tables:
+            tables.append(f.table_spec.name)
+    return out
+
+
+def _stack_label(specs: Mapping[str, Any], stack: str) -> str:
+    """``stack 'a_b' (tables a, b)``."""
+    return f"stack {stack!r} (tables {', '.join(_stack_tables(specs).get(stack, []))})"
+
+
+def _stat_maxima(
+    stats: Any, specs: Mapping[str, Any], where: str
+) -> dict[str, tuple[int, int, int | None]]:
+    """``stack -> (max ids, max unique ids, max buffer per SparseCore or None)`` of
+    ``stats``, checked: a known form naming stacks of ``specs``, both limits of each,
+    whole counts from 0 to int32, unique ids at most the ids, a buffer holding the ids,
+    and an id in some stack."""
+    if isinstance(stats, SparseCoreStats):
+        stats = stats.input_stats()
+    stacks = _stack_tables(specs)
+    ids_, unique_, buffer_ = (
+        getattr(stats, f, None) for f in (*_LIMIT_FIELDS, "required_buffer_size_per_sc")
+    )
+    if not (
+        isinstance(ids_, Mapping)
+        and isinstance(unique_, Mapping)
+        and isinstance(buffer_ or {}, Mapping)
+    ):
+        hint = ""
+        if isinstance(stats, Mapping):
+            hint = (
+                "; limits per table go to SparseCorePlan.from_schema(limits={table: "
+                "(max_ids, max_unique)}). This plan's stacks and their tables: "
+                + "; ".join(f"{s}: {', '.join(t)}" for s, t in sorted(stacks.items()))
+            )
+        raise ConfigError(f"{where}: expected {_STATS_FORMS}, got {type(stats).__name__}{hint}")
+    buffer_ = buffer_ or {}
+    named = {*ids_, *unique_, *buffer_}
+    if not named:
+        raise ConfigError(
+            f"{where}: the statistics are empty (they name no stack); expected the counts "
+            f"of the plan's stacks {sorted(stacks)}"
+        )
+    if unknown := sorted(named - set(stacks), key=str):
+        raise ConfigError(
+            f"{where}: the statistics name stack(s) {unknown} the plan does not have (its "
+            f"stacks: {sorted(stacks)}); they were taken with another stacking"
+        )
+    out = {}
+    for name in sorted(named):
+        label = _stack_label(specs, name)
+        for field, given in zip(_LIMIT_FIELDS, (ids_, unique_), strict=True):
+            if name not in given:
+                raise ConfigError(
+                    f"{where}: {label} has no {field} in the statistics; a stack needs "
+                    "both max_ids_per_partition and max_unique_ids_per_partition"
+                )
+        ids = _stat_max(ids_[name], label, "max_ids_per_partition", where)
+        unique = _stat_max(unique_[name], label, "max_unique_ids_per_partition", where)
+        buffer = (
+            _stat_max(buffer_[name], label, "required_buffer_size_per_sc", where)
+            if name in buffer_
+            else None
+        )
+        if unique > ids:
+            raise ConfigError(
+                f"{where}: {label}: max_unique_ids_per_partition {unique:,} is above "
+                f"max_ids_per_partition {ids:,}; the distinct ids of a partition are "
+                "among its ids"
+            )
+        if buffer is not None and buffer < ids:
+            raise ConfigError(
+                f"{where}: {label}: required_buffer_size_per_sc {buffer:,} cannot hold "
+                f"the {ids:,} ids of one partition (max_ids_per_partition); a "
+                "SparseCore's buffer holds the ids of all its partitions"
+            )
+        out[name] = (ids, unique, buffer)
+    if not any(ids for ids, _, _ in out.values()):
+        raise ConfigError(
+            f"{where}: the statistics count no id in any stack ({', '.join(sorted(out))}): "
+            "statistics of batches with no ids (or all zeros) say nothing about the limits"
+        )
+    return out
+
+
+def _stat_max(value: Any, label: str, field: str, where: str) -> int:
+    """The largest of one stack's counts (per partition or per SparseCore), checked."""
+    what = f"{where}: {label}: {field}"
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):  # ragged nesting, say
+        raise ConfigError(f"{what}: expected whole numbers, got {value!r:.80}") from None
+    if a.size == 0:
+        raise ConfigError(f"{what} is empty; expected a count per partition (or one count)")
+    if a.dtype.kind not in "iuf":
+        raise ConfigError(f"{what}: expected whole numbers, got {a.dtype} ({value!r:.80})")
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        raise ConfigError(f"{what}: expected whole numbers, got NaN or infinity ({value!r:.80})")
+    low, top = a.min(), a.max()
+    if low < 0:
+        raise ConfigError(f"{what}: expected counts >= 0, got {low}")
+    if a.dtype.kind == "f" and not np.array_equal(a, np.floor(a)):
+        raise ConfigError(f"{what}: expected whole numbers, got fractions ({value!r:.80})")
+    if top > _INT32_MAX:
+        raise ConfigError(
+            f"{what}: {int(top):,} is beyond jax-tpu-embedding's int32 sizes ({_INT32_MAX:,})"
+        )
+    return int(top)
+
+
+def _check_sizes_fit(plan: SparseCorePlan, where: str) -> None:
+    """Raise `ConfigError` for a stack whose limits or COO buffer size jax-tpu-embedding
+    would abort the process on at the first batch: limits below 1 or beyond int32, or a
+    buffer per device (the one given, or else the largest the limits can fill) of int32
+    entries or more."""
+    embedding = embedding_module()
+    seen = set()
+    for f in plan.feature_specs.values():
+        spec = f.table_spec.stacked_table_spec
+        if spec is None or spec.stack_name in seen:
+            continue
+        seen.add(spec.stack_name)
+        label = _stack_label(plan.feature_specs, spec.stack_name)
+        for field in _LIMIT_FIELDS:
+            value = getattr(spec, field)
+            if not 1 <= value <= _INT32_MAX:
+                raise ConfigError(
+                    f"{where}: {label}: {field} {value:,}; jax-tpu-embedding takes 1 to "
+                    f"{_INT32_MAX:,}"
+                )
+        most = embedding.compute_theoretical_max_coo_buffer_size(
+            spec.max_ids_per_partition,
+            plan.global_device_count,
+            plan.num_sc_per_device,
+            enable_minibatching=plan.minibatching,
+        )
+        given = spec.suggested_coo_buffer_size_per_device
+        if (given if given is not None else most) >= _INT32_MAX:
+            raise ConfigError(
+                f"{where}: {label}: max_ids_per_partition {spec.max_ids_per_partition:,} "
+                f"makes a COO buffer of {most:,} entries per device (the limit rounded up "
+                f"to 8, x {plan.num_sc_per_device} SparseCores per device x "
+                f"{plan.num_sc_per_device * plan.global_device_count} SparseCores"
+                + (" x 64 minibatches" if plan.minibatching else "")
+                + f"), beyond jax-tpu-embedding's int32 sizes ({_INT32_MAX:,}): it would "
+                "abort the process. Lower the limit, or size the buffer from the data "
+                "(SparseCorePlan.from_schema(limits=tfinput.sparsecore_stats(...)))"
+            )
+
+
 def _auto_stack(
     embedding: Any,
     specs: dict[str, Any],
@@ -698,7 +896,9 @@ def _apply_buffer_sizes(plan: SparseCorePlan, stats: SparseCoreStats) -> None:
     ``required_buffer_size_per_sc`` `tfinput.sparsecore_stats` observed (plus its
     margin) times the SparseCores per device, through jax-tpu-embedding's
     ``update_preprocessing_parameters`` (without it the buffer is sized for the worst
-    case of the limits in every partition at once)."""
+    case of the limits in every partition at once), at most what the limits can fill
+    (jax-tpu-embedding aborts the process on a larger buffer: the one-entry-per-SparseCore
+    rule and the margin can pass it where the limits are small)."""
     embedding = embedding_module()
     by_tables = {frozenset(s.stack.tables): s.limits(stats.margin) for s in stats.stacks}
     ids, unique, buffer = {}, {}, {}
@@ -712,9 +912,14 @@ def _apply_buffer_sizes(plan: SparseCorePlan, stats: SparseCoreStats) -> None:
         lim = by_tables[tables]
         ids[stacked.stack_name] = np.array(lim.max_ids_per_partition)
         unique[stacked.stack_name] = np.array(lim.max_unique_ids_per_partition)
-        buffer[stacked.stack_name] = np.full(
-            plan.num_sc_per_device, lim.required_buffer_size_per_sc, dtype=np.int64
+        most = embedding.compute_theoretical_max_coo_buffer_size(
+            int(lim.max_ids_per_partition),
+            plan.global_device_count,
+            plan.num_sc_per_device,
+            enable_minibatching=plan.minibatching,
         )
+        per_sc = min(lim.required_buffer_size_per_sc, most // plan.num_sc_per_device)
+        buffer[stacked.stack_name] = np.full(plan.num_sc_per_device, per_sc, dtype=np.int64)
     embedding.update_preprocessing_parameters(
         dict(plan.feature_specs),
         embedding.SparseDenseMatmulInputStats(
