@@ -834,7 +834,9 @@ def test_a_jax_profile_names_the_feed_and_transfer_stages_with_their_time(
     text = " ".join(out.split())
     for name, (_id, category) in INPUT_STAGES.items():
         found = re.search(rf"{name} ([0-9.]+) ms \({shown[category]}\)", text)
-        assert found and float(found[1]) > 0, (name, out)
+        assert found, (name, out)
+        # The training loop waits only while the feed is behind: 0.0 ms when it is ahead.
+        assert float(found[1]) > 0 or name == "tfinput/sparsecore/wait", (name, out)
     assert "over 8 profiled steps (JAX trace, xprof's input-pipeline analyzer)" in text
 
 
