@@ -188,3 +188,24 @@ def kill_all(procs: list[Any]) -> None:
     for p in running(procs):
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
+
+
+def without_weight_zero(
+    ids: dict[str, np.ndarray], weights: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """2-D ids and weights by feature, each feature that has entries of weight 0 (a
+    list's padding) made jax-tpu-embedding's ragged rows (object arrays of 1-D arrays)
+    of its other entries, row by row: the SparseCore tests' reference conversion."""
+
+    def rows(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+        out = np.empty(len(arrays), object)
+        for i, row in enumerate(arrays):
+            out[i] = np.ascontiguousarray(row, dtype)
+        return out
+
+    ids, weights = dict(ids), dict(weights)
+    for name, w in list(weights.items()):
+        if (w == 0).any():
+            ids[name] = rows([r[g != 0] for r, g in zip(ids[name], w)], np.int32)
+            weights[name] = rows([g[g != 0] for g in w], np.float32)
+    return ids, weights

@@ -29,6 +29,7 @@ pytest.importorskip(
 
 from jax_tpu_embedding.sparsecore.lib.nn import embedding
 
+from tests.helpers import without_weight_zero
 from tfinput._src.applications.sparsecore.workers import used_entries_minibatched
 from tfinput.sparsecore import AllReduce, LimitsExceeded, SparseCorePlan, sparsecore_feed
 
@@ -63,8 +64,9 @@ def _plan(schema, *, hosts=1, minibatching=True, **kw):
 
 
 def _direct(plan, features, number, all_reduce=None):
-    """The reference: jax-tpu-embedding called directly with minibatching."""
-    ids, weights = plan.inputs(features)
+    """The reference: jax-tpu-embedding called directly with minibatching, each
+    multi-hot row without its padding (the plan's ids and weights, made ragged here)."""
+    ids, weights = without_weight_zero(*plan.inputs(features))
     out, stats = embedding.preprocess_sparse_dense_matmul_input(
         ids,
         weights,

@@ -55,9 +55,11 @@ def _batches(files: list[str], batch: int) -> list[dict]:
     return [features for features, _ in ds.as_numpy_iterator()]
 
 
-def _reference(batches, stacks, *, devices, per_core, per_replica, fmt):
+def _reference(batches, stacks, *, devices, per_core, per_replica):
     """Per stack, per batch: (max ids, max unique ids, max buffer) per partition, counted
-    one SparseCore slice at a time with sets (the rule in tfinput/sparsecore.py)."""
+    one SparseCore slice at a time with sets (the rule in tfinput/sparsecore.py). The
+    batches are dense: a list's padding has weight 0 and is not fed, in any format (the
+    data's real ids all have weights above 0)."""
     S = devices * per_core
     rows_per_slice = per_replica // per_core
     out = {}
@@ -79,11 +81,7 @@ def _reference(batches, stacks, *, devices, per_core, per_replica, fmt):
                                 fed = [int(ids[r])]
                             else:
                                 weights = features["weights"][f.name][r]
-                                fed = [
-                                    int(i)
-                                    for i, w in zip(ids[r], weights)
-                                    if fmt == "dense" or w != 0
-                                ]
+                                fed = [int(i) for i, w in zip(ids[r], weights) if w != 0]
                             for i in fed:
                                 col = (i + shift) % S + (i - i % S) + offset
                                 entries.add((index, r, col))
@@ -137,7 +135,6 @@ def test_counts_equal_brute_force(files, devices, per_core, per_replica, stackin
         devices=devices,
         per_core=per_core,
         per_replica=per_replica,
-        fmt=fmt,
     )
     assert stats.batches == 480 // batch and stats.complete
     assert [s.stack for s in stats.stacks] == list(stacks)
@@ -149,16 +146,18 @@ def test_counts_equal_brute_force(files, devices, per_core, per_replica, stackin
         assert s.partition_unique.max() == s.unique.max()
 
 
-def test_dense_format_counts_padding_and_sparse_does_not(files):
-    # Lists of 0-5 ids padded to 6: fed dense, every padded row adds an id 0 entry.
+def test_every_format_counts_the_real_ids_and_no_padding(files):
+    # Lists of 0-5 ids padded to 6: the dense format's padding (id 0, weight 0) is not
+    # fed (the feed leaves entries of weight 0 out), so it counts as the others do.
     def observed(fmt: str) -> Limits:
         pipeline = tfinput.tfrecord(files, SCHEMA).with_multi_hot_format(fmt)
         stats = sparsecore_stats(pipeline, per_replica_batch_size=64, stacking="none")
+        assert stats.multi_hot_format == fmt
         return stats.stack("m").observed
 
     dense, sparse, ragged = observed("dense"), observed("sparse"), observed("ragged")
-    assert sparse == ragged
-    assert dense.max_ids_per_partition > sparse.max_ids_per_partition
+    assert dense == sparse == ragged
+    assert dense.max_ids_per_partition > 0
 
 
 def test_shared_table_rows_of_each_feature_count_separately(tmp_path):
@@ -288,6 +287,8 @@ def test_plan_stacks_follows_keras_rs_auto_stacking():
         ({"per_replica_batch_size": 10}, "multiple of 4"),
         ({"per_replica_batch_size": 0}, "positive int"),
         ({"per_replica_batch_size": 16, "margin": -1}, "margin"),
+        ({"per_replica_batch_size": 16, "margin": float("nan")}, "margin: expected a finite"),
+        ({"per_replica_batch_size": 16, "margin": float("inf")}, "margin: expected a finite"),
         ({"per_replica_batch_size": 16, "stacking": [["a", "nope"]]}, "no table 'nope'"),
         ({"per_replica_batch_size": 16, "stacking": [["a", "m"]]}, "different combiners"),
         ({"per_replica_batch_size": 16, "stacking": [["a"], ["a", "b"]]}, "more than one"),

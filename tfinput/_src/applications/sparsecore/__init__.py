@@ -40,10 +40,11 @@ calls it on JAX, and TensorFlow's `TPUEmbeddingV2` mod-shards the same way):
   groups tables the way jax-tpu-embedding's ``auto_stack_tables`` (keras-rs's default on
   JAX) does: same embedding width rounded up to 8 and same combiner, alphabetical order,
   at most 2 MiB of activations per stack.
-- Multi-hot features fed in the ``dense`` format pass their padding to the SparseCore as
-  id 0 with weight 0: one extra entry per padded row, all in id 0's partition. The
-  statistics count what the chosen format feeds; ``sparse`` and ``ragged`` feed only
-  real ids.
+- A multi-hot list's padding is not fed: `sparsecore_feed` leaves every entry of weight
+  0 out (the ``dense`` format pads with id 0, weight 0), and the dense counts leave them
+  out too, so every format counts the same ids. ``sparse`` and ``ragged`` count every id
+  they list (TensorFlow's TPUEmbedding enqueue sends ids of weight 0 too; the feed, at
+  most those).
 
 The counting is vectorized: one 64-bit key per id and one numpy sort per batch and stack
 give both counts, inside the pipeline's map (batches count in parallel): no per-example
@@ -53,6 +54,7 @@ Python.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -113,9 +115,9 @@ def sparsecore_stats(
       config: `PipelineConfig` for the build (its batch size, layout and epochs are
         replaced); None reads in file order with default knobs.
       schema: Needed only when ``pipeline`` is a dataset.
-      multi_hot_format: Needed only when ``pipeline`` is a dataset whose multi-hot
-        features are dense but will be fed sparse (or the reverse); defaults to the
-        pipeline's format.
+      multi_hot_format: The format to read a pipeline's multi-hot features in
+        (default: its own), or the one a dataset's are in (recorded in the result);
+        the counts are the same in each.
       tick: Called with the number of batches done after each batch (progress).
 
     Returns:
@@ -172,8 +174,13 @@ def _check_sizes(
     _check_positive("sparsecores_per_device", sparsecores_per_device)
     if max_batches is not None:
         _check_positive("max_batches", max_batches)
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or margin < 0:
-        raise ConfigError(f"margin: expected a number >= 0 (0.2 = 20%), got {margin!r}")
+    if (
+        not isinstance(margin, (int, float))
+        or isinstance(margin, bool)
+        or not math.isfinite(margin)
+        or margin < 0
+    ):
+        raise ConfigError(f"margin: expected a finite number >= 0 (0.2 = 20%), got {margin!r}")
     num_sc = devices * sparsecores_per_device
     if num_sc & (num_sc - 1):
         raise ConfigError(

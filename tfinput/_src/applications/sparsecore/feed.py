@@ -19,15 +19,17 @@ threads, up to ``prefetch`` batches ahead, and hands the batches over in order::
     print(feed.stats.to_dict())   # COO buffer usage and dropped ids, per table
 
 ``sparse`` is exactly what ``preprocess_sparse_dense_matmul_input`` returns for that
-batch (a ``PreprocessedInput``), called with the plan's arguments and the batch's number
-in the stream (`SparseCorePlan.preprocess`); the tests compare every buffer with a serial
-call, bit for bit. With keras-rs (``SparseCorePlan.from_keras_rs(layer)``), it is what
+batch's entries of weight above 0 (a ``PreprocessedInput``; a list's padding is left
+out), called with the plan's arguments and the batch's number in the stream
+(`SparseCorePlan.preprocess`); the tests compare every buffer with a serial call, bit
+for bit. With keras-rs (``SparseCorePlan.from_keras_rs(layer)``), it is what
 ``layer.preprocess`` returns instead. ``dense`` is the batch's ``features["dense"]``.
 
 The input: tfinput's ``per_feature`` batches with the ``dense`` multi-hot format.
 ``features["ids"][name]`` is ``[B]`` for a single id (fed as ``[B, 1]`` with weight 1) or
 ``[B, max_len]`` for a multi-hot list (padded with id 0 and weight 0, weights in
-``features["weights"][name]``); the plan's ``feature_specs`` name the features it feeds.
+``features["weights"][name]``; the padding is not fed); the plan's ``feature_specs``
+name the features it feeds.
 
 Profiles: with JAX's profiler on, the feed's stages are input-pipeline stages that
 xprof's input-pipeline analyzer counts and `profiles.analyze` lists (``host_stages``):

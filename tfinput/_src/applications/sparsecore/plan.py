@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -215,7 +217,8 @@ class SparseCorePlan:
 
         Raises:
           ConfigError: jax-tpu-embedding is missing; an unknown stacking; limits for a
-            table the schema lacks.
+            table the schema lacks; limits beyond int32, or whose COO buffer would be
+            (jax-tpu-embedding would abort the process at the first batch).
         """
         embedding = embedding_module()  # a missing library is a ConfigError
         if stacking not in ("auto", "none"):
@@ -246,6 +249,7 @@ class SparseCorePlan:
         ).prepared()
         if measured:
             _apply_buffer_sizes(plan, limits)
+        _check_sizes_fit(plan, "SparseCorePlan.from_schema")
         return plan
 
     def prepared(self) -> SparseCorePlan:
@@ -268,53 +272,80 @@ class SparseCorePlan:
         ``stats`` is jax-tpu-embedding's ``SparseDenseMatmulInputStats``: an FDO
         client's ``load()`` (the maxima every host published: a feed with ``fdo=``, or
         ``tfinput schema sparsecore --out fdo_stats_0_0.npz``), or a refused batch's
-        `LimitsExceeded.stats`. Each stack's ``max_ids_per_partition``,
+        `LimitsExceeded.stats`; or `tfinput.sparsecore_stats`'s result (its
+        ``input_stats()``). Each stack's ``max_ids_per_partition``,
         ``max_unique_ids_per_partition`` and COO buffer size become the stats' maxima
-        times ``1 + margin`` (rounded up to 8; the buffer at most what the limits can
-        fill), through jax-tpu-embedding's ``update_preprocessing_parameters``. The
-        limits only grow, unless ``shrink`` (to start a run from measured statistics:
-        then they are what ``stats`` says). The buffers' shapes follow the buffer size,
-        so a jitted step compiles again for the new plan's batches.
+        times ``1 + margin`` (rounded up to 8, at least 8: a stack whose batches had no
+        id gets the smallest limits; the buffer at most what the limits can fill),
+        through jax-tpu-embedding's ``update_preprocessing_parameters``. The limits
+        only grow, unless ``shrink`` (to start a run from measured statistics: then
+        they are what ``stats`` says). The buffers' shapes follow the buffer size, so a
+        jitted step compiles again for the new plan's batches. Stacks the statistics
+        do not name keep their limits.
+
+        Statistics jax-tpu-embedding would abort the process on, or silently ignore,
+        are refused first.
 
         Raises:
-          ConfigError: ``stats`` names a stack the plan does not have (statistics of
-            another stacking), or ``margin`` is negative.
+          ConfigError: ``stats`` is not one of those forms (a dict of limits per table
+            goes to `from_schema`); names a stack the plan does not have (statistics of
+            another stacking); is empty, gives a stack one limit without the other,
+            counts that are negative, NaN, infinite, fractional or beyond int32,
+            unique ids above ids, a buffer smaller than the ids of one partition, or no
+            id in any stack; limits whose COO buffer would pass int32; ``margin`` is
+            not a finite number >= 0, or ``shrink`` not a bool. The message names the
+            stack, its tables and the field.
         """
         embedding = embedding_module()
-        if margin < 0:
-            raise ConfigError(f"SparseCorePlan.with_limits: margin must be >= 0, got {margin}")
+        where = "SparseCorePlan.with_limits"
+        if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
+            raise ConfigError(f"{where}: margin must be a number >= 0, got {margin!r}")
+        if not math.isfinite(margin) or margin < 0:
+            raise ConfigError(
+                f"{where}: margin must be a finite number >= 0 (0.2: 20% above the "
+                f"statistics), got {margin!r}"
+            )
+        if not isinstance(shrink, bool):
+            raise ConfigError(f"{where}: shrink must be True or False, got {shrink!r}")
         specs = copy.deepcopy(dict(self.feature_specs))  # shared table specs stay shared
         stacked = {}
         for f in specs.values():
             stacked[f.table_spec.stacked_table_spec.stack_name] = f.table_spec.stacked_table_spec
-        fields = ("max_ids_per_partition", "max_unique_ids_per_partition")
-        buffer_sizes = getattr(stats, "required_buffer_size_per_sc", None) or {}
-        named = {*buffer_sizes, *(n for f in fields for n in getattr(stats, f, None) or {})}
-        if unknown := sorted(named - set(stacked)):
-            raise ConfigError(
-                f"SparseCorePlan.with_limits: the statistics name stack(s) {unknown} the "
-                f"plan does not have (its stacks: {sorted(stacked)}); they were taken with "
-                "another stacking"
-            )
+        maxima = _stat_maxima(stats, specs, where)
+        n_sc = self.num_sc_per_device
 
-        def grown(value: Any, current: int | None) -> int:
-            need = round_up(math.ceil(int(np.max(value)) * (1 + margin)), ALIGNMENT)
+        def grown(name: str, field: str, value: int, current: int | None) -> int:
+            scaled = value * (1 + margin)
+            need = (
+                max(ALIGNMENT, round_up(math.ceil(scaled), ALIGNMENT))
+                if scaled <= _INT32_MAX  # also false for an infinite product
+                else _INT32_MAX + 1
+            )
+            if need > _INT32_MAX:
+                raise ConfigError(
+                    f"{where}: {_stack_label(specs, name)}: {field} {value:,} times 1 + "
+                    f"margin ({1 + margin:.4g}) is {scaled:.4g}, beyond jax-tpu-embedding's "
+                    f"int32 sizes ({_INT32_MAX:,}); use a smaller margin"
+                )
             return need if shrink else max(need, current or 0)
 
-        limits = {
-            field: {n: np.array(grown(v, getattr(stacked[n], field))) for n, v in got.items()}
-            for field in fields
-            for got in [getattr(stats, field, None) or {}]
-        }
+        limits: dict[str, dict[str, np.ndarray]] = {f: {} for f in _LIMIT_FIELDS}
         buffers = {}
-        n_sc = self.num_sc_per_device
-        for name, value in buffer_sizes.items():
-            current = stacked[name].suggested_coo_buffer_size_per_device
-            per_sc = grown(value, None if current is None else -(-current // n_sc))
+        for name, (ids, unique, buffer) in maxima.items():
+            spec = stacked[name]
+            for field, value in zip(_LIMIT_FIELDS, (ids, unique), strict=True):
+                limits[field][name] = np.array(grown(name, field, value, getattr(spec, field)))
+            if buffer is None:
+                continue
+            current = spec.suggested_coo_buffer_size_per_device
+            field = "required_buffer_size_per_sc"
+            per_sc = grown(name, field, buffer, None if current is None else -(-current // n_sc))
             # No more than the limits allow (jax-tpu-embedding aborts on a larger one).
-            ids = limits["max_ids_per_partition"].get(name, stacked[name].max_ids_per_partition)
             most = embedding.compute_theoretical_max_coo_buffer_size(
-                int(ids), self.global_device_count, n_sc, enable_minibatching=self.minibatching
+                int(limits["max_ids_per_partition"][name]),
+                self.global_device_count,
+                n_sc,
+                enable_minibatching=self.minibatching,
             )
             buffers[name] = np.full(n_sc, min(per_sc, most // n_sc), np.int64)
         embedding.update_preprocessing_parameters(
@@ -322,7 +353,9 @@ class SparseCorePlan:
             embedding.SparseDenseMatmulInputStats(**limits, required_buffer_size_per_sc=buffers),
             num_sc_per_device=self.num_sc_per_device,
         )
-        return dataclasses.replace(self, feature_specs=specs)
+        plan = dataclasses.replace(self, feature_specs=specs)
+        _check_sizes_fit(plan, where)
+        return plan
 
     def inputs(
         self, features: Mapping[str, Any], *, batch_number: int = 0
@@ -332,6 +365,9 @@ class SparseCorePlan:
         pipeline checks them (jax-tpu-embedding takes any ids and any row count without
         a word): the rows its feature spec expects, ids in ``[0, vocabulary_size)`` of
         the table, weights of the ids' shape.
+
+        A multi-hot list's padding is here as it is in the batch (id 0, weight 0);
+        `preprocess` leaves every entry of weight 0 out.
 
         Raises:
           ConfigError: a feature of the plan is not in the batch, or the batch is not
@@ -395,6 +431,17 @@ class SparseCorePlan:
         """jax-tpu-embedding's ``preprocess_sparse_dense_matmul_input`` for one batch's
         features: ``(PreprocessedInput, SparseDenseMatmulInputStats)``.
 
+        Entries of weight 0 are left out: a multi-hot list's padding (id 0, weight 0)
+        takes no SparseCore capacity and is not counted against the limits (fed as it
+        is, every padded row sends an id 0 entry to id 0's partition), and a row with
+        no id looks nothing up (fed as it is, its padding gets the gain 0 / 0, NaN,
+        under the ``mean`` and ``sqrtn`` combiners). Every other entry's gain is the
+        same either way. `tfinput.sparsecore_stats` counts the same entries. Such a
+        batch goes to jax-tpu-embedding as sparse COO input
+        (``preprocess_sparse_dense_matmul_input_from_sparse_tensor``, built with
+        vectorized numpy) where every weight left is 1, or else as ragged rows (its
+        object arrays: one numpy view per row of a list with padding, built in Python).
+
         With ``minibatching``, ``all_reduce`` (jax-tpu-embedding's ``AllReduceInterface``)
         makes the hosts agree on the batch's split, keyed by ``sync_number`` (default:
         ``batch_number``; the same on every host, and used once per interface:
@@ -415,7 +462,8 @@ class SparseCorePlan:
         """
         embedding = embedding_module()
         ids, weights = self.inputs(features, batch_number=batch_number)
-        out, stats = embedding.preprocess_sparse_dense_matmul_input(
+        out, stats = _preprocess_fed(
+            embedding,
             ids,
             weights,
             dict(self.feature_specs),
@@ -486,6 +534,77 @@ class SparseCorePlan:
         raise KeyError(stack)
 
 
+def _preprocess_fed(
+    embedding: Any,
+    ids: dict[str, np.ndarray],
+    weights: dict[str, np.ndarray],
+    specs: dict[str, Any],
+    **options: Any,
+) -> tuple[Any, Any]:
+    """jax-tpu-embedding's preprocessing of the entries of ``ids`` (2-D, checked) whose
+    weight is not 0, in the cheapest form that holds them: the dense arrays as they are
+    when no entry has weight 0; sparse COO (uniform weights of 1) when every other
+    weight is 1; ragged rows otherwise (dense arrays for the features without such
+    entries)."""
+    fed = {name: w != 0 for name, w in weights.items()}
+    if all(f.all() for f in fed.values()):
+        return embedding.preprocess_sparse_dense_matmul_input(ids, weights, specs, **options)
+    if all((w[fed[name]] == 1).all() for name, w in weights.items()):
+        indices, values, shapes = {}, {}, {}
+        for name, x in ids.items():
+            keep = fed[name]
+            full = keep.all()
+            # Row-major (rows, then columns, ascending), as jax-tpu-embedding needs them.
+            indices[name] = _all_indices(x.shape) if full else np.argwhere(keep)
+            values[name] = x.ravel() if full else x[keep]
+            shapes[name] = np.asarray(x.shape, np.int64)
+        return embedding.preprocess_sparse_dense_matmul_input_from_sparse_tensor(
+            indices, values, shapes, specs, **options
+        )
+    ragged_ids, ragged_weights = dict(ids), dict(weights)
+    for name, keep in fed.items():
+        if not keep.all():
+            ragged_ids[name], ragged_weights[name] = _ragged(ids[name], weights[name], keep)
+    return embedding.preprocess_sparse_dense_matmul_input(
+        ragged_ids, ragged_weights, specs, **options
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _all_indices(shape: tuple[int, int]) -> np.ndarray:
+    """``[rows * cols, 2]`` int64 COO indices of every entry of a ``shape`` array, in
+    row-major order (read-only: shared by every batch of that shape)."""
+    out = np.argwhere(np.ones(shape, bool))
+    out.flags.writeable = False
+    return out
+
+
+def _ragged(
+    ids: np.ndarray, weights: np.ndarray, keep: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[B, max_len]`` ids and weights with only their ``keep`` entries, in
+    jax-tpu-embedding's ragged form: object arrays of ``B`` rows, each a contiguous
+    int32 (float32) array (a view of one new array per feature; weights all 1 share
+    one array of ones per row length)."""
+    counts = np.count_nonzero(keep, axis=1)
+    ends = np.cumsum(counts)
+    bounds = list(map(slice, (ends - counts).tolist(), ends.tolist()))
+    values, gains = ids[keep], weights[keep]  # new contiguous arrays, rows in order
+    rows = np.fromiter(map(values.__getitem__, bounds), object, len(bounds))
+    if (gains == 1).all():
+        return rows, _ones_by_length(ids.shape[1])[counts]
+    return rows, np.fromiter(map(gains.__getitem__, bounds), object, len(bounds))
+
+
+@functools.lru_cache(maxsize=64)
+def _ones_by_length(max_len: int) -> np.ndarray:
+    """``[max_len + 1]`` object array: at ``k``, a read-only float32 array of ``k``
+    ones."""
+    ones = np.ones(max_len, np.float32)
+    ones.flags.writeable = False
+    return np.fromiter((ones[:k] for k in range(max_len + 1)), object, max_len + 1)
+
+
 def _checked_ids(name: str, spec: Any, x: np.ndarray, batch_number: int) -> np.ndarray:
     """Feature ``name``'s ids as int32, after the checks a tfinput pipeline makes: dense
     integer ids ``[B]`` or ``[B, max_len]``, ``B`` the rows of its feature spec, every id
@@ -531,6 +650,172 @@ def _check_measured_stacks(
             + ("'auto'" if stacking == "auto" else "'none'")
             + "))"
         )
+
+
+#: jax-tpu-embedding keeps the limits and buffer sizes in C++ ints.
+_INT32_MAX = 2**31 - 1
+#: The limits of a stack, in `SparseDenseMatmulInputStats`'s field names.
+_LIMIT_FIELDS = ("max_ids_per_partition", "max_unique_ids_per_partition")
+#: What `SparseCorePlan.with_limits` takes.
+_STATS_FORMS = (
+    "jax-tpu-embedding's SparseDenseMatmulInputStats (an FDO client's load(), "
+    "LimitsExceeded.stats) or tfinput.sparsecore_stats's result"
+)
+
+
+def _stack_tables(specs: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Each stack's tables, by stack name."""
+    out: dict[str, list[str]] = {}
+    for f in specs.values():
+        tables = out.setdefault(f.table_spec.stacked_table_spec.stack_name, [])
+        if f.table_spec.name not in tables:
+            tables.append(f.table_spec.name)
+    return out
+
+
+def _stack_label(specs: Mapping[str, Any], stack: str) -> str:
+    """``stack 'a_b' (tables a, b)``."""
+    return f"stack {stack!r} (tables {', '.join(_stack_tables(specs).get(stack, []))})"
+
+
+def _stat_maxima(
+    stats: Any, specs: Mapping[str, Any], where: str
+) -> dict[str, tuple[int, int, int | None]]:
+    """``stack -> (max ids, max unique ids, max buffer per SparseCore or None)`` of
+    ``stats``, checked: a known form naming stacks of ``specs``, both limits of each,
+    whole counts from 0 to int32, unique ids at most the ids, a buffer holding the ids,
+    and an id in some stack."""
+    if isinstance(stats, SparseCoreStats):
+        stats = stats.input_stats()
+    stacks = _stack_tables(specs)
+    ids_, unique_, buffer_ = (
+        getattr(stats, f, None) for f in (*_LIMIT_FIELDS, "required_buffer_size_per_sc")
+    )
+    if not (
+        isinstance(ids_, Mapping)
+        and isinstance(unique_, Mapping)
+        and isinstance(buffer_ or {}, Mapping)
+    ):
+        hint = ""
+        if isinstance(stats, Mapping):
+            hint = (
+                "; limits per table go to SparseCorePlan.from_schema(limits={table: "
+                "(max_ids, max_unique)}). This plan's stacks and their tables: "
+                + "; ".join(f"{s}: {', '.join(t)}" for s, t in sorted(stacks.items()))
+            )
+        raise ConfigError(f"{where}: expected {_STATS_FORMS}, got {type(stats).__name__}{hint}")
+    buffer_ = buffer_ or {}
+    named = {*ids_, *unique_, *buffer_}
+    if not named:
+        raise ConfigError(
+            f"{where}: the statistics are empty (they name no stack); expected the counts "
+            f"of the plan's stacks {sorted(stacks)}"
+        )
+    if unknown := sorted(named - set(stacks), key=str):
+        raise ConfigError(
+            f"{where}: the statistics name stack(s) {unknown} the plan does not have (its "
+            f"stacks: {sorted(stacks)}); they were taken with another stacking"
+        )
+    out = {}
+    for name in sorted(named):
+        label = _stack_label(specs, name)
+        for field, given in zip(_LIMIT_FIELDS, (ids_, unique_), strict=True):
+            if name not in given:
+                raise ConfigError(
+                    f"{where}: {label} has no {field} in the statistics; a stack needs "
+                    "both max_ids_per_partition and max_unique_ids_per_partition"
+                )
+        ids = _stat_max(ids_[name], label, "max_ids_per_partition", where)
+        unique = _stat_max(unique_[name], label, "max_unique_ids_per_partition", where)
+        buffer = (
+            _stat_max(buffer_[name], label, "required_buffer_size_per_sc", where)
+            if name in buffer_
+            else None
+        )
+        if unique > ids:
+            raise ConfigError(
+                f"{where}: {label}: max_unique_ids_per_partition {unique:,} is above "
+                f"max_ids_per_partition {ids:,}; the distinct ids of a partition are "
+                "among its ids"
+            )
+        if buffer is not None and buffer < ids:
+            raise ConfigError(
+                f"{where}: {label}: required_buffer_size_per_sc {buffer:,} cannot hold "
+                f"the {ids:,} ids of one partition (max_ids_per_partition); a "
+                "SparseCore's buffer holds the ids of all its partitions"
+            )
+        out[name] = (ids, unique, buffer)
+    if not any(ids for ids, _, _ in out.values()):
+        raise ConfigError(
+            f"{where}: the statistics count no id in any stack ({', '.join(sorted(out))}): "
+            "statistics of batches with no ids (or all zeros) say nothing about the limits"
+        )
+    return out
+
+
+def _stat_max(value: Any, label: str, field: str, where: str) -> int:
+    """The largest of one stack's counts (per partition or per SparseCore), checked."""
+    what = f"{where}: {label}: {field}"
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):  # ragged nesting, say
+        raise ConfigError(f"{what}: expected whole numbers, got {value!r:.80}") from None
+    if a.size == 0:
+        raise ConfigError(f"{what} is empty; expected a count per partition (or one count)")
+    if a.dtype.kind not in "iuf":
+        raise ConfigError(f"{what}: expected whole numbers, got {a.dtype} ({value!r:.80})")
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        raise ConfigError(f"{what}: expected whole numbers, got NaN or infinity ({value!r:.80})")
+    low, top = a.min(), a.max()
+    if low < 0:
+        raise ConfigError(f"{what}: expected counts >= 0, got {low}")
+    if a.dtype.kind == "f" and not np.array_equal(a, np.floor(a)):
+        raise ConfigError(f"{what}: expected whole numbers, got fractions ({value!r:.80})")
+    if top > _INT32_MAX:
+        raise ConfigError(
+            f"{what}: {int(top):,} is beyond jax-tpu-embedding's int32 sizes ({_INT32_MAX:,})"
+        )
+    return int(top)
+
+
+def _check_sizes_fit(plan: SparseCorePlan, where: str) -> None:
+    """Raise `ConfigError` for a stack whose limits or COO buffer size jax-tpu-embedding
+    would abort the process on at the first batch: limits below 1 or beyond int32, or a
+    buffer per device (the one given, or else the largest the limits can fill) of int32
+    entries or more."""
+    embedding = embedding_module()
+    seen = set()
+    for f in plan.feature_specs.values():
+        spec = f.table_spec.stacked_table_spec
+        if spec is None or spec.stack_name in seen:
+            continue
+        seen.add(spec.stack_name)
+        label = _stack_label(plan.feature_specs, spec.stack_name)
+        for field in _LIMIT_FIELDS:
+            value = getattr(spec, field)
+            if not 1 <= value <= _INT32_MAX:
+                raise ConfigError(
+                    f"{where}: {label}: {field} {value:,}; jax-tpu-embedding takes 1 to "
+                    f"{_INT32_MAX:,}"
+                )
+        most = embedding.compute_theoretical_max_coo_buffer_size(
+            spec.max_ids_per_partition,
+            plan.global_device_count,
+            plan.num_sc_per_device,
+            enable_minibatching=plan.minibatching,
+        )
+        given = spec.suggested_coo_buffer_size_per_device
+        if (given if given is not None else most) >= _INT32_MAX:
+            raise ConfigError(
+                f"{where}: {label}: max_ids_per_partition {spec.max_ids_per_partition:,} "
+                f"makes a COO buffer of {most:,} entries per device (the limit rounded up "
+                f"to 8, x {plan.num_sc_per_device} SparseCores per device x "
+                f"{plan.num_sc_per_device * plan.global_device_count} SparseCores"
+                + (" x 64 minibatches" if plan.minibatching else "")
+                + f"), beyond jax-tpu-embedding's int32 sizes ({_INT32_MAX:,}): it would "
+                "abort the process. Lower the limit, or size the buffer from the data "
+                "(SparseCorePlan.from_schema(limits=tfinput.sparsecore_stats(...)))"
+            )
 
 
 def _auto_stack(
@@ -611,7 +896,9 @@ def _apply_buffer_sizes(plan: SparseCorePlan, stats: SparseCoreStats) -> None:
     ``required_buffer_size_per_sc`` `tfinput.sparsecore_stats` observed (plus its
     margin) times the SparseCores per device, through jax-tpu-embedding's
     ``update_preprocessing_parameters`` (without it the buffer is sized for the worst
-    case of the limits in every partition at once)."""
+    case of the limits in every partition at once), at most what the limits can fill
+    (jax-tpu-embedding aborts the process on a larger buffer: the one-entry-per-SparseCore
+    rule and the margin can pass it where the limits are small)."""
     embedding = embedding_module()
     by_tables = {frozenset(s.stack.tables): s.limits(stats.margin) for s in stats.stacks}
     ids, unique, buffer = {}, {}, {}
@@ -625,9 +912,14 @@ def _apply_buffer_sizes(plan: SparseCorePlan, stats: SparseCoreStats) -> None:
         lim = by_tables[tables]
         ids[stacked.stack_name] = np.array(lim.max_ids_per_partition)
         unique[stacked.stack_name] = np.array(lim.max_unique_ids_per_partition)
-        buffer[stacked.stack_name] = np.full(
-            plan.num_sc_per_device, lim.required_buffer_size_per_sc, dtype=np.int64
+        most = embedding.compute_theoretical_max_coo_buffer_size(
+            int(lim.max_ids_per_partition),
+            plan.global_device_count,
+            plan.num_sc_per_device,
+            enable_minibatching=plan.minibatching,
         )
+        per_sc = min(lim.required_buffer_size_per_sc, most // plan.num_sc_per_device)
+        buffer[stacked.stack_name] = np.full(plan.num_sc_per_device, per_sc, dtype=np.int64)
     embedding.update_preprocessing_parameters(
         dict(plan.feature_specs),
         embedding.SparseDenseMatmulInputStats(

@@ -206,7 +206,8 @@ class SparseCoreStats:
       devices: Chips in all.
       sparsecores_per_device: SparseCores per chip.
       per_replica_batch_size: Rows each chip takes per step.
-      multi_hot_format: The multi-hot format counted (``dense`` counts its padding).
+      multi_hot_format: The multi-hot format read (the counts are the same in each:
+        a list's padding, weight 0, is not fed, so not counted).
       margin: Safety margin the suggested limits add (0.2 = 20%).
       batches: Global batches scanned.
       complete: True when every batch of the data was scanned (no ``max_batches`` cut).

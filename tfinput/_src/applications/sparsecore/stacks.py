@@ -270,14 +270,17 @@ class IdCounter:
         import tensorflow as tf
 
         ids = features["ids"]
+        weights = features.get("weights")
+        weights = weights if isinstance(weights, Mapping) else {}
         out = {}
         S = self.num_sc
         for plan in self.plans:
-            singles, single_index, parts, layout = [], [], [], []
+            singles, single_index, parts, listed = [], [], [], []
             for index, name in enumerate(plan.features):
                 value = ids[name]
                 if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
-                    # Only real ids are fed: pad with -1 to count them as a dense block.
+                    # Every listed id counts (TPUEmbedding's enqueue sends them all):
+                    # pad with -1 to count them as a dense block.
                     shape = [self.batch, self.max_len[name]]
                     if isinstance(value, tf.SparseTensor):
                         value = tf.sparse.to_dense(
@@ -285,21 +288,24 @@ class IdCounter:
                         )
                     else:
                         value = value.to_tensor(-1, shape=shape)
-                    parts.append(tf.cast(value, plan.dtype))
-                    layout.append(("listed", index))
                 elif value.shape.rank == 1:
                     singles.append(tf.cast(value, plan.dtype))
                     single_index.append(index)
-                else:  # dense [B, max_len]: every entry is fed, padding included
-                    parts.append(tf.cast(value, plan.dtype))
-                    layout.append(("dense", index))
+                    continue
+                elif name in weights:
+                    # Dense [B, max_len]: the feed sends no entry of weight 0 (the
+                    # padding), so none counts.
+                    fed = tf.not_equal(weights[name], 0)
+                    value = tf.where(fed, value, tf.constant(-1, value.dtype))
+                parts.append(tf.cast(value, plan.dtype))
+                listed.append(index)
             args = [tf.stack(singles, 1) if singles else tf.zeros([self.batch, 0], plan.dtype)]
             result = tf.numpy_function(
                 functools.partial(
                     _count,
                     plan=plan,
                     single_index=np.asarray(single_index, np.int64),
-                    layout=tuple(layout),
+                    listed=tuple(listed),
                     sparsecores=S,
                     rows_per_slice=self.rows_per_slice,
                 ),
@@ -345,7 +351,7 @@ def _count(
     *parts: Any,
     plan: _StackPlan,
     single_index: Any,
-    layout: tuple[tuple[str, int], ...],
+    listed: tuple[int, ...],
     sparsecores: int,
     rows_per_slice: int,
 ) -> tuple[Any, ...]:
@@ -354,9 +360,8 @@ def _count(
 
     Args:
       singles: ``[B, n]`` single ids (column ``j`` is feature ``single_index[j]``).
-      parts: Per ``layout`` entry, a ``[B, max_len]`` block: ``dense`` (every entry is
-        fed, padding included) or ``listed`` (sparse/ragged input padded with -1 here:
-        only real ids are fed).
+      parts: A ``[B, max_len]`` block of multi-hot ids per feature ``listed[k]``; its
+        entries of -1 are not fed (padding, or entries of weight 0).
 
     A multi-hot row's repeated ids are merged (each row sorted, first occurrences kept);
     ids per (slice, partition) are counted from what is left, and unique ids are the
@@ -391,13 +396,12 @@ def _count(
     row_slices = (np.arange(batch, dtype=np.int32) // rows_per_slice)[:, None]
     if singles.shape[1]:
         keys.append(key(column(singles, single_index), row_slices).ravel())
-    for (kind, feature), block in zip(layout, parts, strict=True):
+    for feature, block in zip(listed, parts, strict=True):
         block = np.sort(block, axis=1)
         first = np.empty(block.shape, bool)
         first[:, :1] = True
         np.not_equal(block[:, 1:], block[:, :-1], out=first[:, 1:])
-        if kind == "listed":  # padded with -1, which sorts first
-            first &= block >= 0
+        first &= block >= 0  # -1 (not fed) sorts first
         keys.append(key(column(block, feature), row_slices)[first])
     n = S * S
     keys = np.concatenate(keys)

@@ -260,8 +260,8 @@ def _sparsecore_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--multi-hot-format",
         choices=["dense", "sparse", "ragged"],
-        help="the multi-hot format you feed (default: the pipeline's, dense); dense feeds "
-        "its padding as id 0",
+        help="the multi-hot format to read (default: the pipeline's, dense); every format "
+        "counts the same ids: a list's padding (weight 0) is not fed",
     )
     p.add_argument(
         "--limits",
@@ -346,7 +346,7 @@ def _sparsecore(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(payload, indent=2))
     else:
-        _print(stats, pipeline.schema, overflows, MLPERF_LIMIT)
+        _print(stats, overflows, MLPERF_LIMIT)
         if fdo:
             console().print(
                 f"statistics written to {args.out} in jax-tpu-embedding's FDO form: "
@@ -427,7 +427,7 @@ def _payload(
     return out
 
 
-def _print(stats: SparseCoreStats, schema: Schema, overflows: list[Overflow], mlperf: int) -> None:
+def _print(stats: SparseCoreStats, overflows: list[Overflow], mlperf: int) -> None:
     out = console()
     t = rich_table(
         f"SparseCore limits: {stats.devices} device(s) x {stats.sparsecores_per_device} "
@@ -463,12 +463,6 @@ def _print(stats: SparseCoreStats, schema: Schema, overflows: list[Overflow], ml
         )
     out.print(t)
     out.print(f"{stats.examples:,} examples in {stats.batches:,} batches; {stats.sampling_note}")
-    if stats.multi_hot_format == "dense" and schema.multi_hot:
-        out.print(
-            "The dense multi-hot format feeds its padding too (id 0, one entry per padded "
-            "row, all in id 0's partition): feed sparse or ragged ids "
-            "(--multi-hot-format sparse) to count, and use, real ids only."
-        )
     saved = [
         f"{s.stack.name}: {stats.coo_buffer_bytes(mlperf) / 2**20:,.1f} MiB at {mlperf} -> "
         f"{stats.coo_buffer_bytes(s.limits(stats.margin).max_ids_per_partition) / 2**20:,.2f} "
