@@ -521,6 +521,17 @@ def _fit_note(step: steps.Step) -> str:
     )
 
 
+def _variable_ops(the_step: steps.Step) -> dict[str, object]:
+    """The variables' sizes the trace lacks (`profiles._variables`), for a step that runs
+    TensorFlow graphs; none to look for in a step that runs none (input only, simulated);
+    nothing recorded for a JAX step."""
+    if the_step.backend == "jax":
+        return {}
+    if the_step.kind in ("input_only", "simulated"):
+        return {"variable_ops": []}
+    return {"variable_ops": record_variable_ops()}
+
+
 def _finish(
     the_step: steps.Step,
     dataset: Iterable[object],
@@ -566,8 +577,7 @@ def _finish(
         "tested_xprof": TESTED_XPROF,
         "wall_step_ms": durations,
         **({"jax_trace": jax_dir} if jax_dir else {}),
-        # The variables' sizes the trace lacks (profiles._variables): TensorFlow steps.
-        **({} if the_step.backend == "jax" else {"variable_ops": record_variable_ops()}),
+        **_variable_ops(the_step),
         "note": "wall_step_ms include profiler overhead; the trace has the precise times"
         + _fit_note(the_step),
     }
