@@ -155,7 +155,8 @@ def analyze(
     diagnostics += missing
     step_ms = step_time.average if step_time else None
     input_ops = _input_ops(ipa)
-    op_rows = framework_op_rows(tools["framework_op_stats"], input_ops=input_ops)
+    host_stages = _host_stages(trace, xfiles, capture)
+    op_rows = framework_op_rows(tools["framework_op_stats"], input_ops=(*input_ops, *host_stages))
     top_ops = framework_ops(op_rows, steps=len(steps), step_ms=step_ms)
     dense = dense_work(
         op_rows,
@@ -169,7 +170,7 @@ def analyze(
         dense += copies
     return ProfileAnalysis(
         jax_device=jax,
-        host_stages=_host_stages(trace, xfiles, capture),
+        host_stages=host_stages,
         logdir=str(trace.logdir),
         run=trace.run,
         hosts=trace.hosts,
