@@ -2,9 +2,13 @@
 
 `analyze` finds the ``<host>.xplane.pb`` files of one profile run, converts them with
 xprof's own offline converters (``input_pipeline_analyzer`` for the per-step
-breakdown and xprof's conclusion, ``overview_page`` for its recommendation) and
-rebuilds the tf.data stage timings from the trace events (`profiles._stages`). The
-result is a tree of frozen dataclasses with a JSON form (`ProfileAnalysis.to_dict`).
+breakdown and xprof's conclusion, ``overview_page`` for its recommendation,
+``framework_op_stats`` for the operations' self times) and rebuilds the tf.data stage
+timings from the trace events (`profiles._stages`). When TensorFlow's trace has no
+complete step, the steps are read from JAX's trace (`profiles._trace_events`). It adds
+what the step spends besides input (`profiles._op_stats`) and xprof's host-bound rule
+(`profiles._host_bound`). The result is a tree of frozen dataclasses with a JSON form
+(`ProfileAnalysis.to_dict`).
 
 xprof returns gviz tables; they are found by their column ids, never by position.
 The column ids read here are listed in `EXPECTED_COLUMNS` and were checked against
@@ -28,9 +32,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from profiles._host_bound import check as check_host_bound
+from profiles._op_stats import TOP_OPS, dense_work, framework_op_rows, framework_ops, xla_ops
 from profiles._results import Comparison, InputOp, ProfileAnalysis, Spread, StepTime
 from profiles._stages import SLOW_CALL_US, PipelineStages, rebuild_stages
-from profiles._trace_events import JaxDeviceTime, jax_device_time, jax_trace_file
+from profiles._trace_events import (
+    JaxDeviceTime,
+    annotated_stages,
+    device_time_of,
+    jax_trace_file,
+)
 from profiles._xplane import (
     ProfileError,
     TraceRun,
@@ -46,6 +57,7 @@ from profiles._xprof import (
     cell_number,
     check_layout,
     find_table,
+    find_table_of,
     find_table_with,
     table_rows,
     version_in_range,
@@ -115,22 +127,50 @@ def analyze(
     markers = {xf.host: _step_markers(xf) for xf in xfiles}
     diagnostics += _marker_diagnostics(markers)
 
-    tools = xprof_tables(trace.paths, ("input_pipeline_analyzer", "overview_page"))
+    tools = xprof_tables(
+        trace.paths, ("input_pipeline_analyzer", "overview_page", "framework_op_stats")
+    )
     check_layout(tools)
     ipa = tools["input_pipeline_analyzer"]
-    step_table = find_table(ipa, "input_pipeline_analyzer", "step breakdown")
+    layout, step_table = find_table_of(ipa, "input_pipeline_analyzer", "step breakdown")
     props = step_table.get("p") or {}
     hardware = str(props.get("hardware_type", ""))
-    steps = _steps(step_table)
-    diagnostics += _xprof_diagnostics(ipa, steps=steps, markers=markers)
+    steps = _steps(step_table) if layout == "step breakdown" else _tpu_steps(step_table)
+    capture = _read_capture(trace.run_dir)
+    jax, jax_space = _jax_trace(trace, xfiles, capture, tf_steps=bool(steps))
+    step_source = "xprof"
+    if not steps and jax is not None and jax.steps:
+        steps = _jax_steps(jax, _step_name(capture))
+        step_source = f"jax {jax.steps_from}"
+    diagnostics += _xprof_diagnostics(
+        ipa, steps=steps, markers=markers, jax=jax if step_source != "xprof" else None
+    )
     step_time, input_wait, host_compute, device_compute = _step_summary(steps, hardware)
+    if step_source != "xprof":
+        host_compute = None
+        if not jax.input_from:  # type: ignore[union-attr]
+            input_wait = None
 
     pipelines, missing = _rebuild_pipelines(xfiles, slow_call_us=slow_call_us)
     diagnostics += missing
-    capture = _read_capture(trace.run_dir)
+    step_ms = step_time.average if step_time else None
+    input_ops = _input_ops(ipa)
+    host_stages = _host_stages(trace, xfiles, capture)
+    op_rows = framework_op_rows(tools["framework_op_stats"], input_ops=(*input_ops, *host_stages))
+    top_ops = framework_ops(op_rows, steps=len(steps), step_ms=step_ms)
+    dense = dense_work(
+        op_rows,
+        (capture or {}).get("variable_ops") or (),  # type: ignore[arg-type]
+        steps=len(steps),
+        step_ms=step_ms,
+    )
+    if jax is not None and jax_space is not None:
+        xla, copies = xla_ops(jax_space, jax.windows, step_ms=step_ms)
+        top_ops = tuple(sorted(top_ops + xla, key=lambda o: -o.ms_per_step)[:TOP_OPS])
+        dense += copies
     return ProfileAnalysis(
-        jax_device=_jax_device(trace.run_dir, capture),
-        host_stages=_host_stages(trace.run_dir, capture),
+        jax_device=jax,
+        host_stages=host_stages,
         logdir=str(trace.logdir),
         run=trace.run,
         hosts=trace.hosts,
@@ -145,11 +185,16 @@ def analyze(
         simulated_device_ms=_simulated_device_ms(capture),
         xprof_conclusion=str(props.get("input_conclusion", "")),
         xprof_recommendation=_recommendation(tools["overview_page"]),
-        xprof_input_ops=_input_ops(ipa),
+        xprof_input_ops=input_ops,
         pipelines=pipelines,
         step_markers=markers,
         diagnostics=tuple(diagnostics),
         capture=capture,
+        step_source=step_source,
+        top_ops=top_ops,
+        dense_work=dense,
+        variables_recorded=capture is not None and "variable_ops" in capture,
+        xprof_host_bound=check_host_bound(xfiles, tools["overview_page"], paths=trace.paths),
     )
 
 
@@ -260,12 +305,59 @@ def _steps(step_table: Mapping[str, object]) -> tuple[StepTime, ...]:
     return tuple(s for s in steps if s.step_ms > 0)
 
 
+def _tpu_steps(step_table: Mapping[str, object]) -> tuple[StepTime, ...]:
+    """xprof's per-step breakdown on a TPU (the TensorCore's: compute, infeed, outfeed,
+    idle, and the host's transfers), without empty steps."""
+    steps = []
+    for r in table_rows(step_table):
+        compute, infeed = cell_number(r["tcComputeTimeMs"]), cell_number(r["tcInfeedTimeMs"])
+        outfeed, idle = cell_number(r["tcOutfeedTimeMs"]), cell_number(r["tcIdleTimeMs"])
+        step_ms = compute + infeed + outfeed + idle
+        if step_ms <= 0:
+            continue
+        steps.append(
+            StepTime(
+                step=str(r["stepnum"]),
+                step_ms=step_ms,
+                input_ms=infeed,
+                host_compute_ms=0.0,
+                device_compute_ms=compute,
+                device_to_device_ms=0.0,
+                collectives_ms=0.0,
+                kernel_launch_ms=0.0,
+                output_ms=outfeed,
+                compile_ms=0.0,
+                other_ms=idle,
+                host_to_device_ms=cell_number(r["hostTransferTimeMs"]),
+            )
+        )
+    return tuple(steps)
+
+
 def _xprof_diagnostics(
-    ipa: Any, *, steps: Sequence[StepTime], markers: Mapping[str, int]
+    ipa: Any,
+    *,
+    steps: Sequence[StepTime],
+    markers: Mapping[str, int],
+    jax: JaxDeviceTime | None = None,
 ) -> list[str]:
-    """Marked steps xprof could not use, and xprof's own messages."""
+    """Marked steps xprof could not use, where the steps came from instead (``jax``:
+    the JAX trace they were read from), and xprof's own messages."""
     diagnostics = []
-    if not steps and all(n > 0 for n in markers.values()):
+    if jax is not None:
+        what = "step markers" if jax.steps_from == "markers" else "jitted step's executions"  # type: ignore[union-attr]
+        diagnostics.append(
+            "xprof found no complete step in TensorFlow's trace (the steps run no "
+            f"TensorFlow op): the steps are read from JAX's trace (its {what})"
+            + (
+                ""
+                if jax.input_from  # type: ignore[union-attr]
+                else "; it shows no wait for input (no next() spans, no input stages on "
+                "the step's thread), so whether the input limits training cannot be told"
+            )
+            + "."
+        )
+    elif not steps and all(n > 0 for n in markers.values()):
         diagnostics.append(
             f"the trace has step markers ({sum(markers.values())}) but xprof found no "
             "complete step (it leaves out steps cut by the profiler's start or stop): "
@@ -346,26 +438,90 @@ def _read_capture(run_dir: Path) -> Mapping[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def _jax_device(run_dir: Path, capture: Mapping[str, object] | None) -> JaxDeviceTime | None:
-    """Device compute and transfer per step from the JAX trace a capture kept."""
-    if not capture or not capture.get("jax_trace"):
-        return None
-    step_name = (capture.get("config") or {}).get("step_name") or "train"
-    return jax_device_time(run_dir, step_name=str(step_name))
+def _step_name(capture: Mapping[str, object] | None) -> str:
+    return str(((capture or {}).get("config") or {}).get("step_name") or "train")
 
 
-def _host_stages(run_dir: Path, capture: Mapping[str, object] | None) -> tuple[InputOp, ...]:
-    """The host input stages annotated in the JAX trace a capture kept, as xprof's
-    input-pipeline analyzer counts them: the SparseCore feed's and `device_prefetch`'s
+def _jax_trace(
+    trace: TraceRun,
+    xfiles: Sequence[XSpaceFile],
+    capture: Mapping[str, object] | None,
+    *,
+    tf_steps: bool,
+) -> tuple[JaxDeviceTime | None, Any]:
+    """JAX's trace of the run, read (``(per-step device time, its XSpace)``): the one
+    a capture kept (``<run>/jax/``), else, when xprof found no TensorFlow step, the
+    run's own trace if JAX wrote it (it holds XLA executions)."""
+    if capture and capture.get("jax_trace"):
+        path = jax_trace_file(trace.run_dir)
+        if path is None:
+            return None, None
+        space = load_xspace(path).space
+        return device_time_of(space, step_name=_step_name(capture), source=str(path)), space
+    if tf_steps:
+        return None, None
+    for xf in xfiles:
+        if _has_xla(xf.space):
+            step_name = _step_name(capture) if capture else None
+            found = device_time_of(xf.space, step_name=step_name, source=str(xf.path))
+            return found, xf.space
+    return None, None
+
+
+def _has_xla(space: Any) -> bool:
+    """Whether a trace holds XLA executions (events carrying ``hlo_op``)."""
+    return any(m.name == "hlo_op" for p in space.planes for m in p.stat_metadata.values())
+
+
+def _jax_steps(jax: JaxDeviceTime, step_name: str) -> tuple[StepTime, ...]:
+    """The steps of JAX's trace as step breakdowns: the wait for input, device
+    compute, host-to-device transfer and the rest (they may overlap)."""
+    return tuple(
+        StepTime(
+            step=f"{step_name} {s.step}",
+            step_ms=s.step_ms,
+            input_ms=s.input_ms,
+            host_compute_ms=0.0,
+            device_compute_ms=s.compute_ms,
+            device_to_device_ms=0.0,
+            collectives_ms=0.0,
+            kernel_launch_ms=0.0,
+            output_ms=0.0,
+            compile_ms=0.0,
+            other_ms=s.other_ms,
+            host_to_device_ms=s.transfer_ms,
+        )
+        for s in jax.steps
+        if s.step_ms > 0
+    )
+
+
+def _host_stages(
+    trace: TraceRun, xfiles: Sequence[XSpaceFile], capture: Mapping[str, object] | None
+) -> tuple[InputOp, ...]:
+    """The annotated host input stages: the SparseCore feed's and `device_prefetch`'s
     (`tfinput.device_prefetch.INPUT_STAGES`), and any a user annotates the same way
-    (``_ipl_stage_name``, ``_ipl_stage_id``, ``_ipl_stage_cat``, as Grain does)."""
-    if not capture or not capture.get("jax_trace"):
-        return ()
-    path = jax_trace_file(run_dir)
-    if path is None:
-        return ()
-    tools = xprof_tables([path], ("input_pipeline_analyzer",))
-    return _input_ops(tools["input_pipeline_analyzer"])
+    (``_ipl_stage_name``, ``_ipl_stage_id``, ``_ipl_stage_cat``, as Grain does). From
+    the JAX trace a capture kept, as xprof's input-pipeline analyzer counts them; else
+    from TensorFlow's trace, every annotated span summed (xprof's table there keeps its
+    top 20 input ops, which tf.data's iterators may fill)."""
+    path = jax_trace_file(trace.run_dir) if capture and capture.get("jax_trace") else None
+    if path is not None:
+        tools = xprof_tables([path], ("input_pipeline_analyzer",))
+        return _input_ops(tools["input_pipeline_analyzer"])
+    stages = [s for xf in xfiles for s in annotated_stages(xf.space)]
+    total = sum(s.self_ps for s in stages)
+    return tuple(
+        InputOp(
+            name=s.name,
+            count=s.count,
+            time_ms=s.total_ps / 1e9,
+            self_time_ms=s.self_ps / 1e9,
+            self_fraction=s.self_ps / total if total else 0.0,
+            category=s.category,
+        )
+        for s in sorted(stages, key=lambda s: -s.self_ps)
+    )
 
 
 def _simulated_device_ms(capture: Mapping[str, object] | None) -> float | None:

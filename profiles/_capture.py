@@ -16,9 +16,16 @@ are never compared blindly.
 
 A step that runs on JAX (``--step jax``, or Keras on the JAX backend) is also traced by
 JAX's own profiler (`jax.profiler`), since TensorFlow's does not see its computation:
-each profiled step is marked in both traces, and JAX's trace is kept in the run
+each profiled step is marked in both traces (with a ``tfinput/next`` span around its
+``next()`` in JAX's, the wait for input), and JAX's trace is kept in the run
 directory (``<run>/jax/``, a TensorBoard log directory of its own) for
-`profiles._analysis` to read device compute and host-to-device transfer per step from.
+`profiles._analysis` to read device compute, host-to-device transfer and, when
+TensorFlow's trace has no complete step, the steps themselves from.
+
+For any other step, the capture records which TensorFlow ops read or write which large
+variables, with their sizes (`profiles._variables`: ``variable_ops`` in
+``tfinput_capture.json``), so that the analysis can name a whole read or update of an
+embedding table inside the step.
 
 A step that owns the training loop (``keras_fit``: ``model.fit``) cannot be wrapped
 that way; its ``fit`` call gets a callback instead that starts the profiler at the
@@ -53,7 +60,8 @@ from pathlib import Path
 from typing import Any
 
 from profiles._analysis import CAPTURE_METADATA, TESTED_XPROF
-from profiles._trace_events import JAX_TRACE_DIR
+from profiles._trace_events import JAX_TRACE_DIR, NEXT_SPAN
+from profiles._variables import record_variable_ops
 from profiles._xplane import ProfileError
 from tfinput import steps
 from tfinput.errors import ConfigError
@@ -291,7 +299,8 @@ def _profile_steps(
                 jax_trace.marker(step_name, n),
             ):
                 try:
-                    batch = next(iterator)
+                    with jax_trace.span(NEXT_SPAN):
+                        batch = next(iterator)
                 except StopIteration:
                     ran_out_at = i
                     break
@@ -364,6 +373,12 @@ class _JaxTrace:
         if not self.active:
             return contextlib.nullcontext()
         return self.profiler.StepTraceAnnotation(name, step_num=step_num)
+
+    def span(self, name: str) -> Any:
+        """A plain span in JAX's trace (the training loop's ``next()``)."""
+        if not self.active:
+            return contextlib.nullcontext()
+        return self.profiler.TraceAnnotation(name)
 
     def stop(self) -> None:
         if self.active:
@@ -506,6 +521,17 @@ def _fit_note(step: steps.Step) -> str:
     )
 
 
+def _variable_ops(the_step: steps.Step) -> dict[str, object]:
+    """The variables' sizes the trace lacks (`profiles._variables`), for a step that runs
+    TensorFlow graphs; none to look for in a step that runs none (input only, simulated);
+    nothing recorded for a JAX step."""
+    if the_step.backend == "jax":
+        return {}
+    if the_step.kind in ("input_only", "simulated"):
+        return {"variable_ops": []}
+    return {"variable_ops": record_variable_ops()}
+
+
 def _finish(
     the_step: steps.Step,
     dataset: Iterable[object],
@@ -551,6 +577,7 @@ def _finish(
         "tested_xprof": TESTED_XPROF,
         "wall_step_ms": durations,
         **({"jax_trace": jax_dir} if jax_dir else {}),
+        **_variable_ops(the_step),
         "note": "wall_step_ms include profiler overhead; the trace has the precise times"
         + _fit_note(the_step),
     }

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles._analysis import Comparison, ProfileAnalysis, StepTime
+from profiles._op_stats import DENSE_BYTES
 from profiles._stages import PipelineStages
 
 __all__ = [
@@ -43,6 +44,7 @@ _CATEGORIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
             "output_ms",
             "device_to_device_ms",
             "collectives_ms",
+            "host_to_device_ms",
         ),
         "#9467bd",
     ),
@@ -127,17 +129,23 @@ def _summary_rows(analysis: ProfileAnalysis) -> list[tuple[str, str]]:
     )
     rows.append(("Device compute", _device_text(analysis)))
     if analysis.host_stages:  # annotated host stages of the JAX trace (SparseCore feed, ...)
-        steps = len(analysis.jax_device.steps) if analysis.jax_device else 0
+        steps = len(analysis.jax_device.steps) if analysis.jax_device else len(analysis.steps)
         per = f" over {steps} profiled steps" if steps else ""
+        trace = "JAX trace" if analysis.jax_device else "TensorFlow's trace"
         rows.append(
             (
                 "Host input stages",
                 ", ".join(
                     f"{op.name} {op.time_ms:.1f} ms ({op.category})" for op in analysis.host_stages
                 )
-                + f"{per} (JAX trace, xprof's input-pipeline analyzer)",
+                + f"{per} ({trace}, xprof's input-pipeline analyzer)",
             )
         )
+    rows.append(("Dense work in the step", _dense_text(analysis)))
+    check = analysis.xprof_host_bound
+    if check is not None:
+        note = analysis.host_bound_note
+        rows.append(("xprof host-bound rule", check.summary + (f"; {note}" if note else "")))
     applies, why = analysis.xprof_applies
     if not applies:  # xprof's input verdict contradicts the measured wait
         rows.append(("xprof says", why))
@@ -146,6 +154,65 @@ def _summary_rows(analysis: ProfileAnalysis) -> list[tuple[str, str]]:
     if analysis.xprof_recommendation and analysis.xprof_recommendation != analysis.xprof_conclusion:
         rows.append(("xprof overview", analysis.xprof_recommendation))
     return rows
+
+
+def _dense_text(analysis: ProfileAnalysis) -> str:
+    """The whole reads and updates of embedding-sized variables, or why there are none."""
+    dense = analysis.dense_work
+    if dense:
+        total = sum(d.ms_per_step for d in dense)
+        share = sum(d.share for d in dense)
+        head = (
+            f"{len(dense)} whole reads, updates or copies, {total:.2f} ms per step "
+            f"({share:.1%} of the step): "
+            if len(dense) > 1
+            else ""
+        )
+        more = f"; and {len(dense) - 6} more (--json)" if len(dense) > 6 else ""
+        return head + "; ".join(d.summary for d in dense[:6]) + more
+    size = f"{DENSE_BYTES / 1e6:.0f} MB"
+    if not analysis.steps:
+        return "n/a (no steps)"
+    if analysis.variables_recorded:
+        return f"none (no whole read or update of a variable of {size} or more in the step)"
+    if analysis.jax_device is not None:
+        return (
+            f"none named: JAX's trace gives no variable sizes (only device copies of {size} "
+            "or more, on a GPU)"
+        )
+    return (
+        "unknown: the variables' sizes are recorded when profiles.capture or tfinput "
+        "profile runs a TensorFlow step, and this run has none"
+    )
+
+
+def _op_table(analysis: ProfileAnalysis, *, top: int) -> Any:
+    from rich.table import Table
+
+    sources = sorted({op.source for op in analysis.top_ops})
+    table = Table(
+        title=f"Top operations by self time per step ({', '.join(sources)})",
+        title_justify="left",
+    )
+    for name, justify in (
+        ("Where", "left"),
+        ("Type", "left"),
+        ("Operation", "left"),
+        ("ms/step", "right"),
+        ("% of step", "right"),
+        ("Calls/step", "right"),
+    ):
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for op in analysis.top_ops[:top]:
+        table.add_row(
+            op.where,
+            op.type,
+            op.name,
+            f"{op.ms_per_step:.2f}",
+            f"{op.share:.1%}",
+            f"{op.calls_per_step:g}",
+        )
+    return table
 
 
 def _setting(params: Any, kind: str) -> str:
@@ -192,10 +259,13 @@ def _stage_table(pipeline: PipelineStages, *, top: int, advise: bool = True) -> 
     return table
 
 
-def _step_table(steps: Sequence[StepTime]) -> Any:
+def _step_table(steps: Sequence[StepTime], source: str = "xprof") -> Any:
     from rich.table import Table
 
-    table = Table(title="Per-step breakdown (ms, xprof)", title_justify="left")
+    where = {"xprof": "xprof", "jax markers": "JAX's trace, its step markers"}.get(
+        source, "JAX's trace, the jitted step's executions"
+    )
+    table = Table(title=f"Per-step breakdown (ms, {where})", title_justify="left")
     table.add_column("Step")
     table.add_column("Step time", justify="right")
     for label, _, _ in _CATEGORIES:
@@ -252,9 +322,12 @@ def render(analysis: ProfileAnalysis, console: Any = None, *, top: int = 8) -> N
         console.print(_stage_table(pipeline, top=top, advise=limits is not False))
         path = " > ".join(p.rsplit("::", 1)[-1] for p in pipeline.critical_path)
         console.print(f"critical path: {path}", markup=False, highlight=False)
+    if analysis.top_ops:
+        console.print()
+        console.print(_op_table(analysis, top=top))
     if analysis.steps:
         console.print()
-        console.print(_step_table(analysis.steps))
+        console.print(_step_table(analysis.steps, analysis.step_source))
     if analysis.diagnostics:
         console.print()
         for message in analysis.diagnostics:
@@ -477,9 +550,26 @@ def _analysis_section(analysis: ProfileAnalysis, title: str) -> str:
         + (f'<p class="bn">Bottleneck: {_esc(bn.summary)}</p>' if bn else "")
         + svg_step_breakdown(analysis.steps)
         + svg_stage_times(analysis.main_pipeline)
+        + _ops_html(analysis)
         + (f"<ul>{diag}</ul>" if diag else "")
         + "</section>"
     )
+
+
+def _ops_html(analysis: ProfileAnalysis) -> str:
+    if not analysis.top_ops:
+        return ""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("Where", "Type", "Operation", "ms/step", "% of step", "Calls/step")
+    )
+    rows = "".join(
+        f"<tr><td>{_esc(op.where)}</td><td>{_esc(op.type)}</td><td>{_esc(op.name)}</td>"
+        f"<td>{op.ms_per_step:.2f}</td><td>{op.share:.1%}</td>"
+        f"<td>{op.calls_per_step:g}</td></tr>"
+        for op in analysis.top_ops
+    )
+    return f"<h3>Top operations by self time per step</h3><table><tr>{head}</tr>{rows}</table>"
 
 
 def to_html(obj: ProfileAnalysis | Comparison) -> str:

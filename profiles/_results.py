@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from profiles._host_bound import HostBoundCheck
+from profiles._op_stats import DenseWork, OpTime
 from profiles._stages import Bottleneck, PipelineStages
 from profiles._trace_events import JaxDeviceTime
 from profiles._xprof import TESTED_XPROF
@@ -67,6 +69,8 @@ class StepTime:
         xprof's other categories.
       other_ms: Everything xprof could not attribute ("All others": Python, sleeps,
         a simulated device step).
+      host_to_device_ms: Host-to-device transfer: 0 in xprof's breakdown; a step read
+        from JAX's trace has it (its input, compute and transfer may overlap).
     """
 
     step: str
@@ -80,6 +84,7 @@ class StepTime:
     output_ms: float
     compile_ms: float
     other_ms: float
+    host_to_device_ms: float = 0.0
 
     @property
     def input_fraction(self) -> float:
@@ -142,6 +147,18 @@ class ProfileAnalysis:
         feed's read, preprocessing and wait, `device_prefetch`'s transfer), as xprof's
         input-pipeline analyzer counts them: total milliseconds over the profiled
         steps; empty without a JAX trace or annotations.
+      step_source: Where ``steps`` come from: ``"xprof"`` (its step breakdown of
+        TensorFlow's trace), ``"jax markers"`` or ``"jax executions"`` (JAX's trace,
+        when TensorFlow's has no complete step: its step annotations, or each call of
+        the jitted step).
+      top_ops: The operations with the largest self time per step, on the host and
+        the device (`profiles._op_stats`).
+      dense_work: Whole reads and updates of variables of at least 16 MB inside the
+        step (`profiles._op_stats.DENSE_BYTES`), largest time first.
+      variables_recorded: Whether the capture recorded the variables' sizes that
+        ``dense_work`` needs (a TensorFlow step captured by `profiles.capture`).
+      xprof_host_bound: xprof's host-bound rule on this run (`profiles._host_bound`),
+        its verdict or the inputs the trace lacks.
     """
 
     logdir: str
@@ -165,6 +182,11 @@ class ProfileAnalysis:
     capture: Mapping[str, object] | None = None
     jax_device: JaxDeviceTime | None = None
     host_stages: tuple[InputOp, ...] = ()
+    step_source: str = "xprof"
+    top_ops: tuple[OpTime, ...] = ()
+    dense_work: tuple[DenseWork, ...] = ()
+    variables_recorded: bool = False
+    xprof_host_bound: HostBoundCheck | None = None
 
     @property
     def is_complete(self) -> bool:
@@ -232,6 +254,11 @@ class ProfileAnalysis:
                 "step to find out)"
             )
         if limits is None or self.input_wait is None:
+            if self.steps:
+                return (
+                    "the trace does not show the steps' wait for input: whether the input "
+                    "limits training cannot be told"
+                )
             return "no marked steps: whether the input limits training cannot be told"
         wait, noise = self.input_wait.average, self.step_noise
         if limits:
@@ -283,6 +310,66 @@ class ProfileAnalysis:
             "it counts time it cannot attribute as 'All others'"
         )
 
+    @property
+    def host_bound(self) -> bool | None:
+        """tfinput's own answer to xprof's question, whether the host limits training:
+        the step waits for input (`input_limits`), or the device computes under
+        `DEVICE_BUSY_THRESHOLD` of the step (JAX's trace, else xprof's device compute).
+        None when the input wait is unknown."""
+        if self.input_limits is None:
+            return None
+        if self.input_limits:
+            return True
+        share = self._device_share
+        return share is not None and share < DEVICE_BUSY_THRESHOLD
+
+    @property
+    def _device_share(self) -> float | None:
+        if self.device_busy is not None:
+            return self.device_busy
+        st = self.step_time_ms
+        if self.device_compute_ms is None or st is None or st.average <= 0:
+            return None
+        return self.device_compute_ms / st.average
+
+    @property
+    def host_bound_note(self) -> str:
+        """How xprof's host-bound verdict (`xprof_host_bound`) compares with
+        tfinput's (`host_bound`), and why they differ when they do; ``""`` when xprof's
+        rule does not apply to the trace."""
+        check = self.xprof_host_bound
+        if check is None or not check.applies:
+            return ""
+        xprof, ours = check.host_bound, self.host_bound
+        if xprof is None:
+            return "xprof gives no yes or no: " + (
+                "it found no step times in the overview page"
+                if check.status == "INSUFFICIENT_DATA"
+                else "the TPU's duty cycle is over 50% but its op times are missing"
+            )
+        if ours is None:
+            return "tfinput gives no verdict to compare: the trace shows no wait for input"
+        if xprof == ours:
+            return "agrees with tfinput's verdict"
+        wait = self.input_wait.average if self.input_wait else 0.0
+        idle = check.metrics.get("idle_percent", 0.0)
+        share = self._device_share
+        busy = f", the device computing {share:.0%} of the step" if share is not None else ""
+        if xprof:
+            return (
+                f"differs from tfinput's: xprof counts every moment the TPU idles ({idle:.1f}% "
+                "of the steps' time) against the host, whatever keeps the host busy; tfinput "
+                f"measured the step waiting for input {wait:.1%} of its time{busy}: the TPU "
+                "waits on the step's other host work (Python, dispatch, host ops), not on the "
+                "input pipeline"
+            )
+        return (
+            "differs from tfinput's: xprof calls a run host-bound only when its four "
+            f"conditions hold together, and here {'; '.join(check.failed)}; tfinput measured "
+            f"the step waiting for input {wait:.1%} of its time{busy}, time the device "
+            "loses whatever it does the rest of the step"
+        )
+
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
         return _jsonable(
@@ -293,6 +380,8 @@ class ProfileAnalysis:
                 "verdict": self.verdict,
                 "device_busy": self.device_busy,
                 "xprof_applies": self.xprof_applies[0],
+                "host_bound": self.host_bound,
+                "host_bound_note": self.host_bound_note,
                 "is_complete": self.is_complete,
                 "tested_xprof": TESTED_XPROF,
             }

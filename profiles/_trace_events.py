@@ -20,7 +20,15 @@ TensorBoard log directory of its own), each step inside a
   thunk) are compute, JAX's device puts (`CPU_TRANSFER_EVENTS`) are transfer.
 
 Each is the union of its events' intervals inside the step marker (kernels on
-several streams, thunks on several threads, are counted once), in milliseconds.
+several streams, thunks on several threads, are counted once), in milliseconds. The
+step's wait for input is the capture's ``tfinput/next`` spans (`NEXT_SPAN`), else the
+annotated input stages on the step's own thread. Without step markers (a trace JAX's
+profiler wrote alone), each call of the jitted step function starts a step. When
+TensorFlow's trace has no complete step, `profiles._analysis` takes its steps from here.
+
+**Annotated input stages** (`annotated_stages`): spans carrying xprof's input-pipeline
+stage stats (``_ipl_stage_name``, ``_ipl_stage_id``, ``_ipl_stage_cat``), such as the
+SparseCore feed's and `device_prefetch`'s, summed per stage.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ from profiles._xplane import host_planes, load_xspace, stat_value
 
 __all__ = [
     "CONSUME",
+    "STAGE_CATEGORIES",
+    "AnnotatedStage",
+    "annotated_stages",
     "CPU_TRANSFER_EVENTS",
     "Event",
     "FUNCTION_CALL",
@@ -46,6 +57,7 @@ __all__ = [
     "JAX_TRACE_DIR",
     "JaxDeviceTime",
     "JaxStep",
+    "NEXT_SPAN",
     "OP",
     "PRODUCE",
     "STEP",
@@ -271,8 +283,71 @@ def kind_of(path: str) -> str:
     return re.sub(r"\[[^\]]*\]$", "", path.rsplit("::", 1)[-1])
 
 
+#: xprof's names of the input-stage categories (``_ipl_stage_cat``).
+STAGE_CATEGORIES = {
+    "read": "Demanded file read",
+    "preprocessing": "Preprocessing",
+    "enqueue": "Enqueue",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class AnnotatedStage:
+    """The spans of one annotated input stage (``_ipl_stage_name``) in a trace.
+
+    Attributes:
+      name: The stage's name.
+      category: xprof's name of its category (`STAGE_CATEGORIES`).
+      count: Its spans.
+      total_ps: Their total duration.
+      self_ps: The same without the annotated stages nested in them.
+    """
+
+    name: str
+    category: str
+    count: int
+    total_ps: int
+    self_ps: int
+
+
+def annotated_stages(space: Any) -> list[AnnotatedStage]:
+    """Every annotated input stage of the host planes, largest self time first (all of
+    them: xprof's input-op table keeps its top 20, tf.data's iterators included)."""
+    found: dict[str, list[Any]] = {}
+    for plane in host_planes(space):
+        names = {k: m.name for k, m in plane.event_metadata.items()}
+        stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
+        for line in plane.lines:
+            spans = []
+            for _, interval, stats in _events(line, names, stat_names):
+                stage = stats.get("_ipl_stage_name")
+                if stage is not None:
+                    spans.append((interval, str(stage), str(stats.get("_ipl_stage_cat", ""))))
+            spans.sort(key=lambda s: (s[0][0], -s[0][1]))
+            stack: list[tuple[_Interval, str]] = []
+            for (start, end), stage, category in spans:
+                while stack and stack[-1][0][1] <= start:
+                    stack.pop()
+                entry = found.setdefault(stage, [category, 0, 0, 0])
+                entry[1] += 1
+                entry[2] += end - start
+                entry[3] += end - start
+                if stack:  # nested in another stage: not that stage's own time
+                    found[stack[-1][1]][3] -= end - start
+                stack.append(((start, end), stage))
+    stages = [
+        AnnotatedStage(name, STAGE_CATEGORIES.get(cat, cat), count, total, max(own, 0))
+        for name, (cat, count, total, own) in found.items()
+    ]
+    return sorted(stages, key=lambda s: -s.self_ps)
+
+
 #: Where a capture puts JAX's trace, inside the TensorFlow profile run directory.
 JAX_TRACE_DIR = "jax"
+
+#: The span `profiles.capture` puts around each profiled step's ``next()`` in JAX's
+#: trace: the training loop waiting for its batch.
+NEXT_SPAN = "tfinput/next"
 
 #: Host events of JAX's CPU client that copy a batch into a device buffer.
 CPU_TRANSFER_EVENTS = frozenset(
@@ -298,23 +373,35 @@ _DERIVED_LINES = frozenset(
 )
 
 _Interval = tuple[int, int]  # picoseconds, [start, end)
+_JITTED_CALL = re.compile(r"^PjitFunction\((.*)\)$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class JaxStep:
-    """One marked step in JAX's trace.
+    """One step in JAX's trace.
 
     Attributes:
-      step: The step number of its marker.
-      step_ms: The marker's duration.
+      step: The step number of its marker (the execution's index without markers).
+      step_ms: Its duration.
       compute_ms: Device compute inside it (union of kernel or XLA execution time).
       transfer_ms: Host-to-device transfer inside it.
+      input_ms: The training loop's wait for its batch inside it: the capture's
+        ``next()`` spans (`NEXT_SPAN`), else the input stages annotated on the step's
+        own thread (the SparseCore feed's wait); 0 when neither is in the trace.
+      other_ms: The rest of the step: neither input, compute nor transfer (Python,
+        dispatch). Input, compute and transfer may overlap (a prefetch thread moves
+        the next batch while the step computes), so they can add up to more than
+        ``step_ms - other_ms``.
+      start_ps: When it started (the trace's clock), for windows over the trace.
     """
 
     step: int
     step_ms: float
     compute_ms: float
     transfer_ms: float
+    input_ms: float = 0.0
+    other_ms: float = 0.0
+    start_ps: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -325,12 +412,19 @@ class JaxDeviceTime:
       trace_file: The JAX ``.xplane.pb`` read.
       platform: ``"gpu"`` (kernels and copies on the device planes) or ``"cpu"`` (XLA
         executions on host threads).
-      steps: Every marked step, in order.
+      steps: Every step, in order.
+      steps_from: ``"markers"`` (step annotations named like the capture's step
+        markers) or ``"executions"`` (no markers: each call of the jitted step
+        function, ``PjitFunction(name)``, starts a step).
+      input_from: What ``input_ms`` counts: ``"next() spans"``, ``"input stages"`` or
+        ``""`` (neither in the trace: the wait is unknown).
     """
 
     trace_file: str
     platform: str
     steps: tuple[JaxStep, ...]
+    steps_from: str = "markers"
+    input_from: str = ""
 
     @property
     def compute_ms(self) -> float:
@@ -347,11 +441,18 @@ class JaxDeviceTime:
         """Median step time, as JAX's markers measured it."""
         return statistics.median(s.step_ms for s in self.steps)
 
+    @property
+    def windows(self) -> tuple[tuple[int, int], ...]:
+        """Each step's ``(start, end)`` in picoseconds on the trace's clock."""
+        return tuple((s.start_ps, s.start_ps + round(s.step_ms * 1e9)) for s in self.steps)
+
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (the medians included)."""
         return {
             "trace_file": self.trace_file,
             "platform": self.platform,
+            "steps_from": self.steps_from,
+            "input_from": self.input_from,
             "compute_ms": self.compute_ms,
             "transfer_ms": self.transfer_ms,
             "step_ms": self.step_ms,
@@ -368,7 +469,7 @@ def jax_device_time(run_dir: str | Path, *, step_name: str = "train") -> JaxDevi
 
     Returns:
       Per-step device compute and transfer, or None when the run has no JAX trace or
-      the trace has no step marked ``step_name``.
+      the trace has neither a step marked ``step_name`` nor repeated jitted calls.
     """
     path = jax_trace_file(run_dir)
     if path is None:
@@ -384,13 +485,75 @@ def jax_trace_file(run_dir: str | Path) -> Path | None:
     return files[-1] if files else None
 
 
-def device_time_of(space: Any, *, step_name: str, source: str = "") -> JaxDeviceTime | None:
-    """`jax_device_time` on an XSpace message (``source`` names it)."""
-    markers: list[tuple[int, _Interval]] = []
-    host_compute: list[_Interval] = []
-    host_transfer: list[_Interval] = []
-    gpu_compute: list[_Interval] = []
-    gpu_transfer: list[_Interval] = []
+@dataclasses.dataclass
+class _JaxEvents:
+    """What `device_time_of` reads from a JAX trace, as intervals."""
+
+    markers: list[tuple[int, _Interval, int]] = dataclasses.field(default_factory=list)
+    host_compute: list[_Interval] = dataclasses.field(default_factory=list)
+    host_transfer: list[_Interval] = dataclasses.field(default_factory=list)
+    gpu_compute: list[_Interval] = dataclasses.field(default_factory=list)
+    gpu_transfer: list[_Interval] = dataclasses.field(default_factory=list)
+    next_spans: list[_Interval] = dataclasses.field(default_factory=list)
+    # input stages (``_ipl_stage_name``) by thread: (plane, line) -> intervals
+    stages: dict[tuple[int, int], list[_Interval]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+    calls: dict[str, list[_Interval]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+
+
+def device_time_of(space: Any, *, step_name: str | None, source: str = "") -> JaxDeviceTime | None:
+    """`jax_device_time` on an XSpace message (``source`` names it); with no
+    ``step_name``, any step annotation (a ``step_num`` stat and ``_r=1``, as
+    ``jax.profiler.StepTraceAnnotation`` writes) is a step marker."""
+    found = _jax_events(space, step_name)
+    steps_from = "markers"
+    markers = found.markers
+    if not markers:
+        markers = _jitted_steps(found)
+        steps_from = "executions"
+    if not markers:
+        return None
+    on_gpu = bool(found.gpu_compute or found.gpu_transfer)
+    compute, transfer = (
+        (found.gpu_compute, found.gpu_transfer)
+        if on_gpu
+        else (found.host_compute, found.host_transfer)
+    )
+    compute, transfer = _union(compute), _union(transfer)
+    input_from = "next() spans" if found.next_spans else ""
+    steps = []
+    for number, (start, end), thread in sorted(markers, key=lambda m: m[1]):
+        waits = found.next_spans
+        if not waits and found.stages.get(thread):  # type: ignore[call-overload]
+            waits, input_from = found.stages[thread], "input stages"  # type: ignore[index]
+        waited = _union(waits)
+        busy = _union([*waited, *compute, *transfer])
+        window = (start, end)
+        steps.append(
+            JaxStep(
+                step=number,
+                step_ms=(end - start) / 1e9,
+                compute_ms=_overlap(compute, window) / 1e9,
+                transfer_ms=_overlap(transfer, window) / 1e9,
+                input_ms=_overlap(waited, window) / 1e9,
+                other_ms=(end - start - _overlap(busy, window)) / 1e9,
+                start_ps=start,
+            )
+        )
+    return JaxDeviceTime(
+        trace_file=source,
+        platform="gpu" if on_gpu else "cpu",
+        steps=tuple(steps),
+        steps_from=steps_from,
+        input_from=input_from,
+    )
+
+
+def _jax_events(space: Any, step_name: str | None) -> _JaxEvents:
+    found = _JaxEvents()
     for plane in space.planes:
         names = {k: m.name for k, m in plane.event_metadata.items()}
         stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
@@ -398,33 +561,45 @@ def device_time_of(space: Any, *, step_name: str, source: str = "") -> JaxDevice
             for line in _stream_lines(plane):
                 for name, interval, _ in _events(line, names, stat_names):
                     if name.startswith("MemcpyH2D"):
-                        gpu_transfer.append(interval)
+                        found.gpu_transfer.append(interval)
                     elif not name.startswith(("Memcpy", "Memset")):
-                        gpu_compute.append(interval)
+                        found.gpu_compute.append(interval)
         elif plane.name.startswith("/host:"):
             for line in plane.lines:
+                thread = (plane.id, line.id)
                 for name, interval, stats in _events(line, names, stat_names):
-                    if name == step_name and "step_num" in stats:
-                        markers.append((int(stats["step_num"]), interval))
+                    if "step_num" in stats and (
+                        name == step_name if step_name is not None else stats.get("_r") == 1
+                    ):
+                        found.markers.append((int(stats["step_num"]), interval, thread))  # type: ignore[call-overload]
                     elif "hlo_op" in stats:
-                        host_compute.append(interval)
+                        found.host_compute.append(interval)
                     elif name in CPU_TRANSFER_EVENTS:
-                        host_transfer.append(interval)
-    if not markers:
-        return None
-    on_gpu = bool(gpu_compute or gpu_transfer)
-    compute, transfer = (gpu_compute, gpu_transfer) if on_gpu else (host_compute, host_transfer)
-    compute, transfer = _union(compute), _union(transfer)
-    steps = tuple(
-        JaxStep(
-            step=number,
-            step_ms=(end - start) / 1e9,
-            compute_ms=_overlap(compute, (start, end)) / 1e9,
-            transfer_ms=_overlap(transfer, (start, end)) / 1e9,
-        )
-        for number, (start, end) in sorted(markers, key=lambda m: m[1])
-    )
-    return JaxDeviceTime(trace_file=source, platform="gpu" if on_gpu else "cpu", steps=steps)
+                        found.host_transfer.append(interval)
+                    elif name == NEXT_SPAN:
+                        found.next_spans.append(interval)
+                    elif "_ipl_stage_name" in stats:
+                        found.stages[thread].append(interval)
+                    else:
+                        call = _JITTED_CALL.match(name)
+                        if call:
+                            found.calls[call[1]].append(interval)
+    return found
+
+
+def _jitted_steps(found: _JaxEvents) -> list[tuple[int, _Interval, tuple[int, int]]]:
+    """Steps from the calls of the jitted function called most often (the longest
+    in total among equals): each runs from its call to the next one, the last to the
+    end of the device work it started."""
+    calls = [c for c in found.calls.values() if len(c) >= 2]
+    if not calls:
+        return []
+    chosen = sorted(max(calls, key=lambda c: (len(c), sum(e - s for s, e in c))))
+    work = [*found.host_compute, *found.gpu_compute, *found.host_transfer, *found.gpu_transfer]
+    last_start, last_end = chosen[-1]
+    end = max([last_end, *(e for s, e in work if s >= last_start)])
+    bounds = [s for s, _ in chosen] + [end]
+    return [(i, (bounds[i], bounds[i + 1]), (-1, -1)) for i in range(len(chosen))]
 
 
 def _stream_lines(plane: Any) -> list[Any]:

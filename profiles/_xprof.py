@@ -30,6 +30,7 @@ __all__ = [
     "cell_number",
     "check_layout",
     "find_table",
+    "find_table_of",
     "find_table_with",
     "table_rows",
     "version_in_range",
@@ -58,21 +59,37 @@ EXPECTED_COLUMNS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
             "compileTimeMs",
             "otherTimeMs",
         ),
+        # On a TPU the step breakdown is the TensorCore's (one of the two is there).
+        "tpu step breakdown": (
+            "stepnum",
+            "tcComputeTimeMs",
+            "tcInfeedTimeMs",
+            "tcOutfeedTimeMs",
+            "tcIdleTimeMs",
+            "hostTransferTimeMs",
+        ),
         "input ops": ("opName", "count", "timeInMs", "selfTimeInMs", "category"),
     },
     "overview_page": {
         "recommendation": ("tip_type", "link", "description"),
         "run environment": ("host_id", "command_line"),
     },
+    "framework_op_stats": {
+        "ops": ("host_or_device", "type", "operation", "occurrences", "total_self_time"),
+    },
 }
 
 #: Table properties read (``p`` of the tables above).
 _EXPECTED_PROPERTIES: Mapping[tuple[str, str], tuple[str, ...]] = {
     ("input_pipeline_analyzer", "step breakdown"): ("input_conclusion", "hardware_type"),
+    ("input_pipeline_analyzer", "tpu step breakdown"): ("input_conclusion", "hardware_type"),
     ("overview_page", "recommendation"): ("statement",),
 }
 
-#: File written next to the trace by `profiles._capture` to record how it was taken.
+#: Tables of which a tool's output holds one or the other (the first is looked for).
+ONE_OF: Mapping[str, tuple[tuple[str, str], ...]] = {
+    "input_pipeline_analyzer": (("step breakdown", "tpu step breakdown"),),
+}
 
 
 # ---------------------------------------------------------------------- versions
@@ -146,14 +163,30 @@ def _xprof_errors(lines: Sequence[str]) -> str:
     return "; ".join(dict.fromkeys(msgs)) or "no message"
 
 
+def _arrow_first() -> None:
+    """Import pyarrow's compute and dataset modules before any xprof library loads.
+
+    xprof 2.24's events DB (its Parquet export of a trace) loads a copy of Arrow into
+    the process with global symbols; a pyarrow module imported after it finds Arrow's
+    compute functions registered twice (``KeyError: 'utf8_zero_fill'``, or a crash in
+    ``pyarrow.dataset``). Imported first, pyarrow keeps working however the process
+    uses xprof next. Without pyarrow there is nothing to protect."""
+    with contextlib.suppress(ImportError):
+        import pyarrow.compute
+        import pyarrow.dataset  # noqa: F401
+
+
 def xprof_tables(
-    paths: Sequence[str | os.PathLike[str]], tools: Sequence[str]
+    paths: Sequence[str | os.PathLike[str]],
+    tools: Sequence[str],
+    params: Mapping[str, Mapping[str, object]] | None = None,
 ) -> dict[str, object]:
     """Run xprof's offline converters on trace files.
 
     Args:
       paths: ``.xplane.pb`` files (one per host).
       tools: xprof tool names, e.g. ``("input_pipeline_analyzer", "overview_page")``.
+      params: Extra parameters per tool (``{"op_profile": {"group_by": "category"}}``).
 
     Returns:
       ``{tool: parsed JSON}`` (a list of gviz tables for the tools above).
@@ -162,6 +195,7 @@ def xprof_tables(
       ProfileError: xprof is missing or could not convert the files (its log message
         is included).
     """
+    _arrow_first()
     try:
         with _stderr_captured():  # loading xprof's library logs to stderr once
             from xprof.convert import raw_to_tool_data
@@ -182,7 +216,7 @@ def xprof_tables(
         for tool in tools:
             with _stderr_captured() as log:
                 data, _ = raw_to_tool_data.xspace_to_tool_data(
-                    links, tool, {"use_saved_result": True}
+                    links, tool, {"use_saved_result": True, **(params or {}).get(tool, {})}
                 )
             if data is None:
                 names = ", ".join(str(p) for p in paths)
@@ -251,8 +285,27 @@ def check_layout(tool_tables: Mapping[str, object]) -> None:
     for tool, tables in EXPECTED_COLUMNS.items():
         if tool not in tool_tables:
             raise XprofLayoutError(_layout_message(f"no output for tool {tool}"))
+        alternatives = {b: a for a, b in ONE_OF.get(tool, ())}
         for what in tables:
-            find_table(tool_tables[tool], tool, what)
+            if what in alternatives:
+                continue  # checked with the table it stands in for
+            find_table_of(tool_tables[tool], tool, what)
+
+
+def find_table_of(tables: Any, tool: str, what: str) -> tuple[str, Mapping[str, object]]:
+    """``(which, table)``: the table ``what`` of a tool's output, or the one that
+    stands in for it (`ONE_OF`).
+
+    Raises:
+      XprofLayoutError: Neither is there.
+    """
+    try:
+        return what, find_table(tables, tool, what)
+    except XprofLayoutError:
+        other = dict(ONE_OF.get(tool, ())).get(what)
+        if other is None or find_table_with(tables, EXPECTED_COLUMNS[tool][other]) is None:
+            raise
+        return other, find_table(tables, tool, other)
 
 
 def table_rows(table: Mapping[str, object]) -> list[dict[str, object]]:

@@ -19,7 +19,9 @@ from profiles._xprof import table_rows
 
 @pytest.fixture(scope="module")
 def tables(trace_file):
-    return an.xprof_tables([trace_file], ("input_pipeline_analyzer", "overview_page"))
+    return an.xprof_tables(
+        [trace_file], ("input_pipeline_analyzer", "overview_page", "framework_op_stats")
+    )
 
 
 # ------------------------------------------------------------------ the results

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from profiles._results import DEVICE_BUSY_THRESHOLD
-from profiles._trace_events import JAX_TRACE_DIR, jax_device_time
+from profiles._trace_events import JAX_TRACE_DIR, NEXT_SPAN, device_time_of, jax_device_time
 from profiles._xplane import xspace_class
 
 US = 1_000_000  # picoseconds per microsecond
@@ -194,3 +194,129 @@ def test_a_host_bound_jax_step_is_named_in_the_verdict(tmp_path, slow_map):
     )
     assert full.device_busy == pytest.approx(0.9)
     assert "computed" not in full.verdict and full.verdict in quiet.verdict
+
+
+# ------------------------------------------------------ steps from JAX's trace
+def _plane_str(space, name, lines):
+    """Like `_plane`, with string stats too: {line: [(name, start_us, dur_us, stats)]}."""
+    plane = space.planes.add(id=len(space.planes), name=name)
+    names, stats = {}, {}
+    for i, (line_name, events) in enumerate(lines.items()):
+        line = plane.lines.add(id=i, name=line_name, timestamp_ns=T0)
+        for event_name, start, duration, event_stats in events:
+            mid = names.setdefault(event_name, len(names) + 1)
+            plane.event_metadata[mid].id = mid
+            plane.event_metadata[mid].name = event_name
+            event = line.events.add(
+                metadata_id=mid, offset_ps=start * US, duration_ps=duration * US
+            )
+            for stat_name, value in event_stats.items():
+                sid = stats.setdefault(stat_name, len(stats) + 1)
+                plane.stat_metadata[sid].id = sid
+                plane.stat_metadata[sid].name = stat_name
+                stat = event.stats.add(metadata_id=sid)
+                if isinstance(value, str):
+                    stat.str_value = value
+                else:
+                    stat.int64_value = value
+    return plane
+
+
+def _jitted_run(space):
+    """Three calls of a jitted ``train`` 1000 us apart (and one call of another
+    function), its XLA executions on a thunk thread."""
+    _plane_str(
+        space,
+        "/host:CPU",
+        {
+            "main": [
+                ("PjitFunction(train)", 0, 300, {}),
+                ("PjitFunction(init)", 100, 10, {}),
+                ("PjitFunction(train)", 1000, 300, {}),
+                ("PjitFunction(train)", 2000, 300, {}),
+            ],
+            "tf_XLAEigen/1": [
+                ("fusion", 50, 200, {"hlo_op": "fusion", "hlo_module": "jit_train"}),
+                ("fusion", 1050, 400, {"hlo_op": "fusion", "hlo_module": "jit_train"}),
+                ("fusion", 2050, 500, {"hlo_op": "fusion", "hlo_module": "jit_train"}),
+            ],
+        },
+    )
+
+
+def test_without_step_markers_each_call_of_the_jitted_step_starts_a_step():
+    space = xspace_class()()
+    _jitted_run(space)
+    jax = device_time_of(space, step_name="train")
+    assert jax.steps_from == "executions" and jax.input_from == ""
+    # From each call to the next; the last to the end of the work it started.
+    assert [(s.step, s.step_ms, s.compute_ms) for s in jax.steps] == [
+        (0, 1.0, pytest.approx(0.2)),
+        (1, 1.0, pytest.approx(0.4)),
+        (2, pytest.approx(0.55), pytest.approx(0.5)),
+    ]
+    assert jax.windows[1] == (T0 * 1000 + 1000 * US, T0 * 1000 + 2000 * US)
+
+
+def test_the_wait_for_input_is_the_captures_next_spans_else_the_input_stages():
+    space = xspace_class()()
+    marker = {"step_num": 0, "_r": 1}
+    stage = {"_ipl_stage_name": "tfinput/sparsecore/wait", "_ipl_stage_cat": "enqueue"}
+    _plane_str(
+        space,
+        "/host:CPU",
+        {
+            "main": [
+                ("train", 0, 1000, marker),
+                (NEXT_SPAN, 0, 300, {}),
+                ("tfinput/sparsecore/wait", 10, 250, stage),
+                ("train", 1000, 1000, {**marker, "step_num": 1}),
+                (NEXT_SPAN, 1000, 100, {}),
+            ],
+            "tf_XLAEigen/1": [("fusion", 400, 500, {"hlo_op": "fusion"})],
+        },
+    )
+    jax = device_time_of(space, step_name="train")
+    assert jax.steps_from == "markers" and jax.input_from == "next() spans"
+    assert [(s.input_ms, s.compute_ms, s.other_ms) for s in jax.steps] == [
+        (pytest.approx(0.3), pytest.approx(0.5), pytest.approx(0.2)),
+        (pytest.approx(0.1), 0.0, pytest.approx(0.9)),
+    ]
+    # A trace taken without the capture's spans: the input stages on the step's thread.
+    for plane in space.planes:
+        for line in plane.lines:
+            keep = [e for e in line.events if plane.event_metadata[e.metadata_id].name != NEXT_SPAN]
+            del line.events[:]
+            line.events.extend(keep)
+    jax = device_time_of(space, step_name=None)  # any step annotation (_r=1, step_num)
+    assert jax.input_from == "input stages"
+    assert [s.input_ms for s in jax.steps] == [pytest.approx(0.25), 0.0]
+
+
+def test_a_jax_trace_without_tensorflow_steps_gets_its_steps_from_jax(tmp_path, capsys):
+    """`tfinput inspect` of a run JAX's profiler wrote alone (no TensorFlow step, no
+    capture metadata): the steps are the jitted step's calls."""
+    from profiles import analyze, format_text
+
+    space = xspace_class()()
+    _jitted_run(space)
+    run = tmp_path / "plugins" / "profile" / "r1"
+    run.mkdir(parents=True)
+    (run / "host.xplane.pb").write_bytes(space.SerializeToString())
+    analysis = analyze(tmp_path)
+    assert analysis.step_source == "jax executions"
+    assert [s.step for s in analysis.steps] == ["train 0", "train 1", "train 2"]
+    assert analysis.input_wait is None and analysis.input_limits is None
+    assert analysis.verdict.startswith("the trace does not show the steps' wait for input")
+    top = analysis.top_ops[0]
+    assert (top.where, top.type, top.name, top.source) == (
+        "host",
+        "XLA",
+        "jit_train/fusion",
+        "jax trace",
+    )
+    assert top.ms_per_step == pytest.approx((0.2 + 0.4 + 0.5) / 3)
+    text = " ".join(format_text(analysis).split())
+    assert "Per-step breakdown (ms, JAX's trace, the jitted step's executions)" in text
+    assert "the steps are read from JAX's trace (its jitted step's executions)" in text
+    assert "it shows no wait for input" in text

@@ -127,6 +127,42 @@ def test_to_jax_delivers_every_batch_on_the_device(pipeline, in_order):
             np.testing.assert_array_equal(a, b)
 
 
+def test_each_transfer_is_an_input_stage_in_a_tensorflow_only_profile(tmp_path):
+    """Under TensorFlow's profiler alone (no JAX profile is taken: the step is not a JAX
+    one), each transfer is a span of the input stage ``tfinput/device_put`` carrying
+    xprof's stage stats, which `profiles.analyze` lists among the host stages. (A 10 ms
+    simulated step leaves the prefetcher time to move batches while profiled. xprof's
+    own analyzer reading such a trace: tests/tfinput/applications/sparsecore/test_feed.py.)"""
+    pytest.importorskip("jax")
+    import profiles
+    from profiles._xplane import find_trace, load_xspace, stat_value
+    from tfinput.steps import simulated_step
+
+    source = tf.data.Dataset.from_tensors({"x": tf.zeros([64, 8])}).repeat()
+    with device_prefetch.to_jax(source, size=2) as it:
+        result = profiles.capture(it, simulated_step(0.01), logdir=tmp_path, steps=4, warmup=1)
+    assert "jax_trace" not in result.metadata
+    (plane,) = [p for p in load_xspace(result.trace_files[0]).space.planes if "host" in p.name]
+    stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
+    put = {k for k, m in plane.event_metadata.items() if m.name == "tfinput/device_put"}
+    spans = [e for line in plane.lines for e in line.events if e.metadata_id in put]
+    assert spans
+    for span in spans:
+        stats = {stat_names[s.metadata_id]: stat_value(s, stat_names) for s in span.stats}
+        assert stats == {
+            "_ipl_stage_name": "tfinput/device_put",
+            "_ipl_stage_id": 4,
+            "_ipl_stage_cat": "enqueue",
+        }
+    (stage,) = profiles.analyze(find_trace(tmp_path).run_dir).host_stages
+    assert (stage.name, stage.category, stage.count) == (
+        "tfinput/device_put",
+        "Enqueue",
+        len(spans),
+    )
+    assert stage.time_ms == pytest.approx(sum(s.duration_ps for s in spans) / 1e9)
+
+
 _SHARDED = """
 import numpy as np, jax, tensorflow as tf, tfinput
 from jax.sharding import Mesh, NamedSharding, PartitionSpec

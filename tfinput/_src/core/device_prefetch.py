@@ -26,8 +26,9 @@ What ``size`` trades: each batch in flight holds device memory (a criteo-like ba
 transfer times vary.
 
 Profiles: each transfer (``put``) is an input-pipeline stage that xprof's input-pipeline
-analyzer counts (`input_stage`: ``tfinput/device_put``, category ``enqueue``) when JAX is
-loaded; `profiles.analyze` lists it among the host stages of a JAX trace.
+analyzer counts (`input_stage`: ``tfinput/device_put``, category ``enqueue``), in JAX's
+trace and in TensorFlow's alike; `profiles.analyze` lists it among the host stages of a
+JAX trace.
 """
 
 from __future__ import annotations
@@ -303,19 +304,34 @@ class DevicePrefetch(Iterator[object]):
 
 
 def input_stage(name: str) -> contextlib.AbstractContextManager[object]:
-    """A span of the host stage ``name`` (`INPUT_STAGES`) in a JAX profile: a
-    ``jax.profiler.TraceAnnotation`` carrying the input-pipeline stage stats that xprof's
-    input-pipeline analyzer reads (``_ipl_stage_name``, ``_ipl_stage_id``,
-    ``_ipl_stage_cat``). Nothing when JAX is not loaded (TensorFlow's profiler sees
-    tf.data by itself); about a microsecond when no profile is being taken."""
-    jax = sys.modules.get("jax")
-    profiler = getattr(jax, "profiler", None)
-    if profiler is None:
-        return contextlib.nullcontext()
+    """A span of the host stage ``name`` (`INPUT_STAGES`) in a profile, carrying the
+    input-pipeline stage stats that xprof's input-pipeline analyzer reads
+    (``_ipl_stage_name``, ``_ipl_stage_id``, ``_ipl_stage_cat``): a
+    ``jax.profiler.TraceAnnotation`` when JAX is loaded and a
+    ``tf.profiler.experimental.Trace`` when TensorFlow is (each profiler sees only its
+    own), so the stage is in the trace whichever profiler runs. Neither library is
+    imported here; about a microsecond each when no profile is being taken."""
     stage_id, category = INPUT_STAGES[name]
-    return profiler.TraceAnnotation(
-        name, _ipl_stage_name=name, _ipl_stage_id=stage_id, _ipl_stage_cat=category
-    )
+    stats = {"_ipl_stage_name": name, "_ipl_stage_id": stage_id, "_ipl_stage_cat": category}
+    spans = []
+    jax_profiler = getattr(sys.modules.get("jax"), "profiler", None)
+    if jax_profiler is not None:
+        spans.append(jax_profiler.TraceAnnotation(name, **stats))
+    # The module behind tf.profiler.experimental.Trace, loaded with TensorFlow.
+    tf_trace = sys.modules.get("tensorflow.python.profiler.trace")
+    if tf_trace is not None:  # records nothing unless TensorFlow's profiler runs
+        spans.append(tf_trace.Trace(name, **stats))
+    if len(spans) < 2:
+        return spans[0] if spans else contextlib.nullcontext()
+    return _together(spans)
+
+
+@contextlib.contextmanager
+def _together(spans: list[contextlib.AbstractContextManager[object]]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for span in spans:
+            stack.enter_context(span)
+        yield
 
 
 def _offer(q: queue.Queue[object], stop: threading.Event, item: object, poll_s: float) -> bool:
