@@ -42,6 +42,19 @@ def test_an_impossible_path_is_one_error_naming_it(tmp_path, name, directory, er
         check_writable(tmp_path / name, what="--out", directory=directory)
 
 
+def test_a_file_output_needs_its_folder_where_a_folder_output_does_not(tmp_path):
+    check_writable(tmp_path / "new" / "deeper" / "out", what="--out", directory=True)
+    for name in ("new/s.json", "new/deeper/s.json"):
+        with pytest.raises(ConfigError) as error:
+            check_writable(tmp_path / name, what="-o", directory=False)
+        folder = os.path.dirname(tmp_path / name)
+        assert str(error.value) == (
+            f"-o {tmp_path / name}: the folder {folder} does not exist; create it first "
+            "(a file output is written into an existing folder)"
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_folder_that_takes_no_file_is_refused_even_for_root():
     with pytest.raises(
         ConfigError,

@@ -18,7 +18,8 @@ is refused by every reader (`data_files`), naming it,
 until a run to the same output finishes.
 
 `check_writable` is the check every command with an output path makes before any work:
-the path can be created (its nearest existing folder is a folder and takes a new file),
+the path can be created (its nearest existing folder is a folder and takes a new file;
+a file output's own folder exists: missing folders are created for folder outputs only),
 with an error naming the path and the reason otherwise; it leaves nothing behind.
 """
 
@@ -68,10 +69,14 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool) 
       what: How the error names the path (``--out``, ``convert: output``).
       directory: Whether the output is a directory (else a file).
 
+    A folder output may be missing with its parents (the command creates them); a file
+    output's folder must exist, so that a long command does not end, its work done,
+    on a file it cannot create.
+
     Raises:
       ConfigError: ``path`` exists as the other kind, a folder on the way is a file,
-        or no file can be created where ``path`` goes (read-only, permission denied),
-        naming ``path`` and the reason.
+        a file output's folder does not exist, or no file can be created where
+        ``path`` goes (read-only, permission denied), naming ``path`` and the reason.
     """
     text = os.fspath(path)
     if "://" in text:
@@ -86,6 +91,12 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool) 
         folder = folder.parent
     if not folder.is_dir():
         raise ConfigError(f"{what} {text}: cannot be created: {folder} is a file, not a directory")
+    if not directory and folder != target.parent:
+        missing = os.path.dirname(text.rstrip(os.sep)) or "."
+        raise ConfigError(
+            f"{what} {text}: the folder {missing} does not exist; create it first (a file "
+            "output is written into an existing folder)"
+        )
     try:
         fd, probe = tempfile.mkstemp(prefix=".tfinput-probe-", dir=folder)
         os.close(fd)
