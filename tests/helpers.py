@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,11 @@ def kill_all(procs: list[Any]) -> None:
     for p in running(procs):
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
+
+
+def fill(folder: Path, *, leave: int) -> None:
+    """Fill ``folder``'s file system but ``leave`` bytes, with a file named ``filler``
+    (the ``small_disk`` fixture's disk)."""
+    free = shutil.disk_usage(folder).free
+    with open(folder / "filler", "wb") as f:
+        f.write(b"\0" * max(0, free - leave))

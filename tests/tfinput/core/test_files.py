@@ -12,7 +12,7 @@ import pytest
 
 from tfinput._src.core import files
 from tfinput._src.core.files import INCOMPLETE, StagedDir, check_writable, resolve_paths
-from tfinput.errors import ConfigError, SourceError
+from tfinput.errors import ConfigError, OutputError, SourceError
 
 
 def _visible(folder):
@@ -144,6 +144,23 @@ def test_the_working_directory_is_filled_in_place_not_renamed(tmp_path, monkeypa
         stage.commit()
     assert os.listdir(".") and sorted(os.listdir(out)) == ["part-0", "schema.json"]
     assert Path.cwd() == out and os.listdir(tmp_path) == ["out"]
+
+
+def test_a_full_disk_inside_a_staged_output_is_one_error_and_leaves_nothing(small_disk):
+    out = small_disk / "out"
+    with (
+        pytest.raises(OutputError) as error,
+        StagedDir(out, what="datagen: output") as stage,
+        open(stage.path / "part-0", "wb") as f,
+    ):
+        while True:  # until the disk is full: OSError ENOSPC
+            f.write(b"\0" * 2**20)
+            f.flush()
+    assert str(error.value).startswith(
+        f"datagen: output {out}: no space left on device: the output needs more than the "
+    )
+    assert error.value.__cause__ is None and error.value.__suppress_context__
+    assert os.listdir(small_disk) == []
 
 
 @pytest.fixture

@@ -38,12 +38,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tfinput._src.core.errors import ConfigError, SourceError
+from tfinput._src.core.errors import ConfigError, OutputError, SourceError
 
 __all__ = [
     "INCOMPLETE",
     "StagedDir",
     "check_writable",
+    "disk_full",
     "unfinished_output",
     "epoch_rows",
     "PathsLike",
@@ -125,22 +126,32 @@ class StagedDir:
     """A directory output written under a hidden name and committed whole.
 
     Write every file into `path`, then call `commit`; leaving a ``with`` block without
-    a commit (an error, Ctrl-C) deletes what was written.
+    a commit (an error, Ctrl-C) deletes what was written. A full disk, raised by any
+    writer inside the block (an ``OSError`` ``ENOSPC`` or ``EDQUOT``, TensorFlow's
+    ``ResourceExhaustedError``, pyarrow's ``OSError``) or by the commit, leaves the
+    block as one `OutputError` naming the output and the space its disk had.
 
     Args:
       out: The output directory (created at the commit if it does not exist).
       replaces: ``name -> bool``: whether an entry already in ``out`` is an older
         output's file, deleted at the commit (default: none; staged files replace
         entries of the same name in any case).
+      what: How errors name the output (``convert: output``).
 
     Raises:
       ConfigError: ``out`` is a file, or no staging directory can be created.
     """
 
     def __init__(
-        self, out: str | os.PathLike[str], *, replaces: Callable[[str], bool] | None = None
+        self,
+        out: str | os.PathLike[str],
+        *,
+        replaces: Callable[[str], bool] | None = None,
+        what: str = "output",
     ):
         self.out = Path(os.path.abspath(os.fspath(out)))
+        self.given = os.fspath(out)
+        self.what = what
         self.replaces = replaces or (lambda name: False)
         if self.out.exists() and not self.out.is_dir():
             raise ConfigError(f"output {os.fspath(out)!r} exists and is not a directory")
@@ -169,8 +180,24 @@ class StagedDir:
     def __enter__(self) -> StagedDir:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
         self.abort()
+        if error is not None and disk_full(error):
+            raise OutputError(self._full()) from None
+
+    def _full(self) -> str:
+        """The message of a full disk: the output, the space it had, what is left."""
+        try:
+            free = f"the {shutil.disk_usage(self.path.parent).free / 2**20:,.1f} MiB free"
+        except OSError:
+            free = "the space free"
+        return (
+            f"{self.what} {self.given}: no space left on device: the output needs more "
+            f"than {free} on its disk; nothing was written there (the files written so "
+            "far are deleted"
+            + (", what was there before is unchanged" if self.out.exists() else "")
+            + "): free space or choose an output on a larger disk"
+        )
 
     def abort(self) -> None:
         """Delete the staging directory and what it holds (nothing after a commit)."""
@@ -215,8 +242,12 @@ class StagedDir:
         data files first, ``.json`` files (schema, manifest) last."""
         self.out.mkdir(parents=True, exist_ok=True)
         marker = self.out / INCOMPLETE
-        marker.write_text(f"tfinput (pid {os.getpid()}) is moving files into this output\n")
-        _fsync(marker)
+        try:
+            marker.write_text(f"tfinput (pid {os.getpid()}) is moving files into this output\n")
+            _fsync(marker)
+        except OSError:  # a full disk: the output stays as it was
+            marker.unlink(missing_ok=True)
+            raise
         _fsync(self.out)
         for name in os.listdir(self.out):
             if self.replaces(name) and name not in names and (self.out / name).is_file():
@@ -258,8 +289,27 @@ def _alive(tail: str) -> bool:
     return True
 
 
+#: The errors of a full disk (or of a user's quota).
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says the disk is full: an ``OSError`` with ``ENOSPC`` or
+    ``EDQUOT``, or an error of a writer that gives only text (TensorFlow's
+    ``ResourceExhaustedError``, an error from a worker process) carrying their
+    message."""
+    if isinstance(error, OSError) and error.errno in _FULL:
+        return True
+    text = str(error)
+    return any(os.strerror(n) in text for n in _FULL)
+
+
 def _fsync(path: Path) -> None:
-    """Flush a file or directory to disk (where the file system allows it)."""
+    """Flush a file or directory to disk (where the file system allows it).
+
+    Raises:
+      OSError: the flush lost data (a full disk, an I/O error): the file is not whole.
+    """
     flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
     try:
         fd = os.open(path, flags)
@@ -267,8 +317,9 @@ def _fsync(path: Path) -> None:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as e:
+        if e.errno in (*_FULL, errno.EIO):
+            raise
     finally:
         os.close(fd)
 
