@@ -440,6 +440,7 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
+    seen: set[str] = set()
     for p in paths:
         p = os.fspath(p)
         if "://" in p:  # remote file systems: let TensorFlow expand the glob
@@ -457,7 +458,10 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
         if "://" not in p:
             for m in matches:
                 check_regular_file(m, what=what)
-        out.extend(m for m in matches if m not in out)
+        for m in matches:
+            if m not in seen:
+                seen.add(m)
+                out.append(m)
     if not out:
         raise SourceError(f"no {what} files given")
     return out
@@ -494,7 +498,8 @@ def drop_empty_files(
             len(empty),
             ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else ""),
         )
-    kept = [f for f in files if f not in empty]
+    skipped = set(empty)
+    kept = [f for f in files if f not in skipped]
     if not kept:
         raise SourceError(
             f"all {len(files)} input file(s) are empty (0 bytes or 0 rows), first {files[0]!r}"

@@ -23,6 +23,8 @@ __all__ = [
     "check_first_examples",
     "check_first_examples_once",
     "check_first_example",
+    "check_examples",
+    "check_sampled_examples_once",
 ]
 
 log = logging.getLogger("tfinput")
@@ -177,6 +179,13 @@ def check_first_examples(
                 + _compression_hint(path, compression)
             ) from e
         # Damage after the first records is reported while reading, with its offset.
+    check_examples(path, records, schema, allow_absent=allow_absent)
+
+
+def check_examples(
+    path: str, records: Sequence[bytes], schema: Schema, *, allow_absent: Sequence[str] = ()
+) -> None:
+    """`check_first_examples` of the first records of ``path``, already read."""
     if not records:
         return
     examples = [tfrecord.parse_example(r, path=path, index=i) for i, r in enumerate(records)]
@@ -213,6 +222,23 @@ def check_first_examples_once(
         return
     if key not in _SAMPLES_OK:
         check_first_examples(path, compression, schema, allow_absent=allow_absent)
+        _SAMPLES_OK.add(key)
+
+
+def check_sampled_examples_once(
+    path: str,
+    compression: str,
+    records: Sequence[bytes],
+    schema: Schema,
+    *,
+    allow_absent: Sequence[str] = (),
+) -> None:
+    """`check_examples` of ``path``'s first `SAMPLE_RECORDS` records read by the caller
+    (`Pipeline.check` reads every file's while counting it), remembered as
+    `check_first_examples_once` remembers its own: a build over the file then skips it."""
+    key = (*_version(path), compression, schema, tuple(allow_absent))
+    if key not in _SAMPLES_OK:
+        check_examples(path, records, schema, allow_absent=allow_absent)
         _SAMPLES_OK.add(key)
 
 
