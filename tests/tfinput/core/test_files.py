@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from tfinput._src.core import files
-from tfinput._src.core.files import INCOMPLETE, StagedDir, check_writable, resolve_paths
+from tfinput._src.core.files import (
+    INCOMPLETE,
+    StagedDir,
+    check_writable,
+    create_parents,
+    resolve_paths,
+)
 from tfinput.errors import ConfigError, OutputError, SourceError
 
 
@@ -42,17 +48,13 @@ def test_an_impossible_path_is_one_error_naming_it(tmp_path, name, directory, er
         check_writable(tmp_path / name, what="--out", directory=directory)
 
 
-def test_a_file_output_needs_its_folder_where_a_folder_output_does_not(tmp_path):
-    check_writable(tmp_path / "new" / "deeper" / "out", what="--out", directory=True)
-    for name in ("new/s.json", "new/deeper/s.json"):
-        with pytest.raises(ConfigError) as error:
-            check_writable(tmp_path / name, what="-o", directory=False)
-        folder = os.path.dirname(tmp_path / name)
-        assert str(error.value) == (
-            f"-o {tmp_path / name}: the folder {folder} does not exist; create it first "
-            "(a file output is written into an existing folder)"
-        )
-    assert list(tmp_path.iterdir()) == []
+def test_missing_folders_above_a_file_output_pass_and_are_created_when_it_is_written(tmp_path):
+    target = tmp_path / "new" / "deeper" / "s.json"
+    check_writable(target, what="-o", directory=False)
+    assert list(tmp_path.iterdir()) == []  # the check leaves nothing
+    create_parents(target)
+    assert target.parent.is_dir() and list(target.parent.iterdir()) == []
+    create_parents(target)  # again: nothing to do
 
 
 def test_a_folder_that_takes_no_file_is_refused_even_for_root():

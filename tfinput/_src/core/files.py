@@ -18,9 +18,10 @@ is refused by every reader (`data_files`), naming it,
 until a run to the same output finishes.
 
 `check_writable` is the check every command with an output path makes before any work:
-the path can be created (its nearest existing folder is a folder and takes a new file;
-a file output's own folder exists: missing folders are created for folder outputs only),
-with an error naming the path and the reason otherwise; it leaves nothing behind.
+the path can be created (its nearest existing folder is a folder and takes a new file:
+the folders missing on the way are created by the command, for a file output as for a
+folder output), with an error naming the path and the reason otherwise; it leaves
+nothing behind.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "INCOMPLETE",
     "StagedDir",
     "check_writable",
+    "create_parents",
     "disk_full",
     "unfinished_output",
     "epoch_rows",
@@ -70,14 +72,14 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool) 
       what: How the error names the path (``--out``, ``convert: output``).
       directory: Whether the output is a directory (else a file).
 
-    A folder output may be missing with its parents (the command creates them); a file
-    output's folder must exist, so that a long command does not end, its work done,
-    on a file it cannot create.
+    An output may be missing with the folders above it: the command creates them
+    (`create_parents` for a file), so a long command does not end, its work done, on
+    an output it cannot create.
 
     Raises:
       ConfigError: ``path`` exists as the other kind, a folder on the way is a file,
-        a file output's folder does not exist, or no file can be created where
-        ``path`` goes (read-only, permission denied), naming ``path`` and the reason.
+        or no file can be created where ``path`` goes (read-only, permission denied),
+        naming ``path`` and the reason.
     """
     text = os.fspath(path)
     if "://" in text:
@@ -92,12 +94,6 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool) 
         folder = folder.parent
     if not folder.is_dir():
         raise ConfigError(f"{what} {text}: cannot be created: {folder} is a file, not a directory")
-    if not directory and folder != target.parent:
-        missing = os.path.dirname(text.rstrip(os.sep)) or "."
-        raise ConfigError(
-            f"{what} {text}: the folder {missing} does not exist; create it first (a file "
-            "output is written into an existing folder)"
-        )
     try:
         fd, probe = tempfile.mkstemp(prefix=".tfinput-probe-", dir=folder)
         os.close(fd)
@@ -108,6 +104,13 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool) 
     except OSError as e:
         reason = "it takes no new files" if e.errno == errno.ENOENT else e.strerror or str(e)
         raise ConfigError(f"{what} {text}: cannot write in {folder}: {reason}") from None
+
+
+def create_parents(path: str | os.PathLike[str]) -> None:
+    """Create the folders missing above a file output ``path`` (which `check_writable`
+    checked before the work), as a folder output's are created."""
+    if "://" not in os.fspath(path):
+        Path(os.path.abspath(os.fspath(path))).parent.mkdir(parents=True, exist_ok=True)
 
 
 def unfinished_output(directory: str | os.PathLike[str]) -> str | None:

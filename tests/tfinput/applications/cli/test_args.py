@@ -527,22 +527,6 @@ def test_every_output_path_is_checked_before_any_work(tmp_path, capsys, argv):
     assert blocker.read_text() == "a regular file"
 
 
-#: Every command with a file output, given a file in a folder that does not exist.
-FILE_OUTPUTS = {name: argv for name, argv in UNWRITABLE.items() if "{file}" in argv}
-
-
-@pytest.mark.parametrize("argv", FILE_OUTPUTS.values(), ids=FILE_OUTPUTS.keys())
-def test_a_file_output_in_a_missing_folder_is_refused_before_any_work(tmp_path, capsys, argv):
-    from tfinput.cli.registry import main
-
-    target = tmp_path / "nodir" / "sub" / "out.json"
-    assert main([a.replace("{file}", str(target)) for a in argv]) == 2
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith("tfinput")
-    assert f"{target}: the folder {target.parent} does not exist; create it first" in err
-    assert list(tmp_path.iterdir()) == []  # nothing created, the input not touched
-
-
 def test_check_output_names_a_folder_that_takes_no_file():
     with pytest.raises(ConfigError, match=r"^--out /proc/x\.json: cannot write in /proc: "):
         check_output("/proc/x.json", "--out", directory=False)

@@ -912,13 +912,13 @@ def test_a_step_that_runs_model_fit_is_refused_naming_it(small_schema):
 def test_schema_sparsecore_out_npz_is_what_the_fdo_client_loads(
     small_tfrecord, small_schema, schema_file, tmp_path, capsys
 ):
-    out_file = tmp_path / "fdo_stats_0_0.npz"
+    out_file = tmp_path / "fdo" / "sub" / "fdo_stats_0_0.npz"  # its folders created
     code, out, err = run_cli(
         capsys, "schema", "sparsecore", *small_tfrecord, "--schema", schema_file,
         "--per-replica-batch-size", "64", "--devices", "2", "--out", out_file,
     )  # fmt: skip
     assert code == 0 and "in jax-tpu-embedding's FDO form" in " ".join(out.split()), err
-    loaded = NPZFileFDOClient(tmp_path).load()
+    loaded = NPZFileFDOClient(out_file.parent).load()
     want = tfinput.sparsecore_stats(
         tfinput.tfrecord(small_tfrecord, small_schema), per_replica_batch_size=64, devices=2
     )

@@ -156,6 +156,8 @@ def add_output_arguments(
 
 def check_output(path: str | None, flag: str, *, directory: bool) -> None:
     """Check, before any work, that an output argument can be written (None: not given).
+    Folders missing on the way are fine: the command creates them (a file output's
+    with `tfinput._src.core.files.create_parents`, just before it writes).
 
     Args:
       path: The argument's value.
