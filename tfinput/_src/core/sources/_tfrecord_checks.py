@@ -24,7 +24,6 @@ __all__ = [
     "check_first_examples_once",
     "check_first_example",
     "check_examples",
-    "check_sampled_examples_once",
 ]
 
 log = logging.getLogger("tfinput")
@@ -222,23 +221,6 @@ def check_first_examples_once(
         return
     if key not in _SAMPLES_OK:
         check_first_examples(path, compression, schema, allow_absent=allow_absent)
-        _SAMPLES_OK.add(key)
-
-
-def check_sampled_examples_once(
-    path: str,
-    compression: str,
-    records: Sequence[bytes],
-    schema: Schema,
-    *,
-    allow_absent: Sequence[str] = (),
-) -> None:
-    """`check_examples` of ``path``'s first `SAMPLE_RECORDS` records read by the caller
-    (`Pipeline.check` reads every file's while counting it), remembered as
-    `check_first_examples_once` remembers its own: a build over the file then skips it."""
-    key = (*_version(path), compression, schema, tuple(allow_absent))
-    if key not in _SAMPLES_OK:
-        check_examples(path, records, schema, allow_absent=allow_absent)
         _SAMPLES_OK.add(key)
 
 

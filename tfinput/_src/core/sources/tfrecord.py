@@ -35,8 +35,8 @@ from tfinput._src.core.schema import Schema
 from tfinput._src.core.sources._tfrecord_checks import (
     SAMPLE_RECORDS,
     capped_shuffle_buffer,
+    check_examples,
     check_first_examples_once,
-    check_sampled_examples_once,
     check_tail_once,
 )
 from tfinput._src.core.sources.protocol import (
@@ -161,10 +161,8 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
                     continue
                 rows, first = counted
                 try:
-                    check_sampled_examples_once(
-                        path, compression, first, schema, allow_absent=self.allow_absent
-                    )
-                except (OSError, TfinputError):
+                    check_examples(path, first, schema, allow_absent=self.allow_absent)
+                except TfinputError:
                     continue
                 counts[i] = rows
         return counts
