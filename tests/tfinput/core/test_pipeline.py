@@ -327,10 +327,17 @@ def test_check_reads_many_small_files_together_and_reports_each_as_alone(many_sm
     assert [f.path for f in report.files] == files
     bad = ("nan", "late-bad-id", "corrupt", "int-kind")
     assert [f.path for f in report.problems] == sorted(special[k] for k in bad)
-    for name in ("nan", "int-kind"):  # found reading together; found counting
-        (alone,) = tfinput.tfrecord([special[name]], MANY_SCHEMA).check(batch_size=64).files
-        assert report.files[files.index(special[name])] == alone
-    late, corrupt = (report.files[files.index(special[k])] for k in ("late-bad-id", "corrupt"))
+    (alone,) = tfinput.tfrecord([special["nan"]], MANY_SCHEMA).check(batch_size=64).files
+    assert report.files[files.index(special["nan"])] == alone  # found in a batch of many
+    late, corrupt, kind = (
+        report.files[files.index(special[k])] for k in ("late-bad-id", "corrupt", "int-kind")
+    )
+    assert kind == FileCheck(
+        path=special["int-kind"],
+        records=1,
+        error="feature 'x': the schema expects float_list (dtype float32) but the file holds "
+        "int64_list; set dtype='int64' or fix the data",
+    )
     assert late.records == 300
     assert late.error.startswith("records 192-255: feature 'c': id out of range")
     assert corrupt.error == (
