@@ -12,14 +12,18 @@ a traceback.
 from __future__ import annotations
 
 import argparse
-import inspect as _inspect
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tfinput.cli.args import add_output_arguments, add_step_arguments, check_output
+from tfinput.cli.args import (
+    add_output_arguments,
+    add_step_arguments,
+    check_output,
+    takes_config,
+)
 from tfinput.cli.console import console
 from tfinput.cli.objects import load_object
 from tfinput.cli.registry import Command
@@ -89,16 +93,6 @@ def _inspect_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------ resolution
-def _accepts_argument(fn: Callable[..., Any]) -> bool:
-    try:
-        params = _inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(
-        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
-    )
-
-
 def resolve_pipeline(
     spec: str, config: PipelineConfig | None = None, *, with_schema: bool = False
 ) -> Any:
@@ -108,13 +102,15 @@ def resolve_pipeline(
     `tfinput.Pipeline`, built with ``--config`` and repeated), or a callable returning
     either, or returning an iterator of batches (a `tfinput.sparsecore.sparsecore_feed`
     over a built pipeline, `tfinput.device_prefetch.to_jax` over that: their stages are
-    in the JAX trace of ``--step jax``); a callable taking an argument receives the
-    `PipelineConfig` (``--config``),
-    a zero-argument one is called as is. With ``with_schema`` returns ``(dataset,
+    in the JAX trace of ``--step jax``). Its signature decides how a callable is called,
+    as for ``tune`` and ``bench`` (`tfinput.cli.args.takes_config`): one taking an
+    argument receives the `PipelineConfig` (``--config``, or the default config), a
+    zero-argument one is called as is. With ``with_schema`` returns ``(dataset,
     schema)``, the schema being the pipeline's (None for a plain dataset).
 
     Raises:
-      ConfigError: The object cannot be found or does not give a dataset.
+      ConfigError: The object cannot be found, needs arguments tfinput cannot give, or
+        does not give a dataset.
     """
     obj = load_object(spec, "--pipeline")
 
@@ -137,8 +133,8 @@ def resolve_pipeline(
     if isinstance(obj, Buildable) and not isinstance(obj, type):
         obj, schema = built(obj)
     elif callable(obj) and not isinstance(obj, tf.data.Dataset):
-        if _accepts_argument(obj):
-            obj = obj(config) if config is not None else obj()
+        if takes_config(obj, spec):
+            obj = obj(default_config())
         elif config is not None:
             raise ConfigError(
                 f"--config was given but {spec} takes no argument to receive it; make it "

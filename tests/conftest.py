@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -142,3 +143,23 @@ def pipeline_of(small_schema, small_columns, small_tfrecord, small_parquet, smal
         raise ValueError(f"unknown source kind {kind!r}")
 
     return make
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A folder on a 5 MiB file system of its own (a tmpfs), for outputs that fill their
+    disk; unmounted after the test. `tests.helpers.fill` leaves a chosen space free on
+    it. Skipped where this process may not mount one (it needs root, or CAP_SYS_ADMIN)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(folder)]
+    try:
+        done = subprocess.run(mount, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        done = subprocess.CompletedProcess(mount, 1, "", str(e))
+    if done.returncode != 0:
+        pytest.skip(f"a tmpfs of its own, which this process may not mount: {done.stderr}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False, timeout=30)

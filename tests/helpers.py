@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,11 @@ def without_weight_zero(
             ids[name] = rows([r[g != 0] for r, g in zip(ids[name], w)], np.int32)
             weights[name] = rows([g[g != 0] for g in w], np.float32)
     return ids, weights
+
+
+def fill(folder: Path, *, leave: int) -> None:
+    """Fill ``folder``'s file system but ``leave`` bytes, with a file named ``filler``
+    (the ``small_disk`` fixture's disk)."""
+    free = shutil.disk_usage(folder).free
+    with open(folder / "filler", "wb") as f:
+        f.write(b"\0" * max(0, free - leave))

@@ -36,6 +36,7 @@ SAMPLE = SHARED_DATA / "criteo_sample.txt"
 #: backend of the child that runs it). The JAX child runs the scripts whose step must
 #: run on JAX; a Keras backend is fixed at its first import, hence a child of its own.
 SMOKE = {
+    "benchmarks/check_files.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/columnar.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/convert_ray.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/core.py": (["--smoke", "--write"], "tensorflow"),

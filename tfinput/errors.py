@@ -2,6 +2,7 @@
 
 from tfinput._src.core.errors import ConfigError as ConfigError
 from tfinput._src.core.errors import DataError as DataError
+from tfinput._src.core.errors import OutputError as OutputError
 from tfinput._src.core.errors import ResumeError as ResumeError
 from tfinput._src.core.errors import SchemaError as SchemaError
 from tfinput._src.core.errors import ServiceError as ServiceError

@@ -12,6 +12,8 @@ import pytest
 
 from profiles._analysis import find_trace
 from tests.helpers import run_cli as run
+from tfinput._src.applications.cli.args import PIPELINE_FORMS
+from tfinput.config import PipelineConfig
 
 # ------------------------------------------------------------------- inspect
 
@@ -203,6 +205,12 @@ def pipeline_module(tmp_path):
             def no_config():
                 return make()
 
+            def make_pipeline(config):  # the README's shape: the config is required
+                return make(config)
+
+            def two_arguments(config, other):
+                return make(config)
+
             def short():
                 return tf.data.Dataset.range(3).batch(1)
 
@@ -364,6 +372,28 @@ def test_profile_config_with_zero_arg_factory(capsys, tmp_path, pipeline_module)
         tmp_path,
     )
     assert code == 2 and "takes no argument" in err
+
+
+def test_profile_without_config_calls_a_config_function_with_the_default(
+    capsys, tmp_path, pipeline_module, monkeypatch
+):
+    """``make_pipeline(config)`` without ``--config`` gets the default config, as
+    ``tune`` gives it (the signature decides), instead of being called with nothing."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    saved = _profile_without_analysis(capsys, tmp_path, "--pipeline", "my_pipelines:make_pipeline")
+    assert f"shape=({PipelineConfig().batch_size}, 1)" in saved["pipeline"]
+
+
+def test_profile_refuses_a_function_it_cannot_call_in_one_line(capsys, tmp_path, pipeline_module):
+    code, _, err = run(
+        capsys, "profile", "--pipeline", f"{pipeline_module}:two_arguments", "--logdir", tmp_path
+    )
+    assert code == 2, err
+    assert err.strip().splitlines() == [
+        f"tfinput profile: error: --pipeline {pipeline_module}:two_arguments: "
+        "two_arguments(config, other) needs arguments tfinput cannot give; expected "
+        f"{PIPELINE_FORMS}"
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from tfinput._src.applications.cli.args import pipeline_from_args as pipeline_fr
 from tfinput._src.applications.cli.args import pipeline_from_paths as pipeline_from_paths
 from tfinput._src.applications.cli.args import pipeline_from_spec as pipeline_from_spec
 from tfinput._src.applications.cli.args import service_from_args as service_from_args
+from tfinput._src.applications.cli.args import takes_config as takes_config
 from tfinput._src.applications.cli.args import (
     tfinput_pipeline_from_args as tfinput_pipeline_from_args,
 )

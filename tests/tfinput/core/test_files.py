@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 
 from tfinput._src.core import files
-from tfinput._src.core.files import INCOMPLETE, StagedDir, check_writable, resolve_paths
-from tfinput.errors import ConfigError, SourceError
+from tfinput._src.core.files import (
+    INCOMPLETE,
+    StagedDir,
+    check_writable,
+    create_parents,
+    resolve_paths,
+)
+from tfinput.errors import ConfigError, OutputError, SourceError
 
 
 def _visible(folder):
@@ -40,6 +46,15 @@ def test_an_impossible_path_is_one_error_naming_it(tmp_path, name, directory, er
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ConfigError, match=error):
         check_writable(tmp_path / name, what="--out", directory=directory)
+
+
+def test_missing_folders_above_a_file_output_pass_and_are_created_when_it_is_written(tmp_path):
+    target = tmp_path / "new" / "deeper" / "s.json"
+    check_writable(target, what="-o", directory=False)
+    assert list(tmp_path.iterdir()) == []  # the check leaves nothing
+    create_parents(target)
+    assert target.parent.is_dir() and list(target.parent.iterdir()) == []
+    create_parents(target)  # again: nothing to do
 
 
 def test_a_folder_that_takes_no_file_is_refused_even_for_root():
@@ -131,6 +146,23 @@ def test_the_working_directory_is_filled_in_place_not_renamed(tmp_path, monkeypa
         stage.commit()
     assert os.listdir(".") and sorted(os.listdir(out)) == ["part-0", "schema.json"]
     assert Path.cwd() == out and os.listdir(tmp_path) == ["out"]
+
+
+def test_a_full_disk_inside_a_staged_output_is_one_error_and_leaves_nothing(small_disk):
+    out = small_disk / "out"
+    with (
+        pytest.raises(OutputError) as error,
+        StagedDir(out, what="datagen: output") as stage,
+        open(stage.path / "part-0", "wb") as f,
+    ):
+        while True:  # until the disk is full: OSError ENOSPC
+            f.write(b"\0" * 2**20)
+            f.flush()
+    assert str(error.value).startswith(
+        f"datagen: output {out}: no space left on device: the output needs more than the "
+    )
+    assert error.value.__cause__ is None and error.value.__suppress_context__
+    assert os.listdir(small_disk) == []
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,11 +15,12 @@ import tensorflow as tf
 import tfinput
 from tests.helpers import collect
 from tfinput import testing
+from tfinput._src.core._pipeline_parts import check_files
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, clean_error
 from tfinput.layout import is_packed
 from tfinput.pipeline import CheckReport, FileCheck
-from tfinput.schema import Label, MultiHot, Schema, Table
+from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
 
 def _graph(ds: tf.data.Dataset) -> tf.compat.v1.GraphDef:
@@ -250,6 +252,133 @@ def test_describe_and_check_on_a_packed_pipeline(small_tfrecord, small_schema):
     assert report.ok and report.records == 500
     assert report == CheckReport(files=tuple(FileCheck(path=p, records=250) for p in files))
     assert report.problems == ()
+
+
+#: A schema with a dense feature, an id that must fit its table and one folded into it.
+MANY_SCHEMA = Schema(
+    features=(
+        Dense(name="x"),
+        Categorical(name="c", table="t"),
+        Categorical(name="d", table="t", out_of_range="modulo"),
+    ),
+    tables=(Table(name="t", vocabulary_size=100, dim=4),),
+    labels=(Label(name="label"),),
+)
+
+
+def _example(x=1.0, c=1, d=2, x_kind="float") -> bytes:
+    x_feature = (
+        tf.train.Feature(float_list=tf.train.FloatList(value=[x]))
+        if x_kind == "float"
+        else tf.train.Feature(int64_list=tf.train.Int64List(value=[int(x)]))
+    )
+    feature = {
+        "x": x_feature,
+        "c": tf.train.Feature(int64_list=tf.train.Int64List(value=[c])),
+        "d": tf.train.Feature(int64_list=tf.train.Int64List(value=[d])),
+        "label": tf.train.Feature(float_list=tf.train.FloatList(value=[0.0])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def _write(path, records) -> str:
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for r in records:
+            w.write(r)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def many_small_files(tmp_path_factory):
+    """240 TFRecord files, most of one record, some large, and problems of each kind
+    among them: ``(files, {name: path} of the special ones)``."""
+    folder = tmp_path_factory.mktemp("many-small")
+    special = {
+        "big": [_example(d=i % 50) for i in range(300)],
+        "nan": [_example(x=float("nan"))],
+        "late-bad-id": [_example() for _ in range(250)] + [_example(c=500)] + [_example()] * 49,
+        "folded": [_example(d=1000), _example(d=-3), _example()],
+        "int-kind": [_example(x=3, x_kind="int")],
+    }
+    at = {30: "big", 31: "nan", 77: "late-bad-id", 120: "folded", 150: "int-kind"}
+    files, paths = [], {}
+    for i in range(240):
+        name = at.get(i)
+        path = _write(folder / f"part-{i:05d}.tfrecord", special[name] if name else [_example()])
+        files.append(path)
+        if name:
+            paths[name] = path
+    corrupt = bytearray(Path(files[10]).read_bytes())  # a damaged data checksum
+    corrupt[-1] ^= 0xFF
+    Path(files[10]).write_bytes(bytes(corrupt))
+    paths["corrupt"] = files[10]
+    return files, paths
+
+
+def test_check_reads_many_small_files_together_and_reports_each_as_alone(many_small_files):
+    """One pipeline reads the files that count cleanly; each problem (a NaN in a file
+    of one record in the middle of a batch, a bad id deep in a large file, a damaged
+    file, a key of the wrong kind) is reported on its file exactly as a check of that
+    file alone reports it, and each file's records and folded ids are its own."""
+    files, special = many_small_files
+    pipeline = tfinput.tfrecord(files, MANY_SCHEMA)
+    seen = []
+    report = pipeline.check(batch_size=64, progress=lambda done, total: seen.append((done, total)))
+    assert [f.path for f in report.files] == files
+    bad = ("nan", "late-bad-id", "corrupt", "int-kind")
+    assert [f.path for f in report.problems] == sorted(special[k] for k in bad)
+    (alone,) = tfinput.tfrecord([special["nan"]], MANY_SCHEMA).check(batch_size=64).files
+    assert report.files[files.index(special["nan"])] == alone  # found in a batch of many
+    late, corrupt, kind = (
+        report.files[files.index(special[k])] for k in ("late-bad-id", "corrupt", "int-kind")
+    )
+    assert kind == FileCheck(
+        path=special["int-kind"],
+        records=1,
+        error="feature 'x': the schema expects float_list (dtype float32) but the file holds "
+        "int64_list; set dtype='int64' or fix the data",
+    )
+    assert late.records == 300
+    assert late.error.startswith("records 192-255: feature 'c': id out of range")
+    assert corrupt.error == (
+        "not a readable TFRecord file (corrupted record at byte 12: its length or checksum "
+        "does not match: the bytes are damaged)"
+    )
+    folded = {"d": {"ids": 2, "negative": 1, "largest": 1000, "vocabulary_size": 100}}
+    assert report.files[files.index(special["folded"])] == FileCheck(
+        path=special["folded"], records=3, folded=folded
+    )
+    assert report.files[files.index(special["big"])] == FileCheck(path=special["big"], records=300)
+    others = [f for f in report.files if f.path not in special.values()]
+    assert len(others) == 234 and others == [FileCheck(path=f.path, records=1) for f in others]
+    assert seen[0] == (0, 240) and seen[-1] == (240, 240)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_the_first_problem_among_many_files_stops_the_check_there(many_small_files):
+    """What `Pipeline.iterate` reads to name the file of an error: the files up to the
+    first with a problem, in order."""
+    files, special = many_small_files
+    report = check_files(tfinput.tfrecord(files, MANY_SCHEMA), batch_size=64, first_problem=True)
+    assert [f.path for f in report.files] == files[:11]
+    assert [f.path for f in report.problems] == [special["corrupt"]]
+
+
+@pytest.mark.parametrize("kind", ["parquet", "columnar"])
+def test_check_counts_each_of_many_files_read_together(tmp_path, kind):
+    """Parquet and columnar files of a few rows each, read together in batches that
+    span them: each file's rows, as its footer or manifest says."""
+    schema = testing.small_schema(row_id=False)
+    if kind == "parquet":
+        files = testing.write_parquet(tmp_path, schema, rows=1000, files=180, seed=0)
+        pipeline = tfinput.parquet(files, schema)
+    else:
+        files = testing.write_columnar(tmp_path, schema, rows=1000, files=180, chunk_rows=4)
+        pipeline = tfinput.columnar(files, schema)
+    report = pipeline.check(batch_size=64)
+    assert report.ok and [f.path for f in report.files] == files
+    want = [pipeline.source.count_records(f) for f in files]
+    assert [f.records for f in report.files] == want and report.records == 1000
 
 
 def test_iterate_yields_what_build_yields(small_tfrecord, small_schema):

@@ -231,6 +231,7 @@ def generate_files(
     Raises:
       ConfigError: unknown preset or format, non-positive rows/files, or ``out_dir``
         cannot be written (checked before any row is generated).
+      OutputError: the disk filled up (nothing is left at ``out_dir``).
     """
     _check_arguments(format=format, rows=rows, files=files, chunk_rows=chunk_rows)
     if schema is None:
@@ -241,7 +242,8 @@ def generate_files(
     out = Path(out_dir)
     ext = ".tfrecord" if format == "tfrecord" else ".parquet"
     names = [f"{prefix}-{i:05d}-of-{files:05d}{ext}" for i in range(files)]
-    with StagedDir(out, replaces=lambda name: name in (*names, "schema.json")) as stage:
+    replaces = (*names, "schema.json")
+    with StagedDir(out, replaces=lambda name: name in replaces, what="datagen: output") as stage:
         staged = [str(stage.path / name) for name in names]
         _write_rows(
             staged,

@@ -1,17 +1,21 @@
 """Pieces of `tfinput.Pipeline` kept beside its module: what `Pipeline.build` assembles
 (the tf.data options of a config, the two-tower split and its checks, the warning for
-very large padded batches), and `Pipeline.check`: every file read alone, to the end,
-through the full parse and transforms, each problem named with its file, feature and
-records (`FileCheck`, `CheckReport`). `tfinput.pipeline` is the public API."""
+very large padded batches), and `Pipeline.check`: every file read to the end through
+the full parse and transforms (together, through one pipeline; a file with a problem
+alone), each problem named with its file, feature and records (`FileCheck`,
+`CheckReport`). `tfinput.pipeline` is the public API."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import tensorflow as tf
 
 from tfinput._src.core.config import AUTOTUNE, PipelineConfig
@@ -220,6 +224,7 @@ def check_files(
     batch_size: int = 1024,
     max_files: int | None = None,
     first_problem: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> CheckReport:
     """`Pipeline.check` of ``pipeline`` (its docstring has the contract).
 
@@ -228,22 +233,199 @@ def check_files(
     problem, without reading the files after it, or the clean ones twice)."""
     source = pipeline.source
     if not isinstance(source, FileChecks):  # a source without files: read it whole
-        return CheckReport(files=(_check_one(pipeline, None, batch_size),))
+        report = CheckReport(files=(_check_one(pipeline, None, batch_size),))
+        if progress is not None:
+            progress(1, 1)
+        return report
     files, empty = source.check_files()
     across = {}
     if len(files) > 1:
         across = source.problems_across_files(files, pipeline.schema)
-    results = []
-    for path in files[:max_files]:
-        result = _check_one(pipeline, path, batch_size)
-        if result.error is None and path in across:
-            result = dataclasses.replace(result, error=across[path])
-        if result.error is None and not first_problem:
-            result = dataclasses.replace(result, folded=_folded_ids(pipeline, path, batch_size))
-        results.append(result)
-        if first_problem and result.error is not None:
-            break
+    files = files[:max_files]
+    checks = _Checks(
+        pipeline, source, batch_size=batch_size, first_problem=first_problem, progress=progress
+    )
+    results = checks.run(files, across, total=len(files))
+    if not first_problem:
+        results = _with_folded(pipeline, results, batch_size)
     return CheckReport(files=tuple(results), empty_files=tuple(empty))
+
+
+#: Files counted, then read together, at a time (the progress moves on between).
+_CHUNK_FILES = 4096
+#: Rows a batch-of-one read may cover to find the file of an error among several
+#: small files (in batches of ``batch_size``); beyond, those files are read alone.
+_NARROW_BATCHES = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class _Failed:
+    """How a read of files together failed: at the build (``rows`` None), after
+    ``rows`` rows, or with another count of rows than the files' (``error`` None).
+    The error is kept as its message: the error itself would keep the failed
+    iterator alive through its traceback."""
+
+    rows: int | None
+    error: str | None
+
+
+class _Checks:
+    """`check_files`' reading: the files whose records the source counts natively
+    (`FileChecks.file_counts`) are read together, in order, through one pipeline, one
+    pass for thousands of small files instead of a pipeline each; the others alone.
+    A problem in a read together is located to its file (the rows read before it,
+    the batch that failed, a batch-of-one read over the few files that batch covers),
+    that file is read alone (`_check_one`: the message a check of it alone gives) and
+    the read goes on after it. Anything it cannot locate is read alone, file by file,
+    as before.
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        source: FileChecks,
+        *,
+        batch_size: int,
+        first_problem: bool,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.pipeline, self.source = pipeline, source
+        # Checks read every feature (towers or not), locally.
+        self.reading = dataclasses.replace(pipeline, service=None, towers=False)
+        self.batch_size, self.first_problem, self.progress = batch_size, first_problem, progress
+        self.results: list[FileCheck] = []
+        self.total = self.reported = 0
+
+    def run(self, files: list[str], across: Mapping[str, str], *, total: int) -> list[FileCheck]:
+        """Every file's `FileCheck`, in order (up to the first problem with
+        ``first_problem``); ``across``: problems between files, by file."""
+        self.total = total
+        self._report(0)
+        for first in range(0, len(files), _CHUNK_FILES):
+            chunk = files[first : first + _CHUNK_FILES]
+            counts = self.source.file_counts(chunk, self.pipeline.schema)
+            together: list[tuple[str, int]] = []
+            for path, count in zip(chunk, counts):
+                if count is not None and path not in across:
+                    together.append((path, count))
+                    continue
+                if not self._together(together) or not self._alone(path, across.get(path)):
+                    return self.results
+                together = []
+            if not self._together(together):
+                return self.results
+        return self.results
+
+    # ------------------------------------------------------------- results
+    def _report(self, done: int) -> None:
+        if self.progress is not None and (done > self.reported or done == 0):
+            self.reported = done
+            self.progress(done, self.total)
+
+    def _add(self, result: FileCheck) -> bool:
+        """Keep ``result``; whether to go on (not after a problem with ``first_problem``)."""
+        self.results.append(result)
+        self._report(len(self.results))
+        return not (self.first_problem and result.error is not None)
+
+    def _alone(self, path: str, across: str | None = None) -> bool:
+        """Read ``path`` alone (with ``across``: its problem between files, if it reads
+        cleanly); whether to go on."""
+        result = _check_one(self.pipeline, path, self.batch_size)
+        if result.error is None and across is not None:
+            result = dataclasses.replace(result, error=across)
+        return self._add(result)
+
+    def _clean(self, items: list[tuple[str, int]]) -> None:
+        for path, count in items:
+            self._add(FileCheck(path=path, records=count))
+
+    # ------------------------------------------------------------- reading
+    def _together(self, items: list[tuple[str, int]]) -> bool:
+        """Check ``items`` (``(path, records)``), reading them together where they read
+        cleanly; whether to go on."""
+        work: list[list[tuple[str, int]] | str] = [items]  # a stack: the last goes next
+        while work:
+            job = work.pop()
+            if isinstance(job, str):
+                if not self._alone(job):
+                    return False
+                continue
+            if not job:
+                continue
+            failed = self._read(job, self.batch_size)
+            if failed is None:
+                self._clean(job)
+            elif failed.rows is None and failed.error is not None:  # at the build
+                named = _named_file(failed.error, [p for p, _ in job])
+                if named is None:
+                    work.extend(reversed([p for p, _ in job]))
+                else:  # read the files before it together, it alone, then the rest
+                    work.extend([job[named + 1 :], job[named][0], job[:named]])
+            elif failed.error is None:  # another count of rows: changed files?
+                work.extend(reversed([p for p, _ in job]))
+            else:
+                clean, located, last = self._locate(job, failed.rows)
+                if located is None:  # the files the failing batch covers, alone
+                    self._clean(job[:clean])
+                    work.append(job[last + 1 :])
+                    work.extend(reversed([p for p, _ in job[clean : last + 1]]))
+                else:
+                    self._clean(job[:located])
+                    work.extend([job[located + 1 :], job[located][0]])
+            if self.first_problem and self.results and self.results[-1].error is not None:
+                return False
+        return True
+
+    def _read(self, job: list[tuple[str, int]], batch_size: int) -> _Failed | None:
+        """Read ``job``'s files together, in order, through the full parse and
+        transforms; None when every row read cleanly."""
+        paths = [p for p, _ in job]
+        ends = list(itertools.accumulate(c for _, c in job))
+        one = dataclasses.replace(self.reading, source=self.source.only_files(paths))
+        config = PipelineConfig.naive(batch_size=batch_size, drop_remainder=False)
+        try:
+            batches = one.build(config)
+        except (tf.errors.OpError, TfinputError) as e:
+            return _Failed(rows=None, error=clean_error(e))
+        rows = 0
+        base = len(self.results)
+        try:
+            for features, _ in batches:
+                rows += _batch_rows(features)
+                self._report(base + bisect.bisect_right(ends, rows))
+        except (tf.errors.OpError, TfinputError) as e:
+            return _Failed(rows=rows, error=clean_error(e))
+        return None if rows == ends[-1] else _Failed(rows=rows, error=None)
+
+    def _locate(self, job: list[tuple[str, int]], rows: int) -> tuple[int, int | None, int]:
+        """Where a read of ``job`` failed after ``rows`` rows: ``(clean, located,
+        last)``: the files before ``clean`` were read whole in batches that passed;
+        the failing batch covers files ``clean`` to ``last``; ``located`` is the first
+        of them with a problem (the ones before it read cleanly), None if not found."""
+        ends = list(itertools.accumulate(c for _, c in job))
+        clean = bisect.bisect_right(ends, rows)
+        if clean >= len(job):  # every row read, then an error: no file's own
+            return 0, None, len(job) - 1
+        last_row = min(rows + self.batch_size, ends[-1]) - 1
+        last = min(bisect.bisect_right(ends, last_row), len(job) - 1)
+        if clean == last:
+            return clean, clean, last
+        start = ends[clean - 1] if clean else 0
+        if ends[last] - start > _NARROW_BATCHES * self.batch_size:
+            return clean, None, last
+        failed = self._read(job[clean : last + 1], 1)  # the failing row, exactly
+        if failed is None or failed.rows is None or failed.error is None:
+            return clean, None, last
+        return clean, bisect.bisect_right(ends, start + failed.rows), last
+
+
+def _named_file(message: str, paths: list[str]) -> int | None:
+    """The index of the file among ``paths`` a build error's message names, or None."""
+    for i, path in enumerate(paths):
+        if message.startswith(f"{path}:") or f"{path!r}" in message or f"{path}: " in message:
+            return i
+    return None
 
 
 def explain_failure(pipeline: Pipeline, error: BaseException, *, diagnose: bool) -> DataError:
@@ -264,17 +446,43 @@ def _file_checks(pipeline: Pipeline) -> FileChecks:
     return source
 
 
-def _folded_ids(pipeline: Pipeline, path: str, batch_size: int) -> dict[str, dict[str, int]]:
-    """`FileCheck.folded` of one file: its raw ids (decoded, before the transforms
-    fold them) of the int64 features with ``out_of_range="modulo"``, counted."""
+def _with_folded(pipeline: Pipeline, results: list[FileCheck], batch_size: int) -> list[FileCheck]:
+    """``results`` with `FileCheck.folded` set on the files that read cleanly: counted
+    in one pass over them all (row by row, each row's counts given to its file by the
+    files' records), or file by file where that pass fails."""
     feats = [
         f for f in pipeline.schema.categorical if f.dtype == "int64" and f.out_of_range == "modulo"
     ]
-    if not feats:
-        return {}
+    clean = [i for i, r in enumerate(results) if r.error is None]
+    if not feats or not clean:
+        return results
+    paths = [results[i].path for i in clean]
+    ends = list(itertools.accumulate(results[i].records for i in clean))
+    try:
+        folded = _count_folded(pipeline, feats, paths, ends, batch_size)
+    except (tf.errors.OpError, TfinputError):
+        folded = None
+    if folded is None:  # file by file
+        folded = [
+            _count_folded(pipeline, feats, [path], [end - start], batch_size)[0]  # type: ignore[index]
+            for path, start, end in zip(paths, [0, *ends[:-1]], ends)
+        ]
+    out = list(results)
+    for i, counted in zip(clean, folded):
+        out[i] = dataclasses.replace(results[i], folded=counted)
+    return out
+
+
+def _count_folded(
+    pipeline: Pipeline, feats: list[Categorical], paths: list[str], ends: list[int], batch_size: int
+) -> list[dict[str, dict[str, int]]] | None:
+    """`FileCheck.folded` of each of ``paths`` (read together, in order; file ``i``
+    holds the rows up to ``ends[i]``): their raw ids (decoded, before the transforms
+    fold them) of the int64 features with ``out_of_range="modulo"``, counted row by
+    row. None when several files do not give ``ends[-1]`` rows."""
     vocab = {t.name: t.vocabulary_size for t in pipeline.schema.tables}
     one = dataclasses.replace(
-        pipeline, service=None, towers=False, source=_file_checks(pipeline).one_file(path)
+        pipeline, service=None, towers=False, source=_file_checks(pipeline).only_files(paths)
     ).with_schema(
         Schema(
             features=tuple(feats),
@@ -284,46 +492,68 @@ def _folded_ids(pipeline: Pipeline, path: str, batch_size: int) -> dict[str, dic
     config = PipelineConfig.naive(batch_size=batch_size, drop_remainder=False)
     request = one._request(config, None)
     ds, decode = one.source.batch(one.source.read(request), request)
-    lowest = tf.constant([-(2**63)], tf.int64)
 
     @tf.autograph.experimental.do_not_convert
-    def count(encoded: Any) -> dict[str, tf.Tensor]:
+    def per_row(encoded: Any) -> dict[str, tf.Tensor]:
         raw = decode(encoded)
         out = {}
         for f in feats:
-            v = raw[f.source]
-            v = v.flat_values if isinstance(v, tf.RaggedTensor) else v
-            v = v.values if isinstance(v, tf.SparseTensor) else v
-            v = tf.reshape(tf.cast(v, tf.int64), [-1])
-            outside = tf.logical_or(v < 0, v >= vocab[f.table])
+            values, rows, n = _values_by_row(raw[f.source])
+            values = tf.cast(values, tf.int64)
+            outside = tf.cast(tf.logical_or(values < 0, values >= vocab[f.table]), tf.int64)
             out[f.name] = tf.stack(
                 [
-                    tf.reduce_sum(tf.cast(outside, tf.int64)),
-                    tf.reduce_sum(tf.cast(v < 0, tf.int64)),
-                    tf.reduce_max(tf.concat([v, lowest], 0)),
+                    tf.math.unsorted_segment_sum(outside, rows, n),
+                    tf.math.unsorted_segment_sum(tf.cast(values < 0, tf.int64), rows, n),
+                    tf.math.unsorted_segment_max(values, rows, n),  # no value: the lowest
                 ]
             )
         return out
 
-    totals = {f.name: [0, 0, -(2**63)] for f in feats}
-    for batch in ds.map(count).as_numpy_iterator():
+    bounds = np.asarray(ends, np.int64)
+    totals = {f.name: np.zeros((3, len(paths)), np.int64) for f in feats}
+    for total in totals.values():
+        total[2] = np.iinfo(np.int64).min
+    offset = 0
+    for batch in ds.map(per_row).as_numpy_iterator():
+        n = next(iter(batch.values())).shape[1]
+        where = np.searchsorted(bounds, np.arange(offset, offset + n), side="right")
+        where = np.minimum(where, len(paths) - 1)
         for name, (outside, negative, largest) in batch.items():
             t = totals[name]
-            t[0], t[1], t[2] = (
-                t[0] + int(outside),
-                t[1] + int(negative),
-                max(t[2], int(largest)),
-            )
-    return {
-        f.name: {
-            "ids": totals[f.name][0],
-            "negative": totals[f.name][1],
-            "largest": totals[f.name][2],
-            "vocabulary_size": vocab[f.table],
+            np.add.at(t[0], where, outside)
+            np.add.at(t[1], where, negative)
+            np.maximum.at(t[2], where, largest)
+        offset += n
+    if len(paths) > 1 and offset != ends[-1]:
+        return None
+    return [
+        {
+            f.name: {
+                "ids": int(totals[f.name][0, i]),
+                "negative": int(totals[f.name][1, i]),
+                "largest": int(totals[f.name][2, i]),
+                "vocabulary_size": vocab[f.table],
+            }
+            for f in feats
+            if totals[f.name][0, i]
         }
-        for f in feats
-        if totals[f.name][0]
-    }
+        for i in range(len(paths))
+    ]
+
+
+def _values_by_row(v: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``(values, row of each value, rows)`` of a decoded column: dense, ragged or
+    sparse."""
+    if isinstance(v, tf.RaggedTensor):
+        v = v.merge_dims(1, -1) if v.ragged_rank > 1 else v
+        return v.flat_values, v.value_rowids(), v.nrows()
+    if isinstance(v, tf.SparseTensor):
+        return v.values, v.indices[:, 0], v.dense_shape[0]
+    n = tf.shape(v, out_type=tf.int64)[0]
+    flat = tf.reshape(v, [n, -1])
+    rows = tf.repeat(tf.range(n), tf.shape(flat, out_type=tf.int64)[1])
+    return tf.reshape(flat, [-1]), rows, n
 
 
 def _check_one(pipeline: Pipeline, path: str | None, batch_size: int) -> FileCheck:
@@ -334,7 +564,7 @@ def _check_one(pipeline: Pipeline, path: str | None, batch_size: int) -> FileChe
     # Checks read here, file by file, every feature (towers or not).
     one = dataclasses.replace(pipeline, service=None, towers=False)
     if path is not None:
-        one = dataclasses.replace(one, source=_file_checks(pipeline).one_file(path))
+        one = dataclasses.replace(one, source=_file_checks(pipeline).only_files([path]))
     records, error = _read_all(one, path, batch_size)
     if error is None:
         return FileCheck(path=path or "<dataset>", records=records)

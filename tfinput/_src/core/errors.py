@@ -33,6 +33,11 @@ class DataError(TfinputError, ValueError):
     """A record's content breaks the schema (bad id, NaN, wrong type, corrupt bytes)."""
 
 
+class OutputError(TfinputError, OSError):
+    """An output cannot be written to its end (a full disk): the message names the
+    output and the reason, and nothing half-written is left there."""
+
+
 class ResumeError(TfinputError, RuntimeError):
     """An input position cannot be saved (a source tf.data cannot checkpoint) or a
     saved one cannot be restored (another pipeline's, or not a tfinput state)."""

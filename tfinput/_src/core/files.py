@@ -18,8 +18,10 @@ is refused by every reader (`data_files`), naming it,
 until a run to the same output finishes.
 
 `check_writable` is the check every command with an output path makes before any work:
-the path can be created (its nearest existing folder is a folder and takes a new file),
-with an error naming the path and the reason otherwise; it leaves nothing behind.
+the path can be created (its nearest existing folder is a folder and takes a new file:
+the folders missing on the way are created by the command, for a file output as for a
+folder output), with an error naming the path and the reason otherwise; it leaves
+nothing behind.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tfinput._src.core.errors import ConfigError, SourceError
+from tfinput._src.core.errors import ConfigError, OutputError, SourceError
 
 __all__ = [
     "INCOMPLETE",
     "StagedDir",
     "check_writable",
+    "create_parents",
+    "disk_full",
     "unfinished_output",
     "epoch_rows",
     "PathsLike",
@@ -67,6 +71,10 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool) 
       path: The output path (remote ``scheme://`` paths are not checked).
       what: How the error names the path (``--out``, ``convert: output``).
       directory: Whether the output is a directory (else a file).
+
+    An output may be missing with the folders above it: the command creates them
+    (`create_parents` for a file), so a long command does not end, its work done, on
+    an output it cannot create.
 
     Raises:
       ConfigError: ``path`` exists as the other kind, a folder on the way is a file,
@@ -98,6 +106,13 @@ def check_writable(path: str | os.PathLike[str], *, what: str, directory: bool) 
         raise ConfigError(f"{what} {text}: cannot write in {folder}: {reason}") from None
 
 
+def create_parents(path: str | os.PathLike[str]) -> None:
+    """Create the folders missing above a file output ``path`` (which `check_writable`
+    checked before the work), as a folder output's are created."""
+    if "://" not in os.fspath(path):
+        Path(os.path.abspath(os.fspath(path))).parent.mkdir(parents=True, exist_ok=True)
+
+
 def unfinished_output(directory: str | os.PathLike[str]) -> str | None:
     """Why ``directory`` is an unfinished output (it holds `INCOMPLETE`), or None."""
     marker = os.path.join(directory, INCOMPLETE)
@@ -114,22 +129,32 @@ class StagedDir:
     """A directory output written under a hidden name and committed whole.
 
     Write every file into `path`, then call `commit`; leaving a ``with`` block without
-    a commit (an error, Ctrl-C) deletes what was written.
+    a commit (an error, Ctrl-C) deletes what was written. A full disk, raised by any
+    writer inside the block (an ``OSError`` ``ENOSPC`` or ``EDQUOT``, TensorFlow's
+    ``ResourceExhaustedError``, pyarrow's ``OSError``) or by the commit, leaves the
+    block as one `OutputError` naming the output and the space its disk had.
 
     Args:
       out: The output directory (created at the commit if it does not exist).
       replaces: ``name -> bool``: whether an entry already in ``out`` is an older
         output's file, deleted at the commit (default: none; staged files replace
         entries of the same name in any case).
+      what: How errors name the output (``convert: output``).
 
     Raises:
       ConfigError: ``out`` is a file, or no staging directory can be created.
     """
 
     def __init__(
-        self, out: str | os.PathLike[str], *, replaces: Callable[[str], bool] | None = None
+        self,
+        out: str | os.PathLike[str],
+        *,
+        replaces: Callable[[str], bool] | None = None,
+        what: str = "output",
     ):
         self.out = Path(os.path.abspath(os.fspath(out)))
+        self.given = os.fspath(out)
+        self.what = what
         self.replaces = replaces or (lambda name: False)
         if self.out.exists() and not self.out.is_dir():
             raise ConfigError(f"output {os.fspath(out)!r} exists and is not a directory")
@@ -158,8 +183,24 @@ class StagedDir:
     def __enter__(self) -> StagedDir:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
         self.abort()
+        if error is not None and disk_full(error):
+            raise OutputError(self._full()) from None
+
+    def _full(self) -> str:
+        """The message of a full disk: the output, the space it had, what is left."""
+        try:
+            free = f"the {shutil.disk_usage(self.path.parent).free / 2**20:,.1f} MiB free"
+        except OSError:
+            free = "the space free"
+        return (
+            f"{self.what} {self.given}: no space left on device: the output needs more "
+            f"than {free} on its disk; nothing was written there (the files written so "
+            "far are deleted"
+            + (", what was there before is unchanged" if self.out.exists() else "")
+            + "): free space or choose an output on a larger disk"
+        )
 
     def abort(self) -> None:
         """Delete the staging directory and what it holds (nothing after a commit)."""
@@ -204,8 +245,12 @@ class StagedDir:
         data files first, ``.json`` files (schema, manifest) last."""
         self.out.mkdir(parents=True, exist_ok=True)
         marker = self.out / INCOMPLETE
-        marker.write_text(f"tfinput (pid {os.getpid()}) is moving files into this output\n")
-        _fsync(marker)
+        try:
+            marker.write_text(f"tfinput (pid {os.getpid()}) is moving files into this output\n")
+            _fsync(marker)
+        except OSError:  # a full disk: the output stays as it was
+            marker.unlink(missing_ok=True)
+            raise
         _fsync(self.out)
         for name in os.listdir(self.out):
             if self.replaces(name) and name not in names and (self.out / name).is_file():
@@ -247,8 +292,27 @@ def _alive(tail: str) -> bool:
     return True
 
 
+#: The errors of a full disk (or of a user's quota).
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says the disk is full: an ``OSError`` with ``ENOSPC`` or
+    ``EDQUOT``, or an error of a writer that gives only text (TensorFlow's
+    ``ResourceExhaustedError``, an error from a worker process) carrying their
+    message."""
+    if isinstance(error, OSError) and error.errno in _FULL:
+        return True
+    text = str(error)
+    return any(os.strerror(n) in text for n in _FULL)
+
+
 def _fsync(path: Path) -> None:
-    """Flush a file or directory to disk (where the file system allows it)."""
+    """Flush a file or directory to disk (where the file system allows it).
+
+    Raises:
+      OSError: the flush lost data (a full disk, an I/O error): the file is not whole.
+    """
     flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
     try:
         fd = os.open(path, flags)
@@ -256,8 +320,9 @@ def _fsync(path: Path) -> None:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as e:
+        if e.errno in (*_FULL, errno.EIO):
+            raise
     finally:
         os.close(fd)
 
@@ -378,6 +443,7 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
+    seen: set[str] = set()
     for p in paths:
         p = os.fspath(p)
         if "://" in p:  # remote file systems: let TensorFlow expand the glob
@@ -395,7 +461,10 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
         if "://" not in p:
             for m in matches:
                 check_regular_file(m, what=what)
-        out.extend(m for m in matches if m not in out)
+        for m in matches:
+            if m not in seen:
+                seen.add(m)
+                out.append(m)
     if not out:
         raise SourceError(f"no {what} files given")
     return out
@@ -432,7 +501,8 @@ def drop_empty_files(
             len(empty),
             ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else ""),
         )
-    kept = [f for f in files if f not in empty]
+    skipped = set(empty)
+    kept = [f for f in files if f not in skipped]
     if not kept:
         raise SourceError(
             f"all {len(files)} input file(s) are empty (0 bytes or 0 rows), first {files[0]!r}"

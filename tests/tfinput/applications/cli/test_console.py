@@ -43,3 +43,26 @@ def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
     assert bar.tasks[0].completed == 3 and bar.tasks[0].finished
     assert bar.disable
     assert capsys.readouterr() == ("", "")
+
+
+def test_progress_lines_are_silent_for_a_short_step_then_periodic(capsys):
+    from tfinput._src.applications.cli.console import ProgressLines
+
+    now = [0.0]
+    short = ProgressLines("check", "files", every=10, clock=lambda: now[0])
+    for done, t in [(0, 0.0), (5, 4.0), (10, 9.0)]:
+        now[0] = t
+        short(done, 10)
+    assert capsys.readouterr().err == ""
+    long = ProgressLines("check", "files", every=10, clock=lambda: now[0])
+    for done, t in [(0, 100.0), (1, 105.0), (2_000, 110.0), (3_000, 115.0), (6_000, 121.0)]:
+        now[0] = t
+        long(done, 10_000)
+    for done, t in [(10_000, 124.0), (10_000, 130.0)]:
+        now[0] = t
+        long(done, 10_000)
+    assert capsys.readouterr().err.splitlines() == [
+        "check: 2,000 of 10,000 files (10 s)",
+        "check: 6,000 of 10,000 files (21 s)",
+        "check: 10,000 of 10,000 files (24 s)",
+    ]

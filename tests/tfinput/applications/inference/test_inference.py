@@ -137,7 +137,7 @@ def test_infer_nothing_found(tmp_path):
 
 
 def test_cli_schema_infer_writes_json_and_prints_table(foreign_parquet, tmp_path, capsys):
-    out = tmp_path / "schema.json"
+    out = tmp_path / "nodir" / "x" / "schema.json"  # its folders created
     assert cli_main(["schema", "infer", foreign_parquet, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "genres" in printed and "multi_hot" in printed and "p99" in printed

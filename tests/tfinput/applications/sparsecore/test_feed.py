@@ -9,11 +9,17 @@ import copy
 import dataclasses
 import gc
 import logging
+import multiprocessing
+import os
 import pickle
 import re
+import signal
+import subprocess
+import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,6 +41,7 @@ from tests.helpers import run_cli, without_weight_zero
 from tfinput._src.applications.sparsecore.workers import used_entries
 from tfinput.sparsecore import LimitsExceeded, SparseCorePlan, sparsecore_feed, sparsecore_step
 
+ROOT = Path(__file__).resolve().parents[4]
 BATCH = 64
 DEVICES = 2
 SC = 4
@@ -730,6 +737,93 @@ def test_worker_processes_give_the_same_buffers_and_errors(small_schema, batches
         next(feed)
 
 
+#: A user's script that starts a feed with worker processes at its top level, without
+#: ``if __name__ == "__main__":``: a spawned worker would run it again.
+UNGUARDED = """
+import os, sys
+print("started", os.getpid(), flush=True)
+from tfinput import testing
+from tfinput.sparsecore import SparseCorePlan, sparsecore_feed
+
+schema = testing.small_schema(row_id=False)
+plan = SparseCorePlan.from_schema(schema, batch_size=64, local_device_count=2,
+                                  num_sc_per_device=4)
+with sparsecore_feed(sys.argv[1:], plan, workers=2, processes=True) as feed:
+    print("fed", sum(1 for _ in feed))
+"""
+
+
+def test_worker_processes_from_a_script_without_a_main_guard_are_one_clear_error(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert done.returncode == 1
+    assert done.stdout.count("started") == 1  # no worker ran the script again
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            f"ConfigError: sparsecore_feed(processes=True): {script}, line 10, "
+            'starts it outside `if __name__ == "__main__":`; each worker process is started '
+            "with spawn and imports that script again, which would run this line again in every "
+            "worker (and break the pool). Move the code that starts it under `if __name__ == "
+            '"__main__":` (or into a function called from there), or use threads '
+            "(processes=False)"
+        )
+    )
+    assert "BrokenProcessPool" not in done.stderr
+
+
+#: Where a script starts worker processes, and whether that is refused.
+GUARDS = {
+    "top-level": ("check()", True),
+    "guarded": ('if __name__ == "__main__":\n    check()', False),
+    "guarded-reversed": ('if "__main__" == __name__:\n    check()', False),
+    "function-from-guard": (
+        'def main():\n    check()\n\nif __name__ == "__main__":\n    main()',
+        False,
+    ),
+    "function-at-top-level": ("def main():\n    check()\n\nmain()", True),
+}
+
+
+@pytest.mark.parametrize(("body", "refused"), GUARDS.values(), ids=GUARDS.keys())
+def test_the_main_guard_is_read_from_the_script(tmp_path, body, refused):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "from tfinput._src.applications.sparsecore.workers import check_main_guard\n"
+        "def check():\n    check_main_guard('workers')\n\n" + body + "\nprint('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if refused:
+        assert done.returncode == 1 and "workers: " in done.stderr.splitlines()[-1]
+    else:
+        assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+def test_a_worker_process_that_dies_is_an_error_naming_the_batch(small_schema, batches):
+    plan = _plan(small_schema, "none")
+    others = set(multiprocessing.active_children())
+    with sparsecore_feed(batches, plan, workers=1, prefetch=1, processes=True) as feed:
+        next(feed)  # the worker process is up
+        for child in set(multiprocessing.active_children()) - others:
+            os.kill(child.pid, signal.SIGKILL)
+        with pytest.raises(DataError, match=r"^sparsecore_feed: a worker process ended abrupt"):
+            list(feed)
+
+
 def test_device_prefetch_takes_the_feed_ahead_of_the_step(small_schema, batches):
     # The transfer of the next preprocessed batch overlaps the step, as for any batches:
     # `tfinput.device_prefetch.to_jax` over the feed.
@@ -946,13 +1040,13 @@ def test_a_step_that_runs_model_fit_is_refused_naming_it(small_schema):
 def test_schema_sparsecore_out_npz_is_what_the_fdo_client_loads(
     small_tfrecord, small_schema, schema_file, tmp_path, capsys
 ):
-    out_file = tmp_path / "fdo_stats_0_0.npz"
+    out_file = tmp_path / "fdo" / "sub" / "fdo_stats_0_0.npz"  # its folders created
     code, out, err = run_cli(
         capsys, "schema", "sparsecore", *small_tfrecord, "--schema", schema_file,
         "--per-replica-batch-size", "64", "--devices", "2", "--out", out_file,
     )  # fmt: skip
     assert code == 0 and "in jax-tpu-embedding's FDO form" in " ".join(out.split()), err
-    loaded = NPZFileFDOClient(tmp_path).load()
+    loaded = NPZFileFDOClient(out_file.parent).load()
     want = tfinput.sparsecore_stats(
         tfinput.tfrecord(small_tfrecord, small_schema), per_replica_batch_size=64, devices=2
     )

@@ -127,6 +127,35 @@ def test_written_records_read_back_and_count(tmp_path, compression):
     assert tfrecord.count_records(str(path), compression, limit=4097) == 4097
 
 
+@pytest.mark.parametrize("compression", ["", "GZIP"])
+def test_count_each_counts_every_file_in_one_pass_and_names_none_that_fail(tmp_path, compression):
+    """Files of 1, 5 and 9,000 records (empty records among them) counted, with their
+    first records; a file damaged after its first 4,096 records, one damaged at its
+    first record and one missing are None, and the files after each are still counted."""
+    sizes = {"one": 1, "five": 5, "big": 9000, "late": 5000, "early": 3, "after": 2}
+    paths = []
+    for name, n in sizes.items():
+        path = str(tmp_path / f"{name}.tfrecord")
+        tfrecord.write_records(
+            path, [f"{name} {i}".encode() * (i % 3) for i in range(n)], compression
+        )
+        paths.append(path)
+    for name, at in (("late", -20), ("early", 20)):  # damage one byte
+        path = tmp_path / f"{name}.tfrecord"
+        data = bytearray(path.read_bytes())
+        data[at] ^= 0xFF
+        path.write_bytes(bytes(data))
+    paths.insert(4, str(tmp_path / "missing.tfrecord"))
+    got = tfrecord.count_each(paths * 3, compression, sample=4)
+    want = [
+        (n, [f"{name} {i}".encode() * (i % 3) for i in range(min(n, 4))])
+        for name, n in sizes.items()
+    ]
+    want[3] = want[4] = None  # damaged
+    want.insert(4, None)  # missing
+    assert got == want * 3
+
+
 def test_a_record_that_is_no_example_names_the_file_and_record():
     example = tfrecord.parse_example(
         testing.to_examples(testing.generate(testing.small_schema(), 1, seed=0))[0],

@@ -5,6 +5,8 @@ rows) and the once-only warning for unhonoured knobs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import tensorflow as tf
 
@@ -95,7 +97,7 @@ def test_roofline_stages_come_from_the_source(kind, pipeline_of):
 def test_defaults_a_source_inherits(small_tfrecord, small_schema, read_request):
     """What `Source` and `FileChecks` give a subclass that does not override them: the
     shuffle buffer as asked, no knob refused, no count, the message unchanged, no
-    cross-file problem, one file with empty files skipped."""
+    cross-file problem, some files in their order with empty files skipped."""
     source = TFRecordSource(paths=tuple(small_tfrecord), empty_files="error")
     request = read_request(small_tfrecord, shuffle_buffer=10**9, interleave_block_length=3)
     assert Source.shuffle_buffer(source, None, request) == 10**9
@@ -103,9 +105,23 @@ def test_defaults_a_source_inherits(small_tfrecord, small_schema, read_request):
     assert FileChecks.count_records(source, small_tfrecord[0]) is None
     assert FileChecks.explain_error(source, small_tfrecord[0], "bad") == "bad"
     assert source.problems_across_files(small_tfrecord, small_schema) == {}
-    one = source.one_file(small_tfrecord[2])
-    assert (one.paths, one.empty_files) == ((small_tfrecord[2],), "skip")
+    some = source.only_files([small_tfrecord[2], small_tfrecord[0]])
+    assert (some.paths, some.empty_files) == ((small_tfrecord[2], small_tfrecord[0]), "skip")
     assert source.check_files() == (list(small_tfrecord), [])
+
+
+def test_file_counts_by_default_validate_and_count_each_file(
+    small_tfrecord, small_schema, tmp_path
+):
+    """What `Pipeline.check` reads together: each file's records where a build over it
+    alone validates it, None (read alone) where it does not."""
+    cut = tmp_path / "cut.tfrecord"
+    cut.write_bytes(Path(small_tfrecord[0]).read_bytes()[:-5])  # a cut record header
+    files = [small_tfrecord[0], str(cut), small_tfrecord[1]]
+    source = TFRecordSource(paths=tuple(files))
+    want = [source.count_records(small_tfrecord[0]), None, source.count_records(small_tfrecord[1])]
+    assert FileChecks.file_counts(source, files, small_schema) == want
+    assert source.file_counts(files, small_schema) == want  # TFRecord's: natively, at once
 
 
 def test_an_unhonoured_knob_is_named_once_per_kind_knob_and_value(

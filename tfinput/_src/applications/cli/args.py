@@ -55,6 +55,7 @@ __all__ = [
     "pipeline_from_paths",
     "pipeline_from_spec",
     "service_from_args",
+    "takes_config",
     "tfinput_pipeline_from_args",
 ]
 
@@ -155,6 +156,8 @@ def add_output_arguments(
 
 def check_output(path: str | None, flag: str, *, directory: bool) -> None:
     """Check, before any work, that an output argument can be written (None: not given).
+    Folders missing on the way are fine: the command creates them (a file output's
+    with `tfinput._src.core.files.create_parents`, just before it writes).
 
     Args:
       path: The argument's value.
@@ -267,18 +270,13 @@ def pipeline_from_spec(spec: str) -> Buildable:
     if not callable(obj):
         raise ConfigError(f"--pipeline {spec}: expected {PIPELINE_FORMS}; got a {_kind(obj)}")
     name = spec.rpartition(":")[2]
-    takes_config = _takes_config(obj)
-    if takes_config is None:
-        raise ConfigError(
-            f"--pipeline {spec}: {name}{_signature(obj)} needs arguments tfinput cannot give; "
-            f"expected {PIPELINE_FORMS}"
-        )
-    call = f"{name}(config)" if takes_config else f"{name}()"
-    made = obj(PipelineConfig()) if takes_config else obj()
+    takes = takes_config(obj, spec)
+    call = f"{name}(config)" if takes else f"{name}()"
+    made = obj(PipelineConfig()) if takes else obj()
     if isinstance(made, Buildable) and not isinstance(made, type):
         return made
     if isinstance(made, tf.data.Dataset):
-        if takes_config:
+        if takes:
             return DatasetFactory(obj, spec)
         raise ConfigError(
             f"--pipeline {spec}: {call} returned a tf.data.Dataset, which cannot be rebuilt "
@@ -316,10 +314,21 @@ class DatasetFactory:
         return made
 
 
-def _takes_config(fn: Callable[..., Any]) -> bool | None:
-    """Whether ``fn`` is called with the config (True), with nothing (False), or cannot
-    be called with either (None: more than one required argument, or a required
-    keyword-only one). A callable without a readable signature is called with nothing."""
+def takes_config(fn: Callable[..., Any], spec: str) -> bool:
+    """Whether a user's pipeline function, ``--pipeline MODULE:FUNCTION``, is called
+    with the `PipelineConfig` (``f(config)``: a positional parameter) or with nothing
+    (``f()``), as its signature says: the one reading of a pipeline function's
+    signature, for every command that calls one (``tune``, ``bench``, ``profile``). A
+    callable without a readable signature is called with nothing.
+
+    Args:
+      fn: The function (or any callable).
+      spec: ``MODULE:FUNCTION`` as given, for the error.
+
+    Raises:
+      ConfigError: ``fn`` needs more than one argument, or a keyword-only one: neither
+        call can work; naming ``spec``, the signature and the accepted forms.
+    """
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
@@ -337,7 +346,11 @@ def _takes_config(fn: Callable[..., Any]) -> bool | None:
         )
     ]
     if len(required) > 1 or any(p.kind is inspect.Parameter.KEYWORD_ONLY for p in required):
-        return None
+        name = spec.rpartition(":")[2]
+        raise ConfigError(
+            f"--pipeline {spec}: {name}{_signature(fn)} needs arguments tfinput cannot give; "
+            f"expected {PIPELINE_FORMS}"
+        )
     return bool(positional)
 
 

@@ -18,8 +18,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,10 +33,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PIPED_WIDTH",
+    "ProgressLines",
     "console",
     "rich_table",
     "filter_stderr",
     "progress",
+    "progress_of",
     "quiet_tensorflow",
     "wants_verbose",
 ]
@@ -329,6 +332,64 @@ def progress() -> rich.progress.Progress:
         transient=False,
         disable=not sys.stderr.isatty(),
     )
+
+
+class ProgressLines:
+    """Progress of a long step where no bar can show it (stderr piped, captured, a
+    log): a line on stderr every ``every`` seconds once the step has run that long,
+    ``check: 4,000 of 10,000 files (20 s)``, and a last one when it ends. A step that
+    ends sooner prints nothing.
+
+    Call it as ``progress(done, total)``, as often as the step likes.
+
+    Args:
+      description: What is in progress (``check``).
+      unit: What is counted (``files``).
+      every: Seconds between lines (fewer lines against a fresher count).
+      clock: Seconds from any origin (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        description: str,
+        unit: str,
+        *,
+        every: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.description, self.unit, self.every, self.clock = description, unit, every, clock
+        self.start: float | None = None
+        self.last: float | None = None  # when the last line was printed
+        self.ended = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if self.start is None:
+            self.start = now
+        if self.ended:
+            return
+        since = now - (self.last if self.last is not None else self.start)
+        if since < self.every and not (done >= total and self.last is not None):
+            return
+        self.last = now
+        self.ended = done >= total
+        print(
+            f"{self.description}: {done:,} of {total:,} {self.unit} ({now - self.start:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+@contextlib.contextmanager
+def progress_of(description: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    """``progress(done, total)`` of a long step: a bar (`progress`) on a terminal,
+    `ProgressLines` elsewhere, so that a piped or logged run shows it too."""
+    if not sys.stderr.isatty():
+        yield ProgressLines(description, unit)
+        return
+    with progress() as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def rich_table(title: str, columns: Sequence[str], **options: object) -> rich.table.Table:

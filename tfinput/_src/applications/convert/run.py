@@ -119,6 +119,8 @@ def convert(
       SchemaError: the schema's columns are not in the input.
       DataError: a bad row with ``on_bad_rows="error"``, or no valid row at all.
       ConfigError: an invalid argument, or ``out_dir`` cannot be written.
+      OutputError: the disk filled up (nothing is left at ``out_dir``; with
+        ``overwrite``, the previous output is unchanged).
     """
     read = ReadOptions(
         input_format=input_format,

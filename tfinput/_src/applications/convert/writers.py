@@ -41,6 +41,8 @@ def prepare_out_dir(out_dir: Path, overwrite: bool) -> StagedDir:
     Raises:
       SourceError: ``out_dir`` is a file, or is not empty and ``overwrite`` is False.
       ConfigError: ``out_dir`` cannot be written.
+
+    The `StagedDir` raises `OutputError` when the disk fills up inside its block.
     """
     if out_dir.exists() and not out_dir.is_dir():
         raise SourceError(f"convert: output {str(out_dir)!r} exists and is not a directory")
@@ -54,7 +56,7 @@ def prepare_out_dir(out_dir: Path, overwrite: bool) -> StagedDir:
             "directory or pass overwrite=True (--overwrite) to replace its part-* files "
             "(and schema.json, manifest.json)"
         )
-    return StagedDir(out_dir, replaces=is_conversion_file)
+    return StagedDir(out_dir, replaces=is_conversion_file, what="convert: output")
 
 
 def is_conversion_file(name: str) -> bool:

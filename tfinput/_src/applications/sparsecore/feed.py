@@ -408,7 +408,9 @@ def sparsecore_feed(
         pickled) instead of threads. jax-tpu-embedding serialises concurrent calls in one
         process, so threads beyond one do not add throughput; processes do
         (benchmarks/RESULTS.md, "SparseCore preprocessing"). Worth it on a many-core host
-        whose steps need more than one process preprocesses.
+        whose steps need more than one process preprocesses. Each worker imports the
+        main module again: a script must start the feed under ``if __name__ ==
+        "__main__":`` (one that does not is refused, naming its line).
       fdo: A jax-tpu-embedding FDO client (``NPZFileFDOClient(directory)``): the feed
         keeps the statistics of the batches the training loop takes and publishes
         their maxima through it (`SparseCoreFeed.publish`, and at `close`), for limits
@@ -425,7 +427,8 @@ def sparsecore_feed(
       A `SparseCoreFeed` of ``((dense, preprocessed), labels)``.
 
     Raises:
-      ConfigError: jax-tpu-embedding is missing; a bad worker or prefetch count; an
+      ConfigError: jax-tpu-embedding is missing; a bad worker or prefetch count;
+        ``processes`` started from a script's top-level code outside its main guard; an
         `InputIterator` that keeps fewer than ``prefetch + 1`` batches; ``fdo`` is not
         an FDO client; minibatching on several hosts without ``all_reduce``, an
         ``all_reduce`` without minibatching or with ``processes``.

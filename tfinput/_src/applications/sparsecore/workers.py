@@ -10,14 +10,18 @@ batches it holds and lets its threads end.
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
+import linecache
 import logging
 import pickle
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
@@ -33,6 +37,7 @@ __all__ = [
     "Result",
     "SparseCoreFeedStats",
     "TableUsage",
+    "check_main_guard",
     "explain",
     "job",
     "numpy_batches",
@@ -296,6 +301,8 @@ class Feeder:
         if processes:
             import multiprocessing
 
+            check_main_guard("sparsecore_feed(processes=True)")
+
             # spawn: the training process has TensorFlow's and JAX's threads running, which
             # a fork would copy mid-state. A worker imports numpy and jax-tpu-embedding only.
             self.pool = ProcessPoolExecutor(
@@ -380,7 +387,15 @@ class Feeder:
         sync = self.lockstep.sync(number) if self.lockstep is not None else None
         if self.pool is None:
             return job(self.plan, number, features, False, sync)
-        return self.pool.submit(job, None, number, features, True).result()
+        try:
+            return self.pool.submit(job, None, number, features, True).result()
+        except BrokenProcessPool:
+            raise DataError(
+                f"sparsecore_feed: a worker process ended abruptly while preprocessing batch "
+                f"{number} (killed, out of memory, or it failed to start: each one imports "
+                "the main module again, so a script must start the feed under "
+                '`if __name__ == "__main__":`; its own error, if any, is on stderr above)'
+            ) from None
 
     def take(self) -> Any:
         """The next batch's ``(batch, Result)``, in order (waiting for it), `END` after
@@ -439,6 +454,65 @@ class Feeder:
         spent = min(self.next_read, self.drain_to)
         step.next = spent if self.end is None else min(spent, self.end)
         step.give_back()
+
+
+def check_main_guard(what: str) -> None:
+    """Refuse to start worker processes from a script's top-level code that is not under
+    ``if __name__ == "__main__":``.
+
+    A process started with ``spawn`` imports the parent's main module again (a script
+    by its path, ``python -m`` by its name) before it runs anything: top-level code that
+    is not behind the guard runs again in every worker, which would start workers of
+    its own (and fails: the pool breaks, a bare ``BrokenProcessPool``). The main
+    thread's stack says which top-level statement of the main module is running; the
+    main module's source says whether that statement is the guard.
+
+    Raises:
+      ConfigError: the statement that started ``what`` is not under the guard, naming
+        the script, its line and the fix.
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    path = getattr(main, "__file__", None)
+    if main is None or path is None:
+        return  # an interactive session, ``python -c``: nothing is imported again
+    if spec is not None and (spec.name == "__main__" or spec.name.endswith(".__main__")):
+        return  # a package's __main__ is not run again (multiprocessing.spawn)
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)
+    ):
+        frame = frame.f_back
+    if frame is None:
+        return  # the main module's top-level code has finished
+    line = frame.f_lineno
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)))
+    except (SyntaxError, ValueError):
+        return
+    statement = next((s for s in tree.body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+    if statement is None or _is_main_guard(statement):
+        return
+    raise ConfigError(
+        f'{what}: {path}, line {line}, starts it outside `if __name__ == "__main__":`; '
+        "each worker process is started with spawn and imports that script again, which "
+        "would run this line again in every worker (and break the pool). Move the code "
+        'that starts it under `if __name__ == "__main__":` (or into a function called '
+        "from there), or use threads (processes=False)"
+    )
+
+
+def _is_main_guard(statement: ast.stmt) -> bool:
+    """Whether ``statement`` is ``if __name__ == "__main__":`` (either way round)."""
+    if not isinstance(statement, ast.If) or not isinstance(statement.test, ast.Compare):
+        return False
+    test = statement.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    values = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return names == ["__name__"] and values == ["__main__"]
 
 
 def _joined(threads: list[threading.Thread], timeout: float) -> bool:

@@ -11,7 +11,7 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 import tfinput._src.core.columnar.reader as reader
@@ -304,8 +304,9 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
             "Restore or convert it again"
         )
 
-    def one_file(self, path: str) -> ColumnarSource:
-        return dataclasses.replace(self, paths=(path,))
+    def only_files(self, paths: Sequence[str]) -> ColumnarSource:
+        """This source reading ``paths`` only, in that order."""
+        return dataclasses.replace(self, paths=tuple(paths))
 
     # ---------------------------------------------------------------- read
     def _plan(self, request: ReadRequest) -> tuple[list[Resolved], int, bool, reader.ChunkPlan]:

@@ -49,6 +49,7 @@ __all__ = [
     "check_compression",
     "compression_from_name",
     "compression_of",
+    "count_each",
     "count_readable",
     "count_records",
     "encode_examples",
@@ -128,6 +129,73 @@ def count_records(
     return int(
         ds.batch(4096).reduce(tf.constant(0, tf.int64), lambda n, b: n + tf.size(b, tf.int64))
     )
+
+
+#: Files' counts handed to Python at once by `count_each` (one element per file costs
+#: more than the native read of a small file).
+_COUNT_BATCH = 512
+
+
+def count_each(
+    paths: Sequence[str], compression: str = "", *, sample: int = 0
+) -> list[tuple[int, list[bytes]] | None]:
+    """Each file's records, counted natively in one pass over all of them, with its
+    first ``sample`` serialized records: ``(count, first records)`` per file, None for
+    a file that cannot be read to its end (damaged, cut, unreadable).
+
+    One pipeline reads the files one after the other and hands their counts over in
+    batches: the cost is the records plus a small cost per file, not a reader built
+    per file. A file's count is complete once a later file's comes. After a batch that
+    fails, the files from the last one seen are read again one at a time, each closed
+    by a marker, to find the one that fails; the batched read goes on after it.
+    """
+    import tensorflow as tf
+
+    out: list[tuple[int, list[bytes]] | None] = [None] * len(paths)
+    width = max(sample, 0)
+
+    def counts(i: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
+        def counted(b: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            head = b[:width]
+            return i, tf.size(b, out_type=tf.int64), head, tf.size(head, out_type=tf.int64)
+
+        return records(path, compression).batch(4096).map(counted)
+
+    def closed(i: tf.Tensor, path: tf.Tensor) -> tf.data.Dataset:
+        end = (i, tf.constant(-1, tf.int64), tf.zeros([0], tf.string), tf.constant(0, tf.int64))
+        return counts(i, path).concatenate(tf.data.Dataset.from_tensors(end))
+
+    start, exact = 0, False
+    while start < len(paths):
+        files = tf.data.Dataset.from_tensor_slices(
+            (tf.range(start, len(paths), dtype=tf.int64), list(paths[start:]))
+        )
+        if exact:  # one file at a time, each closed by a marker
+            elements = files.flat_map(closed).batch(1)
+        else:
+            elements = files.flat_map(counts).padded_batch(_COUNT_BATCH)
+        current, counted, heads = start - 1, 0, []  # the file being read
+        last_closed = start - 1
+        try:
+            for numbers, sizes, firsts, kept in elements.as_numpy_iterator():
+                for i, n, head, k in zip(numbers.tolist(), sizes.tolist(), firsts, kept.tolist()):
+                    if i != current:  # the file before is complete
+                        if not exact and current >= start:
+                            out[current] = (counted, heads)
+                        current, counted, heads = i, 0, head[:k].tolist()
+                    if n < 0:  # a file's marker
+                        out[i], last_closed = (counted, heads), i
+                    else:
+                        counted += n
+            if not exact and current >= start:
+                out[current] = (counted, heads)
+            start = len(paths)
+        except tf.errors.OpError:
+            if exact:  # the file after the last one closed fails: None
+                start, exact = last_closed + 2, False
+            else:  # again from the last file seen, which may be incomplete
+                start, exact = max(current, start), True
+    return out
 
 
 def count_readable(path: str, compression: str = "") -> int:

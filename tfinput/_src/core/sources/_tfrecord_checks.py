@@ -23,6 +23,7 @@ __all__ = [
     "check_first_examples",
     "check_first_examples_once",
     "check_first_example",
+    "check_examples",
 ]
 
 log = logging.getLogger("tfinput")
@@ -177,6 +178,13 @@ def check_first_examples(
                 + _compression_hint(path, compression)
             ) from e
         # Damage after the first records is reported while reading, with its offset.
+    check_examples(path, records, schema, allow_absent=allow_absent)
+
+
+def check_examples(
+    path: str, records: Sequence[bytes], schema: Schema, *, allow_absent: Sequence[str] = ()
+) -> None:
+    """`check_first_examples` of the first records of ``path``, already read."""
     if not records:
         return
     examples = [tfrecord.parse_example(r, path=path, index=i) for i, r in enumerate(records)]

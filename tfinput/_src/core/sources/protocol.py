@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from tfinput._src.core.config import AUTOTUNE, PipelineConfig
@@ -262,9 +262,24 @@ class FileChecks(Protocol):
 
         return drop_empty_files(resolve_paths(self.paths, what=self.kind), "skip")
 
-    def one_file(self, path: str) -> Source:
-        """This source reading ``path`` only (empty files skipped)."""
-        return dataclasses.replace(self, paths=(path,), empty_files="skip")  # type: ignore[type-var]
+    def only_files(self, paths: Sequence[str]) -> Source:
+        """This source reading ``paths`` only, in that order (empty files skipped)."""
+        return dataclasses.replace(self, paths=tuple(paths), empty_files="skip")  # type: ignore[type-var]
+
+    def file_counts(self, files: list[str], schema: Schema) -> list[int | None]:
+        """Records in each of ``files``, for `Pipeline.check` to read them together:
+        None for a file it reads alone instead, one that cannot be counted or that
+        fails the checks a build over it alone makes (its problems are then named as
+        a build over it names them). By default each file's ``validate`` and
+        `count_records`."""
+        counts: list[int | None] = []
+        for path in files:
+            try:
+                self.validate([path], schema)  # type: ignore[attr-defined]
+                counts.append(self.count_records(path))
+            except Exception:  # read alone, which names the problem
+                counts.append(None)
+        return counts
 
     def problems_across_files(self, files: list[str], schema: Schema) -> dict[str, str]:
         """Problems no file has alone, by file (message without the path)."""

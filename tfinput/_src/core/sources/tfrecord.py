@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfinput._src.core.config import PipelineConfig
-from tfinput._src.core.errors import SourceError
+from tfinput._src.core.errors import SourceError, TfinputError
 from tfinput._src.core.files import (
     check_empty_files_policy,
     drop_empty_files,
@@ -33,7 +33,9 @@ from tfinput._src.core.files import (
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.sources._tfrecord_checks import (
+    SAMPLE_RECORDS,
     capped_shuffle_buffer,
+    check_examples,
     check_first_examples_once,
     check_tail_once,
 )
@@ -133,6 +135,38 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
             return tfrecord.count_records(path, self.compression_of(path))
         except tf.errors.OpError:
             return None
+
+    def file_counts(self, files: list[str], schema: Schema) -> list[int | None]:
+        """Records in each of ``files``, counted natively in one pass over them all
+        (per compression), which also reads each file's first `SAMPLE_RECORDS`
+        records for the checks a build over the file alone makes (`validate`: its
+        tail, its first records against the schema); None for a file that fails them
+        or cannot be read to its end, and for remote files (read alone)."""
+        counts: list[int | None] = [None] * len(files)
+        by_compression: dict[str, list[int]] = {}
+        for i, path in enumerate(files):
+            if "://" in path:
+                continue
+            compression = self.compression_of(path)
+            try:
+                if not compression:
+                    check_tail_once(path)
+            except (OSError, TfinputError):
+                continue
+            by_compression.setdefault(compression, []).append(i)
+        for compression, indices in by_compression.items():
+            paths = [files[i] for i in indices]
+            each = tfrecord.count_each(paths, compression, sample=SAMPLE_RECORDS)
+            for i, path, counted in zip(indices, paths, each):
+                if counted is None:
+                    continue
+                rows, first = counted
+                try:
+                    check_examples(path, first, schema, allow_absent=self.allow_absent)
+                except TfinputError:
+                    continue
+                counts[i] = rows
+        return counts
 
     def count_readable(self, path: str) -> int | None:
         """Records of a damaged or cut file before the damage (`Pipeline.check`

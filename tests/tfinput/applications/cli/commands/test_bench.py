@@ -31,7 +31,7 @@ def test_cli_bench_json_on_real_files(data_dir, tmp_path, capsys):
     code, out, _ = run_cli(
         capsys, "bench", data_dir, "--config", "naive", "--config", saved,
         "--batch-size", "256", *SHORT, "--json", "--roofline", "--roofline-windows", "1",
-        "--out", tmp_path / "r.json",
+        "--out", tmp_path / "runs" / "bench" / "r.json",  # its folders created
     )  # fmt: skip
     assert code == 0
     data = json.loads(out)
@@ -44,7 +44,7 @@ def test_cli_bench_json_on_real_files(data_dir, tmp_path, capsys):
     assert mine["roofline_fraction"] == pytest.approx(
         mine["examples_per_s"]["median"] / pred["bound_examples_per_s"], abs=1e-3
     )
-    assert json.loads((tmp_path / "r.json").read_text()) == data
+    assert json.loads((tmp_path / "runs" / "bench" / "r.json").read_text()) == data
 
 
 def test_cli_bench_table(small_parquet, small_schema, tmp_path, capsys):

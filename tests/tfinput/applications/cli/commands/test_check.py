@@ -83,6 +83,50 @@ def test_check_prints_every_file_and_the_empty_ones(
     )
 
 
+def test_check_reads_2000_small_files_with_a_progress_bar(tmp_path, capsys, monkeypatch):
+    """2,000 files of one record each (read together, not a pipeline each): every file
+    counted, and on a terminal the progress bar counts the files."""
+    import os
+    import pty
+    import sys
+    import threading
+
+    schema = testing.small_schema()
+    records = testing.to_examples(testing.generate(schema, rows=2000, seed=0), schema)
+    for i, record in enumerate(records):
+        with tf.io.TFRecordWriter(str(tmp_path / f"part-{i:05d}.tfrecord")) as w:
+            w.write(record)
+    schema.to_json(tmp_path / "schema.json")
+    master, slave = pty.openpty()
+    seen = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 1 << 16)
+            except OSError:  # every writer of the terminal closed
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    with os.fdopen(slave, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        code = cli.main(["check", str(tmp_path), "--json"])
+        monkeypatch.undo()
+    reader.join(60)
+    os.close(master)
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["records"] == 2000 and len(report["files"]) == 2000
+    assert {f["records"] for f in report["files"]} == {1}
+    assert report["files"][1999]["path"] == str(tmp_path / "part-01999.tfrecord")
+    bar = seen.decode(errors="replace")
+    assert "check" in bar and "2000/2000" in bar
+
+
 def test_check_fails_on_a_folder_that_would_lose_a_file_and_lists_0_row_files(
     tmp_path, small_parquet, small_schema, capsys, caplog
 ):

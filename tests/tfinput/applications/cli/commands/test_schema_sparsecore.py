@@ -58,7 +58,7 @@ def test_limits_report_overflows_and_set_the_exit_code(data, tmp_path, capsys):
     assert code == 0 and "no batch of 15 exceeds max_ids_per_partition 100000" in out
     limits = tmp_path / "limits.json"
     limits.write_text(json.dumps({"user": [1, 1]}))
-    out_file = tmp_path / "sc.json"
+    out_file = tmp_path / "runs" / "sc" / "sc.json"  # its folders created
     code, _, _ = run_cli(capsys, *args, "--limits", limits, "--out", out_file)
     assert code == 1
     written = json.loads(out_file.read_text())

@@ -16,6 +16,7 @@ from tfinput._src.applications.cli.args import (
 from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.files import create_parents
 from tfinput._src.measurement.target import MeasureOptions, Target
 
 if TYPE_CHECKING:
@@ -155,6 +156,7 @@ def _bench(args: argparse.Namespace) -> int:
             ),
         )
     if args.out:
+        create_parents(args.out)
         result.to_json(args.out)
     if args.json:
         print(result.to_json())

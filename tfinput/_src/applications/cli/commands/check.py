@@ -1,4 +1,6 @@
-"""``tfinput check``: read every file through the schema and report problems per file;
+"""``tfinput check``: read every file through the schema and report problems per file
+(with a progress bar on a terminal, a line every 10 s elsewhere:
+`tfinput._src.applications.cli.console.progress_of`);
 with ``--resume``, also verify on the same files that the input position saves and
 restores exactly (`tfinput.resume.InputIterator`).
 
@@ -26,7 +28,7 @@ from tfinput._src.applications.cli.args import (
     add_source_arguments,
     tfinput_pipeline_from_args,
 )
-from tfinput._src.applications.cli.console import console, progress
+from tfinput._src.applications.cli.console import console, progress, progress_of
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.resume import verify
 
@@ -89,7 +91,8 @@ def _check(args: argparse.Namespace) -> int:
         raise ConfigError("--config is the config of the resume check: add --resume")
     pipeline = tfinput_pipeline_from_args(args, command="check")
     config, notes = _resume_config(args) if args.resume else (None, [])
-    report = pipeline.check(batch_size=args.batch_size or CHECK_BATCH_SIZE)
+    with progress_of("check", "files") as tick:
+        report = pipeline.check(batch_size=args.batch_size or CHECK_BATCH_SIZE, progress=tick)
     resume: dict[str, Any] | None = None
     if args.resume:
         if report.ok:

@@ -24,6 +24,7 @@ from tfinput._src.applications.cli.args import (
 from tfinput._src.applications.cli.console import console, progress, rich_table
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
+from tfinput._src.core.files import create_parents
 
 if TYPE_CHECKING:
     from rich.table import Table as RichTable
@@ -65,6 +66,7 @@ def _infer(args: argparse.Namespace) -> int:
         list_columns=list_columns(args.list_column) or None,
     )
     if args.out:
+        create_parents(args.out)
         result.schema.to_json(args.out)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -339,8 +341,10 @@ def _sparsecore(args: argparse.Namespace) -> int:
     overflows = stats.overflows(limits) if limits is not None else []
     payload = _payload(stats, pipeline.schema, overflows)
     if fdo:
+        create_parents(args.out)
         _write_fdo(stats, args.out)
     elif args.out:
+        create_parents(args.out)
         with open(args.out, "w") as f:
             json.dump(payload, f, indent=2)
     if args.json:
