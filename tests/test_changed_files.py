@@ -165,27 +165,38 @@ def test_a_parquet_file_changed_during_the_epoch_is_named(tmp_path, schema, how,
     ), message
 
 
-_CORRUPT_PAGE = """
-import sys
+_ERRORS_ONLY = """
+import dataclasses, os, sys
 import tfinput
-from tfinput import columnar_records, datagen, service, testing
+from tfinput import testing
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
-try:
-    for _ in tfinput.parquet(sys.argv[1:], testing.small_schema()).iterator(
-        PipelineConfig(batch_size=256)
-    ):
-        pass
-except DataError as e:
-    print(f"DataError: {e}")
+schema = testing.small_schema()
+cut, at, damaged = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+tfrecord = tfinput.tfrecord(cut, schema)
+tfrecord = dataclasses.replace(tfrecord, source=dataclasses.replace(tfrecord.source, buffer_size=1024))
+def read(pipeline, change):  # the iterator goes when it returns, not at the exit
+    batches = pipeline.iterator(PipelineConfig(batch_size=256))
+    try:
+        next(batches)
+        change()
+        for _ in batches:
+            pass
+    except DataError as e:
+        print(f"DataError: {e}")
+read(tfrecord, lambda: os.truncate(cut, at))
+read(tfinput.parquet(damaged, schema), lambda: None)
 """
 
 
-def test_a_corrupt_parquet_page_is_one_error_on_stderr_too(tmp_path, schema):
-    """Bytes flipped in a data page of a real file, read through ``iterator()`` with the
-    default (parallel, read-ahead) config from Python, as a user runs it: the one
-    `DataError`, naming the file and the row group, and on stderr TensorFlow's one-line
-    notes at most, no traceback of the reader's threads or callbacks."""
+def test_a_changed_file_and_a_corrupt_parquet_page_are_one_error_each(tmp_path, schema):
+    """From Python, as a user runs it, with the default (parallel, read-ahead) config
+    through ``iterator()``: a TFRecord file cut during the epoch, and bytes flipped in a
+    data page of a real Parquet file. Each is one `DataError` naming the file (the row
+    group for Parquet), and stderr holds TensorFlow's one-line notes at most: no
+    traceback of the reader's threads or callbacks."""
+    (cut,) = testing.write_tfrecord(tmp_path, schema, rows=2000, prefix="cut")
+    at = next(end for end in _record_ends(cut) if end >= os.path.getsize(cut) // 2)
     files = testing.write_parquet(tmp_path, schema, rows=8000, files=2, row_group_size=500)
     column = pq.ParquetFile(files[1]).metadata.row_group(3).column(0)
     data = bytearray(Path(files[1]).read_bytes())
@@ -195,7 +206,7 @@ def test_a_corrupt_parquet_page_is_one_error_on_stderr_too(tmp_path, schema):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # TensorFlow's own logging, as a user has it
     out = subprocess.run(
-        [sys.executable, "-c", _CORRUPT_PAGE, *files],
+        [sys.executable, "-c", _ERRORS_ONLY, cut, str(at), *files],
         capture_output=True,
         text=True,
         env=env,
@@ -203,12 +214,15 @@ def test_a_corrupt_parquet_page_is_one_error_on_stderr_too(tmp_path, schema):
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith(
+    changed, damaged = out.stdout.splitlines()
+    assert changed.startswith(f"DataError: {cut}{CHANGED}"), out.stdout
+    assert damaged == (
         f"DataError: {files[1]}: row group 3 (rows 1500-1999 of the file) cannot be read: "
-    ), out.stdout
-    assert out.stdout.endswith("; the file is damaged there (write it again)\n")
+        + damaged.split(" cannot be read: ", 1)[1]
+    )
+    assert damaged.endswith("; the file is damaged there (write it again)"), damaged
     assert "Traceback" not in out.stderr and 'File "' not in out.stderr, out.stderr[-3000:]
-    assert len(out.stderr.splitlines()) <= 12, out.stderr[-3000:]
+    assert len(out.stderr.splitlines()) <= 16, out.stderr[-3000:]
 
 
 # ------------------------------------------------------------------------ columnar
