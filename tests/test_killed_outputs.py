@@ -162,3 +162,76 @@ def test_a_killed_datagen_leaves_no_data(point, files, tmp_path, capsys):
     _assert_absent(out, schema, capsys)
     generate_files(out, rows=3000, files=2, format="parquet")
     _assert_whole(out, 3000)
+
+
+# --------------------------------------------------------------------------- export
+def _staged_savedmodel(parent: Path, name: str) -> bool:
+    """Whether an export's staging folder holds ``saved_model.pb`` (the SavedModel is
+    loadable from there: what a kill left at the output before exports were staged)."""
+    return any((s / "saved_model.pb").exists() for s in _staged(parent, name))
+
+
+@pytest.fixture(scope="module")
+def keras_model(tmp_path_factory) -> tuple[Path, Path]:
+    """A built ranking model saved as ``.keras``, and its schema's JSON."""
+    from tests.helpers import SEQUENTIAL, SMALL_RANKING_MODEL
+    from tfinput import testing
+    from tfinput.models import ranking_model
+
+    folder = tmp_path_factory.mktemp("export-model")
+    schema = testing.small_schema()
+    files = testing.write_tfrecord(folder / "data", schema, rows=100)
+    config = tfinput.PipelineConfig(batch_size=100, shuffle_buffer=0, **SEQUENTIAL)
+    features, _ = next(iter(tfinput.tfrecord(files, schema).build(config)))
+    model = ranking_model(schema, jit_compile=False, **SMALL_RANKING_MODEL)
+    model(features)
+    model.save(folder / "model.keras")
+    schema.to_json(str(folder / "schema.json"))
+    return folder / "model.keras", folder / "schema.json"
+
+
+@pytest.mark.slow
+def test_a_killed_export_leaves_nothing_and_the_next_export_succeeds(tmp_path, keras_model):
+    """``tfinput export`` SIGKILLed once ``saved_model.pb`` is written (before
+    ``assets.extra/`` and the commit): nothing at the output, and the next export to it
+    writes a whole SavedModel and removes the killed run's staging folder."""
+    import tensorflow as tf
+
+    model, schema = keras_model
+    out = tmp_path / "served"
+    args = [str(out), "--model", str(model), "--schema", str(schema)]
+    log = tmp_path / "export.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tfinput.cli", "export", *args],
+            cwd=ROOT,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    try:
+        while not _staged_savedmodel(tmp_path, "served"):
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "export did not write saved_model.pb in time"
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert not out.exists() and _staged(tmp_path, "served")  # only the hidden staging
+
+    assert cli_main(["export", *args]) == 0
+    assert (out / "saved_model.pb").is_file() and (out / "fingerprint.pb").is_file()
+    assert sorted(os.listdir(out / "assets.extra")) == [
+        "tfinput_schema.json",
+        "tfinput_serving.json",
+    ]
+    assert set(tf.saved_model.load(str(out)).signatures) == {
+        "serving_default",
+        "serve_raw",
+        "transform",
+    }
+    assert os.listdir(tmp_path) == ["export.log", "served"]  # the staging is gone

@@ -18,7 +18,7 @@ from tfinput._src.core.files import (
     create_parents,
     resolve_paths,
 )
-from tfinput.errors import ConfigError, OutputError, SourceError
+from tfinput.errors import ConfigError, DataError, OutputError, SourceError
 
 
 def _visible(folder):
@@ -116,6 +116,56 @@ def test_a_directory_holding_the_marker_is_refused_by_readers(tmp_path):
     (out / INCOMPLETE).write_text("")
     with pytest.raises(SourceError, match=r"out is an unfinished output: \.tfinput-incomplete"):
         resolve_paths(str(out))
+
+
+@pytest.mark.parametrize("named", ["glob", "file-list", "one-file"])
+def test_files_of_a_folder_holding_the_marker_are_refused_however_named(tmp_path, named):
+    out = tmp_path / "out"
+    out.mkdir()
+    for i in range(2):
+        (out / f"part-{i}.rec").write_bytes(b"x")
+    (out / INCOMPLETE).write_text("")
+    paths = {
+        "glob": str(out / "*.rec"),
+        "file-list": [str(out / "part-0.rec"), str(out / "part-1.rec")],
+        "one-file": str(out / "part-1.rec"),
+    }[named]
+    with pytest.raises(SourceError, match=r"out is an unfinished output: \.tfinput-incomplete"):
+        resolve_paths(paths)
+
+
+def test_a_staging_folder_and_its_files_are_refused(tmp_path):
+    beside = tmp_path / ".out.tfinput-staging-123-abcd"
+    inside = tmp_path / "out" / ".tfinput-staging-123-abcd"
+    for staging in (beside, inside):
+        staging.mkdir(parents=True)
+        (staging / "part-0").write_bytes(b"x")
+        for paths in (str(staging), str(staging / "part-0"), str(staging / "*")):
+            with pytest.raises(SourceError) as e:
+                resolve_paths(paths)
+            assert str(e.value).endswith(
+                f"is part of an unfinished output: it is in {staging}, where a run writing "
+                f"{tmp_path / 'out'} stages its files (the run was stopped or is still "
+                "writing); read the output once the run has finished, or run it again"
+            )
+
+
+def test_a_file_that_changed_since_its_version_is_named(tmp_path):
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"x" * 2000)
+    version = files.file_version(str(path))
+    files.check_unchanged(str(path), version)  # the same version: nothing to say
+    path.write_bytes(b"x" * 1000)
+    with pytest.raises(DataError) as e:
+        files.check_unchanged(str(path), version)
+    assert str(e.value).startswith(
+        f"{path}: the file changed while it was read: 2,000 bytes when the pipeline was "
+        "built, 1,000 bytes now (rewritten, cut or appended to during the epoch;"
+    )
+    path.unlink()
+    with pytest.raises(DataError, match=r"2,000 bytes when the pipeline was built, it cannot"):
+        files.check_unchanged(str(path), version)
+    files.check_unchanged("gs://bucket/data.bin", files.file_version("gs://bucket/data.bin"))
 
 
 def test_a_killed_run_s_staging_is_removed_by_the_next_run(tmp_path):

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 
 from tfinput._src.core.config import LAYOUTS
 from tfinput._src.core.errors import ConfigError, SchemaError
+from tfinput._src.core.files import StagedDir
 from tfinput._src.core.schema import Categorical, Dense, MultiHot, Schema
 
 if TYPE_CHECKING:
@@ -405,6 +406,12 @@ def export(
 ) -> dict[str, object]:
     """Write a SavedModel serving ``model`` from raw requests (see `SIGNATURES`).
 
+    The SavedModel is written whole or not at all: into a hidden staging folder
+    beside ``path`` (``.NAME.tfinput-staging-PID-...``), put in place by one rename
+    once every file is written and flushed to disk; an export stopped before (an
+    error, Ctrl-C, ``kill -9``) leaves nothing at ``path``, and the next export to it
+    removes the staging folder.
+
     Args:
       path: The SavedModel directory to write (created; must not hold a SavedModel).
       source: The training pipeline or its schema (see `serving_fn`).
@@ -446,8 +453,6 @@ def export(
         lambda e: flatten_features(features.python_function(e)),
         examples_sig,
     )
-    archive.write_out(path, verbose=False)
-
     summary = {
         "path": path,
         "signatures": {
@@ -460,9 +465,15 @@ def export(
         },
         **options,
     }
-    assets = os.path.join(path, ASSETS_DIR)
-    os.makedirs(assets, exist_ok=True)
-    spec.training_schema.to_json(os.path.join(assets, "tfinput_schema.json"))
-    with open(os.path.join(assets, "tfinput_serving.json"), "w") as f:
-        json.dump({**summary, **spec.to_dict()}, f, indent=2)
+    # Written whole or not at all: into a hidden staging folder beside ``path``, put in
+    # place by one rename once every file (assets included) is written and flushed; a
+    # killed export leaves only the staging folder, which the next export removes.
+    with StagedDir(path) as stage:
+        archive.write_out(str(stage.path), verbose=False)
+        assets = os.path.join(stage.path, ASSETS_DIR)
+        os.makedirs(assets, exist_ok=True)
+        spec.training_schema.to_json(os.path.join(assets, "tfinput_schema.json"))
+        with open(os.path.join(assets, "tfinput_serving.json"), "w") as f:
+            json.dump({**summary, **spec.to_dict()}, f, indent=2)
+        stage.commit()
     return summary

@@ -430,13 +430,28 @@ def _named_file(message: str, paths: list[str]) -> int | None:
 
 def explain_failure(pipeline: Pipeline, error: BaseException, *, diagnose: bool) -> DataError:
     """`Pipeline.explain`: the error's own message, or (``diagnose``) the first problem
-    `check_files` finds, which names the file."""
-    if diagnose:
+    `check_files` finds, which names the file; a message that names one of the files
+    already (a file that changed while it was read, a Parquet reader's error) is kept
+    without reading the files again."""
+    message = clean_error(error)
+    if diagnose and not _names_a_file(pipeline, message):
         report = check_files(pipeline, first_problem=True)
         if report.problems:
             first = report.problems[0]
             return DataError(f"{first.path}: {first.error}")
-    return DataError(clean_error(error))
+    return DataError(message)
+
+
+def _names_a_file(pipeline: Pipeline, message: str) -> bool:
+    """Whether ``message`` starts with one of the pipeline's files (``PATH: ...``)."""
+    source = pipeline.source
+    if not isinstance(source, FileChecks) or ": " not in message:
+        return False
+    try:
+        files = source.files()
+    except (TfinputError, OSError):  # the files are not there any more: diagnose
+        return False
+    return message.partition(": ")[0] in files
 
 
 def _file_checks(pipeline: Pipeline) -> FileChecks:

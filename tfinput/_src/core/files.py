@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tfinput._src.core.errors import ConfigError, OutputError, SourceError
+from tfinput._src.core.errors import ConfigError, DataError, OutputError, SourceError
 
 __all__ = [
     "INCOMPLETE",
@@ -48,6 +48,8 @@ __all__ = [
     "create_parents",
     "disk_full",
     "unfinished_output",
+    "unfinished_part",
+    "refuse_unfinished",
     "epoch_rows",
     "PathsLike",
     "as_paths",
@@ -56,6 +58,8 @@ __all__ = [
     "drop_empty_files",
     "check_empty_files_policy",
     "check_regular_file",
+    "check_unchanged",
+    "file_version",
 ]
 
 #: The file in an output directory while a commit moves files into it.
@@ -123,6 +127,28 @@ def unfinished_output(directory: str | os.PathLike[str]) -> str | None:
         "run writing it stopped while moving its files in; run it again (convert: with "
         "--overwrite) or delete the directory"
     )
+
+
+def unfinished_part(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` (a file or folder, named alone or matched by a glob) is part of an
+    unfinished output, or None: it is in a folder holding `INCOMPLETE` (`unfinished_output`),
+    or in the hidden staging or set-aside folder of a run writing an output (``.NAME.
+    tfinput-staging-PID-XXXX``, ``.NAME.tfinput-old-...``; inside the output:
+    ``.tfinput-staging-...``), killed or still running."""
+    text = Path(os.path.abspath(os.fspath(path)))
+    folder = text if text.is_dir() else text.parent
+    for staging in (folder, *folder.parents):
+        for mark in (_STAGING, _OLD):
+            if staging.name.startswith(".") and mark in staging.name:
+                # ``.NAME<mark>...`` beside the output NAME; ``<mark>...`` inside it
+                out = staging.parent / staging.name.split(mark, 1)[0][1:]
+                return (
+                    f"{os.fspath(path)} is part of an unfinished output: it is in {staging}, "
+                    f"where a run writing {out} stages its files (the run was stopped or is "
+                    "still writing); read the output once the run has finished, or run it "
+                    "again"
+                )
+    return unfinished_output(folder)
 
 
 class StagedDir:
@@ -209,9 +235,10 @@ class StagedDir:
     def commit(self) -> None:
         """Flush every staged file to disk and put them in place as one output."""
         names = sorted(os.listdir(self.path))
-        for name in names:
-            _fsync(self.path / name)
-        _fsync(self.path)
+        for folder, _, files in os.walk(self.path, topdown=False):  # sub-folders too
+            for name in files:
+                _fsync(Path(folder, name))
+            _fsync(Path(folder))
         if not self.inside and self._swap():
             return
         self._merge(names)
@@ -461,6 +488,7 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
         if "://" not in p:
             for m in matches:
                 check_regular_file(m, what=what)
+            refuse_unfinished([p] if os.path.isdir(p) else matches)
         for m in matches:
             if m not in seen:
                 seen.add(m)
@@ -468,6 +496,66 @@ def resolve_paths(paths: PathsLike, *, what: str = "input") -> list[str]:
     if not out:
         raise SourceError(f"no {what} files given")
     return out
+
+
+def file_version(path: str) -> tuple[int, int] | None:
+    """``(size, mtime_ns)`` of a local input file, to compare with later
+    (`check_unchanged`); None for a remote one (not compared).
+
+    Raises:
+      OSError: the file cannot be stat'ed.
+    """
+    if "://" in path:
+        return None
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def check_unchanged(path: str, version: tuple[int, int] | None) -> None:
+    """Raise `DataError` naming ``path`` unless it is still ``version`` (`file_version`
+    when the pipeline was built): a reader that reads a file by parts (Parquet row
+    groups, by the footer read at build) would otherwise mix two versions of it.
+
+    Raises:
+      DataError: the file's size or modification time differ, or it is gone.
+    """
+    if version is None:
+        return
+    try:
+        now = file_version(path)
+    except OSError as e:
+        found = f"it cannot be opened now ({e.strerror or e})"
+    else:
+        if now == version:
+            return
+        assert now is not None
+        found = f"{now[0]:,} bytes now" + (", modified since" if now[0] == version[0] else "")
+    raise DataError(
+        f"{path}: the file changed while it was read: {version[0]:,} bytes when the "
+        f"pipeline was built, {found} (rewritten, cut or appended to during the epoch; "
+        "its rows would not be the file's); write files under another name and rename "
+        "them into place, then build the pipeline again"
+    )
+
+
+def refuse_unfinished(paths: Sequence[str]) -> None:
+    """Raise `SourceError` (`unfinished_part`) for the first path that is part of an
+    unfinished output; each folder is looked at once.
+
+    Raises:
+      SourceError: naming the path, the marker or staging folder, and what to do.
+    """
+    seen: set[str] = set()
+    for path in paths:
+        if "://" in path:
+            continue
+        folder = path if os.path.isdir(path) else os.path.dirname(path)
+        if folder in seen:
+            continue
+        seen.add(folder)
+        unfinished = unfinished_part(path)
+        if unfinished:
+            raise SourceError(unfinished)
 
 
 # (files, empty files) whose skipping was logged: a build lists its files more than

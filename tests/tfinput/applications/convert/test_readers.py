@@ -12,7 +12,7 @@ from tests.helpers import cli_main
 from tfinput._src.applications.convert.columns import plan_columns
 from tfinput._src.applications.convert.readers import Layout, csv_batches, typed_names
 from tfinput.convert import convert
-from tfinput.errors import DataError, SchemaError
+from tfinput.errors import DataError, SchemaError, SourceError
 from tfinput.schema import Dense, Schema
 
 SCHEMA = Schema.of([Dense(name="v")], labels=["label"])
@@ -141,6 +141,17 @@ def test_truncated_gzip_is_a_clean_error(tmp_path, capsys):
     assert cli_main(["convert", str(path), "--out", str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"tfinput: error: {path}: cannot read") and err.count("\n") == 1
+
+
+def test_inputs_of_an_unfinished_output_are_refused_however_named(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.csv").write_text("label,v\n1,2\n")
+    (folder / ".tfinput-incomplete").write_text("")
+    for inputs in (folder, folder / "*.csv", [folder / "a.csv"]):
+        with pytest.raises(SourceError, match=r"in is an unfinished output: \.tfinput-incomp"):
+            convert(inputs, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------- Parquet and TFRecord

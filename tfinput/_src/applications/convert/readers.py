@@ -283,9 +283,10 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
 
     Raises:
       SourceError: no input, a pattern or directory that matches nothing, a missing
-        file, or a FIFO, socket or device (`check_regular_file`).
+        file, a FIFO, socket or device (`check_regular_file`), or a part of an
+        unfinished output (`refuse_unfinished`).
     """
-    from tfinput._src.core.files import check_regular_file, data_files
+    from tfinput._src.core.files import check_regular_file, data_files, refuse_unfinished
 
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not items:
@@ -311,6 +312,7 @@ def resolve_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[s
             raise SourceError(f"convert: input file {p!r} does not exist")
     for path in out:
         check_regular_file(path, what="convert: input")
+    refuse_unfinished(out)
     return out
 
 

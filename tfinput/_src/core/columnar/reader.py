@@ -38,6 +38,7 @@ from tfinput._src.core.sources.protocol import (
     parallel_calls,
     shuffle_row_windows,
     traced,
+    unchanged_at_end,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,11 +70,14 @@ class ChunkPlan:
       paths: The files that hold at least one chunk to read, in order.
       takes: Chunks read from the start of each file.
       digests: Per file, the manifest digests of those chunks (int64 bit patterns).
+      sizes: Per file, its size in bytes from the manifest (-1 for a remote file: its
+        size is not probed once its chunks are read).
     """
 
     paths: list[str]
     takes: list[int]
     digests: list[np.ndarray]
+    sizes: list[int] = dataclasses.field(default_factory=list)
 
 
 def plan_chunks(
@@ -81,7 +85,7 @@ def plan_chunks(
 ) -> ChunkPlan:
     """The chunks to read from each file; ``skip_partial`` leaves out a file's last,
     partial chunk (it cannot fill a static batch of whole chunks)."""
-    paths, takes, digests = [], [], []
+    paths, takes, digests, sizes = [], [], [], []
     for path, _, entry in chosen:
         n = entry.chunks
         if skip_partial and entry.rows % chunk_rows:
@@ -90,8 +94,9 @@ def plan_chunks(
             continue
         paths.append(path)
         takes.append(n)
+        sizes.append(-1 if "://" in path else entry.bytes)
         digests.append(np.frombuffer(bytes.fromhex("".join(entry.digests[:n])), dtype="=i8").copy())
-    return ChunkPlan(paths=paths, takes=takes, digests=digests)
+    return ChunkPlan(paths=paths, takes=takes, digests=digests, sizes=sizes)
 
 
 #: TFRecord framing around each chunk's payload: length (8) + its CRC (4) before, CRC after.
@@ -241,14 +246,18 @@ def read_permuted_chunks(
         # pread, because no TensorFlow op reads a byte range without reading up to it.
         # Stateless: the bytes at a fixed offset are what the manifest pins down (and
         # ``verify`` checks), so tf.data checkpoints the read position as usual.
-        record = tf.numpy_function(
+        # A file shorter than its manifest says is handed over as a message and raised
+        # by an assert: raised in the callback, TensorFlow would log its traceback.
+        record, error = tf.numpy_function(
             _read_range,
             [path, offset + _HEADER_BYTES, size - _HEADER_BYTES - _FOOTER_BYTES],
-            tf.string,
+            [tf.string, tf.string],
             stateful=False,
             name="read_chunk",
         )
-        record = tf.reshape(record, [])
+        error = tf.reshape(error, [])
+        with tf.control_dependencies([tf.debugging.Assert(tf.equal(error, ""), [error])]):
+            record = tf.reshape(record, [])
         return {
             "record": record,
             "path": path,
@@ -266,28 +275,36 @@ def read_permuted_chunks(
     )
 
 
-def _read_range(path: bytes, offset: np.int64, size: np.int64) -> np.ndarray:
-    """``size`` bytes of ``path`` from ``offset`` (a scalar string array).
-
-    Raises:
-      OSError: the file is shorter than its manifest says (truncated or replaced).
-    """
+def _read_range(path: bytes, offset: np.int64, size: np.int64) -> list[np.ndarray]:
+    """``size`` bytes of ``path`` from ``offset`` (a scalar string array), and ``""``; or
+    an empty string and ``"DataError: PATH: truncated: ..."`` when the file is shorter
+    than its manifest says (cut or replaced since the build)."""
     name = path.decode()
-    if "://" in name:
-        import tensorflow as tf
+    try:
+        if "://" in name:
+            import tensorflow as tf
 
-        with tf.io.gfile.GFile(name, "rb") as f:
-            f.seek(int(offset))
-            data = f.read(int(size))
-    else:
-        with open(name, "rb") as f:
-            data = os.pread(f.fileno(), int(size), int(offset))
+            with tf.io.gfile.GFile(name, "rb") as f:
+                f.seek(int(offset))
+                data = f.read(int(size))
+        else:
+            with open(name, "rb") as f:
+                data = os.pread(f.fileno(), int(size), int(offset))
+    except Exception as e:  # OSError, TensorFlow's errors for a remote file: gone since the build
+        reason = getattr(e, "strerror", None) or getattr(e, "message", None) or e
+        return _handed_over(f"DataError: {name}: cannot be read: {reason}")
     if len(data) != int(size):
-        raise OSError(
-            f"{name}: truncated: the manifest's chunk at byte {int(offset)} needs "
-            f"{int(size)} bytes, the file has {len(data)} there"
+        return _handed_over(
+            f"DataError: {name}: truncated: the manifest's chunk at byte {int(offset)} needs "
+            f"{int(size)} bytes, the file has {len(data)} there (the file was cut or "
+            "replaced while it was read)"
         )
-    return np.array(data, dtype=object)
+    return [np.array(data, dtype=object), np.array(b"", dtype=object)]
+
+
+def _handed_over(error: str) -> list[np.ndarray]:
+    """`_read_range`'s result for a read that failed with ``error``."""
+    return [np.array(b"", dtype=object), np.array(error.encode(), dtype=object)]
 
 
 #: The second word of each permutation's ``index_shuffle`` seed (the key is the first).
@@ -322,13 +339,15 @@ def read_chunks(
         {
             "path": tf.constant(plan.paths),
             "take": tf.constant(plan.takes, tf.int64),
+            "bytes": tf.constant(plan.sizes or [-1] * len(plan.paths), tf.int64),
             "digests": tf.RaggedTensor.from_row_lengths(
                 np.concatenate(plan.digests), np.asarray(plan.takes, np.int64)
             ),
         }
     )
     file_ds = file_order(file_ds, len(plan.paths), request)
-    read = _file_reader(verify=verify, buffer_size=buffer_size)
+    local = any(size > 0 for size in plan.sizes)
+    read = _file_reader(verify=verify, buffer_size=buffer_size, probe=local)
     return interleave_files(file_ds, read, request.config)
 
 
@@ -352,13 +371,17 @@ def row_window(shuffle_buffer: int, *, batch_size: int, chunk_rows: int, rows: b
 
 
 def _file_reader(
-    *, verify: bool, buffer_size: int | None
+    *, verify: bool, buffer_size: int | None, probe: bool
 ) -> Callable[[dict[str, tf.Tensor]], tf.data.Dataset]:
-    """The interleave function: one file's planned chunks as a dataset."""
+    """The interleave function: one file's planned chunks as a dataset, then (``probe``)
+    its size compared with the manifest's (`unchanged_at_end`): a file cut while it is
+    read fails the read naming it, instead of ending with fewer chunks."""
     import tensorflow as tf
 
     def read(f: dict[str, tf.Tensor]) -> tf.data.Dataset:
         records = tfrecord.records(f["path"], buffer_size=buffer_size).take(f["take"])
+        if probe:
+            records = records.concatenate(unchanged_at_end(f["path"], f["bytes"], what="chunks"))
         if not verify:
             return records
         meta = tf.data.Dataset.from_tensor_slices(

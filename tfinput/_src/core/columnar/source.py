@@ -27,7 +27,7 @@ from tfinput._src.core.columnar.format import (
     storage_columns,
 )
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, did_you_mean
-from tfinput._src.core.files import resolve_paths
+from tfinput._src.core.files import resolve_paths, unfinished_part
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import MultiHot, Schema
 from tfinput._src.core.sources.protocol import (
@@ -203,7 +203,8 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
         """Every data file with its manifest and entry, in order.
 
         Raises:
-          SourceError: no manifest, a file not listed in its manifest, or no file at all.
+          SourceError: no manifest, a file not listed in its manifest, no file at all,
+            or a part of an unfinished output (`tfinput._src.core.files.unfinished_part`).
         """
         out: list[Resolved] = []
         seen: set[str] = set()
@@ -217,6 +218,9 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
         for p in self.paths:
             p = os.fspath(p)
             if is_dir(p) or p.endswith(".json"):
+                unfinished = None if "://" in p else unfinished_part(p)
+                if unfinished:
+                    raise SourceError(unfinished)
                 m = read_manifest(p)
                 for entry, path in zip(m.files, m.paths):
                     add(path, m, entry)

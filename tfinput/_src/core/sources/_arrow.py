@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from tfinput._src.core.config import AUTOTUNE, PipelineConfig
-from tfinput._src.core.errors import DataError
+from tfinput._src.core.errors import DataError, first_line
+from tfinput._src.core.files import check_unchanged, file_version
 from tfinput._src.core.formats import parquet
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema
 from tfinput._src.core.sources.protocol import shuffle_window
@@ -300,6 +301,8 @@ class ParquetBatches:
         self.config = config
         self.batch_size = batch_size
         self.shuffle_files = shuffle_files
+        # Row groups are read only from the file versions whose footers these are.
+        self._versions = [file_version(p) for p in self.files]
         footers = [parquet.footer(p) for p in self.files]
         self.group_rows = [
             [f.row_group(g).num_rows for g in range(f.num_row_groups)] for f in footers
@@ -423,18 +426,31 @@ class ParquetBatches:
         """One row group: the schema's columns, with the first file's types, nulls filled.
 
         Raises:
-          DataError: a null without default, naming the file and column.
+          DataError: the file changed since the build (its footer would not describe
+            it), a damaged row group, a null without default; naming the file.
         """
+        import pyarrow as pa
+
         path = self.files[piece.file]
-        pf = parquet.open_file(path, metadata=self._footers[piece.file])
-        # the columns decode in parallel on pyarrow's threads, the GIL released
-        table = pf.read_row_group(piece.group, columns=self.columns, use_threads=True)
-        table = table.select(self.columns)
-        if self._target is None:
-            first = parquet.read_schema(self.files[0])
-            self._target = _select(first, self.columns)
-        if not table.schema.equals(self._target):
-            table = table.cast(self._target)
+        check_unchanged(path, self._versions[piece.file])
+        try:
+            pf = parquet.open_file(path, metadata=self._footers[piece.file])
+            # the columns decode in parallel on pyarrow's threads, the GIL released
+            table = pf.read_row_group(piece.group, columns=self.columns, use_threads=True)
+            table = table.select(self.columns)
+            if self._target is None:
+                first = parquet.read_schema(self.files[0])
+                self._target = _select(first, self.columns)
+            if not table.schema.equals(self._target):
+                table = table.cast(self._target)
+        except (OSError, pa.ArrowException) as e:
+            check_unchanged(path, self._versions[piece.file])  # changed while read?
+            row = sum(self.group_rows[piece.file][: piece.group])
+            why = first_line(e).rstrip(".")
+            raise DataError(
+                f"{path}: row group {piece.group} (rows {row}-{row + piece.rows - 1} of the "
+                f"file) cannot be read: {why}; the file is damaged there (write it again)"
+            ) from None
         return _fill_nulls(table, self.schema, path)
 
 

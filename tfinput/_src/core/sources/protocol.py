@@ -41,6 +41,7 @@ __all__ = [
     "Resume",
     "Decode",
     "READ_KNOBS",
+    "unchanged_at_end",
     "parallel_calls",
     "deterministic_arg",
     "file_order",
@@ -417,6 +418,55 @@ def interleave_files(
         deterministic=deterministic_arg(config) if parallel_calls(parallel) else None,
         name="read",
     )
+
+
+def unchanged_at_end(path: tf.Tensor, size: tf.Tensor, *, what: str) -> tf.data.Dataset:
+    """A dataset of no elements (string vectors, unbatched) that, read after a file's
+    records (``concatenate``), fails unless the file still has the ``size`` bytes it had
+    when the pipeline was built (below 1: not checked), with ``tfinput DataError: PATH:
+    the file changed while it was read: ...`` (`clean_error` and `Pipeline.iterate`
+    make it a `DataError` naming the file).
+
+    A native reader takes a file cut at a record boundary (TFRecord: or inside a record
+    header) for a clean end: a file cut, or appended to, while it is read would end its
+    records early without a word. The size is probed natively once the file's records
+    have ended, nothing per record: a ``FixedLengthRecordDataset`` of 1-byte records, the
+    last ``size - 1`` bytes taken for a footer, holds one record exactly when the file
+    has ``size`` bytes (none when fewer, two or more when more): one open and a read of
+    at most 2 bytes per file. tf.data service runs it. A file rewritten in place to its
+    former size is not seen.
+
+    Args:
+      path: The file (a string tensor, in a tf.data function).
+      size: Its size at build, bytes (int64 tensor; below 1: not checked).
+      what: The records' name in the message (``records``, ``chunks``).
+    """
+    import tensorflow as tf
+
+    nothing = tf.zeros([0], tf.string)
+    footer = tf.maximum(size - 1, 0)
+    probe = tf.data.FixedLengthRecordDataset(path, 1, footer_bytes=footer, buffer_size=2)
+    found = probe.take(2).batch(2).concatenate(tf.data.Dataset.from_tensors(nothing)).take(1)
+
+    def check(bytes_found: tf.Tensor) -> tf.Tensor:
+        now = tf.size(bytes_found, tf.int64) - 1  # -1 fewer bytes, 0 the same, 1 more
+
+        def fail() -> tf.Tensor:
+            message = tf.strings.join(
+                ["tfinput DataError: ", path, ": the file changed while it was read: ",
+                 tf.strings.as_string(size), " bytes when the pipeline was built, ",
+                 tf.where(now < 0, "fewer", "more"), f" when its {what} ended (cut, "
+                 "rewritten or appended to during the epoch: its rows are not the "
+                 "file's); write files under another name and rename them into place, "
+                 "then build the pipeline again"]
+            )  # fmt: skip
+            with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
+                return tf.identity(nothing)
+
+        ok = tf.logical_or(size < 1, tf.equal(now, 0))
+        return tf.cond(ok, lambda: nothing, fail)
+
+    return found.map(traced(check), name="file_unchanged").unbatch()
 
 
 def shard_files(files: list[str], input_context: Any, what: str) -> list[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -51,6 +52,7 @@ from tfinput._src.core.sources.protocol import (
     interleave_files,
     record_shuffle,
     single_core_options,
+    unchanged_at_end,
 )
 from tfinput._src.core.transforms import parse_spec
 
@@ -200,7 +202,9 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
 
     def read(self, request: ReadRequest) -> tf.data.Dataset:
         """Serialized records of the files, interleaved (mini-batches of them with
-        ``read_batch``).
+        ``read_batch``); each file's size is compared with its size at build once its
+        records have ended (`unchanged_at_end`): a local file cut or appended to while
+        it is read fails the read, naming it, instead of ending its records early.
 
         Raises:
           SourceError: the files mix compressions.
@@ -208,31 +212,44 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         files = request.files
         compression = self._compression(files)
         buffer_size = self.buffer_size
+        mini = read_batch(request.config)
+        local = [_local_size(f) for f in files]
+        sizes = tf.constant(local, tf.int64)
 
-        return self._branches(
-            request,
-            lambda path: tfrecord.records(path, compression, buffer_size=buffer_size),
-        )
+        def records_of(branch: dict[str, tf.Tensor]) -> tf.data.Dataset:
+            records = tfrecord.records(branch["path"], compression, buffer_size=buffer_size)
+            records = records.batch(mini) if mini else records  # partial at the file's end
+            if max(local) < 1:  # remote files only: their sizes are not known
+                return records
+            end = unchanged_at_end(branch["path"], branch["bytes"], what="records")
+            return records.concatenate(end.batch(mini) if mini else end)
+
+        return self._branches(request, records_of, batched=True, sizes=sizes)
 
     def _branches(
         self,
         request: ReadRequest,
-        records_of: Callable[[tf.Tensor], tf.data.Dataset],
+        records_of: Callable[[dict[str, tf.Tensor]], tf.data.Dataset],
         *,
         batched: bool = False,
+        sizes: tf.Tensor | None = None,
     ) -> tf.data.Dataset:
-        """The parallel interleave over the files' branches, ``records_of(path)`` each
-        (already in mini-batches when ``batched``)."""
+        """The parallel interleave over the files' branches, ``records_of({"path",
+        "bytes"})`` each (``bytes``: ``sizes``, -1 when not given; already in
+        mini-batches when ``batched``)."""
         mini = read_batch(request.config)
 
-        def read(path: tf.Tensor) -> tf.data.Dataset:
-            records = records_of(path)
+        def read(branch: dict[str, tf.Tensor]) -> tf.data.Dataset:
+            records = records_of(branch)
             # With read_batch, each branch hands over mini-batches (partial at the end
             # of its file), so no single record crosses to the consumer side.
             return records.batch(mini) if mini and not batched else records
 
         files = request.files
-        paths = file_order(tf.data.Dataset.from_tensor_slices(files), len(files), request)
+        if sizes is None:
+            sizes = tf.fill([len(files)], tf.constant(-1, tf.int64))
+        branches = tf.data.Dataset.from_tensor_slices({"path": files, "bytes": sizes})
+        paths = file_order(branches, len(files), request)
         return interleave_files(paths, read, request.config)
 
     def read_in_memory(self, request: ReadRequest) -> tf.data.Dataset:
@@ -247,11 +264,11 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         if not mini:
             held = tf.constant(records, tf.string)
             return self._branches(
-                request, lambda path: tf.data.Dataset.from_tensor_slices(held).repeat()
+                request, lambda branch: tf.data.Dataset.from_tensor_slices(held).repeat()
             )
         block = tf.constant((records * (mini // len(records) + 1))[:mini], tf.string)
         return self._branches(
-            request, lambda path: tf.data.Dataset.from_tensors(block).repeat(), batched=True
+            request, lambda branch: tf.data.Dataset.from_tensors(block).repeat(), batched=True
         )
 
     def consumer_elements(self, request: ReadRequest) -> float:
@@ -327,6 +344,11 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
             files=len(files),
             bytes_per_example=per_example,
         )
+
+
+def _local_size(path: str) -> int:
+    """A local file's size now (at build), or -1 for a remote one (not checked)."""
+    return -1 if "://" in path else os.path.getsize(path)
 
 
 # ---------------------------------------------------- the mini-batch record shuffle
