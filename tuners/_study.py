@@ -53,14 +53,17 @@ heartbeats) is failed and its parameters are enqueued again, once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import tuners._storage as _storage_module
 from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError
 from tfinput.measure.target import Measurable, Target
-from tfinput.measure.windows import TUNER_PLAN
+from tfinput.measure.windows import TUNER_PLAN, WindowPlan
 from tfinput.options import check_counts
 from tfinput.steps import Step
 from tuners._confirm import (
@@ -79,8 +82,15 @@ from tuners._confirm import (
     winner_format_advice,
     winner_roofline,
 )
-from tuners._objective import TrialProgress, fit_budget
+from tuners._objective import (
+    MIN_WINDOWS,
+    Budget,
+    TrialProgress,
+    fit_budget,
+    least_trial_seconds,
+)
 from tuners._result import (
+    StudyLockedError,
     TrialsFailedError,
     TuneInterrupted,
     TuneResult,
@@ -89,12 +99,14 @@ from tuners._result import (
     fingerprint,
 )
 from tuners._search import (
+    StorageLocked,
     Tuning,
     baseline_configs,
     default_pruner,
     default_sampler,
     open_storage,
     open_tuning_study,
+    process_seed,
     requeue_interrupted,
     search_trials,
     study_name_for,
@@ -103,7 +115,9 @@ from tuners._space import SearchSpace
 from tuners._storage import (
     host_lock,
     is_interrupt,
+    is_locked,
     make_storage,
+    sqlite_path,
     state_counts,
     stop_heartbeats,
     storage_label,
@@ -205,19 +219,15 @@ def tune(
     check_counts(
         n_trials=n_trials, windows=measured.windows, window_batches=measured.window_batches
     )
+    check_timeout(timeout)
     # The target and the trial plan are settled here, once, and handed down as objects.
     target = Target.of(pipeline, what="tune")
-    plan, budget_note = fit_budget(
-        measured.plan(TUNER_PLAN, what="tune"), n_trials=n_trials, timeout=timeout
-    )
-    if budget_note is not None:
-        log.warning("%s", budget_note)
+    plan = measured.plan(TUNER_PLAN, what="tune")
+    check_windows_fit(plan, timeout)
+    clock = measured.clock or time.perf_counter
+    budget = Budget(timeout, clock=clock, plan=plan)
     reporter = TrialProgress(
-        total=n_trials,
-        plan=plan,
-        display=progress,
-        verbose=verbose,
-        clock=measured.clock or time.perf_counter,
+        total=n_trials, plan=plan, display=progress, verbose=verbose, clock=clock, left=budget.left
     )
     run = Tuning.settle(
         target,
@@ -230,24 +240,35 @@ def tune(
         clocks=measured.clocks(),
         lock_path=kept.lock_path,
         progress=reporter,
+        budget=budget,
     )
+    run, notes = _fit_to_budget(run, reporter, opts.confirmation, n_trials=n_trials)
     with reporter:
         run.refuse_data_smaller_than_a_batch()
-        study, in_memory = _open_study(run, search, kept)
+        try:
+            study, in_memory, seed = _open_study(run, search, kept)
+        except Exception as e:
+            if is_locked(e):
+                raise _locked(kept, stage="open", run=run) from None
+            raise
         stage = "search"
         try:
-            search_seconds, notes = search_trials(
+            search_seconds, said = search_trials(
                 study,
                 run,
                 n_trials=n_trials,
-                timeout=timeout,
-                in_memory=in_memory,
                 max_consecutive_failures=search.max_consecutive_failures,
             )
-            notes[:0] = [budget_note] if budget_note is not None else []
+            notes += said
             stage = "confirmation"
             outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
-        except (KeyboardInterrupt, Exception) as e:
+            outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
+            outcome["storage"] = storage_label(opts.study.storage)
+            return _result(study, run, opts.confirmation, notes, outcome, seed=seed)
+        except (KeyboardInterrupt, Exception, StorageLocked) as e:
+            if isinstance(e, StorageLocked) or (not is_interrupt(e) and is_locked(e)):
+                stop_heartbeats()  # its thread would wait on the lock, and hold the exit
+                raise _locked(kept, stage=stage, run=run, study=study) from None
             # Ctrl-C: what was done goes with the exception (a second Ctrl-C while the
             # interrupted trials are enqueued again stops at once). An error after
             # Ctrl-C stopped a trial is the interrupt's too: the storage failing while
@@ -259,29 +280,99 @@ def tune(
             raise TuneInterrupted(
                 study, stage=stage, storage=kept.storage, requeued=tuple(requeued)
             ) from e
-    outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
-    outcome["storage"] = storage_label(opts.study.storage)
-    return _result(study, run, opts.confirmation, notes, outcome)
+
+
+def check_timeout(timeout: float | None) -> None:
+    """Raise `ConfigError` for a ``timeout`` that is not a positive number of seconds
+    (None: no limit)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+def check_windows_fit(plan: WindowPlan, timeout: float | None) -> None:
+    """Raise `ConfigError` when a trial of ``plan`` cannot fit in ``timeout``: even cut
+    to its least windows (`tuners._objective.least_trial_seconds`), they last longer."""
+    if timeout is None or not plan.timed:
+        return
+    least = least_trial_seconds(plan)
+    if least > timeout:
+        windows = min(plan.windows, MIN_WINDOWS)
+        raise ConfigError(
+            f"window_seconds {plan.window_seconds:g} does not fit in the timeout of "
+            f"{timeout:g} s: a trial measures at least {windows} windows of at least "
+            f"{plan.window_seconds:g} s ({least:g} s)"
+        )
+
+
+def _fit_to_budget(
+    run: Tuning, reporter: TrialProgress, confirming: ConfirmOptions, *, n_trials: int
+) -> tuple[Tuning, list[str]]:
+    """Settle what the search keeps of the timeout for the steps after it, and fit the
+    trials' windows in the rest (`tuners._objective.fit_budget`): the run's plan, and
+    the notes that say what was changed."""
+    from tuners._advice import KNOB_GROUPS
+
+    budget, notes = run.budget, []
+    searched = set(run.space.searched)
+    groups = sum(1 for knobs in KNOB_GROUPS.values() if searched & set(knobs))
+    reserve_note = budget.settle(
+        configs=1 + (run.current is not None) + confirming.confirm_top,
+        rounds=confirming.confirm_windows,
+        breakdown_configs=1 + groups if confirming.breakdown and groups else 0,
+    )
+    plan, budget_note = fit_budget(run.plan, n_trials=n_trials, timeout=budget.search_share())
+    for note in (reserve_note, budget_note):
+        if note is not None:
+            log.warning("%s", note)
+            notes.append(note)
+    if plan != run.plan:
+        budget.plan = reporter.plan = plan
+        run = dataclasses.replace(run, plan=plan)
+    return run, notes
+
+
+def _locked(
+    kept: StudyOptions, *, stage: str, run: Tuning, study: optuna.Study | None = None
+) -> StudyLockedError:
+    """The `StudyLockedError` of a study whose SQLite database another writer holds:
+    the trials this run saw finished before the lock, and those it measured."""
+    rows = {r["number"]: r for r in run.seen}
+    rows.update(run.measured)
+    return StudyLockedError(
+        path=sqlite_path(kept.storage) or str(storage_label(kept.storage)),
+        study_name=study.study_name if study is not None else str(kept.study_name),
+        stage=stage,
+        waited=_storage_module.SQLITE_BUSY_TIMEOUT_S,
+        trials=[rows[n] for n in sorted(rows)],
+    )
 
 
 def _open_study(
     run: Tuning, search: SearchOptions, kept: StudyOptions
-) -> tuple[optuna.Study, bool]:
-    """The study in its storage (created, or loaded to resume or share), and whether
-    it is in memory."""
+) -> tuple[optuna.Study, bool, int | None]:
+    """The study in its storage (created, or loaded to resume or share), whether it is
+    in memory, and the default sampler's seed (drawn for this process when
+    ``search.seed`` is None; None with a sampler of the user's)."""
     storage = open_storage(
         kept.storage, heartbeat_interval=kept.heartbeat_interval, grace_period=kept.grace_period
     )
+    seed = None
+    sampler = search.sampler
+    if sampler is None:
+        seed = search.seed if search.seed is not None else process_seed()
+        sampler = default_sampler(seed)
     study = open_tuning_study(
         run,
         storage,
         shown=kept.storage,
         study_name=study_name_for(kept.study_name, storage),
-        sampler=search.sampler or default_sampler(search.seed),
+        sampler=sampler,
         pruner=default_pruner() if search.pruner is None else search.pruner,
         load_if_exists=kept.load_if_exists,
     )
-    return study, storage is None
+    return study, storage is None, seed
 
 
 def _result(
@@ -290,6 +381,8 @@ def _result(
     confirming: ConfirmOptions,
     notes: list[str],
     outcome: dict[str, object],
+    *,
+    seed: int | None,
 ) -> TuneResult:
     """The `TuneResult` of a finished search and its confirmation (``outcome``)."""
     return TuneResult(
@@ -301,12 +394,14 @@ def _result(
             confirm_top=confirming.confirm_top,
             confirm_windows=confirming.confirm_windows,
             study=study,
+            seed=seed,
         ),
         step=describe_step(run.step),
         space=run.space.to_dict(),
         warnings=tuple(notes),
         packed_layout=_packed_layout(run.target, outcome["best_config"]),
         study=study,
+        budget=run.budget.to_dict(),
         **outcome,
     )
 
@@ -333,9 +428,7 @@ def _format_advice(
     source = run.target.source
     if not advise or source is None or source.kind != "tfrecord":
         return None, None
-    if run.progress is not None:
-        run.progress("roofline", {})
-    roofline = winner_roofline(how, best_config, notes=notes)
+    roofline = winner_roofline(how, best_config, notes=notes, progress=run.progress)
     advice = winner_format_advice(
         how,
         best_config,
@@ -351,18 +444,29 @@ def _confirm_and_advise(
     study: optuna.Study, run: Tuning, options: ConfirmOptions, *, notes: list[str]
 ) -> dict[str, object]:
     """Confirm the search's top configs, then the verdicts, the gain by knob and the
-    format advice (`tuners._confirm`): the `TuneResult` fields they give, ``seconds``
-    (without the search's) included."""
+    format advice (`tuners._confirm`), within what is left of the timeout: the
+    `TuneResult` fields they give, ``seconds`` (without the search's) included."""
     how = run.remeasure(options.confirm_windows)
     progress, autotune = run.progress, run.baselines["autotune"]
-    t1 = time.time()
+    elapsed = run.budget.elapsed
+    t1 = elapsed()
     candidates = top_configs(study, options.confirm_top)
     configs = confirmation_configs(autotune, run.current, candidates)
-    confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
-    confirmed = confirm_longer(how, confirmed, progress=progress, notes=notes)
-    confirm_seconds = time.time() - t1
+    if len(configs) > 1:
+        confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
+        confirmed = confirm_longer(how, confirmed, progress=progress, notes=notes)
+    else:  # nothing but autotune completed: there is nothing to compare it with
+        confirmed, confirmation_error = (
+            [],
+            (
+                "autotune is the only config the search completed, so there is nothing to "
+                "compare it with"
+            ),
+        )
+        _note(notes, f"the confirmation did not run: {confirmation_error}")
+    confirm_seconds = elapsed() - t1
     best_name, best_config = pick_winner(confirmed, candidates, autotune)
-    t2 = time.time()
+    t2 = elapsed()
     contributions: tuple[Any, ...] = ()
     if options.breakdown and confirmed and best_name != "autotune":
         contributions = gain_by_knob(how, best_config, autotune, progress=progress, notes=notes)
@@ -377,13 +481,13 @@ def _confirm_and_advise(
             progress=progress,
             notes=notes,
         )
-    t3 = time.time()
-    verdict = verdicts(how, confirmed, best_config, notes=notes)
+    t3 = elapsed()
+    verdict = verdicts(how, confirmed, best_config, notes=notes, unconfirmed=confirmation_error)
     if verdict["beats_autotune"] is False:
         # "Keep autotune": the saved config is the verdict; the config measured best
         # stays first in ``confirmed`` with its ratio and range.
         best_name, best_config = "autotune", autotune
-    t_verdicts = time.time()
+    t_verdicts = elapsed()
     format_result, serial = _format_advice(
         run,
         how,
@@ -392,7 +496,7 @@ def _confirm_and_advise(
         schema_path=options.schema_path,
         notes=notes,
     )
-    t4 = time.time()
+    t4 = elapsed()
     return {
         "best_config": best_config,
         "best_name": best_name,
@@ -419,3 +523,8 @@ def _confirm_and_advise(
         "format_advice": format_result,
         **verdict,
     }
+
+
+def _note(notes: list[str], text: str) -> None:
+    log.warning("%s", text)
+    notes.append(text)

@@ -3,7 +3,9 @@ and deterministic fakes (a workload on a fake clock) that need no timing."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import subprocess
 import tempfile
 
 import optuna
@@ -111,6 +113,24 @@ def tune_seeded(
         n_trials=n_trials,
         options=options(**{**given, **fields}),
     )
+
+
+@contextlib.contextmanager
+def small_disk(path, size):
+    """A real file system of ``size`` (``mount``'s form: ``1m``, ``8m``) mounted at
+    ``path`` (a tmpfs): writes past it fail with "No space left on device". Yields
+    None where this process may not mount one (not root, no mount privilege)."""
+    path.mkdir(parents=True, exist_ok=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]
+    try:
+        subprocess.run(mount, check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
 # ------------------------------------------- deterministic fakes (no timing)
