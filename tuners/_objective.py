@@ -361,6 +361,8 @@ def trial_line(info: dict[str, object], total: int) -> str:
     time left (when known) and the config searched."""
     label = info.get("baseline") or f"trial {info['number']}"
     value = f"{info['value']:,.0f}/s" if info.get("value") else info.get("error") or ""
+    if info.get("duplicate_of") is not None:
+        value = f"not measured: trial {info['duplicate_of']}'s config"
     best = f"best {info['best']:,.0f}/s" if info.get("best") else ""
     parts = [f"trial {info['number']} [{label}] {info['state']} {value} ({info['done']}/{total})"]
     parts.append(best)

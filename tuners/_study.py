@@ -24,10 +24,12 @@ What happens:
    through the storage.
 4. **Confirmation** (`tuners._confirm`). The top configs are measured again, interleaved
    window by window with ``autotune`` (and the current config) by
-   `tfinput.measure.compare.measure`, and the winner is the best *confirmed* median. The reported ratio is that of the confirmed
-   medians, per round, so noise in the search does not inflate it. If the
-   confirmation raises, it is run once more; if it fails again, the result is the
-   best trial of the search, marked unconfirmed (``confirmation_error``).
+   `tfinput.measure.compare.measure`, and the winner is the best *paired ratio* to
+   autotune: each round's examples/s over autotune's in that round, the median of the
+   rounds (the median examples/s is reported beside it), so noise in the search does
+   not inflate it. If the confirmation raises, it is run once more; if it fails again,
+   the result is the best trial of the search, marked unconfirmed
+   (``confirmation_error``).
 5. **Verdicts** (`tuners._advice`): whether the winner beats autotune beyond the noise
    (every round's paired ratio above 1; otherwise "keep autotune", and autotune is the
    result's ``best_config``, the config measured best staying first in ``confirmed``),
@@ -39,6 +41,13 @@ What happens:
 7. **Format advice** (``advise_format``): tf.Example data whose parse stage is the bound
    get a 2-file sample converted to columnar records and measured side by side, with the
    ``tfinput convert`` command (docs/tuning.md).
+
+The timeout bounds the whole run (`tuners._objective.Budget`): the search keeps the time
+the confirmation needs, and every step after it measures what fits.
+
+No config is measured twice: a trial whose config the study measured, or is measuring,
+is recorded as a duplicate, not measured, and the nearest config not measured is
+enqueued instead (`tuners._search.Tuning`); each process draws its own sampler seed.
 
 Storage (`tuners._storage`): None (in memory); a path ending in ``.db``/``.sqlite`` or a
 ``sqlite:///`` URL (one host, resumable); a path ending in ``.log``/``.journal`` (a
@@ -185,9 +194,13 @@ def tune(
         pipeline raised), baselines included, summed over every worker of a shared
         study. Each costs about ``windows * window_seconds`` seconds after its
         warm-up (``window_batches`` steps a window when the windows are not timed).
-      timeout: Stop searching after this many seconds (None: no limit). When
-        ``n_trials`` timed trials do not fit, each measures fewer windows (at least 3),
-        and the result notes it (`tuners._objective.fit_budget`).
+      timeout: Seconds the whole run may take, the confirmation and the gain by knob
+        included (None: no limit): it ends within the timeout plus one window
+        (`tuners._objective.Budget`; ``TuneResult.budget`` accounts for it). The search
+        keeps the confirmation's time; when ``n_trials`` timed trials do not fit in the
+        rest, each measures fewer windows (at least 3), and the result notes it
+        (`tuners._objective.fit_budget`); a confirmation that does not fit is left out
+        (no verdict), with a note.
       options: A `tuners.TuneOptions` (default: every default): the search (seed,
         sampler, pruner), the study (storage, name, heartbeats), the measurement
         (window counts, CPUs, clocks) and the confirmation (top configs, gain by knob,
@@ -206,13 +219,17 @@ def tune(
       A `TuneResult`.
 
     Raises:
-      ConfigError: bad space, storage or counts.
+      ConfigError: bad space, storage or counts; a ``timeout`` that is not a positive
+        number, or that cannot hold one trial of the least windows.
       DataError: the data hold fewer rows than one batch (found by the first trial,
         which stops the search; the message gives the row count).
       TrialsFailedError: no trial completed (the step or pipeline always raises).
       TuneInterrupted: Ctrl-C once the study is open (a ``KeyboardInterrupt`` that
         carries the study with its completed trials, and where it stopped; the trial
         it stopped does not count and, in a storage, is measured again on resume).
+      StudyLockedError: the study's SQLite database stayed locked by another writer
+        past the busy timeout (one line naming it; the trials this run knows of go
+        with it).
     """
     opts = options or TuneOptions()
     measured, search, kept = opts.measurement, opts.search, opts.study

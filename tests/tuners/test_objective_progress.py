@@ -142,6 +142,10 @@ def test_the_cli_and_python_share_the_trial_line():
     assert line == "trial 4 [trial 4] pruned 9,876/s (5/30) best 12,000/s ~2.5 min left: a=x b=1"
     failed = {**info, "state": "fail", "value": None, "error": "OOM", "baseline": "current"}
     assert trial_line(failed, 30) == "trial 4 [current] fail OOM (5/30) best 12,000/s"
+    twice = {**info, "state": "duplicate", "value": None, "duplicate_of": 2}
+    assert trial_line(twice, 30) == (
+        "trial 4 [trial 4] duplicate not measured: trial 2's config (5/30) best 12,000/s"
+    )
     assert _objective.SLOW_FIRST_TRIAL_S == 60.0
 
 

@@ -18,6 +18,7 @@ from tests.tuners.conftest import (
     FAST,
     TUNED_TRIALS,
     FakeWorkload,
+    assert_measured_once,
     options,
     rate_by_parallelism,
     tune_seeded,
@@ -319,24 +320,7 @@ def test_a_study_interrupted_in_a_storage_resumes_and_measures_the_stopped_trial
     assert sum(is_counted(t) for t in trials) == 6 and result.confirmed
     # The resumed sampler (the same seed) proposes trial 2's config again: measured once.
     assert_measured_once(trials)
-    assert [t.user_attrs["duplicate_of"] for t in trials if is_duplicate(t)][0] == 3
-
-
-def assert_measured_once(trials):
-    """No config measured twice among ``trials``, by the config each recorded, and by
-    params (Optuna's) among the searched trials (a baseline is measured as the user has
-    it: here its knobs outside the space differ from a searched trial's with its params);
-    every duplicate names a measured trial with its params."""
-    measured = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
-    configs = [json.dumps(t.user_attrs["config"], sort_keys=True) for t in measured]
-    searched = [t for t in measured if "baseline" not in t.user_attrs]
-    params = [json.dumps(t.params, sort_keys=True) for t in searched]
-    assert len(set(params)) == len(params) and len(set(configs)) == len(configs), params
-    by_number = {t.number: t for t in trials}
-    for t in trials:
-        if is_duplicate(t):
-            assert by_number[t.user_attrs["duplicate_of"]].params == t.params
-            assert "median_examples_per_s" not in t.user_attrs  # not measured
+    assert next(t.user_attrs["duplicate_of"] for t in trials if is_duplicate(t)) == 3
 
 
 def test_no_config_is_measured_twice_and_a_measured_space_ends_the_search(tmp_path):
