@@ -20,9 +20,10 @@ running when the timeout passes stops after its window.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
@@ -99,6 +100,18 @@ class Remeasure:
     def guard(self, progress: Callable[[int, int, Any], None] | None) -> Any:
         """``progress`` that also counts windows and stops at the timeout."""
         return progress if self.budget is None else self.budget.guard(progress)
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        """Around an interleaved measurement: its windows count from its start, and what
+        runs after its last one (an iterator's deletion) counts with it."""
+        if self.budget is not None:
+            self.budget.mark()
+        try:
+            yield
+        finally:
+            if self.budget is not None:
+                self.budget.measurement_done()
 
     def measurement(self) -> MeasureOptions:
         """The `MeasureOptions` of `tfinput.measure.compare.measure`, `tuners._advice.step_bound`
@@ -225,14 +238,15 @@ def confirm(
             _note(notes, "the confirmation was not run again: it does not fit in the timeout")
             break
         try:
-            result = compare.measure(
-                how.target,
-                configs,
-                step=how.step,
-                baseline="autotune",
-                progress=how.guard(on_window),
-                measurement=how.measurement(),
-            )
+            with how.measuring():
+                result = compare.measure(
+                    how.target,
+                    configs,
+                    step=how.step,
+                    baseline="autotune",
+                    progress=how.guard(on_window),
+                    measurement=how.measurement(),
+                )
         except DeadlineReached as e:
             error = f"the confirmation {e}"
             _note(notes, f"{error}: nothing confirmed")
@@ -450,14 +464,15 @@ def gain_by_knob(
     if progress is not None:
         progress("breakdown", {"windows": how.windows})
     try:
-        return knob_breakdown(
-            how.target,
-            best_config,
-            autotune,
-            step=how.step,
-            measurement=how.measurement(),
-            progress=how.guard(None),
-        )
+        with how.measuring():
+            return knob_breakdown(
+                how.target,
+                best_config,
+                autotune,
+                step=how.step,
+                measurement=how.measurement(),
+                progress=how.guard(None),
+            )
     except DeadlineReached as e:
         _note(notes, f"gain by knob not measured: {e}")
         return ()

@@ -618,17 +618,19 @@ class Budget:
     """The run's time: ``timeout`` seconds from `tuners.tune`'s call, on the
     measurement's clock (injectable, as every measurement's).
 
-    Every stage runs inside it. The search keeps, from its first trial on, the time the
-    steps after it need (`reserve`: the confirmation of the top configs, and the gain
-    by knob) and starts a trial only when the trial's estimate fits in what is left;
-    a trial still measuring when the search's share has passed stops after its current
-    window. The confirmation drops its lesser candidates when it does not fit whole,
-    and is left out (no verdict) when autotune and the winner do not fit in its
-    rounds; it stops after the window that passes the timeout (then it is unconfirmed).
-    The gain by knob, the step bound and the format advice run only when their
-    estimate fits. So a run ends within the timeout plus one window: the window in
-    progress when it passed, counted with what ran before it since the previous one (a
-    fresh iterator's build and warm-up; `longest_window_s`).
+    Every stage runs inside it. The search keeps the time the steps after it need
+    (`reserve`: the confirmation of the top configs and the gain by knob when they take
+    at most `FULL_SHARE` of the timeout, else the confirmation of autotune and the
+    search's best) and starts a trial only when the trial's estimate fits in what is
+    left; a trial whose next window would not fit in the search's share stops after its
+    current window. The confirmation drops its lesser candidates when it does not fit
+    whole, and is left out (no verdict) when autotune and the winner do not fit in its
+    rounds; it stops after the window that passes the timeout (then it is
+    unconfirmed). The gain by knob, the step bound and the format advice run only when
+    their estimate fits. So a run ends within the timeout plus one window: the window
+    in progress when it passed, counted with what ran since the previous one (a fresh
+    iterator's build and warm-up) and after it until the next (the iterator's deletion,
+    which can stall TensorFlow for seconds); `longest_window_s`.
 
     The estimates come from what this run measured (each trial's windows, and its
     build and warm-up); before the first trial, from the plan's windows.
@@ -638,11 +640,6 @@ class Budget:
       clock: The measurement clock.
       plan: The trials' `tfinput.measure.windows.WindowPlan`.
     """
-
-    #: The reserve kept for the steps after the search (`settle`): the confirmation
-    #: of every candidate and the gain by knob; the confirmation of autotune and the
-    #: winner alone; nothing (the result is the search's best, unconfirmed).
-    LEVELS = ("full", "least", "none")
 
     def __init__(
         self, timeout: float | None, *, clock: Callable[[], float], plan: WindowPlan
@@ -676,10 +673,20 @@ class Budget:
         """A measurement starts: its first window counts from here."""
         self._mark = self.clock()
 
-    def window_done(self) -> None:
-        """A window ended: it counts, with what ran since the previous mark."""
+    def window_done(self) -> float:
+        """A window ended: it counts, with what ran since the previous mark; its
+        seconds so counted."""
         now = self.clock()
         self.units.append(now - self._mark)
+        self._mark = now
+        return self.units[-1]
+
+    def measurement_done(self) -> None:
+        """A measurement ended: what ran after its last window (its iterator's deletion,
+        which can stall: docs/tuning.md) counts with that window."""
+        now = self.clock()
+        if self.units:
+            self.units[-1] += now - self._mark
         self._mark = now
 
     def guard(
@@ -716,44 +723,39 @@ class Budget:
     def fresh_window_s(self) -> float:
         """A window on a fresh iterator (the confirmation's): its build and warm-up,
         then the window."""
-        overhead = statistics.median(self.overheads) if self.overheads else 0.0
-        return overhead + self.window_s()
+        return _typical(self.overheads, 0.0) + self.window_s()
 
     def trial_s(self) -> float:
         """A trial: the median measured, else the plan's windows."""
-        if self.trials:
-            return statistics.median(self.trials)
-        return self.plan.windows * self.window_s()
+        return _typical(self.trials, self.plan.windows * self.window_s())
+
+    #: How much longer than its estimate a measurement after the search is planned to
+    #: take: a fresh iterator per window costs more than a trial's share of its build
+    #: and warm-up (the deletion of the previous one, a busy host), and a confirmation
+    #: cut at the timeout confirms nothing.
+    MARGIN = 1.25
 
     def measuring_s(self, configs: int, rounds: int) -> float:
         """``configs`` measured interleaved in ``rounds`` rounds, a fresh iterator per
-        window."""
-        return configs * rounds * self.fresh_window_s()
+        window, with `MARGIN`."""
+        return self.MARGIN * configs * rounds * self.fresh_window_s()
 
     # ------------------------------------------------- the steps after the search
     def settle(self, *, configs: int, rounds: int, breakdown_configs: int) -> str | None:
-        """Before the search: the reserve it keeps for the confirmation of ``configs``
-        (autotune, the current config and the top candidates) in ``rounds`` rounds and
-        the gain by knob (``breakdown_configs`` measured with the winner; 0: none), or
-        for autotune and the winner alone, or nothing, whichever leaves a trial's
-        time; the note when it is not the whole. None without a timeout."""
+        """Before the search: what the steps after it measure, ``configs`` (autotune,
+        the current config and the top candidates) confirmed in ``rounds`` rounds and
+        the gain by knob (``breakdown_configs`` measured with the winner; 0: none), for
+        the reserve the search keeps (`reserve`); the note when the timeout cannot hold
+        even autotune and the search's best confirmed after one trial (then the search
+        keeps nothing). None without a timeout, or when it holds them."""
         self._after = (configs, rounds, breakdown_configs)
         if self.timeout is None:
             return None
-        trial = statistics.median(self.trials) if self.trials else least_trial_seconds(self.plan)
-        for level in self.LEVELS:
-            self.level = level
-            if self.left() - self.reserve() >= trial:
-                break
-        if self.level == "full":
+        trial = least_trial_seconds(self.plan)
+        least = self.measuring_s(min(configs, 2), rounds)
+        if self.left() - least >= trial:
             return None
-        least = self.measuring_s(2, rounds)
-        if self.level == "least":
-            return (
-                f"budget: the timeout of {self.timeout:g} s holds the confirmation of "
-                f"autotune and the search's best in {rounds} rounds (about {least:,.0f} s), "
-                f"not of every one of the {configs} configs{' nor the gain by knob' if breakdown_configs else ''}"
-            )
+        self.level = "none"
         return (
             f"budget: the timeout of {self.timeout:g} s leaves no time to confirm the "
             f"search's best against autotune ({rounds} rounds of 2 configs need about "
@@ -761,15 +763,26 @@ class Budget:
             "is the search's best, not confirmed; raise --timeout to confirm it"
         )
 
+    #: The largest share of the timeout the search keeps for every step after it (the
+    #: confirmation of every candidate, the gain by knob); when they need more, it keeps
+    #: what autotune and its best confirmed need, and the steps after it measure what
+    #: fits then.
+    FULL_SHARE = 0.25
+
     def reserve(self) -> float:
-        """Seconds the search keeps for the steps after it (`settle`'s level, with the
-        estimates as they are now)."""
+        """Seconds the search keeps for the steps after it, with the estimates as they
+        are now: all of them when they take at most `FULL_SHARE` of the timeout (level
+        ``full``), else the confirmation of autotune and the search's best (``least``);
+        nothing when `settle` found no room for that (``none``)."""
         configs, rounds, breakdown = self._after
-        if self.level == "full":
-            return self.measuring_s(configs, rounds) + self.measuring_s(breakdown, rounds)
-        if self.level == "least":
-            return self.measuring_s(min(configs, 2), rounds)
-        return 0.0
+        if self.level == "none":
+            return 0.0
+        full = self.measuring_s(configs, rounds) + self.measuring_s(breakdown, rounds)
+        if self.timeout is None or full <= self.FULL_SHARE * self.timeout:
+            self.level = "full"
+            return full
+        self.level = "least"
+        return self.measuring_s(min(configs, 2), rounds)
 
     def search_left(self) -> float:
         """Seconds left to the search (infinite without a timeout)."""
@@ -803,6 +816,15 @@ class Budget:
             "longest_window_s": round(max(self.units, default=0.0), 3),
             "reserve": self.level if self.timeout is not None else None,
         }
+
+
+def _typical(seconds: list[float], default: float) -> float:
+    """The median of ``seconds`` less the first (the process's first measurement also
+    pays the start of TensorFlow's runtime and the first tracing), or the first alone,
+    or ``default`` when there is none."""
+    if not seconds:
+        return default
+    return statistics.median(seconds[1:] or seconds)
 
 
 def stopped_by_timeout(*, counted: int, n_trials: int, budget: Budget) -> str | None:

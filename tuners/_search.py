@@ -229,18 +229,22 @@ class Tuning:
         """One trial: a config from the space (a baseline exactly as the user has it),
         measured under the host lock, every window reported to the pruner; not measured
         when the study measured that config already, or is measuring it (`_duplicate`).
-        A trial still measuring when the search's share of the timeout has passed stops
-        after its current window, and its value is the median of the windows it has."""
+        A trial whose next window would not fit in the search's share of the timeout
+        stops after its current window, and its value is the median of the windows it
+        has."""
         import optuna
 
         cut: list[int] = []
 
         def report(i: int, rate: float) -> bool:
-            self.budget.window_done()
+            took = self.budget.window_done()
             trial.report(rate, i)
             if trial.should_prune():
                 return True
-            if i + 1 < self.plan.windows and self.budget.search_left() < 0:
+            # The next window, as long as this one (the first also built the iterator
+            # and warmed it up: the windows measured so far, then).
+            following = took if i > 0 else self.budget.window_s()
+            if i + 1 < self.plan.windows and self.budget.search_left() < following:
                 cut.append(i + 1)
                 return True
             return False
@@ -267,6 +271,10 @@ class Tuning:
                     m = measure(
                         self.target, config, self.step, plan=self.plan, report=report, **self.clocks
                     )
+                    if m.stopped_early:  # its last window was reported: its end follows
+                        self.budget.measurement_done()
+                    else:  # the last window is not reported: it counts with its end
+                        self.budget.window_done()
                     self.budget.record(m)
                     attrs = m.to_attrs()
                     if cut:

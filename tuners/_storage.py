@@ -37,7 +37,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -616,9 +616,23 @@ def state_name(trial: optuna.trial.FrozenTrial) -> str:
     return "duplicate" if is_duplicate(trial) else trial.state.name.lower()
 
 
-def top_configs(study: optuna.Study, k: int) -> list[tuple[str, PipelineConfig]]:
+def top_configs(
+    study: optuna.Study,
+    k: int,
+    *,
+    key: Callable[[PipelineConfig], Any] = lambda config: config,
+    exclude: Sequence[PipelineConfig] = (),
+) -> list[tuple[str, PipelineConfig]]:
     """The ``k`` best distinct configs of the completed trials, as ``(name, config)``
-    (a baseline's name, or ``trial N``; autotune's trial is named by its number)."""
+    (a baseline's name, or ``trial N``; autotune's trial is named by its number).
+
+    Args:
+      study: The study.
+      k: How many.
+      key: What makes two configs the same (default: equal configs; the tuner passes
+        the pipeline they build, `tuners._space.pipeline_key`).
+      exclude: Configs left out (and those the same as them by ``key``).
+    """
     import optuna
 
     complete = [
@@ -627,14 +641,17 @@ def top_configs(study: optuna.Study, k: int) -> list[tuple[str, PipelineConfig]]
         if t.state == optuna.trial.TrialState.COMPLETE and "config" in t.user_attrs
     ]
     complete.sort(key=lambda t: t.value, reverse=True)
+    seen = {key(c) for c in exclude}
     out: list[tuple[str, PipelineConfig]] = []
     for t in complete:
-        config = PipelineConfig.from_dict(t.user_attrs["config"])
-        if all(config != c for _, c in out):
-            name = t.user_attrs.get("baseline") or f"trial {t.number}"
-            out.append((name if name != "autotune" else f"trial {t.number}", config))
         if len(out) >= k:
             break
+        config = PipelineConfig.from_dict(t.user_attrs["config"])
+        if key(config) in seen:
+            continue
+        seen.add(key(config))
+        name = t.user_attrs.get("baseline") or f"trial {t.number}"
+        out.append((name if name != "autotune" else f"trial {t.number}", config))
     return out
 
 

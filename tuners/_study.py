@@ -120,7 +120,7 @@ from tuners._search import (
     search_trials,
     study_name_for,
 )
-from tuners._space import SearchSpace
+from tuners._space import SearchSpace, pipeline_key
 from tuners._storage import (
     host_lock,
     is_interrupt,
@@ -467,7 +467,16 @@ def _confirm_and_advise(
     progress, autotune = run.progress, run.baselines["autotune"]
     elapsed = run.budget.elapsed
     t1 = elapsed()
-    candidates = top_configs(study, options.confirm_top)
+
+    # The search's best (autotune included: the result when nothing is confirmed), and
+    # the candidates confirmed against autotune: the best configs building another
+    # pipeline than autotune's and the current config's.
+    def key(config: PipelineConfig) -> str:
+        return pipeline_key(config.to_dict(), layout=run.target.layout)
+
+    best_trial = top_configs(study, 1, key=key)
+    others = [c for c in (autotune, run.current) if c is not None]
+    candidates = top_configs(study, options.confirm_top, key=key, exclude=others)
     configs = confirmation_configs(autotune, run.current, candidates)
     if len(configs) > 1:
         confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
@@ -482,7 +491,7 @@ def _confirm_and_advise(
         )
         _note(notes, f"the confirmation did not run: {confirmation_error}")
     confirm_seconds = elapsed() - t1
-    best_name, best_config = pick_winner(confirmed, candidates, autotune)
+    best_name, best_config = pick_winner(confirmed, best_trial, autotune)
     t2 = elapsed()
     contributions: tuple[Any, ...] = ()
     if options.breakdown and confirmed and best_name != "autotune":

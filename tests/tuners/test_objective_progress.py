@@ -20,6 +20,7 @@ from tfinput.measure.windows import TUNER_PLAN, WindowPlan
 from tuners import _objective, measure
 from tuners._objective import MIN_WINDOWS, TrialProgress, fit_budget, trial_line
 from tuners._report import write_outputs
+from tuners._space import SearchSpace
 from tuners._study import tune
 
 LOGGER = "tfinput.tuners"
@@ -188,10 +189,9 @@ def test_tune_records_the_target_and_sizes_trials_and_confirmation_by_it(tmp_pat
     assert "windows each of at least 0.25 s" in result.method["confirmation"]
     trials = [t for t in result.study.trials if t.user_attrs.get("window_rates")]
     assert trials and all(len(t.user_attrs["window_rates"]) == 4 for t in trials)
-    # trials: 3 x (1 warm-up + 4 windows of 4); the confirmation: 2 configs (the best
-    # two are one config, so autotune and it) x 2 windows, a fresh iterator of 1 warm-up
-    # batch + 4 each.
-    assert w.steps == 3 * (1 + 4 * 4) + 2 * 2 * (1 + 4)
+    # trials: 3 x (1 warm-up + 4 windows of 4); the confirmation: autotune and the two
+    # best other configs x 2 windows, a fresh iterator of 1 warm-up batch + 4 each.
+    assert w.steps == 3 * (1 + 4 * 4) + 3 * 2 * (1 + 4)
     paths = write_outputs(result, tmp_path, html=False)
     saved = json.loads(paths["result"].read_text())
     assert saved["method"]["window_seconds"] == 0.25
@@ -275,10 +275,10 @@ def _within(result):
 
 
 def test_tune_fits_the_windows_to_the_timeout_and_notes_it():
-    """4 trials of 4 windows of 0.25 s (4 s) in a timeout of 5.5 s that keeps about
-    2.5 s for the confirmation and the gain by knob: 3 windows each."""
+    """4 trials of 4 windows of 0.25 s (4 s) in a timeout of 4.25 s that keeps 1.25 s
+    for the confirmation (2 configs, 2 rounds, and the margin): 3 windows each."""
     w = FakeWorkload(lambda config: SLOW, wobble=0.0)
-    result = w.tune(n_trials=4, windows=4, window_seconds=0.25, timeout=5.5)
+    result = w.tune(n_trials=4, windows=4, window_seconds=0.25, timeout=4.25)
     assert result.warnings[0] == (
         "budget: 4 trials of 4 windows of at least 0.25 s need 4 s, more than the 3 s of "
         "the timeout left to the search: each trial measures 3 windows instead"
@@ -289,20 +289,28 @@ def test_tune_fits_the_windows_to_the_timeout_and_notes_it():
     _within(result)
 
 
-def test_the_timeout_bounds_the_search_and_the_confirmation():
-    """30 trials of 4 windows of 0.25 s cannot fit in 8 s: the search stops when one
-    more trial would eat into the time kept for the confirmation, and the whole run,
-    confirmation and gain by knob included, ends within the timeout plus one window
-    (the run's own accounting on the measurement clock)."""
+#: A space of 40 configs: the search does not run out of new ones before the timeout.
+WIDE = SearchSpace(choices={"map_parallelism": (1, 2, 3, 4), "prefetch": tuple(range(10))})
+
+
+@pytest.mark.parametrize(
+    ("timeout", "reserve"), [(30.0, "full"), (8.0, "least")], ids=["full", "least"]
+)
+def test_the_timeout_bounds_the_search_and_the_confirmation(timeout, reserve):
+    """30 trials of 4 windows of 0.25 s cannot fit: the search stops when one more
+    trial would eat into the time kept for the steps after it (all of them in 30 s;
+    in 8 s, where they would take more than a quarter, the confirmation of autotune and
+    the search's best), and the whole run ends within the timeout plus one window (the
+    run's own accounting on the measurement clock)."""
     w = FakeWorkload(lambda c: SLOW * (0.5 if c.map_parallelism == 1 else 1.0), wobble=0.02)
-    result = w.tune(n_trials=30, windows=4, window_seconds=0.25, timeout=8.0)
+    result = w.tune(n_trials=30, windows=4, window_seconds=0.25, space=WIDE, timeout=timeout)
     budget = _within(result)
-    assert budget["reserve"] == "full" and budget["elapsed_s"] > 4.0  # the search's share used
+    assert budget["reserve"] == reserve and budget["elapsed_s"] > timeout / 2
     counted = result.trials.get("complete", 0) + result.trials.get("pruned", 0)
     (note,) = [n for n in result.warnings if n.startswith("the search stopped after")]
     assert re.fullmatch(
-        rf"the search stopped after {counted} of 30 trials to end within the timeout of 8 s, "
-        r"keeping about \d s for the confirmation",
+        rf"the search stopped after {counted} of 30 trials to end within the timeout of "
+        rf"{timeout:g} s, keeping about \d s for the confirmation",
         note,
     ), note
     assert result.confirmed and result.beats_autotune is not None  # confirmed: a verdict
@@ -330,19 +338,19 @@ def test_a_trial_still_measuring_when_the_search_time_is_up_stops_after_its_wind
 
 def test_a_timeout_with_no_room_to_confirm_gives_no_verdict_and_says_why():
     """Two trials of 3 windows of 1 s fit in 7 s, but not autotune and the best
-    measured again in 3 rounds (about 6 s): the confirmation is left out, and no
-    verdict claims a comparison that did not happen."""
+    measured again in 3 rounds (about 8 s, with the margin): the confirmation is left
+    out, and no verdict claims a comparison that did not happen."""
     w = FakeWorkload(lambda config: SLOW, wobble=0.0)
     result = w.tune(
         n_trials=30, windows=4, window_seconds=1.0, confirm_windows=3, breakdown=False, timeout=7.0
     )
     assert result.warnings[0].startswith(
         "budget: the timeout of 7 s leaves no time to confirm the search's best against "
-        "autotune (3 rounds of 2 configs need about 6 s after a trial of about 3 s)"
+        "autotune (3 rounds of 2 configs need about 8 s after a trial of about 3 s)"
     )
     assert result.confirmed == () and result.beats_autotune is None
     assert result.confirmation_error.startswith(
-        "the confirmation was left out: autotune and heuristic in 3 rounds need about 6 s, "
+        "the confirmation was left out: autotune and heuristic in 3 rounds need about 8 s, "
         "and 1 s of the timeout of 7 s are left"
     )
     assert result.verdicts[0] == (

@@ -304,6 +304,11 @@ def test_top_configs_are_distinct_and_best_first(study):
         ("trial 0", PipelineConfig()),  # autotune's trial is named by its number
     ]
     assert top_configs(study, 1) == top[:1]
+    # The candidates confirmed against autotune leave autotune out (and, by ``key``,
+    # what builds the same pipeline).
+    assert top_configs(study, 3, exclude=[PipelineConfig()]) == top[:1]
+    same_batch = top_configs(study, 3, key=lambda c: c.batch_size, exclude=[PipelineConfig()])
+    assert same_batch == top[:1]
 
 
 def test_summarize_trials_one_row_per_trial(study):
