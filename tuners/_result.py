@@ -138,28 +138,30 @@ def _json(data: dict[str, object]) -> str:
 
 
 def write_whole(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all: into a hidden file beside it,
-    flushed to disk, then renamed over it. ``path``'s folder is made if missing. A
-    full disk (or any error) leaves ``path`` as it was and no partial file.
+    """Write ``text`` to ``path`` whole or not at all: into a hidden file beside it
+    (``.NAME.tfinput-staging-PID``, with the mode the umask gives), flushed to disk, then
+    renamed over it. ``path``'s folder is made if missing. A full disk (or any error,
+    Ctrl-C included) leaves ``path`` as it was and no partial file.
 
     Raises:
       OutputError: the file cannot be written, naming it and the reason.
     """
     import os
-    import tempfile
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, staged = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    staged = path.with_name(f".{path.name}.tfinput-staging-{os.getpid()}")
     try:
-        with os.fdopen(fd, "w") as f:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(staged, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(staged, path)
-    except OSError as e:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(staged)
-        raise OutputError(path, e, size=len(text.encode())) from e
+        if isinstance(e, OSError):
+            raise OutputError(path, e, size=len(text.encode())) from e
+        raise
     return path
 
 

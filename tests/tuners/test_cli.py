@@ -292,11 +292,12 @@ def _wait_for_line(log_path, prefix, proc, deadline):
     return seen
 
 
-def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None, trials=1):
+def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None, trials=1, started=None):
     """A real ``tfinput tune ARGV`` in its own process group, sent SIGINT (as Ctrl-C
     sends it to the terminal's foreground group) once ``trials`` trial lines are
-    printed, and again once a line starting with ``again_after`` is printed: ``(exit
-    code, stderr lines, trial lines before Ctrl-C)``."""
+    printed, and again once a line starting with ``again_after`` is printed (``started``
+    is called with the process first): ``(exit code, stderr lines, trial lines before
+    Ctrl-C)``."""
     # A suite run in the background of a non-interactive shell ignores SIGINT, and its
     # children would inherit that: the tune gets Ctrl-C as a terminal's command does.
     ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
@@ -316,6 +317,8 @@ def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None, trials=
         if ignored:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        if started is not None:
+            started(proc)
         deadline = time.monotonic() + 240
         seen = _wait_for_line(log_path, "trial ", proc, deadline)
         while 0 < len(seen) < trials and proc.poll() is None and time.monotonic() < deadline:
@@ -377,12 +380,16 @@ def test_cli_ctrl_c_writes_the_completed_trials_and_says_how_to_keep_them(cli_ar
 def test_cli_a_second_ctrl_c_while_the_trials_are_written_exits_at_once(cli_args, tmp_path):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    os.mkfifo(out_dir / "result.json")  # writing it blocks (no reader): Ctrl-C lands there
+
+    def block_the_write(proc):  # result.json is staged in this file, a pipe no one reads
+        os.mkfifo(out_dir / f".result.json.tfinput-staging-{proc.pid}")
+
     argv = [*cli_args, "--n-trials", "30", "--step", "simulated", "--device-time-ms", "100"]
     code, lines, _ = _tune_until_a_trial_then_ctrl_c(
         [*argv, "--out", out_dir],
         tmp_path / "tune.log",
         again_after="tfinput tune: interrupted during the search",
+        started=block_the_write,
     )
     assert code == 130 and "Traceback" not in "\n".join(lines), lines
     assert lines[-1] == "tfinput: interrupted"

@@ -396,6 +396,27 @@ def test_a_study_locked_by_another_writer_ends_with_the_trials_done(tmp_path, mo
     assert data["best_trial"]["confirmed"] is False
 
 
+def test_a_study_locked_before_it_opens_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuners_storage, "SQLITE_BUSY_TIMEOUT_S", 1)
+    db = tmp_path / "study.db"
+    work = FakeWorkload(rate_by_parallelism)
+    kwargs = dict(storage=str(db), study_name="locked", lock_path=str(tmp_path / "lock"))
+    work.tune(n_trials=2, **kwargs)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StudyLockedError) as raised:
+            work.tune(n_trials=4, **kwargs)
+    finally:
+        holder.close()
+    assert str(raised.value) == (
+        f"the study database {db} is locked: another writer held it for more than 1 s while "
+        "the study was opened (SQLite lets one process write at a time)"
+    )
+    assert raised.value.stage == "open" and raised.value.trials == []
+    assert work.tune(n_trials=4, **kwargs).trials["complete"] >= 2  # the lock gone: resumed
+
+
 def test_with_the_tuner_logger_at_debug_every_failure_has_its_traceback(tmp_path, caplog):
     work = FakeWorkload(rate_by_parallelism, fail=_always_raise())
     with caplog.at_level(logging.DEBUG, logger="tfinput.tuners"), pytest.raises(TrialsFailedError):
