@@ -99,7 +99,8 @@ class ConfirmOptions:
     """What happens after the search: the confirmation and the advice.
 
     Attributes:
-      confirm_top: Distinct best configs re-measured against ``autotune``.
+      confirm_top: The best configs of the search re-measured against ``autotune``:
+        distinct pipelines, other than autotune's and the current config's.
       confirm_windows: Interleaved windows per config in the confirmation.
       breakdown: When the winner differs from autotune, measure the gain by knob
         group (`tuners._advice.knob_breakdown`: one more confirmation's worth of
