@@ -42,6 +42,7 @@ from tuners._storage import (
     measured_twin,
     open_study,
     requeue_dead_workers,
+    state_name,
     summarize_trials,
     tag_worker,
     taken_configs,
@@ -279,8 +280,8 @@ class Tuning:
                     attrs = m.to_attrs()
                     if cut:
                         attrs["windows_cut_by_timeout"] = f"{cut[0]} of {self.plan.windows}"
-                    for key, value in attrs.items():
-                        trial.set_user_attr(key, value)
+                    for attr, value in attrs.items():
+                        trial.set_user_attr(attr, value)
         except KeyboardInterrupt as interrupt:
             self._interrupted(trial, interrupt)
             raise
@@ -317,8 +318,6 @@ class Tuning:
         The nearest config of the space that the study holds nowhere is enqueued instead
         (the next trial, of any worker, measures it); when there is none, every config
         of the space is measured and the search stops."""
-        from tuners._storage import state_name
-
         study = trial.study
         trial.set_user_attr("duplicate_of", twin.number)
         taken = taken_configs(study, self._planned_key)
@@ -329,7 +328,10 @@ class Tuning:
             lambda p: self._key(self.space.config(p, self.base).to_dict()) in taken,
             rng,
         )
-        what = f"trial {trial.number}: not measured, its config is trial {twin.number}'s ({state_name(twin)})"
+        what = (
+            f"trial {trial.number}: not measured, its config is trial {twin.number}'s "
+            f"({state_name(twin)})"
+        )
         if instead is not None:
             study.enqueue_trial(instead, user_attrs={"instead_of": trial.number})
             changed = ", ".join(

@@ -65,6 +65,7 @@ __all__ = [
     "pid_namespace",
     "redact",
     "requeue_dead_workers",
+    "sqlite_busy_timeout",
     "sqlite_path",
     "state_counts",
     "state_name",
@@ -87,6 +88,11 @@ HEARTBEAT_INTERVAL = 5
 GRACE_PERIOD = 15
 #: How long a write to a SQLite study waits for another writer (Python's default: 5 s).
 SQLITE_BUSY_TIMEOUT_S = 60
+
+
+def sqlite_busy_timeout() -> float:
+    """`SQLITE_BUSY_TIMEOUT_S`, as set now: how long a SQLite study's writes wait."""
+    return SQLITE_BUSY_TIMEOUT_S
 
 
 def make_storage(
@@ -129,7 +135,7 @@ def make_storage(
         # (Python's default: 5 s). On a loaded host the heartbeat thread, the trials and
         # the other workers of a shared study can hold a write longer than that, and a
         # shorter wait fails the run with "database is locked".
-        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+        engine_kwargs = {"connect_args": {"timeout": sqlite_busy_timeout()}}
         return _rdb_storage(url, engine_kwargs=engine_kwargs, **heartbeats)
     if text.endswith((".log", ".journal", ".jsonl")):
         from optuna.storages.journal import JournalFileBackend, JournalStorage

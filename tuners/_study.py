@@ -68,13 +68,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import tuners._storage as _storage_module
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
 from tfinput.measure.target import Measurable, Target
 from tfinput.measure.windows import TUNER_PLAN, WindowPlan
 from tfinput.options import check_counts
 from tfinput.steps import Step
+from tuners._advice import KNOB_GROUPS
 from tuners._confirm import (
     Remeasure,
     advice_sentences,
@@ -126,6 +126,7 @@ from tuners._storage import (
     is_interrupt,
     is_locked,
     make_storage,
+    sqlite_busy_timeout,
     sqlite_path,
     state_counts,
     stop_heartbeats,
@@ -329,8 +330,6 @@ def _fit_to_budget(
     """Settle what the search keeps of the timeout for the steps after it, and fit the
     trials' windows in the rest (`tuners._objective.fit_budget`): the run's plan, and
     the notes that say what was changed."""
-    from tuners._advice import KNOB_GROUPS
-
     budget, notes = run.budget, []
     searched = set(run.space.searched)
     groups = sum(1 for knobs in KNOB_GROUPS.values() if searched & set(knobs))
@@ -361,7 +360,7 @@ def _locked(
         path=sqlite_path(kept.storage) or str(storage_label(kept.storage)),
         study_name=study.study_name if study is not None else str(kept.study_name),
         stage=stage,
-        waited=_storage_module.SQLITE_BUSY_TIMEOUT_S,
+        waited=sqlite_busy_timeout(),
         trials=[rows[n] for n in sorted(rows)],
     )
 
