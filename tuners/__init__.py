@@ -25,6 +25,7 @@ __all__ = [
     "TuneResult",
     "TrialsFailedError",
     "TuneInterrupted",
+    "StudyLockedError",
     "resume_record",
     "SearchSpace",
     "Measurement",
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuners._objective import Measurement as Measurement
     from tuners._objective import NoiseAwarePruner as NoiseAwarePruner
     from tuners._objective import measure as measure
+    from tuners._result import StudyLockedError as StudyLockedError
     from tuners._result import TrialsFailedError as TrialsFailedError
     from tuners._result import TuneInterrupted as TuneInterrupted
     from tuners._result import TuneResult as TuneResult
@@ -67,7 +69,13 @@ def __getattr__(name: str) -> object:
             import tuners._study as module
         case "TuneOptions" | "SearchOptions" | "StudyOptions" | "MeasureOptions" | "ConfirmOptions":
             import tuners.options as module
-        case "TuneResult" | "resume_record" | "TrialsFailedError" | "TuneInterrupted":
+        case (
+            "TuneResult"
+            | "resume_record"
+            | "TrialsFailedError"
+            | "TuneInterrupted"
+            | "StudyLockedError"
+        ):
             import tuners._result as module
         case "make_storage":
             import tuners._storage as module

@@ -44,6 +44,7 @@ __all__ = [
     "FormatAdvice",
     "KnobContribution",
     "beats_autotune",
+    "paired_text",
     "input_verdict",
     "STEP_BOUND_PLAN",
     "step_bound",
@@ -96,14 +97,27 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
       in a confirmation of nine rounds or more, its median ratio is above 1 and no
       more rounds are at or below 1 than `rounds_allowed_below` allows (the same
       chance of a false win as five rounds all above 1);
-      False otherwise, with "keep autotune"; None when nothing was confirmed, or
-      when the winner was confirmed in one round only (one ratio has no spread).
+      False otherwise, with "keep autotune" (the sentence names only configs that were
+      confirmed); None when nothing was confirmed, when autotune was the only config
+      confirmed (nothing was compared with it), or when the winner was confirmed in one
+      round only (one ratio has no spread).
     """
     if not confirmed:
         return None, "not confirmed against autotune: no verdict"
     best = confirmed[0]
-    if best.name == "autotune" or best.ratio is None:
-        return False, f"{KEEP_AUTOTUNE}: no config beat it in the confirmation"
+    others = [c.name for c in confirmed if c.name != "autotune"]
+    if not others:
+        return None, (
+            "no verdict: autotune was the only config confirmed; no other config was "
+            "measured against it"
+        )
+    if best.name == "autotune":
+        return False, (
+            f"{KEEP_AUTOTUNE}: it measured best in the confirmation, ahead of "
+            f"{', '.join(others)} (paired ratio, round by round)"
+        )
+    if best.ratio is None:
+        return None, f"no verdict: {best.name} was not measured in autotune's rounds"
     low, high = best.ratio_min, best.ratio_max
     if len(best.windows) == 1:
         return None, (
@@ -111,7 +125,7 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
             f"{best.ratio:.2f}x autotune from the noise (confirm with --confirm-windows 3 "
             "or more)"
         )
-    spread = f"{best.ratio:.2f}x autotune, rounds {low:.2f}x-{high:.2f}x"
+    spread = f"{paired_text(best)}, rounds {low:.2f}x-{high:.2f}x"
     if best.ratio < MIN_GAIN and low is not None and low > 1.0:
         return False, (
             f"{KEEP_AUTOTUNE}: {best.name} measured faster in every round, but only "
@@ -129,6 +143,13 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
     return False, (
         f"{KEEP_AUTOTUNE}: {best.name}'s gain is within the noise ({spread}; the spread includes 1)"
     )
+
+
+def paired_text(stats: ConfigStats) -> str:
+    """``1.07x autotune paired``: the median, over the confirmation's rounds, of the
+    config's examples/s over autotune's in the same round (what the verdict reads; the
+    median examples/s is another figure, and can order two configs otherwise)."""
+    return f"{stats.ratio:.2f}x autotune paired"
 
 
 #: The least confirmed ratio to autotune called a win: a config that is faster in

@@ -2,24 +2,35 @@
 and the format advice.
 
 The top configs of the search are measured again, interleaved window by window with
-``autotune`` (and the current config) by `tfinput.measure.compare.measure`, and the winner is the
-best *confirmed* median. If the confirmation raises, it is run once more; if it fails
-again, the winner is the best trial of the search, unconfirmed. The step bound, the gain
-by knob and the format advice are extras: when one raises it is left out with a note.
-Every failure is logged and added to ``notes`` (`tuners.TuneResult.warnings`).
+``autotune`` (and the current config) by `tfinput.measure.compare.measure`, and the
+winner is the config with the best *paired ratio* to autotune: the median, over the
+rounds, of its examples/s over autotune's in the same round (`rank`), the figure the
+verdict is taken on; the median examples/s over the rounds is reported beside it. If the
+confirmation raises, it is run once more; if it fails again, the winner is the best
+trial of the search, unconfirmed. The step bound, the gain by knob and the format advice
+are extras: when one raises it is left out with a note. Every failure is logged and
+added to ``notes`` (`tuners.TuneResult.warnings`).
+
+Within a timeout (`tuners._objective.Budget`) each step is sized to what is left: the
+confirmation drops its lesser candidates, then the current config, and is left out
+when autotune and the search's best do not fit in its rounds (fewer rounds would
+weaken the verdict); the extras run only when their estimate fits; a measurement still
+running when the timeout passes stops after its window.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Target
 from tfinput.steps import Step
+from tuners._objective import Budget, DeadlineReached
 from tuners._storage import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,6 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Remeasure",
+    "rank",
+    "fit_confirmation",
     "confirmation_configs",
     "confirm",
     "confirm_longer",
@@ -63,6 +76,7 @@ class Remeasure:
         in place of the plan's.
       cpu_count: Cores the numbers are normalized to.
       clocks: ``clock`` / ``cpu_clock`` overrides (`MeasureOptions.clocks`).
+      budget: The run's time (None: no limit).
     """
 
     target: Target
@@ -71,6 +85,33 @@ class Remeasure:
     windows: int
     cpu_count: int
     clocks: Mapping[str, Callable[[], float]] = dataclasses.field(default_factory=dict)
+    budget: Budget | None = None
+
+    def cost(self, configs: int, windows: int | None = None) -> float:
+        """Estimated seconds of ``configs`` measured interleaved (0 without a budget)."""
+        if self.budget is None:
+            return 0.0
+        return self.budget.measuring_s(configs, self.windows if windows is None else windows)
+
+    def fits(self, seconds: float) -> bool:
+        """Whether ``seconds`` fit in what is left of the timeout (always, without one)."""
+        return self.budget is None or self.budget.fits(seconds)
+
+    def guard(self, progress: Callable[[int, int, Any], None] | None) -> Any:
+        """``progress`` that also counts windows and stops at the timeout."""
+        return progress if self.budget is None else self.budget.guard(progress)
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        """Around an interleaved measurement: its windows count from its start, and what
+        runs after its last one (an iterator's deletion) counts with it."""
+        if self.budget is not None:
+            self.budget.mark()
+        try:
+            yield
+        finally:
+            if self.budget is not None:
+                self.budget.measurement_done()
 
     def measurement(self) -> MeasureOptions:
         """The `MeasureOptions` of `tfinput.measure.compare.measure`, `tuners._advice.step_bound`
@@ -100,6 +141,57 @@ def confirmation_configs(
     return configs
 
 
+def rank(stats: ConfigStats, autotune: ConfigStats | None = None) -> tuple[float, float]:
+    """The order of the confirmed configs, best first when sorted in reverse: the paired
+    ratio to autotune (the median of the per-round ratios, 1 for autotune itself: what
+    the verdict reads), then the median examples/s. A config measured without
+    autotune's rounds ranks by its median's ratio to autotune's median."""
+    ratio = stats.ratio
+    if ratio is None:
+        ratio = stats.median / autotune.median if autotune and autotune.median else 0.0
+    return ratio, stats.median
+
+
+def ranked(stats: Sequence[ConfigStats]) -> list[ConfigStats]:
+    """``stats`` best first (`rank`)."""
+    autotune = next((c for c in stats if c.name == "autotune"), None)
+    return sorted(stats, key=lambda c: rank(c, autotune), reverse=True)
+
+
+def fit_confirmation(
+    how: Remeasure, configs: Mapping[str, PipelineConfig]
+) -> tuple[dict[str, PipelineConfig], str | None]:
+    """``configs`` less what does not fit in the timeout: the lesser candidates first,
+    then the current config; ``({}, why)`` when autotune and the search's best do not
+    fit in the confirmation's rounds (never fewer rounds: the verdict's chance of a
+    false win depends on them). ``(configs, None)`` when all fit."""
+    kept = dict(configs)
+    if how.fits(how.cost(len(kept))):
+        return kept, None
+    names = [n for n in kept if n not in ("autotune", "current")]
+    if not names:
+        return kept, None
+    dropped = []
+    for name in [*reversed(names[1:]), "current"]:
+        if name in kept and not how.fits(how.cost(len(kept))):
+            del kept[name]
+            dropped.append(name)
+    budget = how.budget
+    assert budget is not None
+    left = max(0.0, budget.left())
+    if not how.fits(how.cost(len(kept))):
+        return {}, (
+            f"the confirmation was left out: autotune and {names[0]} in {how.windows} "
+            f"rounds need about {how.cost(2):,.0f} s, and {left:,.0f} s of the timeout of "
+            f"{budget.timeout:g} s are left; the result is the search's best, not confirmed "
+            "against autotune (raise --timeout)"
+        )
+    return kept, (
+        f"the confirmation measures {', '.join(kept)} ({how.cost(len(kept)):,.0f} s of the "
+        f"{left:,.0f} s of the timeout left), not {', '.join(reversed(dropped))}"
+    )
+
+
 def confirm(
     how: Remeasure,
     configs: Mapping[str, PipelineConfig],
@@ -109,12 +201,22 @@ def confirm(
 ) -> tuple[list[ConfigStats], str | None]:
     """Measure ``configs`` interleaved, ratios to ``autotune``; one retry on error.
 
+    Within a timeout, only what fits is measured (`fit_confirmation`), and a
+    confirmation still running when the timeout passes stops after its window (then
+    nothing is confirmed).
+
     Returns:
-      ``(confirmed, error)``: the configs' `tfinput.measure.stats.ConfigStats`, best median
-      first, and None; or ``([], why)`` when both attempts raised.
+      ``(confirmed, error)``: the configs' `tfinput.measure.compare.ConfigStats`, best
+      first (`rank`), and None; or ``([], why)`` when both attempts raised, or the
+      timeout left no room for them.
     """
     from tfinput.measure import compare
 
+    configs, fitted = fit_confirmation(how, configs)
+    if fitted is not None:
+        _note(notes, fitted)
+    if not configs:
+        return [], fitted
     if progress is not None:
         progress("confirm", {"configs": list(configs), "windows": how.windows})
 
@@ -132,20 +234,28 @@ def confirm(
 
     error = None
     for attempt in (1, 2):
+        if attempt == 2 and not how.fits(how.cost(len(configs))):
+            _note(notes, "the confirmation was not run again: it does not fit in the timeout")
+            break
         try:
-            result = compare.measure(
-                how.target,
-                configs,
-                step=how.step,
-                baseline="autotune",
-                progress=on_window,
-                measurement=how.measurement(),
-            )
+            with how.measuring():
+                result = compare.measure(
+                    how.target,
+                    configs,
+                    step=how.step,
+                    baseline="autotune",
+                    progress=how.guard(on_window),
+                    measurement=how.measurement(),
+                )
+        except DeadlineReached as e:
+            error = f"the confirmation {e}"
+            _note(notes, f"{error}: nothing confirmed")
+            break
         except Exception as e:  # a transient step error, out of memory...
             error = explain_failure(how.target, e)
             _note(notes, f"confirmation attempt {attempt} of 2 failed: {error}")
             continue
-        return sorted(result.results, key=lambda c: c.median, reverse=True), None
+        return ranked(result.results), None
     return [], error
 
 
@@ -175,6 +285,15 @@ def confirm_longer(
     keep = ("autotune", "current", best.name)
     configs = {c.name: c.config for c in confirmed if c.name in keep}
     rounds = 2 * how.windows
+    if not how.fits(how.cost(len(configs), rounds)):
+        _note(
+            notes,
+            f"confirmation: {best.name} measured {best.ratio:.2f}x autotune paired, rounds "
+            f"{best.ratio_min:.2f}x-{best.ratio_max:.2f}x, which cannot tell; measuring it "
+            f"again in {rounds} rounds (about {how.cost(len(configs), rounds):,.0f} s) does "
+            "not fit in the timeout, so the first confirmation stands",
+        )
+        return list(confirmed)
     again, error = confirm(
         dataclasses.replace(how, windows=rounds), configs, progress=progress, notes=notes
     )
@@ -183,7 +302,7 @@ def confirm_longer(
         return list(confirmed)
     _note(
         notes,
-        f"confirmation: {best.name} measured {best.ratio:.2f}x autotune, rounds "
+        f"confirmation: {best.name} measured {best.ratio:.2f}x autotune paired, rounds "
         f"{best.ratio_min:.2f}x-{best.ratio_max:.2f}x, which cannot tell; it and autotune "
         f"were measured again in {rounds} rounds, and those decide",
     )
@@ -231,6 +350,13 @@ def revert_hurting_groups(
     reverted_name = "autotune" if reverted == autotune else f"{name} with {groups} at autotune"
     configs = {c.name: c.config for c in confirmed if c.name in ("autotune", "current", name)}
     configs = {"autotune": autotune, **configs, reverted_name: reverted}
+    if not how.fits(how.cost(len(configs))):
+        _note(
+            notes,
+            f"the winner with {groups} reverted was not measured: about "
+            f"{how.cost(len(configs)):,.0f} s do not fit in the timeout; kept {name}",
+        )
+        return name, config, list(confirmed), tuple(contributions)
     again, error = confirm(how, configs, progress=progress, notes=notes)
     if not again:
         _note(notes, f"the winner with {groups} reverted was not confirmed ({error}): kept {name}")
@@ -242,9 +368,9 @@ def revert_hurting_groups(
         _note(
             notes,
             f"{groups}: slower in every round of the gain breakdown, so reverted to "
-            f"autotune's values; the reverted config measured {kept.median:,.0f} examples/s "
-            f"against the search's winner's {other.median:,.0f} in the same windows, and "
-            "replaces it",
+            f"autotune's values; the reverted config measured {_paired(kept)} (median "
+            f"{kept.median:,.0f} examples/s) against the search's winner's {_paired(other)} "
+            f"(median {other.median:,.0f}) in the same windows, and replaces it",
         )
     flags = {c.group: best.name == reverted_name for c in hurting}
     updated = tuple(
@@ -254,18 +380,30 @@ def revert_hurting_groups(
     return best.name, best.config, again, updated
 
 
+def _paired(stats: ConfigStats) -> str:
+    """``1.12x autotune paired`` (the median of the per-round ratios), or the median
+    examples/s when there is no ratio."""
+    if stats.ratio is None:
+        return f"{stats.median:,.0f} examples/s"
+    return f"{stats.ratio:.2f}x autotune paired"
+
+
 def verdicts(
     how: Remeasure,
     confirmed: Sequence[ConfigStats],
     best_config: PipelineConfig,
     *,
     notes: list[str],
+    unconfirmed: str | None = None,
 ) -> dict[str, object]:
     """The `TuneResult` verdict fields: beats autotune, input wait (measured, or from
-    the step bound when the step owns the loop) and their sentences."""
+    the step bound when the step owns the loop) and their sentences; ``unconfirmed``:
+    why nothing was confirmed, said in the verdict."""
     from tuners._advice import beats_autotune, input_verdict, step_bound_stats
 
     beats, beats_text = beats_autotune(confirmed)
+    if not confirmed and unconfirmed:
+        beats_text = f"no verdict: not confirmed against autotune ({unconfirmed})"
     wait = source = bound = None
     input_only = isinstance(how.step, Step) and how.step.kind == "input_only"
     input_bound, input_text = input_verdict(None, input_only=input_only)
@@ -279,6 +417,8 @@ def verdicts(
                 if w.wait_seconds is not None and w.seconds > 0
             ]
             input_bound, input_text = input_verdict(waits or [wait], input_only=input_only)
+        elif not how.fits(how.cost(1)):
+            _note(notes, how.budget.skipped("step bound", how.cost(1)))
         else:
             try:
                 bound_stats = step_bound_stats(
@@ -313,25 +453,58 @@ def gain_by_knob(
     progress: Progress | None,
     notes: list[str],
 ) -> tuple[KnobContribution, ...]:
-    """`tuners._advice.knob_breakdown` of the winner; empty, with a note, if it raises."""
-    from tuners._advice import knob_breakdown
+    """`tuners._advice.knob_breakdown` of the winner; empty, with a note, if it raises
+    or does not fit in the timeout."""
+    from tuners._advice import differing_groups, knob_breakdown
 
+    configs = 1 + len(differing_groups(best_config, autotune, target=how.target))
+    if not how.fits(how.cost(configs)):
+        _note(notes, how.budget.skipped("gain by knob", how.cost(configs)))
+        return ()
     if progress is not None:
         progress("breakdown", {"windows": how.windows})
     try:
-        return knob_breakdown(
-            how.target, best_config, autotune, step=how.step, measurement=how.measurement()
-        )
+        with how.measuring():
+            return knob_breakdown(
+                how.target,
+                best_config,
+                autotune,
+                step=how.step,
+                measurement=how.measurement(),
+                progress=how.guard(None),
+            )
+    except DeadlineReached as e:
+        _note(notes, f"gain by knob not measured: {e}")
+        return ()
     except Exception as e:  # the breakdown is extra: never lose the result for it
         _note(notes, f"gain by knob not measured: {explain_failure(how.target, e)}")
         return ()
 
 
-def winner_roofline(how: Remeasure, best_config: PipelineConfig, *, notes: list[str]) -> Any | None:
+#: Fresh-iterator windows the roofline of the winner is estimated to take (two short
+#: windows per stage), and the format advice (the conversion of a sample, then three
+#: rounds of two configs), for the timeout: each runs only when its estimate fits.
+ROOFLINE_WINDOWS = 8
+FORMAT_ADVICE_WINDOWS = 12
+
+
+def winner_roofline(
+    how: Remeasure,
+    best_config: PipelineConfig,
+    *,
+    notes: list[str],
+    progress: Progress | None = None,
+) -> Any | None:
     """A short `tfinput.measure.roofline` with the winner's serial stage (``winner``), read
-    by the format advice and `serial_sentence`; None, with a note, if it raises."""
+    by the format advice and `serial_sentence`; None, with a note, if it raises or does
+    not fit in the timeout."""
     from tuners._columnar_advice import quick_roofline
 
+    if not how.fits(how.cost(ROOFLINE_WINDOWS, 1)):
+        _note(notes, how.budget.skipped("roofline", how.cost(ROOFLINE_WINDOWS, 1)))
+        return None
+    if progress is not None:
+        progress("roofline", {})
     try:
         return quick_roofline(
             how.target.pipeline,
@@ -376,6 +549,9 @@ def winner_format_advice(
     None, with a note, if it raises."""
     from tuners._advice import format_advice
 
+    if not how.fits(how.cost(FORMAT_ADVICE_WINDOWS, 1)):
+        _note(notes, how.budget.skipped("format advice", how.cost(FORMAT_ADVICE_WINDOWS, 1)))
+        return None
     if progress is not None:
         progress("format_advice", {})
     try:

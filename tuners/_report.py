@@ -1,6 +1,7 @@
 """Tuning reports: a terminal table, a self-contained HTML page, and JSON files.
 
-`write_outputs` writes, into one directory:
+`write_outputs` writes, into one directory, each file whole or not at all (staged
+beside it, flushed to disk, renamed into place), the small ones first:
 
 - ``best_config.json``: ``{"config": {...}, "fingerprint": ..., "method": ..., ...}``,
   loadable with ``PipelineConfig.from_json`` and so by ``build(config=...)``;
@@ -22,18 +23,20 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tuners._result import TuneResult
+from tuners._result import OutputError, TuneResult, write_whole
 from tuners._storage import summarize_trials
 
 __all__ = [
     "print_summary",
     "measured_best_text",
+    "ranking_notes",
     "saved_config_line",
     "verdict_lines",
     "write_html",
     "importances_left_out",
     "write_outputs",
     "has_plotly",
+    "outputs_size",
     "NO_PLOTLY",
 ]
 
@@ -62,8 +65,11 @@ def print_summary(result: TuneResult, console: Any) -> None:
     """The before/after table and what changed, on a rich console."""
     from rich.table import Table
 
-    t = Table(title=f"Confirmed throughput (step: {result.step.get('name')}), examples/s")
-    for col in ("config", "median", "min-max", "CV", "vs autotune (range)"):
+    t = Table(
+        title=f"Confirmed throughput (step: {result.step.get('name')}), ranked by the paired "
+        "ratio to autotune"
+    )
+    for col in ("config", "median examples/s", "min-max", "CV", PAIRED_COLUMN):
         t.add_column(col, justify="left" if col == "config" else "right")
     for c in result.confirmed:
         ratio = "" if c.ratio is None else f"{c.ratio:.2f}x ({c.ratio_min:.2f}-{c.ratio_max:.2f})"
@@ -76,6 +82,9 @@ def print_summary(result: TuneResult, console: Any) -> None:
             ratio,
         )
     console.print(t)
+    console.print(PAIRED_MEANS, markup=False)
+    for line in ranking_notes(result):
+        console.print(line, markup=False)
     auto = next((c for c in result.confirmed if c.name == "autotune"), None)
     measured = result.measured_best
     if auto is not None and measured is not None:
@@ -124,15 +133,59 @@ def print_summary(result: TuneResult, console: Any) -> None:
         )
 
 
+#: The confirmation table's last column, and what it means (printed under the table).
+PAIRED_COLUMN = "paired ratio to autotune (rounds)"
+PAIRED_MEANS = (
+    "paired ratio: each round's examples/s over autotune's in the same round, the median "
+    "of the rounds (the range in brackets); it ranks the configs and the verdict reads "
+    "it. median examples/s: over the rounds, each config on its own"
+)
+
+
+def ranking_notes(result: TuneResult) -> list[str]:
+    """Where the two figures of the confirmation order configs otherwise, said: a config
+    above autotune by its paired ratio but below it by its median examples/s (or the
+    other way), and a config with a higher median than the one ranked first."""
+    confirmed = list(result.confirmed)
+    auto = next((c for c in confirmed if c.name == "autotune"), None)
+    notes = []
+    if auto is not None:
+        for c in confirmed:
+            if c is auto or c.ratio is None or c.ratio == 1.0 or c.median == auto.median:
+                continue
+            if (c.ratio > 1.0) != (c.median > auto.median):
+                side = "below" if c.median < auto.median else "above"
+                notes.append(
+                    f"{c.name}: {c.ratio:.2f}x autotune paired, while its median "
+                    f"examples/s, {c.median:,.0f}, is {side} autotune's {auto.median:,.0f}: "
+                    "the rounds disagree (a round's load moves both configs of that round "
+                    "alike, so the paired ratio is the figure compared)"
+                )
+    if confirmed:
+        first = confirmed[0]
+        higher = [c for c in confirmed[1:] if c.median > first.median]
+        if higher:
+            top = max(higher, key=lambda c: c.median)
+            notes.append(
+                f"{first.name} ranks first by the paired ratio "
+                f"({'1.00x' if first.ratio is None else f'{first.ratio:.2f}x'}) though "
+                f"{top.name} has the higher median examples/s ({top.median:,.0f} against "
+                f"{first.median:,.0f}): the configs are ranked, and the verdict taken, on "
+                "the paired ratio"
+            )
+    return notes
+
+
 def measured_best_text(result: TuneResult) -> str:
-    """``trial 7, 1.01x autotune (rounds 0.95x-1.10x)``: the config measured best, with
-    its confirmed ratio and the range of its per-round ratios."""
+    """``trial 7, 1.01x autotune paired (rounds 0.95x-1.10x)``: the config measured
+    best, with its paired ratio to autotune (the median of the per-round ratios) and the
+    range of the per-round ratios."""
     best = result.measured_best
     if best is None:
         return "none (not confirmed)"
     if best.ratio is None:
         return best.name
-    text = f"{best.name}, {best.ratio:.2f}x autotune"
+    text = f"{best.name}, {best.ratio:.2f}x autotune paired"
     if best.ratio_min is not None and best.ratio_max is not None:
         text += f" (rounds {best.ratio_min:.2f}x-{best.ratio_max:.2f}x)"
     return text
@@ -255,7 +308,8 @@ def _figures(result: TuneResult, *, importances: bool = True) -> list[tuple[str,
         )
     )
     bar.update_layout(
-        title="Confirmed throughput (median, min-max over interleaved windows)",
+        title="Confirmed throughput (median, min-max over interleaved windows; label: the "
+        "paired ratio to autotune)",
         yaxis_title="examples/s",
     )
     figs.append(("confirmed", bar))
@@ -302,10 +356,15 @@ def _figures(result: TuneResult, *, importances: bool = True) -> list[tuple[str,
 
 
 def write_html(result: TuneResult, path: str | Path) -> Path:
-    """A self-contained HTML report (plotly.js inlined once)."""
+    """A self-contained HTML report (plotly.js inlined once), written whole or not at
+    all (`tuners._result.write_whole`)."""
+    return write_whole(Path(path), html_report(result))
+
+
+def html_report(result: TuneResult) -> str:
+    """The text of the self-contained HTML report."""
     from html import escape
 
-    path = Path(path)
     parts = []
     left_out = importances_left_out(result)
     if has_plotly():
@@ -326,12 +385,11 @@ def write_html(result: TuneResult, path: str | Path) -> Path:
         + (f"<p>Study kept in {escape(result.storage)}.</p>" if result.storage else "")
         + f"<p>Best: <b>{escape(result.best_name)}</b>, "
         + (
-            f"confirmed {result.saved_stats.median:,.0f} examples/s"
+            f"confirmed median {result.saved_stats.median:,.0f} examples/s"
             if result.saved_stats is not None
-            else "<b>not confirmed</b> (the confirmation failed: "
-            f"{escape(str(result.confirmation_error))})"
+            else f"<b>not confirmed</b> ({escape(str(result.confirmation_error))})"
         )
-        + (f", {result.ratio_vs_autotune:.2f}x autotune" if result.ratio_vs_autotune else "")
+        + (f", {result.ratio_vs_autotune:.2f}x autotune paired" if result.ratio_vs_autotune else "")
         + f". Step: {result.step.get('name')}. Trials: {result.trials}. "
         f"Search {result.seconds['search']:.0f} s, confirmation {result.seconds['confirm']:.0f} s.</p>"
         + (
@@ -340,6 +398,8 @@ def write_html(result: TuneResult, path: str | Path) -> Path:
             if result.kept_autotune
             else ""
         )
+        + f"<p class='note'>{escape(PAIRED_MEANS)}.</p>"
+        + "".join(f"<p class='note'>{escape(n)}</p>" for n in ranking_notes(result))
         + "".join(f"<p class='note'>Warning: {escape(w)}</p>" for w in result.warnings)
         + _verdicts_html(result)
         + "".join(_advice_html(result))
@@ -347,8 +407,7 @@ def write_html(result: TuneResult, path: str | Path) -> Path:
         + f"<h2>Best config</h2><pre>{best}</pre><h2>Machine</h2><pre>{fp}</pre>"
         f"<h2>Method</h2><pre>{json.dumps(result.method, indent=2)}</pre></body></html>"
     )
-    path.write_text(html)
-    return path
+    return html
 
 
 def _advice_html(result: TuneResult) -> list[str]:
@@ -372,20 +431,51 @@ def _trials_table(result: TuneResult) -> str:
     )
     return (
         "<h2>Confirmed throughput</h2><table><tr><th>config</th><th>median examples/s</th>"
-        f"<th>min-max</th><th>vs autotune</th></tr>{rows}</table>"
+        f"<th>min-max</th><th>{PAIRED_COLUMN}</th></tr>{rows}</table>"
     )
 
 
 def write_outputs(result: TuneResult, out_dir: str | Path, *, html: bool = True) -> dict[str, Path]:
-    """Write ``best_config.json``, ``result.json`` and (optionally) ``report.html``."""
+    """Write ``best_config.json``, ``result.json`` and (optionally) ``report.html``, each
+    whole or not at all, in that order (the report, the largest, last).
+
+    Raises:
+      OutputError: a file could not be written (a full disk...): it names the file and
+        the reason, and the files written before it (whole).
+    """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths = {"best_config": out / "best_config.json", "result": out / "result.json"}
-    result.best_config.to_json(paths["best_config"], **result.record())
     data = result.to_dict()
     if result.study is not None:
         data["trials_detail"] = summarize_trials(result.study)
-    paths["result"].write_text(json.dumps(data, indent=2, default=str) + "\n")
-    if html:
-        paths["report"] = write_html(result, out / "report.html")
+    texts = {
+        "best_config": result.best_config.to_json(None, **result.record()) + "\n",
+        "result": json.dumps(data, indent=2, default=str) + "\n",
+    }
+    written: list[Path] = []
+    try:
+        for name, text in texts.items():
+            written.append(write_whole(paths[name], text))
+        if html:
+            paths["report"] = write_html(result, out / "report.html")
+    except OutputError as e:
+        raise e.kept(written) from e.__cause__
     return paths
+
+
+#: Bytes the outputs take besides plotly.js: the JSON files and the report's tables.
+OUTPUTS_BYTES = 1_000_000
+
+
+def outputs_size() -> int:
+    """About how many bytes `write_outputs` needs: the report inlines plotly.js (about
+    4.6 MB) when plotly is installed."""
+    if not has_plotly():
+        return OUTPUTS_BYTES
+    import plotly
+
+    bundle = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    try:
+        return OUTPUTS_BYTES + bundle.stat().st_size
+    except OSError:  # another layout of the package: its usual size
+        return OUTPUTS_BYTES + 5_000_000

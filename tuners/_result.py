@@ -24,6 +24,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "TuneResult",
     "TrialsFailedError",
+    "StudyLockedError",
+    "OutputError",
+    "write_whole",
     "TuneInterrupted",
     "fingerprint",
     "describe_method",
@@ -40,6 +43,153 @@ class TrialsFailedError(TfinputError):
     def __init__(self, message: str, *, study: optuna.Study | None = None) -> None:
         super().__init__(message)
         self.study = study
+
+
+class StudyLockedError(TfinputError, RuntimeError):
+    """The study's SQLite database stayed locked by another writer longer than the busy
+    timeout (SQLite lets one process write at a time): the search cannot record a trial.
+
+    The message is one line naming the database file. ``trials`` holds what this
+    process knows of the study's trials (the database cannot be read while locked):
+    those it saw finished before the lock and those it measured; `to_dict` is the
+    ``result.json`` of the run (no verdict), `write` writes it. The study itself keeps
+    every trial recorded before the lock: the same call resumes it once the other
+    writer is done.
+
+    Attributes:
+      path: The database file.
+      study_name: The study's name.
+      stage: ``"open"`` (the study could not be opened), ``"search"`` or
+        ``"confirmation"``.
+      trials: `tuners._storage.summarize_trials` rows.
+    """
+
+    def __init__(
+        self,
+        *,
+        path: str,
+        study_name: str,
+        stage: str,
+        waited: float,
+        trials: list[dict[str, object]] | None = None,
+    ) -> None:
+        self.path = path
+        self.study_name = study_name
+        self.stage = stage
+        self.trials = list(trials or [])
+        during = "the study was opened" if stage == "open" else f"the {stage} ran"
+        super().__init__(
+            f"the study database {path} is locked: another writer held it for more than "
+            f"{waited:g} s while {during} (SQLite lets one process write at a time)"
+        )
+
+    @property
+    def completed(self) -> int:
+        return sum(1 for t in self.trials if t["state"] == "complete")
+
+    def to_dict(self) -> dict[str, object]:
+        """The ``result.json`` of the run: the trials known, the search's best
+        (unconfirmed), no verdict and no best config."""
+        return {
+            "format": "tfinput.tune/1",
+            "error": str(self),
+            "locked": {"database": self.path, "stage": self.stage},
+            "best_config": None,
+            "best_trial": _best_trial(self.trials),
+            "beats_autotune": None,
+            "verdicts": [],
+            "study_name": self.study_name,
+            "trials_detail": self.trials,
+        }
+
+    def write(self, out_dir: str | Path) -> Path:
+        """Write `to_dict` as ``result.json`` in ``out_dir`` (made if missing), whole or
+        not at all; its path.
+
+        Raises:
+          OSError: ``out_dir`` cannot be written.
+        """
+        return write_whole(Path(out_dir) / "result.json", _json(self.to_dict()))
+
+
+def _best_trial(
+    rows: list[dict[str, object]], config_of: Callable[[int], Any] | None = None
+) -> dict[str, object] | None:
+    """The best complete trial of ``rows`` as ``result.json``'s ``best_trial``
+    (``confirmed: false``), or None."""
+    done = [r for r in rows if r["state"] == "complete" and r["value"] is not None]
+    best = max(done, key=lambda r: r["value"], default=None)
+    if best is None:
+        return None
+    config = best.get("config") if config_of is None else config_of(best["number"])
+    return {
+        "number": best["number"],
+        "name": best["baseline"] or f"trial {best['number']}",
+        "median_examples_per_s": best["median"],
+        "config": config,
+        "confirmed": False,
+    }
+
+
+def _json(data: dict[str, object]) -> str:
+    import json
+
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def write_whole(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all: into a hidden file beside it
+    (``.NAME.tfinput-staging-PID``, with the mode the umask gives), flushed to disk, then
+    renamed over it. ``path``'s folder is made if missing. A full disk (or any error,
+    Ctrl-C included) leaves ``path`` as it was and no partial file.
+
+    Raises:
+      OutputError: the file cannot be written, naming it and the reason.
+    """
+    import os
+
+    staged = path.with_name(f".{path.name}.tfinput-staging-{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(staged, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(staged, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(staged)
+        if isinstance(e, OSError):
+            raise OutputError(path, e, size=len(text.encode())) from e
+        raise
+    return path
+
+
+class OutputError(TfinputError, OSError):
+    """An output file of the tuner could not be written (a full disk, a file too
+    large, permission denied): names the file and the reason; nothing partial is left
+    at its path."""
+
+    def __init__(self, path: Path, error: OSError, *, size: int, kept: str = "") -> None:
+        reason = error.strerror or str(error)
+        super().__init__(
+            f"cannot write {path} ({size / 1e6:,.1f} MB): {reason}; nothing partial was left "
+            f"there{kept}"
+        )
+        self.path = path
+        self.error = error
+        self.size = size
+        self.errno = error.errno
+        self.reason = reason
+
+    def kept(self, written: list[Path]) -> OutputError:
+        """This error, saying which files were written whole before it."""
+        if not written:
+            return self
+        names = " and ".join(p.name for p in written)
+        verb = "is" if len(written) == 1 else "are"
+        where = f"; {names} {verb} written in {written[0].parent}"
+        return OutputError(self.path, self.error, size=self.size, kept=where)
 
 
 class TuneInterrupted(KeyboardInterrupt):
@@ -99,25 +249,12 @@ class TuneInterrupted(KeyboardInterrupt):
         from tuners._storage import state_counts, summarize_trials
 
         rows = summarize_trials(self.study)
-        done = [r for r in rows if r["state"] == "complete" and r["value"] is not None]
-        best = max(done, key=lambda r: r["value"], default=None)
-        config = None
-        if best is not None:
-            trial = self.study.get_trials(deepcopy=False)[best["number"]]
-            config = trial.user_attrs.get("config")
+        trials = self.study.get_trials(deepcopy=False)
         return {
             "format": "tfinput.tune/1",
             "interrupted": {"stage": self.stage, "message": self.describe()},
             "best_config": None,
-            "best_trial": None
-            if best is None
-            else {
-                "number": best["number"],
-                "name": best["baseline"] or f"trial {best['number']}",
-                "median_examples_per_s": best["median"],
-                "config": config,
-                "confirmed": False,
-            },
+            "best_trial": _best_trial(rows, lambda n: trials[n].user_attrs.get("config")),
             "beats_autotune": None,
             "verdicts": [],
             "study_name": self.study.study_name,
@@ -133,12 +270,7 @@ class TuneInterrupted(KeyboardInterrupt):
         Raises:
           OSError: ``out_dir`` cannot be written.
         """
-        import json
-
-        path = Path(out_dir) / "result.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
-        return path
+        return write_whole(Path(out_dir) / "result.json", _json(self.to_dict()))
 
 
 def _shown(storage: Any) -> str:
@@ -162,7 +294,9 @@ class TuneResult:
         `measured_best`.
       best_name: Its name there (``trial N``, ``autotune`` or ``current``).
       confirmed: Every config of the confirmation round (`tfinput.measure.stats.ConfigStats`:
-        median, spread, ratio to autotune per round), best measured first.
+        median, spread, ratio to autotune per round), ranked by the paired ratio to
+        autotune (the median of the per-round ratios: the figure the verdict reads),
+        best first.
       study_name: Optuna study name.
       storage: Where the study is kept, as given, password redacted (None: in memory,
         or an Optuna storage object).
@@ -197,6 +331,9 @@ class TuneResult:
       packed_layout: When the best config emits packed batches, where each feature
         lives in them (`tfinput.layout.PackedLayout.to_dict`), saved next to the config
         so a model or a serving graph can slice them; else None.
+      budget: The run's time (`tuners._objective.Budget.to_dict`): the timeout, the
+        seconds the run took on the measurement clock, and its longest window (the
+        run ends within the timeout plus one window).
     """
 
     best_config: PipelineConfig
@@ -222,12 +359,14 @@ class TuneResult:
     format_advice: FormatAdvice | None = None
     packed_layout: dict[str, object] | None = None
     storage: str | None = None
+    budget: dict[str, object] | None = None
     study: optuna.Study | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def measured_best(self) -> ConfigStats | None:
-        """The config measured best in the confirmation (None when not confirmed); it
-        is `best_config` unless the verdict kept autotune."""
+        """The config measured best in the confirmation, by the paired ratio to
+        autotune (None when not confirmed); it is `best_config` unless the verdict kept
+        autotune."""
         return self.confirmed[0] if self.confirmed else None
 
     @property
@@ -283,6 +422,7 @@ class TuneResult:
             "storage": self.storage,
             "trials": self.trials,
             "seconds": self.seconds,
+            "budget": self.budget,
             "fingerprint": self.fingerprint,
             "method": self.method,
             "step": self.step,
@@ -387,6 +527,7 @@ def describe_method(
     confirm_top: int,
     confirm_windows: int,
     study: optuna.Study,
+    seed: int | None = None,
 ) -> dict[str, object]:
     """`TuneResult.method`: how each number of a tuning run was measured.
 
@@ -395,6 +536,8 @@ def describe_method(
       confirm_top: Distinct best configs re-measured in the confirmation.
       confirm_windows: Interleaved windows per config in the confirmation.
       study: The Optuna study (its pruner and sampler are named).
+      seed: The default sampler's seed (drawn per process unless one was given; None
+        for a sampler of the user's).
 
     Returns:
       ``{what: how}`` sentences, JSON-ready.
@@ -407,9 +550,12 @@ def describe_method(
         "window_batches": plan.window_batches,
         "pruning": describe_pruner(study.pruner),
         "sampler": type(study.sampler).__name__,
+        "sampler_seed": seed,
         "confirmation": f"top {confirm_top} configs, autotune (and current) re-measured "
         f"interleaved, {confirm_windows} windows each of {window_rule(plan)}, fresh "
-        "iterator per window; ratio = median of per-round ratios",
+        "iterator per window; paired ratio = median of the per-round ratios to "
+        "autotune, which ranks the configs and the verdict reads; median = median "
+        "examples/s over the rounds",
         "one trial per host": "exclusive host file lock during measurement",
         "beats autotune": "the winner's per-round ratios to autotune in the "
         "confirmation all above 1 (the paired spread excludes 1)",

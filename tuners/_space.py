@@ -21,7 +21,10 @@ for steps that preprocess batches for SparseCore (``Step.feeds_sparsecore``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import json
 import os
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +47,8 @@ __all__ = [
     "encode",
     "decode",
     "label",
+    "nearest_unmeasured",
+    "pipeline_key",
     "parse_assignment",
 ]
 
@@ -374,6 +379,14 @@ class SearchSpace:
                 values[knob] = decode(picked)
         return base.replace(**values)
 
+    def config(self, params: Mapping[str, Any], base: PipelineConfig) -> PipelineConfig:
+        """The config a trial with ``params`` (`encode`-d, as Optuna stores them) builds:
+        `suggest` without a trial. A searched knob missing from ``params`` keeps
+        ``base``'s value."""
+        values = {k: vs[0] for k, vs in self.choices.items() if len(vs) == 1}
+        values.update({k: decode(v) for k, v in params.items() if k in self.choices})
+        return base.replace(**values)
+
     def params(self, config: PipelineConfig) -> dict[str, object]:
         """The trial parameters that reproduce ``config`` (for enqueueing baselines).
         Knob values outside the space are left out (Optuna then samples them)."""
@@ -391,6 +404,69 @@ class SearchSpace:
 
     def to_dict(self) -> dict[str, list[Any]]:
         return {k: [encode(v) for v in vs] for k, vs in self.choices.items()}
+
+
+def pipeline_key(config: Mapping[str, Any], *, layout: str) -> str:
+    """A config (`PipelineConfig.to_dict`) as one string that two configs share when
+    they build the same pipeline: each knob at its `canonical` value, an unset
+    ``layout`` as the pipeline's own (``layout``), JSON with the keys sorted."""
+    values = {k: canonical(k, v) for k, v in config.items()}
+    if values.get("layout") is None:
+        values["layout"] = layout
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+#: Configs `nearest_unmeasured` looks through before it draws at random instead.
+NEAREST_LIMIT = 20_000
+
+
+def nearest_unmeasured(
+    space: SearchSpace,
+    params: Mapping[str, Any],
+    taken: Callable[[dict[str, Any]], bool],
+    rng: random.Random,
+) -> tuple[dict[str, Any] | None, bool]:
+    """A config of ``space`` that is not ``taken``, as near ``params`` as there is (the
+    fewest knobs changed; one of the nearest at random): what a trial whose proposal was
+    already measured enqueues instead.
+
+    Args:
+      space: The search space.
+      params: The proposal (trial parameters, `encode`-d as Optuna stores them).
+      taken: Whether the config of trial parameters was measured, is being measured,
+        or is enqueued.
+      rng: Picks among the nearest.
+
+    Returns:
+      ``(params, exhausted)``: the config's parameters, or None; ``exhausted`` is True
+      when every config of the space but ``params`` is taken too (the search can find
+      nothing new).
+    """
+    choices = {k: [encode(v) for v in vs] for k, vs in sorted(space.searched.items())}
+    base = {k: params.get(k, vs[0]) for k, vs in choices.items()}
+    looked = 0
+    for distance in range(1, len(choices) + 1):
+        found = []
+        for knobs in itertools.combinations(choices, distance):
+            others = [[v for v in choices[k] if v != base[k]] for k in knobs]
+            for values in itertools.product(*others):
+                candidate = {**base, **dict(zip(knobs, values, strict=True))}
+                looked += 1
+                if not taken(candidate):
+                    found.append(candidate)
+                if looked >= NEAREST_LIMIT:
+                    break
+            if looked >= NEAREST_LIMIT:
+                break
+        if found:
+            return rng.choice(found), False
+        if looked >= NEAREST_LIMIT:  # a large space, mostly measured near here: draw
+            for _ in range(200):
+                candidate = {k: rng.choice(vs) for k, vs in choices.items()}
+                if not taken(candidate):
+                    return candidate, False
+            return None, False
+    return None, True
 
 
 def parse_assignment(text: str) -> tuple[str, list[Any]]:

@@ -11,6 +11,11 @@
 - **Trials** (`summarize_trials`, `top_configs`, ...): which count towards ``n_trials``,
   failures in a row, the progress of a trial, the best distinct configs, one JSON row per
   trial; and why a trial (or a measurement) failed, in words (`explain_failure`).
+- **No config measured twice** (`measured_twin`, `taken_configs`): the pipeline a
+  trial's config builds compared with those of the trials measured, or being measured,
+  in the study.
+- **A locked SQLite study** (`is_locked`): another writer held the database longer than
+  the busy timeout.
 
 Storage: None (in memory); a path ending in ``.db``/``.sqlite`` or a ``sqlite:///`` URL
 (one host, resumable); a path ending in ``.log``/``.journal`` (a journal file, several
@@ -24,13 +29,15 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import functools
 import logging
 import os
 import re
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,16 +56,23 @@ __all__ = [
     "first_line",
     "host_lock",
     "is_counted",
+    "is_duplicate",
+    "is_locked",
     "make_storage",
+    "measured_twin",
     "open_study",
     "pid_alive",
     "pid_namespace",
     "redact",
     "requeue_dead_workers",
+    "sqlite_busy_timeout",
+    "sqlite_path",
     "state_counts",
+    "state_name",
     "storage_label",
     "summarize_trials",
     "tag_worker",
+    "taken_configs",
     "top_configs",
     "trailing_failures",
     "trial_info",
@@ -68,10 +82,17 @@ __all__ = [
 ]
 
 
+log = logging.getLogger("tfinput.tuners")
+
 HEARTBEAT_INTERVAL = 5
 GRACE_PERIOD = 15
 #: How long a write to a SQLite study waits for another writer (Python's default: 5 s).
 SQLITE_BUSY_TIMEOUT_S = 60
+
+
+def sqlite_busy_timeout() -> float:
+    """`SQLITE_BUSY_TIMEOUT_S`, as set now: how long a SQLite study's writes wait."""
+    return SQLITE_BUSY_TIMEOUT_S
 
 
 def make_storage(
@@ -94,7 +115,7 @@ def make_storage(
     if text.startswith(("postgresql", "mysql")):
         text = with_psycopg(text)
         try:
-            return optuna.storages.RDBStorage(
+            return _rdb_storage(
                 text,
                 engine_kwargs={"pool_pre_ping": True, "connect_args": connect_args(text)},
                 **heartbeats,
@@ -114,8 +135,8 @@ def make_storage(
         # (Python's default: 5 s). On a loaded host the heartbeat thread, the trials and
         # the other workers of a shared study can hold a write longer than that, and a
         # shorter wait fails the run with "database is locked".
-        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeats)
+        engine_kwargs = {"connect_args": {"timeout": sqlite_busy_timeout()}}
+        return _rdb_storage(url, engine_kwargs=engine_kwargs, **heartbeats)
     if text.endswith((".log", ".journal", ".jsonl")):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
@@ -126,6 +147,55 @@ def make_storage(
         f"storage {text!r}: expected a postgresql:// or sqlite:/// URL, or a file path "
         "ending in .db (SQLite) or .log (journal)"
     )
+
+
+#: Tries at opening an RDB storage whose schema another process is creating.
+SCHEMA_TRIES = 4
+
+
+def _rdb_storage(url: str, **kwargs: Any) -> Any:
+    """``optuna.storages.RDBStorage(url, **kwargs)``, tried again when another process
+    created the schema at the same moment.
+
+    Two processes opening a new database together both create its tables and stamp
+    its schema version: the second fails with a unique-constraint error on
+    ``alembic_version`` or ``version_info`` (or "table ... already exists"). Tried
+    again, it finds the schema whole and opens it. Other errors (an unreachable server,
+    a database locked by another writer) are raised at once.
+    """
+    import sqlalchemy.exc
+
+    for attempt in range(SCHEMA_TRIES):
+        try:
+            return _storage_class()(url, **kwargs)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as e:
+            text = str(e)
+            racing = isinstance(e, sqlalchemy.exc.IntegrityError) or "already exists" in text
+            if not racing or is_locked(e) or attempt == SCHEMA_TRIES - 1:
+                raise
+            log.debug("the storage's schema was being created by another process: %s", e)
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@functools.cache
+def _storage_class() -> type:
+    """`optuna.storages.RDBStorage` whose heartbeat skips a beat when the database is
+    locked by another writer (SQLite), instead of ending its thread with a traceback on
+    stderr: the next beat tries again, and the trial's own writes meet the lock and
+    say so (`is_locked`)."""
+    import optuna
+
+    class RDBStorage(optuna.storages.RDBStorage):
+        def record_heartbeat(self, trial_id: int) -> None:
+            try:
+                super().record_heartbeat(trial_id)
+            except Exception as e:
+                if not is_locked(e):
+                    raise
+                log.debug("a heartbeat of trial id %d waited out a locked database", trial_id)
+
+    return RDBStorage
 
 
 def with_psycopg(url: str) -> str:
@@ -275,9 +345,6 @@ def open_study(
         ) from e
 
 
-log = logging.getLogger("tfinput.tuners")
-
-
 def worker_id() -> str:
     """``host:pid`` of this process."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -347,6 +414,97 @@ def requeue_dead_workers(study: optuna.Study) -> list[int]:
     return failed
 
 
+# ---------------------------------------------------------- no config twice
+def is_duplicate(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether ``trial`` proposed a config already measured and was not measured."""
+    return "duplicate_of" in trial.user_attrs
+
+
+def _measured(trial: optuna.trial.FrozenTrial, host: str, namespace: str) -> bool:
+    """Whether ``trial`` holds a measurement of its config, or is taking one: finished
+    (complete, pruned, or failed by its config), or RUNNING past its measurement's
+    start (``measuring``) in a worker that is alive (on this host) or elsewhere."""
+    import optuna
+
+    if is_duplicate(trial):
+        return False
+    if trial.state == optuna.trial.TrialState.RUNNING:
+        if not trial.user_attrs.get("measuring"):
+            return False  # still suggesting, or waiting for the host lock
+        worker_host, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
+        same = worker_host == host and (
+            trial.user_attrs.get("worker_pid_namespace", namespace) == namespace
+        )
+        return not (same and pid.isdigit() and not pid_alive(int(pid)))
+    return is_counted(trial)
+
+
+def measured_twin(
+    study: optuna.Study,
+    trial: optuna.trial.BaseTrial,
+    key: str,
+    key_of: Callable[[optuna.trial.FrozenTrial], str | None],
+) -> optuna.trial.FrozenTrial | None:
+    """The trial of ``study`` that measured the config ``trial`` is about to measure
+    (``key``; ``key_of`` gives each trial's from the config it recorded, None before it
+    recorded one), or is measuring it; None when there is none. `tuners._search.Tuning`
+    asks under the host lock, so no other trial of this host is measuring then.
+
+    A trial stopped by Ctrl-C or by its worker's death was not measured (its params are
+    enqueued again); a duplicate itself was never measured.
+    """
+    host, namespace = socket.gethostname(), pid_namespace()
+    for t in study.get_trials(deepcopy=False):
+        same = t.number != trial.number and key_of(t) == key
+        if same and _measured(t, host, namespace):
+            return t
+    return None
+
+
+def taken_configs(
+    study: optuna.Study, key_of: Callable[[optuna.trial.FrozenTrial], str]
+) -> set[str]:
+    """``key_of`` every trial that measured its config, is measuring it, or holds it
+    enqueued or proposed (a trial not yet measured), duplicates aside."""
+    import optuna
+
+    taken = set()
+    for t in study.get_trials(deepcopy=False):
+        if is_duplicate(t):
+            continue
+        if t.state == optuna.trial.TrialState.FAIL and not is_counted(t):
+            continue  # stopped by Ctrl-C or a dead worker: enqueued again
+        taken.add(key_of(t))
+    return taken
+
+
+# ------------------------------------------------------------- locked SQLite
+def is_locked(error: BaseException) -> bool:
+    """Whether ``error`` (or an error it was raised from) is SQLite's "database is
+    locked": another writer held the study's database longer than the busy timeout."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if "database is locked" in str(e) or "database table is locked" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def sqlite_path(storage: Any) -> str | None:
+    """The database file of a SQLite storage as given (a path or a ``sqlite:///``
+    URL), made absolute; None for other storages."""
+    if not isinstance(storage, (str, os.PathLike)):
+        return None
+    text = os.fspath(storage)
+    if text.startswith("sqlite:///"):
+        return os.path.abspath(text[len("sqlite:///") :])
+    if text.endswith((".db", ".sqlite", ".sqlite3")):
+        return os.path.abspath(text)
+    return None
+
+
 def is_interrupt(error: BaseException) -> bool:
     """Whether ``error`` is Ctrl-C: a ``KeyboardInterrupt``, or the ``RuntimeError``
     pybind11 raises in its place when the interrupt lands while TensorFlow's C++ code
@@ -385,9 +543,12 @@ def explain_failure(pipeline: Measurable, error: BaseException) -> str:
 
 def is_counted(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a trial counts towards ``n_trials``: finished, or failed by its config
-    (a trial failed because its worker died, or stopped by Ctrl-C, is retried instead)."""
+    (a trial failed because its worker died, or stopped by Ctrl-C, is retried instead;
+    a duplicate was not measured)."""
     import optuna
 
+    if is_duplicate(trial):
+        return False
     state = trial.state
     if state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
         return True
@@ -433,28 +594,51 @@ def trial_info(
         best = None
     return {
         "number": trial.number,
-        "state": trial.state.name.lower(),
+        "state": state_name(trial),
         "value": trial.value,
         "done": len(done),
         "total": n_trials,
         "best": best,
         "baseline": trial.user_attrs.get("baseline"),
         "error": trial.user_attrs.get("error"),
+        "duplicate_of": trial.user_attrs.get("duplicate_of"),
         "params": dict(trial.params),
     }
 
 
 def state_counts(study: optuna.Study) -> dict[str, int]:
-    """Trial counts by state (``complete``, ``pruned``, ``fail``, ``running``...)."""
+    """Trial counts by state (``complete``, ``pruned``, ``fail``, ``running``...;
+    ``duplicate``: not measured, see `state_name`)."""
     states: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
-        states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
+        state = state_name(t)
+        states[state] = states.get(state, 0) + 1
     return states
 
 
-def top_configs(study: optuna.Study, k: int) -> list[tuple[str, PipelineConfig]]:
+def state_name(trial: optuna.trial.FrozenTrial) -> str:
+    """``complete``, ``pruned``, ``fail``, ``running``...; ``duplicate`` for a trial that
+    proposed a config already measured and was not measured (`measured_twin`)."""
+    return "duplicate" if is_duplicate(trial) else trial.state.name.lower()
+
+
+def top_configs(
+    study: optuna.Study,
+    k: int,
+    *,
+    key: Callable[[PipelineConfig], Any] = lambda config: config,
+    exclude: Sequence[PipelineConfig] = (),
+) -> list[tuple[str, PipelineConfig]]:
     """The ``k`` best distinct configs of the completed trials, as ``(name, config)``
-    (a baseline's name, or ``trial N``; autotune's trial is named by its number)."""
+    (a baseline's name, or ``trial N``; autotune's trial is named by its number).
+
+    Args:
+      study: The study.
+      k: How many.
+      key: What makes two configs the same (default: equal configs; the tuner passes
+        the pipeline they build, `tuners._space.pipeline_key`).
+      exclude: Configs left out (and those the same as them by ``key``).
+    """
     import optuna
 
     complete = [
@@ -463,25 +647,29 @@ def top_configs(study: optuna.Study, k: int) -> list[tuple[str, PipelineConfig]]
         if t.state == optuna.trial.TrialState.COMPLETE and "config" in t.user_attrs
     ]
     complete.sort(key=lambda t: t.value, reverse=True)
+    seen = {key(c) for c in exclude}
     out: list[tuple[str, PipelineConfig]] = []
     for t in complete:
-        config = PipelineConfig.from_dict(t.user_attrs["config"])
-        if all(config != c for _, c in out):
-            name = t.user_attrs.get("baseline") or f"trial {t.number}"
-            out.append((name if name != "autotune" else f"trial {t.number}", config))
         if len(out) >= k:
             break
+        config = PipelineConfig.from_dict(t.user_attrs["config"])
+        if key(config) in seen:
+            continue
+        seen.add(key(config))
+        name = t.user_attrs.get("baseline") or f"trial {t.number}"
+        out.append((name if name != "autotune" else f"trial {t.number}", config))
     return out
 
 
 def summarize_trials(study: optuna.Study) -> list[dict[str, object]]:
-    """Every trial as a JSON-ready row (number, state, value, config, spread, error)."""
+    """Every trial as a JSON-ready row (number, state, value, config, spread, error, the
+    trial a duplicate was not measured for, the windows a timeout cut)."""
     rows = []
     for t in study.get_trials(deepcopy=False):
         rows.append(
             {
                 "number": t.number,
-                "state": t.state.name.lower(),
+                "state": state_name(t),
                 "value": t.value,
                 "baseline": t.user_attrs.get("baseline"),
                 "params": dict(t.params),
@@ -490,6 +678,8 @@ def summarize_trials(study: optuna.Study) -> list[dict[str, object]]:
                 "max": t.user_attrs.get("max_examples_per_s"),
                 "cv": t.user_attrs.get("cv"),
                 "error": t.user_attrs.get("error"),
+                "duplicate_of": t.user_attrs.get("duplicate_of"),
+                "windows_cut_by_timeout": t.user_attrs.get("windows_cut_by_timeout"),
                 "retried_from": t.system_attrs.get(
                     "failed_trial", t.user_attrs.get("retried_from")
                 ),

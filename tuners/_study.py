@@ -24,10 +24,12 @@ What happens:
    through the storage.
 4. **Confirmation** (`tuners._confirm`). The top configs are measured again, interleaved
    window by window with ``autotune`` (and the current config) by
-   `tfinput.measure.compare.measure`, and the winner is the best *confirmed* median. The reported ratio is that of the confirmed
-   medians, per round, so noise in the search does not inflate it. If the
-   confirmation raises, it is run once more; if it fails again, the result is the
-   best trial of the search, marked unconfirmed (``confirmation_error``).
+   `tfinput.measure.compare.measure`, and the winner is the best *paired ratio* to
+   autotune: each round's examples/s over autotune's in that round, the median of the
+   rounds (the median examples/s is reported beside it), so noise in the search does
+   not inflate it. If the confirmation raises, it is run once more; if it fails again,
+   the result is the best trial of the search, marked unconfirmed
+   (``confirmation_error``).
 5. **Verdicts** (`tuners._advice`): whether the winner beats autotune beyond the noise
    (every round's paired ratio above 1; otherwise "keep autotune", and autotune is the
    result's ``best_config``, the config measured best staying first in ``confirmed``),
@@ -39,6 +41,13 @@ What happens:
 7. **Format advice** (``advise_format``): tf.Example data whose parse stage is the bound
    get a 2-file sample converted to columnar records and measured side by side, with the
    ``tfinput convert`` command (docs/tuning.md).
+
+The timeout bounds the whole run (`tuners._objective.Budget`): the search keeps the time
+the confirmation needs, and every step after it measures what fits.
+
+No config is measured twice: a trial whose config the study measured, or is measuring,
+is recorded as a duplicate, not measured, and the nearest config not measured is
+enqueued instead (`tuners._search.Tuning`); each process draws its own sampler seed.
 
 Storage (`tuners._storage`): None (in memory); a path ending in ``.db``/``.sqlite`` or a
 ``sqlite:///`` URL (one host, resumable); a path ending in ``.log``/``.journal`` (a
@@ -53,16 +62,19 @@ heartbeats) is failed and its parameters are enqueued again, once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError
 from tfinput.measure.target import Measurable, Target
-from tfinput.measure.windows import TUNER_PLAN
+from tfinput.measure.windows import TUNER_PLAN, WindowPlan
 from tfinput.options import check_counts
 from tfinput.steps import Step
+from tuners._advice import KNOB_GROUPS
 from tuners._confirm import (
     Remeasure,
     advice_sentences,
@@ -79,8 +91,15 @@ from tuners._confirm import (
     winner_format_advice,
     winner_roofline,
 )
-from tuners._objective import TrialProgress, fit_budget
+from tuners._objective import (
+    MIN_WINDOWS,
+    Budget,
+    TrialProgress,
+    fit_budget,
+    least_trial_seconds,
+)
 from tuners._result import (
+    StudyLockedError,
     TrialsFailedError,
     TuneInterrupted,
     TuneResult,
@@ -89,21 +108,26 @@ from tuners._result import (
     fingerprint,
 )
 from tuners._search import (
+    StorageLocked,
     Tuning,
     baseline_configs,
     default_pruner,
     default_sampler,
     open_storage,
     open_tuning_study,
+    process_seed,
     requeue_interrupted,
     search_trials,
     study_name_for,
 )
-from tuners._space import SearchSpace
+from tuners._space import SearchSpace, pipeline_key
 from tuners._storage import (
     host_lock,
     is_interrupt,
+    is_locked,
     make_storage,
+    sqlite_busy_timeout,
+    sqlite_path,
     state_counts,
     stop_heartbeats,
     storage_label,
@@ -171,9 +195,13 @@ def tune(
         pipeline raised), baselines included, summed over every worker of a shared
         study. Each costs about ``windows * window_seconds`` seconds after its
         warm-up (``window_batches`` steps a window when the windows are not timed).
-      timeout: Stop searching after this many seconds (None: no limit). When
-        ``n_trials`` timed trials do not fit, each measures fewer windows (at least 3),
-        and the result notes it (`tuners._objective.fit_budget`).
+      timeout: Seconds the whole run may take, the confirmation and the gain by knob
+        included (None: no limit): it ends within the timeout plus one window
+        (`tuners._objective.Budget`; ``TuneResult.budget`` accounts for it). The search
+        keeps the confirmation's time; when ``n_trials`` timed trials do not fit in the
+        rest, each measures fewer windows (at least 3), and the result notes it
+        (`tuners._objective.fit_budget`); a confirmation that does not fit is left out
+        (no verdict), with a note.
       options: A `tuners.TuneOptions` (default: every default): the search (seed,
         sampler, pruner), the study (storage, name, heartbeats), the measurement
         (window counts, CPUs, clocks) and the confirmation (top configs, gain by knob,
@@ -192,32 +220,32 @@ def tune(
       A `TuneResult`.
 
     Raises:
-      ConfigError: bad space, storage or counts.
+      ConfigError: bad space, storage or counts; a ``timeout`` that is not a positive
+        number, or that cannot hold one trial of the least windows.
       DataError: the data hold fewer rows than one batch (found by the first trial,
         which stops the search; the message gives the row count).
       TrialsFailedError: no trial completed (the step or pipeline always raises).
       TuneInterrupted: Ctrl-C once the study is open (a ``KeyboardInterrupt`` that
         carries the study with its completed trials, and where it stopped; the trial
         it stopped does not count and, in a storage, is measured again on resume).
+      StudyLockedError: the study's SQLite database stayed locked by another writer
+        past the busy timeout (one line naming it; the trials this run knows of go
+        with it).
     """
     opts = options or TuneOptions()
     measured, search, kept = opts.measurement, opts.search, opts.study
     check_counts(
         n_trials=n_trials, windows=measured.windows, window_batches=measured.window_batches
     )
+    check_timeout(timeout)
     # The target and the trial plan are settled here, once, and handed down as objects.
     target = Target.of(pipeline, what="tune")
-    plan, budget_note = fit_budget(
-        measured.plan(TUNER_PLAN, what="tune"), n_trials=n_trials, timeout=timeout
-    )
-    if budget_note is not None:
-        log.warning("%s", budget_note)
+    plan = measured.plan(TUNER_PLAN, what="tune")
+    check_windows_fit(plan, timeout)
+    clock = measured.clock or time.perf_counter
+    budget = Budget(timeout, clock=clock, plan=plan)
     reporter = TrialProgress(
-        total=n_trials,
-        plan=plan,
-        display=progress,
-        verbose=verbose,
-        clock=measured.clock or time.perf_counter,
+        total=n_trials, plan=plan, display=progress, verbose=verbose, clock=clock, left=budget.left
     )
     run = Tuning.settle(
         target,
@@ -230,24 +258,35 @@ def tune(
         clocks=measured.clocks(),
         lock_path=kept.lock_path,
         progress=reporter,
+        budget=budget,
     )
+    run, notes = _fit_to_budget(run, reporter, opts.confirmation, n_trials=n_trials)
     with reporter:
         run.refuse_data_smaller_than_a_batch()
-        study, in_memory = _open_study(run, search, kept)
+        try:
+            study, in_memory, seed = _open_study(run, search, kept)
+        except Exception as e:
+            if is_locked(e):
+                raise _locked(kept, stage="open", run=run) from None
+            raise
         stage = "search"
         try:
-            search_seconds, notes = search_trials(
+            search_seconds, said = search_trials(
                 study,
                 run,
                 n_trials=n_trials,
-                timeout=timeout,
-                in_memory=in_memory,
                 max_consecutive_failures=search.max_consecutive_failures,
             )
-            notes[:0] = [budget_note] if budget_note is not None else []
+            notes += said
             stage = "confirmation"
             outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
-        except (KeyboardInterrupt, Exception) as e:
+            outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
+            outcome["storage"] = storage_label(opts.study.storage)
+            return _result(study, run, opts.confirmation, notes, outcome, seed=seed)
+        except (KeyboardInterrupt, Exception, StorageLocked) as e:
+            if isinstance(e, StorageLocked) or (not is_interrupt(e) and is_locked(e)):
+                stop_heartbeats()  # its thread would wait on the lock, and hold the exit
+                raise _locked(kept, stage=stage, run=run, study=study) from None
             # Ctrl-C: what was done goes with the exception (a second Ctrl-C while the
             # interrupted trials are enqueued again stops at once). An error after
             # Ctrl-C stopped a trial is the interrupt's too: the storage failing while
@@ -259,29 +298,97 @@ def tune(
             raise TuneInterrupted(
                 study, stage=stage, storage=kept.storage, requeued=tuple(requeued)
             ) from e
-    outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
-    outcome["storage"] = storage_label(opts.study.storage)
-    return _result(study, run, opts.confirmation, notes, outcome)
+
+
+def check_timeout(timeout: float | None) -> None:
+    """Raise `ConfigError` for a ``timeout`` that is not a positive number of seconds
+    (None: no limit)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+def check_windows_fit(plan: WindowPlan, timeout: float | None) -> None:
+    """Raise `ConfigError` when a trial of ``plan`` cannot fit in ``timeout``: even cut
+    to its least windows (`tuners._objective.least_trial_seconds`), they last longer."""
+    if timeout is None or not plan.timed:
+        return
+    least = least_trial_seconds(plan)
+    if least > timeout:
+        windows = min(plan.windows, MIN_WINDOWS)
+        raise ConfigError(
+            f"window_seconds {plan.window_seconds:g} does not fit in the timeout of "
+            f"{timeout:g} s: a trial measures at least {windows} windows of at least "
+            f"{plan.window_seconds:g} s ({least:g} s)"
+        )
+
+
+def _fit_to_budget(
+    run: Tuning, reporter: TrialProgress, confirming: ConfirmOptions, *, n_trials: int
+) -> tuple[Tuning, list[str]]:
+    """Settle what the search keeps of the timeout for the steps after it, and fit the
+    trials' windows in the rest (`tuners._objective.fit_budget`): the run's plan, and
+    the notes that say what was changed."""
+    budget, notes = run.budget, []
+    searched = set(run.space.searched)
+    groups = sum(1 for knobs in KNOB_GROUPS.values() if searched & set(knobs))
+    reserve_note = budget.settle(
+        configs=1 + (run.current is not None) + confirming.confirm_top,
+        rounds=confirming.confirm_windows,
+        breakdown_configs=1 + groups if confirming.breakdown and groups else 0,
+    )
+    plan, budget_note = fit_budget(run.plan, n_trials=n_trials, timeout=budget.search_share())
+    for note in (reserve_note, budget_note):
+        if note is not None:
+            log.warning("%s", note)
+            notes.append(note)
+    if plan != run.plan:
+        budget.plan = reporter.plan = plan
+        run = dataclasses.replace(run, plan=plan)
+    return run, notes
+
+
+def _locked(
+    kept: StudyOptions, *, stage: str, run: Tuning, study: optuna.Study | None = None
+) -> StudyLockedError:
+    """The `StudyLockedError` of a study whose SQLite database another writer holds:
+    the trials this run saw finished before the lock, and those it measured."""
+    rows = {r["number"]: r for r in run.seen}
+    rows.update(run.measured)
+    return StudyLockedError(
+        path=sqlite_path(kept.storage) or str(storage_label(kept.storage)),
+        study_name=study.study_name if study is not None else str(kept.study_name),
+        stage=stage,
+        waited=sqlite_busy_timeout(),
+        trials=[rows[n] for n in sorted(rows)],
+    )
 
 
 def _open_study(
     run: Tuning, search: SearchOptions, kept: StudyOptions
-) -> tuple[optuna.Study, bool]:
-    """The study in its storage (created, or loaded to resume or share), and whether
-    it is in memory."""
+) -> tuple[optuna.Study, bool, int | None]:
+    """The study in its storage (created, or loaded to resume or share), whether it is
+    in memory, and the default sampler's seed (drawn for this process when
+    ``search.seed`` is None; None with a sampler of the user's)."""
     storage = open_storage(
         kept.storage, heartbeat_interval=kept.heartbeat_interval, grace_period=kept.grace_period
     )
+    seed = None
+    sampler = search.sampler
+    if sampler is None:
+        seed = search.seed if search.seed is not None else process_seed()
+        sampler = default_sampler(seed)
     study = open_tuning_study(
         run,
         storage,
         shown=kept.storage,
         study_name=study_name_for(kept.study_name, storage),
-        sampler=search.sampler or default_sampler(search.seed),
+        sampler=sampler,
         pruner=default_pruner() if search.pruner is None else search.pruner,
         load_if_exists=kept.load_if_exists,
     )
-    return study, storage is None
+    return study, storage is None, seed
 
 
 def _result(
@@ -290,6 +397,8 @@ def _result(
     confirming: ConfirmOptions,
     notes: list[str],
     outcome: dict[str, object],
+    *,
+    seed: int | None,
 ) -> TuneResult:
     """The `TuneResult` of a finished search and its confirmation (``outcome``)."""
     return TuneResult(
@@ -301,12 +410,14 @@ def _result(
             confirm_top=confirming.confirm_top,
             confirm_windows=confirming.confirm_windows,
             study=study,
+            seed=seed,
         ),
         step=describe_step(run.step),
         space=run.space.to_dict(),
         warnings=tuple(notes),
         packed_layout=_packed_layout(run.target, outcome["best_config"]),
         study=study,
+        budget=run.budget.to_dict(),
         **outcome,
     )
 
@@ -333,9 +444,7 @@ def _format_advice(
     source = run.target.source
     if not advise or source is None or source.kind != "tfrecord":
         return None, None
-    if run.progress is not None:
-        run.progress("roofline", {})
-    roofline = winner_roofline(how, best_config, notes=notes)
+    roofline = winner_roofline(how, best_config, notes=notes, progress=run.progress)
     advice = winner_format_advice(
         how,
         best_config,
@@ -351,18 +460,38 @@ def _confirm_and_advise(
     study: optuna.Study, run: Tuning, options: ConfirmOptions, *, notes: list[str]
 ) -> dict[str, object]:
     """Confirm the search's top configs, then the verdicts, the gain by knob and the
-    format advice (`tuners._confirm`): the `TuneResult` fields they give, ``seconds``
-    (without the search's) included."""
+    format advice (`tuners._confirm`), within what is left of the timeout: the
+    `TuneResult` fields they give, ``seconds`` (without the search's) included."""
     how = run.remeasure(options.confirm_windows)
     progress, autotune = run.progress, run.baselines["autotune"]
-    t1 = time.time()
-    candidates = top_configs(study, options.confirm_top)
+    elapsed = run.budget.elapsed
+    t1 = elapsed()
+
+    # The search's best (autotune included: the result when nothing is confirmed), and
+    # the candidates confirmed against autotune: the best configs building another
+    # pipeline than autotune's and the current config's.
+    def key(config: PipelineConfig) -> str:
+        return pipeline_key(config.to_dict(), layout=run.target.layout)
+
+    best_trial = top_configs(study, 1, key=key)
+    others = [c for c in (autotune, run.current) if c is not None]
+    candidates = top_configs(study, options.confirm_top, key=key, exclude=others)
     configs = confirmation_configs(autotune, run.current, candidates)
-    confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
-    confirmed = confirm_longer(how, confirmed, progress=progress, notes=notes)
-    confirm_seconds = time.time() - t1
-    best_name, best_config = pick_winner(confirmed, candidates, autotune)
-    t2 = time.time()
+    if len(configs) > 1:
+        confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
+        confirmed = confirm_longer(how, confirmed, progress=progress, notes=notes)
+    else:  # nothing but autotune completed: there is nothing to compare it with
+        confirmed, confirmation_error = (
+            [],
+            (
+                "autotune is the only config the search completed, so there is nothing to "
+                "compare it with"
+            ),
+        )
+        _note(notes, f"the confirmation did not run: {confirmation_error}")
+    confirm_seconds = elapsed() - t1
+    best_name, best_config = pick_winner(confirmed, best_trial, autotune)
+    t2 = elapsed()
     contributions: tuple[Any, ...] = ()
     if options.breakdown and confirmed and best_name != "autotune":
         contributions = gain_by_knob(how, best_config, autotune, progress=progress, notes=notes)
@@ -377,13 +506,13 @@ def _confirm_and_advise(
             progress=progress,
             notes=notes,
         )
-    t3 = time.time()
-    verdict = verdicts(how, confirmed, best_config, notes=notes)
+    t3 = elapsed()
+    verdict = verdicts(how, confirmed, best_config, notes=notes, unconfirmed=confirmation_error)
     if verdict["beats_autotune"] is False:
         # "Keep autotune": the saved config is the verdict; the config measured best
         # stays first in ``confirmed`` with its ratio and range.
         best_name, best_config = "autotune", autotune
-    t_verdicts = time.time()
+    t_verdicts = elapsed()
     format_result, serial = _format_advice(
         run,
         how,
@@ -392,7 +521,7 @@ def _confirm_and_advise(
         schema_path=options.schema_path,
         notes=notes,
     )
-    t4 = time.time()
+    t4 = elapsed()
     return {
         "best_config": best_config,
         "best_name": best_name,
@@ -419,3 +548,8 @@ def _confirm_and_advise(
         "format_advice": format_result,
         **verdict,
     }
+
+
+def _note(notes: list[str], text: str) -> None:
+    log.warning("%s", text)
+    notes.append(text)

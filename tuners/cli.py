@@ -6,19 +6,27 @@ pipeline function, the console, the demo data). Exit codes: 0 done (also when th
 confirmation failed twice: the search's best config is written, marked unconfirmed, with
 a warning); 2 bad usage or input (unknown knob, empty range, unreachable storage, missing
 files, a step or pipeline that fails on every config...), reported on one line of
-stderr; 130 after Ctrl-C. ``result.json`` is written whenever trials ran, with every
-trial's state and error: after Ctrl-C too, marked interrupted, with no verdict, and the
-last line says where it is and how to keep trials to resume (``--storage``); a second
-Ctrl-C while it is written stops at once.
+stderr; 130 after Ctrl-C. Nonsensical values (``--timeout`` of 0 or less, ``--batch-size
+0``, ``--confirm-top 0``, ``--window-seconds`` whose least trial does not fit in
+``--timeout``...) are refused before anything else, and an ``--out`` folder whose disk
+cannot hold the outputs before the study. ``result.json`` is written whenever trials
+ran, with every trial's state and error: after Ctrl-C too, marked interrupted, with no
+verdict, and the last line says where it is and how to keep trials to resume
+(``--storage``); a second Ctrl-C while it is written stops at once; a SQLite study
+locked by another writer ends in one line naming the database, with the trials known
+in ``result.json``. Every output is written whole or not at all.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import shutil
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfinput import steps
@@ -121,7 +129,12 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
 def _search_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("search")
     s.add_argument("--n-trials", type=int, default=30)
-    s.add_argument("--timeout", type=float, help="seconds of search at most")
+    s.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds the whole run may take: the search keeps the time the confirmation "
+        "needs, and the run ends within the timeout plus one window",
+    )
     s.add_argument("--storage", help="postgresql:// or sqlite:/// URL, or a .db / .log file")
     s.add_argument("--study-name", help="study name in the storage (required with --storage)")
     s.add_argument(
@@ -174,10 +187,85 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--warmup-batches", type=int, default=5)
     s.add_argument("--confirm-top", type=int, default=3)
     s.add_argument("--confirm-windows", type=int, default=5)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the sampler's seed (default: drawn per process and recorded in result.json; "
+        "leave it out for workers sharing a study)",
+    )
     _skip_arguments(s)
     s.add_argument("--out", help="output directory (default: runs/tune-<time>)")
     add_output_arguments(s, json_help="print the result as JSON")
+
+
+# ----------------------------------------------------------------- checks
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse, before anything else, values that make no sense: one line naming the
+    argument, what it must be, and what was given.
+
+    Raises:
+      ConfigError: the first bad value.
+    """
+    from tuners._objective import MIN_WINDOWS
+
+    counts = {
+        "--n-trials": args.n_trials,
+        "--batch-size": args.batch_size,
+        "--windows": args.windows,
+        "--window-batches": args.window_batches,
+        "--confirm-top": args.confirm_top,
+        "--confirm-windows": args.confirm_windows,
+    }
+    for flag, value in counts.items():
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
+    if args.warmup_batches < 0:
+        raise ConfigError(f"--warmup-batches must be >= 0, got {args.warmup_batches}")
+    for flag, value, unit in (
+        ("--timeout", args.timeout, "seconds"),
+        ("--target-rate", args.target_rate, "examples/s"),
+    ):
+        if value is not None and not 0 < value < math.inf:
+            raise ConfigError(f"{flag} must be a positive number of {unit}, got {value:g}")
+    seconds = args.window_seconds
+    if seconds is not None and not 0 <= seconds < math.inf:
+        raise ConfigError(f"--window-seconds must be 0 or more, got {seconds:g}")
+    if seconds and args.timeout is not None:
+        windows = min(args.windows, MIN_WINDOWS)
+        if windows * seconds > args.timeout:
+            raise ConfigError(
+                f"--window-seconds {seconds:g} does not fit in --timeout {args.timeout:g}: a "
+                f"trial measures at least {windows} windows of at least {seconds:g} s "
+                f"({windows * seconds:g} s)"
+            )
+    if args.storage and not args.study_name:
+        raise ConfigError("--storage needs --study-name (to share or resume the study)")
+
+
+def _check_free_space(out: str) -> None:
+    """Refuse, before the study, an output folder whose disk cannot hold the outputs
+    (`tuners._report.outputs_size`: report.html inlines plotly.js).
+
+    Raises:
+      ConfigError: naming the folder, the space free and the space needed.
+    """
+    from tuners._report import outputs_size
+
+    folder = Path(out).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:  # not a folder we can ask: the writes say what is wrong
+        return
+    need = outputs_size()
+    if free < need:
+        raise ConfigError(
+            f"--out {out}: {free / 1e6:,.1f} MB free on its disk, and the outputs need "
+            f"about {need / 1e6:,.1f} MB (report.html inlines plotly.js): free space or "
+            "choose another --out"
+        )
 
 
 # ----------------------------------------------------------------- helpers
@@ -202,7 +290,7 @@ def _space_and_base(
 
     current = PipelineConfig.from_json(args.current) if args.current else None
     base = current or PipelineConfig()
-    if args.batch_size:
+    if args.batch_size is not None:
         base = base.replace(batch_size=args.batch_size)
     space = SearchSpace.for_pipeline(
         pipeline,
@@ -324,22 +412,35 @@ def _resume_line(result: TuneResult, best_config: str) -> str:
 def _write_failed(error: Any, out: str) -> None:
     """``result.json`` for a search in which no trial completed: the error and every
     trial (nothing when the study could not be opened)."""
-    from pathlib import Path
-
+    from tuners._result import write_whole
     from tuners._study import summarize_trials
 
     if error.study is None:
         return
-    path = Path(out) / "result.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "format": "tfinput.tune/1",
         "error": str(error),
         "best_config": None,
         "trials_detail": summarize_trials(error.study),
     }
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    path = write_whole(Path(out) / "result.json", json.dumps(data, indent=2, default=str) + "\n")
     print(f"tfinput tune: trials written to {path}", file=sys.stderr)
+
+
+def _locked(error: Any, out: str) -> ConfigError:
+    """The one line for a study whose database another writer holds: the database,
+    the lock, where the trials known are written, and how to resume."""
+    from tuners._result import OutputError
+
+    done = f"{error.completed} completed trial{'s' if error.completed != 1 else ''}"
+    try:
+        where = f"the {done} this run knows of are in {error.write(out)}"
+    except OutputError as e:
+        where = f"the {done} this run knows of could not be written ({e})"
+    return ConfigError(
+        f"{error}; {where}; run the same command again once the other writer is done, to "
+        "resume the study"
+    )
 
 
 def _write_interrupted(interrupt: TuneInterrupted, args: argparse.Namespace, out: str) -> None:
@@ -384,7 +485,7 @@ def _search(
     ``--timeout``); when no trial completed, ``result.json`` is written before the error
     goes on. Ctrl-C: the trials done are written (`_write_interrupted`) and None is
     returned (exit code 130)."""
-    from tuners._result import TuneInterrupted
+    from tuners._result import StudyLockedError, TuneInterrupted
     from tuners._study import TrialsFailedError, tune
 
     try:
@@ -404,6 +505,8 @@ def _search(
     except TrialsFailedError as e:
         _write_failed(e, out)
         raise
+    except StudyLockedError as e:
+        raise _locked(e, out) from None
     except TuneInterrupted as e:
         _write_interrupted(e, args, out)
         return None
@@ -440,12 +543,10 @@ def _options(args: argparse.Namespace) -> TuneOptions:
 
 def _tune(args: argparse.Namespace) -> int:
     """Run ``tfinput tune``: check the arguments, build pipeline and step, search, report."""
+    _check_arguments(args)
     out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
     check_output(out, "--out", directory=True)
-    if args.n_trials < 1:
-        raise ConfigError(f"--n-trials must be >= 1, got {args.n_trials}")
-    if args.storage and not args.study_name:
-        raise ConfigError("--storage needs --study-name (to share or resume the study)")
+    _check_free_space(out)
     target = Target.of(pipeline_from_args(args, say=console(stderr=True).print), what="tune")
     step = steps.make(
         args.step,
@@ -478,6 +579,7 @@ def _demo(args: argparse.Namespace) -> int:
     from tuners._space import SearchSpace
 
     check_output(args.out, "--out", directory=True)
+    _check_free_space(args.out)
     say = console(stderr=True).print
     t0 = time.time()
     pipeline = demo_pipeline(args.data_dir, say=say)

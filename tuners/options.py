@@ -13,8 +13,10 @@ its budget (``n_trials``, ``timeout``): one frozen `TuneOptions` of four small g
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING
 
+from tfinput.errors import ConfigError
 from tfinput.measure.options import MeasureOptions
 from tfinput.options import check_counts
 from tuners._storage import GRACE_PERIOD, HEARTBEAT_INTERVAL
@@ -41,7 +43,12 @@ class SearchOptions:
     ``n_trials`` and ``timeout``).
 
     Attributes:
-      seed: The default sampler's seed.
+      seed: The default sampler's seed (default None: each process draws its own, and
+        the result records it as ``method.sampler_seed``). A fixed seed makes one
+        process's proposals reproducible; workers that share a study, or a study
+        resumed after Ctrl-C, should leave it out: with one seed they propose the same
+        configs in the same order (the study never measures a config twice, but each
+        repeat is a proposal spent on a config already known).
       sampler, pruner: Optuna overrides (default: seeded multivariate TPE with the
         constant liar; `tuners._objective.NoiseAwarePruner`: bottom quarter beyond the
         measured noise, after one window).
@@ -53,7 +60,7 @@ class SearchOptions:
       ConfigError: ``max_consecutive_failures`` below 1.
     """
 
-    seed: int | None = 0
+    seed: int | None = None
     sampler: optuna.samplers.BaseSampler | None = None
     pruner: optuna.pruners.BasePruner | None = None
     max_consecutive_failures: int = MAX_CONSECUTIVE_FAILURES
@@ -92,7 +99,8 @@ class ConfirmOptions:
     """What happens after the search: the confirmation and the advice.
 
     Attributes:
-      confirm_top: Distinct best configs re-measured against ``autotune``.
+      confirm_top: The best configs of the search re-measured against ``autotune``:
+        distinct pipelines, other than autotune's and the current config's.
       confirm_windows: Interleaved windows per config in the confirmation.
       breakdown: When the winner differs from autotune, measure the gain by knob
         group (`tuners._advice.knob_breakdown`: one more confirmation's worth of
@@ -105,6 +113,10 @@ class ConfirmOptions:
       target_rate: Examples/s the training needs: for a pipeline read through
         tf.data service, the advice says how many workers the winner's confirmed
         rate implies (`tfinput.service.workers_needed`).
+
+    Raises:
+      ConfigError: ``confirm_top`` or ``confirm_windows`` below 1, or a
+        ``target_rate`` that is not a positive number.
     """
 
     confirm_top: int = 3
@@ -113,6 +125,12 @@ class ConfirmOptions:
     advise_format: bool = True
     schema_path: str | None = None
     target_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        check_counts(confirm_top=self.confirm_top, confirm_windows=self.confirm_windows)
+        rate = self.target_rate
+        if rate is not None and not (isinstance(rate, (int, float)) and 0 < rate < math.inf):
+            raise ConfigError(f"target_rate must be a positive number of examples/s, got {rate!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

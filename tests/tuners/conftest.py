@@ -3,7 +3,10 @@ and deterministic fakes (a workload on a fake clock) that need no timing."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import subprocess
 import tempfile
 
 import optuna
@@ -12,6 +15,7 @@ import pytest
 import tfinput
 from tfinput.config import PipelineConfig
 from tuners._space import SearchSpace
+from tuners._storage import is_duplicate
 from tuners._study import tune
 from tuners.options import TuneOptions
 
@@ -111,6 +115,41 @@ def tune_seeded(
         n_trials=n_trials,
         options=options(**{**given, **fields}),
     )
+
+
+def assert_measured_once(trials):
+    """No config measured twice among ``trials``, by the config each recorded, and by
+    params (Optuna's) among the searched trials (a baseline is measured as the user has
+    it: its knobs outside the space may differ from those of a searched trial with its
+    params); every duplicate names a measured trial with its params."""
+    measured = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
+    configs = [json.dumps(t.user_attrs["config"], sort_keys=True) for t in measured]
+    searched = [t for t in measured if "baseline" not in t.user_attrs]
+    params = [json.dumps(t.params, sort_keys=True) for t in searched]
+    assert len(set(params)) == len(params) and len(set(configs)) == len(configs), params
+    by_number = {t.number: t for t in trials}
+    for t in trials:
+        if is_duplicate(t):
+            assert by_number[t.user_attrs["duplicate_of"]].params == t.params
+            assert "median_examples_per_s" not in t.user_attrs  # not measured
+
+
+@contextlib.contextmanager
+def small_disk(path, size):
+    """A real file system of ``size`` (``mount``'s form: ``1m``, ``8m``) mounted at
+    ``path`` (a tmpfs): writes past it fail with "No space left on device". Yields
+    None where this process may not mount one (not root, no mount privilege)."""
+    path.mkdir(parents=True, exist_ok=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]
+    try:
+        subprocess.run(mount, check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
 # ------------------------------------------- deterministic fakes (no timing)

@@ -36,18 +36,33 @@ AUTOTUNE_STATS = config_stats("autotune", 1.0, 1.0, 1.0)
         (
             [config_stats("trial 7", 1.06, 0.96, 1.12), AUTOTUNE_STATS],
             False,
-            "keep autotune: trial 7's gain is within the noise (1.06x autotune, rounds "
+            "keep autotune: trial 7's gain is within the noise (1.06x autotune paired, rounds "
             "0.96x-1.12x; the spread includes 1)",
         ),
         ([config_stats("trial 7", 1.2, 1.0, 1.3), AUTOTUNE_STATS], False, "keep autotune"),
         (
             [AUTOTUNE_STATS, config_stats("trial 2", 0.9, 0.8, 0.95)],
             False,
-            "keep autotune: no config beat it",
+            "keep autotune: it measured best in the confirmation, ahead of trial 2 (paired "
+            "ratio, round by round)",
+        ),
+        # Nothing else was measured: no verdict names a comparison that did not happen.
+        (
+            [AUTOTUNE_STATS],
+            None,
+            "no verdict: autotune was the only config confirmed; no other config was "
+            "measured against it",
         ),
         ([], None, "not confirmed"),
     ],
-    ids=["spread-above-1", "spread-straddles-1", "spread-touches-1", "autotune-wins", "none"],
+    ids=[
+        "spread-above-1",
+        "spread-straddles-1",
+        "spread-touches-1",
+        "autotune-wins",
+        "autotune-alone",
+        "none",
+    ],
 )
 def test_beats_autotune_only_when_the_paired_spread_excludes_1(confirmed, beats, words):
     verdict, sentence = beats_autotune(confirmed)
@@ -187,8 +202,8 @@ def test_keep_autotune_saves_autotune_and_keeps_the_measured_best_in_the_result(
         (1.1, 0.9, 1.3)
     )
     assert result.verdicts[0] == (
-        f"keep autotune: {measured.name}'s gain is within the noise (1.10x autotune, rounds "
-        "0.90x-1.30x; the spread includes 1)"
+        f"keep autotune: {measured.name}'s gain is within the noise (1.10x autotune paired, "
+        "rounds 0.90x-1.30x; the spread includes 1)"
     )
     # the saved config is the verdict: autotune, as the study measured it
     autotune = baseline_configs(PipelineConfig(batch_size=100, drop_remainder=True), cpu_count=2)
@@ -216,7 +231,7 @@ def test_keep_autotune_saves_autotune_and_keeps_the_measured_best_in_the_result(
     )
     assert (
         f"saved: autotune (the verdict); measured best: {measured.name}, 1.10x autotune "
-        f"(rounds 0.90x-1.30x), knobs changed from autotune: {changed}"
+        f"paired (rounds 0.90x-1.30x), knobs changed from autotune: {changed}"
     ) in text
     html = paths["report"].read_text()
     assert "Saved: autotune (the verdict: keep autotune)" in html
@@ -408,7 +423,7 @@ def test_rounds_allowed_below_keep_the_false_win_rate_of_five_rounds_all_above()
         (
             1,
             True,
-            "trial 7 beats autotune beyond the noise (1.15x autotune, rounds "
+            "trial 7 beats autotune beyond the noise (1.15x autotune paired, rounds "
             "0.95x-1.20x; 9 of 10 rounds above 1)",
         ),
         (2, False, "keep autotune: trial 7's gain is within the noise"),
@@ -457,7 +472,7 @@ def test_an_inconclusive_confirmation_is_measured_again_in_twice_the_rounds():
     assert len(again[0].windows) == 10 and again[0].ratio == pytest.approx(1.2)
     assert beats_autotune(again)[0] is True
     assert notes == [
-        "confirmation: trial 7 measured 1.15x autotune, rounds 0.95x-1.20x, which cannot "
+        "confirmation: trial 7 measured 1.15x autotune paired, rounds 0.95x-1.20x, which cannot "
         "tell; it and autotune were measured again in 10 rounds, and those decide"
     ]
     decided = [_rounds("trial 7", [1100.0] * 5), _rounds("autotune", [1000.0] * 5)]
@@ -472,7 +487,7 @@ def test_a_win_below_the_least_gain_worth_a_change_keeps_autotune():
     verdict, sentence = beats_autotune(tiny)
     assert MIN_GAIN == 1.01 and verdict is False
     assert sentence == (
-        "keep autotune: trial 7 measured faster in every round, but only 1.00x autotune, "
+        "keep autotune: trial 7 measured faster in every round, but only 1.00x autotune paired, "
         "rounds 1.00x-1.02x: under the 1% gain worth changing the config for"
     )
     assert beats_autotune([config_stats("trial 7", 1.03, 1.01, 1.05), AUTOTUNE_STATS])[0]

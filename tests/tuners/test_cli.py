@@ -17,12 +17,13 @@ import optuna
 import pytest
 
 from tests.helpers import run_cli
-from tests.tuners.conftest import tune_result
+from tests.tuners.conftest import assert_measured_once, small_disk, tune_result
 from tfinput.cli import build_parser
 from tfinput.config import PipelineConfig
+from tuners import _storage as tuners_storage
 from tuners._result import resume_record
 from tuners._search import baseline_configs
-from tuners._storage import make_storage
+from tuners._storage import is_counted, make_storage
 from tuners.cli import _resume_line, add_subcommands
 
 
@@ -57,6 +58,49 @@ from tuners.cli import _resume_line, add_subcommands
 def test_cli_bad_arguments(cli_args, capsys, extra, message):
     code, _, err = run_cli(capsys, "tune", *cli_args, *extra)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+        (["--timeout", "-5"], "--timeout must be a positive number of seconds, got -5"),
+        (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+        (["--confirm-top", "0"], "--confirm-top must be >= 1, got 0"),
+        (["--confirm-windows", "0"], "--confirm-windows must be >= 1, got 0"),
+        (["--window-seconds", "-1"], "--window-seconds must be 0 or more, got -1"),
+        (
+            ["--window-seconds", "1e9", "--timeout", "20"],
+            "--window-seconds 1e+09 does not fit in --timeout 20: a trial measures at least 2 "
+            "windows of at least 1e+09 s (2e+09 s)",
+        ),
+        (
+            ["--window-seconds", "10", "--timeout", "15"],
+            "--window-seconds 10 does not fit in --timeout 15: a trial measures at least 2 "
+            "windows of at least 10 s (20 s)",
+        ),
+        (["--target-rate", "0"], "--target-rate must be a positive number of examples/s, got 0"),
+    ],
+    ids=[
+        "timeout-zero",
+        "timeout-negative",
+        "batch-size-zero",
+        "confirm-top-zero",
+        "confirm-windows-zero",
+        "window-seconds-negative",
+        "window-beyond-the-timeout",
+        "windows-beyond-the-timeout",
+        "target-rate-zero",
+    ],
+)
+def test_cli_refuses_nonsensical_values_in_one_line_before_any_work(
+    cli_args, capsys, tmp_path, extra, message
+):
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(capsys, "tune", *cli_args, *extra, "--out", out_dir)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [f"tfinput tune: error: {message}"]
+    assert not out_dir.exists()  # nothing was made, nothing measured
 
 
 def test_cli_needs_exactly_one_pipeline(capsys):
@@ -166,7 +210,7 @@ def test_cli_keep_autotune_saves_autotune_and_says_where_the_measured_best_is(
     # places): they agree to the printed 2 places, give or take the last one.
     said = (
         f"{out_dir}/best_config.json: autotune (the verdict: keep autotune); the best "
-        f"measured config, {best['name']}, RATIOx autotune (rounds LOWx-HIGHx), is in "
+        f"measured config, {best['name']}, RATIOx autotune paired (rounds LOWx-HIGHx), is in "
         f'{out_dir}/result.json under "measured_best"'
     )
     said = re.escape("".join(said.split()))
@@ -248,11 +292,12 @@ def _wait_for_line(log_path, prefix, proc, deadline):
     return seen
 
 
-def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None):
+def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None, trials=1, started=None):
     """A real ``tfinput tune ARGV`` in its own process group, sent SIGINT (as Ctrl-C
-    sends it to the terminal's foreground group) once its first trial line is printed,
-    and again once a line starting with ``again_after`` is printed: ``(exit code, stderr
-    lines, trial lines before Ctrl-C)``."""
+    sends it to the terminal's foreground group) once ``trials`` trial lines are
+    printed, and again once a line starting with ``again_after`` is printed (``started``
+    is called with the process first): ``(exit code, stderr lines, trial lines before
+    Ctrl-C)``."""
     # A suite run in the background of a non-interactive shell ignores SIGINT, and its
     # children would inherit that: the tune gets Ctrl-C as a terminal's command does.
     ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
@@ -272,9 +317,14 @@ def _tune_until_a_trial_then_ctrl_c(argv, log_path, *, again_after=None):
         if ignored:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        if started is not None:
+            started(proc)
         deadline = time.monotonic() + 240
         seen = _wait_for_line(log_path, "trial ", proc, deadline)
-        assert seen, log_path.read_text()
+        while 0 < len(seen) < trials and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen = [ln for ln in log_path.read_text().splitlines() if ln.startswith("trial ")]
+        assert len(seen) >= trials, log_path.read_text()
         os.killpg(proc.pid, signal.SIGINT)
         # A Ctrl-C that lands while Python runs a garbage-collector callback (JAX's: Keras
         # loads JAX) is lost, at a terminal too: sent again, as a user would, until tune
@@ -330,12 +380,16 @@ def test_cli_ctrl_c_writes_the_completed_trials_and_says_how_to_keep_them(cli_ar
 def test_cli_a_second_ctrl_c_while_the_trials_are_written_exits_at_once(cli_args, tmp_path):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    os.mkfifo(out_dir / "result.json")  # writing it blocks (no reader): Ctrl-C lands there
+
+    def block_the_write(proc):  # result.json is staged in this file, a pipe no one reads
+        os.mkfifo(out_dir / f".result.json.tfinput-staging-{proc.pid}")
+
     argv = [*cli_args, "--n-trials", "30", "--step", "simulated", "--device-time-ms", "100"]
     code, lines, _ = _tune_until_a_trial_then_ctrl_c(
         [*argv, "--out", out_dir],
         tmp_path / "tune.log",
         again_after="tfinput tune: interrupted during the search",
+        started=block_the_write,
     )
     assert code == 130 and "Traceback" not in "\n".join(lines), lines
     assert lines[-1] == "tfinput: interrupted"
@@ -343,11 +397,16 @@ def test_cli_a_second_ctrl_c_while_the_trials_are_written_exits_at_once(cli_args
 
 @pytest.mark.slow
 def test_cli_ctrl_c_with_a_storage_says_the_same_command_resumes(cli_args, tmp_path, capsys):
+    """Ctrl-C after three trials, then the same command: it resumes the study and
+    measures no config again, although its sampler (``--seed 0``) proposes the same
+    configs in the same order."""
     storage = tmp_path / "study.db"
-    argv = [*cli_args, "--storage", storage, "--study-name", "kept", "--n-trials", "4"]
+    argv = [*cli_args, "--storage", storage, "--study-name", "kept", "--n-trials", "7"]
+    argv += ["--seed", "0"]
     code, lines, _ = _tune_until_a_trial_then_ctrl_c(
         [*argv, "--step", "simulated", "--device-time-ms", "100", "--out", tmp_path / "a"],
         tmp_path / "tune.log",
+        trials=3,
     )
     assert code == 130, "\n".join(lines)
     assert lines[-1] == (
@@ -364,7 +423,8 @@ def test_cli_ctrl_c_with_a_storage_says_the_same_command_resumes(cli_args, tmp_p
     assert code == 0, err
     trials = json.loads((tmp_path / "b/result.json").read_text())["trials_detail"]
     done = [t for t in kept if t["state"] in ("complete", "pruned")]
-    assert trials[: len(done)] == done  # kept, not measured again
+    assert len(done) >= 3 and trials[: len(done)] == done  # kept, not measured again
+    assert_measured_once(optuna.load_study(study_name="kept", storage=make_storage(storage)).trials)
 
 
 @pytest.mark.slow
@@ -428,3 +488,154 @@ def test_cli_resumes_a_journal_study_whose_worker_was_killed(cli_args, capsys, t
     retries = [t for t in trials if t.user_attrs.get("retried_from") == victim]
     assert len(retries) == 1 and retries[0].state.is_finished()
     assert retries[0].params == trials[victim].params
+
+
+# ------------------------------------------------------------- a locked study
+#: A step that takes the study database's write lock from a connection of its own once
+#: it has run ``AFTER`` times (a second writer, as another process would hold it), and
+#: keeps it in the test module's `HELD` until the test lets go.
+LOCKER = """\
+import sqlite3
+
+import tests.tuners.test_cli as test
+
+CALLS = []
+
+
+def step(batch):
+    CALLS.append(1)
+    if len(CALLS) == {after} and not test.HELD:
+        test.HELD.append(sqlite3.connect({db!r}, isolation_level=None))
+        test.HELD[0].execute("BEGIN EXCLUSIVE")
+"""
+
+HELD: list = []
+
+
+def test_cli_a_study_locked_by_another_writer_ends_in_one_line_with_the_trials_done(
+    cli_args, capsys, tmp_path, monkeypatch
+):
+    """The SQLite database is write-locked (``BEGIN EXCLUSIVE``) from the third trial
+    on, past the busy timeout (1 s here): one line naming the database and the lock,
+    and result.json with the trials completed before it."""
+    monkeypatch.setattr(tuners_storage, "SQLITE_BUSY_TIMEOUT_S", 1)
+    db, out_dir = tmp_path / "study.db", tmp_path / "out"
+    module = tmp_path / "locker.py"
+    module.write_text(LOCKER.format(after=2 * 5 + 1, db=str(db)))  # 5 steps a trial
+    try:
+        code, _, err = run_cli(
+            capsys,
+            "tune",
+            *cli_args,
+            *("--n-trials", "8", "--step", "function", "--step-fn", f"{module}:step"),
+            *("--storage", db, "--study-name", "locked", "--out", out_dir),
+        )
+    finally:
+        while HELD:
+            HELD.pop().close()
+    data = json.loads((out_dir / "result.json").read_text())
+    done = data["trials_detail"]
+    completed = sum(t["state"] == "complete" for t in done)
+    assert code == 2 and completed >= 2, err
+    assert err.splitlines()[-1] == (
+        f"tfinput tune: error: the study database {db} is locked: another writer held it for "
+        "more than 1 s while the search ran (SQLite lets one process write at a time); the "
+        f"{completed} completed trials this run knows of are in {out_dir}/result.json; run "
+        "the same command again once the other writer is done, to resume the study"
+    )
+    assert not [line for line in err.splitlines() if not line.startswith(("trial ", "tfinput"))]
+    assert data["locked"] == {"database": str(db), "stage": "search"}
+    assert data["best_config"] is None and data["best_trial"]["confirmed"] is False
+
+
+# ----------------------------------------------------------------- a full disk
+def test_cli_an_out_folder_whose_disk_cannot_hold_the_report_is_refused_first(
+    cli_args, capsys, tmp_path
+):
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        if disk is None:
+            pytest.skip("needs a 1 MB tmpfs: this process may not mount one")
+        code, out, err = run_cli(capsys, "tune", *cli_args, "--out", disk / "out")
+        assert code == 2 and out == "" and os.listdir(disk) == []
+    (line,) = err.splitlines()
+    assert re.fullmatch(
+        rf"tfinput tune: error: --out {re.escape(str(disk))}/out: 1\.0 MB free on its "
+        r"disk, and the outputs need about \d\.\d MB \(report\.html inlines plotly\.js\): "
+        r"free space or choose another --out",
+        line,
+    ), line
+
+
+#: A step that fills the disk of the output folder at its first call, leaving 100 kB.
+FILLER = """\
+import os
+import shutil
+
+def step(batch):
+    if not os.path.exists({filler!r}):
+        free = shutil.disk_usage(os.path.dirname({filler!r})).free
+        with open({filler!r}, "wb") as f:
+            f.write(bytes(max(0, free - 100_000)))
+"""
+
+
+def test_cli_a_disk_that_fills_during_the_study_keeps_the_result_and_names_the_report(
+    cli_args, capsys, tmp_path
+):
+    """The disk had room when the run started and fills during the study: result.json
+    and best_config.json are written whole, report.html is not written at all, and one
+    line names it with the reason."""
+    with small_disk(tmp_path / "disk", "8m") as disk:
+        if disk is None:
+            pytest.skip("needs an 8 MB tmpfs: this process may not mount one")
+        module = tmp_path / "filler.py"
+        module.write_text(FILLER.format(filler=str(disk / "filler")))
+        out_dir = disk / "out"
+        code, _, err = run_cli(
+            capsys,
+            "tune",
+            *cli_args,
+            *("--n-trials", "2", "--step", "function", "--step-fn", f"{module}:step"),
+            *("--no-breakdown", "--out", out_dir),
+        )
+        assert code == 2, err
+        assert re.fullmatch(
+            rf"tfinput tune: error: cannot write {re.escape(str(out_dir))}/report\.html "
+            r"\(\d\.\d MB\): No space left on device; nothing partial was left there; "
+            rf"best_config\.json and result\.json are written in {re.escape(str(out_dir))}",
+            err.splitlines()[-1],
+        ), err
+        assert sorted(os.listdir(out_dir)) == ["best_config.json", "result.json"]
+        data = json.loads((out_dir / "result.json").read_text())
+        assert data["confirmed"] and len(data["trials_detail"]) == 2
+        assert PipelineConfig.from_json(out_dir / "best_config.json").batch_size == 50
+
+
+# ------------------------------------------------------ two workers, one study
+def test_cli_two_workers_started_together_on_a_new_sqlite_study_measure_no_config_twice(
+    cli_args, tmp_path
+):
+    """Two real ``tfinput tune`` processes started at the same moment on one new SQLite
+    study, both with ``--seed 0`` (they propose the same configs in the same order):
+    both finish, and no config is measured twice."""
+    db = tmp_path / "conc.db"
+    argv = [*cli_args, "--storage", db, "--study-name", "c", "--n-trials", "8", "--seed", "0"]
+    argv += ["--step", "simulated", "--device-time-ms", "20", "--no-breakdown"]
+    procs = []
+    for i in range(2):
+        with open(tmp_path / f"w{i}.log", "w") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tfinput.cli", "tune", *map(str, argv)]
+                    + ["--out", str(tmp_path / f"w{i}")],
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                )
+            )
+    codes = [p.wait(timeout=300) for p in procs]
+    logs = [(tmp_path / f"w{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0], logs
+    assert not any("Traceback" in log for log in logs), logs
+    trials = optuna.load_study(study_name="c", storage=make_storage(str(db))).get_trials()
+    assert sum(map(is_counted, trials)) >= 8
+    assert_measured_once(trials)

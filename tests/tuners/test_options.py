@@ -53,6 +53,25 @@ def test_search_counts_are_checked_when_the_options_are_made():
         SearchOptions(max_consecutive_failures=0)
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"confirm_top": 0}, "confirm_top must be >= 1, got 0"),
+        ({"confirm_windows": 0}, "confirm_windows must be >= 1, got 0"),
+        ({"target_rate": 0}, "target_rate must be a positive number of examples/s, got 0"),
+        (
+            {"target_rate": float("nan")},
+            "target_rate must be a positive number of examples/s, got nan",
+        ),
+    ],
+    ids=["no-top-config", "no-round", "zero-rate", "nan-rate"],
+)
+def test_confirmation_values_are_checked_when_the_options_are_made(fields, message):
+    with pytest.raises(ConfigError) as raised:
+        ConfirmOptions(**fields)
+    assert str(raised.value) == message
+
+
 def test_tune_measures_as_its_options_object_asks(pipeline, tmp_path):
     options = TuneOptions(
         search=SearchOptions(seed=1),

@@ -3,15 +3,30 @@ or without plotly) and the terminal summary."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import re
+import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 import tfinput
-from tests.tuners.conftest import BEST, TUNED_TRIALS, tune_result
+from tests.tuners.conftest import BEST, TUNED_TRIALS, config_stats, small_disk, tune_result
 from tfinput.config import PipelineConfig
-from tuners._report import NO_PLOTLY, has_plotly, print_summary, verdict_lines, write_outputs
+from tuners._report import (
+    NO_PLOTLY,
+    has_plotly,
+    print_summary,
+    ranking_notes,
+    verdict_lines,
+    write_html,
+    write_outputs,
+)
+from tuners._result import OutputError
 
 
 def test_outputs_load_into_build(tuned, tmp_path):
@@ -69,11 +84,39 @@ def test_print_summary_table_changed_knobs_and_warnings():
     console = Console(record=True, width=200)
     print_summary(tune_result(warnings=("confirmation attempt 1 of 2 failed",)), console)
     text = console.export_text()
-    assert "Confirmed throughput (step: input only), examples/s" in text
+    assert "Confirmed throughput (step: input only), ranked by the paired ratio to autotune" in text
+    assert "median examples/s" in text and "paired ratio to autotune (rounds)" in text
     assert "1.50x (1.20-1.80)" in text
+    assert "paired ratio: each round's examples/s over autotune's in the same round" in text
     assert "best: trial 3; knobs changed from autotune: " in text and "prefetch=4" in text
     assert "study s: 4 complete, 1 pruned; search 10 s, confirmation 2 s" in text
     assert "warning: confirmation attempt 1 of 2 failed" in text
+
+
+def test_the_summary_says_which_figure_is_the_median_and_which_the_paired_ratio(tmp_path):
+    """trial 5 is 1.07x autotune paired (rounds 0.75x-1.12x) with a median below
+    autotune's; trial 3 ranks first by the paired ratio with a lower median than trial
+    5's. Each is said, in the terminal and in the report."""
+    auto = config_stats("autotune", 1.0, 1.0, 1.0)
+    first = config_stats("trial 3", 1.10, 1.02, 1.20, config=BEST)
+    second = dataclasses.replace(config_stats("trial 5", 1.07, 0.75, 1.12), median=1150.0)
+    lower = dataclasses.replace(config_stats("trial 6", 1.04, 0.95, 1.10), median=980.0)
+    result = tune_result(confirmed=(first, second, lower, auto), beats_autotune=True)
+    assert ranking_notes(result) == [
+        "trial 6: 1.04x autotune paired, while its median examples/s, 980, is below "
+        "autotune's 1,000: the rounds disagree (a round's load moves both configs of that "
+        "round alike, so the paired ratio is the figure compared)",
+        "trial 3 ranks first by the paired ratio (1.10x) though trial 5 has the higher "
+        "median examples/s (1,150 against 1,100): the configs are ranked, and the verdict "
+        "taken, on the paired ratio",
+    ]
+    console = Console(record=True, width=400)
+    print_summary(result, console)
+    text = console.export_text()
+    assert all(note in text for note in ranking_notes(result))
+    html = write_html(result, tmp_path / "report.html").read_text()
+    assert "trial 3 ranks first by the paired ratio (1.10x)" in html
+    assert "confirmed median 1,100 examples/s, 1.10x autotune paired" in html
 
 
 def test_print_summary_of_an_unconfirmed_result():
@@ -197,3 +240,53 @@ def test_every_table_shows_autotune_as_autotune_never_minus_one(tmp_path):
     for shown in (text, table):
         assert "-1→" not in shown and "-1 →" not in shown and "=-1" not in shown
     assert [label(v) for v in (AUTOTUNE, 4, True, None)] == ["autotune", "4", "True", "none"]
+
+
+#: Writes a tune result's outputs with files limited to 1 MB (``RLIMIT_FSIZE``: a real
+#: "File too large" from the kernel), where no small disk can be mounted.
+FILE_SIZE_LIMITED = """\
+import resource, signal, sys
+from tests.tuners.conftest import tune_result
+from tuners._report import write_outputs
+from tuners._result import OutputError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, resource.RLIM_INFINITY))
+try:
+    write_outputs(tune_result(), sys.argv[1])
+except OutputError as e:
+    print(e)
+"""
+
+
+def test_outputs_on_a_full_disk_are_whole_or_absent_and_the_error_names_the_file(tmp_path):
+    """report.html (plotly.js inlined: about 5 MB) on a 1 MB disk: the JSON files are
+    written whole first, the report is left out whole, no partial file stays, and the
+    error names the report, the reason and the files kept."""
+    assert has_plotly()  # the report is large: it inlines plotly.js
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        if disk is not None:
+            with pytest.raises(OutputError) as raised:
+                write_outputs(tune_result(), disk / "out")
+            _assert_whole_or_absent(disk / "out", str(raised.value), "No space left on device")
+            return
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-c", FILE_SIZE_LIMITED, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[2],
+    )
+    _assert_whole_or_absent(out, done.stdout.strip(), "File too large")
+
+
+def _assert_whole_or_absent(out, message, reason):
+    assert re.fullmatch(
+        rf"cannot write {re.escape(str(out))}/report.html \(\d\.\d MB\): {reason}; nothing "
+        rf"partial was left there; best_config.json and result.json are written in "
+        rf"{re.escape(str(out))}",
+        message,
+    ), message
+    assert sorted(os.listdir(out)) == ["best_config.json", "result.json"]
+    assert PipelineConfig.from_json(out / "best_config.json") == BEST
+    assert json.loads((out / "result.json").read_text())["best_name"] == "trial 3"

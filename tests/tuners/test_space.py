@@ -4,6 +4,7 @@ errors), ``KNOB=V1,V2`` assignments, and the round trip through Optuna trials.""
 from __future__ import annotations
 
 import json
+import random
 
 import optuna
 import pytest
@@ -12,7 +13,7 @@ from tfinput import steps
 from tfinput.config import AUTOTUNE
 from tfinput.errors import ConfigError
 from tuners import _space as tuners_space
-from tuners._space import SearchSpace, parse_assignment
+from tuners._space import SearchSpace, nearest_unmeasured, parse_assignment
 from tuners._study import baseline_configs
 
 
@@ -249,3 +250,23 @@ def test_min_parallelism_reaches_tf_data_options_or_is_ignored_with_a_warning(
         assert record.getMessage().startswith("tfinput: autotune_min_parallelism=2 ignored:")
     with pytest.raises(ConfigError, match=r"autotune_min_parallelism: expected >= 1"):
         PipelineConfig(autotune_min_parallelism=0)
+
+
+def test_nearest_unmeasured_changes_the_fewest_knobs_then_says_the_space_is_measured(base):
+    space = SearchSpace(choices={"map_parallelism": (1, 2, 3), "prefetch": (1, 2)})
+    rng = random.Random(0)
+    taken = {(1, 1), (2, 1), (3, 1)}
+
+    def is_taken(params):
+        return (params["map_parallelism"], params["prefetch"]) in taken
+
+    proposal = {"map_parallelism": 2, "prefetch": 1}
+    found, exhausted = nearest_unmeasured(space, proposal, is_taken, rng)
+    assert found == {"map_parallelism": 2, "prefetch": 2} and not exhausted  # one knob
+    taken.add((2, 2))
+    found, exhausted = nearest_unmeasured(space, proposal, is_taken, rng)
+    assert found in ({"map_parallelism": 1, "prefetch": 2}, {"map_parallelism": 3, "prefetch": 2})
+    taken.update({(1, 2), (3, 2)})
+    assert nearest_unmeasured(space, proposal, is_taken, rng) == (None, True)
+    config = space.config({"map_parallelism": 3}, base)
+    assert (config.map_parallelism, config.prefetch, config.batch_size) == (3, base.prefetch, 50)

@@ -28,17 +28,21 @@ from tuners._storage import (
     first_line,
     host_lock,
     is_counted,
+    is_locked,
     make_storage,
+    measured_twin,
     open_study,
     pid_alive,
     pid_namespace,
     redact,
     requeue_dead_workers,
+    sqlite_path,
     state_counts,
     stop_heartbeats,
     storage_label,
     summarize_trials,
     tag_worker,
+    taken_configs,
     top_configs,
     trailing_failures,
     trial_info,
@@ -300,6 +304,11 @@ def test_top_configs_are_distinct_and_best_first(study):
         ("trial 0", PipelineConfig()),  # autotune's trial is named by its number
     ]
     assert top_configs(study, 1) == top[:1]
+    # The candidates confirmed against autotune leave autotune out (and, by ``key``,
+    # what builds the same pipeline).
+    assert top_configs(study, 3, exclude=[PipelineConfig()]) == top[:1]
+    same_batch = top_configs(study, 3, key=lambda c: c.batch_size, exclude=[PipelineConfig()])
+    assert same_batch == top[:1]
 
 
 def test_summarize_trials_one_row_per_trial(study):
@@ -329,6 +338,7 @@ def test_trial_info_is_the_progress_event(study):
         "best": 300.0,
         "baseline": None,
         "error": None,
+        "duplicate_of": None,
         "params": {},  # the trial's searched parameters (none in this study)
     }
     empty = optuna.create_study(direction="maximize")
@@ -374,3 +384,111 @@ def test_trailing_failures_since_the_last_finished_trial():
 )
 def test_explain_failure(error, want):
     assert explain_failure(None, error) == want
+
+
+# ------------------------------------------------------- a new SQLite file, at once
+#: Opens the storage once every process of the race is ready (a file each in the
+#: folder given), so that they create the database's schema at the same moment.
+OPEN_TOGETHER = """\
+import os, sys, time
+from pathlib import Path
+import optuna.storages
+from tuners._storage import make_storage
+db, ready, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+(ready / str(os.getpid())).touch()
+while len(list(ready.iterdir())) < n:
+    time.sleep(0.001)
+make_storage(db)
+print("opened")
+"""
+
+
+def test_processes_opening_a_new_sqlite_study_at_once_all_open_it(tmp_path):
+    """Two processes open one new SQLite file at the same moment: each creates the
+    schema, and without a retry one fails on ``alembic_version``'s unique constraint
+    (with plain `RDBStorage`, 2 of 3 processes in each of 6 runs here)."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-W",
+                "ignore",
+                "-c",
+                OPEN_TOGETHER,
+                str(tmp_path / "new.db"),
+                ready,
+                "2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert [out.strip() for out, _ in outputs] == ["opened"] * 2
+
+
+# ---------------------------------------------------------- no config twice
+def test_a_config_measured_or_being_measured_has_a_twin_and_no_other():
+    study = optuna.create_study(direction="maximize")
+    config = PipelineConfig(prefetch=2).to_dict()
+
+    def key_of(t):
+        return None if "config" not in t.user_attrs else str(t.user_attrs["config"])
+
+    def trial(state, **attrs):
+        value = 1.0 if state == State.COMPLETE else None
+        study.add_trial(optuna.trial.create_trial(state=state, value=value, user_attrs=attrs))
+        return study.trials[-1]
+
+    me = {"worker": worker_id(), "worker_pid_namespace": pid_namespace()}
+    dead = {**me, "worker": f"{socket.gethostname()}:{_dead_pid()}"}
+    key = str(config)
+    current = study.ask()
+    trial(State.FAIL, config=config, error="interrupted", interrupted=True)  # retried
+    trial(State.FAIL, config=config, duplicate_of=0)  # never measured
+    trial(State.RUNNING, config=config, **me)  # suggesting, not measuring yet
+    trial(State.RUNNING, config=config, measuring=True, **dead)  # its worker died
+    assert measured_twin(study, current, key, key_of) is None
+    measuring = trial(State.RUNNING, config=config, measuring=True, worker="another-host:1")
+    assert measured_twin(study, current, key, key_of).number == measuring.number
+    assert measured_twin(study, current, str(PipelineConfig().to_dict()), key_of) is None
+    other = optuna.create_study(direction="maximize")
+    other.add_trial(optuna.trial.create_trial(state=State.PRUNED, user_attrs={"config": config}))
+    assert measured_twin(other, other.ask(), key, key_of).state == State.PRUNED
+    # taken: measured, measuring or planned; not the retried, not the duplicate
+    assert taken_configs(study, lambda t: key_of(t) or "planned") == {key, "planned"}
+
+
+@pytest.mark.parametrize(
+    "error, locked",
+    [
+        (
+            optuna.exceptions.StorageInternalError("An exception is raised during the commit."),
+            False,
+        ),
+        (RuntimeError("x"), False),
+    ],
+    ids=["other-storage-error", "other"],
+)
+def test_is_locked_reads_the_cause(error, locked):
+    assert is_locked(error) is locked
+    import sqlite3
+
+    try:
+        try:
+            raise sqlite3.OperationalError("database is locked")
+        except sqlite3.OperationalError as cause:
+            raise optuna.exceptions.StorageInternalError("exceeding max length") from cause
+    except optuna.exceptions.StorageInternalError as wrapped:
+        assert is_locked(wrapped)
+
+
+def test_sqlite_path_names_the_database_file(tmp_path):
+    assert sqlite_path(f"sqlite:///{tmp_path}/a.db") == f"{tmp_path}/a.db"
+    assert sqlite_path("runs/b.db") == os.path.abspath("runs/b.db")
+    assert sqlite_path("study.log") is None and sqlite_path(None) is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import sqlite3
 import time
 
 import optuna
@@ -17,6 +18,7 @@ from tests.tuners.conftest import (
     FAST,
     TUNED_TRIALS,
     FakeWorkload,
+    assert_measured_once,
     options,
     rate_by_parallelism,
     tune_seeded,
@@ -24,9 +26,11 @@ from tests.tuners.conftest import (
 from tfinput import steps
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError, DataError
+from tuners import _storage as tuners_storage
 from tuners._report import write_outputs
-from tuners._result import TrialsFailedError, TuneInterrupted
+from tuners._result import StudyLockedError, TrialsFailedError, TuneInterrupted
 from tuners._space import SearchSpace
+from tuners._storage import is_counted, is_duplicate, summarize_trials
 from tuners._study import MAX_CONSECUTIVE_FAILURES, baseline_configs, tune
 
 
@@ -151,14 +155,14 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(pipeline, tmp_path):
         pruner=optuna.pruners.NopPruner(),
     )
     trials = result.study.get_trials()
-    fails = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    fails = [t for t in trials if is_counted(t) and t.state == optuna.trial.TrialState.FAIL]
     completed = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert fails and completed and result.best_config.batch_size == 50
     for t in fails:
         assert t.params["batch_size"] == 800
         assert "out of memory" in t.user_attrs["error"]
     assert all(t.params["batch_size"] == 50 for t in completed)
-    assert len(trials) == 6, "failed trials count towards n_trials"
+    assert sum(map(is_counted, trials)) == 6, "failed trials count towards n_trials"
 
 
 def test_resume_from_a_storage_file(pipeline, base, tmp_path):
@@ -212,7 +216,8 @@ def test_a_step_that_always_raises_ends_the_study_with_its_error(tmp_path, stora
         pytest.raises(TrialsFailedError, match="device lost") as raised,
     ):
         work.tune(**kwargs)
-    trials = raised.value.study.get_trials()
+    # A proposal of a config that failed already is not measured again (a duplicate).
+    trials = [t for t in raised.value.study.get_trials() if not is_duplicate(t)]
     assert len(trials) == MAX_CONSECUTIVE_FAILURES
     assert all(t.state == optuna.trial.TrialState.FAIL for t in trials)
     assert all("device lost" in t.user_attrs["error"] for t in trials)
@@ -306,13 +311,110 @@ def test_a_study_interrupted_in_a_storage_resumes_and_measures_the_stopped_trial
     assert raised.value.requeued == (2,) and raised.value.storage == kwargs["storage"]
     assert raised.value.to_dict()["storage"] == kwargs["storage"]
     work.fail = lambda batch: None
-    result = work.tune(n_trials=4, **kwargs)  # the same call resumes
+    result = work.tune(n_trials=6, **kwargs)  # the same call, longer, resumes
     trials = result.study.get_trials()
     assert [t.state.name for t in trials[:3]] == ["COMPLETE", "COMPLETE", "FAIL"]
     assert not is_counted(trials[2])  # stopped by Ctrl-C: not the config's fault
     assert trials[3].user_attrs["retried_from"] == 2 and trials[3].params == trials[2].params
     assert trials[3].state.name == "COMPLETE"
-    assert sum(is_counted(t) for t in trials) == 4 and result.confirmed
+    assert sum(is_counted(t) for t in trials) == 6 and result.confirmed
+    # The resumed sampler (the same seed) proposes trial 2's config again: measured once.
+    assert_measured_once(trials)
+    assert next(t.user_attrs["duplicate_of"] for t in trials if is_duplicate(t)) == 3
+
+
+def test_no_config_is_measured_twice_and_a_measured_space_ends_the_search(tmp_path):
+    """A seeded random sampler over a space of five configs proposes some twice: those
+    are recorded, not measured, and the nearest config not measured is next; once all
+    are measured (and the heuristic), the search stops and says so."""
+    work = FakeWorkload(rate_by_parallelism)
+    result = work.tune(n_trials=30, lock_path=str(tmp_path / "lock"))
+    trials = result.study.get_trials()
+    assert_measured_once(trials)
+    assert result.trials["duplicate"] == sum(map(is_duplicate, trials)) >= 1
+    # The heuristic and the five values of the space (autotune's baseline builds what
+    # map_parallelism=autotune builds).
+    assert sum(map(is_counted, trials)) == 6
+    assert (
+        "the search stopped: every one of the 5 configs of the search space is measured or "
+        "being measured" in result.warnings
+    )
+    rows = [r for r in summarize_trials(result.study) if r["state"] == "duplicate"]
+    assert rows and all(r["duplicate_of"] is not None for r in rows)
+
+
+def test_each_process_draws_its_sampler_seed_and_the_result_records_it(tmp_path, tuned):
+    assert tuned[2].method["sampler_seed"] == 1  # given: kept
+    seeds = [
+        FakeWorkload(rate_by_parallelism).tune(n_trials=2, sampler=None).method["sampler_seed"]
+        for _ in range(2)
+    ]
+    assert all(isinstance(s, int) for s in seeds) and seeds[0] != seeds[1]
+    custom = FakeWorkload(rate_by_parallelism).tune(n_trials=2)  # a sampler of the user's
+    assert custom.method["sampler_seed"] is None
+
+
+def test_a_study_locked_by_another_writer_ends_with_the_trials_done(tmp_path, monkeypatch):
+    """Another connection holds the SQLite database's write lock (``BEGIN EXCLUSIVE``)
+    from the third trial on, longer than the busy timeout: one error naming the
+    database and the lock, carrying the trials this run completed."""
+    monkeypatch.setattr(tuners_storage, "SQLITE_BUSY_TIMEOUT_S", 1)
+    db = tmp_path / "study.db"
+    work, holder = FakeWorkload(rate_by_parallelism), []
+
+    def lock_the_database(batch):
+        if len(work.measured) >= 2 and not holder:
+            holder.append(sqlite3.connect(db, isolation_level=None))
+            holder[0].execute("BEGIN EXCLUSIVE")
+
+    work.fail = lock_the_database
+    work.measured = []
+    try:
+        with pytest.raises(StudyLockedError) as raised:
+            work.tune(
+                n_trials=8,
+                storage=str(db),
+                study_name="locked",
+                lock_path=str(tmp_path / "lock"),
+                progress=lambda event, info: (
+                    work.measured.append(info) if event == "trial" else None
+                ),
+            )
+    finally:
+        for connection in holder:
+            connection.close()
+    error = raised.value
+    assert str(error) == (
+        f"the study database {db} is locked: another writer held it for more than 1 s while "
+        "the search ran (SQLite lets one process write at a time)"
+    )
+    assert error.completed >= 2 and error.path == str(db) and error.stage == "search"
+    data = json.loads(error.write(tmp_path / "out").read_text())
+    assert data["locked"] == {"database": str(db), "stage": "search"}
+    assert data["best_config"] is None and data["verdicts"] == []
+    assert [t["state"] for t in data["trials_detail"]][:2] == ["complete", "complete"]
+    assert data["best_trial"]["confirmed"] is False
+
+
+def test_a_study_locked_before_it_opens_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuners_storage, "SQLITE_BUSY_TIMEOUT_S", 1)
+    db = tmp_path / "study.db"
+    work = FakeWorkload(rate_by_parallelism)
+    kwargs = dict(storage=str(db), study_name="locked", lock_path=str(tmp_path / "lock"))
+    work.tune(n_trials=2, **kwargs)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StudyLockedError) as raised:
+            work.tune(n_trials=4, **kwargs)
+    finally:
+        holder.close()
+    assert str(raised.value) == (
+        f"the study database {db} is locked: another writer held it for more than 1 s while "
+        "the study was opened (SQLite lets one process write at a time)"
+    )
+    assert raised.value.stage == "open" and raised.value.trials == []
+    assert work.tune(n_trials=4, **kwargs).trials["complete"] >= 2  # the lock gone: resumed
 
 
 def test_with_the_tuner_logger_at_debug_every_failure_has_its_traceback(tmp_path, caplog):
@@ -332,13 +434,15 @@ def test_failed_trials_count_towards_n_trials_with_a_storage(tmp_path):
 
     work = FakeWorkload(rate_by_parallelism, fail=oom)
     result = work.tune(
-        n_trials=8,
+        # Every config: the heuristic and the five values of the space (autotune's
+        # baseline builds the same pipeline as map_parallelism=autotune).
+        n_trials=6,
         storage=str(tmp_path / "s.db"),
         study_name="counted",
         lock_path=str(tmp_path / "lock"),
     )
     trials = result.study.get_trials()
-    assert len(trials) == 8 and result.trials.get("fail")
+    assert sum(map(is_counted, trials)) == 6 and result.trials.get("fail")
     assert all(t.params["map_parallelism"] == 3 for t in trials if t.user_attrs.get("error"))
 
 
@@ -353,6 +457,8 @@ def test_too_many_failures_in_a_row_stop_the_search_with_a_warning(tmp_path):
         n_trials=30,
         max_consecutive_failures=3,
         base=PipelineConfig(batch_size=100, drop_remainder=True),
+        # Configs enough that the search does not run out of new ones first.
+        space=SearchSpace(choices={"map_parallelism": (1, 2, 3, 4), "prefetch": tuple(range(8))}),
         lock_path=str(tmp_path / "lock"),
         cpu_count=6,  # heuristic map_parallelism outside 1-4
     )
