@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tuners._result import OutputError, TuneResult, write_whole
+from tuners._result import TuneOutputError, TuneResult, write_whole
 from tuners._storage import summarize_trials
 
 __all__ = [
@@ -440,7 +440,7 @@ def write_outputs(result: TuneResult, out_dir: str | Path, *, html: bool = True)
     whole or not at all, in that order (the report, the largest, last).
 
     Raises:
-      OutputError: a file could not be written (a full disk...): it names the file and
+      TuneOutputError: a file could not be written (a full disk...): it names the file and
         the reason, and the files written before it (whole).
     """
     out = Path(out_dir)
@@ -458,7 +458,7 @@ def write_outputs(result: TuneResult, out_dir: str | Path, *, html: bool = True)
             written.append(write_whole(paths[name], text))
         if html:
             paths["report"] = write_html(result, out / "report.html")
-    except OutputError as e:
+    except TuneOutputError as e:
         raise e.kept(written) from e.__cause__
     return paths
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
-from tfinput.errors import TfinputError
+from tfinput.errors import OutputError, TfinputError
 from tuners._advice import INPUT_BOUND_THRESHOLD
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,7 +25,7 @@ __all__ = [
     "TuneResult",
     "TrialsFailedError",
     "StudyLockedError",
-    "OutputError",
+    "TuneOutputError",
     "write_whole",
     "TuneInterrupted",
     "fingerprint",
@@ -144,7 +144,7 @@ def write_whole(path: Path, text: str) -> Path:
     Ctrl-C included) leaves ``path`` as it was and no partial file.
 
     Raises:
-      OutputError: the file cannot be written, naming it and the reason.
+      TuneOutputError: the file cannot be written, naming it and the reason.
     """
     import os
 
@@ -160,12 +160,12 @@ def write_whole(path: Path, text: str) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(staged)
         if isinstance(e, OSError):
-            raise OutputError(path, e, size=len(text.encode())) from e
+            raise TuneOutputError(path, e, size=len(text.encode())) from e
         raise
     return path
 
 
-class OutputError(TfinputError, OSError):
+class TuneOutputError(OutputError):
     """An output file of the tuner could not be written (a full disk, a file too
     large, permission denied): names the file and the reason; nothing partial is left
     at its path."""
@@ -182,14 +182,14 @@ class OutputError(TfinputError, OSError):
         self.errno = error.errno
         self.reason = reason
 
-    def kept(self, written: list[Path]) -> OutputError:
+    def kept(self, written: list[Path]) -> TuneOutputError:
         """This error, saying which files were written whole before it."""
         if not written:
             return self
         names = " and ".join(p.name for p in written)
         verb = "is" if len(written) == 1 else "are"
         where = f"; {names} {verb} written in {written[0].parent}"
-        return OutputError(self.path, self.error, size=self.size, kept=where)
+        return TuneOutputError(self.path, self.error, size=self.size, kept=where)
 
 
 class TuneInterrupted(KeyboardInterrupt):

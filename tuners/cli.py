@@ -430,12 +430,12 @@ def _write_failed(error: Any, out: str) -> None:
 def _locked(error: Any, out: str) -> ConfigError:
     """The one line for a study whose database another writer holds: the database,
     the lock, where the trials known are written, and how to resume."""
-    from tuners._result import OutputError
+    from tuners._result import TuneOutputError
 
     done = f"{error.completed} completed trial{'s' if error.completed != 1 else ''}"
     try:
         where = f"the {done} this run knows of are in {error.write(out)}"
-    except OutputError as e:
+    except TuneOutputError as e:
         where = f"the {done} this run knows of could not be written ({e})"
     return ConfigError(
         f"{error}; {where}; run the same command again once the other writer is done, to "

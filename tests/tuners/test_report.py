@@ -26,7 +26,7 @@ from tuners._report import (
     write_html,
     write_outputs,
 )
-from tuners._result import OutputError
+from tuners._result import TuneOutputError
 
 
 def test_outputs_load_into_build(tuned, tmp_path):
@@ -248,12 +248,12 @@ FILE_SIZE_LIMITED = """\
 import resource, signal, sys
 from tests.tuners.conftest import tune_result
 from tuners._report import write_outputs
-from tuners._result import OutputError
+from tuners._result import TuneOutputError
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, resource.RLIM_INFINITY))
 try:
     write_outputs(tune_result(), sys.argv[1])
-except OutputError as e:
+except TuneOutputError as e:
     print(e)
 """
 
@@ -265,7 +265,7 @@ def test_outputs_on_a_full_disk_are_whole_or_absent_and_the_error_names_the_file
     assert has_plotly()  # the report is large: it inlines plotly.js
     with small_disk(tmp_path / "disk", "1m") as disk:
         if disk is not None:
-            with pytest.raises(OutputError) as raised:
+            with pytest.raises(TuneOutputError) as raised:
                 write_outputs(tune_result(), disk / "out")
             _assert_whole_or_absent(disk / "out", str(raised.value), "No space left on device")
             return
