@@ -165,6 +165,7 @@ def two_tower_model(
     hidden: Sequence[int] = (64,),
     temperature: float = 0.05,
     learning_rate: float = 1e-3,
+    table_learning_rate: float = 0.05,
     jit_compile: bool = True,
     steps_per_execution: int = 1,
     **kwargs: Any,
@@ -183,7 +184,10 @@ def two_tower_model(
       temperature: Divides the cosine similarities (in ``[-1, 1]``) to make the
         logits; lower sharpens the softmax (harder negatives weigh more) but can make
         training unstable. 0.05 to 0.2 is usual.
-      learning_rate: The optimizer's learning rate (tables and dense layers).
+      learning_rate: Adam's learning rate (the dense layers).
+      table_learning_rate: Row-wise Adagrad's learning rate (the embedding tables). A
+        row moves only in the steps that read it, by steps that shrink as it is read
+        more: higher rates learn rare ids faster, lower ones keep frequent ids steadier.
       jit_compile: Compile the train step with XLA (pays off on accelerators and long
         runs; on CPU its compile time dominates a few dozen steps).
       steps_per_execution: Training steps per call into the compiled step (``fit``).
@@ -200,7 +204,7 @@ def two_tower_model(
         schema, embedding_dim=embedding_dim, hidden=hidden, temperature=temperature, **kwargs
     )
     model.compile(
-        optimizer=SparseTableAdam(learning_rate),
+        optimizer=SparseTableAdam(learning_rate, table_learning_rate=table_learning_rate),
         jit_compile=jit_compile,
         steps_per_execution=steps_per_execution,
     )
