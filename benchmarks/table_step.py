@@ -17,14 +17,16 @@ drawn as `tfinput.testing.generate` draws them (Zipf(1.2) modulo the rows: most 
 small, the same rows again and again), and ``uniform`` over the whole table (every
 lookup a cache miss: the memory latency a sparse step cannot avoid).
 
-Two things run on the same batches, side by side, in every round:
+What runs on the same batches, side by side, in every round:
 
 * ``step``: `tfinput.models.ranking_model(schema)` (``jit_compile="auto"``, as ``tfinput
   tune --step ranking`` builds it: XLA on JAX, not on a CPU-only TensorFlow), one
   ``train_on_batch`` per batch;
 * ``floor``: the raw work a sparse step cannot skip, per table on the same ids: gather
   the batch's rows, scatter-add a row accumulator, gather it, scatter-subtract the rows
-  (TensorFlow: a ``tf.function`` on resource variables; JAX: jitted, buffers donated).
+  (TensorFlow: a ``tf.function`` on resource variables; JAX: jitted, buffers donated);
+* ``compiled`` (JAX): the model's jitted train step alone, on batches already on the
+  device and a copy of its state: ``step`` less Keras's call and transfers.
 
 Each backend runs in a child process (``KERAS_BACKEND=tensorflow`` and ``jax``; JAX on
 CPU), one per shape; ``--trees`` names tfinput checkouts whose models are measured
@@ -172,8 +174,32 @@ def _floor(schema, backend: str):
     return lambda ids: float(tf_step(ids))
 
 
+def _compiled(model, batches):
+    """``run(i)``: the model's jitted train step alone (JAX) on batches already on the
+    device, on a copy of its state (what ``train_on_batch`` adds to it is the call)."""
+    import jax
+    import jax.numpy as jnp
+
+    variables = (
+        model.trainable_variables,
+        model.non_trainable_variables,
+        model.optimizer.variables,
+        model.metrics_variables,
+    )
+    box = [tuple([jnp.copy(v.value) for v in vs] for vs in variables)]
+    data = [jax.device_put(jax.tree_util.tree_map(jnp.asarray, b)) for b in batches]
+    jitted = jax.jit(model.train_step, donate_argnums=0)
+
+    def run(i):
+        logs, box[0] = jitted(box[0], data[i % len(data)])
+        return float(jax.tree_util.tree_leaves(logs)[0])
+
+    return run
+
+
 def measure(args: argparse.Namespace) -> dict:
-    """Seconds per step by ``"{step|floor} {ids} {rows}"``, interleaved round by round."""
+    """Seconds per step by ``"{step|floor|compiled} {ids} {rows}"``, interleaved round
+    by round (``compiled``: JAX only)."""
     import keras
 
     from tfinput import models
@@ -200,6 +226,9 @@ def measure(args: argparse.Namespace) -> dict:
                 fn(1)
             runs[f"step {kind} {rows}"] = (step, [])
             runs[f"floor {kind} {rows}"] = (raw, [])
+            if backend == "jax":
+                runs[f"compiled {kind} {rows}"] = (_compiled(model, batches), [])
+                runs[f"compiled {kind} {rows}"][0](0)
         print(f"{backend}: built {rows:,} x {args.tables}", file=sys.stderr, flush=True)
     for r in range(args.rounds):
         for key, (fn, times) in runs.items():
@@ -213,9 +242,9 @@ def measure(args: argparse.Namespace) -> dict:
 
 def _estimate_gb(sizes: list[int], tables: int, backend: str) -> float:
     """Memory a child holds: model tables, accumulators and the floor's copies (twice
-    more on JAX, where Keras's step makes a table-sized gradient and update)."""
+    more on JAX: the compiled step's copy, and Keras's step's table-sized gradient)."""
     per_row = tables * (DIM + 1) * 4 * 2
-    return sum(sizes) * per_row * (2.0 if backend == "jax" else 1.2) / 1e9
+    return sum(sizes) * per_row * (3.0 if backend == "jax" else 1.2) / 1e9
 
 
 def _available_gb() -> float:
@@ -334,10 +363,11 @@ def section(results: list[dict], args: argparse.Namespace, took: float) -> str:
                             f"{floor_g:+,.0f} ms: {'within' if ok == 'yes' else 'beyond'} "
                             f"the bound of {limit:,.0f} ms"
                         )
+                compiled = t.get(f"compiled {kind} {n}")
                 lines.append(
                     f"| {backend} | {tables} | {n:,} | {kind} | {tree} | "
-                    f"{_ms(t[f'step {kind} {n}'])} | {_ms(t[f'floor {kind} {n}'])} | "
-                    f"{growth} | {bound} | {ok} |"
+                    f"{_ms(t[f'step {kind} {n}'])} | {_ms(compiled) if compiled else ''} | "
+                    f"{_ms(t[f'floor {kind} {n}'])} | {growth} | {bound} | {ok} |"
                 )
     skipped = [
         f"- {r['backend']}, {r['tables']} tables at {', '.join(f'{n:,}' for n in r['sizes'])} "
@@ -371,14 +401,17 @@ def section(results: list[dict], args: argparse.Namespace, took: float) -> str:
             "table. `step`: `tfinput.models.ranking_model(schema)` as `tune --step ranking` "
             "builds it, `train_on_batch`; `floor`: per table on the same ids, gather the "
             "rows, scatter-add a row accumulator, gather it, scatter-subtract the rows "
-            "(TensorFlow: `tf.function` on resource variables; JAX: jitted, donated). "
+            "(TensorFlow: `tf.function` on resource variables; JAX: jitted, donated); "
+            "`compiled step` (JAX): the model's jitted train step alone, on batches "
+            "already on the device (`train_on_batch` adds the call and the transfers). "
             f"Every model and floor warmed up, then {args.rounds} rounds of {args.steps} "
             "steps each on each kind of ids, interleaved; ms per step, median over rounds "
             "and passes (min-max). Growth: the step's and the floor's, from the smallest "
             "size; bound: 1.5x the floor's growth plus a quarter of the smallest step.",
             "",
-            "| backend | tables | rows | ids | tree | step, ms | floor, ms | growth (step / floor), ms | bound, ms | within |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| backend | tables | rows | ids | tree | step, ms | compiled step, ms | floor, ms "
+            "| growth (step / floor), ms | bound, ms | within |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
             *lines,
             "",
             *verdicts,
