@@ -430,3 +430,17 @@ def test_serving_fn_exports_the_scores_of_the_dense_read(small_tfrecord):
     scores = serving.serving_fn(pipe, model)(examples)["predictions"].numpy()
     want = _dense_read(model)(serving.serving_fn(pipe)(examples)).numpy()
     np.testing.assert_allclose(scores, want, rtol=1e-6, atol=1e-6)
+
+
+def test_under_mixed_precision_the_bag_casts_the_rows_it_reads_not_the_table():
+    layer = models.PaddedEmbeddingBag(100_000, 4, "sum", dtype="mixed_float16")
+    ids = tf.constant([[1, 7, 0], [99_999, 3, 3]])
+    weights = tf.constant([[1.0, 1.0, 0.0], [1.0, 0.5, 0.5]], tf.float16)
+    out = layer(ids, weights)
+    table = layer.embeddings.numpy()
+    assert out.dtype == tf.float16 and layer.embeddings.dtype == "float32"
+    want = [table[1] + table[7], table[99_999] + table[3]]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-2, atol=1e-3)
+    graph = tf.function(layer).get_concrete_function(ids, weights).graph
+    sizes = [o.shape for op in graph.get_operations() for o in op.outputs if o.shape.rank]
+    assert not [s for s in sizes if s[0] == 100_000], "nothing as large as the table"

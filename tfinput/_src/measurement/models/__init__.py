@@ -61,10 +61,12 @@ class PaddedEmbeddingBag(layers.Layer):
             shape=(vocabulary_size, dim),
             initializer=keras.initializers.RandomUniform(-0.05, 0.05),
             name="embeddings",
+            autocast=False,  # the rows read are cast, not the table (mixed precision)
         )
 
     def call(self, ids: Any, weights: Any = None, rows: Any = None) -> Any:
         emb = ops.take(rows, ids, axis=0) if rows is not None else self._gather(ids)
+        emb = ops.cast(emb, self.compute_dtype)
         if len(ids.shape) == 1:
             return emb
         if weights is None:
