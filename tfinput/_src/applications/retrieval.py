@@ -165,11 +165,15 @@ def two_tower_model(
     hidden: Sequence[int] = (64,),
     temperature: float = 0.05,
     learning_rate: float = 1e-3,
+    table_learning_rate: float = 0.05,
     jit_compile: bool = True,
     steps_per_execution: int = 1,
     **kwargs: Any,
 ) -> Any:
-    """A compiled `TwoTowerModel` (Adam, in-batch softmax).
+    """A compiled `TwoTowerModel` (in-batch softmax; `tfinput.models.SparseTableAdam`:
+    row-wise Adagrad on the embedding rows a batch touches, Adam on the dense layers,
+    as `tfinput.models.ranking_model`, so that a step costs what its ids cost, not
+    what its tables weigh, on TensorFlow and JAX).
 
     Args:
       schema: The schema, with ``tower`` marked on its features (untowered features
@@ -180,7 +184,10 @@ def two_tower_model(
       temperature: Divides the cosine similarities (in ``[-1, 1]``) to make the
         logits; lower sharpens the softmax (harder negatives weigh more) but can make
         training unstable. 0.05 to 0.2 is usual.
-      learning_rate: Adam's learning rate.
+      learning_rate: Adam's learning rate (the dense layers).
+      table_learning_rate: Row-wise Adagrad's learning rate (the embedding tables). A
+        row moves only in the steps that read it, by steps that shrink as it is read
+        more: higher rates learn rare ids faster, lower ones keep frequent ids steadier.
       jit_compile: Compile the train step with XLA (pays off on accelerators and long
         runs; on CPU its compile time dominates a few dozen steps).
       steps_per_execution: Training steps per call into the compiled step (``fit``).
@@ -190,14 +197,14 @@ def two_tower_model(
       ConfigError: the schema marks no query or no candidate feature, or
         ``temperature`` <= 0.
     """
-    import keras
+    from tfinput._src.measurement.models import SparseTableAdam
 
     kwargs.setdefault("name", "two_tower_model")
     model = _two_tower_class()(
         schema, embedding_dim=embedding_dim, hidden=hidden, temperature=temperature, **kwargs
     )
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
+        optimizer=SparseTableAdam(learning_rate, table_learning_rate=table_learning_rate),
         jit_compile=jit_compile,
         steps_per_execution=steps_per_execution,
     )

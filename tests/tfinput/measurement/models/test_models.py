@@ -4,6 +4,7 @@ which trains under XLA on per-feature and packed batches (TensorFlow and JAX bac
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,12 @@ import pytest
 import tensorflow as tf
 
 import tfinput
+from tests.tfinput.measurement.models.conftest import (
+    built_in,
+    every_feature_kind,
+    kinds_batches,
+    towers,
+)
 from tfinput import models, testing
 from tfinput.config import PipelineConfig
 
@@ -318,3 +325,122 @@ def test_ranking_model_saves_and_loads_as_a_keras_file(tmp_path, small_tfrecord)
     assert isinstance(loaded, models.RankingModel) and loaded.schema == schema
     assert loaded.get_config()["bottom"] == [8] and loaded.get_config()["top"] == [8]
     np.testing.assert_array_equal(loaded(features).numpy(), model(features).numpy())
+
+
+MILLION = 1_000_000
+
+
+def _ops_that_ran(logdir) -> dict[str, str]:
+    """Operation name -> type of every TensorFlow op in a profile (xprof's
+    ``framework_op_stats``, its table found by column ids)."""
+    import json
+
+    from xprof.convert import raw_to_tool_data
+
+    paths = [str(p) for p in logdir.rglob("*.xplane.pb")]
+    data, _ = raw_to_tool_data.xspace_to_tool_data(paths, "framework_op_stats", {})
+    for table in json.loads(data):
+        cols = [c["id"] for c in table["cols"]]
+        if {"type", "operation"} <= set(cols):
+            rows = [dict(zip(cols, [c and c.get("v") for c in r["c"]])) for r in table["rows"]]
+            return {r["operation"]: r["type"] for r in rows}
+    raise AssertionError(f"framework_op_stats has no table of ops: {data[:300]}")
+
+
+@pytest.mark.parametrize("which", ["ranking", "two_tower"])
+def test_built_in_models_read_only_the_batchs_rows_on_tensorflow(which, tmp_path):
+    """Tables of 1M rows, every feature kind (single ids, multi-hot lists with and
+    without weights, a table shared by four features, across both towers): a profiled
+    ``train_on_batch`` runs no ReadVariableOp as large as a table (each op is found in
+    the traced step, which gives its shape), the lookups are ``ResourceGather`` on the
+    variables, and no op of the step makes a table-sized tensor (no dense gradient)."""
+    pytest.importorskip("xprof")
+    schema = every_feature_kind(MILLION)
+    model = built_in(which, schema)
+    batches = kinds_batches(schema, MILLION, 3)
+    if which == "two_tower":
+        batches = [(towers(x), y) for x, y in batches]
+    batches = [tf.nest.map_structure(tf.constant, b) for b in batches]
+    for x, y in batches[:2]:
+        model.train_on_batch(x, y)  # traced
+    tf.profiler.experimental.start(str(tmp_path))
+    for x, y in batches:
+        model.train_on_batch(x, y)
+    tf.profiler.experimental.stop()
+    ran = _ops_that_ran(tmp_path)
+
+    graph = tf.function(model.train_step).get_concrete_function(batches[0]).graph
+    shapes = {op.name: [o.shape for o in op.outputs] for op in graph.get_operations()}
+    reads = sorted(n for n, t in ran.items() if t == "ReadVariableOp")
+    assert reads and set(reads) <= set(shapes), sorted(set(reads) - set(shapes))
+    table_sized = [n for n in reads if any(s.rank and s[0] == MILLION for s in shapes[n])]
+    assert table_sized == []
+    dense = [n for n, ss in shapes.items() if any(s.rank and s[0] == MILLION for s in ss)]
+    assert dense == [], "no op makes a tensor as large as a table"
+    gathers = [n for n, t in ran.items() if t == "ResourceGather"]
+    for table in ("s", "t", "u"):
+        assert [n for n in gathers if re.search(rf"/emb_{table}(_\d+)?/", n)], (table, gathers)
+    assert not [n for n, t in ran.items() if t == "GatherV2" and "/emb_" in n]
+
+
+def _dense_read(model):
+    """``model`` with its tables read as they were before the sparse read: a gather on a
+    read of the whole table (``keras.ops.take`` of the variable), kept here as the
+    reference."""
+    for bag in model.tables.values():
+        bag._gather = lambda ids, bag=bag: keras.ops.take(bag.embeddings, ids, axis=0)
+    return model
+
+
+def _trained_on_small_data(files, read, steps=5):
+    """A small ranking model (seeded) after ``steps`` steps, its tables read by ``read``,
+    and its losses."""
+    schema = testing.small_schema(row_id=False)
+    batches = tfinput.tfrecord(files, schema).build(
+        PipelineConfig(batch_size=50, deterministic=True)
+    )
+    keras.utils.set_random_seed(0)
+    model = models.ranking_model(schema, bottom=(8,), top=(8,), cross_layers=1, learning_rate=0.05)
+    read(model)
+    return model, [float(model.train_on_batch(x, y)[0]) for x, y in batches.take(steps)]
+
+
+def test_sparse_reads_learn_what_the_dense_read_learnt(small_tfrecord):
+    """Seeded data (a table shared by three features, weighted and unweighted lists):
+    the same losses, weights and accumulators as the whole-table read."""
+    model, losses = _trained_on_small_data(small_tfrecord, lambda m: m)
+    old, old_losses = _trained_on_small_data(small_tfrecord, _dense_read)
+    np.testing.assert_allclose(losses, old_losses, rtol=1e-6)
+    for a, b in zip(
+        model.weights + model.optimizer.variables,
+        old.weights + old.optimizer.variables,
+        strict=True,
+    ):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_serving_fn_exports_the_scores_of_the_dense_read(small_tfrecord):
+    """A trained model exported through `tfinput.serving.serving_fn` scores requests as
+    the whole-table read scores the same features."""
+    from tfinput import serving
+
+    model, _ = _trained_on_small_data(small_tfrecord, lambda m: m, steps=2)
+    pipe = tfinput.tfrecord(small_tfrecord, model.schema)
+    examples = next(iter(tf.data.TFRecordDataset(small_tfrecord[:1]).batch(50)))
+    scores = serving.serving_fn(pipe, model)(examples)["predictions"].numpy()
+    want = _dense_read(model)(serving.serving_fn(pipe)(examples)).numpy()
+    np.testing.assert_allclose(scores, want, rtol=1e-6, atol=1e-6)
+
+
+def test_under_mixed_precision_the_bag_casts_the_rows_it_reads_not_the_table():
+    layer = models.PaddedEmbeddingBag(100_000, 4, "sum", dtype="mixed_float16")
+    ids = tf.constant([[1, 7, 0], [99_999, 3, 3]])
+    weights = tf.constant([[1.0, 1.0, 0.0], [1.0, 0.5, 0.5]], tf.float16)
+    out = layer(ids, weights)
+    table = layer.embeddings.numpy()
+    assert out.dtype == tf.float16 and layer.embeddings.dtype == "float32"
+    want = [table[1] + table[7], table[99_999] + table[3]]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-2, atol=1e-3)
+    graph = tf.function(layer).get_concrete_function(ids, weights).graph
+    sizes = [o.shape for op in graph.get_operations() for o in op.outputs if o.shape.rank]
+    assert not [s for s in sizes if s[0] == 100_000], "nothing as large as the table"

@@ -96,11 +96,33 @@ def test_dense_weights_take_adam_and_tables_one_accumulator_per_row():
     np.testing.assert_allclose(kernel.numpy(), twin.numpy(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("gradient", ["indexed_slices", "dense"])
+def test_a_table_learning_rate_moves_the_rows_and_leaves_adam_its_own(gradient):
+    """``table_learning_rate`` is the row-wise rule's rate (either gradient); the dense
+    weights keep Adam at ``learning_rate``."""
+    ids = np.array([3, 7, 3], np.int64)
+    values = np.arange(12, dtype=np.float32).reshape(3, DIM) / 10 - 0.5
+    table, kernel = _table(), keras.Variable(np.ones((3, 2), np.float32), name="kernel")
+    before = table.numpy().copy()
+    opt = models.SparseTableAdam(learning_rate=0.01, table_learning_rate=0.3)
+    g = tf.IndexedSlices(tf.constant(values), tf.constant(ids), tf.constant([ROWS, DIM]))
+    grad = tf.constant(np.full((3, 2), 0.5, np.float32))
+    opt.apply(
+        [g if gradient == "indexed_slices" else tf.convert_to_tensor(g), grad], [table, kernel]
+    )
+    want, _ = _reference(before, ids, values, 0.3, summed=gradient == "dense")
+    np.testing.assert_allclose(table.numpy(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kernel.numpy(), 1 - 0.01, rtol=1e-4)  # Adam's first step: lr
+
+
 def test_the_ranking_model_compiles_with_it_and_round_trips_its_config():
-    opt = models.SparseTableAdam(learning_rate=0.02, table_epsilon=1e-6, table_variable_name="t")
+    opt = models.SparseTableAdam(
+        learning_rate=0.02, table_learning_rate=0.1, table_epsilon=1e-6, table_variable_name="t"
+    )
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(opt))
     assert type(restored) is models.SparseTableAdam
     assert (restored.table_epsilon, restored.table_variable_name) == (1e-6, "t")
+    assert restored.table_learning_rate == 0.1
     assert float(restored.learning_rate) == pytest.approx(0.02)
     assert restored.is_table(keras.Variable(np.zeros((2, 2)), name="t"))
     assert not restored.is_table(keras.Variable(np.zeros((2, 2)), name="kernel"))

@@ -22,12 +22,14 @@ from keras import layers, ops
 
 from tfinput._src.core.layout import PackedLayout, is_packed, unpack
 from tfinput._src.core.schema import Categorical, MultiHot, Schema
+from tfinput._src.measurement.models._row_step import ROWS, RowStepModel
 from tfinput._src.measurement.models._table_optimizer import SparseTableAdam
 
 __all__ = [
     "PaddedEmbeddingBag",
     "RankingModel",
     "SparseTableAdam",
+    "embed",
     "ranking_model",
     "signed_log1p",
 ]
@@ -41,6 +43,13 @@ class PaddedEmbeddingBag(layers.Layer):
     and weights ``[B, L]`` returns the ``combiner`` of the weighted rows, ``[B, dim]``:
     ``sum`` = sum of w·e, ``mean`` = sum / sum(w), ``sqrtn`` = sum / sqrt(sum(w²)). Rows
     whose weights are all 0 (empty lists) give zeros.
+
+    The table is read at the ids only: on TensorFlow a gather on the variable
+    (``ResourceGather``, whose gradient is the rows, ``tf.IndexedSlices``) rather than
+    a gather on a read of the whole table (``ReadVariableOp``, which TensorFlow copies
+    once a scatter has written the table). ``call(ids, weights, rows=block)`` reads
+    ``block`` instead of the table, ``ids`` being positions in it: the built-in models'
+    JAX train step passes the rows it read from the table (`RowStepModel`).
     """
 
     def __init__(self, vocabulary_size: int, dim: int, combiner: str = "mean", **kwargs: Any):
@@ -52,10 +61,12 @@ class PaddedEmbeddingBag(layers.Layer):
             shape=(vocabulary_size, dim),
             initializer=keras.initializers.RandomUniform(-0.05, 0.05),
             name="embeddings",
+            autocast=False,  # the rows read are cast, not the table (mixed precision)
         )
 
-    def call(self, ids: Any, weights: Any = None) -> Any:
-        emb = ops.take(self.embeddings, ids, axis=0)
+    def call(self, ids: Any, weights: Any = None, rows: Any = None) -> Any:
+        emb = ops.take(rows, ids, axis=0) if rows is not None else self._gather(ids)
+        emb = ops.cast(emb, self.compute_dtype)
         if len(ids.shape) == 1:
             return emb
         if weights is None:
@@ -70,6 +81,18 @@ class PaddedEmbeddingBag(layers.Layer):
             norm = ops.sqrt(ops.sum(w * w, axis=1, keepdims=True))
         return total / ops.maximum(norm, 1e-12)
 
+    def _gather(self, ids: Any) -> Any:
+        """The table's rows at ``ids`` (negative ids count from the end, as
+        ``keras.ops.take``'s)."""
+        if keras.config.backend() != "tensorflow":
+            return ops.take(self.embeddings, ids, axis=0)
+        import tensorflow as tf
+
+        table = self.embeddings.value  # the tf.Variable (a tensor in a StatelessScope)
+        ids = tf.convert_to_tensor(ids)
+        ids = tf.where(ids < 0, ids + tf.cast(self.vocabulary_size, ids.dtype), ids)
+        return tf.gather(table, ids)  # a variable's sparse_read: ResourceGather
+
     def get_config(self) -> dict[str, Any]:
         return {
             **super().get_config(),
@@ -79,6 +102,18 @@ class PaddedEmbeddingBag(layers.Layer):
         }
 
 
+def embed(tables: dict[str, PaddedEmbeddingBag], features: Any, feature: Any) -> Any:
+    """``feature``'s embedding ``[B, dim]`` from a per-feature group ``{"ids",
+    "weights"}`` (its table's rows from the group's `ROWS` block when the train step
+    passed one)."""
+    table = tables[feature.table]
+    ids = features["ids"][feature.name]
+    rows = features.get(ROWS, {}).get(feature.table)
+    if isinstance(feature, MultiHot):
+        return table(ids, features["weights"][feature.name], rows=rows)
+    return table(ids, rows=rows)
+
+
 def signed_log1p(x: Any) -> Any:
     """``sign(x) · log(1 + |x|)``: identity-like near 0, logarithmic for large
     magnitudes of either sign, finite for every finite float32 (3.4e38 -> 88.7)."""
@@ -86,7 +121,7 @@ def signed_log1p(x: Any) -> Any:
 
 
 @keras.saving.register_keras_serializable(package="tfinput")
-class RankingModel(keras.Model):
+class RankingModel(RowStepModel):
     """DCN-v2 style: dense features through a bottom MLP, all embeddings and the
     bottom output concatenated, ``cross_layers`` cross layers, then a top MLP to one
     click logit. Features sharing a table share its `PaddedEmbeddingBag`.
@@ -184,6 +219,14 @@ class RankingModel(keras.Model):
         config.setdefault("cross_projection_dim", None)  # files saved before it: full rank
         return cls(schema, **config)
 
+    def lookup_groups(self, x: Any) -> tuple[Any, list[Any]]:
+        """The per-feature batch (packed ones unpacked) and its one feature group."""
+        x = unpack(x, self.packed_layout) if is_packed(x) else x
+        return x, [x]
+
+    def regroup(self, x: Any, groups: list[Any]) -> Any:
+        return groups[0]
+
     def call(self, features: dict[str, Any]) -> Any:
         if is_packed(features):
             features = unpack(features, self.packed_layout)
@@ -199,11 +242,8 @@ class RankingModel(keras.Model):
                 x = layer(x)
             parts.append(x)
         for f in self.schema.categorical:
-            table = self.tables[f.table]
-            if isinstance(f, MultiHot):
-                parts.append(table(features["ids"][f.name], features["weights"][f.name]))
-            elif isinstance(f, Categorical):
-                parts.append(table(features["ids"][f.name]))
+            if isinstance(f, (Categorical, MultiHot)):
+                parts.append(embed(self.tables, features, f))
         x0 = ops.concatenate(parts, axis=1)
         x = x0
         for i, layer in enumerate(self.cross_dense):
@@ -224,12 +264,15 @@ def ranking_model(
 ) -> RankingModel:
     """A compiled `RankingModel` (`SparseTableAdam`, binary cross-entropy on logits, AUC).
 
-    The optimizer updates only the embedding rows a batch touches (row-wise Adagrad on
-    the tables, Adam on the dense layers), as embedding trainers do: on TensorFlow a
-    step's cost follows the ids per batch, not the tables' sizes. On JAX the tables'
-    gradients are dense, and so is their update (see `SparseTableAdam`). The cross
-    layers are low-rank beyond twice ``cross_projection_dim`` wide (`RankingModel`), so
-    the step's cost grows with the embedding dims linearly, as a production DCN-v2's.
+    A step reads and updates only the embedding rows its batch's ids select (row-wise
+    Adagrad on the tables, Adam on the dense layers), as embedding trainers do, so its
+    cost follows the ids per batch, not the tables' sizes, on TensorFlow (lookups
+    gather from the table variables, and their gradients are the rows) and on JAX (the
+    model's own train step: `RowStepModel`). Compiling it again with an optimizer of
+    another class, or a `SparseTableAdam` that clips gradients, gives Keras's dense
+    step on JAX (see `SparseTableAdam`). The cross layers are low-rank beyond twice
+    ``cross_projection_dim`` wide (`RankingModel`), so the step's cost grows with the
+    embedding dims linearly, as a production DCN-v2's.
 
     Args:
       schema: The features and tables.

@@ -28,26 +28,34 @@ class SparseTableAdam(keras.optimizers.Adam):
       `PaddedEmbeddingBag` and ``keras.layers.Embedding``) keep one accumulator per row
       (``[rows, 1]``: a table's size / dim, not twice the table as Adam's slots) and
       take row-wise Adagrad: for each gradient slice ``g`` of a touched row,
-      ``acc += mean(g²)``, then ``row -= learning_rate · g / (sqrt(acc) + table_epsilon)``.
+      ``acc += mean(g²)``, then ``row -= rate · g / (sqrt(acc) + table_epsilon)``, the
+      rate being ``table_learning_rate`` (or ``learning_rate``).
     * Every other weight takes Adam with the given ``beta_1``, ``beta_2``, ``epsilon``.
 
     On the TensorFlow backend a table's gradient arrives as ``tf.IndexedSlices`` (the
     gradient of a gather), one slice per id of the batch; the update writes those rows
     with scatters (an id met k times adds k slices), so its cost follows the ids per
-    batch. On JAX the gradient of a table is a dense array as large as the table, the
-    slices of a row already summed, and the same rule is applied to the whole table
-    (untouched rows have zero gradient and do not move): the update stays dense there,
-    its cost following the table's size. Keras's JAX trainer takes the gradients with
-    ``jax.value_and_grad`` over the variables, and JAX's derivative of a gather with
-    respect to its table is table-shaped (a scatter-add into zeros; JAX has no sparse
-    gradient type), so an optimizer receives neither the ids nor a row-sized gradient:
-    finding the touched rows in it would itself read the whole table.
+    batch. On JAX, Keras's train step hands an optimizer a gradient as large as the
+    table (JAX's derivative of a gather, the slices of a row summed): applied to such a
+    gradient, the rule runs over every row (untouched rows get zero and do not move),
+    its cost following the table's size. The built-in models (`RankingModel`,
+    `tfinput.retrieval.TwoTowerModel`) have a JAX train step of their own that reads
+    only the batch's rows and calls `update_rows` with them, so there too a step costs
+    what its ids cost; it falls back to Keras's step when this optimizer clips,
+    accumulates or averages gradients, decays weights or scales the loss (a warning
+    says so). A model of your own on JAX gets the dense update.
 
     Args:
-      learning_rate: The learning rate of both rules (a float or a schedule).
+      learning_rate: Adam's learning rate (a float or a schedule), and the tables'
+        unless ``table_learning_rate`` is given.
       beta_1: Adam's first-moment decay.
       beta_2: Adam's second-moment decay.
       epsilon: Adam's epsilon.
+      table_learning_rate: The tables' learning rate (a float; None: ``learning_rate``).
+        Row-wise Adagrad's steps shrink as a row's accumulator grows, and a row moves
+        only in the steps that read it (Adam's momentum keeps moving a weight after its
+        gradient is gone), so tables usually take a larger rate than Adam's dense
+        weights: faster learning of rare rows, at the price of noisier frequent ones.
       table_epsilon: Added to the row-wise root mean square before dividing.
       table_initial_accumulator: The tables' accumulators' starting value; larger
         values make the first steps on a row smaller.
@@ -62,6 +70,7 @@ class SparseTableAdam(keras.optimizers.Adam):
         beta_2: float = 0.999,
         epsilon: float = 1e-7,
         *,
+        table_learning_rate: float | None = None,
         table_epsilon: float = 1e-8,
         table_initial_accumulator: float = 0.0,
         table_variable_name: str = "embeddings",
@@ -77,6 +86,7 @@ class SparseTableAdam(keras.optimizers.Adam):
             name=name,
             **kwargs,
         )
+        self.table_learning_rate = table_learning_rate
         self.table_epsilon = table_epsilon
         self.table_initial_accumulator = table_initial_accumulator
         self.table_variable_name = table_variable_name
@@ -113,9 +123,9 @@ class SparseTableAdam(keras.optimizers.Adam):
         if accumulator is None:
             super().update_step(gradient, variable, learning_rate)
             return
-        lr = ops.cast(learning_rate, variable.dtype)
         rows = _touched_rows(gradient)
-        if rows is None:  # a dense gradient (JAX, torch): every row, untouched ones at 0
+        if rows is None:  # a dense gradient (Keras's JAX or torch step): every row
+            lr = ops.cast(self._table_rate(learning_rate), variable.dtype)
             g = ops.cast(gradient, variable.dtype)
             acc = ops.add(accumulator, ops.mean(ops.square(g), axis=1, keepdims=True))
             self.assign(accumulator, acc)
@@ -123,24 +133,55 @@ class SparseTableAdam(keras.optimizers.Adam):
                 variable, ops.divide(ops.multiply(lr, g), ops.sqrt(acc) + self.table_epsilon)
             )
             return
+        self.update_rows(variable, *rows, learning_rate)
+
+    def update_rows(self, variable: Any, ids: Any, gradient_rows: Any, learning_rate: Any) -> None:
+        """The row-wise rule on the rows ``ids`` of the table ``variable`` only.
+
+        Each gradient row adds its mean square to its table row's accumulator (an id
+        met k times adds k times), then moves its table row by
+        ``learning_rate · g / (sqrt(acc) + table_epsilon)``, ``acc`` after every
+        addition: scatters and a gather of ``ids``, nothing as large as the table. On
+        TensorFlow (a ``tf.IndexedSlices`` gradient's ``indices`` and ``values``) and
+        on JAX (the built-in models' train step there, which passes each row once
+        with its slices summed); ids out of the table's range are dropped on JAX.
+
+        Args:
+          variable: A table (`is_table`) this optimizer was built with.
+          ids: ``[n]`` row numbers (they may repeat).
+          gradient_rows: ``[n, dim]``, one gradient row per id.
+          learning_rate: This step's learning rate (``table_learning_rate`` replaces
+            it when given).
+        """
+        accumulator = self._row_accumulators[self._get_variable_index(variable)]
+        lr = ops.cast(self._table_rate(learning_rate), variable.dtype)
+        g = ops.cast(gradient_rows, variable.dtype)
+        square = ops.mean(ops.square(g), axis=1, keepdims=True)
+        if keras.config.backend() == "jax":
+            acc = _value(accumulator).at[ids].add(square, mode="drop")
+            self.assign(accumulator, acc)
+            step = lr * g / (ops.sqrt(ops.take(acc, ids, axis=0)) + self.table_epsilon)
+            self.assign(variable, _value(variable).at[ids].add(-step, mode="drop"))
+            return
         import tensorflow as tf
 
-        ids, g = rows
-        g = tf.cast(g, variable.dtype)
-        # Each gradient slice adds its mean square to its row's accumulator (a row met
-        # k times in the batch gets k additions), then moves the row by lr·g/sqrt(acc):
-        # scatters and a gather of the batch's ids, no sort (XLA's unique is one).
-        self.assign_add(accumulator, tf.IndexedSlices(tf.reduce_mean(g * g, 1, keepdims=True), ids))
+        # Scatters and a gather of the batch's ids, no sort (XLA's unique is one).
+        self.assign_add(accumulator, tf.IndexedSlices(square, ids))
         acc = tf.gather(_value(accumulator), ids)
         self.assign_sub(
             variable, tf.IndexedSlices(lr * g / (tf.sqrt(acc) + self.table_epsilon), ids)
         )
+
+    def _table_rate(self, learning_rate: Any) -> Any:
+        rate = self.table_learning_rate
+        return learning_rate if rate is None else rate
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.pop("amsgrad", None)
         return {
             **config,
+            "table_learning_rate": self.table_learning_rate,
             "table_epsilon": self.table_epsilon,
             "table_initial_accumulator": self.table_initial_accumulator,
             "table_variable_name": self.table_variable_name,

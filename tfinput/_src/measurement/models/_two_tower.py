@@ -11,7 +11,8 @@ from keras import layers, ops
 
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.schema import Categorical, MultiHot, Schema
-from tfinput._src.measurement.models import PaddedEmbeddingBag, signed_log1p
+from tfinput._src.measurement.models import PaddedEmbeddingBag, embed, signed_log1p
+from tfinput._src.measurement.models._row_step import RowStepModel
 
 __all__ = ["Tower", "TwoTowerModel"]
 
@@ -56,11 +57,8 @@ class Tower(keras.Model):
     def call(self, features: dict[str, Any]) -> Any:
         parts = []
         for f in self.features:
-            if isinstance(f, MultiHot):
-                table = self.tables[f.table]
-                parts.append(table(features["ids"][f.name], features["weights"][f.name]))
-            elif isinstance(f, Categorical):
-                parts.append(self.tables[f.table](features["ids"][f.name]))
+            if isinstance(f, (Categorical, MultiHot)):
+                parts.append(embed(self.tables, features, f))
             else:
                 x = ops.cast(features["dense"][f.name], "float32")
                 parts.append(signed_log1p(ops.reshape(x, (-1, f.length or 1))))
@@ -72,7 +70,7 @@ class Tower(keras.Model):
 
 
 @keras.saving.register_keras_serializable(package="tfinput")
-class TwoTowerModel(keras.Model):
+class TwoTowerModel(RowStepModel):
     """A two-tower retrieval model trained with an in-batch softmax.
 
     ``call(features)`` takes a `Pipeline.with_towers` batch ``{"query": ...,
@@ -131,6 +129,13 @@ class TwoTowerModel(keras.Model):
             if not tower.built:
                 tower.build(None)
         super().build(input_shape)
+
+    def lookup_groups(self, x: Any) -> tuple[Any, list[Any]]:
+        """The batch and its two feature groups, the query's and the candidate's."""
+        return x, [x["query"], x["candidate"]]
+
+    def regroup(self, x: Any, groups: list[Any]) -> Any:
+        return {**x, "query": groups[0], "candidate": groups[1]}
 
     def call(self, features: dict[str, Any]) -> Any:
         q = self.query_tower(features["query"])
