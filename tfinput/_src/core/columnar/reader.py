@@ -332,23 +332,25 @@ def read_chunks(
 ) -> tf.data.Dataset:
     """Serialized chunks of every planned file, interleaved (file order shuffled when the
     request says so). With ``verify`` each element is a dict of the record, its file,
-    its chunk index and its manifest digest; otherwise the record alone."""
+    its chunk index and its manifest digest; otherwise the record alone. Once every
+    chunk is read, each local file's size is compared with its manifest's
+    (`unchanged_at_end`): a file cut while it is read fails the read naming it, instead
+    of ending with fewer chunks."""
     import tensorflow as tf
 
     file_ds = tf.data.Dataset.from_tensor_slices(
         {
             "path": tf.constant(plan.paths),
             "take": tf.constant(plan.takes, tf.int64),
-            "bytes": tf.constant(plan.sizes or [-1] * len(plan.paths), tf.int64),
             "digests": tf.RaggedTensor.from_row_lengths(
                 np.concatenate(plan.digests), np.asarray(plan.takes, np.int64)
             ),
         }
     )
     file_ds = file_order(file_ds, len(plan.paths), request)
-    local = any(size > 0 for size in plan.sizes)
-    read = _file_reader(verify=verify, buffer_size=buffer_size, probe=local)
-    return interleave_files(file_ds, read, request.config)
+    read = _file_reader(verify=verify, buffer_size=buffer_size)
+    chunks = interleave_files(file_ds, read, request.config)
+    return unchanged_at_end(chunks, plan.paths, plan.sizes, what="chunks")
 
 
 def chunk_buffer(shuffle_buffer: int, chunk_rows: int) -> int:
@@ -371,17 +373,13 @@ def row_window(shuffle_buffer: int, *, batch_size: int, chunk_rows: int, rows: b
 
 
 def _file_reader(
-    *, verify: bool, buffer_size: int | None, probe: bool
+    *, verify: bool, buffer_size: int | None
 ) -> Callable[[dict[str, tf.Tensor]], tf.data.Dataset]:
-    """The interleave function: one file's planned chunks as a dataset, then (``probe``)
-    its size compared with the manifest's (`unchanged_at_end`): a file cut while it is
-    read fails the read naming it, instead of ending with fewer chunks."""
+    """The interleave function: one file's planned chunks as a dataset."""
     import tensorflow as tf
 
     def read(f: dict[str, tf.Tensor]) -> tf.data.Dataset:
         records = tfrecord.records(f["path"], buffer_size=buffer_size).take(f["take"])
-        if probe:
-            records = records.concatenate(unchanged_at_end(f["path"], f["bytes"], what="chunks"))
         if not verify:
             return records
         meta = tf.data.Dataset.from_tensor_slices(

@@ -420,53 +420,65 @@ def interleave_files(
     )
 
 
-def unchanged_at_end(path: tf.Tensor, size: tf.Tensor, *, what: str) -> tf.data.Dataset:
-    """A dataset of no elements (string vectors, unbatched) that, read after a file's
-    records (``concatenate``), fails unless the file still has the ``size`` bytes it had
-    when the pipeline was built (below 1: not checked), with ``tfinput DataError: PATH:
-    the file changed while it was read: ...`` (`clean_error` and `Pipeline.iterate`
-    make it a `DataError` naming the file).
+def unchanged_at_end(
+    records: tf.data.Dataset, files: Sequence[str], sizes: Sequence[int], *, what: str
+) -> tf.data.Dataset:
+    """``records`` (a read of ``files``), then, once they have all ended, each file's size
+    compared with the ``sizes`` it had when the pipeline was built (below 1: not
+    checked, a remote file): a file that differs fails the read with ``tfinput
+    DataError: PATH: the file changed while it was read: ...`` (`clean_error` and
+    `Pipeline.iterate` make it a `DataError` naming the file).
 
     A native reader takes a file cut at a record boundary (TFRecord: or inside a record
-    header) for a clean end: a file cut, or appended to, while it is read would end its
-    records early without a word. The size is probed natively once the file's records
-    have ended, nothing per record: a ``FixedLengthRecordDataset`` of 1-byte records, the
+    header) for a clean end: a file cut, or appended to, while an epoch reads it would
+    end its records early without a word. The sizes are probed natively (tf.data service
+    runs the check) once per pass over the files, after the last record, nothing per
+    record or per file's branch: a ``FixedLengthRecordDataset`` of 1-byte records, the
     last ``size - 1`` bytes taken for a footer, holds one record exactly when the file
     has ``size`` bytes (none when fewer, two or more when more): one open and a read of
-    at most 2 bytes per file. tf.data service runs it. A file rewritten in place to its
-    former size is not seen.
+    at most 2 bytes per file, the files probed in parallel. A file rewritten in place to
+    its former size is not seen; a file changed after its records were read, while
+    others still are, fails the pass too.
 
     Args:
-      path: The file (a string tensor, in a tf.data function).
-      size: Its size at build, bytes (int64 tensor; below 1: not checked).
+      records: The read (its elements are kept as they are).
+      files: The files it reads.
+      sizes: Their sizes at build, bytes (below 1: not checked).
       what: The records' name in the message (``records``, ``chunks``).
     """
     import tensorflow as tf
 
-    nothing = tf.zeros([0], tf.string)
-    footer = tf.maximum(size - 1, 0)
-    probe = tf.data.FixedLengthRecordDataset(path, 1, footer_bytes=footer, buffer_size=2)
-    found = probe.take(2).batch(2).concatenate(tf.data.Dataset.from_tensors(nothing)).take(1)
+    checked = [(f, int(n)) for f, n in zip(files, sizes) if n > 0]
+    if not checked:
+        return records
+    paths = tf.constant([f for f, _ in checked])
+    expected = tf.constant([n for _, n in checked], tf.int64)
 
-    def check(bytes_found: tf.Tensor) -> tf.Tensor:
-        now = tf.size(bytes_found, tf.int64) - 1  # -1 fewer bytes, 0 the same, 1 more
+    def check(path: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
+        probe = tf.data.FixedLengthRecordDataset(path, 1, footer_bytes=size - 1, buffer_size=2)
+        found = probe.take(2).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+        message = tf.strings.join(
+            ["tfinput DataError: ", path, ": the file changed while it was read: ",
+             tf.strings.as_string(size), " bytes when the pipeline was built, ",
+             tf.where(found < 1, "fewer", "more"), f" when its {what} ended (cut, "
+             "rewritten or appended to during the epoch: its rows are not the "
+             "file's); write files under another name and rename them into place, "
+             "then build the pipeline again"]
+        )  # fmt: skip
+        # The raw op: tf.debugging.Assert guards string data with a cond.
+        ok = tf.raw_ops.Assert(condition=tf.equal(found, 1), data=[message], summarize=1)
+        with tf.control_dependencies([ok]):
+            return tf.identity(path)
 
-        def fail() -> tf.Tensor:
-            message = tf.strings.join(
-                ["tfinput DataError: ", path, ": the file changed while it was read: ",
-                 tf.strings.as_string(size), " bytes when the pipeline was built, ",
-                 tf.where(now < 0, "fewer", "more"), f" when its {what} ended (cut, "
-                 "rewritten or appended to during the epoch: its rows are not the "
-                 "file's); write files under another name and rename them into place, "
-                 "then build the pipeline again"]
-            )  # fmt: skip
-            with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
-                return tf.identity(nothing)
+    def nothing(_: tf.Tensor) -> Any:  # never called: an element of the records' kind
+        return tf.nest.map_structure(
+            lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype),
+            records.element_spec,
+        )
 
-        ok = tf.logical_or(size < 1, tf.equal(now, 0))
-        return tf.cond(ok, lambda: nothing, fail)
-
-    return found.map(traced(check), name="file_unchanged").unbatch()
+    checks = tf.data.Dataset.from_tensor_slices((paths, expected))
+    checks = checks.map(traced(check), num_parallel_calls=tf.data.AUTOTUNE, name="file_unchanged")
+    return records.concatenate(checks.filter(lambda _: False).map(traced(nothing)))
 
 
 def shard_files(files: list[str], input_context: Any, what: str) -> list[str]:

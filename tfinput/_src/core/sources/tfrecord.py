@@ -202,9 +202,9 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
 
     def read(self, request: ReadRequest) -> tf.data.Dataset:
         """Serialized records of the files, interleaved (mini-batches of them with
-        ``read_batch``); each file's size is compared with its size at build once its
-        records have ended (`unchanged_at_end`): a local file cut or appended to while
-        it is read fails the read, naming it, instead of ending its records early.
+        ``read_batch``); once they have ended, each local file's size is compared with
+        its size at build (`unchanged_at_end`): a file cut or appended to while it is
+        read fails the read, naming it, instead of ending its records early.
 
         Raises:
           SourceError: the files mix compressions.
@@ -212,44 +212,32 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         files = request.files
         compression = self._compression(files)
         buffer_size = self.buffer_size
-        mini = read_batch(request.config)
-        local = [_local_size(f) for f in files]
-        sizes = tf.constant(local, tf.int64)
-
-        def records_of(branch: dict[str, tf.Tensor]) -> tf.data.Dataset:
-            records = tfrecord.records(branch["path"], compression, buffer_size=buffer_size)
-            records = records.batch(mini) if mini else records  # partial at the file's end
-            if max(local) < 1:  # remote files only: their sizes are not known
-                return records
-            end = unchanged_at_end(branch["path"], branch["bytes"], what="records")
-            return records.concatenate(end.batch(mini) if mini else end)
-
-        return self._branches(request, records_of, batched=True, sizes=sizes)
+        records = self._branches(
+            request,
+            lambda path: tfrecord.records(path, compression, buffer_size=buffer_size),
+        )
+        sizes = [_local_size(f) for f in files]
+        return unchanged_at_end(records, files, sizes, what="records")
 
     def _branches(
         self,
         request: ReadRequest,
-        records_of: Callable[[dict[str, tf.Tensor]], tf.data.Dataset],
+        records_of: Callable[[tf.Tensor], tf.data.Dataset],
         *,
         batched: bool = False,
-        sizes: tf.Tensor | None = None,
     ) -> tf.data.Dataset:
-        """The parallel interleave over the files' branches, ``records_of({"path",
-        "bytes"})`` each (``bytes``: ``sizes``, -1 when not given; already in
-        mini-batches when ``batched``)."""
+        """The parallel interleave over the files' branches, ``records_of(path)`` each
+        (already in mini-batches when ``batched``)."""
         mini = read_batch(request.config)
 
-        def read(branch: dict[str, tf.Tensor]) -> tf.data.Dataset:
-            records = records_of(branch)
+        def read(path: tf.Tensor) -> tf.data.Dataset:
+            records = records_of(path)
             # With read_batch, each branch hands over mini-batches (partial at the end
             # of its file), so no single record crosses to the consumer side.
             return records.batch(mini) if mini and not batched else records
 
         files = request.files
-        if sizes is None:
-            sizes = tf.fill([len(files)], tf.constant(-1, tf.int64))
-        branches = tf.data.Dataset.from_tensor_slices({"path": files, "bytes": sizes})
-        paths = file_order(branches, len(files), request)
+        paths = file_order(tf.data.Dataset.from_tensor_slices(files), len(files), request)
         return interleave_files(paths, read, request.config)
 
     def read_in_memory(self, request: ReadRequest) -> tf.data.Dataset:
@@ -264,11 +252,11 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         if not mini:
             held = tf.constant(records, tf.string)
             return self._branches(
-                request, lambda branch: tf.data.Dataset.from_tensor_slices(held).repeat()
+                request, lambda path: tf.data.Dataset.from_tensor_slices(held).repeat()
             )
         block = tf.constant((records * (mini // len(records) + 1))[:mini], tf.string)
         return self._branches(
-            request, lambda branch: tf.data.Dataset.from_tensors(block).repeat(), batched=True
+            request, lambda path: tf.data.Dataset.from_tensors(block).repeat(), batched=True
         )
 
     def consumer_elements(self, request: ReadRequest) -> float:
