@@ -1,16 +1,18 @@
-"""A script that ends with tfinput iterators still alive exits, at once, every time.
+"""A script that ends with tfinput iterators still alive exits, every time.
 
 tf.data calls the readers' Python functions on its own threads, ahead of the consumer.
 An iterator held by a module-level variable is destroyed while Python finalizes the
 modules, and its destructor waits for those calls; a call still in flight then never
 returns (Python ends a thread that takes the GIL after finalization began), and the
 exit hung for ever (`tfinput._src.core._python_calls` says how tfinput prevents it).
-Each child process below takes a batch from iterators of every source that calls
-Python from tf.data and ends with them alive: Parquet through ``build()`` and
-``iter()`` and through ``iterator()``, columnar records shuffled globally, the tf.data
-service guard (its watchdog waits in Python), and a user's ``from_generator`` dataset
-wrapped (``tfinput.wrap``). Before the fix, 5 in 6 such scripts of each source but
-columnar (3 in 6) hung; the two children here, run side by side, hung every time.
+Each child process below makes iterators of the sources that call Python from tf.data,
+takes their first batches one after the other and ends with them alive and reading
+ahead: Parquet through ``build()`` and ``iter()`` and through ``iterator()`` (one
+read-ahead thread over row groups of 25,000 rows: tf.data's calls wait for its reads),
+columnar records shuffled globally, a user's ``from_generator`` dataset wrapped
+(``tfinput.wrap``), and the tf.data service guard (its watchdog waits in Python).
+Without the exit hook the generator and guard child hangs every time, the Parquet and
+columnar one most times.
 """
 
 from __future__ import annotations
@@ -87,19 +89,21 @@ for kind, make in makers:  # each reads ahead from its first batch on, as the sc
 print("end of the script", flush=True)
 """
 
-#: The children run side by side: the sources whose Python calls read files, and those
-#: whose calls wait (the generator sleeps, the guard's watchdog waits for a batch).
+#: The children run side by side: the sources whose Python calls read files (Parquet
+#: last, so that its reads are in flight as the script ends), and those whose calls wait
+#: (the generator sleeps, the guard's watchdog waits for a batch).
 CHILDREN = (
     ("columnar_global", "parquet_build", "parquet_iterator"),
     ("wrapped_generator", "service_guard"),
 )
 
 
-def test_a_script_ending_with_iterators_alive_exits(tmp_path, small_columnar, small_tfrecord):
+def test_a_script_ending_with_iterators_alive_exits(
+    tmp_path, small_schema, small_columnar, small_tfrecord
+):
     """Each child (see the module docstring) exits 0 after its last line, with no
     traceback on stderr."""
-    schema = testing.small_schema()
-    parquet = testing.write_parquet(tmp_path, schema, rows=100_000, row_group_size=25_000)
+    parquet = testing.write_parquet(tmp_path, small_schema, rows=100_000, row_group_size=25_000)
     files = json.dumps({"parquet": parquet, "columnar": small_columnar, "tfrecord": small_tfrecord})
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
