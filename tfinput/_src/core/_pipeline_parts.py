@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import tensorflow as tf
 
+from tfinput._src.core._python_calls import exiting
 from tfinput._src.core.config import AUTOTUNE, PipelineConfig
 from tfinput._src.core.errors import (
     ConfigError,
@@ -432,9 +433,10 @@ def explain_failure(pipeline: Pipeline, error: BaseException, *, diagnose: bool)
     """`Pipeline.explain`: the error's own message, or (``diagnose``) the first problem
     `check_files` finds, which names the file; a message that names one of the files
     already (a file that changed while it was read, a Parquet reader's error) is kept
-    without reading the files again."""
+    without reading the files again, as is any once the interpreter's exit has begun
+    (nothing more is read then)."""
     message = clean_error(error)
-    if diagnose and not _names_a_file(pipeline, message):
+    if diagnose and not exiting() and not _names_a_file(pipeline, message):
         report = check_files(pipeline, first_problem=True)
         if report.problems:
             first = report.problems[0]

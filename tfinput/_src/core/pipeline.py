@@ -40,6 +40,7 @@ from tfinput._src.core._pipeline_parts import (
     split_towers,
     warn_large_padded_batches,
 )
+from tfinput._src.core._python_calls import guard_exit
 from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput._src.core.config import LAYOUTS, PipelineConfig
 from tfinput._src.core.errors import ConfigError, DataError, ResumeError, without_locals
@@ -251,6 +252,9 @@ class Pipeline:
             or with `with_towers`.
         """
         config = checked_config(config)
+        # An iterator still alive at the interpreter's exit must not hold it up, whatever
+        # Python functions the source calls (a wrapped generator's too).
+        guard_exit()
         asked = config
         packed = self._packed_layout(config)
         request = self._request(config, input_context)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tfinput._src.core._python_calls import EXITING, python_call
 from tfinput._src.core.columnar._decode import Raw
 from tfinput._src.core.columnar.format import FileEntry, Manifest
 from tfinput._src.core.config import PipelineConfig
@@ -235,6 +236,9 @@ def read_permuted_chunks(
     offsets, sizes = tf.constant(index.offset), tf.constant(index.size)
     digests = tf.constant(index.digest)
     ds = _permutation_positions(n, seed, start)
+    # At the interpreter's exit the reads return at once, reading nothing: an iterator
+    # still alive then does not keep the exit waiting.
+    read_range = python_call(_read_range, refused=lambda *_: _handed_over(f"DataError: {EXITING}"))
 
     def read(e: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         i = tf.random.experimental.index_shuffle(
@@ -249,7 +253,7 @@ def read_permuted_chunks(
         # A file shorter than its manifest says is handed over as a message and raised
         # by an assert: raised in the callback, TensorFlow would log its traceback.
         record, error = tf.numpy_function(
-            _read_range,
+            read_range,
             [path, offset + _HEADER_BYTES, size - _HEADER_BYTES - _FOOTER_BYTES],
             [tf.string, tf.string],
             stateful=False,

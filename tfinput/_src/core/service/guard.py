@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tfinput._src.core._python_calls import python_call
 from tfinput._src.core.errors import ConfigError, ServiceError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -240,6 +241,7 @@ def guarded_dataset(
     Raises:
       ConfigError: a non-positive ``stall_timeout_s`` or a negative ``tail_rows``.
     """
+    import numpy as np
     import tensorflow as tf
 
     GuardedRead(dataset, stall_timeout_s=stall_timeout_s, tail_rows=tail_rows)  # checks the args
@@ -255,10 +257,15 @@ def guarded_dataset(
     def placeholder() -> tuple[tf.Tensor, ...]:
         return _placeholder(flat_specs)
 
+    # At the interpreter's exit the calls return at once: a batch counts nothing, the
+    # watchdog's stream ends (3), so an iterator still alive then lets the exit go on.
+    beat_call = python_call(passes.beat, refused=lambda rows: np.int64(0))
+    watch_call = python_call(passes.watch, refused=lambda: np.int32(3))
+
     def beat(*element: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
         value = element[0] if len(element) == 1 else element
         seen = tf.numpy_function(
-            passes.beat, [_rows_of(value)], tf.int64, stateful=True, name="svc_beat"
+            beat_call, [_rows_of(value)], tf.int64, stateful=True, name="svc_beat"
         )
         kind = tf.cast(seen, tf.int32) * 0  # 0: a batch (after its count)
         return kind, tuple(tf.nest.flatten(value, expand_composites=True))
@@ -267,7 +274,7 @@ def guarded_dataset(
         return _marker(call, kind, name, flat_specs)
 
     def watch(_: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
-        kind = tf.numpy_function(passes.watch, [], tf.int32, stateful=True, name="svc_watch")
+        kind = tf.numpy_function(watch_call, [], tf.int32, stateful=True, name="svc_watch")
         return tf.reshape(kind, []), placeholder()  # 2: nothing, 3: the pass ended
 
     # Each pass: a start marker (1), then the read (batches 0, then an end marker 1)
@@ -314,11 +321,15 @@ def _placeholder(flat_specs: list[tf.TypeSpec]) -> tuple[tf.Tensor, ...]:
 def _marker(
     call: Callable[[], object], kind: int, name: str, flat_specs: list[tf.TypeSpec]
 ) -> tf.data.Dataset:
-    """A one-element dataset of ``kind`` that runs ``call`` (a pass's start or end)."""
+    """A one-element dataset of ``kind`` that runs ``call`` (a pass's start or end;
+    nothing at the interpreter's exit)."""
+    import numpy as np
     import tensorflow as tf
 
+    marked = python_call(call, refused=lambda: np.int64(0))
+
     def element(_: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
-        done = tf.numpy_function(call, [], tf.int64, stateful=True, name=name)
+        done = tf.numpy_function(marked, [], tf.int64, stateful=True, name=name)
         return tf.cast(done, tf.int32) * 0 + kind, _placeholder(flat_specs)
 
     return tf.data.Dataset.range(1).map(element)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from tfinput._src.core._python_calls import EXITING, exiting
 from tfinput._src.core.config import AUTOTUNE, PipelineConfig
 from tfinput._src.core.errors import DataError, first_line
 from tfinput._src.core.files import check_unchanged, file_version
@@ -403,6 +404,9 @@ class ParquetBatches:
         """Compute batch ``k`` on the pool into ``future`` (cached for it)."""
 
         def run() -> None:
+            if exiting():  # the interpreter exits: read nothing more
+                future.set_exception(DataError(EXITING))
+                return
             try:
                 future.set_result(plan.batch(k))
             except BaseException as e:

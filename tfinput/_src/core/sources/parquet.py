@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 import tensorflow as tf
 
+from tfinput._src.core._python_calls import EXITING, python_call
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import (
     DataError,
@@ -412,9 +413,16 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
         except TfinputError as e:
             return [*empty, np.bytes_(f"{type(e).__name__}: {e}".encode())]
 
+    # At the interpreter's exit every call returns at once, reading nothing: an
+    # iterator still alive then must not keep the exit waiting for its reads.
+    def refused(seed: Any, saved: Any, k: Any) -> list[Any]:
+        return [*empty, np.bytes_(f"DataError: {EXITING}".encode())]
+
+    call = python_call(numpy_batch_or_error, refused=refused)
+
     def read(seed: tf.Tensor, saved: tf.Tensor, k: tf.Tensor) -> dict[str, tf.Tensor]:
         *arrays, error = tf.numpy_function(
-            numpy_batch_or_error,
+            call,
             [seed, saved, k],
             [*dtypes, tf.string],
             stateful=False,
