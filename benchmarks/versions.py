@@ -19,7 +19,9 @@ Parquet and columnar records,
 parallelism 3, prefetch 2) or, with ``--config autotune``, each version's
 ``PipelineConfig.autotune`` (its own defaults), the data written once by the current
 version (the files are the same bytes for both). ``--step keras`` trains tfinput's Keras
-ranking model on every batch (``train_on_batch``) instead of only reading.
+ranking model on every batch (``train_on_batch``) instead of only reading. ``--wide``
+reads 1,000 features instead (100 dense, 700 single ids, 200 multi-hot lists of 0-9 ids,
+one table each: the production shape's width), usually with ``--batch 512``.
 
     python benchmarks/versions.py --base dfc84f4 --rows 1000000 --config autotune \
         --formats tfrecord --section versions-read-batch --write
@@ -100,16 +102,20 @@ class Worker:
         config: str = "fixed",
         step: str = "none",
         iterator: str = "tensors",
+        schema_kwargs: dict[str, Any] | None = None,
+        batch: int = BATCH,
     ) -> None:
         from benchmarks._results import smoke_active
         from benchmarks.core import SMOKE_SCHEMA
 
         env = {**os.environ, "PYTHONPATH": str(source_root), "TF_CPP_MIN_LOG_LEVEL": "2"}
-        code = _WORKER.replace("BATCH", str(BATCH))
+        code = _WORKER.replace("BATCH", str(batch))
+        kwargs = SMOKE_SCHEMA if smoke_active() else {}
+        kwargs = {**kwargs, **(schema_kwargs or {})}
         self.name = name
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code, json.dumps(files), str(shuffle), config, step, iterator]
-            + [json.dumps(SMOKE_SCHEMA if smoke_active() else {})],
+            + [json.dumps(kwargs)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -140,10 +146,37 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
+#: ``--wide``: 1,000 features, as criteo_like_schema's arguments.
+WIDE = dict(n_dense=100, n_categorical=700, n_multi_hot=200, max_len=10, vocabulary_size=100_000)
+
+
+def wide_data(root: Path, rows: int) -> dict[str, list[str]]:
+    """``--wide``'s rows as TFRecord, Parquet and columnar records (written once)."""
+    from benchmarks.core import FILES, criteo_schema
+    from tfinput import testing
+
+    schema = criteo_schema(**WIDE)
+    out = root / f"wide-{rows}"
+    if not (out / "done").exists():
+        cols = testing.generate(schema, rows, seed=0)
+        testing.write_tfrecord(out / "tfrecord", schema, rows=rows, files=FILES, columns=cols)
+        testing.write_parquet(out / "parquet", schema, rows=rows, files=FILES, columns=cols)
+        testing.write_columnar(out / "columnar", schema, rows=rows, files=FILES, columns=cols)
+        (out / "done").touch()
+    return {
+        fmt: sorted(str(p) for p in (out / fmt).iterdir() if p.suffix != ".json")
+        for fmt in ("tfrecord", "parquet")
+    } | {"columnar": sorted(map(str, (out / "columnar").glob("*.tfcol")))}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    _, tf_files, pq_files = data(Path(args.data_dir), args.rows)
-    files = {"tfrecord": tf_files, "parquet": pq_files}
-    if "columnar" in args.formats.split(","):
+    if args.wide:
+        files = wide_data(Path(args.data_dir), args.rows)
+        files = {f: files[f] for f in args.formats.split(",")}
+    else:
+        _, tf_files, pq_files = data(Path(args.data_dir), args.rows)
+        files = {"tfrecord": tf_files, "parquet": pq_files}
+    if "columnar" in args.formats.split(",") and not args.wide:
         # The same rows as columnar records, as benchmarks/columnar.py writes them.
         col_dir = Path(columnar_data(Path(args.data_dir), args.rows, pq_files))
         files["columnar"] = sorted(map(str, col_dir.glob("*.tfcol")))
@@ -173,7 +206,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             roots = (("before", tree), ("after", ROOT))
             workers = {
-                who: Worker(who, root, files, args.shuffle, args.config, args.step, args.iterator)
+                who: Worker(
+                    who,
+                    root,
+                    files,
+                    args.shuffle,
+                    args.config,
+                    args.step,
+                    args.iterator,
+                    schema_kwargs=WIDE if args.wide else None,
+                    batch=args.batch,
+                )
                 for who, root in roots[: 1 if args.smoke else 2]
             }
             if args.smoke:  # one worker process (the base's) measures both sides
@@ -203,6 +246,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "head": head + (" + uncommitted changes" if dirty else ""),
         "machine": machine(),
         "rows": args.rows,
+        "wide": args.wide,
+        "batch": args.batch,
         "rounds": args.rounds,
         "warmup": args.warmup,
         "batches": args.batches,
@@ -232,7 +277,13 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         f"Machine: {res['machine']}.",
         "",
-        f"Method: criteo-like, {res['rows']:,} rows, 8 files, batch {BATCH}, "
+        (
+            "Method: wide (1,000 features: 100 dense, 700 single ids, 200 multi-hot lists "
+            "of 0-9 ids, one table each)"
+            if res.get("wide")
+            else "Method: criteo-like"
+        )
+        + f", {res['rows']:,} rows, 8 files, batch {res.get('batch', BATCH)}, "
         + _config_words(res)
         + (
             "; each batch trains tfinput's Keras ranking model "
@@ -299,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         default="tensors",
         help="numpy: read batches with as_numpy_iterator (as a JAX or PyTorch loop does)",
     )
+    p.add_argument("--wide", action="store_true", help="1,000 features (see the docstring)")
+    p.add_argument("--batch", type=int, default=BATCH, help="batch size (default 4096)")
     p.add_argument("--section", default="versions", help="RESULTS.md section written with --write")
     args = parse_args(
         p,
