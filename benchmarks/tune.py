@@ -304,12 +304,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{time.time() - t0:.0f} s; trials: {res.trials}.",
             res,
         )
-        lines.append(
-            f"- tuned / step-bound rate: **{res.confirmed[0].median / bound:.1%}** (target >= 90%)."
-        )
-        auto = next(c for c in res.confirmed if c.name == "autotune")
-        lines.append(f"- autotune / step-bound rate: {auto.median / bound:.1%}.")
-        lines.append("")
+        auto = next((c for c in res.confirmed if c.name == "autotune"), None)
+        if auto is not None:
+            lines.append(
+                f"- tuned / step-bound rate: **{res.confirmed[0].median / bound:.1%}** "
+                "(target >= 90%)."
+            )
+            lines.append(f"- autotune / step-bound rate: {auto.median / bound:.1%}.")
+            lines.append("")
     lines.append("<!-- tune:end -->")
     section = "\n".join(lines)
     print(section)
@@ -343,7 +345,9 @@ def _confirmed_table(title: str, method: str, res: Any) -> list[str]:
             f"| {c.name} | {fmt(c.median)} | {fmt(c.minimum)}-{fmt(c.maximum)} | "
             f"{c.cv:.1%} | {ratio} |"
         )
-    auto = next(c for c in res.confirmed if c.name == "autotune")
+    auto = next((c for c in res.confirmed if c.name == "autotune"), None)
+    if auto is None:  # the tuner confirms nothing when the search completed autotune alone
+        return [*out, "", "- no confirmation: the search completed no config but autotune.", ""]
     out += [
         "",
         f"- confirmed best ({res.best_name}) / autotune: "

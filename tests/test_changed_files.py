@@ -100,6 +100,21 @@ def test_a_tfrecord_file_changed_during_the_epoch_is_named(tmp_path, schema, how
     assert ("more" if cut == "grown" else "fewer") + " when its records ended" in message
 
 
+def test_a_file_cut_inside_a_record_during_the_epoch_is_named_as_changed(tmp_path, schema):
+    """A cut inside a record's data fails the read at that record (TensorFlow's
+    ``truncated record``, also what a read ahead meets when the cut falls where it had
+    read a header). ``iterator()`` names the file by its version before the read began
+    against now, not as a damaged file."""
+    (path,) = testing.write_tfrecord(tmp_path, schema, rows=2000)
+    size = os.path.getsize(path)
+    at = next(end for end in _record_ends(path) if end >= size // 2) + 20
+    pipeline = _with_buffer(tfinput.tfrecord(path, schema), 1024)
+    message = _error(pipeline, "iterator", lambda: os.truncate(path, at))
+    assert message.startswith(
+        f"{path}{CHANGED}{size:,} bytes when the pipeline was built, {at:,} bytes now"
+    ), message
+
+
 @pytest.mark.parametrize("read_batch", [0, 64], ids=["single-records", "mini-batches"])
 def test_a_cut_compressed_tfrecord_file_is_named(tmp_path, schema, read_batch):
     (path,) = testing.write_tfrecord(tmp_path, schema, rows=2000, compression="GZIP")

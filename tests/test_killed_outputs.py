@@ -234,4 +234,4 @@ def test_a_killed_export_leaves_nothing_and_the_next_export_succeeds(tmp_path, k
         "serve_raw",
         "transform",
     }
-    assert os.listdir(tmp_path) == ["export.log", "served"]  # the staging is gone
+    assert sorted(os.listdir(tmp_path)) == ["export.log", "served"]  # the staging is gone

@@ -135,20 +135,26 @@ def test_each_transfer_is_an_input_stage_in_a_tensorflow_only_profile(tmp_path):
     own analyzer reading such a trace: tests/tfinput/applications/sparsecore/test_feed.py.)"""
     pytest.importorskip("jax")
     import profiles
-    from profiles._xplane import find_trace, load_xspace, stat_value
+    from profiles._xplane import find_trace, host_planes, load_xspace, stat_value
     from tfinput.steps import simulated_step
 
     source = tf.data.Dataset.from_tensors({"x": tf.zeros([64, 8])}).repeat()
     with device_prefetch.to_jax(source, size=2) as it:
         result = profiles.capture(it, simulated_step(0.01), logdir=tmp_path, steps=4, warmup=1)
     assert "jax_trace" not in result.metadata
-    (plane,) = [p for p in load_xspace(result.trace_files[0]).space.planes if "host" in p.name]
-    stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
-    put = {k for k, m in plane.event_metadata.items() if m.name == "tfinput/device_put"}
-    spans = [e for line in plane.lines for e in line.events if e.metadata_id in put]
+    # Every host plane (a process that ran other profilers before may hold more than
+    # /host:CPU, /host:metadata say): the spans are on one of them.
+    spans, span_stats = [], []
+    for plane in host_planes(load_xspace(result.trace_files[0]).space):
+        stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
+        put = {k for k, m in plane.event_metadata.items() if m.name == "tfinput/device_put"}
+        found = [e for line in plane.lines for e in line.events if e.metadata_id in put]
+        spans += found
+        span_stats += [
+            {stat_names[s.metadata_id]: stat_value(s, stat_names) for s in e.stats} for e in found
+        ]
     assert spans
-    for span in spans:
-        stats = {stat_names[s.metadata_id]: stat_value(s, stat_names) for s in span.stats}
+    for stats in span_stats:
         assert stats == {
             "_ipl_stage_name": "tfinput/device_put",
             "_ipl_stage_id": 4,

@@ -41,10 +41,31 @@ def test_parsing_is_vectorized_batch_then_parse(small_tfrecord, small_schema, re
     assert batch_op in ops and "ParallelMapDatasetV2" in ops
     fn_ops = {n.op for f in graph.library.function for n in f.node_def}
     assert "ParseExampleV2" in fn_ops and "ParseSingleExample" not in fn_ops
-    # the map runs after the batch: batch's output feeds the map
+    # the parse map runs after the batch: batch's output feeds the map that parses
     names = {n.name: n for n in graph.node}
-    map_node = next(n for n in graph.node if n.op == "ParallelMapDatasetV2")
+    parses = {f.signature.name for f in graph.library.function if _calls_parse(f, graph)}
+    (map_node,) = [
+        n for n in graph.node if n.op == "ParallelMapDatasetV2" and n.attr["f"].func.name in parses
+    ]
     assert names[map_node.input[0].split(":")[0]].op == batch_op
+
+
+def _calls_parse(function, graph) -> bool:
+    """Whether ``function`` of ``graph``'s library runs ``ParseExampleV2`` (itself or in
+    a function it calls)."""
+    library = {f.signature.name: f for f in graph.library.function}
+    seen, todo = set(), [function]
+    while todo:
+        f = todo.pop()
+        if f.signature.name in seen:
+            continue
+        seen.add(f.signature.name)
+        for n in f.node_def:
+            if n.op == "ParseExampleV2":
+                return True
+            called = [a.func.name for a in n.attr.values() if a.func.name]
+            todo += [library[c] for c in called + [n.op] if c in library]
+    return False
 
 
 def test_packing_happens_in_the_parse_map(small_tfrecord, small_schema):

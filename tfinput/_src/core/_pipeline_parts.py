@@ -27,6 +27,7 @@ from tfinput._src.core.errors import (
     clean_error,
     raised_inside,
 )
+from tfinput._src.core.files import check_unchanged, file_version
 from tfinput._src.core.layout import is_packed
 from tfinput._src.core.schema import Categorical, Feature, MultiHot, Schema
 from tfinput._src.core.sources.protocol import FileChecks
@@ -41,6 +42,7 @@ __all__ = [
     "check_towers",
     "checked_config",
     "explain_failure",
+    "file_versions",
     "has_min_parallelism",
     "pipeline_options",
     "split_towers",
@@ -429,14 +431,46 @@ def _named_file(message: str, paths: list[str]) -> int | None:
     return None
 
 
-def explain_failure(pipeline: Pipeline, error: BaseException, *, diagnose: bool) -> DataError:
-    """`Pipeline.explain`: the error's own message, or (``diagnose``) the first problem
+FileVersions = tuple[tuple[str, "tuple[int, int] | None"], ...]
+
+
+def file_versions(pipeline: Pipeline) -> FileVersions:
+    """Each local file's `file_version` now (before a read starts), for
+    `explain_failure`; nothing for a source without files or whose files cannot be
+    listed (the read names that itself)."""
+    source = pipeline.source
+    if not isinstance(source, FileChecks):
+        return ()
+    try:
+        files = source.files()
+    except (TfinputError, OSError):
+        return ()
+    versions = []
+    for path in files:
+        try:
+            versions.append((path, file_version(path)))
+        except OSError:  # gone already: the read says so
+            continue
+    return tuple(versions)
+
+
+def explain_failure(
+    pipeline: Pipeline, error: BaseException, *, diagnose: bool, versions: FileVersions = ()
+) -> DataError:
+    """`Pipeline.explain`: the error's own message, or (``diagnose``) a file that is
+    not the version ``versions`` had when the read started (a file cut while it was
+    read can fail a read ahead inside a record that was there), else the first problem
     `check_files` finds, which names the file; a message that names one of the files
     already (a file that changed while it was read, a Parquet reader's error) is kept
     without reading the files again, as is any once the interpreter's exit has begun
     (nothing more is read then)."""
     message = clean_error(error)
     if diagnose and not exiting() and not _names_a_file(pipeline, message):
+        for path, version in versions:
+            try:
+                check_unchanged(path, version)
+            except DataError as changed:
+                return changed
         report = check_files(pipeline, first_problem=True)
         if report.problems:
             first = report.problems[0]

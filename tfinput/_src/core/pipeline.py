@@ -36,6 +36,7 @@ from tfinput._src.core._pipeline_parts import (
     check_towers,
     checked_config,
     explain_failure,
+    file_versions,
     pipeline_options,
     split_towers,
     warn_large_padded_batches,
@@ -459,6 +460,7 @@ class Pipeline:
     ) -> Iterator[Any]:
         """Iterate the built dataset, turning TensorFlow errors into `DataError`s that
         name the file (found by `check`) as well as the feature."""
+        versions = file_versions(self) if diagnose else ()
         it = iter(self.build(config))
         while True:
             try:
@@ -470,7 +472,7 @@ class Pipeline:
                 break
             yield batch
         del it  # the failed iterator goes now, before the checks that name the file
-        raise self.explain(error, diagnose=diagnose) from error
+        raise explain_failure(self, error, diagnose=diagnose, versions=versions) from error
 
     def iterator(
         self,
@@ -519,6 +521,8 @@ class Pipeline:
             return self.build(seeded, input_context)
 
         resume_dataset = None
+        # The files' versions before any read: a failed read names a file that changed.
+        versions = file_versions(self)
         first = dataclasses.replace(config, shuffle_seed=epoch_seed(seed, 0))
         request = self._request(first, input_context)
         restarts = self.source if isinstance(self.source, RestartsOrder) else None
@@ -538,7 +542,7 @@ class Pipeline:
             identity=identity,
             name=self.source.kind,
             keep=keep,
-            explain=lambda e: self.explain(e, diagnose=True),
+            explain=lambda e: explain_failure(self, e, diagnose=True, versions=versions),
             epochs=epochs,
             epoch_dataset=epoch_dataset,
             seed=seed,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import tensorflow as tf
 
 import tfinput
 from tfinput import columnar_records
@@ -113,5 +114,6 @@ def test_tuner_accepts_a_columnar_pipeline(small_columnar, tmp_path):
         ),
     )
     assert sum(result.trials.values()) == 3 and result.best_config.batch_size == 100
+    # The best config may pack the features (a layout the search tries): 100 rows either way.
     features, _ = next(iter(pipeline.build(result.best_config)))
-    assert features["ids"]["history"].shape == (100, 5)
+    assert {t.shape[0] for t in tf.nest.flatten(features)} == {100}
