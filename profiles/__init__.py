@@ -9,7 +9,7 @@
 
 ``import profiles`` is light: TensorFlow, xprof and rich are imported only by the
 functions that need them. The names below are the public API (docs/api.md); the
-modules behind them are private (``profiles._analysis``, ...), except `profiles.cli`.
+modules behind them are private (``profiles._analysis``, ``profiles._cli``, ...).
 """
 
 from profiles._analysis import TESTED_XPROF as TESTED_XPROF

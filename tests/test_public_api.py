@@ -1,12 +1,17 @@
-"""The public API is the list in docs/api.md: each package's names are its ``__all__``
-and its ``dir()``, every listed module's names resolve, the README, the user docs and
-the examples name public things only, and `tuners` and `profiles` build on tfinput's
-public names only."""
+"""The public API is the list in docs/api.md, and it stays small: each package's names
+are its ``__all__`` and its ``dir()``, every listed module's names resolve, the README,
+the user docs and the examples name public things only, the public modules are few and
+each name has one home (`test_the_public_api_stays_small_with_one_home_per_name`), and
+`tuners` and `profiles` import tfinput's public names or the private module that
+defines a name (its implementation, ``tfinput._src``), never a re-export of it."""
 
 from __future__ import annotations
 
 import ast
+import collections
 import importlib
+import importlib.util
+import pkgutil
 import re
 import sys
 import types
@@ -53,10 +58,8 @@ def test_each_package_exports_the_documented_names(package):
 
 def _submodules(package: str) -> set[str]:
     """The public modules directly under ``package``: docs/api.md's table (``tfinput.bench``,
-    ``tfinput.formats``) and the package's section (``tuners.options``, ``profiles.cli``)."""
-    intro = API[API.index(f"### `{package}`") : API.index(f"<!-- names: {package} -->")]
-    table = [m.split(".")[1] for m in PUBLIC_MODULES if m.startswith(f"{package}.")]
-    return {*table, *re.findall(rf"`{package}\.(\w+)`", intro)}
+    ``tfinput.cli``)."""
+    return {m.split(".")[1] for m in PUBLIC_MODULES if m.startswith(f"{package}.")}
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -118,23 +121,126 @@ def test_readme_docs_and_examples_name_public_things_only(path):
     assert private == [], f"{path.name} names what docs/api.md does not list"
 
 
-def test_tuners_and_profiles_build_on_public_tfinput_names_only():
-    bad = []
-    for package in ("tuners", "profiles"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfinput"):
-                    names = [f"{node.module}.{a.name}" for a in node.names]
-                elif isinstance(node, ast.Import):
-                    names = [a.name for a in node.names if a.name.startswith("tfinput")]
-                else:
-                    continue
-                bad += [
-                    f"{path.relative_to(ROOT)}:{node.lineno}: {n}"
-                    for n in names
-                    if not _resolves(n)
+def _defines(module: str, name: str) -> bool:
+    """Whether ``module`` (a module of the three packages) defines ``name`` (a function,
+    a class, an assignment) or has it as a submodule, rather than importing it."""
+    if importlib.util.find_spec(f"{module}.{name}") if _is_package(module) else False:
+        return True
+    path = ROOT / Path(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined = [t.id for t in targets if isinstance(t, ast.Name)]
+        else:
+            continue
+        if name in defined:
+            return True
+    return False
+
+
+def _is_package(module: str) -> bool:
+    return (ROOT / Path(*module.split(".")) / "__init__.py").is_file()
+
+
+def _imports_of(paths: list[Path]) -> list[tuple[str, int, str, str | None]]:
+    """``(file, line, module, name)`` for each import of the three packages in
+    ``paths`` (``name`` None for ``import module``)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{node.lineno}" if hasattr(node, "lineno") else ""
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                module = node.module or ""
+                if module.split(".")[0] in PACKAGES:
+                    found += [(where, node.lineno, module, a.name) for a in node.names]
+            elif isinstance(node, ast.Import):
+                found += [
+                    (where, node.lineno, a.name, None)
+                    for a in node.names
+                    if a.name.split(".")[0] in PACKAGES
                 ]
+    return found
+
+
+def _private(module: str) -> bool:
+    return any(part.startswith("_") for part in module.split("."))
+
+
+def test_tuners_and_profiles_import_public_names_or_the_defining_module():
+    """`tuners` and `profiles` build on tfinput's public names, or on tfinput's
+    implementation (``tfinput._src``: private, so the tuner's and the profiler's own
+    needs do not become public API) by the module that defines what they import: a
+    private module re-exports nothing."""
+    paths = [
+        p for package in ("tuners", "profiles") for p in sorted((ROOT / package).rglob("*.py"))
+    ]
+    bad = []
+    for where, _, module, name in _imports_of(paths):
+        if not module.startswith("tfinput"):
+            continue
+        if name is None:
+            ok = _resolves(module) or _private(module)
+        elif _private(module):
+            ok = _defines(module, name)
+        else:
+            ok = _resolves(f"{module}.{name}")
+        if not ok:
+            bad.append(f"{where}: {module} {name or ''}")
     assert bad == []
+
+
+#: Issue 64's limits: public modules (the three packages included), distinct public
+#: names, and objects exported twice (by their home and a root shortcut).
+MAX_MODULES, MAX_NAMES, MAX_SHORTCUTS = 29, 250, 30
+
+
+def _walk(package: str):
+    """``package`` and every module under it whose dotted path has no part starting with
+    ``_`` (the entry scripts, ``__main__``, aside)."""
+    yield package
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if info.name.startswith("_"):
+            continue
+        if info.ispkg:
+            yield from _walk(f"{package}.{info.name}")
+        else:
+            yield f"{package}.{info.name}"
+
+
+def _key(name: str, value: object) -> tuple:
+    """What a public name stands for: the object, or a constant's value."""
+    if value is None or isinstance(value, (int, float, str, bytes, tuple, frozenset)):
+        return ("value", name, repr(value))
+    return ("object", id(value))
+
+
+def test_the_public_api_stays_small_with_one_home_per_name():
+    """At most 29 public modules and 250 distinct public names (a module's ``__all__``,
+    or its public names); an object is exported by one module, or by its home and a
+    root shortcut (``tfinput``, ``tuners``, ``profiles``), with at most 30 shortcuts;
+    no name stands for two things. docs/api.md lists exactly these modules."""
+    modules = [m for package in PACKAGES for m in _walk(package)]
+    assert sorted(modules) == sorted(PUBLIC_MODULES), "docs/api.md's table is not the tree"
+    assert len(modules) <= MAX_MODULES, modules
+    exporters: dict[tuple, set[str]] = collections.defaultdict(set)
+    meanings: dict[str, set[tuple]] = collections.defaultdict(set)
+    for module in modules:
+        imported = importlib.import_module(module)
+        for name in _public(module):
+            key = _key(name, getattr(imported, name))
+            exporters[key].add(module)
+            meanings[name].add(key)
+    assert len(meanings) <= MAX_NAMES, len(meanings)
+    twice = {key: sorted(where) for key, where in exporters.items() if len(where) > 1}
+    not_a_shortcut = [
+        where for where in twice.values() if len(where) > 2 or len(set(where) & set(PACKAGES)) != 1
+    ]
+    assert not_a_shortcut == []
+    assert len(twice) <= MAX_SHORTCUTS, len(twice)
+    assert sorted(name for name, keys in meanings.items() if len(keys) > 1) == []
 
 
 #: Paths modules had before they moved, never released (docs/api.md: deprecations start

@@ -16,10 +16,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from tfinput._src.measurement.target import Target
+from tfinput._src.measurement.windows import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, TfinputError
-from tfinput.measure.target import Target
-from tfinput.measure.windows import WindowPlan
 from tfinput.steps import Step
 from tuners._confirm import (
     Progress,
@@ -203,7 +203,7 @@ class Tuning:
     ) -> Tuning:
         """The defaults of `tune`: input only, the available cores, ``current`` or
         ``PipelineConfig()`` as the base, the default space widened to the baselines."""
-        from tfinput.measure.probes import available_cpus
+        from tfinput._src.measurement.probes import available_cpus
 
         step = Step.of(step)
         cores = cpu_count or available_cpus()

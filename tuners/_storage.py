@@ -47,7 +47,7 @@ from tfinput.errors import ConfigError, TfinputError
 if TYPE_CHECKING:
     import optuna
 
-    from tfinput.measure.target import Measurable
+    from tfinput._src.measurement.target import Measurable
 
 __all__ = [
     "GRACE_PERIOD",

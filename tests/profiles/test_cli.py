@@ -1,4 +1,4 @@
-"""profiles.cli (with the private _demo module): `tfinput profile` and `tfinput inspect`,
+"""profiles._cli (with the private _demo module): `tfinput profile` and `tfinput inspect`,
 called in-process through `tfinput.cli.main`."""
 
 from __future__ import annotations

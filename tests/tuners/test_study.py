@@ -136,7 +136,7 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(pipeline, tmp_path):
     # Batches of 800 rows run "out of memory" in the step, by construction (not by
     # timing): those trials fail with the reason and the study continues; only batch
     # 50 completes, so it wins whatever the load on the machine.
-    from tfinput.measure.windows import batch_rows
+    from tfinput._src.measurement.windows import batch_rows
 
     def step(batch):
         if batch_rows(batch) == 800:

@@ -324,6 +324,6 @@ def knob_names() -> list[str]:
 @runtime_checkable
 class Buildable(Protocol):
     """An object whose ``build(config)`` returns a ``tf.data.Dataset`` (a
-    `tfinput.Pipeline`, or a user's own builder). `tfinput.measure.target` exports it."""
+    `tfinput.Pipeline`, or a user's own builder). `tfinput._src.measurement.target` exports it."""
 
     def build(self, config: PipelineConfig) -> Any: ...

@@ -319,7 +319,7 @@ class Pipeline:
     ) -> tuple[tf.data.Dataset, float] | None:
         """The consumer side of ``build(config)`` alone: the same interleave, shuffle and
         batch stages, over records held in memory (`Source.read_in_memory`) and without
-        parsing; `tfinput.measure.roofline` times it as the pipeline's serial stage.
+        parsing; `tfinput.bench.roofline` times it as the pipeline's serial stage.
 
         Returns:
           ``(endless dataset of encoded batches, elements crossing the consumer side

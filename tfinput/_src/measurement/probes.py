@@ -1,7 +1,7 @@
 """What a measurement reads from the machine: CPU time, memory, CPU count, versions.
 
 Every probe is a plain function so that measurements can take a fake one in tests
-(`tfinput.measure.windows.measure_window` takes ``clock``, ``cpu_clock`` and ``rss``).
+(`tfinput._src.measurement.windows.measure_window` takes ``clock``, ``cpu_clock`` and ``rss``).
 """
 
 from __future__ import annotations

@@ -369,7 +369,7 @@ def roofline(
       batch_size: Batch size of every stage (use the configs' batch size).
       configs: ``{name: config}`` whose serial stage to probe (default: ``autotune``,
         `PipelineConfig.autotune` at ``batch_size``); their batch size is used.
-      measurement: `tfinput.measure.MeasureOptions`: the window counts per stage
+      measurement: `tfinput.bench.MeasureOptions`: the window counts per stage
         (default `ROOFLINE_PLAN`), the cores to scale to (None: the affinity mask)
         and the probes.
       progress: Called after each window.

@@ -1,4 +1,4 @@
-"""`tfinput.cli.registry`: the command list, ``tfinput --help``, and `main`'s exit codes
+"""`tfinput._src.applications.cli.registry`: the command list, ``tfinput --help``, and `main`'s exit codes
 and one-line errors (usage, ConfigError, DataError, interrupts)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import cli_main, run_cli
 from tfinput import cli
 from tfinput._src.applications.cli import registry
-from tfinput.cli.registry import Command, run_command
+from tfinput._src.applications.cli.registry import Command, run_command
 from tfinput.errors import ConfigError, DataError
 
 
@@ -54,7 +54,7 @@ def test_the_parser_does_not_load_tensorflow():
 
 
 def test_help_lists_every_registered_command():
-    from tfinput.cli.registry import commands
+    from tfinput._src.applications.cli.registry import commands
 
     names = [c.name for c in commands()]
     assert names == [

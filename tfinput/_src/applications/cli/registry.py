@@ -49,15 +49,15 @@ COMMANDS = (
     "tfinput._src.applications.cli.commands.schema:SCHEMA_COMMAND",
     "tfinput._src.applications.cli.commands.check:CHECK_COMMAND",
     "tfinput._src.applications.cli.commands.check:DOCTOR_COMMAND",
-    "tuners.cli:TUNE_COMMAND",
-    "tuners.cli:DEMO_COMMAND",
+    "tuners._cli:TUNE_COMMAND",
+    "tuners._cli:DEMO_COMMAND",
     "tfinput._src.applications.cli.commands.convert:CONVERT_COMMAND",
     "tfinput._src.applications.cli.commands.convert:DATAGEN_COMMAND",
     "tfinput._src.applications.cli.commands.bench:BENCH_COMMAND",
     "tfinput._src.applications.cli.commands.serve:EXPORT_COMMAND",
     "tfinput._src.applications.cli.commands.serve:SERVE_COMMAND",
-    "profiles.cli:PROFILE_COMMAND",
-    "profiles.cli:INSPECT_COMMAND",
+    "profiles._cli:PROFILE_COMMAND",
+    "profiles._cli:INSPECT_COMMAND",
 )
 
 

@@ -1,7 +1,7 @@
 """What the inputs are and reading them in blocks.
 
 The inputs: files, format and compression; a CSV file's layout (delimiter, header,
-column names) is `tfinput.formats.csv`'s (`Layout`, `sniff_layout`, re-exported). The
+column names) is `tfinput._src.core.formats.csv`'s (`Layout`, `sniff_layout`, re-exported). The
 blocks: CSV/TSV text (streamed by pyarrow, each row tagged with its line number), Parquet
 row batches and tf.Example TFRecord records, each block converted by
 `tfinput._src.applications.convert.columns`."""
@@ -56,7 +56,7 @@ Blocks = Generator[tuple[str, "pa.Table | None", list[tuple[int, str]], int], No
 
 # --------------------------------------------------------------------- CSV
 class CsvReader(_csv.CsvReader):
-    """`tfinput.formats.csv.CsvReader` whose text batches convert to the planned
+    """`tfinput._src.core.formats.csv.CsvReader` whose text batches convert to the planned
     columns (`converted`)."""
 
     def converted(

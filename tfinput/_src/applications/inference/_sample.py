@@ -1,6 +1,6 @@
 """Sampling the first rows of Parquet and TFRecord files into columns of flat values
 plus per-row lengths, and telling the format of a file; sampling CSV/TSV text as
-`tfinput.convert` reads it (`tfinput.formats.csv`), and typing each column from its
+`tfinput.convert` reads it (`tfinput._src.core.formats.csv`), and typing each column from its
 text: integers, floats or strings, with a note on the values that do not fit."""
 
 from __future__ import annotations
