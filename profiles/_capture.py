@@ -59,16 +59,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from profiles._analysis import CAPTURE_METADATA, TESTED_XPROF
+from profiles._analysis import CAPTURE_METADATA
 from profiles._trace_events import JAX_TRACE_DIR, NEXT_SPAN
 from profiles._variables import record_variable_ops
 from profiles._xplane import ProfileError
+from profiles._xprof import TESTED_XPROF
 from tfinput import steps
 from tfinput._src.measurement.probes import available_cpus
 from tfinput._src.measurement.windows import CAPTURE_PLAN, WindowPlan, warm_up
 from tfinput.errors import ConfigError
-
-__all__ = ["CaptureConfig", "CaptureResult", "capture"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

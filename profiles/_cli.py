@@ -33,15 +33,6 @@ if TYPE_CHECKING:
     from tfinput.config import PipelineConfig
     from tfinput.schema import Schema
 
-__all__ = [
-    "INSPECT_COMMAND",
-    "PROFILE_COMMAND",
-    "add_subcommands",
-    "resolve_pipeline",
-    "run_inspect",
-    "run_profile",
-]
-
 
 # ---------------------------------------------------------------- arguments
 def _profile_arguments(p: argparse.ArgumentParser) -> None:

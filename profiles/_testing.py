@@ -30,16 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "KNOWN_PIPELINES",
-    "cached_capture",
-    "demo_keras_model",
-    "fast_pipeline",
-    "slow_map_pipeline",
-    "small_interleave_pipeline",
-    "write_gzip_records",
-]
-
 
 def slow_map_pipeline(*, delay_s: float = 0.06, batch_size: int = 4) -> Any:
     """Batches whose map (``name="parse"``, parallelism 1) sleeps ``delay_s`` per batch.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import functools
 import importlib
 import importlib.util
 import pkgutil
@@ -121,24 +122,50 @@ def test_readme_docs_and_examples_name_public_things_only(path):
     assert private == [], f"{path.name} names what docs/api.md does not list"
 
 
-def _defines(module: str, name: str) -> bool:
-    """Whether ``module`` (a module of the three packages) defines ``name`` (a function,
-    a class, an assignment) or has it as a submodule, rather than importing it."""
-    if importlib.util.find_spec(f"{module}.{name}") if _is_package(module) else False:
-        return True
+def _top_level(body: list[ast.stmt]):
+    """A module's statements, with those under a top-level ``if`` or ``try``."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If):
+            yield from _top_level([*node.body, *node.orelse])
+        elif isinstance(node, ast.Try):
+            handlers = [n for h in node.handlers for n in h.body]
+            yield from _top_level([*node.body, *handlers, *node.orelse, *node.finalbody])
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def _defined(module: str) -> frozenset[str]:
+    """The names ``module`` defines (functions, classes, assignments, the names its
+    ``__getattr__`` makes on first use) and its submodules."""
     path = ROOT / Path(*module.split("."))
-    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    for node in ast.parse(path.read_text()).body:
+    names = set()
+    if path.is_dir():
+        names |= {p.stem for p in path.glob("*.py")} | {
+            p.parent.name for p in path.glob("*/__init__.py")
+        }
+        path = path / "__init__.py"
+    else:
+        path = path.with_suffix(".py")
+    for node in _top_level(_tree(path).body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defined = [node.name]
+            names.add(node.name)
+            if node.name == "__getattr__":
+                names |= {c.value for c in ast.walk(node) if isinstance(c, ast.Constant)}
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            defined = [t.id for t in targets if isinstance(t, ast.Name)]
-        else:
-            continue
-        if name in defined:
-            return True
-    return False
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return frozenset(n for n in names if isinstance(n, str))
+
+
+def _defines(module: str, name: str) -> bool:
+    """Whether ``module`` (a module of the three packages) defines ``name`` or has it as
+    a submodule, rather than importing it."""
+    return name in _defined(module)
 
 
 def _is_package(module: str) -> bool:
@@ -150,13 +177,14 @@ def _imports_of(paths: list[Path]) -> list[tuple[str, int, str, str | None]]:
     ``paths`` (``name`` None for ``import module``)."""
     found = []
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text())):
-            where = f"{path.relative_to(ROOT)}:{node.lineno}" if hasattr(node, "lineno") else ""
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and not node.level:
                 module = node.module or ""
                 if module.split(".")[0] in PACKAGES:
+                    where = f"{path.relative_to(ROOT)}:{node.lineno}"
                     found += [(where, node.lineno, module, a.name) for a in node.names]
             elif isinstance(node, ast.Import):
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
                 found += [
                     (where, node.lineno, a.name, None)
                     for a in node.names
@@ -190,6 +218,57 @@ def test_tuners_and_profiles_import_public_names_or_the_defining_module():
         if not ok:
             bad.append(f"{where}: {module} {name or ''}")
     assert bad == []
+
+
+#: Where code imports from: the three packages, their tests, the benchmarks, the examples.
+IMPORTERS = ("tfinput", "tuners", "profiles", "tests", "benchmarks", "examples")
+
+
+def test_a_private_module_is_imported_from_the_module_that_defines_the_name():
+    """``from <private module> import name`` names the module that defines ``name``:
+    private modules re-export nothing, for other packages or for tests."""
+    paths = [p for folder in IMPORTERS for p in sorted((ROOT / folder).rglob("*.py"))]
+    bad = [
+        f"{where}: from {module} import {name}"
+        for where, _, module, name in _imports_of(paths)
+        if name and _private(module) and not _defines(module, name)
+    ]
+    assert bad == []
+
+
+#: Private modules being split by another change, which takes their ``__all__`` (and the
+#: re-exports of ``tuners/_study.py``) away with the split; this set only shrinks.
+BEING_SPLIT = {
+    "tuners/_objective.py",
+    "tuners/_study.py",
+    "tfinput/_src/applications/sparsecore/plan.py",
+}
+
+
+def test_private_modules_declare_no_all_and_no_re_exports():
+    """A private module (a part of its path starts with ``_``) has no ``__all__`` and no
+    ``from x import Name as Name`` lines: what it offers others is what it defines."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if not any(p.startswith("_") and p != "__init__" for p in parts):
+                continue
+            if str(path.relative_to(ROOT)) in BEING_SPLIT:
+                continue
+            for node in ast.walk(_tree(path)):
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: __all__")
+                elif isinstance(node, ast.ImportFrom):
+                    found += [
+                        f"{path.relative_to(ROOT)}:{node.lineno}: {a.name} as {a.asname}"
+                        for a in node.names
+                        if a.asname == a.name
+                    ]
+    assert found == []
+    assert {p for p in BEING_SPLIT if "__all__" in (ROOT / p).read_text()} == BEING_SPLIT
 
 
 #: Issue 64's limits: public modules (the three packages included), distinct public

@@ -30,29 +30,9 @@ from tfinput._src.measurement.target import Measurable, MeasureOptions, Target
 from tfinput._src.measurement.windows import DEFAULT_WINDOW_SECONDS, TUNER_PLAN, WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.steps import Step
-from tuners._columnar_advice import FormatAdvice, format_advice, parse_is_bound
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput._src.measurement.compare import ConfigStats
-
-__all__ = [
-    "INPUT_BOUND_THRESHOLD",
-    "KEEP_AUTOTUNE",
-    "NOT_INPUT_BOUND",
-    "KNOB_GROUPS",
-    "FormatAdvice",
-    "KnobContribution",
-    "beats_autotune",
-    "paired_text",
-    "input_verdict",
-    "STEP_BOUND_PLAN",
-    "step_bound",
-    "step_bound_stats",
-    "differing_groups",
-    "knob_breakdown",
-    "parse_is_bound",
-    "format_advice",
-]
 
 #: Below this share of the step's time spent waiting for input, tuning the input
 #: cannot speed training up noticeably.

@@ -42,9 +42,9 @@ from tfinput._src.applications.cli.args import (
 )
 from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
-from tfinput._src.measurement.target import Target
+from tfinput._src.measurement.target import MeasureOptions, Target
 from tfinput.errors import ConfigError
-from tuners._options import ConfirmOptions, MeasureOptions, SearchOptions, StudyOptions, TuneOptions
+from tuners._options import ConfirmOptions, SearchOptions, StudyOptions, TuneOptions
 
 if TYPE_CHECKING:
     from tfinput._src.measurement.target import Measurable
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
     from tfinput.steps import Step
     from tuners._result import TuneInterrupted, TuneResult
     from tuners._space import SearchSpace
-
-__all__ = ["DEMO_COMMAND", "TUNE_COMMAND", "add_subcommands"]
 
 #: The exit code after Ctrl-C (the trials done written first), as for every command.
 INTERRUPTED = 130
@@ -414,7 +412,7 @@ def _write_failed(error: Any, out: str) -> None:
     """``result.json`` for a search in which no trial completed: the error and every
     trial (nothing when the study could not be opened)."""
     from tuners._result import write_whole
-    from tuners._study import summarize_trials
+    from tuners._storage import summarize_trials
 
     if error.study is None:
         return
@@ -486,8 +484,8 @@ def _search(
     ``--timeout``); when no trial completed, ``result.json`` is written before the error
     goes on. Ctrl-C: the trials done are written (`_write_interrupted`) and None is
     returned (exit code 130)."""
-    from tuners._result import StudyLockedError, TuneInterrupted
-    from tuners._study import TrialsFailedError, tune
+    from tuners._result import StudyLockedError, TrialsFailedError, TuneInterrupted
+    from tuners._study import tune
 
     try:
         with _Display(args.n_trials) as display:

@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from tfinput.pipeline import Pipeline
     from tfinput.schema import Schema
 
-__all__ = ["ADVICE_PLAN", "FormatAdvice", "parse_is_bound", "format_advice", "quick_roofline"]
-
 #: The format advice's side-by-side windows: short, as it runs after the search.
 ADVICE_PLAN = WindowPlan(warmup_batches=2, windows=3, window_batches=10)
 

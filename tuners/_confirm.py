@@ -38,25 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuners._advice import KnobContribution
     from tuners._columnar_advice import FormatAdvice
 
-__all__ = [
-    "Remeasure",
-    "rank",
-    "fit_confirmation",
-    "confirmation_configs",
-    "confirm",
-    "confirm_longer",
-    "pick_winner",
-    "revert_hurting_groups",
-    "verdicts",
-    "gain_by_knob",
-    "winner_format_advice",
-    "winner_roofline",
-    "serial_sentence",
-    "advice_sentences",
-    "feed_sentence",
-    "service_sizing",
-]
-
 log = logging.getLogger("tfinput.tuners")
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -546,7 +527,7 @@ def winner_format_advice(
 ) -> FormatAdvice | None:
     """`tuners._advice.format_advice` for the winner (reading ``roofline`` when given);
     None, with a note, if it raises."""
-    from tuners._advice import format_advice
+    from tuners._columnar_advice import format_advice
 
     if not how.fits(how.cost(FORMAT_ADVICE_WINDOWS, 1)):
         _note(notes, how.budget.skipped("format advice", how.cost(FORMAT_ADVICE_WINDOWS, 1)))

@@ -24,15 +24,6 @@ from tuners._storage import GRACE_PERIOD, HEARTBEAT_INTERVAL
 if TYPE_CHECKING:
     import optuna
 
-__all__ = [
-    "ConfirmOptions",
-    "MAX_CONSECUTIVE_FAILURES",
-    "MeasureOptions",
-    "SearchOptions",
-    "StudyOptions",
-    "TuneOptions",
-]
-
 #: Failed trials in a row (by every worker together) after which the search stops.
 MAX_CONSECUTIVE_FAILURES = 5
 

@@ -19,21 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfinput._src.measurement.compare import ConfigStats
     from tfinput._src.measurement.windows import WindowPlan
     from tfinput.steps import Step
-    from tuners._advice import FormatAdvice, KnobContribution
-
-__all__ = [
-    "TuneResult",
-    "TrialsFailedError",
-    "StudyLockedError",
-    "TuneOutputError",
-    "write_whole",
-    "TuneInterrupted",
-    "fingerprint",
-    "describe_method",
-    "describe_step",
-    "describe_pruner",
-    "resume_record",
-]
+    from tuners._advice import KnobContribution
+    from tuners._columnar_advice import FormatAdvice
 
 
 class TrialsFailedError(TfinputError):

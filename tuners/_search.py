@@ -53,21 +53,6 @@ from tuners._storage import (
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
 
-__all__ = [
-    "DuplicateTrial",
-    "StorageLocked",
-    "Tuning",
-    "baseline_configs",
-    "default_pruner",
-    "default_sampler",
-    "open_storage",
-    "open_tuning_study",
-    "process_seed",
-    "requeue_interrupted",
-    "search_trials",
-    "study_name_for",
-]
-
 log = logging.getLogger("tfinput.tuners")
 
 

@@ -39,19 +39,6 @@ if TYPE_CHECKING:
     from tfinput._src.measurement.target import Measurable
     from tfinput.service import ServiceRead
 
-__all__ = [
-    "SearchSpace",
-    "TUNABLE",
-    "FEEDING",
-    "SERVICE",
-    "encode",
-    "decode",
-    "label",
-    "nearest_unmeasured",
-    "pipeline_key",
-    "parse_assignment",
-]
-
 #: Knobs the tuner searches by default. ``batch_size`` joins only when allowed;
 #: ``shuffle_buffer``/``shuffle_seed``/``drop_remainder`` change what is trained on and
 #: ``autotune_ram_budget`` is a memory cap, so they stay as the user set them.

@@ -69,7 +69,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core.options import check_counts
-from tfinput._src.measurement.target import Measurable, Target
+from tfinput._src.measurement.target import Measurable, MeasureOptions, Target
 from tfinput._src.measurement.windows import TUNER_PLAN, WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
@@ -101,7 +101,6 @@ from tuners._objective import (
 from tuners._options import (
     MAX_CONSECUTIVE_FAILURES,
     ConfirmOptions,
-    MeasureOptions,
     SearchOptions,
     StudyOptions,
     TuneOptions,

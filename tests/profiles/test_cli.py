@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from profiles._analysis import find_trace
+from profiles._xplane import find_trace
 from tests.helpers import run_cli as run
 from tfinput._src.applications.cli.args import PIPELINE_FORMS
 from tfinput.config import PipelineConfig

@@ -21,8 +21,8 @@ from tuners._advice import (
     step_bound,
 )
 from tuners._report import write_outputs
+from tuners._search import baseline_configs
 from tuners._space import SearchSpace
-from tuners._study import baseline_configs
 
 # ----------------------------------------------------------------- verdicts
 AUTOTUNE_STATS = config_stats("autotune", 1.0, 1.0, 1.0)

@@ -27,11 +27,13 @@ from tfinput import steps
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError, DataError
 from tuners import _storage as tuners_storage
+from tuners._options import MAX_CONSECUTIVE_FAILURES
 from tuners._report import write_outputs
 from tuners._result import StudyLockedError, TrialsFailedError, TuneInterrupted
+from tuners._search import baseline_configs
 from tuners._space import SearchSpace
 from tuners._storage import is_counted, is_duplicate, summarize_trials
-from tuners._study import MAX_CONSECUTIVE_FAILURES, baseline_configs, tune
+from tuners._study import tune
 
 
 # ---------------------------------------------------------------- baselines

@@ -12,7 +12,8 @@ import pytest
 import tfinput
 from tests.tfinput.measurement.conftest import FakeClock
 from tfinput import bench
-from tfinput._src.measurement.target import Buildable, MeasureOptions, Target
+from tfinput._src.core.config import Buildable
+from tfinput._src.measurement.target import MeasureOptions, Target
 from tfinput._src.measurement.windows import (
     BENCH_PLAN,
     DEFAULT_WINDOW_SECONDS,

@@ -24,19 +24,6 @@ import numpy as np
 
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
-__all__ = [
-    "criteo_like_schema",
-    "small_schema",
-    "generate",
-    "Columns",
-    "write_tfrecord",
-    "write_parquet",
-    "write_columnar",
-    "to_examples",
-    "to_arrow",
-    "wire_columns",
-]
-
 
 def criteo_like_schema(
     *,

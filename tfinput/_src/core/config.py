@@ -20,15 +20,6 @@ from typing import Any, Protocol, runtime_checkable
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.options import load_json
 
-__all__ = [
-    "AUTOTUNE",
-    "LAYOUTS",
-    "SERVICE_COMPRESSIONS",
-    "Buildable",
-    "PipelineConfig",
-    "knob_names",
-]
-
 #: Values of ``PipelineConfig.service_compression``.
 SERVICE_COMPRESSIONS = ("AUTO", None)
 #: Batch layouts (`PipelineConfig.layout`, `Pipeline.with_layout`).

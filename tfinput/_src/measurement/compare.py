@@ -69,19 +69,6 @@ from tfinput._src.measurement.windows import (
     run_window,
 )
 
-__all__ = [
-    "BENCH_FORMAT",
-    "BenchResult",
-    "ConfigStats",
-    "interleave",
-    "load_configs",
-    "measure",
-    "preset_configs",
-    "stall_fraction",
-    "summarize",
-]
-
-
 BENCH_FORMAT = "tfinput.bench/1"
 
 _PRESETS = ("naive", "heuristic", "autotune")

@@ -12,15 +12,6 @@ import resource
 import sys
 import time
 
-__all__ = [
-    "available_cpus",
-    "current_rss_bytes",
-    "keras_backend",
-    "machine",
-    "peak_rss_bytes",
-    "process_cpu_seconds",
-]
-
 
 def process_cpu_seconds() -> float:
     """User + system CPU time of this process, all threads (`time.process_time`)."""

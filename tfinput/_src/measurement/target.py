@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from tfinput._src.core.service import ServiceRead
     from tfinput._src.core.sources.protocol import Source
 
-__all__ = ["BatchFactory", "Buildable", "Measurable", "MeasureOptions", "Target"]
-
 
 #: ``config -> iterable of batches``: a fresh, endless stream per call.
 BatchFactory = Callable[[PipelineConfig], Iterable[Any]]

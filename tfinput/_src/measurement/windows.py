@@ -23,25 +23,6 @@ from typing import Any
 from tfinput._src.core.errors import ConfigError, DataError
 from tfinput._src.measurement.probes import current_rss_bytes, process_cpu_seconds
 
-__all__ = [
-    "BENCH_PLAN",
-    "DEFAULT_WINDOW_SECONDS",
-    "CAPTURE_PLAN",
-    "ROOFLINE_PLAN",
-    "TUNER_PLAN",
-    "Clock",
-    "Progress",
-    "Window",
-    "WindowPlan",
-    "batch_rows",
-    "close_iterator",
-    "consecutive_windows",
-    "interleave",
-    "measure_window",
-    "run_window",
-    "warm_up",
-]
-
 Clock = Callable[[], float]
 Progress = Callable[[int, int, "Window"], None]
 

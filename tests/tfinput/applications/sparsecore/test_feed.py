@@ -664,8 +664,9 @@ def test_workers_zero_preprocesses_on_the_calling_thread(small_schema, batches):
 def _short_tune(small_tfrecord, small_schema, step, *, n_trials, tmp_path):
     """`tuners.tune` of the shared TFRecord files against ``step``: a few batches per
     window, one confirmation window, no extra advice."""
+    from tfinput._src.measurement.target import MeasureOptions
     from tuners import tune
-    from tuners._options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
+    from tuners._options import ConfirmOptions, StudyOptions, TuneOptions
 
     return tune(
         tfinput.tfrecord(small_tfrecord, small_schema),

@@ -30,16 +30,6 @@ from typing import Any
 from tfinput._src.applications.cli.console import filter_stderr, quiet_tensorflow, wants_verbose
 from tfinput._src.core.errors import TfinputError
 
-__all__ = [
-    "COMMANDS",
-    "STDOUT_CLOSED",
-    "Command",
-    "build_parser",
-    "commands",
-    "main",
-    "run_command",
-]
-
 #: Exit code when stdout's reader closed it early: 128 + SIGPIPE, as a shell reports a
 #: program that SIGPIPE ended (``yes | head -1``), so it never reads as "problems found".
 STDOUT_CLOSED = 141

@@ -24,27 +24,12 @@ from tfinput._src.applications.convert.columns import (
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
 from tfinput._src.core.formats import csv as _csv
 from tfinput._src.core.formats import parquet, tfrecord
-from tfinput._src.core.formats.csv import BLOCK_SIZE, Layout, sniff_layout
+from tfinput._src.core.formats.csv import Layout, sniff_layout
 from tfinput._src.core.schema import Schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import tensorflow as tf
-
-__all__ = [
-    "BLOCK_SIZE",
-    "Blocks",
-    "CsvReader",
-    "INPUT_FORMATS",
-    "Layout",
-    "TYPED_BLOCK_ROWS",
-    "csv_batches",
-    "detect_input_format",
-    "resolve_inputs",
-    "sniff_layout",
-    "typed_batches",
-    "typed_names",
-]
 
 #: Rows read at a time from Parquet and TFRecord inputs.
 TYPED_BLOCK_ROWS = 65_536
@@ -128,7 +113,7 @@ def typed_names(path: str, *, kind: str, schema: Schema) -> tuple[list[str], str
     """
     if kind == "parquet":
         return list(parquet.read_schema(path).names), "in the Parquet schema"
-    from tfinput._src.core.sources import check_first_example
+    from tfinput._src.core.sources._tfrecord_checks import check_first_example
 
     compression = tfrecord.compression_from_name(path)
     check_first_example(path, compression, schema)

@@ -25,17 +25,6 @@ if TYPE_CHECKING:
     #: What `_add_example` records of a key: its dtype and its values by row.
     _Seen = dict[str, dict[str, str | dict[int, list[int | float | bytes]]]]
 
-__all__ = [
-    "ColumnSample",
-    "NON_NUMERIC_TOLERANCE",
-    "SampledColumn",
-    "format_of",
-    "sample_csv",
-    "sample_parquet",
-    "sample_tfrecord",
-    "text_kind",
-]
-
 _CSV_EXT = re.compile(r"\.(csv|tsv|txt|tab|dat)(\.(gz|gzip|bz2))?$", re.I)
 #: tf.train.Feature kinds and the dtypes they are sampled as.
 _EXAMPLE_DTYPES = {"int64_list": "int64", "float_list": "float32", "bytes_list": "string"}

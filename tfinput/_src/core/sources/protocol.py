@@ -31,33 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tfinput._src.core.schema import Schema
 
-__all__ = [
-    "Source",
-    "FileChecks",
-    "RooflineStages",
-    "RestartsOrder",
-    "ReadRequest",
-    "ReadStages",
-    "Resume",
-    "Decode",
-    "READ_KNOBS",
-    "unchanged_at_end",
-    "parallel_calls",
-    "deterministic_arg",
-    "file_order",
-    "interleave_files",
-    "plan_shards",
-    "read_parallelism",
-    "shard_files",
-    "single_core_options",
-    "knob_is_set",
-    "warn_unhonoured",
-    "warn_once",
-    "record_shuffle",
-    "shuffle_window",
-    "shuffle_row_windows",
-]
-
 #: Maps one encoded batch to a raw batch (a dict of column tensors; see `tfinput.transforms`).
 Decode = Callable[[Any], dict[str, Any]]
 

@@ -22,8 +22,6 @@ from tfinput._src.measurement.target import MeasureOptions, Target
 if TYPE_CHECKING:
     from tfinput._src.measurement.compare import BenchResult
 
-__all__ = ["BENCH_COMMAND", "print_bench", "roofline_lines"]
-
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(
