@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers import run_cli
 from tests.tuners.conftest import assert_measured_once, small_disk, tune_result
-from tfinput.cli import build_parser
+from tfinput._src.applications.cli.registry import build_parser
 from tfinput.config import PipelineConfig
 from tuners import _storage as tuners_storage
 from tuners._cli import _resume_line, add_subcommands

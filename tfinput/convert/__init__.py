@@ -4,4 +4,3 @@ from tfinput._src.applications.convert.run import MAX_REPORTED as MAX_REPORTED
 from tfinput._src.applications.convert.run import BadRow as BadRow
 from tfinput._src.applications.convert.run import ConvertResult as ConvertResult
 from tfinput._src.applications.convert.run import convert as convert
-from tfinput._src.core.formats.csv import BLOCK_SIZE as BLOCK_SIZE
