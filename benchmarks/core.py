@@ -184,8 +184,8 @@ def summarize(values: list[float]) -> dict[str, float]:
 
 
 def machine() -> str:
-    """One line for the results table, from `tfinput.measure.probes.machine`."""
-    from tfinput.measure.probes import machine as probe
+    """One line for the results table, from `tfinput._src.measurement.probes.machine`."""
+    from tfinput._src.measurement.probes import machine as probe
 
     m = probe()
     return (

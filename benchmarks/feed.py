@@ -22,7 +22,7 @@ Three tables, one run (issue "Feed a real accelerator"):
 
 Method: every cell is measured in ``--rounds`` rounds; each round visits every cell once
 in a rotating order (interleaving cancels the drift of this shared machine). A cell's
-measurement is `tuners.measure`: a fresh iterator, warm-up batches untimed,
+measurement is `tuners._objective.measure`: a fresh iterator, warm-up batches untimed,
 then one timed window. Figures are medians over rounds with min-max.
 """
 
@@ -85,9 +85,9 @@ def step_table(pipelines: dict[str, Any], schema: Any, args: argparse.Namespace,
     import tensorflow as tf
 
     from tfinput import models, steps
+    from tfinput.bench import WindowPlan
     from tfinput.config import PipelineConfig
-    from tfinput.measure.windows import WindowPlan
-    from tuners import measure
+    from tuners._objective import measure
 
     rows: dict[tuple[str, str], Any] = {}
     for layout in args.layouts:
@@ -318,7 +318,7 @@ def section(step: dict, cost: dict, transfer: dict, args: argparse.Namespace) ->
         f"- training-step table: batch {args.step_batch} (JAX on 2 CPU cores trains this "
         "model at about 10k examples/s; a batch of 4096 would make each cell minutes); "
         "step bound: one cached batch repeated; fed: the tfinput pipeline at autotune",
-        f"- each cell: `tuners.measure`, fresh iterator, {args.warmup}+ warm-up "
+        f"- each cell: `tuners._objective.measure`, fresh iterator, {args.warmup}+ warm-up "
         f"batches, one window of {args.window_batches} batches (rounded to a multiple of "
         f"k); {args.rounds} rounds, cells visited in a rotating order; median (min-max)",
         "",
@@ -383,7 +383,7 @@ def gpu_section(step: dict, transfer: dict, args: argparse.Namespace) -> str:
         f"`PipelineConfig(steps_per_execution=k)`; batch {args.step_batch}",
         "- step bound: one cached batch repeated (the step alone); fed: the tfinput "
         "pipeline at autotune (no tuning)",
-        f"- each cell: `tuners.measure`, fresh iterator, {args.warmup}+ warm-up "
+        f"- each cell: `tuners._objective.measure`, fresh iterator, {args.warmup}+ warm-up "
         f"batches, one window of {args.window_batches} batches (rounded to a multiple of "
         f"k); {rounds} rounds, cells visited in a rotating order; median (min-max)",
         "",

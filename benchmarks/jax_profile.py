@@ -48,8 +48,8 @@ def one_round(
     pipeline: Any, config: Any, step: Any, args: argparse.Namespace, keep: Path | None = None
 ) -> dict[str, Any]:
     import profiles
-    from tfinput.measure import MeasureOptions
-    from tfinput.measure.target import Target
+    from tfinput._src.measurement.target import Target
+    from tfinput.bench import MeasureOptions
     from tuners._advice import step_bound_stats
 
     bound = step_bound_stats(

@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import _results  # noqa: E402
 from tfinput import bench  # noqa: E402
 from tfinput._src.applications.cli.commands.bench import print_bench, roofline_lines  # noqa: E402
+from tfinput.bench import MeasureOptions  # noqa: E402
 from tfinput.config import PipelineConfig  # noqa: E402
-from tfinput.measure import MeasureOptions  # noqa: E402
 
 # shared/ sits beside the repository (as in CI: a fresh clone with shared/ next to it).
 DEFAULT_SAMPLE = str(ROOT.parent / "shared" / "data" / "criteo_sample.txt")
@@ -142,7 +142,7 @@ def criteo_sample(workdir: Path, s: Settings, sample: Path, fmt: str) -> Path:
 
 
 def run_workload(name: str, data: Path, fmt: str, s: Settings, console: Any) -> dict[str, Any]:
-    from tfinput.cli.args import pipeline_from_paths as bench_pipeline
+    from tfinput._src.applications.cli.args import pipeline_from_paths as bench_pipeline
 
     pipeline = bench_pipeline([str(data)], schema_path=None, fmt=fmt)
     console.rule(name)

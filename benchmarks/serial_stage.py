@@ -59,7 +59,7 @@ def plans() -> dict[str, Any]:
 def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     import tfinput
     from tfinput import bench
-    from tfinput.measure import MeasureOptions
+    from tfinput.bench import MeasureOptions
 
     schema, tf_files, _ = data(root, args.rows)
     pipeline = tfinput.tfrecord(tf_files, schema)

@@ -28,12 +28,12 @@ Variants, all the same `tfinput.columnar` pipeline:
   requests. Both clusters are started before measuring (their start-up is reported apart).
 
 Method: ``--rounds`` rounds; each round measures one window of every variant, in an order
-rotated by one each round. A window is `tfinput.measure.windows.run_window`, as ``tfinput bench``
+rotated by one each round. A window is `tfinput._src.measurement.windows.run_window`, as ``tfinput bench``
 uses it: a fresh iterator over ``pipeline.build(config).repeat()``, ``--warmup`` untimed
 batches (for the service: after the job is created), then ``--batches`` timed batches,
 each handed to the ``input only`` step. Warm-up plus window stay inside one epoch (195
 batches at 200k rows): with the service every epoch of ``.repeat()`` is a new job, and a
-window crossing one would time the job's start. Statistics are `tfinput.measure.stats.summarize`'s:
+window crossing one would time the job's start. Statistics are `tfinput._src.measurement.compare.summarize`'s:
 median examples/s over windows with min-max; the ratio to local is the median of the
 per-round ratios. CPU is sampled at the start and end of each timed window: "trainer" is
 this process (`time.process_time`), "all" adds the fleet's processes (children of this
@@ -221,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     machine_line = machine()
     import tfinput
+    from tfinput._src.measurement.compare import summarize
+    from tfinput._src.measurement.probes import available_cpus
+    from tfinput._src.measurement.windows import run_window
     from tfinput.config import PipelineConfig
-    from tfinput.measure.probes import available_cpus
-    from tfinput.measure.stats import summarize
-    from tfinput.measure.windows import run_window
     from tfinput.service import workers_needed
     from tfinput.steps import input_only
 

@@ -13,7 +13,7 @@ batch 1024, `PipelineConfig.autotune`), read through one local worker process
 weighs most, the same at batch 256.
 
 Method: ``--rounds`` rounds; each round measures one window of every variant, the order
-rotated by one each round. A window is `tfinput.measure.windows.run_window`: a fresh iterator over
+rotated by one each round. A window is `tfinput._src.measurement.windows.run_window`: a fresh iterator over
 ``pipeline.build(config).repeat()``, ``--warmup`` untimed batches, then ``--batches``
 timed batches handed to the ``input only`` step, inside one epoch. Figures are medians
 over windows with min-max; the ratio is the median of the per-round ratios guarded /
@@ -60,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     machine_line = machine()
     import tfinput
+    from tfinput._src.measurement.compare import summarize
+    from tfinput._src.measurement.probes import available_cpus
+    from tfinput._src.measurement.windows import run_window
     from tfinput.config import PipelineConfig
-    from tfinput.measure.probes import available_cpus
-    from tfinput.measure.stats import summarize
-    from tfinput.measure.windows import run_window
     from tfinput.steps import input_only
 
     batches = BATCHES[:1] if args.smoke else BATCHES  # --smoke: one batch size

@@ -48,8 +48,8 @@ SPACE = {
 def grid(
     pipeline: Any, base: Any, windows: int, window_batches: int, warmup: int, configs: int | None
 ) -> list:
-    from tfinput.measure.windows import WindowPlan
-    from tuners import measure
+    from tfinput.bench import WindowPlan
+    from tuners._objective import measure
 
     plan = WindowPlan(windows=windows, window_batches=window_batches, warmup_batches=warmup)
     keys = list(SPACE)
@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import tfinput
     from tfinput import bench, models, steps
+    from tfinput.bench import MeasureOptions
     from tfinput.config import PipelineConfig
-    from tfinput.measure import MeasureOptions
 
     schema, tf_files, _ = core.data(Path(args.data_dir), args.rows)
     pipeline = tfinput.tfrecord(tf_files, schema)

@@ -7,7 +7,7 @@ repeated trials, against the window's length.
 Workload: criteo-like TFRecord data (``--rows`` rows, 8 files), batch ``--batch``,
 input only, the ``autotune`` config: the fast case where fixed 20-batch windows last
 tens of milliseconds. For each window length, ``--repeats`` trials of the tuner
-(`tuners.measure`: fresh iterator, 5 warm-up batches, 5 windows sized by time) are
+(`tuners._objective.measure`: fresh iterator, 5 warm-up batches, 5 windows sized by time) are
 measured back to back; the table gives each trial's window-to-window CV (median over
 the trials) and the spread of the trials' medians (max / min), the noise a search
 ranks configs through.
@@ -33,9 +33,9 @@ def sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     import tfinput
     from benchmarks.core import criteo_schema
     from tfinput import testing
+    from tfinput.bench import WindowPlan
     from tfinput.config import PipelineConfig
-    from tfinput.measure.windows import WindowPlan
-    from tuners import measure
+    from tuners._objective import measure
 
     schema = criteo_schema()
     root = Path(tempfile.mkdtemp(prefix="window-length-"))

@@ -9,20 +9,11 @@
 
 ``import profiles`` is light: TensorFlow, xprof and rich are imported only by the
 functions that need them. The names below are the public API (docs/api.md); the
-modules behind them are private (``profiles._analysis``, ...), except `profiles.cli`.
+modules behind them are private (``profiles._analysis``, ``profiles._cli``, ...).
 """
 
-from profiles._analysis import TESTED_XPROF as TESTED_XPROF
-from profiles._analysis import Comparison as Comparison
-from profiles._analysis import InputOp as InputOp
-from profiles._analysis import ProfileAnalysis as ProfileAnalysis
-from profiles._analysis import Spread as Spread
-from profiles._analysis import StepTime as StepTime
-from profiles._analysis import TraceRun as TraceRun
 from profiles._analysis import analyze as analyze
 from profiles._analysis import compare as compare
-from profiles._analysis import find_trace as find_trace
-from profiles._analysis import xprof_version as xprof_version
 from profiles._capture import CaptureConfig as CaptureConfig
 from profiles._capture import CaptureResult as CaptureResult
 from profiles._capture import capture as capture
@@ -32,12 +23,21 @@ from profiles._report import render_comparison as render_comparison
 from profiles._report import to_html as to_html
 from profiles._report import to_json as to_json
 from profiles._report import write_html as write_html
+from profiles._results import Comparison as Comparison
+from profiles._results import InputOp as InputOp
+from profiles._results import ProfileAnalysis as ProfileAnalysis
+from profiles._results import Spread as Spread
+from profiles._results import StepTime as StepTime
 from profiles._stages import Bottleneck as Bottleneck
 from profiles._stages import PipelineStages as PipelineStages
 from profiles._stages import StageTiming as StageTiming
 from profiles._stages import rebuild_stages as rebuild_stages
 from profiles._xplane import ProfileError as ProfileError
+from profiles._xplane import TraceRun as TraceRun
 from profiles._xplane import XprofLayoutError as XprofLayoutError
+from profiles._xplane import find_trace as find_trace
+from profiles._xprof import TESTED_XPROF as TESTED_XPROF
+from profiles._xprof import xprof_version as xprof_version
 
 __all__ = [
     "TESTED_XPROF",

@@ -52,7 +52,6 @@ from profiles._xplane import (
     stat_value,
 )
 from profiles._xprof import (
-    EXPECTED_COLUMNS,
     TESTED_XPROF,
     cell_number,
     check_layout,
@@ -64,26 +63,6 @@ from profiles._xprof import (
     xprof_tables,
     xprof_version,
 )
-
-__all__ = [
-    "CAPTURE_METADATA",
-    "EXPECTED_COLUMNS",
-    "TESTED_XPROF",
-    "Comparison",
-    "InputOp",
-    "ProfileAnalysis",
-    "Spread",
-    "StepTime",
-    "TraceRun",
-    "analyze",
-    "check_layout",
-    "compare",
-    "find_table",
-    "find_trace",
-    "version_in_range",
-    "xprof_tables",
-    "xprof_version",
-]
 
 #: File written next to the trace by `profiles.capture` to record how it was taken.
 CAPTURE_METADATA = "tfinput_capture.json"

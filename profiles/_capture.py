@@ -59,16 +59,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from profiles._analysis import CAPTURE_METADATA, TESTED_XPROF
+from profiles._analysis import CAPTURE_METADATA
 from profiles._trace_events import JAX_TRACE_DIR, NEXT_SPAN
 from profiles._variables import record_variable_ops
 from profiles._xplane import ProfileError
+from profiles._xprof import TESTED_XPROF
 from tfinput import steps
+from tfinput._src.measurement.probes import available_cpus
+from tfinput._src.measurement.windows import CAPTURE_PLAN, WindowPlan, warm_up
 from tfinput.errors import ConfigError
-from tfinput.measure.probes import available_cpus
-from tfinput.measure.windows import CAPTURE_PLAN, WindowPlan, warm_up
-
-__all__ = ["CaptureConfig", "CaptureResult", "capture"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -85,8 +84,8 @@ class CaptureConfig:
         steps show start-up costs; too many only cost time.
       step_name: Name of the step markers (``"train"``); xprof shows ``"train 12"``.
 
-    The defaults are `tfinput.measure.windows.CAPTURE_PLAN`; `window_plan` gives the capture as
-    the `tfinput.measure.windows.WindowPlan` that bench and tuner measure with.
+    The defaults are `tfinput._src.measurement.windows.CAPTURE_PLAN`; `window_plan` gives the capture as
+    the `tfinput.bench.WindowPlan` that bench and tuner measure with.
     """
 
     steps: int = CAPTURE_PLAN.window_batches
@@ -421,7 +420,7 @@ def _capture_owned_loop(
     the wall time of every marked call, in ms."""
     import tensorflow as tf
 
-    from tfinput.measure.windows import batch_rows
+    from tfinput._src.measurement.windows import batch_rows
 
     if not isinstance(dataset, tf.data.Dataset):
         raise ConfigError(

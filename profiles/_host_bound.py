@@ -32,8 +32,6 @@ from typing import Any
 from profiles._xplane import XSpaceFile
 from profiles._xprof import cell_number, table_rows, xprof_tables
 
-__all__ = ["XPROF_THRESHOLDS", "HostBoundCheck", "check"]
-
 #: xprof 2.24's thresholds (``xprof/cli/tools/check_host_boundness_tool.py``), in %:
 #: idle above, matrix units idle above, memory bandwidth below, interconnect below,
 #: and the duty cycle above which missing op times make the verdict unknown.

@@ -32,18 +32,6 @@ from typing import Any
 from profiles._xplane import stat_value
 from profiles._xprof import cell_number, find_table, table_rows
 
-__all__ = [
-    "COPY_RATE",
-    "DENSE_BYTES",
-    "TOP_OPS",
-    "DenseWork",
-    "OpTime",
-    "dense_work",
-    "framework_op_rows",
-    "framework_ops",
-    "xla_ops",
-]
-
 #: The smallest variable whose whole read or update is named as dense work (16 MB:
 #: a table of a million rows of 4 floats).
 DENSE_BYTES = 16_000_000

@@ -16,20 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from profiles._analysis import Comparison, ProfileAnalysis, StepTime
 from profiles._op_stats import DENSE_BYTES
+from profiles._results import Comparison, ProfileAnalysis, StepTime
 from profiles._stages import PipelineStages
-
-__all__ = [
-    "format_text",
-    "render",
-    "render_comparison",
-    "svg_stage_times",
-    "svg_step_breakdown",
-    "to_html",
-    "to_json",
-    "write_html",
-]
 
 #: Step-breakdown categories shown in reports: (label, StepTime fields, colour).
 _CATEGORIES: tuple[tuple[str, tuple[str, ...], str], ...] = (

@@ -14,16 +14,6 @@ from profiles._stages import Bottleneck, PipelineStages
 from profiles._trace_events import JaxDeviceTime
 from profiles._xprof import TESTED_XPROF
 
-__all__ = [
-    "DEVICE_BUSY_THRESHOLD",
-    "INPUT_WAIT_THRESHOLD",
-    "Comparison",
-    "InputOp",
-    "ProfileAnalysis",
-    "Spread",
-    "StepTime",
-]
-
 #: Below this share of step time spent waiting for input (or within the step-to-step
 #: noise), the input pipeline is not what limits training (the tuner's threshold too).
 INPUT_WAIT_THRESHOLD = 0.03

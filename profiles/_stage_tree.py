@@ -40,23 +40,6 @@ from profiles._trace_events import (
     union_overlap,
 )
 
-__all__ = [
-    "IteratorTree",
-    "StageAcc",
-    "StageKey",
-    "StageTable",
-    "accumulate_calls",
-    "advise",
-    "attribute_function_ops",
-    "base_kind",
-    "is_batch_kind",
-    "link_children",
-    "root_calls",
-    "settle_params",
-    "split_critical_path",
-]
-
-
 #: A stage: (root iterator id, folded iterator path).
 StageKey = tuple[int, str]
 

@@ -58,15 +58,6 @@ from profiles._stage_tree import (
 )
 from profiles._trace_events import Event, as_int, fold_path, gather_events, kind_of, parent_path
 
-__all__ = [
-    "SLOW_CALL_US",
-    "Bottleneck",
-    "PipelineStages",
-    "StageTiming",
-    "advise",
-    "rebuild_stages",
-]
-
 #: A call slower than this made the consumer wait; xprof's own threshold for a "slow"
 #: input-pipeline call.
 SLOW_CALL_US = 50.0

@@ -1,7 +1,7 @@
 """Pipelines with a known bottleneck, for tests and for trying the analysis, and a tiny
 Keras model for ``tfinput profile --step keras`` on datasets that are not tfinput
 pipelines (`demo_keras_model`; tfinput pipelines get the built-in ranking model, and the
-``--demo`` pipeline itself is tfinput's built-in default, `tfinput.cli.demo`).
+``--demo`` pipeline itself is tfinput's built-in default, `tfinput._src.applications.cli.args`).
 
 Each pipeline has one deliberately slow stage, so an analysis of its trace must name
 that stage:
@@ -29,16 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-__all__ = [
-    "KNOWN_PIPELINES",
-    "cached_capture",
-    "demo_keras_model",
-    "fast_pipeline",
-    "slow_map_pipeline",
-    "small_interleave_pipeline",
-    "write_gzip_records",
-]
 
 
 def slow_map_pipeline(*, delay_s: float = 0.06, batch_size: int = 4) -> Any:

@@ -44,37 +44,6 @@ from typing import Any
 
 from profiles._xplane import host_planes, load_xspace, stat_value
 
-__all__ = [
-    "CONSUME",
-    "STAGE_CATEGORIES",
-    "AnnotatedStage",
-    "annotated_stages",
-    "CPU_TRANSFER_EVENTS",
-    "Event",
-    "FUNCTION_CALL",
-    "FUNCTION_EXEC",
-    "ITERATOR",
-    "JAX_TRACE_DIR",
-    "JaxDeviceTime",
-    "JaxStep",
-    "NEXT_SPAN",
-    "OP",
-    "PRODUCE",
-    "STEP",
-    "TraceEvents",
-    "as_int",
-    "device_time_of",
-    "fold_path",
-    "gather_events",
-    "jax_device_time",
-    "jax_trace_file",
-    "kind_of",
-    "nearest",
-    "parent_path",
-    "union_overlap",
-]
-
-
 # Event classes: an iterator's GetNext, an async stage's <Stage>Produce / <Stage>Consume,
 # a function call (``_p`` link) and its execution (``_c`` link), an op, a step marker.
 ITERATOR, PRODUCE, CONSUME, FUNCTION_CALL, FUNCTION_EXEC, OP, STEP = range(7)

@@ -24,8 +24,6 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-__all__ = ["RECORD_MIN_BYTES", "record_variable_ops"]
-
 #: Ops on variables smaller than this are not recorded (they are not embedding-sized,
 #: and the record stays small).
 RECORD_MIN_BYTES = 1_000_000

@@ -25,21 +25,6 @@ from typing import Any
 
 from tfinput.errors import TfinputError
 
-__all__ = [
-    "HOW_TO_CAPTURE",
-    "ProfileError",
-    "TraceRun",
-    "XSpaceFile",
-    "XprofLayoutError",
-    "find_trace",
-    "host_name_of",
-    "host_planes",
-    "load_xspace",
-    "parse_xspace",
-    "stat_value",
-    "xspace_class",
-]
-
 
 class ProfileError(TfinputError):
     """A profile cannot be captured, or a log directory holds no usable trace."""

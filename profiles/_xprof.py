@@ -24,21 +24,6 @@ from typing import Any
 
 from profiles._xplane import HOW_TO_CAPTURE, ProfileError, XprofLayoutError
 
-__all__ = [
-    "EXPECTED_COLUMNS",
-    "TESTED_XPROF",
-    "cell_number",
-    "check_layout",
-    "find_table",
-    "find_table_of",
-    "find_table_with",
-    "table_rows",
-    "version_in_range",
-    "xprof_tables",
-    "xprof_version",
-]
-
-
 #: The xprof releases whose table layout this module is tested against. Keep in step
 #: with the ``xprof`` requirement in pyproject.toml.
 TESTED_XPROF = ">=2.24,<2.25"

@@ -334,7 +334,7 @@ def _pages_with_commands() -> list[str]:
 def test_every_doc_command_is_run_or_registered():
     """Each command parses with the real CLI parser, as written and as mirrored; a
     command that is neither a tfinput line nor in NOT_RUN fails here."""
-    from tfinput.cli.registry import build_parser
+    from tfinput._src.applications.cli.registry import build_parser
 
     problems = []
     found = all_commands()

@@ -76,22 +76,3 @@ def test_tfinput_does_not_depend_on_tuners_or_profiles():
         if module.split(".")[0] in ("tuners", "profiles")
     ]
     assert bad == []
-
-
-def test_tuners_and_profiles_import_no_private_tfinput_module():
-    import ast
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    private = []
-    for path in sorted([*root.glob("tuners/**/*.py"), *root.glob("profiles/**/*.py")]):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfinput"):
-                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names if a.name.startswith("tfinput")]
-            else:
-                continue
-            if any(part.startswith("_") for n in names for part in n.split(".")):
-                private.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert private == []

@@ -13,7 +13,8 @@ The layers are directories of ``tfinput/_src`` (docs/architecture.md says what e
 The public modules outside ``tfinput/_src`` (``tfinput/schema.py``, ...) re-export the
 implementation: each sits in the layer of what it re-exports, and no implementation
 module imports one (the implementation imports the implementation). ``tuners`` and
-``profiles`` import tfinput's public modules only (tests/test_public_api.py).
+``profiles`` import tfinput's public names, or a name from the ``tfinput._src`` module
+that defines it (tests/test_public_api.py).
 
 Every import counts, at module level or inside a function (an import moved into a
 function to dodge a cycle is a cycle all the same), ``TYPE_CHECKING`` ones too. ``from

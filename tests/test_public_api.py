@@ -1,12 +1,18 @@
-"""The public API is the list in docs/api.md: each package's names are its ``__all__``
-and its ``dir()``, every listed module's names resolve, the README, the user docs and
-the examples name public things only, and `tuners` and `profiles` build on tfinput's
-public names only."""
+"""The public API is the list in docs/api.md, and it stays small: each package's names
+are its ``__all__`` and its ``dir()``, every listed module's names resolve, the README,
+the user docs and the examples name public things only, the public modules are few and
+each name has one home (`test_the_public_api_stays_small_with_one_home_per_name`), and
+`tuners` and `profiles` import tfinput's public names or the private module that
+defines a name (its implementation, ``tfinput._src``), never a re-export of it."""
 
 from __future__ import annotations
 
 import ast
+import collections
+import functools
 import importlib
+import importlib.util
+import pkgutil
 import re
 import sys
 import types
@@ -53,10 +59,8 @@ def test_each_package_exports_the_documented_names(package):
 
 def _submodules(package: str) -> set[str]:
     """The public modules directly under ``package``: docs/api.md's table (``tfinput.bench``,
-    ``tfinput.formats``) and the package's section (``tuners.options``, ``profiles.cli``)."""
-    intro = API[API.index(f"### `{package}`") : API.index(f"<!-- names: {package} -->")]
-    table = [m.split(".")[1] for m in PUBLIC_MODULES if m.startswith(f"{package}.")]
-    return {*table, *re.findall(rf"`{package}\.(\w+)`", intro)}
+    ``tfinput.cli``)."""
+    return {m.split(".")[1] for m in PUBLIC_MODULES if m.startswith(f"{package}.")}
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -118,23 +122,204 @@ def test_readme_docs_and_examples_name_public_things_only(path):
     assert private == [], f"{path.name} names what docs/api.md does not list"
 
 
-def test_tuners_and_profiles_build_on_public_tfinput_names_only():
-    bad = []
-    for package in ("tuners", "profiles"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfinput"):
-                    names = [f"{node.module}.{a.name}" for a in node.names]
-                elif isinstance(node, ast.Import):
-                    names = [a.name for a in node.names if a.name.startswith("tfinput")]
-                else:
-                    continue
-                bad += [
-                    f"{path.relative_to(ROOT)}:{node.lineno}: {n}"
-                    for n in names
-                    if not _resolves(n)
+def _top_level(body: list[ast.stmt]):
+    """A module's statements, with those under a top-level ``if`` or ``try``."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If):
+            yield from _top_level([*node.body, *node.orelse])
+        elif isinstance(node, ast.Try):
+            handlers = [n for h in node.handlers for n in h.body]
+            yield from _top_level([*node.body, *handlers, *node.orelse, *node.finalbody])
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def _defined(module: str) -> frozenset[str]:
+    """The names ``module`` defines (functions, classes, assignments, the names its
+    ``__getattr__`` makes on first use) and its submodules."""
+    path = ROOT / Path(*module.split("."))
+    names = set()
+    if path.is_dir():
+        names |= {p.stem for p in path.glob("*.py")} | {
+            p.parent.name for p in path.glob("*/__init__.py")
+        }
+        path = path / "__init__.py"
+    else:
+        path = path.with_suffix(".py")
+    for node in _top_level(_tree(path).body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            if node.name == "__getattr__":
+                names |= {c.value for c in ast.walk(node) if isinstance(c, ast.Constant)}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return frozenset(n for n in names if isinstance(n, str))
+
+
+def _defines(module: str, name: str) -> bool:
+    """Whether ``module`` (a module of the three packages) defines ``name`` or has it as
+    a submodule, rather than importing it."""
+    return name in _defined(module)
+
+
+def _is_package(module: str) -> bool:
+    return (ROOT / Path(*module.split(".")) / "__init__.py").is_file()
+
+
+def _imports_of(paths: list[Path]) -> list[tuple[str, int, str, str | None]]:
+    """``(file, line, module, name)`` for each import of the three packages in
+    ``paths`` (``name`` None for ``import module``)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                module = node.module or ""
+                if module.split(".")[0] in PACKAGES:
+                    where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                    found += [(where, node.lineno, module, a.name) for a in node.names]
+            elif isinstance(node, ast.Import):
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                found += [
+                    (where, node.lineno, a.name, None)
+                    for a in node.names
+                    if a.name.split(".")[0] in PACKAGES
                 ]
+    return found
+
+
+def _private(module: str) -> bool:
+    return any(part.startswith("_") for part in module.split("."))
+
+
+def test_tuners_and_profiles_import_public_names_or_the_defining_module():
+    """`tuners` and `profiles` build on tfinput's public names, or on tfinput's
+    implementation (``tfinput._src``: private, so the tuner's and the profiler's own
+    needs do not become public API) by the module that defines what they import: a
+    private module re-exports nothing."""
+    paths = [
+        p for package in ("tuners", "profiles") for p in sorted((ROOT / package).rglob("*.py"))
+    ]
+    bad = []
+    for where, _, module, name in _imports_of(paths):
+        if not module.startswith("tfinput"):
+            continue
+        if name is None:
+            ok = _resolves(module) or _private(module)
+        elif _private(module):
+            ok = _defines(module, name)
+        else:
+            ok = _resolves(f"{module}.{name}")
+        if not ok:
+            bad.append(f"{where}: {module} {name or ''}")
     assert bad == []
+
+
+#: Where code imports from: the three packages, their tests, the benchmarks, the examples.
+IMPORTERS = ("tfinput", "tuners", "profiles", "tests", "benchmarks", "examples")
+
+
+def test_a_private_module_is_imported_from_the_module_that_defines_the_name():
+    """``from <private module> import name`` names the module that defines ``name``:
+    private modules re-export nothing, for other packages or for tests."""
+    paths = [p for folder in IMPORTERS for p in sorted((ROOT / folder).rglob("*.py"))]
+    bad = [
+        f"{where}: from {module} import {name}"
+        for where, _, module, name in _imports_of(paths)
+        if name and _private(module) and not _defines(module, name)
+    ]
+    assert bad == []
+
+
+#: Private modules being split by another change, which takes their ``__all__`` (and the
+#: re-exports of ``tuners/_study.py``) away with the split; this set only shrinks.
+BEING_SPLIT = {
+    "tuners/_objective.py",
+    "tuners/_study.py",
+    "tfinput/_src/applications/sparsecore/plan.py",
+}
+
+
+def test_private_modules_declare_no_all_and_no_re_exports():
+    """A private module (a part of its path starts with ``_``) has no ``__all__`` and no
+    ``from x import Name as Name`` lines: what it offers others is what it defines."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if not any(p.startswith("_") and p != "__init__" for p in parts):
+                continue
+            if str(path.relative_to(ROOT)) in BEING_SPLIT:
+                continue
+            for node in ast.walk(_tree(path)):
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: __all__")
+                elif isinstance(node, ast.ImportFrom):
+                    found += [
+                        f"{path.relative_to(ROOT)}:{node.lineno}: {a.name} as {a.asname}"
+                        for a in node.names
+                        if a.asname == a.name
+                    ]
+    assert found == []
+    assert {p for p in BEING_SPLIT if "__all__" in (ROOT / p).read_text()} == BEING_SPLIT
+
+
+#: Issue 64's limits: public modules (the three packages included), distinct public
+#: names, and objects exported twice (by their home and a root shortcut).
+MAX_MODULES, MAX_NAMES, MAX_SHORTCUTS = 29, 250, 30
+
+
+def _walk(package: str):
+    """``package`` and every module under it whose dotted path has no part starting with
+    ``_`` (the entry scripts, ``__main__``, aside)."""
+    yield package
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if info.name.startswith("_"):
+            continue
+        if info.ispkg:
+            yield from _walk(f"{package}.{info.name}")
+        else:
+            yield f"{package}.{info.name}"
+
+
+def _key(name: str, value: object) -> tuple:
+    """What a public name stands for: the object, or a constant's value."""
+    if value is None or isinstance(value, (int, float, str, bytes, tuple, frozenset)):
+        return ("value", name, repr(value))
+    return ("object", id(value))
+
+
+def test_the_public_api_stays_small_with_one_home_per_name():
+    """At most 29 public modules and 250 distinct public names (a module's ``__all__``,
+    or its public names); an object is exported by one module, or by its home and a
+    root shortcut (``tfinput``, ``tuners``, ``profiles``), with at most 30 shortcuts;
+    no name stands for two things. docs/api.md lists exactly these modules."""
+    modules = [m for package in PACKAGES for m in _walk(package)]
+    assert sorted(modules) == sorted(PUBLIC_MODULES), "docs/api.md's table is not the tree"
+    assert len(modules) <= MAX_MODULES, modules
+    exporters: dict[tuple, set[str]] = collections.defaultdict(set)
+    meanings: dict[str, set[tuple]] = collections.defaultdict(set)
+    for module in modules:
+        imported = importlib.import_module(module)
+        for name in _public(module):
+            key = _key(name, getattr(imported, name))
+            exporters[key].add(module)
+            meanings[name].add(key)
+    assert len(meanings) <= MAX_NAMES, len(meanings)
+    twice = {key: sorted(where) for key, where in exporters.items() if len(where) > 1}
+    not_a_shortcut = [
+        where for where in twice.values() if len(where) > 2 or len(set(where) & set(PACKAGES)) != 1
+    ]
+    assert not_a_shortcut == []
+    assert len(twice) <= MAX_SHORTCUTS, len(twice)
+    assert sorted(name for name, keys in meanings.items() if len(keys) > 1) == []
 
 
 #: Paths modules had before they moved, never released (docs/api.md: deprecations start

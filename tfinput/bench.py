@@ -1,4 +1,4 @@
-"""Configs side by side and the roofline: ``tfinput bench``.
+"""Configs side by side, the roofline, and how a measurement is taken: ``tfinput bench``.
 
     from tfinput import bench
     pipeline = tfinput.tfrecord("data/*.tfrecord", schema)
@@ -6,10 +6,11 @@
     print(result.to_json())
 
 `measure` takes a fresh iterator per window and interleaves the configs window by
-window (`tfinput.measure.compare` says how); `roofline` is the machine's upper bound
-(docs/bench.md). Both live in the measurement layer, which the tuner (`tuners`) and the
-profiler (`profiles`) measure with too: window plans, probes and statistics are in
-`tfinput.measure`.
+window; `roofline` is the machine's upper bound (docs/bench.md). Both take one
+`MeasureOptions` (window counts, CPUs, probes; ``measurement=``), which `tuners.tune`
+takes too, and measure in the windows of a `WindowPlan`. They live in the measurement
+layer (`tfinput._src.measurement`, private), which the tuner (`tuners`) and the
+profiler (`profiles`) measure with too.
 """
 
 from tfinput._src.measurement.compare import BENCH_FORMAT as BENCH_FORMAT
@@ -24,3 +25,5 @@ from tfinput._src.measurement.roofline import Stage as Stage
 from tfinput._src.measurement.roofline import roofline as roofline
 from tfinput._src.measurement.roofline import roofline_from_stages as roofline_from_stages
 from tfinput._src.measurement.roofline import serial_advice as serial_advice
+from tfinput._src.measurement.target import MeasureOptions as MeasureOptions
+from tfinput._src.measurement.windows import WindowPlan as WindowPlan

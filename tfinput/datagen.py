@@ -1,6 +1,5 @@
 """Deterministic synthetic data sets on disk: ``tfinput datagen``."""
 
-from tfinput._src.applications.datagen import CHUNK_ROWS as CHUNK_ROWS
 from tfinput._src.applications.datagen import PRESETS as PRESETS
 from tfinput._src.applications.datagen import DatagenResult as DatagenResult
 from tfinput._src.applications.datagen import generate_files as generate_files

@@ -9,5 +9,3 @@ from tfinput._src.core.errors import ServiceError as ServiceError
 from tfinput._src.core.errors import SourceError as SourceError
 from tfinput._src.core.errors import TfinputError as TfinputError
 from tfinput._src.core.errors import clean_error as clean_error
-from tfinput._src.core.errors import raised_inside as raised_inside
-from tfinput._src.core.errors import without_locals as without_locals

@@ -10,7 +10,7 @@ converting to columnar records would give: see docs/tuning.md.
 
 ``import tuners`` is light: Optuna and TensorFlow load when a study runs. The names
 below are the public API (docs/api.md); the modules behind them are private
-(``tuners._study``, ...), except `tuners.options` and `tuners.cli`.
+(``tuners._study``, ``tuners._cli``, ...). `MeasureOptions` is `tfinput.bench`'s.
 """
 
 from typing import TYPE_CHECKING
@@ -28,8 +28,6 @@ __all__ = [
     "StudyLockedError",
     "resume_record",
     "SearchSpace",
-    "Measurement",
-    "measure",
     "make_storage",
     "NoiseAwarePruner",
     "FormatAdvice",
@@ -39,13 +37,16 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tfinput._src.measurement.target import MeasureOptions as MeasureOptions
     from tuners._advice import KnobContribution as KnobContribution
     from tuners._advice import knob_breakdown as knob_breakdown
     from tuners._columnar_advice import FormatAdvice as FormatAdvice
     from tuners._columnar_advice import format_advice as format_advice
-    from tuners._objective import Measurement as Measurement
     from tuners._objective import NoiseAwarePruner as NoiseAwarePruner
-    from tuners._objective import measure as measure
+    from tuners._options import ConfirmOptions as ConfirmOptions
+    from tuners._options import SearchOptions as SearchOptions
+    from tuners._options import StudyOptions as StudyOptions
+    from tuners._options import TuneOptions as TuneOptions
     from tuners._result import StudyLockedError as StudyLockedError
     from tuners._result import TrialsFailedError as TrialsFailedError
     from tuners._result import TuneInterrupted as TuneInterrupted
@@ -54,11 +55,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuners._space import SearchSpace as SearchSpace
     from tuners._storage import make_storage as make_storage
     from tuners._study import tune as tune
-    from tuners.options import ConfirmOptions as ConfirmOptions
-    from tuners.options import MeasureOptions as MeasureOptions
-    from tuners.options import SearchOptions as SearchOptions
-    from tuners.options import StudyOptions as StudyOptions
-    from tuners.options import TuneOptions as TuneOptions
 
 
 def __getattr__(name: str) -> object:
@@ -67,8 +63,10 @@ def __getattr__(name: str) -> object:
     match name:
         case "tune":
             import tuners._study as module
-        case "TuneOptions" | "SearchOptions" | "StudyOptions" | "MeasureOptions" | "ConfirmOptions":
-            import tuners.options as module
+        case "TuneOptions" | "SearchOptions" | "StudyOptions" | "ConfirmOptions":
+            import tuners._options as module
+        case "MeasureOptions":  # its home is tfinput.bench; the tuner takes it too
+            import tfinput._src.measurement.target as module
         case (
             "TuneResult"
             | "resume_record"
@@ -83,8 +81,6 @@ def __getattr__(name: str) -> object:
             import tuners._objective as module
         case "SearchSpace":
             import tuners._space as module
-        case "Measurement" | "measure":
-            import tuners._objective as module
         case "FormatAdvice" | "format_advice":
             import tuners._columnar_advice as module
         case "KnobContribution" | "knob_breakdown":

@@ -26,34 +26,13 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tfinput._src.measurement.target import Measurable, MeasureOptions, Target
+from tfinput._src.measurement.windows import DEFAULT_WINDOW_SECONDS, TUNER_PLAN, WindowPlan
 from tfinput.config import PipelineConfig
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.target import Measurable, Target
-from tfinput.measure.windows import DEFAULT_WINDOW_SECONDS, TUNER_PLAN, WindowPlan
 from tfinput.steps import Step
-from tuners._columnar_advice import FormatAdvice, format_advice, parse_is_bound
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput.measure.stats import ConfigStats
-
-__all__ = [
-    "INPUT_BOUND_THRESHOLD",
-    "KEEP_AUTOTUNE",
-    "NOT_INPUT_BOUND",
-    "KNOB_GROUPS",
-    "FormatAdvice",
-    "KnobContribution",
-    "beats_autotune",
-    "paired_text",
-    "input_verdict",
-    "STEP_BOUND_PLAN",
-    "step_bound",
-    "step_bound_stats",
-    "differing_groups",
-    "knob_breakdown",
-    "parse_is_bound",
-    "format_advice",
-]
+    from tfinput._src.measurement.compare import ConfigStats
 
 #: Below this share of the step's time spent waiting for input, tuning the input
 #: cannot speed training up noticeably.
@@ -88,7 +67,7 @@ def beats_autotune(confirmed: Sequence[ConfigStats]) -> tuple[bool | None, str]:
     """Whether the confirmed winner beats autotune beyond the noise.
 
     Args:
-      confirmed: The confirmation's `tfinput.measure.stats.ConfigStats`, best first, with
+      confirmed: The confirmation's `tfinput._src.measurement.compare.ConfigStats`, best first, with
         ratios to ``autotune`` per round.
 
     Returns:
@@ -319,11 +298,11 @@ def step_bound_stats(
     measurement: MeasureOptions | None = None,
 ) -> ConfigStats:
     """``step`` fed one cached batch of ``target`` over and over (no input cost,
-    `Target.one_batch_repeated`), measured with `tfinput.measure.compare.measure` (which lets a
+    `Target.one_batch_repeated`), measured with `tfinput.bench.measure` (which lets a
     step that owns the loop, ``model.fit``, drive the data): its
-    `tfinput.measure.stats.ConfigStats`, one window per round. ``measurement`` as for
-    `tfinput.measure.compare.measure`; the counts default to `STEP_BOUND_PLAN`."""
-    from tfinput.measure import compare
+    `tfinput._src.measurement.compare.ConfigStats`, one window per round. ``measurement`` as for
+    `tfinput.bench.measure`; the counts default to `STEP_BOUND_PLAN`."""
+    from tfinput._src.measurement import compare
 
     options = _settled(measurement, STEP_BOUND_PLAN, what="step_bound_stats")
     result = compare.measure(
@@ -456,15 +435,15 @@ def knob_breakdown(
 ) -> tuple[KnobContribution, ...]:
     """The gain by knob group: the winner and, for each group of knobs that differs
     from ``autotune``, the winner with that group reverted to autotune's values, all
-    measured interleaved over the same windows (`tfinput.measure.compare.measure`, the winner as
+    measured interleaved over the same windows (`tfinput.bench.measure`, the winner as
     the baseline of the per-round ratios). ``measurement`` as for
-    `tfinput.measure.compare.measure`; the counts default to `TUNER_PLAN`.
+    `tfinput.bench.measure`; the counts default to `TUNER_PLAN`.
 
     Returns:
       One `KnobContribution` per differing group, largest contribution first; empty
       when the winner builds the same pipeline as autotune.
     """
-    from tfinput.measure import compare
+    from tfinput._src.measurement import compare
 
     target = Target.of(pipeline, what="knob_breakdown")
     groups = differing_groups(winner, autotune, target=target)

@@ -1,7 +1,7 @@
 """Format advice: is parsing tf.Example the bound, and what columnar records would give.
 
 For tf.Example TFRecord data whose parse stage bounds the pipeline (`parse_is_bound`, from
-`tfinput.measure.roofline`), `format_advice` converts a sample to columnar records, measures
+`tfinput.bench.roofline`), `format_advice` converts a sample to columnar records, measures
 both side by side and gives the exact ``tfinput convert`` command. Re-exported by
 `tuners._advice`. Nothing here needs Optuna.
 """
@@ -17,19 +17,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tfinput._src.measurement.target import MeasureOptions, Target
+from tfinput._src.measurement.windows import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.target import Target
-from tfinput.measure.windows import WindowPlan
 
 if TYPE_CHECKING:
-    from tfinput.measure.roofline import Roofline
-    from tfinput.measure.stats import ConfigStats
+    from tfinput._src.measurement.compare import ConfigStats
+    from tfinput._src.measurement.roofline import Roofline
     from tfinput.pipeline import Pipeline
     from tfinput.schema import Schema
-
-__all__ = ["ADVICE_PLAN", "FormatAdvice", "parse_is_bound", "format_advice", "quick_roofline"]
 
 #: The format advice's side-by-side windows: short, as it runs after the search.
 ADVICE_PLAN = WindowPlan(warmup_batches=2, windows=3, window_batches=10)
@@ -107,7 +104,7 @@ def parse_is_bound(
     cpu_count: int | None = None,
     roofline_result: Roofline | None = None,
 ) -> tuple[bool, dict[str, object]]:
-    """Whether parsing bounds a tf.Example pipeline, from `tfinput.measure.roofline`.
+    """Whether parsing bounds a tf.Example pipeline, from `tfinput.bench.roofline`.
 
     The signal: the roofline's stages measured alone on one core (two windows of a few
     batches each: a couple of seconds) give the CPU cost per example of reading,
@@ -116,7 +113,7 @@ def parse_is_bound(
     three costs: then no tf.data knob removes it, and only a cheaper format does.
 
     Args:
-      roofline_result: A `tfinput.measure.roofline.Roofline` already measured (`quick_roofline`);
+      roofline_result: A `tfinput.bench.Roofline` already measured (`quick_roofline`);
         None measures one.
 
     Returns:
@@ -141,9 +138,9 @@ def quick_roofline(
     cpu_count: int | None = None,
     configs: Mapping[str, PipelineConfig] | None = None,
 ) -> Roofline:
-    """The tuner's `tfinput.measure.roofline`: two windows of four batches per stage (a
+    """The tuner's `tfinput.bench.roofline`: two windows of four batches per stage (a
     couple of seconds), with the serial stage of ``configs`` (default: autotune's)."""
-    from tfinput.measure.roofline import roofline
+    from tfinput._src.measurement.roofline import roofline
 
     return roofline(
         pipeline,
@@ -190,7 +187,7 @@ def format_advice(
       out_dir: Where the command writes (default: ``<data directory>-columnar``).
       sample_files: Files converted (1 or 2 keep it short).
       require_parse_bound: Return None unless parse is the bound.
-      measurement: `tfinput.measure.MeasureOptions`: the windows (`ADVICE_PLAN`),
+      measurement: `tfinput.bench.MeasureOptions`: the windows (`ADVICE_PLAN`),
         the roofline's cores, the clocks.
       roofline_result: The roofline `parse_is_bound` reads (None: measured here).
 
@@ -276,8 +273,8 @@ def _convert_and_measure(
 ) -> tuple[int, dict[str, object], float]:
     """Convert ``files`` to columnar records in a temporary directory and measure both
     side by side: ``(rows converted, {name: ConfigStats}, when the conversion ended)``."""
-    from tfinput.measure.probes import process_cpu_seconds
-    from tfinput.measure.stats import summarize
+    from tfinput._src.measurement.compare import summarize
+    from tfinput._src.measurement.probes import process_cpu_seconds
 
     with tempfile.TemporaryDirectory(prefix="tfinput-format-advice-") as tmp:
         sample = os.path.join(tmp, "columnar")
@@ -330,8 +327,8 @@ def _measure_side_by_side(
     cpu_clock: Callable[[], float],
 ) -> dict[str, list[Any]]:
     """Input-only windows of each pipeline built with ``config``, interleaved round by
-    round, a fresh iterator per window: ``{name: [tfinput.measure.windows.Window, ...]}``."""
-    from tfinput.measure.windows import run_window
+    round, a fresh iterator per window: ``{name: [tfinput._src.measurement.windows.Window, ...]}``."""
+    from tfinput._src.measurement.windows import run_window
 
     size = config.batch_size if config.drop_remainder else None
     measured: dict[str, list[Any]] = {n: [] for n in pipelines}

@@ -2,7 +2,7 @@
 and the format advice.
 
 The top configs of the search are measured again, interleaved window by window with
-``autotune`` (and the current config) by `tfinput.measure.compare.measure`, and the
+``autotune`` (and the current config) by `tfinput.bench.measure`, and the
 winner is the config with the best *paired ratio* to autotune: the median, over the
 rounds, of its examples/s over autotune's in the same round (`rank`), the figure the
 verdict is taken on; the median examples/s over the rounds is reported beside it. If the
@@ -26,37 +26,17 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tfinput._src.measurement.target import MeasureOptions, Target
 from tfinput.config import PipelineConfig
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.target import Target
 from tfinput.steps import Step
 from tuners._objective import Budget, DeadlineReached
 from tuners._storage import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput.measure.stats import ConfigStats
-    from tfinput.measure.windows import Window, WindowPlan
+    from tfinput._src.measurement.compare import ConfigStats
+    from tfinput._src.measurement.windows import Window, WindowPlan
     from tuners._advice import KnobContribution
     from tuners._columnar_advice import FormatAdvice
-
-__all__ = [
-    "Remeasure",
-    "rank",
-    "fit_confirmation",
-    "confirmation_configs",
-    "confirm",
-    "confirm_longer",
-    "pick_winner",
-    "revert_hurting_groups",
-    "verdicts",
-    "gain_by_knob",
-    "winner_format_advice",
-    "winner_roofline",
-    "serial_sentence",
-    "advice_sentences",
-    "feed_sentence",
-    "service_sizing",
-]
 
 log = logging.getLogger("tfinput.tuners")
 
@@ -71,7 +51,7 @@ class Remeasure:
     Attributes:
       target: The tuned pipeline, as `tuners.tune` settled it.
       step: The training step.
-      plan: The trial's `tfinput.measure.windows.WindowPlan`: its window size and warm-up.
+      plan: The trial's `tfinput.bench.WindowPlan`: its window size and warm-up.
       windows: Interleaved windows per config (``confirm_windows`` of `tuners.tune`),
         in place of the plan's.
       cpu_count: Cores the numbers are normalized to.
@@ -114,7 +94,7 @@ class Remeasure:
                 self.budget.measurement_done()
 
     def measurement(self) -> MeasureOptions:
-        """The `MeasureOptions` of `tfinput.measure.compare.measure`, `tuners._advice.step_bound`
+        """The `MeasureOptions` of `tfinput.bench.measure`, `tuners._advice.step_bound`
         and `tuners._advice.knob_breakdown`: the plan's windows, ``windows`` of them."""
         plan = dataclasses.replace(self.plan, windows=self.windows)
         return MeasureOptions(cpu_count=self.cpu_count, **self.clocks).with_plan(plan)
@@ -206,11 +186,11 @@ def confirm(
     nothing is confirmed).
 
     Returns:
-      ``(confirmed, error)``: the configs' `tfinput.measure.compare.ConfigStats`, best
+      ``(confirmed, error)``: the configs' `tfinput._src.measurement.compare.ConfigStats`, best
       first (`rank`), and None; or ``([], why)`` when both attempts raised, or the
       timeout left no room for them.
     """
-    from tfinput.measure import compare
+    from tfinput._src.measurement import compare
 
     configs, fitted = fit_confirmation(how, configs)
     if fitted is not None:
@@ -495,7 +475,7 @@ def winner_roofline(
     notes: list[str],
     progress: Progress | None = None,
 ) -> Any | None:
-    """A short `tfinput.measure.roofline` with the winner's serial stage (``winner``), read
+    """A short `tfinput.bench.roofline` with the winner's serial stage (``winner``), read
     by the format advice and `serial_sentence`; None, with a note, if it raises or does
     not fit in the timeout."""
     from tuners._columnar_advice import quick_roofline
@@ -519,11 +499,11 @@ def winner_roofline(
 
 def serial_sentence(roofline: Any | None) -> str | None:
     """The advice when the winner's serial stage is its bound (one thread hands over
-    every element crossing the consumer side; `tfinput.measure.roofline.serial_advice`), else
+    every element crossing the consumer side; `tfinput.bench.serial_advice`), else
     None."""
     if roofline is None:
         return None
-    from tfinput.measure.roofline import serial_advice
+    from tfinput._src.measurement.roofline import serial_advice
 
     stage = next((s for s in roofline.serial if s.config == "winner"), None)
     prediction = roofline.predict("winner")
@@ -547,7 +527,7 @@ def winner_format_advice(
 ) -> FormatAdvice | None:
     """`tuners._advice.format_advice` for the winner (reading ``roofline`` when given);
     None, with a note, if it raises."""
-    from tuners._advice import format_advice
+    from tuners._columnar_advice import format_advice
 
     if not how.fits(how.cost(FORMAT_ADVICE_WINDOWS, 1)):
         _note(notes, how.budget.skipped("format advice", how.cost(FORMAT_ADVICE_WINDOWS, 1)))

@@ -68,18 +68,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import optuna
 
+from tfinput._src.measurement.probes import process_cpu_seconds
+from tfinput._src.measurement.target import Target
+from tfinput._src.measurement.windows import TUNER_PLAN, WindowPlan, consecutive_windows
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError
-from tfinput.measure.probes import process_cpu_seconds
-from tfinput.measure.target import Target
-from tfinput.measure.windows import TUNER_PLAN, WindowPlan, consecutive_windows
 from tfinput.steps import Step
 
 if TYPE_CHECKING:
     import optuna
 
-    from tfinput.measure.target import Measurable
-    from tfinput.measure.windows import Window
+    from tfinput._src.measurement.target import Measurable
+    from tfinput._src.measurement.windows import Window
 
 __all__ = [
     "Budget",
@@ -244,7 +244,7 @@ def _measurement(
     config: PipelineConfig, ws: Sequence[Window], plan: WindowPlan, *, seconds: float
 ) -> Measurement:
     """The `Measurement` of ``config``'s windows; ``seconds``: the whole run."""
-    from tfinput.measure.stats import stall_fraction
+    from tfinput._src.measurement.compare import stall_fraction
 
     timed = sum(w.seconds for w in ws)
     return Measurement(

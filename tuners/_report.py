@@ -26,20 +26,6 @@ from typing import Any
 from tuners._result import TuneOutputError, TuneResult, write_whole
 from tuners._storage import summarize_trials
 
-__all__ = [
-    "print_summary",
-    "measured_best_text",
-    "ranking_notes",
-    "saved_config_line",
-    "verdict_lines",
-    "write_html",
-    "importances_left_out",
-    "write_outputs",
-    "has_plotly",
-    "outputs_size",
-    "NO_PLOTLY",
-]
-
 NO_PLOTLY = "charts need plotly, not installed: pip install 'tfinput[plots]'"
 
 

@@ -16,24 +16,11 @@ from tuners._advice import INPUT_BOUND_THRESHOLD
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
 
-    from tfinput.measure.stats import ConfigStats
-    from tfinput.measure.windows import WindowPlan
+    from tfinput._src.measurement.compare import ConfigStats
+    from tfinput._src.measurement.windows import WindowPlan
     from tfinput.steps import Step
-    from tuners._advice import FormatAdvice, KnobContribution
-
-__all__ = [
-    "TuneResult",
-    "TrialsFailedError",
-    "StudyLockedError",
-    "TuneOutputError",
-    "write_whole",
-    "TuneInterrupted",
-    "fingerprint",
-    "describe_method",
-    "describe_step",
-    "describe_pruner",
-    "resume_record",
-]
+    from tuners._advice import KnobContribution
+    from tuners._columnar_advice import FormatAdvice
 
 
 class TrialsFailedError(TfinputError):
@@ -293,7 +280,7 @@ class TuneResult:
         winner's gain is within the noise); the config measured best is then
         `measured_best`.
       best_name: Its name there (``trial N``, ``autotune`` or ``current``).
-      confirmed: Every config of the confirmation round (`tfinput.measure.stats.ConfigStats`:
+      confirmed: Every config of the confirmation round (`tfinput._src.measurement.compare.ConfigStats`:
         median, spread, ratio to autotune per round), ranked by the paired ratio to
         autotune (the median of the per-round ratios: the figure the verdict reads),
         best first.
@@ -495,7 +482,7 @@ def fingerprint(cpu_count: int) -> dict[str, object]:
 
     import tensorflow as tf
 
-    from tfinput.measure.probes import machine
+    from tfinput._src.measurement.probes import machine
 
     info = dict(machine(cpu_count=cpu_count))
     accelerators = [
@@ -532,7 +519,7 @@ def describe_method(
     """`TuneResult.method`: how each number of a tuning run was measured.
 
     Args:
-      plan: The measurement of each trial (`tfinput.measure.windows.WindowPlan`).
+      plan: The measurement of each trial (`tfinput.bench.WindowPlan`).
       confirm_top: Distinct best configs re-measured in the confirmation.
       confirm_windows: Interleaved windows per config in the confirmation.
       study: The Optuna study (its pruner and sampler are named).

@@ -16,10 +16,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from tfinput._src.measurement.target import Target
+from tfinput._src.measurement.windows import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, TfinputError
-from tfinput.measure.target import Target
-from tfinput.measure.windows import WindowPlan
 from tfinput.steps import Step
 from tuners._confirm import (
     Progress,
@@ -52,21 +52,6 @@ from tuners._storage import (
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
-
-__all__ = [
-    "DuplicateTrial",
-    "StorageLocked",
-    "Tuning",
-    "baseline_configs",
-    "default_pruner",
-    "default_sampler",
-    "open_storage",
-    "open_tuning_study",
-    "process_seed",
-    "requeue_interrupted",
-    "search_trials",
-    "study_name_for",
-]
 
 log = logging.getLogger("tfinput.tuners")
 
@@ -203,7 +188,7 @@ class Tuning:
     ) -> Tuning:
         """The defaults of `tune`: input only, the available cores, ``current`` or
         ``PipelineConfig()`` as the base, the default space widened to the baselines."""
-        from tfinput.measure.probes import available_cpus
+        from tfinput._src.measurement.probes import available_cpus
 
         step = Step.of(step)
         cores = cpu_count or available_cpus()

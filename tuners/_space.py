@@ -28,29 +28,16 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tfinput._src.measurement.target import Target
 from tfinput.config import AUTOTUNE, LAYOUTS, PipelineConfig, knob_names
 from tfinput.errors import ConfigError
-from tfinput.measure.target import Target
 from tfinput.steps import Step
 
 if TYPE_CHECKING:
     import optuna
 
-    from tfinput.measure.target import Measurable
+    from tfinput._src.measurement.target import Measurable
     from tfinput.service import ServiceRead
-
-__all__ = [
-    "SearchSpace",
-    "TUNABLE",
-    "FEEDING",
-    "SERVICE",
-    "encode",
-    "decode",
-    "label",
-    "nearest_unmeasured",
-    "pipeline_key",
-    "parse_assignment",
-]
 
 #: Knobs the tuner searches by default. ``batch_size`` joins only when allowed;
 #: ``shuffle_buffer``/``shuffle_seed``/``drop_remainder`` change what is trained on and

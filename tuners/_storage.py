@@ -47,39 +47,7 @@ from tfinput.errors import ConfigError, TfinputError
 if TYPE_CHECKING:
     import optuna
 
-    from tfinput.measure.target import Measurable
-
-__all__ = [
-    "GRACE_PERIOD",
-    "HEARTBEAT_INTERVAL",
-    "explain_failure",
-    "first_line",
-    "host_lock",
-    "is_counted",
-    "is_duplicate",
-    "is_locked",
-    "make_storage",
-    "measured_twin",
-    "open_study",
-    "pid_alive",
-    "pid_namespace",
-    "redact",
-    "requeue_dead_workers",
-    "sqlite_busy_timeout",
-    "sqlite_path",
-    "state_counts",
-    "state_name",
-    "storage_label",
-    "summarize_trials",
-    "tag_worker",
-    "taken_configs",
-    "top_configs",
-    "trailing_failures",
-    "trial_info",
-    "with_psycopg",
-    "without_secrets",
-    "worker_id",
-]
+    from tfinput._src.measurement.target import Measurable
 
 
 log = logging.getLogger("tfinput.tuners")

@@ -68,11 +68,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tfinput._src.core.options import check_counts
+from tfinput._src.measurement.target import Measurable, MeasureOptions, Target
+from tfinput._src.measurement.windows import TUNER_PLAN, WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure.target import Measurable, Target
-from tfinput.measure.windows import TUNER_PLAN, WindowPlan
-from tfinput.options import check_counts
 from tfinput.steps import Step
 from tuners._advice import KNOB_GROUPS
 from tuners._confirm import (
@@ -97,6 +97,13 @@ from tuners._objective import (
     TrialProgress,
     fit_budget,
     least_trial_seconds,
+)
+from tuners._options import (
+    MAX_CONSECUTIVE_FAILURES,
+    ConfirmOptions,
+    SearchOptions,
+    StudyOptions,
+    TuneOptions,
 )
 from tuners._result import (
     StudyLockedError,
@@ -134,14 +141,6 @@ from tuners._storage import (
     top_configs,
 )
 from tuners._storage import summarize_trials as summarize_trials  # importable from here
-from tuners.options import (
-    MAX_CONSECUTIVE_FAILURES,
-    ConfirmOptions,
-    MeasureOptions,
-    SearchOptions,
-    StudyOptions,
-    TuneOptions,
-)
 
 if TYPE_CHECKING:
     import optuna

@@ -49,7 +49,7 @@ def fast(fast_logdir):
 @pytest.fixture(scope="session")
 def trace_file(slow_map_logdir):
     """The one ``<host>.xplane.pb`` file of `slow_map_logdir`."""
-    from profiles._analysis import find_trace
+    from profiles._xplane import find_trace
 
     return find_trace(slow_map_logdir).paths[0]
 

@@ -168,7 +168,7 @@ def test_a_real_gpu_trace(tmp_path):
 
 
 def test_a_host_bound_jax_step_is_named_in_the_verdict(tmp_path, slow_map):
-    from profiles._analysis import Spread
+    from profiles._results import Spread
 
     space = xspace_class()()
     space.ParseFromString(gzip.decompress(H200_TRACE.read_bytes()))

@@ -1,4 +1,4 @@
-"""profiles.cli (with the private _demo module): `tfinput profile` and `tfinput inspect`,
+"""profiles._cli (with the private _demo module): `tfinput profile` and `tfinput inspect`,
 called in-process through `tfinput.cli.main`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from profiles._analysis import find_trace
+from profiles._xplane import find_trace
 from tests.helpers import run_cli as run
 from tfinput._src.applications.cli.args import PIPELINE_FORMS
 from tfinput.config import PipelineConfig

@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from profiles import compare, format_text, render, render_comparison, to_html, to_json, write_html
-from profiles._analysis import StepTime
 from profiles._report import svg_stage_times, svg_step_breakdown
+from profiles._results import StepTime
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -41,7 +41,7 @@ def test_text_report_of_an_analysis(slow_map):
 
 
 def test_an_input_wait_within_the_noise_names_no_stage_or_knob(slow_map):
-    from profiles._analysis import Spread
+    from profiles._results import Spread
 
     assert slow_map.input_limits is True  # a 60 ms map under a 2 ms step
     assert slow_map.verdict.startswith("the input pipeline limits training: the step waited")
@@ -73,7 +73,7 @@ def test_an_input_wait_within_the_noise_names_no_stage_or_knob(slow_map):
 
 
 def test_xprof_is_quoted_only_where_it_agrees_with_the_measured_wait(slow_map):
-    from profiles._analysis import Spread
+    from profiles._results import Spread
 
     quiet = dataclasses.replace(
         slow_map,

@@ -10,10 +10,9 @@ from __future__ import annotations
 import pytest
 
 from profiles import _stages as stages
-from profiles._analysis import find_trace
 from profiles._testing import cached_capture
 from profiles._trace_events import fold_path
-from profiles._xplane import load_xspace, xspace_class
+from profiles._xplane import find_trace, load_xspace, xspace_class
 
 # ------------------------------------------------------------------ trace builder
 

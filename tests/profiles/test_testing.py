@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from profiles import _testing as testing
-from profiles._analysis import CAPTURE_METADATA, find_trace
+from profiles._analysis import CAPTURE_METADATA
+from profiles._xplane import find_trace
 from tfinput.errors import ConfigError
 
 

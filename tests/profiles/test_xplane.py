@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from profiles import ProfileError, XprofLayoutError, analyze, capture
-from profiles._analysis import TESTED_XPROF, check_layout, xprof_version
+from profiles._xprof import TESTED_XPROF, check_layout, xprof_version
 from tfinput.errors import TfinputError
 
 

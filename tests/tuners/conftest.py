@@ -14,10 +14,10 @@ import pytest
 
 import tfinput
 from tfinput.config import PipelineConfig
+from tuners._options import TuneOptions
 from tuners._space import SearchSpace
 from tuners._storage import is_duplicate
 from tuners._study import tune
-from tuners.options import TuneOptions
 
 # The format advice (a roofline, a conversion, a side-by-side measurement) and the gain
 # by knob have their own tests; the other tune() tests leave them out. One confirmation
@@ -248,9 +248,9 @@ def rate_by_parallelism(config):
 
 
 def config_stats(name, ratio, low, high, *, stall=0.0, config=None):
-    """A confirmed config's `tfinput.measure.stats.ConfigStats`: median ``1000 * ratio``
+    """A confirmed config's `tfinput._src.measurement.compare.ConfigStats`: median ``1000 * ratio``
     examples/s, per-round ratios to autotune from ``low`` to ``high``."""
-    from tfinput.measure.stats import ConfigStats
+    from tfinput._src.measurement.compare import ConfigStats
 
     return ConfigStats(
         name=name,

@@ -10,10 +10,9 @@ import json
 import pytest
 
 from tests.tuners.conftest import FakeWorkload, config_stats, rate_by_parallelism
+from tfinput._src.measurement.target import MeasureOptions, Target
+from tfinput._src.measurement.windows import WindowPlan
 from tfinput.config import AUTOTUNE, PipelineConfig
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.target import Target
-from tfinput.measure.windows import WindowPlan
 from tuners._advice import (
     KnobContribution,
     beats_autotune,
@@ -22,8 +21,8 @@ from tuners._advice import (
     step_bound,
 )
 from tuners._report import write_outputs
+from tuners._search import baseline_configs
 from tuners._space import SearchSpace
-from tuners._study import baseline_configs
 
 # ----------------------------------------------------------------- verdicts
 AUTOTUNE_STATS = config_stats("autotune", 1.0, 1.0, 1.0)
@@ -70,7 +69,7 @@ def test_beats_autotune_only_when_the_paired_spread_excludes_1(confirmed, beats,
 
 
 def test_beats_autotune_gives_no_verdict_from_one_round():
-    from tfinput.measure.windows import Window
+    from tfinput._src.measurement.windows import Window
 
     one = Window(
         batches=4,
@@ -387,7 +386,7 @@ def test_a_knob_group_slower_in_every_round_says_how_to_pin_it():
 # ----------------------------------------------- the longer confirmation
 def _rounds(name, rates):
     """A confirmed config whose windows measured ``rates``, one per round."""
-    from tfinput.measure.windows import Window
+    from tfinput._src.measurement.windows import Window
 
     windows = tuple(
         Window(

@@ -1,4 +1,4 @@
-"""`tuners.cli`: ``tfinput tune`` and ``tfinput demo`` (arguments, exit codes, outputs,
+"""`tuners._cli`: ``tfinput tune`` and ``tfinput demo`` (arguments, exit codes, outputs,
 a worker killed mid-study and resumed), in-process through the shared CLI harness."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import pytest
 
 from tests.helpers import run_cli
 from tests.tuners.conftest import assert_measured_once, small_disk, tune_result
-from tfinput.cli import build_parser
+from tfinput._src.applications.cli.registry import build_parser
 from tfinput.config import PipelineConfig
 from tuners import _storage as tuners_storage
+from tuners._cli import _resume_line, add_subcommands
 from tuners._result import resume_record
 from tuners._search import baseline_configs
 from tuners._storage import is_counted, make_storage
-from tuners.cli import _resume_line, add_subcommands
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ import pytest
 
 import tfinput
 from tfinput import cli
+from tfinput._src.measurement.target import MeasureOptions
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure.options import MeasureOptions
 from tuners._columnar_advice import FormatAdvice, format_advice
 
 

@@ -17,11 +17,10 @@ from tests.tuners.conftest import (
     rate_by_parallelism,
 )
 from tfinput import steps
+from tfinput._src.measurement import roofline
+from tfinput._src.measurement.target import MeasureOptions, Target
+from tfinput._src.measurement.windows import WindowPlan, measure_window
 from tfinput.config import PipelineConfig
-from tfinput.measure import roofline
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.target import Target
-from tfinput.measure.windows import WindowPlan, measure_window
 from tuners._confirm import (
     Remeasure,
     advice_sentences,

@@ -14,9 +14,9 @@ import tensorflow as tf
 
 from tests.tuners.conftest import FakeWorkload, rate_by_parallelism, tune_seeded
 from tfinput import steps
+from tfinput._src.measurement.windows import WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError
-from tfinput.measure.windows import WindowPlan
 from tuners._objective import Measurement, NoiseAwarePruner, measure
 from tuners._space import SearchSpace
 from tuners._storage import is_duplicate

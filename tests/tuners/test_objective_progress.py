@@ -14,11 +14,11 @@ import pytest
 
 from tests.helpers import run_cli
 from tests.tuners.conftest import FAST, FakeWorkload, options
+from tfinput._src.measurement.windows import TUNER_PLAN, WindowPlan
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure.windows import TUNER_PLAN, WindowPlan
-from tuners import _objective, measure
-from tuners._objective import MIN_WINDOWS, TrialProgress, fit_budget, trial_line
+from tuners import _objective
+from tuners._objective import MIN_WINDOWS, TrialProgress, fit_budget, measure, trial_line
 from tuners._report import write_outputs
 from tuners._space import SearchSpace
 from tuners._study import tune

@@ -13,8 +13,8 @@ import pytest
 
 from tests.tuners.conftest import BEST, tune_result
 from tfinput import steps
+from tfinput._src.measurement.windows import WindowPlan
 from tfinput.config import PipelineConfig
-from tfinput.measure.windows import WindowPlan
 from tuners._objective import NoiseAwarePruner
 from tuners._result import (
     TrialsFailedError,

@@ -13,8 +13,8 @@ from tfinput import steps
 from tfinput.config import AUTOTUNE
 from tfinput.errors import ConfigError
 from tuners import _space as tuners_space
+from tuners._search import baseline_configs
 from tuners._space import SearchSpace, nearest_unmeasured, parse_assignment
-from tuners._study import baseline_configs
 
 
 def test_default_space_follows_the_cpu_count():

@@ -119,7 +119,7 @@ def test_two_workers_one_killed(small_tfrecord, small_schema, tmp_path):
     a = worker([*args, "--out", str(tmp_path / "a")], tmp_path / "a.log", lock)
     b = worker([*args, "--out", str(tmp_path / "b")], tmp_path / "b.log", lock)
     # The URL as users write it (postgresql://): make_storage names the psycopg driver.
-    from tuners._study import make_storage
+    from tuners._storage import make_storage
 
     storage = make_storage(URL)
     try:

@@ -27,11 +27,13 @@ from tfinput import steps
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError, DataError
 from tuners import _storage as tuners_storage
+from tuners._options import MAX_CONSECUTIVE_FAILURES
 from tuners._report import write_outputs
 from tuners._result import StudyLockedError, TrialsFailedError, TuneInterrupted
+from tuners._search import baseline_configs
 from tuners._space import SearchSpace
 from tuners._storage import is_counted, is_duplicate, summarize_trials
-from tuners._study import MAX_CONSECUTIVE_FAILURES, baseline_configs, tune
+from tuners._study import tune
 
 
 # ---------------------------------------------------------------- baselines
@@ -136,7 +138,7 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(pipeline, tmp_path):
     # Batches of 800 rows run "out of memory" in the step, by construction (not by
     # timing): those trials fail with the reason and the study continues; only batch
     # 50 completes, so it wins whatever the load on the machine.
-    from tfinput.measure.windows import batch_rows
+    from tfinput._src.measurement.windows import batch_rows
 
     def step(batch):
         if batch_rows(batch) == 800:

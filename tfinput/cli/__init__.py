@@ -1,4 +1,3 @@
-"""The ``tfinput`` command: one registry of subcommands and one `main` that runs them."""
+"""The ``tfinput`` command: `main` runs it (``tfinput.cli.main([...])`` from Python)."""
 
-from tfinput._src.applications.cli.registry import build_parser as build_parser
 from tfinput._src.applications.cli.registry import main as main

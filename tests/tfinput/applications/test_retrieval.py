@@ -177,14 +177,9 @@ def test_model_needs_both_towers(small_schema):
 
 
 def test_the_tuner_measures_the_two_tower_model_as_its_step(small_tfrecord, schema, tmp_path):
+    from tfinput._src.measurement.target import MeasureOptions
+    from tuners._options import ConfirmOptions, SearchOptions, StudyOptions, TuneOptions
     from tuners._study import tune
-    from tuners.options import (
-        ConfirmOptions,
-        MeasureOptions,
-        SearchOptions,
-        StudyOptions,
-        TuneOptions,
-    )
 
     model = retrieval.two_tower_model(schema, embedding_dim=4, jit_compile=False)
     result = tune(

@@ -35,7 +35,7 @@ def warnings_logged(caplog):
 @pytest.fixture
 def read_request(small_schema):
     """``read_request(files, **config)``: a `ReadRequest` of the small schema."""
-    from tfinput._src.core.sources import ReadRequest
+    from tfinput._src.core.sources.protocol import ReadRequest
     from tfinput.config import PipelineConfig
 
     def make(files, *, shuffle_files=False, **config):

@@ -72,7 +72,7 @@ def test_without_locals_lets_go_of_what_the_failed_frames_held():
     import traceback
     import weakref
 
-    from tfinput.errors import without_locals
+    from tfinput._src.core.errors import without_locals
 
     class Resource:
         pass

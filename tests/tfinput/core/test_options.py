@@ -1,5 +1,5 @@
 """`tfinput._src.core.options`: `check_counts`, the count settings of the options
-objects; `load_object` (public as `tfinput.cli.objects.load_object`): ``MODULE:ATTRIBUTE``
+objects; `load_object` (public as `tfinput._src.core.options.load_object`): ``MODULE:ATTRIBUTE``
 objects named on the command line (``--pipeline``, ``--model``, ``--step-fn``) and the
 errors that name what is wrong."""
 
@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-from tfinput.cli.objects import load_object
+from tfinput._src.core.options import check_counts, load_object
 from tfinput.errors import ConfigError
-from tfinput.options import check_counts
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
@@ -48,7 +47,7 @@ def user_module(tmp_path, monkeypatch):
 
 
 def test_dotted_module_and_attribute():
-    assert load_object("tfinput.cli.objects:load_object", "--pipeline") is load_object
+    assert load_object("tfinput._src.core.options:load_object", "--pipeline") is load_object
     assert load_object("tfinput.errors:ConfigError.__name__", "--model") == "ConfigError"
 
 
@@ -81,13 +80,13 @@ def test_path_to_a_python_file(tmp_path, monkeypatch, relative):
         ("make_pipeline", "--pipeline: expected MODULE:FUNCTION, got 'make_pipeline'"),
         (":make_pipeline", "--pipeline: expected MODULE:FUNCTION, got ':make_pipeline'"),
         (
-            "tfinput.cli.objects:",
-            "--pipeline: expected MODULE:FUNCTION, got 'tfinput.cli.objects:'",
+            "tfinput._src.core.options:",
+            "--pipeline: expected MODULE:FUNCTION, got 'tfinput._src.core.options:'",
         ),
         ("no_such_module_h2b:f", "--pipeline: cannot import 'no_such_module_h2b': No module named"),
         (
-            "tfinput.cli.objects:nothing",
-            "--pipeline: 'tfinput.cli.objects' has no attribute 'nothing'",
+            "tfinput._src.core.options:nothing",
+            "--pipeline: 'tfinput._src.core.options' has no attribute 'nothing'",
         ),
         (
             "tfinput.errors:ConfigError.nothing",

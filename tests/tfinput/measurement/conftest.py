@@ -56,10 +56,10 @@ def fake_target(clock: FakeClock, order: list, per_batch: dict[int, float]):
 
 
 def fake_measure(target, configs, clock, *, plan, rss=0, cpu_count=None, **kw):
-    """`tfinput.measure.compare.measure` on the fake clock, one CPU-second per second;
+    """`tfinput.bench.measure` on the fake clock, one CPU-second per second;
     ``plan`` is ``(windows, window_batches, warmup_batches)``."""
-    from tfinput.measure import compare
-    from tfinput.measure.options import MeasureOptions
+    from tfinput._src.measurement import compare
+    from tfinput._src.measurement.target import MeasureOptions
 
     windows, window_batches, warmup_batches = plan
     return compare.measure(

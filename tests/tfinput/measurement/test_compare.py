@@ -1,4 +1,4 @@
-"""`tfinput.measure.compare`: configs measured side by side (`measure`), interleaved
+"""`tfinput._src.measurement.compare`: configs measured side by side (`measure`), interleaved
 window by window, with a real pipeline, a simulated step and steps that own the loop."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from tests.tfinput.measurement.conftest import (
     fake_target,
 )
 from tfinput import steps
+from tfinput._src.measurement import compare
+from tfinput._src.measurement.target import MeasureOptions
+from tfinput._src.measurement.windows import Window
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure import compare
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.windows import Window
 
 
 def test_measure_interleaves_configs_and_computes_ratios():

@@ -14,9 +14,9 @@ from tests.tfinput.measurement.conftest import (
     fake_target,
 )
 from tfinput import bench
+from tfinput._src.measurement.target import MeasureOptions
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure.options import MeasureOptions
 
 
 def test_preset_and_saved_configs(tmp_path):

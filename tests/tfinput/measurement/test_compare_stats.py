@@ -1,4 +1,4 @@
-"""`tfinput.measure.stats`: configs interleaved window by window (`interleave`, in
+"""`tfinput._src.measurement.compare`: configs interleaved window by window (`interleave`, in
 `tfinput._src.measurement.windows`), and the statistics of their windows (`summarize`,
 `ConfigStats`, in `tfinput._src.measurement.compare`)."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tfinput._src.measurement.compare import stall_fraction, summarize
+from tfinput._src.measurement.windows import Window, interleave
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure.stats import interleave, stall_fraction, summarize
-from tfinput.measure.windows import Window
 
 
 def _window(*, rate=100.0, wait=0.25, seconds=1.0, r=0, name="", cpu=0.5, rss=0):

@@ -1,4 +1,4 @@
-"""`tfinput.measure.probes`: CPU time, memory and CPU count of this process, and the
+"""`tfinput._src.measurement.probes`: CPU time, memory and CPU count of this process, and the
 machine record kept next to every measurement."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow
 import tensorflow as tf
 
-from tfinput.measure.probes import (
+from tfinput._src.measurement.probes import (
     available_cpus,
     current_rss_bytes,
     machine,

@@ -1,15 +1,15 @@
-"""`tfinput.measure.roofline`: the roofline, from measured stages and on real files."""
+"""`tfinput.bench.roofline`: the roofline, from measured stages and on real files."""
 
 from __future__ import annotations
 
 import pytest
 
+from tfinput._src.measurement import roofline as roof
 from tfinput._src.measurement.roofline import FULL_DESCRIPTION, pipeline_stages
+from tfinput._src.measurement.target import MeasureOptions
+from tfinput._src.measurement.windows import ROOFLINE_PLAN, Window
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, SourceError
-from tfinput.measure import roofline as roof
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.windows import ROOFLINE_PLAN, Window
 
 
 def _stage(name, cpu_rate, *, wall=None, cores=1.0):

@@ -1,5 +1,5 @@
-"""`tfinput.measure.target`: what the bench, the tuner and the profiler measure, declared
-once whatever form it came in, and `tfinput.measure.options`: `MeasureOptions`, settled into a
+"""`tfinput._src.measurement.target`: what the bench, the tuner and the profiler measure, declared
+once whatever form it came in, and `tfinput._src.measurement.target`: `MeasureOptions`, settled into a
 window plan."""
 
 from __future__ import annotations
@@ -12,11 +12,16 @@ import pytest
 import tfinput
 from tests.tfinput.measurement.conftest import FakeClock
 from tfinput import bench
+from tfinput._src.core.config import Buildable
+from tfinput._src.measurement.target import MeasureOptions, Target
+from tfinput._src.measurement.windows import (
+    BENCH_PLAN,
+    DEFAULT_WINDOW_SECONDS,
+    TUNER_PLAN,
+    WindowPlan,
+)
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.target import Buildable, Target
-from tfinput.measure.windows import BENCH_PLAN, DEFAULT_WINDOW_SECONDS, TUNER_PLAN, WindowPlan
 
 
 def test_a_pipeline_is_built_repeated_and_answers_for_its_source(small_tfrecord, small_schema):

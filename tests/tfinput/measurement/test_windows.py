@@ -1,4 +1,4 @@
-"""`tfinput.measure.windows`: the `WindowPlan`, one timed window (`measure_window`), a
+"""`tfinput._src.measurement.windows`: the `WindowPlan`, one timed window (`measure_window`), a
 fresh-iterator window (`run_window`) and back-to-back windows (`consecutive_windows`)."""
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ import tensorflow as tf
 
 from tests.tfinput.measurement.conftest import FakeClock, FakeCpu, batches
 from tfinput import steps
-from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError, DataError
-from tfinput.measure import compare
-from tfinput.measure.options import MeasureOptions
-from tfinput.measure.windows import (
+from tfinput._src.measurement import compare
+from tfinput._src.measurement.target import MeasureOptions
+from tfinput._src.measurement.windows import (
     BENCH_PLAN,
     CAPTURE_PLAN,
     DEFAULT_WINDOW_SECONDS,
@@ -31,6 +29,8 @@ from tfinput.measure.windows import (
     run_window,
     warm_up,
 )
+from tfinput.config import PipelineConfig
+from tfinput.errors import ConfigError, DataError
 
 
 def test_measure_window_counts_time_wait_and_latency():
@@ -264,11 +264,11 @@ def test_window_plan_checked_names_the_caller():
 
 
 def test_window_plan_carries_every_default():
-    import tuners
     from profiles import CaptureConfig
+    from tuners._objective import measure as measure_trial
 
     keys = ("warmup_batches", "windows", "window_batches", "window_seconds")
-    assert inspect.signature(tuners.measure).parameters["plan"].default == TUNER_PLAN
+    assert inspect.signature(measure_trial).parameters["plan"].default == TUNER_PLAN
 
     ticks = itertools.count()
     measured = compare.measure(
@@ -361,7 +361,7 @@ def test_run_window_with_a_target_sizes_the_fresh_iterators_window():
     ids=["default", "count-alone", "both", "no-target"],
 )
 def test_measure_options_window_rule(given, expected):
-    from tfinput.measure.options import MeasureOptions
+    from tfinput._src.measurement.target import MeasureOptions
 
     plan = MeasureOptions(**given).plan(TUNER_PLAN, what="tune")
     assert (plan.window_batches, plan.window_seconds) == expected
@@ -370,7 +370,7 @@ def test_measure_options_window_rule(given, expected):
 
 @pytest.mark.parametrize("value", [-0.5, float("nan"), float("inf"), "1", True])
 def test_window_seconds_must_be_a_finite_number_at_least_zero(value):
-    from tfinput.measure.options import MeasureOptions
+    from tfinput._src.measurement.target import MeasureOptions
 
     with pytest.raises(ConfigError, match=r"^tune: window_seconds must be a finite number >= 0"):
         MeasureOptions(window_seconds=value).plan(TUNER_PLAN, what="tune")

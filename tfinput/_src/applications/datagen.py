@@ -30,8 +30,6 @@ from tfinput._src.core.files import StagedDir, check_writable
 from tfinput._src.core.formats import parquet, tfrecord
 from tfinput._src.core.schema import Schema
 
-__all__ = ["CHUNK_ROWS", "PRESETS", "DatagenResult", "generate_files", "preset_schema"]
-
 #: Rows generated (and encoded) at a time; also the Parquet row-group size.
 CHUNK_ROWS = 65_536
 

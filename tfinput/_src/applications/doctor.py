@@ -15,8 +15,6 @@ import platform
 import subprocess
 import sys
 
-__all__ = ["Report", "Part", "report", "summary"]
-
 #: Distributions whose versions a bug report needs, by the name users know them by.
 _CORE = {
     "tfinput": ("tfinput",),

@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
     from tfinput._src.core.pipeline import Pipeline
 
-__all__ = ["candidate_corpus", "two_tower_model", "TwoTowerModel", "recall_at_k"]  # noqa: F822
-
 #: Default bound on `candidate_corpus` (unique candidates held in host memory).
 MAX_CANDIDATES = 10_000_000
 
@@ -197,7 +195,7 @@ def two_tower_model(
       ConfigError: the schema marks no query or no candidate feature, or
         ``temperature`` <= 0.
     """
-    from tfinput._src.measurement.models import SparseTableAdam
+    from tfinput._src.measurement.models._table_optimizer import SparseTableAdam
 
     kwargs.setdefault("name", "two_tower_model")
     model = _two_tower_class()(

@@ -69,16 +69,6 @@ if TYPE_CHECKING:
     #: Model inputs as a pipeline yields them: a tensor or a dict of tensors per group.
     Features = Mapping[str, tf.Tensor | tf.RaggedTensor | tf.SparseTensor | Tensors]
 
-__all__ = [
-    "ROW_LENGTHS_SUFFIX",
-    "SIGNATURES",
-    "ServingSpec",
-    "export",
-    "flatten_features",
-    "raw_signature",
-    "serving_fn",
-]
-
 #: The raw input holding a multi-hot column's ids per row: ``<column>_row_lengths``.
 ROW_LENGTHS_SUFFIX = "_row_lengths"
 #: The signatures `export` writes, and what each takes.

@@ -24,19 +24,6 @@ import numpy as np
 
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
-__all__ = [
-    "criteo_like_schema",
-    "small_schema",
-    "generate",
-    "Columns",
-    "write_tfrecord",
-    "write_parquet",
-    "write_columnar",
-    "to_examples",
-    "to_arrow",
-    "wire_columns",
-]
-
 
 def criteo_like_schema(
     *,
@@ -198,7 +185,7 @@ def _paths(directory: str | os.PathLike[str], prefix: str, files: int, ext: str)
 
 
 def wire_columns(cols: Columns) -> list[Any]:
-    """The columns as `tfinput.formats.tfrecord.WireColumn`s, in column order: integer
+    """The columns as `tfinput._src.core.formats.tfrecord.WireColumn`s, in column order: integer
     arrays become Int64Lists, object arrays of bytes BytesLists, anything else
     FloatLists; 2-D arrays are fixed-length lists and list columns keep their lengths."""
     from tfinput._src.core.formats.tfrecord import WireColumn, bytes_column
@@ -217,7 +204,7 @@ def wire_columns(cols: Columns) -> list[Any]:
 def to_examples(cols: Columns, schema: Schema | None = None) -> list[bytes]:
     """Serialize rows as ``tf.train.Example`` records, vectorized with numpy.
 
-    Writes the protobuf wire format column by column (see `tfinput.formats.tfrecord.encode_examples`),
+    Writes the protobuf wire format column by column (see `tfinput._src.core.formats.tfrecord.encode_examples`),
     much faster than building one protobuf message per row; `tf.io.parse_example`
     parses the result exactly as it parses protobuf's own serialization.
 

@@ -46,17 +46,6 @@ if TYPE_CHECKING:
     _emb = tf.tpu.experimental.embedding
     _TpuOptimizer = _emb.SGD | _emb.Adagrad | _emb.Adam | _emb.FTRL
 
-__all__ = [
-    "embedding_configs",
-    "keras_rs_configs",
-    "placement",
-    "Placement",
-    "enqueue_weights",
-    "KERAS_RS_PLACEMENT",
-    "TableLimits",
-    "checked_limits",
-]
-
 #: Tables up to this many rows are better replicated on every core than sharded
 #: (TFRS ``PartialTPUEmbedding`` uses the same idea with ``size_threshold``).
 MIRROR_THRESHOLD = 10_000

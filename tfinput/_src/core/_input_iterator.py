@@ -27,8 +27,6 @@ from tfinput._src.core.errors import DataError, ResumeError, without_locals
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
-__all__ = ["InputIterator", "distributed_steps", "epoch_seed"]
-
 _HEADER, _BATCHES, _CKPT = "header.json", "unconsumed/", "iterator/"
 
 

@@ -35,20 +35,6 @@ from tfinput._src.core.sources.protocol import FileChecks
 if TYPE_CHECKING:
     from tfinput._src.core.sources.protocol import Source
 
-__all__ = [
-    "CheckReport",
-    "FileCheck",
-    "check_files",
-    "check_towers",
-    "checked_config",
-    "explain_failure",
-    "file_versions",
-    "has_min_parallelism",
-    "pipeline_options",
-    "split_towers",
-    "warn_large_padded_batches",
-]
-
 log = logging.getLogger("tfinput")
 
 

@@ -36,8 +36,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EXITING", "exiting", "guard_exit", "python_call"]
-
 log = logging.getLogger("tfinput")
 
 #: What a refused call says (the readers hand it over as their error).

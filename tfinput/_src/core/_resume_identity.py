@@ -22,19 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfinput._src.core.schema import Schema
     from tfinput._src.core.sources.protocol import Source
 
-__all__ = [
-    "COMPACT_FORMAT",
-    "Identifiable",
-    "IDENTITY_KNOBS",
-    "REMEDY",
-    "RESTORE_INTO",
-    "STATE_FORMAT",
-    "compact_identity",
-    "identified",
-    "identity_differences",
-    "pipeline_identity",
-]
-
 
 STATE_FORMAT = "tfinput.input-state/1"
 #: A state of three integers (epoch, seed, batch) and the pipeline's digest: what a

@@ -20,15 +20,6 @@ from typing import Any, Protocol, runtime_checkable
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.options import load_json
 
-__all__ = [
-    "AUTOTUNE",
-    "LAYOUTS",
-    "SERVICE_COMPRESSIONS",
-    "Buildable",
-    "PipelineConfig",
-    "knob_names",
-]
-
 #: Values of ``PipelineConfig.service_compression``.
 SERVICE_COMPRESSIONS = ("AUTO", None)
 #: Batch layouts (`PipelineConfig.layout`, `Pipeline.with_layout`).
@@ -324,6 +315,6 @@ def knob_names() -> list[str]:
 @runtime_checkable
 class Buildable(Protocol):
     """An object whose ``build(config)`` returns a ``tf.data.Dataset`` (a
-    `tfinput.Pipeline`, or a user's own builder). `tfinput.measure.target` exports it."""
+    `tfinput.Pipeline`, or a user's own builder). `tfinput._src.measurement.target` exports it."""
 
     def build(self, config: PipelineConfig) -> Any: ...

@@ -49,8 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import jax
     import tensorflow as tf
 
-__all__ = ["DevicePrefetch", "to_jax", "to_tensorflow", "input_stage", "INPUT_STAGES"]
-
 #: The host stages tfinput annotates for xprof's input-pipeline analyzer: name -> (stage
 #: id, category). xprof counts three categories: ``read`` ("Demanded file read"),
 #: ``preprocessing`` and ``enqueue``; Grain annotates its stages the same way.

@@ -41,27 +41,6 @@ from typing import Any
 
 from tfinput._src.core.errors import ConfigError, DataError, OutputError, SourceError
 
-__all__ = [
-    "INCOMPLETE",
-    "StagedDir",
-    "check_writable",
-    "create_parents",
-    "disk_full",
-    "unfinished_output",
-    "unfinished_part",
-    "refuse_unfinished",
-    "epoch_rows",
-    "PathsLike",
-    "as_paths",
-    "resolve_paths",
-    "data_files",
-    "drop_empty_files",
-    "check_empty_files_policy",
-    "check_regular_file",
-    "check_unchanged",
-    "file_version",
-]
-
 #: The file in an output directory while a commit moves files into it.
 INCOMPLETE = ".tfinput-incomplete"
 _STAGING = ".tfinput-staging-"

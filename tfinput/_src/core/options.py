@@ -19,8 +19,6 @@ from pathlib import Path
 
 from tfinput._src.core.errors import ConfigError
 
-__all__ = ["check_counts", "load_json", "load_object"]
-
 
 def check_counts(*, what: str = "", **counts: int | None) -> None:
     """Raise `ConfigError` ``"{what}: {name} must be >= 1, got {value}"`` (no prefix

@@ -6,7 +6,7 @@
     ds = pipeline.build(tfinput.PipelineConfig(batch_size=4096, map_parallelism=3))
 
 The built dataset has the layout tf.data's performance guide recommends, the same
-skeleton for every source (`tfinput._src.core.sources.Source` supplies the steps that differ)::
+skeleton for every source (`tfinput._src.core.sources.protocol.Source` supplies the steps that differ)::
 
     shard files -> [shuffle files] -> interleave(read) -> [cache] -> [shuffle records]
           -> batch(B, drop_remainder) -> map(parse + transform [+ pack], parallel)
@@ -31,7 +31,6 @@ import tensorflow as tf
 
 from tfinput._src.core._pipeline_parts import (
     CheckReport,
-    FileCheck,
     check_files,
     check_towers,
     checked_config,
@@ -45,12 +44,13 @@ from tfinput._src.core._python_calls import guard_exit
 from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput._src.core.config import LAYOUTS, PipelineConfig
 from tfinput._src.core.errors import ConfigError, DataError, ResumeError, without_locals
-from tfinput._src.core.files import PathsLike, as_paths, data_files, epoch_rows
+from tfinput._src.core.files import PathsLike, as_paths, epoch_rows
 from tfinput._src.core.layout import PackedLayout
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.service import Fleet, ServiceRead
 from tfinput._src.core.service.guard import DEFAULT_STALL_TIMEOUT_S
-from tfinput._src.core.sources import DatasetSource, ParquetSource, TFRecordSource
+from tfinput._src.core.sources.dataset import DatasetSource
+from tfinput._src.core.sources.parquet import ParquetSource
 from tfinput._src.core.sources.protocol import (
     Decode,
     ReadRequest,
@@ -63,13 +63,12 @@ from tfinput._src.core.sources.protocol import (
     read_parallelism,
     warn_unhonoured,
 )
+from tfinput._src.core.sources.tfrecord import TFRecordSource
 from tfinput._src.core.transforms import MULTI_HOT_FORMATS, transform_batch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tfinput._src.core.resume import InputIterator
+    from tfinput._src.core._input_iterator import InputIterator
 
-__all__ = ["Pipeline", "tfrecord", "parquet", "columnar", "wrap", "data_files"]
-__all__ += ["FileCheck", "CheckReport"]
 log = logging.getLogger("tfinput")
 
 
@@ -78,7 +77,7 @@ class Pipeline:
     """A pipeline definition: a source, a schema and output options.
 
     Attributes:
-      source: Where records come from: any `tfinput._src.core.sources.Source` (`TFRecordSource`,
+      source: Where records come from: any `tfinput._src.core.sources.protocol.Source` (`TFRecordSource`,
         `ParquetSource`, `DatasetSource`, `ColumnarSource`); use `tfrecord`,
         `parquet`, `columnar` or `wrap` to make one.
       schema: Features, tables and labels.
@@ -297,7 +296,7 @@ class Pipeline:
             return ds
         # Its iterators carry what the pipeline is into tf.train.Checkpoint, which then
         # refuses to restore them into another pipeline (files, order, seed, schema...).
-        from tfinput._src.core.resume import identified, pipeline_identity
+        from tfinput._src.core._resume_identity import identified, pipeline_identity
 
         return identified(ds, pipeline_identity(self, asked, input_context))
 
@@ -320,7 +319,7 @@ class Pipeline:
     ) -> tuple[tf.data.Dataset, float] | None:
         """The consumer side of ``build(config)`` alone: the same interleave, shuffle and
         batch stages, over records held in memory (`Source.read_in_memory`) and without
-        parsing; `tfinput.measure.roofline` times it as the pipeline's serial stage.
+        parsing; `tfinput.bench.roofline` times it as the pipeline's serial stage.
 
         Returns:
           ``(endless dataset of encoded batches, elements crossing the consumer side
@@ -497,7 +496,8 @@ class Pipeline:
         """
         import random
 
-        from tfinput._src.core.resume import InputIterator, epoch_seed, pipeline_identity
+        from tfinput._src.core._input_iterator import InputIterator, epoch_seed
+        from tfinput._src.core._resume_identity import pipeline_identity
 
         if self.service is not None:
             raise ResumeError(

@@ -37,33 +37,13 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from tfinput._src.core._input_iterator import InputIterator, distributed_steps, epoch_seed
-from tfinput._src.core._resume_identity import (
-    COMPACT_FORMAT,
-    STATE_FORMAT,
-    identified,
-    identity_differences,
-    pipeline_identity,
-)
+from tfinput._src.core._input_iterator import InputIterator
 from tfinput._src.core.errors import ResumeError
 
 if TYPE_CHECKING:  # pragma: no cover
     import keras
 
     from tfinput._src.core.config import PipelineConfig
-
-__all__ = [
-    "COMPACT_FORMAT",
-    "InputIterator",
-    "KerasInputCheckpoint",
-    "STATE_FORMAT",
-    "distributed_steps",
-    "epoch_seed",
-    "identified",
-    "identity_differences",
-    "pipeline_identity",
-    "verify",
-]
 
 
 class Resumable(Protocol):

@@ -34,18 +34,6 @@ from tfinput._src.core.errors import (
 )
 from tfinput._src.core.options import load_json
 
-__all__ = [
-    "Table",
-    "Dense",
-    "Categorical",
-    "MultiHot",
-    "Label",
-    "Feature",
-    "Schema",
-    "MAX_INT32_VOCAB",
-    "MAX_LEN",
-]
-
 #: Largest table the TPU embedding path can address: ids are cast to int32.
 MAX_INT32_VOCAB = 2**31 - 1
 #: Largest ``MultiHot.max_len``: a dense batch holds ``batch * max_len`` ids and weights

@@ -34,8 +34,6 @@ from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.layout import Block, PackedLayout, pack
 from tfinput._src.core.schema import Categorical, Dense, MultiHot, Schema
 
-__all__ = ["parse_spec", "transform_batch", "MULTI_HOT_FORMATS", "TF_DTYPES"]
-
 MULTI_HOT_FORMATS = ("dense", "sparse", "ragged")
 #: The TensorFlow dtype of each schema dtype name.
 TF_DTYPES = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}

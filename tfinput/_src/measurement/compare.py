@@ -14,7 +14,7 @@ the tuner's confirmation. How it measures (and records in ``BenchResult.method``
   let the first config's window absorb it alone and carry buffers filled during
   another config's turn.
 - **Interleaving.** Configs take turns, window by window (``A B C A B C ...``,
-  `tfinput.measure.windows.interleave`), so slow drift of the machine (other jobs,
+  `tfinput._src.measurement.windows.interleave`), so slow drift of the machine (other jobs,
   thermal, page cache) touches every config alike; window ``i`` of each config belongs
   to round ``i``, and ratios against the baseline are computed per round, then
   summarized (`summarize`).
@@ -29,9 +29,9 @@ the tuner's confirmation. How it measures (and records in ``BenchResult.method``
 - **Step.** Each batch is handed to a `tfinput.steps.Step` (default ``input_only``),
   so the same measurement serves a simulated or real training step.
 
-The tuner's `tuners.measure` is the per-config primitive (one iterator, consecutive
+The tuner's `tuners._objective.measure` is the per-config primitive (one iterator, consecutive
 windows); this module never calls it, and it never calls this one: both build on
-`tfinput.measure.windows` and share `WindowPlan`.
+`tfinput._src.measurement.windows` and share `WindowPlan`.
 """
 
 from __future__ import annotations
@@ -68,19 +68,6 @@ from tfinput._src.measurement.windows import (
     interleave,
     run_window,
 )
-
-__all__ = [
-    "BENCH_FORMAT",
-    "BenchResult",
-    "ConfigStats",
-    "interleave",
-    "load_configs",
-    "measure",
-    "preset_configs",
-    "stall_fraction",
-    "summarize",
-]
-
 
 BENCH_FORMAT = "tfinput.bench/1"
 
@@ -222,7 +209,7 @@ def measure(
         through its ``run_windows`` instead (``model.fit`` hides input waits: their
         stall is None).
       baseline: Config the ratios refer to (default: the first).
-      measurement: Window counts, CPUs and probes (`tfinput.measure.MeasureOptions`;
+      measurement: Window counts, CPUs and probes (`tfinput.bench.MeasureOptions`;
         the window counts default to `BENCH_PLAN`: a fresh iterator per window, so
         the warm-up must cover ``map_parallelism + prefetch``).
       progress: Called as ``progress(done, total, window)`` after each window.
@@ -450,7 +437,7 @@ def summarize(
       baseline: Config the ratios are relative to (None: no ratios).
       cpu_count: CPUs, for utilisation.
       bound: The roofline bound in examples/s, for fractions: one for every config, or
-        ``{name: bound}`` (`tfinput.measure.roofline.Roofline.predict` per config; a config
+        ``{name: bound}`` (`tfinput.bench.Roofline.predict` per config; a config
         missing from it gets no fraction). None: no fractions.
 
     Returns:

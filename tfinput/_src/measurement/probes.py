@@ -1,7 +1,7 @@
 """What a measurement reads from the machine: CPU time, memory, CPU count, versions.
 
 Every probe is a plain function so that measurements can take a fake one in tests
-(`tfinput.measure.windows.measure_window` takes ``clock``, ``cpu_clock`` and ``rss``).
+(`tfinput._src.measurement.windows.measure_window` takes ``clock``, ``cpu_clock`` and ``rss``).
 """
 
 from __future__ import annotations
@@ -11,15 +11,6 @@ import platform
 import resource
 import sys
 import time
-
-__all__ = [
-    "available_cpus",
-    "current_rss_bytes",
-    "keras_backend",
-    "machine",
-    "peak_rss_bytes",
-    "process_cpu_seconds",
-]
 
 
 def process_cpu_seconds() -> float:

@@ -26,19 +26,7 @@ from tfinput._src.measurement.windows import ROOFLINE_PLAN, Progress, Window, in
 
 if TYPE_CHECKING:
     from tfinput._src.core.pipeline import Pipeline
-    from tfinput._src.core.sources import ReadStages
-
-__all__ = [
-    "FULL_DESCRIPTION",
-    "Prediction",
-    "Roofline",
-    "SerialStage",
-    "Stage",
-    "pipeline_stages",
-    "roofline",
-    "roofline_from_stages",
-    "serial_advice",
-]
+    from tfinput._src.core.sources.protocol import ReadStages
 
 #: What the ``full`` stage runs, whatever the source.
 FULL_DESCRIPTION = (
@@ -369,7 +357,7 @@ def roofline(
       batch_size: Batch size of every stage (use the configs' batch size).
       configs: ``{name: config}`` whose serial stage to probe (default: ``autotune``,
         `PipelineConfig.autotune` at ``batch_size``); their batch size is used.
-      measurement: `tfinput.measure.MeasureOptions`: the window counts per stage
+      measurement: `tfinput.bench.MeasureOptions`: the window counts per stage
         (default `ROOFLINE_PLAN`), the cores to scale to (None: the affinity mask)
         and the probes.
       progress: Called after each window.
@@ -474,8 +462,7 @@ def pipeline_stages(pipeline: Pipeline, batch_size: int) -> ReadStages:
     Raises:
       SourceError: the source has no roofline stages (a wrapped dataset).
     """
-    from tfinput._src.core.sources import RooflineStages
-    from tfinput._src.core.sources.protocol import single_core_options
+    from tfinput._src.core.sources.protocol import RooflineStages, single_core_options
 
     source = pipeline.source
     if not isinstance(source, RooflineStages):

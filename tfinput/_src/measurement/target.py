@@ -8,7 +8,7 @@ batches``. `Target.of` turns each into one declared object once, at the entry, s
 code below it asks named questions (the source, the schema, the layout, the service)
 instead of probing attributes.
 
-`tfinput.measure.compare.measure`, `tfinput.bench.roofline` (``measurement=``) and
+`tfinput.bench.measure`, `tfinput.bench.roofline` (``measurement=``) and
 `tuners.tune` (``TuneOptions.measurement``) take a `MeasureOptions`. Each settles its
 window counts into a `WindowPlan` once (`MeasureOptions.plan`, with its own default plan)
 and hands that plan down.
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from tfinput._src.core.schema import Schema
     from tfinput._src.core.service import ServiceRead
     from tfinput._src.core.sources.protocol import Source
-
-__all__ = ["BatchFactory", "Buildable", "Measurable", "MeasureOptions", "Target"]
 
 
 #: ``config -> iterable of batches``: a fresh, endless stream per call.

@@ -23,25 +23,6 @@ from typing import Any
 from tfinput._src.core.errors import ConfigError, DataError
 from tfinput._src.measurement.probes import current_rss_bytes, process_cpu_seconds
 
-__all__ = [
-    "BENCH_PLAN",
-    "DEFAULT_WINDOW_SECONDS",
-    "CAPTURE_PLAN",
-    "ROOFLINE_PLAN",
-    "TUNER_PLAN",
-    "Clock",
-    "Progress",
-    "Window",
-    "WindowPlan",
-    "batch_rows",
-    "close_iterator",
-    "consecutive_windows",
-    "interleave",
-    "measure_window",
-    "run_window",
-    "warm_up",
-]
-
 Clock = Callable[[], float]
 Progress = Callable[[int, int, "Window"], None]
 
@@ -73,8 +54,8 @@ def _is_count(value: Any, minimum: int) -> bool:
 class WindowPlan:
     """How a measurement is cut into windows (shared by bench, tuner and profiler).
 
-    The same numbers drive ``tfinput bench`` (`tfinput.measure.compare.measure`), the
-    tuner's trial (`tuners.measure`, `tuners.tune`), the roofline stages and the
+    The same numbers drive ``tfinput bench`` (`tfinput.bench.measure`), the
+    tuner's trial (`tuners._objective.measure`, `tuners.tune`), the roofline stages and the
     profiler's capture (warm-up steps, then one window of profiled steps). The
     defaults differ only where the measurement differs (see the ``*_PLAN`` constants):
 
@@ -184,11 +165,11 @@ class WindowPlan:
         return dataclasses.asdict(self)
 
 
-#: `tuners.measure` and `tuners.tune` (see `WindowPlan`).
+#: `tuners._objective.measure` and `tuners.tune` (see `WindowPlan`).
 TUNER_PLAN = WindowPlan(window_seconds=DEFAULT_WINDOW_SECONDS)
-#: `tfinput.measure.compare.measure` and ``tfinput bench``.
+#: `tfinput.bench.measure` and ``tfinput bench``.
 BENCH_PLAN = WindowPlan(warmup_batches=8, window_seconds=DEFAULT_WINDOW_SECONDS)
-#: `tfinput.measure.roofline`, per stage.
+#: `tfinput.bench.roofline`, per stage.
 ROOFLINE_PLAN = WindowPlan(warmup_batches=2, windows=3, window_batches=10)
 #: `profiles._capture`: warm-up steps, then one window of profiled steps.
 CAPTURE_PLAN = WindowPlan(warmup_batches=5, windows=1, window_batches=10)

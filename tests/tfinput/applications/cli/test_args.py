@@ -1,4 +1,4 @@
-"""`tfinput.cli.args`: the shared argument groups, the value parsers, and
+"""`tfinput._src.applications.cli.args`: the shared argument groups, the value parsers, and
 `pipeline_from_args` on real TFRecord, Parquet and columnar files."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import SEQUENTIAL, by_row_id, collect, expected_rows
 from tfinput import PipelineConfig, testing
-from tfinput.cli.args import (
+from tfinput._src.applications.cli.args import (
     add_output_arguments,
     add_source_arguments,
     add_step_arguments,
@@ -28,8 +28,8 @@ from tfinput.cli.args import (
     pipeline_from_paths,
     tfinput_pipeline_from_args,
 )
+from tfinput._src.measurement.target import Target
 from tfinput.errors import ConfigError
-from tfinput.measure.target import Target
 from tfinput.steps import CLI_STEPS
 
 SOURCE_HELP = {
@@ -514,7 +514,7 @@ UNWRITABLE = {
 
 @pytest.mark.parametrize("argv", UNWRITABLE.values(), ids=UNWRITABLE.keys())
 def test_every_output_path_is_checked_before_any_work(tmp_path, capsys, argv):
-    from tfinput.cli.registry import main
+    from tfinput._src.applications.cli.registry import main
 
     blocker = tmp_path / "afile"
     blocker.write_text("a regular file")

@@ -1,4 +1,4 @@
-"""`tfinput.cli.demo`: the built-in demo data set, generated once and reused (small row
+"""`tfinput._src.applications.cli.args`: the built-in demo data set, generated once and reused (small row
 counts here; the full demo runs in tests/test_examples.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 from tests.helpers import SEQUENTIAL
 from tfinput import PipelineConfig
-from tfinput.cli.demo import DEMO, demo_pipeline
+from tfinput._src.applications.cli.args import DEMO, demo_pipeline
 from tfinput.schema import Categorical, Dense, MultiHot, Schema
 
 ROWS = 800

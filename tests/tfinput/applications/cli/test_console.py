@@ -1,11 +1,11 @@
-"""`tfinput.cli.console`: the rich console the commands print with (stable width when
+"""`tfinput._src.applications.cli.console`: the rich console the commands print with (stable width when
 piped) and the progress bar (silent when stderr is not a terminal)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfinput.cli.console import PIPED_WIDTH, console, progress
+from tfinput._src.applications.cli.console import PIPED_WIDTH, console, progress
 
 ROW = " ".join(f"w{i:03d}" for i in range(30))  # 149 characters
 

@@ -1,4 +1,4 @@
-"""`tfinput.cli.registry`: the command list, ``tfinput --help``, and `main`'s exit codes
+"""`tfinput._src.applications.cli.registry`: the command list, ``tfinput --help``, and `main`'s exit codes
 and one-line errors (usage, ConfigError, DataError, interrupts)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import cli_main, run_cli
 from tfinput import cli
 from tfinput._src.applications.cli import registry
-from tfinput.cli.registry import Command, run_command
+from tfinput._src.applications.cli.registry import Command, run_command
 from tfinput.errors import ConfigError, DataError
 
 
@@ -44,8 +44,8 @@ def test_the_parser_does_not_load_tensorflow():
     # its parser (every subcommand's module) must not load TensorFlow.
     code = (
         "import sys\n"
-        "from tfinput import cli\n"
-        "cli.build_parser().parse_args(['check', 'x'])\n"
+        "from tfinput._src.applications.cli.registry import build_parser\n"
+        "build_parser().parse_args(['check', 'x'])\n"
         "print(sorted(m for m in ('tensorflow', 'keras', 'optuna', 'plotly') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -54,14 +54,14 @@ def test_the_parser_does_not_load_tensorflow():
 
 
 def test_help_lists_every_registered_command():
-    from tfinput.cli.registry import commands
+    from tfinput._src.applications.cli.registry import commands
 
     names = [c.name for c in commands()]
     assert names == [
         "schema", "check", "doctor", "tune", "demo", "convert", "datagen", "bench", "export", "serve",
         "profile", "inspect",
     ]  # fmt: skip
-    text = cli.build_parser().format_help()
+    text = registry.build_parser().format_help()
     listed = [line.split()[0] for line in text.splitlines() if line.startswith("    ")]
     assert [n for n in listed if n in names] == names
 
@@ -270,7 +270,7 @@ PROBE_COMMAND = Command(
 
 def test_a_command_is_one_line_in_commands(monkeypatch, capsys):
     monkeypatch.setattr(registry, "COMMANDS", (*registry.COMMANDS, f"{__name__}:PROBE_COMMAND"))
-    assert "probe" in cli.build_parser().format_help()
+    assert "probe" in registry.build_parser().format_help()
     assert run_cli(capsys, "probe") == (0, "", "")
     assert run_cli(capsys, "probe", "--level", "1") == (1, "", "")
     code, out, err = run_cli(capsys, "probe", "--level", "2")

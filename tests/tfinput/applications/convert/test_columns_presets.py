@@ -10,8 +10,13 @@ import pytest
 import tensorflow as tf
 
 import tfinput
-from tfinput._src.applications.convert.columns import PRESET_COLUMNS, PRESET_LISTS, PRESETS
-from tfinput.convert import convert, preset_schema
+from tfinput._src.applications.convert.columns import (
+    PRESET_COLUMNS,
+    PRESET_LISTS,
+    PRESETS,
+    preset_schema,
+)
+from tfinput.convert import convert
 from tfinput.errors import ConfigError
 from tfinput.schema import Categorical, Dense, MultiHot, Schema
 

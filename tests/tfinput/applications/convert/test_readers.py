@@ -10,7 +10,8 @@ import pytest
 import tfinput
 from tests.helpers import cli_main
 from tfinput._src.applications.convert.columns import plan_columns
-from tfinput._src.applications.convert.readers import Layout, csv_batches, typed_names
+from tfinput._src.applications.convert.readers import csv_batches, typed_names
+from tfinput._src.core.formats.csv import Layout
 from tfinput.convert import convert
 from tfinput.errors import DataError, SchemaError, SourceError
 from tfinput.schema import Dense, Schema

@@ -664,8 +664,9 @@ def test_workers_zero_preprocesses_on_the_calling_thread(small_schema, batches):
 def _short_tune(small_tfrecord, small_schema, step, *, n_trials, tmp_path):
     """`tuners.tune` of the shared TFRecord files against ``step``: a few batches per
     window, one confirmation window, no extra advice."""
+    from tfinput._src.measurement.target import MeasureOptions
     from tuners import tune
-    from tuners.options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
+    from tuners._options import ConfirmOptions, StudyOptions, TuneOptions
 
     return tune(
         tfinput.tfrecord(small_tfrecord, small_schema),
@@ -974,8 +975,8 @@ def test_the_tuner_says_when_the_feed_bounds_its_winner(
     # windows: with no step the training loop only waits for preprocessed batches (the
     # feed is the bound); behind a 100 ms step two workers keep it fed.
     from tfinput import steps
-    from tfinput.measure.compare import measure
-    from tfinput.measure.options import MeasureOptions
+    from tfinput._src.measurement.compare import measure
+    from tfinput._src.measurement.target import MeasureOptions
     from tuners._confirm import feed_sentence
 
     plan = _plan(small_schema, "none")

@@ -99,8 +99,9 @@ def test_the_factory_is_a_pipeline_builder_beside_tfrecord_and_parquet():
 
 
 def test_tuner_accepts_a_columnar_pipeline(small_columnar, tmp_path):
+    from tfinput._src.measurement.target import MeasureOptions
+    from tuners._options import ConfirmOptions, StudyOptions, TuneOptions
     from tuners._study import tune
-    from tuners.options import ConfirmOptions, MeasureOptions, StudyOptions, TuneOptions
 
     pipeline = tfinput.columnar(small_columnar)
     result = tune(

@@ -1,4 +1,4 @@
-"""`tfinput.formats.csv`: a CSV/TSV file's layout (delimiter, header, column names)
+"""`tfinput._src.core.formats.csv`: a CSV/TSV file's layout (delimiter, header, column names)
 sniffed from its first lines, its text read with every row's line number, and the quote
 guard. Conversion of that text is tested with `tfinput.convert`
 (tests/tfinput/applications/convert/test_readers.py, test_sniff.py)."""
@@ -10,8 +10,14 @@ import gzip
 import pytest
 
 from tests.tfinput.applications.convert.test_readers import QUOTE_CASES, QUOTE_IDS
+from tfinput._src.core.formats.csv import (
+    KNOWN_COLUMNS,
+    CsvReader,
+    Layout,
+    sniff_layout,
+    unclosed_quote,
+)
 from tfinput.errors import ConfigError, SchemaError, SourceError
-from tfinput.formats.csv import KNOWN_COLUMNS, CsvReader, Layout, sniff_layout, unclosed_quote
 
 NO_OPTIONS = dict(delimiter=None, header="auto", column_names=None, preset=None)
 

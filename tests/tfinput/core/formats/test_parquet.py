@@ -1,4 +1,4 @@
-"""`tfinput.formats.parquet`: opening, cached footers, reading and writing."""
+"""`tfinput._src.core.formats.parquet`: opening, cached footers, reading and writing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`tfinput.formats.tfrecord`: file names and compression, reading and writing
+"""`tfinput._src.core.formats.tfrecord`: file names and compression, reading and writing
 records, and the vectorized tf.Example encoder (the wire format written with numpy)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from tests.helpers import parse_records
 from tfinput import testing
 from tfinput._src.applications.testing import _to_examples_protobuf
 from tfinput._src.core.formats import tfrecord
+from tfinput._src.core.formats.tfrecord import WireColumn, bytes_column, encode_examples
 from tfinput.errors import DataError, SourceError
-from tfinput.formats.tfrecord import WireColumn, bytes_column, encode_examples
 from tfinput.transforms import parse_spec
 
 

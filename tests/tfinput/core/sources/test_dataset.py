@@ -11,7 +11,8 @@ import tensorflow as tf
 
 import tfinput
 from tests.helpers import wrapped_dataset
-from tfinput._src.core.sources import DatasetSource, FileChecks, RooflineStages
+from tfinput._src.core.sources.dataset import DatasetSource
+from tfinput._src.core.sources.protocol import FileChecks, RooflineStages
 from tfinput._src.measurement.roofline import pipeline_stages
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, SchemaError, SourceError

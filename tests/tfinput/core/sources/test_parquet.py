@@ -19,8 +19,8 @@ import tensorflow as tf
 import tests as tests_root
 import tfinput
 from tests.helpers import SEQUENTIAL, collect
-from tfinput._src.core.sources import ParquetSource
-from tfinput._src.core.sources.parquet import LIST_LENGTHS, LIST_VALUES
+from tfinput._src.core.sources._arrow import LIST_LENGTHS, LIST_VALUES
+from tfinput._src.core.sources.parquet import ParquetSource
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError, ResumeError, SchemaError, SourceError
 from tfinput.schema import Categorical, Dense, Label, MultiHot, Schema, Table
@@ -82,7 +82,7 @@ def test_parquet_names_the_interleave_block_length_it_cannot_honour(
 
 
 def test_parquet_list_columns_travel_as_values_and_lengths(small_parquet, small_schema):
-    from tfinput._src.core.sources import ReadRequest
+    from tfinput._src.core.sources.protocol import ReadRequest
 
     source = ParquetSource(paths=tuple(small_parquet))
     request = ReadRequest(

@@ -12,15 +12,11 @@ import tensorflow as tf
 
 from tests.helpers import SOURCE_KINDS
 from tfinput._src.core.columnar.source import ColumnarSource
-from tfinput._src.core.sources import (
-    DatasetSource,
-    FileChecks,
-    ParquetSource,
-    RooflineStages,
-    Source,
-    TFRecordSource,
-    protocol,
-)
+from tfinput._src.core.sources import protocol
+from tfinput._src.core.sources.dataset import DatasetSource
+from tfinput._src.core.sources.parquet import ParquetSource
+from tfinput._src.core.sources.protocol import FileChecks, RooflineStages, Source
+from tfinput._src.core.sources.tfrecord import TFRecordSource
 from tfinput.config import AUTOTUNE, PipelineConfig
 from tfinput.errors import ConfigError, SourceError
 

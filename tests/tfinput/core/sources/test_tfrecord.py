@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import tfinput
 from tfinput import testing
-from tfinput._src.core.sources import TFRecordSource
+from tfinput._src.core.sources.tfrecord import TFRecordSource
 from tfinput.config import PipelineConfig
 from tfinput.errors import DataError, SchemaError, SourceError
 from tfinput.schema import Schema

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 import tfinput
 from tfinput import steps
+from tfinput._src.measurement.windows import WindowPlan
 from tfinput.errors import ConfigError, DataError
-from tfinput.measure.windows import WindowPlan
 
 
 def test_step_kinds_and_cli_names():

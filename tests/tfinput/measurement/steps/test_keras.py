@@ -14,8 +14,8 @@ import pytest
 
 import tfinput
 from tfinput import steps
+from tfinput._src.measurement.windows import WindowPlan
 from tfinput.errors import ConfigError
-from tfinput.measure.windows import WindowPlan
 
 #: The least plan: no warm-up, one window of one batch.
 ONE = WindowPlan(warmup_batches=0, windows=1, window_batches=1)
@@ -204,7 +204,7 @@ print("NAME", step.name)
 # took a third of this test's time.
 _JAX_MORE = """
 from tfinput import cli
-from tfinput.measure.windows import WindowPlan
+from tfinput._src.measurement.windows import WindowPlan
 from tuners._objective import measure
 pipeline = tfinput.tfrecord(FILES, schema)
 before = [np.array(w) for w in model.get_weights()]

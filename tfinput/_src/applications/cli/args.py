@@ -24,11 +24,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tfinput._src.core.config import Buildable
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.files import check_writable
 from tfinput._src.core.formats.parquet import is_parquet_name
 from tfinput._src.core.options import load_object
-from tfinput._src.measurement.target import Buildable
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -38,26 +38,6 @@ if TYPE_CHECKING:
 
     #: What an argument group is added to.
     _Parser = argparse.ArgumentParser | argparse._ArgumentGroup
-
-__all__ = [
-    "DATA_SET_HELP",
-    "DEMO",
-    "add_output_arguments",
-    "add_source_arguments",
-    "add_step_arguments",
-    "check_output",
-    "count",
-    "delimiter",
-    "demo_pipeline",
-    "find_schema",
-    "list_columns",
-    "pipeline_from_args",
-    "pipeline_from_paths",
-    "pipeline_from_spec",
-    "service_from_args",
-    "takes_config",
-    "tfinput_pipeline_from_args",
-]
 
 # dest -> (flags, add_argument keywords)
 _Spec = dict[str, tuple[tuple[str, ...], dict[str, Any]]]
@@ -84,7 +64,7 @@ _SOURCE: _Spec = {
 
 
 def _step_spec() -> _Spec:
-    from tfinput._src.measurement.steps import CLI_STEPS
+    from tfinput._src.measurement.steps.base import CLI_STEPS
 
     return {
         "step": (("--step",), {"choices": CLI_STEPS, "default": "input_only"}),
@@ -471,9 +451,9 @@ def pipeline_from_paths(
     extension unless ``fmt`` says; the schema is ``schema_path`` or a ``schema.json``
     next to the data (`find_schema`)."""
     from tfinput._src.core.columnar.format import is_columnar
+    from tfinput._src.core.files import resolve_paths
     from tfinput._src.core.pipeline import columnar, parquet, tfrecord
     from tfinput._src.core.schema import Schema
-    from tfinput._src.core.sources import resolve_paths
 
     if fmt == "columnar" or (fmt is None and is_columnar(paths[0])):
         schema = Schema.from_json(schema_path) if schema_path else None

@@ -31,18 +31,6 @@ if TYPE_CHECKING:
     import rich.progress
     import rich.table
 
-__all__ = [
-    "PIPED_WIDTH",
-    "ProgressLines",
-    "console",
-    "rich_table",
-    "filter_stderr",
-    "progress",
-    "progress_of",
-    "quiet_tensorflow",
-    "wants_verbose",
-]
-
 # The lines TensorFlow's C++ runtime (and XLA, absl) writes to stderr: INFO, WARNING and
 # ERROR lines in the glog/absl formats (TF 2.20+ logs some whatever TF_CPP_MIN_LOG_LEVEL
 # says, e.g. the oneDNN notice as an E line on CPUs without AVX-512), the absl preamble

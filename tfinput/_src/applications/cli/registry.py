@@ -30,16 +30,6 @@ from typing import Any
 from tfinput._src.applications.cli.console import filter_stderr, quiet_tensorflow, wants_verbose
 from tfinput._src.core.errors import TfinputError
 
-__all__ = [
-    "COMMANDS",
-    "STDOUT_CLOSED",
-    "Command",
-    "build_parser",
-    "commands",
-    "main",
-    "run_command",
-]
-
 #: Exit code when stdout's reader closed it early: 128 + SIGPIPE, as a shell reports a
 #: program that SIGPIPE ended (``yes | head -1``), so it never reads as "problems found".
 STDOUT_CLOSED = 141
@@ -49,15 +39,15 @@ COMMANDS = (
     "tfinput._src.applications.cli.commands.schema:SCHEMA_COMMAND",
     "tfinput._src.applications.cli.commands.check:CHECK_COMMAND",
     "tfinput._src.applications.cli.commands.check:DOCTOR_COMMAND",
-    "tuners.cli:TUNE_COMMAND",
-    "tuners.cli:DEMO_COMMAND",
+    "tuners._cli:TUNE_COMMAND",
+    "tuners._cli:DEMO_COMMAND",
     "tfinput._src.applications.cli.commands.convert:CONVERT_COMMAND",
     "tfinput._src.applications.cli.commands.convert:DATAGEN_COMMAND",
     "tfinput._src.applications.cli.commands.bench:BENCH_COMMAND",
     "tfinput._src.applications.cli.commands.serve:EXPORT_COMMAND",
     "tfinput._src.applications.cli.commands.serve:SERVE_COMMAND",
-    "profiles.cli:PROFILE_COMMAND",
-    "profiles.cli:INSPECT_COMMAND",
+    "profiles._cli:PROFILE_COMMAND",
+    "profiles._cli:INSPECT_COMMAND",
 )
 
 

@@ -74,24 +74,3 @@ formats, CSV layout; CSV, Parquet and TFRecord blocks), `tfinput._src.applicatio
 (the option groups `tfinput convert`'s flags map onto), `tfinput._src.applications.convert.run`
 (`convert` and its result) and `tfinput._src.applications.convert.ray_engine` (``--engine ray``).
 """
-
-from __future__ import annotations
-
-from tfinput._src.applications.convert.columns import PRESETS, preset_schema
-from tfinput._src.applications.convert.readers import BLOCK_SIZE
-from tfinput._src.applications.convert.readers import INPUT_FORMATS as INPUT_FORMATS
-from tfinput._src.applications.convert.readers import TYPED_BLOCK_ROWS as TYPED_BLOCK_ROWS
-from tfinput._src.applications.convert.run import MAX_REPORTED, BadRow, ConvertResult, convert
-from tfinput._src.applications.convert.writers import FORMATS as FORMATS
-from tfinput._src.applications.inference import LABEL_NAMES
-
-__all__ = [
-    "BLOCK_SIZE",
-    "LABEL_NAMES",
-    "MAX_REPORTED",
-    "PRESETS",
-    "BadRow",
-    "ConvertResult",
-    "convert",
-    "preset_schema",
-]

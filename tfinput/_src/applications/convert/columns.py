@@ -19,19 +19,6 @@ from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = [
-    "Column",
-    "PRESETS",
-    "PRESET_COLUMNS",
-    "PRESET_LISTS",
-    "convert_batch",
-    "convert_typed",
-    "is_list_type",
-    "match_columns",
-    "plan_columns",
-    "preset_schema",
-]
-
 
 @dataclasses.dataclass
 class Column:

@@ -19,19 +19,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from tfinput._src.applications.convert.readers import BLOCK_SIZE
+from tfinput._src.core.formats.csv import BLOCK_SIZE
 
 if TYPE_CHECKING:
     from tfinput._src.core.schema import Schema
-
-__all__ = [
-    "ColumnOptions",
-    "ConvertOptions",
-    "RayOptions",
-    "ReadOptions",
-    "SPLIT_BYTES",
-    "WriteOptions",
-]
 
 #: Bytes of uncompressed CSV per Ray task (pieces start and end at line breaks).
 SPLIT_BYTES = 32 << 20

@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from tfinput._src.applications.convert.columns import Column
-from tfinput._src.applications.convert.options import SPLIT_BYTES, ConvertOptions, RayOptions
-from tfinput._src.applications.convert.readers import CsvReader, Layout, sniff_layout, typed_batches
+from tfinput._src.applications.convert.options import ConvertOptions, RayOptions
+from tfinput._src.applications.convert.readers import CsvReader, typed_batches
 from tfinput._src.applications.convert.run import (
     MAX_REPORTED,
     BadRow,
@@ -74,6 +74,7 @@ from tfinput._src.applications.convert.run import (
 from tfinput._src.applications.convert.writers import Shards, prepare_out_dir
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError, TfinputError
 from tfinput._src.core.files import check_writable
+from tfinput._src.core.formats.csv import Layout, sniff_layout
 from tfinput._src.core.schema import Schema
 
 if TYPE_CHECKING:
@@ -82,8 +83,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tfinput._src.core.columnar.writer import ColumnarWriter
-
-__all__ = ["ENGINES", "SPLIT_BYTES", "convert_ray", "import_ray"]
 
 #: Conversion engines of ``tfinput convert --engine``.
 ENGINES = ("local", "ray")

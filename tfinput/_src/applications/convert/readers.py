@@ -1,7 +1,7 @@
 """What the inputs are and reading them in blocks.
 
 The inputs: files, format and compression; a CSV file's layout (delimiter, header,
-column names) is `tfinput.formats.csv`'s (`Layout`, `sniff_layout`, re-exported). The
+column names) is `tfinput._src.core.formats.csv`'s (`Layout`, `sniff_layout`, re-exported). The
 blocks: CSV/TSV text (streamed by pyarrow, each row tagged with its line number), Parquet
 row batches and tf.Example TFRecord records, each block converted by
 `tfinput._src.applications.convert.columns`."""
@@ -24,27 +24,12 @@ from tfinput._src.applications.convert.columns import (
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
 from tfinput._src.core.formats import csv as _csv
 from tfinput._src.core.formats import parquet, tfrecord
-from tfinput._src.core.formats.csv import BLOCK_SIZE, Layout, sniff_layout
+from tfinput._src.core.formats.csv import Layout, sniff_layout
 from tfinput._src.core.schema import Schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import tensorflow as tf
-
-__all__ = [
-    "BLOCK_SIZE",
-    "Blocks",
-    "CsvReader",
-    "INPUT_FORMATS",
-    "Layout",
-    "TYPED_BLOCK_ROWS",
-    "csv_batches",
-    "detect_input_format",
-    "resolve_inputs",
-    "sniff_layout",
-    "typed_batches",
-    "typed_names",
-]
 
 #: Rows read at a time from Parquet and TFRecord inputs.
 TYPED_BLOCK_ROWS = 65_536
@@ -56,7 +41,7 @@ Blocks = Generator[tuple[str, "pa.Table | None", list[tuple[int, str]], int], No
 
 # --------------------------------------------------------------------- CSV
 class CsvReader(_csv.CsvReader):
-    """`tfinput.formats.csv.CsvReader` whose text batches convert to the planned
+    """`tfinput._src.core.formats.csv.CsvReader` whose text batches convert to the planned
     columns (`converted`)."""
 
     def converted(
@@ -128,7 +113,7 @@ def typed_names(path: str, *, kind: str, schema: Schema) -> tuple[list[str], str
     """
     if kind == "parquet":
         return list(parquet.read_schema(path).names), "in the Parquet schema"
-    from tfinput._src.core.sources import check_first_example
+    from tfinput._src.core.sources._tfrecord_checks import check_first_example
 
     compression = tfrecord.compression_from_name(path)
     check_first_example(path, compression, schema)

@@ -24,13 +24,10 @@ from tfinput._src.applications.convert.options import (
     WriteOptions,
 )
 from tfinput._src.applications.convert.readers import (
-    BLOCK_SIZE,
     Blocks,
-    Layout,
     csv_batches,
     detect_input_format,
     resolve_inputs,
-    sniff_layout,
     typed_batches,
     typed_names,
 )
@@ -43,18 +40,8 @@ from tfinput._src.applications.convert.writers import (
 )
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError
 from tfinput._src.core.files import check_writable
+from tfinput._src.core.formats.csv import BLOCK_SIZE, Layout, sniff_layout
 from tfinput._src.core.schema import Schema
-
-__all__ = [
-    "BadRow",
-    "BadRowLog",
-    "ConvertResult",
-    "MAX_REPORTED",
-    "convert",
-    "convert_options",
-    "converted",
-    "open_inputs",
-]
 
 
 def convert(

@@ -21,15 +21,6 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
     import tensorflow as tf
 
-__all__ = [
-    "FORMATS",
-    "ColumnarShards",
-    "Shards",
-    "is_conversion_file",
-    "open_shards",
-    "prepare_out_dir",
-]
-
 FORMATS = ("parquet", "tfrecord", "columnar")
 
 

@@ -52,12 +52,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from tfinput._src.applications.inference._decide import LABEL_NAMES, ColumnStats, Inference, decide
-from tfinput._src.applications.inference._decide import LARGE_VALUE as LARGE_VALUE
-from tfinput._src.applications.inference._decide import MAX_DIRECT_ROWS as MAX_DIRECT_ROWS
-from tfinput._src.applications.inference._sample import (
-    NON_NUMERIC_TOLERANCE as NON_NUMERIC_TOLERANCE,
-)
+from tfinput._src.applications.inference._decide import Inference, decide
 from tfinput._src.applications.inference._sample import (
     format_of,
     sample_csv,
@@ -65,8 +60,6 @@ from tfinput._src.applications.inference._sample import (
     sample_tfrecord,
 )
 from tfinput._src.core.errors import SchemaError, SourceError
-
-__all__ = ["infer_schema", "Inference", "ColumnStats", "LABEL_NAMES"]
 
 
 def infer_schema(
@@ -105,7 +98,7 @@ def infer_schema(
       SourceError: no files; SchemaError: nothing usable found; DataError: a file that
       cannot be read in its format.
     """
-    from tfinput._src.core.sources import resolve_paths
+    from tfinput._src.core.files import resolve_paths
 
     files = resolve_paths(paths, what="input")
     fmt = format or format_of(files[0])

@@ -16,16 +16,6 @@ from tfinput._src.applications.inference._sample import ColumnSample, SampledCol
 from tfinput._src.core.errors import SchemaError
 from tfinput._src.core.schema import MAX_LEN, Categorical, Dense, Label, MultiHot, Schema, Table
 
-__all__ = [
-    "ColumnStats",
-    "Inference",
-    "LABEL_NAMES",
-    "LARGE_VALUE",
-    "MAX_DIRECT_ROWS",
-    "decide",
-    "dim_rule",
-]
-
 #: Column names (any case) taken as labels when ``labels`` is not given.
 LABEL_NAMES = (
     "label",

@@ -1,6 +1,6 @@
 """Sampling the first rows of Parquet and TFRecord files into columns of flat values
 plus per-row lengths, and telling the format of a file; sampling CSV/TSV text as
-`tfinput.convert` reads it (`tfinput.formats.csv`), and typing each column from its
+`tfinput.convert` reads it (`tfinput._src.core.formats.csv`), and typing each column from its
 text: integers, floats or strings, with a note on the values that do not fit."""
 
 from __future__ import annotations
@@ -24,17 +24,6 @@ if TYPE_CHECKING:
 
     #: What `_add_example` records of a key: its dtype and its values by row.
     _Seen = dict[str, dict[str, str | dict[int, list[int | float | bytes]]]]
-
-__all__ = [
-    "ColumnSample",
-    "NON_NUMERIC_TOLERANCE",
-    "SampledColumn",
-    "format_of",
-    "sample_csv",
-    "sample_parquet",
-    "sample_tfrecord",
-    "text_kind",
-]
 
 _CSV_EXT = re.compile(r"\.(csv|tsv|txt|tab|dat)(\.(gz|gzip|bz2))?$", re.I)
 #: tf.train.Feature kinds and the dtypes they are sampled as.

@@ -74,8 +74,6 @@ if TYPE_CHECKING:
     from tfinput._src.core.config import PipelineConfig
     from tfinput._src.core.pipeline import Pipeline
 
-__all__ = ["sparsecore_stats"]
-
 
 def _check_positive(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

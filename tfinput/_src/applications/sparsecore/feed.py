@@ -81,8 +81,6 @@ from tfinput._src.core.device_prefetch import input_stage
 from tfinput._src.core.errors import ConfigError, ResumeError
 from tfinput._src.measurement.steps.base import STEP_CLASSES, Step, loop_windows
 
-__all__ = ["SparseCoreFeed", "sparsecore_feed", "sparsecore_step"]
-
 #: jax-tpu-embedding's statistics an FDO client records (``SparseDenseMatmulInputStats``).
 _FDO_FIELDS = (
     "max_ids_per_partition",

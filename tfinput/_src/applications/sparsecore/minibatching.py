@@ -17,8 +17,6 @@ from typing import Any
 from tfinput._src.applications.sparsecore.stacks import embedding_module
 from tfinput._src.core.errors import ConfigError
 
-__all__ = ["AllReduce"]
-
 log = logging.getLogger("tfinput")
 
 #: jax-tpu-embedding's sync keys are ``2 * number + 1`` in a C++ int.

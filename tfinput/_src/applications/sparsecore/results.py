@@ -19,8 +19,6 @@ from tfinput._src.applications.sparsecore.stacks import (
 )
 from tfinput._src.core.errors import ConfigError
 
-__all__ = ["Limits", "Overflow", "SparseCoreStats", "StackStats"]
-
 
 # ------------------------------------------------------------------ results
 @dataclasses.dataclass(frozen=True)

@@ -14,20 +14,6 @@ from typing import Any
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.schema import Schema, Table
 
-__all__ = [
-    "ACTIVATION_BYTES_LIMIT",
-    "ALIGNMENT",
-    "COO_ENTRY_BYTES",
-    "IdCounter",
-    "DEFAULT_SPARSECORES_PER_DEVICE",
-    "KERAS_RS_DEFAULT_LIMIT",
-    "MLPERF_LIMIT",
-    "Stack",
-    "embedding_module",
-    "plan_stacks",
-    "round_up",
-]
-
 #: SparseCores per chip: 4 on TPU v5p, 2 on v6e (Trillium).
 DEFAULT_SPARSECORES_PER_DEVICE = 4
 #: keras-rs `TableConfig` default for both limits.

@@ -30,21 +30,6 @@ from tfinput._src.applications.sparsecore.plan import SparseCorePlan
 from tfinput._src.core.device_prefetch import input_stage
 from tfinput._src.core.errors import ConfigError, DataError
 
-__all__ = [
-    "END",
-    "Feeder",
-    "Lockstep",
-    "Result",
-    "SparseCoreFeedStats",
-    "TableUsage",
-    "check_main_guard",
-    "explain",
-    "job",
-    "numpy_batches",
-    "used_entries",
-    "used_entries_minibatched",
-]
-
 log = logging.getLogger("tfinput")
 
 

@@ -7,7 +7,7 @@
   `verify_files`, every chunk of a data set checked offline;
 - `reader` (over `_decode`, a chunk record's parse spec and the assembly of its
   columns): the native tf.data read path;
-- `source`: `ColumnarSource`, the `tfinput._src.core.sources.Source` over them (files,
+- `source`: `ColumnarSource`, the `tfinput._src.core.sources.protocol.Source` over them (files,
   build-time checks, the steps it gives the pipeline).
 
 The builder, `tfinput.columnar`, sits beside `tfinput.tfrecord` and `tfinput.parquet`

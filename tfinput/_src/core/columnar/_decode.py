@@ -21,8 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
 
-__all__ = ["Raw", "assembler"]
-
 #: A decoded batch of raw columns (dense tensors, or ragged ones for list columns).
 Raw = dict[str, Any]
 

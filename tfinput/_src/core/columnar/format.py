@@ -23,33 +23,6 @@ from typing import Any
 from tfinput._src.core.errors import SchemaError, SourceError
 from tfinput._src.core.schema import Categorical, Dense, Schema
 
-__all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "MANIFEST",
-    "EXTENSION",
-    "DEFAULT_CHUNK_ROWS",
-    "LENGTHS_SUFFIX",
-    "ROWS_KEY",
-    "CHECK_KEY",
-    "VERSION_KEY",
-    "NUMERIC_DTYPES",
-    "NUMPY_DTYPES",
-    "RECORD_FRAMING",
-    "Column",
-    "storage_columns",
-    "payload_keys",
-    "payload_check",
-    "chunk_digest",
-    "FileEntry",
-    "Manifest",
-    "read_manifest",
-    "is_columnar",
-    "file_stat",
-    "is_dir",
-    "merge_manifests",
-]
-
 #: Format name and version, written into every manifest and (as ``@format``) record.
 FORMAT = "tfinput.columnar/1"
 FORMAT_VERSION = 1

@@ -47,21 +47,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tfinput._src.core.sources.protocol import ReadRequest
 
-__all__ = [
-    "ChunkPlan",
-    "plan_chunks",
-    "ChunkIndex",
-    "index_chunks",
-    "read_permuted_chunks",
-    "permutation_keys",
-    "read_chunks",
-    "chunk_buffer",
-    "row_window",
-    "batch_chunks",
-    "shuffle_rows_in_batches",
-    "shuffle_rows_by_position",
-]
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ChunkPlan:

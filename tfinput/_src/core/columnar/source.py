@@ -1,7 +1,7 @@
 """`ColumnarSource`: the pipeline source of columnar records (files, checks, reading).
 
 The storage format, manifest and tf.data read path are this package's other modules;
-this module is the `tfinput._src.core.sources.Source` over them.
+this module is the `tfinput._src.core.sources.protocol.Source` over them.
 """
 
 from __future__ import annotations
@@ -44,8 +44,6 @@ from tfinput._src.core.sources.protocol import (
 )
 
 log = logging.getLogger("tfinput")
-
-__all__ = ["ColumnarSource", "check_size", "SHUFFLES"]
 
 #: ``ColumnarSource.shuffle`` values: the pipeline's chunk buffer, or a global permutation.
 SHUFFLES = ("buffer", "global")

@@ -38,8 +38,6 @@ from tfinput._src.core.errors import ConfigError, DataError, SchemaError
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Categorical, Dense, Schema
 
-__all__ = ["ChunkProblem", "ColumnarWriter", "verify_files"]
-
 
 def _fill_value(schema: Schema) -> dict[str, Any]:
     """Value written for a missing (null) cell, per column; None: the column is required."""

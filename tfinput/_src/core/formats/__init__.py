@@ -1,11 +1,11 @@
 """File formats, in the core: how each format is laid out, read and written, below the
 sources that read it into pipelines and the converters and tools that use it.
 
-- `tfinput.formats.csv`: CSV/TSV text (layout sniffing, the quote guard, text batches
+- `tfinput._src.core.formats.csv`: CSV/TSV text (layout sniffing, the quote guard, text batches
   with line numbers), read by conversion and by schema inference.
-- `tfinput.formats.parquet`: Parquet files (opening local paths and URIs, cached
+- `tfinput._src.core.formats.parquet`: Parquet files (opening local paths and URIs, cached
   footers, record batches and row groups, writers).
-- `tfinput.formats.tfrecord`: TFRecord files of ``tf.train.Example`` (file names and
+- `tfinput._src.core.formats.tfrecord`: TFRecord files of ``tf.train.Example`` (file names and
   compression, native record reading and counting, writers, the vectorized example
   encoder).
 

@@ -20,16 +20,6 @@ import numpy as np
 
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError, SourceError
 
-__all__ = [
-    "BLOCK_SIZE",
-    "KNOWN_COLUMNS",
-    "CsvReader",
-    "Layout",
-    "QuoteGuard",
-    "sniff_layout",
-    "unclosed_quote",
-]
-
 _CRITEO_COLUMNS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
 _MOVIELENS_COLUMNS = [
     "user_id",

@@ -20,18 +20,6 @@ if TYPE_CHECKING:  # pyarrow is imported on first use
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = [
-    "footer",
-    "is_parquet_name",
-    "iter_batches",
-    "num_rows",
-    "open_file",
-    "read_schema",
-    "row_groups",
-    "write_table",
-    "writer",
-]
-
 
 _EXTENSIONS = (".parquet", ".pq", ".parq")
 

@@ -42,24 +42,6 @@ from tfinput._src.core.errors import DataError, SourceError
 if TYPE_CHECKING:  # TensorFlow is imported on first use
     import tensorflow as tf
 
-__all__ = [
-    "COMPRESSIONS",
-    "WireColumn",
-    "bytes_column",
-    "check_compression",
-    "compression_from_name",
-    "compression_of",
-    "count_each",
-    "count_readable",
-    "count_records",
-    "encode_examples",
-    "is_tfrecord_name",
-    "parse_example",
-    "records",
-    "write_records",
-    "writer",
-]
-
 #: TensorFlow's compression type per accepted spelling (case-insensitive).
 COMPRESSIONS = {None: "", "": "", "none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 

@@ -75,17 +75,6 @@ from tfinput._src.core.service.guard import DEFAULT_STALL_TIMEOUT_S, guarded_dat
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
-__all__ = [
-    "PROCESSING_MODES",
-    "PYTHON_OPS",
-    "Fleet",
-    "ServiceRead",
-    "assert_native",
-    "distribute",
-    "find_python_ops",
-    "is_native",
-]
-
 PROCESSING_MODES = ("off", "dynamic", "file", "data", "file_or_data", "hint")
 
 

@@ -18,8 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import tensorflow as tf
 
-__all__ = ["DEFAULT_STALL_TIMEOUT_S", "GuardedRead", "guarded", "guarded_dataset", "unguarded"]
-
 log = logging.getLogger("tfinput.service")  # the public module's name
 
 # The longest wait for one batch of a service read before it is called a stall. The

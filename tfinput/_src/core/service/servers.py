@@ -44,17 +44,6 @@ from tfinput._src.core.errors import ConfigError
 
 log = logging.getLogger("tfinput.service")  # the public module's name
 
-__all__ = [
-    "LocalFleet",
-    "local_cluster",
-    "parse_worker_address",
-    "registered_address",
-    "serve_until_signal",
-    "start_dispatcher",
-    "start_worker",
-    "workers_needed",
-]
-
 
 def start_dispatcher(
     *, port: int = 0, work_dir: str | None = None, worker_timeout_ms: int | None = None

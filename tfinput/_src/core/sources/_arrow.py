@@ -37,15 +37,6 @@ from tfinput._src.core.formats import parquet
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema
 from tfinput._src.core.sources.protocol import shuffle_window
 
-__all__ = [
-    "LIST_VALUES",
-    "LIST_LENGTHS",
-    "ParquetBatches",
-    "expected_arrow",
-    "parquet_columns",
-    "reads_as",
-]
-
 #: Key suffix of a list column's flat values in a `ParquetBatches` batch.
 LIST_VALUES = "/values"
 #: Key suffix of a list column's row lengths in a `ParquetBatches` batch.

@@ -16,16 +16,6 @@ from tfinput._src.core.errors import DataError, SchemaError, did_you_mean
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema
 
-__all__ = [
-    "SAMPLE_RECORDS",
-    "capped_shuffle_buffer",
-    "check_tail_once",
-    "check_first_examples",
-    "check_first_examples_once",
-    "check_first_example",
-    "check_examples",
-]
-
 log = logging.getLogger("tfinput")
 
 #: Records of the first file compared with the schema at build (`TFRecordSource.validate`).

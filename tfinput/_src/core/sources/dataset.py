@@ -25,8 +25,6 @@ from tfinput._src.core.transforms import guard
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
-__all__ = ["DatasetSource"]
-
 log = logging.getLogger("tfinput")
 
 #: Knobs about files, which a wrapped dataset does not have.

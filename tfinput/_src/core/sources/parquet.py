@@ -46,8 +46,6 @@ from tfinput._src.core.sources.protocol import (
     traced,
 )
 
-__all__ = ["ParquetSource", "LIST_VALUES", "LIST_LENGTHS"]
-
 ENGINES = ("pyarrow", "tensorflow-io")
 
 

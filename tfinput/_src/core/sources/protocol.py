@@ -31,33 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tfinput._src.core.schema import Schema
 
-__all__ = [
-    "Source",
-    "FileChecks",
-    "RooflineStages",
-    "RestartsOrder",
-    "ReadRequest",
-    "ReadStages",
-    "Resume",
-    "Decode",
-    "READ_KNOBS",
-    "unchanged_at_end",
-    "parallel_calls",
-    "deterministic_arg",
-    "file_order",
-    "interleave_files",
-    "plan_shards",
-    "read_parallelism",
-    "shard_files",
-    "single_core_options",
-    "knob_is_set",
-    "warn_unhonoured",
-    "warn_once",
-    "record_shuffle",
-    "shuffle_window",
-    "shuffle_row_windows",
-]
-
 #: Maps one encoded batch to a raw batch (a dict of column tensors; see `tfinput.transforms`).
 Decode = Callable[[Any], dict[str, Any]]
 
@@ -103,7 +76,7 @@ class ReadRequest:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReadStages:
     """A source's own roofline stages, ``read`` and ``parse``, single-threaded
-    (`tfinput.measure.roofline` adds ``full``, the whole pipeline, and measures them).
+    (`tfinput.bench.roofline` adds ``full``, the whole pipeline, and measures them).
 
     Attributes:
       factories: ``{"read": f, "parse": f}``: zero-argument functions returning an
@@ -315,7 +288,7 @@ class FileChecks(Protocol):
 
 @runtime_checkable
 class RooflineStages(Protocol):
-    """A source's capability beyond `Source`: stages `tfinput.measure.roofline` measures
+    """A source's capability beyond `Source`: stages `tfinput.bench.roofline` measures
     alone (``read``, ``parse``), and for the serial stage (`tfinput.Pipeline.serial_probe`)
     the consumer side fed from memory. The file sources have it.
     """
@@ -323,7 +296,7 @@ class RooflineStages(Protocol):
     def read_in_memory(self, request: ReadRequest) -> tf.data.Dataset | None:
         """`read`'s plan for ``request`` over a few records held in memory, endlessly:
         the same interleave and elements (records or mini-batches), without the files.
-        `tfinput.measure.roofline` times the consumer side of the pipeline with it (the
+        `tfinput.bench.roofline` times the consumer side of the pipeline with it (the
         serial stage: `tfinput.Pipeline.serial_probe`). None (the default) where the
         elements reaching the consumer side are already batches."""
         del request
@@ -336,7 +309,7 @@ class RooflineStages(Protocol):
         return 1.0
 
     def roofline_stages(self, files: list[str], schema: Schema, batch_size: int) -> ReadStages:
-        """The ``read`` and ``parse`` stages `tfinput.measure.roofline` measures."""
+        """The ``read`` and ``parse`` stages `tfinput.bench.roofline` measures."""
         ...
 
 

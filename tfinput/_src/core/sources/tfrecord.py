@@ -56,8 +56,6 @@ from tfinput._src.core.sources.protocol import (
 )
 from tfinput._src.core.transforms import parse_spec
 
-__all__ = ["TFRecordSource"]
-
 
 def read_batch(config: PipelineConfig) -> int:
     """The mini-batch size the file branches batch to (0: single records): ``read_batch``,

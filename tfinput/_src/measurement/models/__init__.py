@@ -25,15 +25,6 @@ from tfinput._src.core.schema import Categorical, MultiHot, Schema
 from tfinput._src.measurement.models._row_step import ROWS, RowStepModel
 from tfinput._src.measurement.models._table_optimizer import SparseTableAdam
 
-__all__ = [
-    "PaddedEmbeddingBag",
-    "RankingModel",
-    "SparseTableAdam",
-    "embed",
-    "ranking_model",
-    "signed_log1p",
-]
-
 
 @keras.saving.register_keras_serializable(package="tfinput")
 class PaddedEmbeddingBag(layers.Layer):

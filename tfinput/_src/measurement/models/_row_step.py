@@ -26,8 +26,6 @@ import keras
 
 from tfinput._src.measurement.models._table_optimizer import SparseTableAdam
 
-__all__ = ["ROWS", "RowStepModel", "dense_step_reason"]
-
 #: The key of a feature group that carries the rows the train step read for it:
 #: ``{table name: [n, dim]}``, the group's ids then being positions in those blocks.
 ROWS = "table_rows"

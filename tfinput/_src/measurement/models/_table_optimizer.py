@@ -11,8 +11,6 @@ from typing import Any
 import keras
 from keras import ops
 
-__all__ = ["SparseTableAdam"]
-
 
 @keras.saving.register_keras_serializable(package="tfinput")
 class SparseTableAdam(keras.optimizers.Adam):

@@ -14,8 +14,6 @@ from tfinput._src.core.schema import Categorical, MultiHot, Schema
 from tfinput._src.measurement.models import PaddedEmbeddingBag, embed, signed_log1p
 from tfinput._src.measurement.models._row_step import RowStepModel
 
-__all__ = ["Tower", "TwoTowerModel"]
-
 
 class Tower(keras.Model):
     """One tower: each feature's embedding (dense features through `signed_log1p`),

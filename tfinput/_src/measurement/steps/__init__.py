@@ -48,48 +48,16 @@ from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.options import load_object
 from tfinput._src.measurement.steps.base import (
     CLI_STEPS,
-    STEP_CLASSES,
-    STEP_KINDS,
-    FunctionStep,
-    InputOnlyStep,
-    JaxStep,
-    KerasFitStep,
-    KerasStep,
-    SimulatedStep,
     Step,
     function_step,
     input_only,
     jax_step,
     simulated_step,
 )
-from tfinput._src.measurement.steps.base import (
-    RunWindows as RunWindows,  # the type of Step.run_windows
-)
-from tfinput._src.measurement.steps.keras import keras_backend, keras_fit_step, keras_step
+from tfinput._src.measurement.steps.keras import keras_fit_step, keras_step
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfinput._src.core.schema import Schema
-
-__all__ = [
-    "Step",
-    "InputOnlyStep",
-    "FunctionStep",
-    "SimulatedStep",
-    "KerasStep",
-    "KerasFitStep",
-    "JaxStep",
-    "STEP_CLASSES",
-    "input_only",
-    "keras_step",
-    "keras_fit_step",
-    "jax_step",
-    "function_step",
-    "simulated_step",
-    "make",
-    "keras_backend",
-    "STEP_KINDS",
-    "CLI_STEPS",
-]
 
 
 def make(

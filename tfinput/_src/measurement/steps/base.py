@@ -25,29 +25,6 @@ from tfinput._src.measurement.windows import Window, WindowPlan, consecutive_win
 if TYPE_CHECKING:
     from tfinput._src.core.config import PipelineConfig
 
-__all__ = [
-    "CLI_STEPS",
-    "FunctionStep",
-    "InputOnlyStep",
-    "JaxStep",
-    "KerasFitStep",
-    "KerasStep",
-    "RunWindows",
-    "STEP_CLASSES",
-    "STEP_KINDS",
-    "SimulatedStep",
-    "Step",
-    "device_feed",
-    "function_step",
-    "input_only",
-    "jax_put",
-    "jax_step",
-    "loop_windows",
-    "numpy_source",
-    "simulated_step",
-    "to_numpy_tree",
-]
-
 
 STEP_KINDS = ("input_only", "keras", "keras_fit", "jax", "function", "simulated")
 #: Step names accepted on the command line: the kinds, plus ``ranking`` and

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core.errors import ConfigError, DataError
-from tfinput._src.measurement.probes import current_rss_bytes, keras_backend, process_cpu_seconds
+from tfinput._src.measurement.probes import current_rss_bytes, process_cpu_seconds
 from tfinput._src.measurement.steps.base import (
     KerasFitStep,
     KerasStep,
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
     from tfinput._src.core.config import PipelineConfig
-
-__all__ = ["keras_backend", "keras_fit_step", "keras_step"]
 
 
 def keras_step(model: keras.Model) -> Step:

@@ -1,2 +1,2 @@
 """The subcommands of ``tfinput`` that need only `tfinput`: one module per command
-(``tune``/``demo`` live in `tuners.cli`, ``profile``/``inspect`` in `profiles.cli`)."""
+(``tune``/``demo`` live in `tuners._cli`, ``profile``/``inspect`` in `profiles._cli`)."""

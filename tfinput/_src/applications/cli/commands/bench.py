@@ -1,4 +1,4 @@
-"""``tfinput bench``: pipeline configs measured side by side (`tfinput.measure.compare.measure`),
+"""``tfinput bench``: pipeline configs measured side by side (`tfinput.bench.measure`),
 optionally with the machine's roofline, and their human-readable report."""
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from tfinput._src.measurement.target import MeasureOptions, Target
 
 if TYPE_CHECKING:
     from tfinput._src.measurement.compare import BenchResult
-
-__all__ = ["BENCH_COMMAND", "print_bench", "roofline_lines"]
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -195,7 +193,7 @@ def _window_size(method: dict[str, Any]) -> str:
 
 
 def print_bench(result: BenchResult, console: Any) -> None:
-    """The human-readable report of a `tfinput.measure.compare.BenchResult`."""
+    """The human-readable report of a `tfinput.bench.BenchResult`."""
     from rich.table import Table as RichTable
 
     m, hw = result.method, result.machine
@@ -249,7 +247,7 @@ def print_bench(result: BenchResult, console: Any) -> None:
 
 
 def roofline_lines(rl: Any) -> list[str]:
-    """The lines explaining a `tfinput.measure.roofline.Roofline`: the parallel bound, the CPU
+    """The lines explaining a `tfinput.bench.Roofline`: the parallel bound, the CPU
     cost per example, then each probed config's serial stage and prediction."""
     cost = rl.cost_us()
     full, read = rl.stage("full"), rl.stage("read")

@@ -32,8 +32,6 @@ from tfinput._src.applications.cli.console import console, progress, progress_of
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.resume import verify
 
-__all__ = ["CHECK_COMMAND", "DOCTOR_COMMAND"]
-
 #: Batch size of the data check when no ``--batch-size`` is given.
 CHECK_BATCH_SIZE = 1024
 #: Batch size of the resume check when neither ``--batch-size`` nor ``--config`` is given.

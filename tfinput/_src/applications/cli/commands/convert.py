@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from tfinput._src.applications.convert.options import ConvertOptions, RayOptions
     from tfinput._src.applications.convert.run import ConvertResult
 
-__all__ = ["CONVERT_COMMAND", "DATAGEN_COMMAND"]
-
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     """The command's arguments, grouped as `ConvertOptions` groups them."""
@@ -73,7 +71,7 @@ def _read_arguments(r: argparse._ArgumentGroup) -> None:
 
 
 def _column_arguments(c: argparse._ArgumentGroup) -> None:
-    from tfinput._src.applications.convert import PRESETS
+    from tfinput._src.applications.convert.columns import PRESETS
 
     c.add_argument("--preset", choices=list(PRESETS), help="known layout and schema")
     c.add_argument("--schema", help="schema JSON to convert to (overrides preset/inference)")

@@ -29,13 +29,10 @@ from tfinput._src.core.files import create_parents
 if TYPE_CHECKING:
     from rich.table import Table as RichTable
 
-    from tfinput._src.applications.inference import Inference
+    from tfinput._src.applications.inference._decide import Inference
     from tfinput._src.applications.sparsecore.results import Overflow, SparseCoreStats
     from tfinput._src.applications.tpu import Placement
     from tfinput._src.core.schema import Schema
-
-
-__all__ = ["SCHEMA_COMMAND"]
 
 
 # -------------------------------------------------------------------- infer

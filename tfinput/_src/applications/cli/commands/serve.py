@@ -31,15 +31,6 @@ from tfinput._src.applications.cli.console import console
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.core.errors import ConfigError
 
-__all__ = [
-    "EXPORT_COMMAND",
-    "LOOPBACK",
-    "SERVE_COMMAND",
-    "is_loopback",
-    "listening_addresses",
-    "listening_on",
-]
-
 
 def _open_to_the_network(port: int) -> str:
     """The one line `tfinput serve` prints at start about who can reach ``port``."""

@@ -1,6 +1,6 @@
 """``tfinput tune`` and ``tfinput demo``: thin commands over `tuners.tune`.
 
-Registered by `tfinput.cli.registry` (which imports this module only to build the
+Registered by `tfinput._src.applications.cli.registry` (which imports this module only to build the
 parser); the shared pieces come from `tfinput.cli` (argument groups, the arguments to
 pipeline function, the console, the demo data). Exit codes: 0 done (also when the
 confirmation failed twice: the search's best config is written, marked unconfirmed, with
@@ -30,29 +30,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfinput import steps
-from tfinput.cli.args import (
+from tfinput._src.applications.cli.args import (
+    DEMO,
     add_output_arguments,
     add_source_arguments,
     add_step_arguments,
     check_output,
+    demo_pipeline,
     find_schema,
     pipeline_from_args,
 )
-from tfinput.cli.console import console, progress
-from tfinput.cli.demo import DEMO, demo_pipeline
-from tfinput.cli.registry import Command
+from tfinput._src.applications.cli.console import console, progress
+from tfinput._src.applications.cli.registry import Command
+from tfinput._src.measurement.target import MeasureOptions, Target
 from tfinput.errors import ConfigError
-from tfinput.measure.target import Target
-from tuners.options import ConfirmOptions, MeasureOptions, SearchOptions, StudyOptions, TuneOptions
+from tuners._options import ConfirmOptions, SearchOptions, StudyOptions, TuneOptions
 
 if TYPE_CHECKING:
+    from tfinput._src.measurement.target import Measurable
     from tfinput.config import PipelineConfig
-    from tfinput.measure.target import Measurable
     from tfinput.steps import Step
     from tuners._result import TuneInterrupted, TuneResult
     from tuners._space import SearchSpace
-
-__all__ = ["DEMO_COMMAND", "TUNE_COMMAND", "add_subcommands"]
 
 #: The exit code after Ctrl-C (the trials done written first), as for every command.
 INTERRUPTED = 130
@@ -284,8 +283,8 @@ def _space_and_base(
     pipeline: Measurable,
     step: Step | Callable[[Any], object] | None = None,
 ) -> tuple[Any, Any, Any]:
+    from tfinput._src.measurement.probes import available_cpus
     from tfinput.config import PipelineConfig
-    from tfinput.measure.probes import available_cpus
     from tuners._space import SearchSpace, parse_assignment
 
     current = PipelineConfig.from_json(args.current) if args.current else None
@@ -413,7 +412,7 @@ def _write_failed(error: Any, out: str) -> None:
     """``result.json`` for a search in which no trial completed: the error and every
     trial (nothing when the study could not be opened)."""
     from tuners._result import write_whole
-    from tuners._study import summarize_trials
+    from tuners._storage import summarize_trials
 
     if error.study is None:
         return
@@ -485,8 +484,8 @@ def _search(
     ``--timeout``); when no trial completed, ``result.json`` is written before the error
     goes on. Ctrl-C: the trials done are written (`_write_interrupted`) and None is
     returned (exit code 130)."""
-    from tuners._result import StudyLockedError, TuneInterrupted
-    from tuners._study import TrialsFailedError, tune
+    from tuners._result import StudyLockedError, TrialsFailedError, TuneInterrupted
+    from tuners._study import tune
 
     try:
         with _Display(args.n_trials) as display:
@@ -574,8 +573,8 @@ def _tune(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     """Run ``tfinput demo``: the tuner end to end on the built-in data."""
+    from tfinput._src.measurement.probes import available_cpus
     from tfinput.config import PipelineConfig
-    from tfinput.measure.probes import available_cpus
     from tuners._space import SearchSpace
 
     check_output(args.out, "--out", directory=True)
@@ -648,6 +647,6 @@ DEMO_COMMAND = Command(
 
 def add_subcommands(subparsers: Any) -> None:
     """Register ``tune`` and ``demo`` on an ``add_subparsers()`` object (the ``tfinput``
-    parser has them already: `tfinput.cli.registry.COMMANDS`)."""
+    parser has them already: `tfinput._src.applications.cli.registry.COMMANDS`)."""
     for command in (TUNE_COMMAND, DEMO_COMMAND):
         command.register(subparsers)

@@ -16,22 +16,13 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
+from tfinput._src.core.options import check_counts
+from tfinput._src.measurement.target import MeasureOptions
 from tfinput.errors import ConfigError
-from tfinput.measure.options import MeasureOptions
-from tfinput.options import check_counts
 from tuners._storage import GRACE_PERIOD, HEARTBEAT_INTERVAL
 
 if TYPE_CHECKING:
     import optuna
-
-__all__ = [
-    "ConfirmOptions",
-    "MAX_CONSECUTIVE_FAILURES",
-    "MeasureOptions",
-    "SearchOptions",
-    "StudyOptions",
-    "TuneOptions",
-]
 
 #: Failed trials in a row (by every worker together) after which the search stops.
 MAX_CONSECUTIVE_FAILURES = 5
@@ -141,7 +132,7 @@ class TuneOptions:
     Attributes:
       search: `SearchOptions`: seed, sampler, pruner and the failures tolerated.
       study: `StudyOptions`: the storage and how workers share it.
-      measurement: `tfinput.measure.MeasureOptions`: each trial's window counts
+      measurement: `tfinput.bench.MeasureOptions`: each trial's window counts
         (default `TUNER_PLAN`: 5 warm-up batches, 5 windows of at least 0.5 s and 20
         batches, sized from the warm-up's rate), the CPUs the
         default space and the heuristic baseline are sized for, and the clocks.

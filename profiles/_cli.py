@@ -1,6 +1,6 @@
 """The ``tfinput profile`` and ``tfinput inspect`` commands.
 
-Registered by `tfinput.cli.registry` (which imports this module only to build the
+Registered by `tfinput._src.applications.cli.registry` (which imports this module only to build the
 parser); the shared pieces come from `tfinput.cli`. Exit codes, as the other ``tfinput``
 commands: 0 for a complete analysis; 1 when a report was printed but the trace lacks
 something essential (no step markers, no tf.data events: the diagnostics say how to
@@ -18,29 +18,20 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tfinput.cli.args import (
+from tfinput._src.applications.cli.args import (
     add_output_arguments,
     add_step_arguments,
     check_output,
     takes_config,
 )
-from tfinput.cli.console import console
-from tfinput.cli.objects import load_object
-from tfinput.cli.registry import Command
+from tfinput._src.applications.cli.console import console
+from tfinput._src.applications.cli.registry import Command
+from tfinput._src.core.options import load_object
 from tfinput.errors import ConfigError
 
 if TYPE_CHECKING:
     from tfinput.config import PipelineConfig
     from tfinput.schema import Schema
-
-__all__ = [
-    "INSPECT_COMMAND",
-    "PROFILE_COMMAND",
-    "add_subcommands",
-    "resolve_pipeline",
-    "run_inspect",
-    "run_profile",
-]
 
 
 # ---------------------------------------------------------------- arguments
@@ -103,7 +94,7 @@ def resolve_pipeline(
     either, or returning an iterator of batches (a `tfinput.sparsecore.sparsecore_feed`
     over a built pipeline, `tfinput.device_prefetch.to_jax` over that: their stages are
     in the JAX trace of ``--step jax``). Its signature decides how a callable is called,
-    as for ``tune`` and ``bench`` (`tfinput.cli.args.takes_config`): one taking an
+    as for ``tune`` and ``bench`` (`tfinput._src.applications.cli.args.takes_config`): one taking an
     argument receives the `PipelineConfig` (``--config``, or the default config), a
     zero-argument one is called as is. With ``with_schema`` returns ``(dataset,
     schema)``, the schema being the pipeline's (None for a plain dataset).
@@ -123,7 +114,8 @@ def resolve_pipeline(
 
     import tensorflow as tf
 
-    from tfinput.measure.target import Buildable, Target
+    from tfinput._src.measurement.target import Target
+    from tfinput.config import Buildable
 
     def built(buildable: Buildable) -> tuple[Any, Any]:
         """``(its repeated dataset, its schema)``: the target settled once."""
@@ -220,7 +212,7 @@ def _dataset(args: argparse.Namespace, config: PipelineConfig | None) -> tuple[A
     """``(dataset, schema)`` of ``--demo`` or ``--pipeline``, built with ``config``."""
     if not args.demo:
         return resolve_pipeline(args.pipeline, config, with_schema=True)
-    from tfinput.cli.demo import DEMO, demo_pipeline
+    from tfinput._src.applications.cli.args import DEMO, demo_pipeline
     from tfinput.config import PipelineConfig
 
     pipeline = demo_pipeline()
@@ -320,7 +312,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def add_subcommands(subparsers: Any) -> None:
     """Register ``profile`` and ``inspect`` on an argparse subparsers object (the
-    ``tfinput`` parser has them already: `tfinput.cli.registry.COMMANDS`).
+    ``tfinput`` parser has them already: `tfinput._src.applications.cli.registry.COMMANDS`).
 
     Args:
       subparsers: What ``ArgumentParser.add_subparsers()`` returned. Each subcommand

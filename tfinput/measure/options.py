@@ -1,3 +1,0 @@
-"""`MeasureOptions`: how a measurement is taken, in one frozen object."""
-
-from tfinput._src.measurement.target import MeasureOptions as MeasureOptions
