@@ -11,7 +11,7 @@ trial of the search, unconfirmed. The step bound, the gain by knob and the forma
 are extras: when one raises it is left out with a note. Every failure is logged and
 added to ``notes`` (`tuners.TuneResult.warnings`).
 
-Within a timeout (`tuners._objective.Budget`) each step is sized to what is left: the
+Within a timeout (`tuners._budget.Budget`) each step is sized to what is left: the
 confirmation drops its lesser candidates, then the current config, and is left out
 when autotune and the search's best do not fit in its rounds (fewer rounds would
 weaken the verdict); the extras run only when their estimate fits; a measurement still
@@ -30,7 +30,7 @@ from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Target
 from tfinput.steps import Step
-from tuners._objective import Budget, DeadlineReached
+from tuners._budget import Budget, DeadlineReached
 from tuners._storage import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -331,7 +331,7 @@ class TuneResult:
       packed_layout: When the best config emits packed batches, where each feature
         lives in them (`tfinput.layout.PackedLayout.to_dict`), saved next to the config
         so a model or a serving graph can slice them; else None.
-      budget: The run's time (`tuners._objective.Budget.to_dict`): the timeout, the
+      budget: The run's time (`tuners._budget.Budget.to_dict`): the timeout, the
         seconds the run took on the measurement clock, and its longest window (the
         run ends within the timeout plus one window).
     """

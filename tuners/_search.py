@@ -21,11 +21,12 @@ from tfinput.errors import ConfigError, DataError, TfinputError
 from tfinput.measure.target import Target
 from tfinput.measure.windows import WindowPlan
 from tfinput.steps import Step
+from tuners._budget import Budget, stopped_by_timeout
 from tuners._confirm import (
     Progress,
     Remeasure,
 )
-from tuners._objective import Budget, measure, stopped_by_timeout
+from tuners._objective import measure
 from tuners._result import (
     TrialsFailedError,
     describe_step,
@@ -167,7 +168,7 @@ class Tuning:
     clocks: Mapping[str, Callable[[], float]]
     lock_path: str | None
     progress: Progress | None
-    #: The run's time (`tuners._objective.Budget`): the trials count into it, and stop
+    #: The run's time (`tuners._budget.Budget`): the trials count into it, and stop
     #: after the window that passes the search's share.
     budget: Budget
     #: Set by a trial that found the data smaller than one batch: the search stops.
@@ -513,7 +514,7 @@ MAX_DUPLICATES_IN_A_ROW = 20
 class _StopRule:
     """Optuna callback: stop once ``n_trials`` trials count (`tuners._storage.is_counted`),
     when one more trial does not fit in the search's share of the timeout
-    (`tuners._objective.Budget.trial_fits`), or after ``max_consecutive_failures``
+    (`tuners._budget.Budget.trial_fits`), or after ``max_consecutive_failures``
     failed in a row since it was made (a resumed study whose step was fixed searches
     again); ``reason`` then says why."""
 

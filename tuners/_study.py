@@ -42,7 +42,7 @@ What happens:
    get a 2-file sample converted to columnar records and measured side by side, with the
    ``tfinput convert`` command (docs/tuning.md).
 
-The timeout bounds the whole run (`tuners._objective.Budget`): the search keeps the time
+The timeout bounds the whole run (`tuners._budget.Budget`): the search keeps the time
 the confirmation needs, and every step after it measures what fits.
 
 No config is measured twice: a trial whose config the study measured, or is measuring,
@@ -75,6 +75,7 @@ from tfinput.measure.windows import TUNER_PLAN, WindowPlan
 from tfinput.options import check_counts
 from tfinput.steps import Step
 from tuners._advice import KNOB_GROUPS
+from tuners._budget import MIN_WINDOWS, Budget, fit_budget, least_trial_seconds
 from tuners._confirm import (
     Remeasure,
     advice_sentences,
@@ -91,13 +92,7 @@ from tuners._confirm import (
     winner_format_advice,
     winner_roofline,
 )
-from tuners._objective import (
-    MIN_WINDOWS,
-    Budget,
-    TrialProgress,
-    fit_budget,
-    least_trial_seconds,
-)
+from tuners._progress import TrialProgress
 from tuners._result import (
     StudyLockedError,
     TrialsFailedError,
@@ -197,10 +192,10 @@ def tune(
         warm-up (``window_batches`` steps a window when the windows are not timed).
       timeout: Seconds the whole run may take, the confirmation and the gain by knob
         included (None: no limit): it ends within the timeout plus one window
-        (`tuners._objective.Budget`; ``TuneResult.budget`` accounts for it). The search
+        (`tuners._budget.Budget`; ``TuneResult.budget`` accounts for it). The search
         keeps the confirmation's time; when ``n_trials`` timed trials do not fit in the
         rest, each measures fewer windows (at least 3), and the result notes it
-        (`tuners._objective.fit_budget`); a confirmation that does not fit is left out
+        (`tuners._budget.fit_budget`); a confirmation that does not fit is left out
         (no verdict), with a note.
       options: A `tuners.TuneOptions` (default: every default): the search (seed,
         sampler, pruner), the study (storage, name, heartbeats), the measurement
@@ -211,7 +206,7 @@ def tune(
         ``roofline``, ...).
       verbose: Log a line per trial (its config, rate, state, the best so far and,
         from the first trial on, the time left), the stages after the search, and a
-        note while a first trial runs past `tuners._objective.SLOW_FIRST_TRIAL_S`
+        note while a first trial runs past `tuners._progress.SLOW_FIRST_TRIAL_S`
         seconds, on the ``tfinput.tuners`` logger (INFO; the note WARNING). When
         logging is not configured, a stderr handler shows them for the call; a level
         set on the logger (or on ``tfinput``) silences them, as ``verbose=False`` does.
@@ -311,7 +306,7 @@ def check_timeout(timeout: float | None) -> None:
 
 def check_windows_fit(plan: WindowPlan, timeout: float | None) -> None:
     """Raise `ConfigError` when a trial of ``plan`` cannot fit in ``timeout``: even cut
-    to its least windows (`tuners._objective.least_trial_seconds`), they last longer."""
+    to its least windows (`tuners._budget.least_trial_seconds`), they last longer."""
     if timeout is None or not plan.timed:
         return
     least = least_trial_seconds(plan)
@@ -328,7 +323,7 @@ def _fit_to_budget(
     run: Tuning, reporter: TrialProgress, confirming: ConfirmOptions, *, n_trials: int
 ) -> tuple[Tuning, list[str]]:
     """Settle what the search keeps of the timeout for the steps after it, and fit the
-    trials' windows in the rest (`tuners._objective.fit_budget`): the run's plan, and
+    trials' windows in the rest (`tuners._budget.fit_budget`): the run's plan, and
     the notes that say what was changed."""
     budget, notes = run.budget, []
     searched = set(run.space.searched)

@@ -207,7 +207,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
     Raises:
       ConfigError: the first bad value.
     """
-    from tuners._objective import MIN_WINDOWS
+    from tuners._budget import MIN_WINDOWS
 
     counts = {
         "--n-trials": args.n_trials,
@@ -331,7 +331,7 @@ class _Display:
     def __call__(self, event: str, info: dict[str, object]) -> None:
         # Here, not at the top: the module of a trial imports Optuna, which the parser
         # (`tfinput --help`, every other command) must not load.
-        from tuners._objective import stage_line, trial_line
+        from tuners._progress import stage_line, trial_line
 
         if event == "trial":
             best = f"best {info['best']:,.0f}/s" if info.get("best") else ""
