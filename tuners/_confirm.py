@@ -39,24 +39,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuners._advice import KnobContribution
     from tuners._columnar_advice import FormatAdvice
 
-__all__ = [
-    "Remeasure",
-    "rank",
-    "fit_confirmation",
-    "confirmation_configs",
-    "confirm",
-    "confirm_longer",
-    "pick_winner",
-    "revert_hurting_groups",
-    "verdicts",
-    "gain_by_knob",
-    "winner_format_advice",
-    "winner_roofline",
-    "serial_sentence",
-    "advice_sentences",
-    "feed_sentence",
-    "service_sizing",
-]
 
 log = logging.getLogger("tfinput.tuners")
 
@@ -118,6 +100,67 @@ class Remeasure:
         and `tuners._advice.knob_breakdown`: the plan's windows, ``windows`` of them."""
         plan = dataclasses.replace(self.plan, windows=self.windows)
         return MeasureOptions(cpu_count=self.cpu_count, **self.clocks).with_plan(plan)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Verdicts:
+    """The winner's verdicts (`verdicts`; the `tuners.TuneResult` fields of the same
+    names, ``sentences`` its ``verdicts``).
+
+    Attributes:
+      beats_autotune: Whether the winner beats autotune (None: no verdict).
+      input_wait: The share of the step's time spent waiting for input, or None.
+      input_wait_source: How ``input_wait`` was found (``measured``, ``step bound``).
+      input_bound: Whether the input bounds the step (None: not known).
+      step_bound: Examples/s of the step fed one cached batch, or None.
+      sentences: The verdict sentences (against autotune, on the input).
+    """
+
+    beats_autotune: bool | None = None
+    input_wait: float | None = None
+    input_wait_source: str | None = None
+    input_bound: bool | None = None
+    step_bound: float | None = None
+    sentences: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Confirmation:
+    """What the steps after the search give the `tuners.TuneResult` (its fields of the
+    same names say what each holds).
+
+    Attributes:
+      best_config: The config saved as the result.
+      best_name: Its name (``autotune``, ``current``, ``trial N``).
+      confirmed: The configs measured side by side, best first.
+      seconds: Seconds of each step after the search (``confirm``, ``verdicts``,
+        ``breakdown``, ``format_advice``).
+      advice: The advice sentences.
+      confirmation_error: Why nothing was confirmed, or None.
+      breakdown: The gain by knob group.
+      format_advice: The columnar-format advice, or None.
+      beats_autotune: The verdict against autotune (None: no verdict).
+      input_wait: The share of the step's time spent waiting for input, or None.
+      input_wait_source: How ``input_wait`` was found (``measured``, ``step bound``).
+      input_bound: Whether the input bounds the step (None: not known).
+      step_bound: Examples/s of the step fed one cached batch, or None.
+      verdicts: The verdict sentences.
+    """
+
+    best_config: PipelineConfig
+    best_name: str
+    confirmed: tuple[ConfigStats, ...]
+    seconds: dict[str, float]
+    advice: tuple[str, ...] = ()
+    confirmation_error: str | None = None
+    breakdown: tuple[KnobContribution, ...] = ()
+    format_advice: FormatAdvice | None = None
+    beats_autotune: bool | None = None
+    input_wait: float | None = None
+    input_wait_source: str | None = None
+    input_bound: bool | None = None
+    step_bound: float | None = None
+    verdicts: tuple[str, ...] = ()
 
 
 def _note(notes: list[str], text: str) -> None:
@@ -395,10 +438,10 @@ def verdicts(
     *,
     notes: list[str],
     unconfirmed: str | None = None,
-) -> dict[str, object]:
-    """The `TuneResult` verdict fields: beats autotune, input wait (measured, or from
-    the step bound when the step owns the loop) and their sentences; ``unconfirmed``:
-    why nothing was confirmed, said in the verdict."""
+) -> Verdicts:
+    """The verdicts: beats autotune, input wait (measured, or from the step bound when
+    the step owns the loop) and their sentences; ``unconfirmed``: why nothing was
+    confirmed, said in the verdict."""
     from tuners._advice import beats_autotune, input_verdict, step_bound_stats
 
     beats, beats_text = beats_autotune(confirmed)
@@ -435,14 +478,14 @@ def verdicts(
                     bound=[w.examples_per_s for w in bound_stats.windows],
                     input_only=input_only,
                 )
-    return {
-        "beats_autotune": beats,
-        "input_wait": wait,
-        "input_wait_source": source,
-        "input_bound": input_bound,
-        "step_bound": bound,
-        "verdicts": (beats_text, input_text),
-    }
+    return Verdicts(
+        beats_autotune=beats,
+        input_wait=wait,
+        input_wait_source=source,
+        input_bound=input_bound,
+        step_bound=bound,
+        sentences=(beats_text, input_text),
+    )
 
 
 def gain_by_knob(
@@ -455,7 +498,7 @@ def gain_by_knob(
 ) -> tuple[KnobContribution, ...]:
     """`tuners._advice.knob_breakdown` of the winner; empty, with a note, if it raises
     or does not fit in the timeout."""
-    from tuners._advice import differing_groups, knob_breakdown
+    from tuners._advice import breakdown_of, differing_groups
 
     configs = 1 + len(differing_groups(best_config, autotune, target=how.target))
     if not how.fits(how.cost(configs)):
@@ -465,7 +508,7 @@ def gain_by_knob(
         progress("breakdown", {"windows": how.windows})
     try:
         with how.measuring():
-            return knob_breakdown(
+            return breakdown_of(
                 how.target,
                 best_config,
                 autotune,
@@ -479,189 +522,3 @@ def gain_by_knob(
     except Exception as e:  # the breakdown is extra: never lose the result for it
         _note(notes, f"gain by knob not measured: {explain_failure(how.target, e)}")
         return ()
-
-
-#: Fresh-iterator windows the roofline of the winner is estimated to take (two short
-#: windows per stage), and the format advice (the conversion of a sample, then three
-#: rounds of two configs), for the timeout: each runs only when its estimate fits.
-ROOFLINE_WINDOWS = 8
-FORMAT_ADVICE_WINDOWS = 12
-
-
-def winner_roofline(
-    how: Remeasure,
-    best_config: PipelineConfig,
-    *,
-    notes: list[str],
-    progress: Progress | None = None,
-) -> Any | None:
-    """A short `tfinput.measure.roofline` with the winner's serial stage (``winner``), read
-    by the format advice and `serial_sentence`; None, with a note, if it raises or does
-    not fit in the timeout."""
-    from tuners._columnar_advice import quick_roofline
-
-    if not how.fits(how.cost(ROOFLINE_WINDOWS, 1)):
-        _note(notes, how.budget.skipped("roofline", how.cost(ROOFLINE_WINDOWS, 1)))
-        return None
-    if progress is not None:
-        progress("roofline", {})
-    try:
-        return quick_roofline(
-            how.target.pipeline,
-            batch_size=best_config.batch_size,
-            cpu_count=how.cpu_count,
-            configs={"winner": best_config},
-        )
-    except Exception as e:
-        _note(notes, f"roofline not measured: {explain_failure(how.target, e)}")
-        return None
-
-
-def serial_sentence(roofline: Any | None) -> str | None:
-    """The advice when the winner's serial stage is its bound (one thread hands over
-    every element crossing the consumer side; `tfinput.measure.roofline.serial_advice`), else
-    None."""
-    if roofline is None:
-        return None
-    from tfinput.measure.roofline import serial_advice
-
-    stage = next((s for s in roofline.serial if s.config == "winner"), None)
-    prediction = roofline.predict("winner")
-    if stage is None or prediction.limited_by != "serial":
-        return None
-    return (
-        f"{serial_advice(stage)} (roofline: the winner can reach about "
-        f"{prediction.bound:,.0f} examples/s here; its parallel stages alone "
-        f"{prediction.parallel:,.0f})"
-    )
-
-
-def winner_format_advice(
-    how: Remeasure,
-    best_config: PipelineConfig,
-    *,
-    schema_path: str | None,
-    progress: Progress | None,
-    notes: list[str],
-    roofline: Any | None = None,
-) -> FormatAdvice | None:
-    """`tuners._advice.format_advice` for the winner (reading ``roofline`` when given);
-    None, with a note, if it raises."""
-    from tuners._advice import format_advice
-
-    if not how.fits(how.cost(FORMAT_ADVICE_WINDOWS, 1)):
-        _note(notes, how.budget.skipped("format advice", how.cost(FORMAT_ADVICE_WINDOWS, 1)))
-        return None
-    if progress is not None:
-        progress("format_advice", {})
-    try:
-        return format_advice(
-            how.target.pipeline,
-            best_config,
-            schema_path=schema_path,
-            measurement=MeasureOptions(cpu_count=how.cpu_count),
-            roofline_result=roofline,
-        )
-    except Exception as e:
-        _note(notes, f"format advice not measured: {explain_failure(how.target, e)}")
-        return None
-
-
-def advice_sentences(
-    format_result: FormatAdvice | None,
-    *,
-    input_bound: bool | None,
-    best_config: PipelineConfig,
-    base: PipelineConfig,
-    serial: str | None = None,
-) -> list[str]:
-    """`TuneResult.advice`: the serial stage when it bounds the winner
-    (`serial_sentence`), the format advice, and learning-rate scaling when the batch
-    size changed."""
-    advice = [serial] if serial else []
-    if format_result is not None:
-        advice.append(format_result.sentence())
-        if input_bound is False:
-            advice.append(
-                "the step is not input-bound, so a faster format will not speed up training "
-                "on this host (it may on a faster accelerator)"
-            )
-    if best_config.batch_size != base.batch_size:
-        k = best_config.batch_size / base.batch_size
-        advice.append(
-            f"The batch size changed from {base.batch_size} to {best_config.batch_size}: scale "
-            f"the learning rate linearly (x{k:g}) and warm it up over the first epochs "
-            "(Goyal et al., 2017), and check the model's quality, not only its speed."
-        )
-    return advice
-
-
-#: The training loop's share of a batch's time spent waiting for the SparseCore feed from
-#: which the feed is said to bound the step (xprof calls a run input-bound above 10%).
-FEED_BOUND_SHARE = 0.10
-
-
-def feed_sentence(
-    step: Step, best_config: PipelineConfig, confirmed: Sequence[ConfigStats]
-) -> str | None:
-    """Advice when a SparseCore feed (`tfinput.sparsecore.sparsecore_step`) bounds the
-    winner: over the measurements with the winner's feed knobs, the training loop waited
-    at least `FEED_BOUND_SHARE` of the winner's time per batch for preprocessed batches.
-    None for other steps, a winner that preprocesses on the training thread
-    (``sparsecore_workers=0``) or one measured without its feed."""
-    if not step.feeds_sparsecore or best_config.sparsecore_workers == 0:
-        return None
-    fed = step.prepare(best_config).details.get("sparsecore_feed") or {}
-    batches = int(fed.get("batches") or 0)
-    stats = next((c for c in confirmed if c.config == best_config), None)
-    if not batches or stats is None or stats.median <= 0:
-        return None
-    per_batch_s = best_config.batch_size / stats.median
-    wait_s = float(fed["wait_seconds"]) / batches
-    if wait_s < FEED_BOUND_SHARE * per_batch_s:
-        return None
-    workers = best_config.sparsecore_workers
-    return (
-        f"The SparseCore feed bounds the step: the training loop waited {wait_s * 1e3:.1f} ms "
-        f"of each {per_batch_s * 1e3:.1f} ms batch ({wait_s / per_batch_s:.0%}) for "
-        f"preprocessed batches, with {workers} worker{'s' if workers != 1 else ''} taking "
-        f"{float(fed['preprocess_seconds']) / batches * 1e3:.1f} ms per batch. More workers "
-        "(sparsecore_workers, on cores tf.data leaves free), worker processes "
-        "(sparsecore_step(..., processes=True)) or limits measured from the data (tfinput "
-        "schema sparsecore: smaller buffers) raise it; so does a host with more cores."
-    )
-
-
-def service_sizing(
-    target: Target,
-    best_config: PipelineConfig,
-    confirmed: Sequence[ConfigStats],
-    target_rate: float | None,
-) -> tuple[str, ...]:
-    """For a pipeline read through tf.data service: the rate per worker the winner
-    measured and, with ``target_rate``, the workers that rate implies for it
-    (`tfinput.service.workers_needed`). Empty for a local pipeline."""
-    from tfinput.service import workers_needed
-
-    service = target.service
-    if service is None or not confirmed:
-        return ()
-    winner = next((c for c in confirmed if c.config == best_config), confirmed[0])
-    workers = service.worker_count(best_config)
-    if not workers:
-        return (
-            f"tf.data service: {winner.median:,.0f} examples/s; pass the address's worker "
-            "count (with_service(..., workers=N)) for a per-worker rate",
-        )
-    per_worker = winner.median / workers
-    text = (
-        f"tf.data service: {winner.median:,.0f} examples/s from {workers} worker(s), "
-        f"{per_worker:,.0f} per worker"
-    )
-    if target_rate:
-        need = workers_needed(winner.median, workers, target_rate)
-        text += (
-            f"; {target_rate:,.0f} examples/s needs about {need} worker(s) like these "
-            "(linear per worker: more where the dispatcher or network binds)"
-        )
-    return (text,)

@@ -156,9 +156,26 @@ def measure(
       tfinput.errors.ConfigError: ``pipeline`` is neither a pipeline nor a callable.
       tfinput.errors.DataError: the data hold fewer batches than warm-up plus one.
     """
+    target = Target.of(pipeline, what="tuner")
+    return measure_target(
+        target, config, step, plan=plan, report=report, clock=clock, cpu_clock=cpu_clock
+    )
+
+
+def measure_target(
+    target: Target,
+    config: PipelineConfig,
+    step: Callable[[Any], Any] | None = None,
+    *,
+    plan: WindowPlan = TUNER_PLAN,
+    report: Callable[[int, float], bool] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] | None = None,
+) -> Measurement:
+    """`measure` of a `Target` its entry settled (the search's trials)."""
     cpu_clock = cpu_clock or process_cpu_seconds
     begin = clock()
-    iterable = Target.of(pipeline, what="tuner").batches(config)
+    iterable = target.batches(config)
     prepared = Step.of(step).prepare(config)
     size = config.batch_size if config.drop_remainder else None
     owner = prepared.run_windows

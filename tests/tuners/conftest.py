@@ -15,8 +15,8 @@ import pytest
 import tfinput
 from tfinput.config import PipelineConfig
 from tuners._space import SearchSpace
-from tuners._storage import is_duplicate
 from tuners._study import tune
+from tuners._trials import is_duplicate
 from tuners.options import TuneOptions
 
 # The format advice (a roofline, a conversion, a side-by-side measurement) and the gain

@@ -22,17 +22,11 @@ from tfinput.measure import roofline
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Target
 from tfinput.measure.windows import WindowPlan, measure_window
-from tuners._confirm import (
-    Remeasure,
-    advice_sentences,
-    confirmation_configs,
-    pick_winner,
-    serial_sentence,
-    winner_roofline,
-)
+from tuners._confirm import Remeasure, confirmation_configs, pick_winner
 from tuners._report import write_outputs
 from tuners._space import SearchSpace
 from tuners._study import tune
+from tuners._winner_advice import advice_sentences, serial_sentence, winner_roofline
 
 AUTO = PipelineConfig.autotune(batch_size=50)
 

@@ -30,8 +30,8 @@ from tuners import _storage as tuners_storage
 from tuners._report import write_outputs
 from tuners._result import StudyLockedError, TrialsFailedError, TuneInterrupted
 from tuners._space import SearchSpace
-from tuners._storage import is_counted, is_duplicate, summarize_trials
 from tuners._study import MAX_CONSECUTIVE_FAILURES, baseline_configs, tune
+from tuners._trials import is_counted, is_duplicate, summarize_trials
 
 
 # ---------------------------------------------------------------- baselines
@@ -299,7 +299,7 @@ def test_ctrl_c_in_the_confirmation_claims_no_verdict(tmp_path, error):
 
 
 def test_a_study_interrupted_in_a_storage_resumes_and_measures_the_stopped_trial(tmp_path):
-    from tuners._storage import is_counted
+    from tuners._trials import is_counted
 
     work = FakeWorkload(rate_by_parallelism)
     work.fail = _ctrl_c(work, at_step=IN_THE_THIRD_TRIAL)
