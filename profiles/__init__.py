@@ -26,12 +26,12 @@ from profiles._analysis import xprof_version as xprof_version
 from profiles._capture import CaptureConfig as CaptureConfig
 from profiles._capture import CaptureResult as CaptureResult
 from profiles._capture import capture as capture
+from profiles._html import to_html as to_html
+from profiles._html import write_html as write_html
 from profiles._report import format_text as format_text
 from profiles._report import render as render
 from profiles._report import render_comparison as render_comparison
-from profiles._report import to_html as to_html
 from profiles._report import to_json as to_json
-from profiles._report import write_html as write_html
 from profiles._stages import Bottleneck as Bottleneck
 from profiles._stages import PipelineStages as PipelineStages
 from profiles._stages import StageTiming as StageTiming

@@ -12,7 +12,7 @@ import pytest
 
 from profiles import compare, format_text, render, render_comparison, to_html, to_json, write_html
 from profiles._analysis import StepTime
-from profiles._report import svg_stage_times, svg_step_breakdown
+from profiles._html import svg_stage_times, svg_step_breakdown
 
 SVG = "{http://www.w3.org/2000/svg}"
 
