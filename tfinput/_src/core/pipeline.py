@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
+from tfinput._src.core._input_files import epoch_rows
+from tfinput._src.core._pipeline_check import CheckReport, FileCheck, check_files, explain_failure
 from tfinput._src.core._pipeline_parts import (
-    CheckReport,
-    FileCheck,
-    check_files,
     check_towers,
     checked_config,
-    explain_failure,
     pipeline_options,
+    read_request,
+    records,
     split_towers,
     warn_large_padded_batches,
 )
@@ -44,7 +44,7 @@ from tfinput._src.core._python_calls import guard_exit
 from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput._src.core.config import LAYOUTS, PipelineConfig
 from tfinput._src.core.errors import ConfigError, DataError, ResumeError, without_locals
-from tfinput._src.core.files import PathsLike, as_paths, data_files, epoch_rows
+from tfinput._src.core.files import PathsLike, as_paths, data_files
 from tfinput._src.core.layout import PackedLayout
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.service import Fleet, ServiceRead
@@ -58,7 +58,6 @@ from tfinput._src.core.sources.protocol import (
     Source,
     deterministic_arg,
     parallel_calls,
-    plan_shards,
     read_parallelism,
     warn_unhonoured,
 )
@@ -301,18 +300,8 @@ class Pipeline:
         return identified(ds, pipeline_identity(self, asked, input_context))
 
     def _records(self, request: ReadRequest) -> tf.data.Dataset:
-        """The source's records (or batches, for a source that batches itself) for
-        ``request``: files shuffled and interleaved, sharded by element when there are
-        fewer files than input pipelines, cached and shuffled as the config asks."""
-        config, source = request.config, self.source
-        ds = source.read(request)
-        if request.data_shard is not None:  # fewer files than input pipelines
-            ds = ds.shard(*request.data_shard)
-        if config.cache:
-            ds = ds.cache()
-        if config.shuffle_buffer and not source.batches_itself:
-            ds = source.shuffle_records(ds, request)
-        return ds
+        """The source's records for ``request`` (`records`)."""
+        return records(self.source, request)
 
     def serial_probe(
         self, config: PipelineConfig | None = None
@@ -368,28 +357,13 @@ class Pipeline:
 
     def _request(self, config: PipelineConfig, input_context: Any) -> ReadRequest:
         """The source's files for this input pipeline (sharded, validated) and the
-        per-replica batch size."""
-        batch_size = config.batch_size
-        if input_context is not None:
-            batch_size = input_context.get_per_replica_batch_size(config.batch_size)
-        files, data_shard = plan_shards(self.source.files(), input_context, self.source.kind)
-        if data_shard is not None:
-            # Every pipeline must read the files in one order for `shard` to split them:
-            # a deterministic read, and the same file-shuffle seed on every host.
-            seed = config.shuffle_seed
-            if seed is None and self.shuffle_files:
-                seed = 0
-            config = dataclasses.replace(config, deterministic=True, shuffle_seed=seed)
-        schema = self._read_schema()
-        self.source.validate(files, schema)
-        return ReadRequest(
-            files=files,
-            schema=schema,
-            config=config,
-            batch_size=batch_size,
+        per-replica batch size (`read_request`)."""
+        return read_request(
+            self.source,
+            self._read_schema(),
+            config,
+            input_context,
             shuffle_files=self.shuffle_files,
-            input_context=input_context,
-            data_shard=data_shard,
         )
 
     def _read_schema(self) -> Schema:
