@@ -4,7 +4,6 @@ the verdicts, and the advice (`confirm_and_advise`: a `tuners._confirm.Confirmat
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from tfinput.config import PipelineConfig
@@ -15,6 +14,7 @@ from tuners._confirm import (
     confirm_longer,
     confirmation_configs,
     gain_by_knob,
+    note,
     pick_winner,
     revert_hurting_groups,
     verdicts,
@@ -35,8 +35,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tuners._search import Tuning
     from tuners.options import ConfirmOptions
-
-log = logging.getLogger("tfinput.tuners")
 
 
 def _format_advice(
@@ -174,10 +172,5 @@ def _confirm_candidates(
     error = (
         "autotune is the only config the search completed, so there is nothing to compare it with"
     )
-    _note(notes, f"the confirmation did not run: {error}")
+    note(notes, f"the confirmation did not run: {error}")
     return best_trial, [], error
-
-
-def _note(notes: list[str], text: str) -> None:
-    log.warning("%s", text)
-    notes.append(text)

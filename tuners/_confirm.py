@@ -163,7 +163,8 @@ class Confirmation:
     verdicts: tuple[str, ...] = ()
 
 
-def _note(notes: list[str], text: str) -> None:
+def note(notes: list[str], text: str) -> None:
+    """Log ``text`` as a warning and add it to the run's ``notes``."""
     log.warning("%s", text)
     notes.append(text)
 
@@ -257,7 +258,7 @@ def confirm(
 
     configs, fitted = fit_confirmation(how, configs)
     if fitted is not None:
-        _note(notes, fitted)
+        note(notes, fitted)
     if not configs:
         return [], fitted
     if progress is not None:
@@ -278,7 +279,7 @@ def confirm(
     error = None
     for attempt in (1, 2):
         if attempt == 2 and not how.fits(how.cost(len(configs))):
-            _note(notes, "the confirmation was not run again: it does not fit in the timeout")
+            note(notes, "the confirmation was not run again: it does not fit in the timeout")
             break
         try:
             with how.measuring():
@@ -292,11 +293,11 @@ def confirm(
                 )
         except DeadlineReached as e:
             error = f"the confirmation {e}"
-            _note(notes, f"{error}: nothing confirmed")
+            note(notes, f"{error}: nothing confirmed")
             break
         except Exception as e:  # a transient step error, out of memory...
             error = explain_failure(how.target, e)
-            _note(notes, f"confirmation attempt {attempt} of 2 failed: {error}")
+            note(notes, f"confirmation attempt {attempt} of 2 failed: {error}")
             continue
         return ranked(result.results), None
     return [], error
@@ -329,7 +330,7 @@ def confirm_longer(
     configs = {c.name: c.config for c in confirmed if c.name in keep}
     rounds = 2 * how.windows
     if not how.fits(how.cost(len(configs), rounds)):
-        _note(
+        note(
             notes,
             f"confirmation: {best.name} measured {best.ratio:.2f}x autotune paired, rounds "
             f"{best.ratio_min:.2f}x-{best.ratio_max:.2f}x, which cannot tell; measuring it "
@@ -341,9 +342,9 @@ def confirm_longer(
         dataclasses.replace(how, windows=rounds), configs, progress=progress, notes=notes
     )
     if not again:
-        _note(notes, f"the longer confirmation failed ({error}): the first one stands")
+        note(notes, f"the longer confirmation failed ({error}): the first one stands")
         return list(confirmed)
-    _note(
+    note(
         notes,
         f"confirmation: {best.name} measured {best.ratio:.2f}x autotune paired, rounds "
         f"{best.ratio_min:.2f}x-{best.ratio_max:.2f}x, which cannot tell; it and autotune "
@@ -394,7 +395,7 @@ def revert_hurting_groups(
     configs = {c.name: c.config for c in confirmed if c.name in ("autotune", "current", name)}
     configs = {"autotune": autotune, **configs, reverted_name: reverted}
     if not how.fits(how.cost(len(configs))):
-        _note(
+        note(
             notes,
             f"the winner with {groups} reverted was not measured: about "
             f"{how.cost(len(configs)):,.0f} s do not fit in the timeout; kept {name}",
@@ -402,13 +403,13 @@ def revert_hurting_groups(
         return name, config, list(confirmed), tuple(contributions)
     again, error = confirm(how, configs, progress=progress, notes=notes)
     if not again:
-        _note(notes, f"the winner with {groups} reverted was not confirmed ({error}): kept {name}")
+        note(notes, f"the winner with {groups} reverted was not confirmed ({error}): kept {name}")
         return name, config, list(confirmed), tuple(contributions)
     best = again[0]
     by_name = {c.name: c for c in again}
     if best.name == reverted_name:
         kept, other = by_name[reverted_name], by_name[name]
-        _note(
+        note(
             notes,
             f"{groups}: slower in every round of the gain breakdown, so reverted to "
             f"autotune's values; the reverted config measured {_paired(kept)} (median "
@@ -461,14 +462,14 @@ def verdicts(
             ]
             input_bound, input_text = input_verdict(waits or [wait], input_only=input_only)
         elif not how.fits(how.cost(1)):
-            _note(notes, how.budget.skipped("step bound", how.cost(1)))
+            note(notes, how.budget.skipped("step bound", how.cost(1)))
         else:
             try:
                 bound_stats = step_bound_stats(
                     how.target, best_config, how.step, measurement=how.measurement()
                 )
             except Exception as e:
-                _note(notes, f"step bound not measured: {explain_failure(how.target, e)}")
+                note(notes, f"step bound not measured: {explain_failure(how.target, e)}")
             else:
                 bound = bound_stats.median
             if bound:
@@ -502,7 +503,7 @@ def gain_by_knob(
 
     configs = 1 + len(differing_groups(best_config, autotune, target=how.target))
     if not how.fits(how.cost(configs)):
-        _note(notes, how.budget.skipped("gain by knob", how.cost(configs)))
+        note(notes, how.budget.skipped("gain by knob", how.cost(configs)))
         return ()
     if progress is not None:
         progress("breakdown", {"windows": how.windows})
@@ -517,8 +518,8 @@ def gain_by_knob(
                 progress=how.guard(None),
             )
     except DeadlineReached as e:
-        _note(notes, f"gain by knob not measured: {e}")
+        note(notes, f"gain by knob not measured: {e}")
         return ()
     except Exception as e:  # the breakdown is extra: never lose the result for it
-        _note(notes, f"gain by knob not measured: {explain_failure(how.target, e)}")
+        note(notes, f"gain by knob not measured: {explain_failure(how.target, e)}")
         return ()

@@ -5,7 +5,6 @@ each measured only when it fits in what is left of the timeout."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,20 +12,12 @@ from tfinput.config import PipelineConfig
 from tfinput.measure.options import MeasureOptions
 from tfinput.measure.target import Target
 from tfinput.steps import Step
-from tuners._confirm import Progress, Remeasure
+from tuners._confirm import Progress, Remeasure, note
 from tuners._storage import explain_failure
 
 if TYPE_CHECKING:
     from tfinput.measure.stats import ConfigStats
     from tuners._columnar_advice import FormatAdvice
-
-log = logging.getLogger("tfinput.tuners")
-
-
-def _note(notes: list[str], text: str) -> None:
-    log.warning("%s", text)
-    notes.append(text)
-
 
 #: Fresh-iterator windows the roofline of the winner is estimated to take (two short
 #: windows per stage), and the format advice (the conversion of a sample, then three
@@ -48,7 +39,7 @@ def winner_roofline(
     from tuners._columnar_advice import quick_roofline
 
     if not how.fits(how.cost(ROOFLINE_WINDOWS, 1)):
-        _note(notes, how.budget.skipped("roofline", how.cost(ROOFLINE_WINDOWS, 1)))
+        note(notes, how.budget.skipped("roofline", how.cost(ROOFLINE_WINDOWS, 1)))
         return None
     if progress is not None:
         progress("roofline", {})
@@ -60,7 +51,7 @@ def winner_roofline(
             configs={"winner": best_config},
         )
     except Exception as e:
-        _note(notes, f"roofline not measured: {explain_failure(how.target, e)}")
+        note(notes, f"roofline not measured: {explain_failure(how.target, e)}")
         return None
 
 
@@ -97,7 +88,7 @@ def winner_format_advice(
     from tuners._columnar_advice import advice_for
 
     if not how.fits(how.cost(FORMAT_ADVICE_WINDOWS, 1)):
-        _note(notes, how.budget.skipped("format advice", how.cost(FORMAT_ADVICE_WINDOWS, 1)))
+        note(notes, how.budget.skipped("format advice", how.cost(FORMAT_ADVICE_WINDOWS, 1)))
         return None
     if progress is not None:
         progress("format_advice", {})
@@ -110,7 +101,7 @@ def winner_format_advice(
             roofline_result=roofline,
         )
     except Exception as e:
-        _note(notes, f"format advice not measured: {explain_failure(how.target, e)}")
+        note(notes, f"format advice not measured: {explain_failure(how.target, e)}")
         return None
 
 

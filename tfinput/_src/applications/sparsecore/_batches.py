@@ -39,15 +39,24 @@ class LimitsExceeded(DataError):
 class PlanFields(Protocol):
     """What one batch's preprocessing reads of a plan (`SparseCorePlan`'s fields)."""
 
-    feature_specs: Mapping[str, Any]
-    local_device_count: int
-    global_device_count: int
-    num_sc_per_device: int
-    allow_id_dropping: bool
-    sharding_strategy: str
-    has_leading_dimension: bool
-    output: str
-    minibatching: bool
+    @property
+    def feature_specs(self) -> Mapping[str, Any]: ...
+    @property
+    def local_device_count(self) -> int: ...
+    @property
+    def global_device_count(self) -> int: ...
+    @property
+    def num_sc_per_device(self) -> int: ...
+    @property
+    def allow_id_dropping(self) -> bool: ...
+    @property
+    def sharding_strategy(self) -> str: ...
+    @property
+    def has_leading_dimension(self) -> bool: ...
+    @property
+    def output(self) -> str: ...
+    @property
+    def minibatching(self) -> bool: ...
 
 
 class BatchPreprocessor:

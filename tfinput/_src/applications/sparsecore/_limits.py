@@ -20,10 +20,14 @@ from tfinput._src.core.errors import ConfigError
 class StackedPlan(Protocol):
     """What the limits read of a plan (`SparseCorePlan`'s fields)."""
 
-    feature_specs: Mapping[str, Any]
-    global_device_count: int
-    num_sc_per_device: int
-    minibatching: bool
+    @property
+    def feature_specs(self) -> Mapping[str, Any]: ...
+    @property
+    def global_device_count(self) -> int: ...
+    @property
+    def num_sc_per_device(self) -> int: ...
+    @property
+    def minibatching(self) -> bool: ...
 
 
 #: jax-tpu-embedding keeps the limits and buffer sizes in C++ ints.
