@@ -17,12 +17,12 @@ from profiles._analysis import compare as compare
 from profiles._capture import CaptureConfig as CaptureConfig
 from profiles._capture import CaptureResult as CaptureResult
 from profiles._capture import capture as capture
+from profiles._html import to_html as to_html
+from profiles._html import write_html as write_html
 from profiles._report import format_text as format_text
 from profiles._report import render as render
 from profiles._report import render_comparison as render_comparison
-from profiles._report import to_html as to_html
 from profiles._report import to_json as to_json
-from profiles._report import write_html as write_html
 from profiles._results import Comparison as Comparison
 from profiles._results import InputOp as InputOp
 from profiles._results import ProfileAnalysis as ProfileAnalysis

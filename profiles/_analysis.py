@@ -5,7 +5,7 @@ xprof's own offline converters (``input_pipeline_analyzer`` for the per-step
 breakdown and xprof's conclusion, ``overview_page`` for its recommendation,
 ``framework_op_stats`` for the operations' self times) and rebuilds the tf.data stage
 timings from the trace events (`profiles._stages`). When TensorFlow's trace has no
-complete step, the steps are read from JAX's trace (`profiles._trace_events`). It adds
+complete step, the steps are read from JAX's trace (`profiles._jax_trace`). It adds
 what the step spends besides input (`profiles._op_stats`) and xprof's host-bound rule
 (`profiles._host_bound`). The result is a tree of frozen dataclasses with a JSON form
 (`ProfileAnalysis.to_dict`).
@@ -33,15 +33,18 @@ from pathlib import Path
 from typing import Any
 
 from profiles._host_bound import check as check_host_bound
+from profiles._jax_trace import JaxDeviceTime, device_time_of, jax_trace_file
 from profiles._op_stats import TOP_OPS, dense_work, framework_op_rows, framework_ops, xla_ops
-from profiles._results import Comparison, InputOp, ProfileAnalysis, Spread, StepTime
+from profiles._results import Comparison, InputOp, ProfileAnalysis, StepTime
 from profiles._stages import SLOW_CALL_US, PipelineStages, rebuild_stages
-from profiles._trace_events import (
-    JaxDeviceTime,
-    annotated_stages,
-    device_time_of,
-    jax_trace_file,
+from profiles._step_tables import (
+    step_summary,
+    xprof_diagnostics,
+    xprof_input_ops,
+    xprof_recommendation,
+    xprof_steps,
 )
+from profiles._trace_events import annotated_stages
 from profiles._xplane import (
     ProfileError,
     TraceRun,
@@ -53,12 +56,6 @@ from profiles._xplane import (
 )
 from profiles._xprof import (
     TESTED_XPROF,
-    cell_number,
-    check_layout,
-    find_table,
-    find_table_of,
-    find_table_with,
-    table_rows,
     version_in_range,
     xprof_tables,
     xprof_version,
@@ -106,47 +103,26 @@ def analyze(
     markers = {xf.host: _step_markers(xf) for xf in xfiles}
     diagnostics += _marker_diagnostics(markers)
 
-    tools = xprof_tables(
-        trace.paths, ("input_pipeline_analyzer", "overview_page", "framework_op_stats")
-    )
-    check_layout(tools)
+    tools, props, steps = xprof_steps(trace)
     ipa = tools["input_pipeline_analyzer"]
-    layout, step_table = find_table_of(ipa, "input_pipeline_analyzer", "step breakdown")
-    props = step_table.get("p") or {}
     hardware = str(props.get("hardware_type", ""))
-    steps = _steps(step_table) if layout == "step breakdown" else _tpu_steps(step_table)
     capture = _read_capture(trace.run_dir)
     jax, jax_space = _jax_trace(trace, xfiles, capture, tf_steps=bool(steps))
-    step_source = "xprof"
-    if not steps and jax is not None and jax.steps:
-        steps = _jax_steps(jax, _step_name(capture))
-        step_source = f"jax {jax.steps_from}"
-    diagnostics += _xprof_diagnostics(
+    steps, step_source = _steps_and_source(steps, jax, capture)
+    diagnostics += xprof_diagnostics(
         ipa, steps=steps, markers=markers, jax=jax if step_source != "xprof" else None
     )
-    step_time, input_wait, host_compute, device_compute = _step_summary(steps, hardware)
-    if step_source != "xprof":
+    step_time, input_wait, host_compute, device_compute = step_summary(steps, hardware)
+    if step_source != "xprof":  # the host's time and, unless JAX's trace shows it, the wait
         host_compute = None
-        if not jax.input_from:  # type: ignore[union-attr]
-            input_wait = None
-
+        input_wait = input_wait if jax.input_from else None  # type: ignore[union-attr]
     pipelines, missing = _rebuild_pipelines(xfiles, slow_call_us=slow_call_us)
     diagnostics += missing
     step_ms = step_time.average if step_time else None
-    input_ops = _input_ops(ipa)
+    input_ops = xprof_input_ops(ipa)
     host_stages = _host_stages(trace, xfiles, capture)
-    op_rows = framework_op_rows(tools["framework_op_stats"], input_ops=(*input_ops, *host_stages))
-    top_ops = framework_ops(op_rows, steps=len(steps), step_ms=step_ms)
-    dense = dense_work(
-        op_rows,
-        (capture or {}).get("variable_ops") or (),  # type: ignore[arg-type]
-        steps=len(steps),
-        step_ms=step_ms,
-    )
-    if jax is not None and jax_space is not None:
-        xla, copies = xla_ops(jax_space, jax.windows, step_ms=step_ms)
-        top_ops = tuple(sorted(top_ops + xla, key=lambda o: -o.ms_per_step)[:TOP_OPS])
-        dense += copies
+    ops = (*input_ops, *host_stages)
+    top_ops, dense = _ops(tools, ops, capture, steps, step_ms, jax, jax_space)
     return ProfileAnalysis(
         jax_device=jax,
         host_stages=host_stages,
@@ -163,7 +139,7 @@ def analyze(
         device_compute_ms=device_compute,
         simulated_device_ms=_simulated_device_ms(capture),
         xprof_conclusion=str(props.get("input_conclusion", "")),
-        xprof_recommendation=_recommendation(tools["overview_page"]),
+        xprof_recommendation=xprof_recommendation(tools["overview_page"]),
         xprof_input_ops=input_ops,
         pipelines=pipelines,
         step_markers=markers,
@@ -175,6 +151,40 @@ def analyze(
         variables_recorded=capture is not None and "variable_ops" in capture,
         xprof_host_bound=check_host_bound(xfiles, tools["overview_page"], paths=trace.paths),
     )
+
+
+def _steps_and_source(steps: Any, jax: Any, capture: Any) -> tuple[Any, str]:
+    """xprof's steps, or the JAX trace's when xprof found none: the steps and where
+    they come from (``xprof``, ``jax <how>``)."""
+    if not steps and jax is not None and jax.steps:
+        return _jax_steps(jax, _step_name(capture)), f"jax {jax.steps_from}"
+    return steps, "xprof"
+
+
+def _ops(
+    tools: Any,
+    input_ops: tuple[Any, ...],
+    capture: Any,
+    steps: Any,
+    step_ms: float | None,
+    jax: Any,
+    jax_space: Any,
+) -> tuple[Any, Any]:
+    """``(top operations, dense work)`` of the step: xprof's framework ops (the input
+    ops left out) and, with a JAX trace, its XLA ops and copies."""
+    op_rows = framework_op_rows(tools["framework_op_stats"], input_ops=input_ops)
+    top_ops = framework_ops(op_rows, steps=len(steps), step_ms=step_ms)
+    dense = dense_work(
+        op_rows,
+        (capture or {}).get("variable_ops") or (),  # type: ignore[arg-type]
+        steps=len(steps),
+        step_ms=step_ms,
+    )
+    if jax is not None and jax_space is not None:
+        xla, copies = xla_ops(jax_space, jax.windows, step_ms=step_ms)
+        top_ops = tuple(sorted(top_ops + xla, key=lambda o: -o.ms_per_step)[:TOP_OPS])
+        dense += copies
+    return top_ops, dense
 
 
 def _load_traces(trace: TraceRun) -> list[XSpaceFile]:
@@ -260,130 +270,6 @@ def _marker_diagnostics(markers: Mapping[str, int]) -> list[str]:
         for h, n in markers.items()
         if n == 0
     ]
-
-
-# ------------------------------------------------------------ xprof's tables
-def _steps(step_table: Mapping[str, object]) -> tuple[StepTime, ...]:
-    """xprof's per-step breakdown, without empty steps."""
-    steps = (
-        StepTime(
-            step=str(r["stepnum"]),
-            step_ms=cell_number(r["stepTimeMs"]),
-            input_ms=cell_number(r["infeedTimeMs"]),
-            host_compute_ms=cell_number(r["hostComputeTimeMs"]),
-            device_compute_ms=cell_number(r["deviceComputeTimeMs"]),
-            device_to_device_ms=cell_number(r["deviceToDeviceTimeMs"]),
-            collectives_ms=cell_number(r["deviceCollectivesTimeMs"]),
-            kernel_launch_ms=cell_number(r["kernelLaunchTimeMs"]),
-            output_ms=cell_number(r["outfeedTimeMs"]),
-            compile_ms=cell_number(r["compileTimeMs"]),
-            other_ms=cell_number(r["otherTimeMs"]),
-        )
-        for r in table_rows(step_table)
-    )
-    return tuple(s for s in steps if s.step_ms > 0)
-
-
-def _tpu_steps(step_table: Mapping[str, object]) -> tuple[StepTime, ...]:
-    """xprof's per-step breakdown on a TPU (the TensorCore's: compute, infeed, outfeed,
-    idle, and the host's transfers), without empty steps."""
-    steps = []
-    for r in table_rows(step_table):
-        compute, infeed = cell_number(r["tcComputeTimeMs"]), cell_number(r["tcInfeedTimeMs"])
-        outfeed, idle = cell_number(r["tcOutfeedTimeMs"]), cell_number(r["tcIdleTimeMs"])
-        step_ms = compute + infeed + outfeed + idle
-        if step_ms <= 0:
-            continue
-        steps.append(
-            StepTime(
-                step=str(r["stepnum"]),
-                step_ms=step_ms,
-                input_ms=infeed,
-                host_compute_ms=0.0,
-                device_compute_ms=compute,
-                device_to_device_ms=0.0,
-                collectives_ms=0.0,
-                kernel_launch_ms=0.0,
-                output_ms=outfeed,
-                compile_ms=0.0,
-                other_ms=idle,
-                host_to_device_ms=cell_number(r["hostTransferTimeMs"]),
-            )
-        )
-    return tuple(steps)
-
-
-def _xprof_diagnostics(
-    ipa: Any,
-    *,
-    steps: Sequence[StepTime],
-    markers: Mapping[str, int],
-    jax: JaxDeviceTime | None = None,
-) -> list[str]:
-    """Marked steps xprof could not use, where the steps came from instead (``jax``:
-    the JAX trace they were read from), and xprof's own messages."""
-    diagnostics = []
-    if jax is not None:
-        what = "step markers" if jax.steps_from == "markers" else "jitted step's executions"  # type: ignore[union-attr]
-        diagnostics.append(
-            "xprof found no complete step in TensorFlow's trace (the steps run no "
-            f"TensorFlow op): the steps are read from JAX's trace (its {what})"
-            + (
-                ""
-                if jax.input_from  # type: ignore[union-attr]
-                else "; it shows no wait for input (no next() spans, no input stages on "
-                "the step's thread), so whether the input limits training cannot be told"
-            )
-            + "."
-        )
-    elif not steps and all(n > 0 for n in markers.values()):
-        diagnostics.append(
-            f"the trace has step markers ({sum(markers.values())}) but xprof found no "
-            "complete step (it leaves out steps cut by the profiler's start or stop): "
-            "profile at least 3 steps (10 is a good number) after a warm-up."
-        )
-    for row in table_rows(find_table_with(ipa, ("severity", "message")) or {}):
-        message = str(row.get("message", ""))
-        if message and "No step marker" not in message:
-            diagnostics.append(f"xprof {str(row.get('severity', '')).lower()}: {message}")
-    return diagnostics
-
-
-def _input_ops(ipa: Any) -> tuple[InputOp, ...]:
-    return tuple(
-        InputOp(
-            name=str(r["opName"]),
-            count=int(cell_number(r["count"])),
-            time_ms=cell_number(r["timeInMs"]),
-            self_time_ms=cell_number(r["selfTimeInMs"]),
-            self_fraction=cell_number(r.get("selfTimeInPercent")),
-            category=str(r["category"]),
-        )
-        for r in table_rows(find_table(ipa, "input_pipeline_analyzer", "input ops"))
-    )
-
-
-def _recommendation(overview_tables: Any) -> str:
-    overview = find_table(overview_tables, "overview_page", "recommendation")
-    return str((overview.get("p") or {}).get("statement", ""))
-
-
-def _step_summary(
-    steps: Sequence[StepTime], hardware: str
-) -> tuple[Spread | None, Spread | None, float | None, float | None]:
-    """``(step time, input wait, host compute, device compute)`` over the steps."""
-    if not steps:
-        return None, None, None, None
-    total_step = sum(s.step_ms for s in steps)
-    step_time = Spread.of([s.step_ms for s in steps])
-    input_wait = Spread.of(
-        [s.input_fraction for s in steps],
-        average=sum(s.input_ms for s in steps) / total_step if total_step else 0.0,
-    )
-    host_compute = sum(s.host_compute_ms for s in steps) / len(steps)
-    has_device = hardware not in ("", "CPU_ONLY", "UNKNOWN_HARDWARE")
-    device_compute = sum(s.device_compute_ms for s in steps) / len(steps) if has_device else None
-    return step_time, input_wait, host_compute, device_compute
 
 
 # --------------------------------------------------------- stages and capture
@@ -487,7 +373,7 @@ def _host_stages(
     path = jax_trace_file(trace.run_dir) if capture and capture.get("jax_trace") else None
     if path is not None:
         tools = xprof_tables([path], ("input_pipeline_analyzer",))
-        return _input_ops(tools["input_pipeline_analyzer"])
+        return xprof_input_ops(tools["input_pipeline_analyzer"])
     stages = [s for xf in xfiles for s in annotated_stages(xf.space)]
     total = sum(s.self_ps for s in stages)
     return tuple(

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles._analysis import CAPTURE_METADATA
-from profiles._trace_events import JAX_TRACE_DIR, NEXT_SPAN
+from profiles._jax_trace import JAX_TRACE_DIR, NEXT_SPAN
 from profiles._variables import record_variable_ops
 from profiles._xplane import ProfileError
 from profiles._xprof import TESTED_XPROF
@@ -332,7 +332,7 @@ class _JaxTrace:
     """JAX's own trace of the profiled steps, for a step that runs on JAX (TensorFlow's
     profiler does not see its computation): written to a temporary directory, each step
     inside a ``jax.profiler.StepTraceAnnotation`` named like the TensorFlow marker, then
-    moved into the TensorFlow run directory (`profiles._trace_events.JAX_TRACE_DIR`). For
+    moved into the TensorFlow run directory (`profiles._jax_trace.JAX_TRACE_DIR`). For
     any other step every method does nothing."""
 
     def __init__(self, profiler: Any = None) -> None:

@@ -178,6 +178,7 @@ def _console() -> Any:
 
 def _emit(obj: Any, args: argparse.Namespace) -> None:
     from profiles import _report as report
+    from profiles._html import write_html
     from profiles._results import Comparison
 
     if args.json:
@@ -187,7 +188,7 @@ def _emit(obj: Any, args: argparse.Namespace) -> None:
     else:
         report.render(obj, _console(), top=getattr(args, "top", 8))
     if args.html:
-        path = report.write_html(obj, args.html)
+        path = write_html(obj, args.html)
         print(f"HTML report written to {path}", file=sys.stderr if args.json else sys.stdout)
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from profiles._host_bound import HostBoundCheck
+from profiles._jax_trace import JaxDeviceTime
 from profiles._op_stats import DenseWork, OpTime
 from profiles._stages import Bottleneck, PipelineStages
-from profiles._trace_events import JaxDeviceTime
 from profiles._xprof import TESTED_XPROF
 
 #: Below this share of step time spent waiting for input (or within the step-to-step

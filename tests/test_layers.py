@@ -316,6 +316,36 @@ def test_no_star_import_anywhere():
     assert stars == []
 
 
+#: Small rooms: the most lines a module of tfinput, tuners or profiles holds (all its
+#: lines), and the most a function or method holds, counted from its ``def`` line to its
+#: last (decorators excluded, the docstring included).
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_module_over_600_lines():
+    """A module that grows past the limit holds more than one job: split it by concern
+    into modules of its package (private ones start with ``_``)."""
+    big = {
+        module: lines
+        for module, path in MODULES.items()
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert big == {}, f"modules over {MAX_MODULE_LINES} lines: {big}"
+
+
+def test_no_function_over_80_lines():
+    """A function past the limit does several things: give a part to a helper named for it."""
+    long = {}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long[f"{module}:{node.lineno} {node.name}"] = lines
+    assert long == {}, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
 #: Where a module may be imported by its name as a string, and why each is checked.
 IMPORTS_BY_STRING = {
     # the CLI's lazy command table: its modules are imported when the parser is built

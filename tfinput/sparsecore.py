@@ -2,11 +2,11 @@
 preprocessing off the training thread."""
 
 from tfinput._src.applications.sparsecore import sparsecore_stats as sparsecore_stats
+from tfinput._src.applications.sparsecore._batches import LimitsExceeded as LimitsExceeded
+from tfinput._src.applications.sparsecore._step import sparsecore_step as sparsecore_step
 from tfinput._src.applications.sparsecore.feed import SparseCoreFeed as SparseCoreFeed
 from tfinput._src.applications.sparsecore.feed import sparsecore_feed as sparsecore_feed
-from tfinput._src.applications.sparsecore.feed import sparsecore_step as sparsecore_step
 from tfinput._src.applications.sparsecore.minibatching import AllReduce as AllReduce
-from tfinput._src.applications.sparsecore.plan import LimitsExceeded as LimitsExceeded
 from tfinput._src.applications.sparsecore.plan import SparseCorePlan as SparseCorePlan
 from tfinput._src.applications.sparsecore.results import Limits as Limits
 from tfinput._src.applications.sparsecore.results import Overflow as Overflow

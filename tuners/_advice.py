@@ -443,9 +443,24 @@ def knob_breakdown(
       One `KnobContribution` per differing group, largest contribution first; empty
       when the winner builds the same pipeline as autotune.
     """
+    target = Target.of(pipeline, what="knob_breakdown")
+    return breakdown_of(
+        target, winner, autotune, step=step, measurement=measurement, progress=progress
+    )
+
+
+def breakdown_of(
+    target: Target,
+    winner: PipelineConfig,
+    autotune: PipelineConfig,
+    *,
+    step: Step | Callable[[Any], object] | None = None,
+    measurement: MeasureOptions | None = None,
+    progress: Callable[[int, int, Any], None] | None = None,
+) -> tuple[KnobContribution, ...]:
+    """`knob_breakdown` of a `Target` its entry settled (the tuner's gain by knob)."""
     from tfinput._src.measurement import compare
 
-    target = Target.of(pipeline, what="knob_breakdown")
     groups = differing_groups(winner, autotune, target=target)
     if not groups:
         return ()

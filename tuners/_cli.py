@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -44,6 +42,7 @@ from tfinput._src.applications.cli.console import console, progress
 from tfinput._src.applications.cli.registry import Command
 from tfinput._src.measurement.target import MeasureOptions, Target
 from tfinput.errors import ConfigError
+from tuners._cli_checks import check_arguments, check_free_space
 from tuners._options import ConfirmOptions, SearchOptions, StudyOptions, TuneOptions
 
 if TYPE_CHECKING:
@@ -198,75 +197,6 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
     add_output_arguments(s, json_help="print the result as JSON")
 
 
-# ----------------------------------------------------------------- checks
-def _check_arguments(args: argparse.Namespace) -> None:
-    """Refuse, before anything else, values that make no sense: one line naming the
-    argument, what it must be, and what was given.
-
-    Raises:
-      ConfigError: the first bad value.
-    """
-    from tuners._objective import MIN_WINDOWS
-
-    counts = {
-        "--n-trials": args.n_trials,
-        "--batch-size": args.batch_size,
-        "--windows": args.windows,
-        "--window-batches": args.window_batches,
-        "--confirm-top": args.confirm_top,
-        "--confirm-windows": args.confirm_windows,
-    }
-    for flag, value in counts.items():
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} must be >= 1, got {value}")
-    if args.warmup_batches < 0:
-        raise ConfigError(f"--warmup-batches must be >= 0, got {args.warmup_batches}")
-    for flag, value, unit in (
-        ("--timeout", args.timeout, "seconds"),
-        ("--target-rate", args.target_rate, "examples/s"),
-    ):
-        if value is not None and not 0 < value < math.inf:
-            raise ConfigError(f"{flag} must be a positive number of {unit}, got {value:g}")
-    seconds = args.window_seconds
-    if seconds is not None and not 0 <= seconds < math.inf:
-        raise ConfigError(f"--window-seconds must be 0 or more, got {seconds:g}")
-    if seconds and args.timeout is not None:
-        windows = min(args.windows, MIN_WINDOWS)
-        if windows * seconds > args.timeout:
-            raise ConfigError(
-                f"--window-seconds {seconds:g} does not fit in --timeout {args.timeout:g}: a "
-                f"trial measures at least {windows} windows of at least {seconds:g} s "
-                f"({windows * seconds:g} s)"
-            )
-    if args.storage and not args.study_name:
-        raise ConfigError("--storage needs --study-name (to share or resume the study)")
-
-
-def _check_free_space(out: str) -> None:
-    """Refuse, before the study, an output folder whose disk cannot hold the outputs
-    (`tuners._report.outputs_size`: report.html inlines plotly.js).
-
-    Raises:
-      ConfigError: naming the folder, the space free and the space needed.
-    """
-    from tuners._report import outputs_size
-
-    folder = Path(out).absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:  # not a folder we can ask: the writes say what is wrong
-        return
-    need = outputs_size()
-    if free < need:
-        raise ConfigError(
-            f"--out {out}: {free / 1e6:,.1f} MB free on its disk, and the outputs need "
-            f"about {need / 1e6:,.1f} MB (report.html inlines plotly.js): free space or "
-            "choose another --out"
-        )
-
-
 # ----------------------------------------------------------------- helpers
 def _schema_path(args: argparse.Namespace) -> str | None:
     """The schema file of a PATHS pipeline, for the format advice's command."""
@@ -330,7 +260,7 @@ class _Display:
     def __call__(self, event: str, info: dict[str, object]) -> None:
         # Here, not at the top: the module of a trial imports Optuna, which the parser
         # (`tfinput --help`, every other command) must not load.
-        from tuners._objective import stage_line, trial_line
+        from tuners._progress import stage_line, trial_line
 
         if event == "trial":
             best = f"best {info['best']:,.0f}/s" if info.get("best") else ""
@@ -412,7 +342,7 @@ def _write_failed(error: Any, out: str) -> None:
     """``result.json`` for a search in which no trial completed: the error and every
     trial (nothing when the study could not be opened)."""
     from tuners._result import write_whole
-    from tuners._storage import summarize_trials
+    from tuners._trials import summarize_trials
 
     if error.study is None:
         return
@@ -542,10 +472,10 @@ def _options(args: argparse.Namespace) -> TuneOptions:
 
 def _tune(args: argparse.Namespace) -> int:
     """Run ``tfinput tune``: check the arguments, build pipeline and step, search, report."""
-    _check_arguments(args)
+    check_arguments(args)
     out = args.out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"
     check_output(out, "--out", directory=True)
-    _check_free_space(out)
+    check_free_space(out)
     target = Target.of(pipeline_from_args(args, say=console(stderr=True).print), what="tune")
     step = steps.make(
         args.step,
@@ -578,7 +508,7 @@ def _demo(args: argparse.Namespace) -> int:
     from tuners._space import SearchSpace
 
     check_output(args.out, "--out", directory=True)
-    _check_free_space(args.out)
+    check_free_space(args.out)
     say = console(stderr=True).print
     t0 = time.time()
     pipeline = demo_pipeline(args.data_dir, say=say)

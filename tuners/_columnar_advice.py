@@ -197,11 +197,35 @@ def format_advice(
     Raises:
       ConfigError: ``sample_files`` < 1.
     """
+    return advice_for(
+        Target.of(pipeline, what="format advice"),
+        config,
+        schema_path=schema_path,
+        out_dir=out_dir,
+        sample_files=sample_files,
+        require_parse_bound=require_parse_bound,
+        measurement=measurement,
+        roofline_result=roofline_result,
+    )
+
+
+def advice_for(
+    target: Target,
+    config: PipelineConfig,
+    *,
+    schema_path: str | None = None,
+    out_dir: str | None = None,
+    sample_files: int = 2,
+    require_parse_bound: bool = True,
+    measurement: MeasureOptions | None = None,
+    roofline_result: Roofline | None = None,
+) -> FormatAdvice | None:
+    """`format_advice` of a `Target` its entry settled (the tuner's format advice)."""
     if sample_files < 1:
         raise ConfigError(f"format advice: sample_files must be >= 1, got {sample_files}")
     options = measurement or MeasureOptions()
     plan, cpu_count = options.plan(ADVICE_PLAN, what="format advice"), options.cpu_count
-    source = Target.of(pipeline, what="format advice").source
+    source, pipeline = target.source, target.pipeline
     if source is None or source.kind != "tfrecord":
         return None
     t0 = time.perf_counter()
@@ -224,7 +248,7 @@ def format_advice(
         cpu_count=cpu_count,
     )
     seconds = {"roofline": t1 - t0, "convert": t2 - t1, "measure": time.perf_counter() - t2}
-    target = out_dir or _out_dir(files, list(source.paths))
+    out = out_dir or _out_dir(files, list(source.paths))
     return FormatAdvice(
         parse_bound=parse_bound,
         signal=signal,
@@ -235,9 +259,9 @@ def format_advice(
             schema=pipeline.schema,
             schema_path=schema_path,
             chunk_rows=chunk,
-            out=target,
+            out=out,
         ),
-        out_dir=target,
+        out_dir=out,
         chunk_rows=chunk,
         seconds=seconds,
         **_measured_fields(stats, plan, files=len(files)),

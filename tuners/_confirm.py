@@ -11,7 +11,7 @@ trial of the search, unconfirmed. The step bound, the gain by knob and the forma
 are extras: when one raises it is left out with a note. Every failure is logged and
 added to ``notes`` (`tuners.TuneResult.warnings`).
 
-Within a timeout (`tuners._objective.Budget`) each step is sized to what is left: the
+Within a timeout (`tuners._budget.Budget`) each step is sized to what is left: the
 confirmation drops its lesser candidates, then the current config, and is left out
 when autotune and the search's best do not fit in its rounds (fewer rounds would
 weaken the verdict); the extras run only when their estimate fits; a measurement still
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tfinput._src.measurement.target import MeasureOptions, Target
 from tfinput.config import PipelineConfig
 from tfinput.steps import Step
-from tuners._objective import Budget, DeadlineReached
+from tuners._budget import Budget, DeadlineReached
 from tuners._storage import explain_failure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,7 +100,69 @@ class Remeasure:
         return MeasureOptions(cpu_count=self.cpu_count, **self.clocks).with_plan(plan)
 
 
-def _note(notes: list[str], text: str) -> None:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Verdicts:
+    """The winner's verdicts (`verdicts`; the `tuners.TuneResult` fields of the same
+    names, ``sentences`` its ``verdicts``).
+
+    Attributes:
+      beats_autotune: Whether the winner beats autotune (None: no verdict).
+      input_wait: The share of the step's time spent waiting for input, or None.
+      input_wait_source: How ``input_wait`` was found (``measured``, ``step bound``).
+      input_bound: Whether the input bounds the step (None: not known).
+      step_bound: Examples/s of the step fed one cached batch, or None.
+      sentences: The verdict sentences (against autotune, on the input).
+    """
+
+    beats_autotune: bool | None = None
+    input_wait: float | None = None
+    input_wait_source: str | None = None
+    input_bound: bool | None = None
+    step_bound: float | None = None
+    sentences: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Confirmation:
+    """What the steps after the search give the `tuners.TuneResult` (its fields of the
+    same names say what each holds).
+
+    Attributes:
+      best_config: The config saved as the result.
+      best_name: Its name (``autotune``, ``current``, ``trial N``).
+      confirmed: The configs measured side by side, best first.
+      seconds: Seconds of each step after the search (``confirm``, ``verdicts``,
+        ``breakdown``, ``format_advice``).
+      advice: The advice sentences.
+      confirmation_error: Why nothing was confirmed, or None.
+      breakdown: The gain by knob group.
+      format_advice: The columnar-format advice, or None.
+      beats_autotune: The verdict against autotune (None: no verdict).
+      input_wait: The share of the step's time spent waiting for input, or None.
+      input_wait_source: How ``input_wait`` was found (``measured``, ``step bound``).
+      input_bound: Whether the input bounds the step (None: not known).
+      step_bound: Examples/s of the step fed one cached batch, or None.
+      verdicts: The verdict sentences.
+    """
+
+    best_config: PipelineConfig
+    best_name: str
+    confirmed: tuple[ConfigStats, ...]
+    seconds: dict[str, float]
+    advice: tuple[str, ...] = ()
+    confirmation_error: str | None = None
+    breakdown: tuple[KnobContribution, ...] = ()
+    format_advice: FormatAdvice | None = None
+    beats_autotune: bool | None = None
+    input_wait: float | None = None
+    input_wait_source: str | None = None
+    input_bound: bool | None = None
+    step_bound: float | None = None
+    verdicts: tuple[str, ...] = ()
+
+
+def note(notes: list[str], text: str) -> None:
+    """Log ``text`` as a warning and add it to the run's ``notes``."""
     log.warning("%s", text)
     notes.append(text)
 
@@ -194,7 +256,7 @@ def confirm(
 
     configs, fitted = fit_confirmation(how, configs)
     if fitted is not None:
-        _note(notes, fitted)
+        note(notes, fitted)
     if not configs:
         return [], fitted
     if progress is not None:
@@ -215,7 +277,7 @@ def confirm(
     error = None
     for attempt in (1, 2):
         if attempt == 2 and not how.fits(how.cost(len(configs))):
-            _note(notes, "the confirmation was not run again: it does not fit in the timeout")
+            note(notes, "the confirmation was not run again: it does not fit in the timeout")
             break
         try:
             with how.measuring():
@@ -229,11 +291,11 @@ def confirm(
                 )
         except DeadlineReached as e:
             error = f"the confirmation {e}"
-            _note(notes, f"{error}: nothing confirmed")
+            note(notes, f"{error}: nothing confirmed")
             break
         except Exception as e:  # a transient step error, out of memory...
             error = explain_failure(how.target, e)
-            _note(notes, f"confirmation attempt {attempt} of 2 failed: {error}")
+            note(notes, f"confirmation attempt {attempt} of 2 failed: {error}")
             continue
         return ranked(result.results), None
     return [], error
@@ -266,7 +328,7 @@ def confirm_longer(
     configs = {c.name: c.config for c in confirmed if c.name in keep}
     rounds = 2 * how.windows
     if not how.fits(how.cost(len(configs), rounds)):
-        _note(
+        note(
             notes,
             f"confirmation: {best.name} measured {best.ratio:.2f}x autotune paired, rounds "
             f"{best.ratio_min:.2f}x-{best.ratio_max:.2f}x, which cannot tell; measuring it "
@@ -278,9 +340,9 @@ def confirm_longer(
         dataclasses.replace(how, windows=rounds), configs, progress=progress, notes=notes
     )
     if not again:
-        _note(notes, f"the longer confirmation failed ({error}): the first one stands")
+        note(notes, f"the longer confirmation failed ({error}): the first one stands")
         return list(confirmed)
-    _note(
+    note(
         notes,
         f"confirmation: {best.name} measured {best.ratio:.2f}x autotune paired, rounds "
         f"{best.ratio_min:.2f}x-{best.ratio_max:.2f}x, which cannot tell; it and autotune "
@@ -331,7 +393,7 @@ def revert_hurting_groups(
     configs = {c.name: c.config for c in confirmed if c.name in ("autotune", "current", name)}
     configs = {"autotune": autotune, **configs, reverted_name: reverted}
     if not how.fits(how.cost(len(configs))):
-        _note(
+        note(
             notes,
             f"the winner with {groups} reverted was not measured: about "
             f"{how.cost(len(configs)):,.0f} s do not fit in the timeout; kept {name}",
@@ -339,13 +401,13 @@ def revert_hurting_groups(
         return name, config, list(confirmed), tuple(contributions)
     again, error = confirm(how, configs, progress=progress, notes=notes)
     if not again:
-        _note(notes, f"the winner with {groups} reverted was not confirmed ({error}): kept {name}")
+        note(notes, f"the winner with {groups} reverted was not confirmed ({error}): kept {name}")
         return name, config, list(confirmed), tuple(contributions)
     best = again[0]
     by_name = {c.name: c for c in again}
     if best.name == reverted_name:
         kept, other = by_name[reverted_name], by_name[name]
-        _note(
+        note(
             notes,
             f"{groups}: slower in every round of the gain breakdown, so reverted to "
             f"autotune's values; the reverted config measured {_paired(kept)} (median "
@@ -375,10 +437,10 @@ def verdicts(
     *,
     notes: list[str],
     unconfirmed: str | None = None,
-) -> dict[str, object]:
-    """The `TuneResult` verdict fields: beats autotune, input wait (measured, or from
-    the step bound when the step owns the loop) and their sentences; ``unconfirmed``:
-    why nothing was confirmed, said in the verdict."""
+) -> Verdicts:
+    """The verdicts: beats autotune, input wait (measured, or from the step bound when
+    the step owns the loop) and their sentences; ``unconfirmed``: why nothing was
+    confirmed, said in the verdict."""
     from tuners._advice import beats_autotune, input_verdict, step_bound_stats
 
     beats, beats_text = beats_autotune(confirmed)
@@ -398,14 +460,14 @@ def verdicts(
             ]
             input_bound, input_text = input_verdict(waits or [wait], input_only=input_only)
         elif not how.fits(how.cost(1)):
-            _note(notes, how.budget.skipped("step bound", how.cost(1)))
+            note(notes, how.budget.skipped("step bound", how.cost(1)))
         else:
             try:
                 bound_stats = step_bound_stats(
                     how.target, best_config, how.step, measurement=how.measurement()
                 )
             except Exception as e:
-                _note(notes, f"step bound not measured: {explain_failure(how.target, e)}")
+                note(notes, f"step bound not measured: {explain_failure(how.target, e)}")
             else:
                 bound = bound_stats.median
             if bound:
@@ -415,14 +477,14 @@ def verdicts(
                     bound=[w.examples_per_s for w in bound_stats.windows],
                     input_only=input_only,
                 )
-    return {
-        "beats_autotune": beats,
-        "input_wait": wait,
-        "input_wait_source": source,
-        "input_bound": input_bound,
-        "step_bound": bound,
-        "verdicts": (beats_text, input_text),
-    }
+    return Verdicts(
+        beats_autotune=beats,
+        input_wait=wait,
+        input_wait_source=source,
+        input_bound=input_bound,
+        step_bound=bound,
+        sentences=(beats_text, input_text),
+    )
 
 
 def gain_by_knob(
@@ -435,17 +497,17 @@ def gain_by_knob(
 ) -> tuple[KnobContribution, ...]:
     """`tuners._advice.knob_breakdown` of the winner; empty, with a note, if it raises
     or does not fit in the timeout."""
-    from tuners._advice import differing_groups, knob_breakdown
+    from tuners._advice import breakdown_of, differing_groups
 
     configs = 1 + len(differing_groups(best_config, autotune, target=how.target))
     if not how.fits(how.cost(configs)):
-        _note(notes, how.budget.skipped("gain by knob", how.cost(configs)))
+        note(notes, how.budget.skipped("gain by knob", how.cost(configs)))
         return ()
     if progress is not None:
         progress("breakdown", {"windows": how.windows})
     try:
         with how.measuring():
-            return knob_breakdown(
+            return breakdown_of(
                 how.target,
                 best_config,
                 autotune,
@@ -454,194 +516,8 @@ def gain_by_knob(
                 progress=how.guard(None),
             )
     except DeadlineReached as e:
-        _note(notes, f"gain by knob not measured: {e}")
+        note(notes, f"gain by knob not measured: {e}")
         return ()
     except Exception as e:  # the breakdown is extra: never lose the result for it
-        _note(notes, f"gain by knob not measured: {explain_failure(how.target, e)}")
+        note(notes, f"gain by knob not measured: {explain_failure(how.target, e)}")
         return ()
-
-
-#: Fresh-iterator windows the roofline of the winner is estimated to take (two short
-#: windows per stage), and the format advice (the conversion of a sample, then three
-#: rounds of two configs), for the timeout: each runs only when its estimate fits.
-ROOFLINE_WINDOWS = 8
-FORMAT_ADVICE_WINDOWS = 12
-
-
-def winner_roofline(
-    how: Remeasure,
-    best_config: PipelineConfig,
-    *,
-    notes: list[str],
-    progress: Progress | None = None,
-) -> Any | None:
-    """A short `tfinput.bench.roofline` with the winner's serial stage (``winner``), read
-    by the format advice and `serial_sentence`; None, with a note, if it raises or does
-    not fit in the timeout."""
-    from tuners._columnar_advice import quick_roofline
-
-    if not how.fits(how.cost(ROOFLINE_WINDOWS, 1)):
-        _note(notes, how.budget.skipped("roofline", how.cost(ROOFLINE_WINDOWS, 1)))
-        return None
-    if progress is not None:
-        progress("roofline", {})
-    try:
-        return quick_roofline(
-            how.target.pipeline,
-            batch_size=best_config.batch_size,
-            cpu_count=how.cpu_count,
-            configs={"winner": best_config},
-        )
-    except Exception as e:
-        _note(notes, f"roofline not measured: {explain_failure(how.target, e)}")
-        return None
-
-
-def serial_sentence(roofline: Any | None) -> str | None:
-    """The advice when the winner's serial stage is its bound (one thread hands over
-    every element crossing the consumer side; `tfinput.bench.serial_advice`), else
-    None."""
-    if roofline is None:
-        return None
-    from tfinput._src.measurement.roofline import serial_advice
-
-    stage = next((s for s in roofline.serial if s.config == "winner"), None)
-    prediction = roofline.predict("winner")
-    if stage is None or prediction.limited_by != "serial":
-        return None
-    return (
-        f"{serial_advice(stage)} (roofline: the winner can reach about "
-        f"{prediction.bound:,.0f} examples/s here; its parallel stages alone "
-        f"{prediction.parallel:,.0f})"
-    )
-
-
-def winner_format_advice(
-    how: Remeasure,
-    best_config: PipelineConfig,
-    *,
-    schema_path: str | None,
-    progress: Progress | None,
-    notes: list[str],
-    roofline: Any | None = None,
-) -> FormatAdvice | None:
-    """`tuners._advice.format_advice` for the winner (reading ``roofline`` when given);
-    None, with a note, if it raises."""
-    from tuners._columnar_advice import format_advice
-
-    if not how.fits(how.cost(FORMAT_ADVICE_WINDOWS, 1)):
-        _note(notes, how.budget.skipped("format advice", how.cost(FORMAT_ADVICE_WINDOWS, 1)))
-        return None
-    if progress is not None:
-        progress("format_advice", {})
-    try:
-        return format_advice(
-            how.target.pipeline,
-            best_config,
-            schema_path=schema_path,
-            measurement=MeasureOptions(cpu_count=how.cpu_count),
-            roofline_result=roofline,
-        )
-    except Exception as e:
-        _note(notes, f"format advice not measured: {explain_failure(how.target, e)}")
-        return None
-
-
-def advice_sentences(
-    format_result: FormatAdvice | None,
-    *,
-    input_bound: bool | None,
-    best_config: PipelineConfig,
-    base: PipelineConfig,
-    serial: str | None = None,
-) -> list[str]:
-    """`TuneResult.advice`: the serial stage when it bounds the winner
-    (`serial_sentence`), the format advice, and learning-rate scaling when the batch
-    size changed."""
-    advice = [serial] if serial else []
-    if format_result is not None:
-        advice.append(format_result.sentence())
-        if input_bound is False:
-            advice.append(
-                "the step is not input-bound, so a faster format will not speed up training "
-                "on this host (it may on a faster accelerator)"
-            )
-    if best_config.batch_size != base.batch_size:
-        k = best_config.batch_size / base.batch_size
-        advice.append(
-            f"The batch size changed from {base.batch_size} to {best_config.batch_size}: scale "
-            f"the learning rate linearly (x{k:g}) and warm it up over the first epochs "
-            "(Goyal et al., 2017), and check the model's quality, not only its speed."
-        )
-    return advice
-
-
-#: The training loop's share of a batch's time spent waiting for the SparseCore feed from
-#: which the feed is said to bound the step (xprof calls a run input-bound above 10%).
-FEED_BOUND_SHARE = 0.10
-
-
-def feed_sentence(
-    step: Step, best_config: PipelineConfig, confirmed: Sequence[ConfigStats]
-) -> str | None:
-    """Advice when a SparseCore feed (`tfinput.sparsecore.sparsecore_step`) bounds the
-    winner: over the measurements with the winner's feed knobs, the training loop waited
-    at least `FEED_BOUND_SHARE` of the winner's time per batch for preprocessed batches.
-    None for other steps, a winner that preprocesses on the training thread
-    (``sparsecore_workers=0``) or one measured without its feed."""
-    if not step.feeds_sparsecore or best_config.sparsecore_workers == 0:
-        return None
-    fed = step.prepare(best_config).details.get("sparsecore_feed") or {}
-    batches = int(fed.get("batches") or 0)
-    stats = next((c for c in confirmed if c.config == best_config), None)
-    if not batches or stats is None or stats.median <= 0:
-        return None
-    per_batch_s = best_config.batch_size / stats.median
-    wait_s = float(fed["wait_seconds"]) / batches
-    if wait_s < FEED_BOUND_SHARE * per_batch_s:
-        return None
-    workers = best_config.sparsecore_workers
-    return (
-        f"The SparseCore feed bounds the step: the training loop waited {wait_s * 1e3:.1f} ms "
-        f"of each {per_batch_s * 1e3:.1f} ms batch ({wait_s / per_batch_s:.0%}) for "
-        f"preprocessed batches, with {workers} worker{'s' if workers != 1 else ''} taking "
-        f"{float(fed['preprocess_seconds']) / batches * 1e3:.1f} ms per batch. More workers "
-        "(sparsecore_workers, on cores tf.data leaves free), worker processes "
-        "(sparsecore_step(..., processes=True)) or limits measured from the data (tfinput "
-        "schema sparsecore: smaller buffers) raise it; so does a host with more cores."
-    )
-
-
-def service_sizing(
-    target: Target,
-    best_config: PipelineConfig,
-    confirmed: Sequence[ConfigStats],
-    target_rate: float | None,
-) -> tuple[str, ...]:
-    """For a pipeline read through tf.data service: the rate per worker the winner
-    measured and, with ``target_rate``, the workers that rate implies for it
-    (`tfinput.service.workers_needed`). Empty for a local pipeline."""
-    from tfinput.service import workers_needed
-
-    service = target.service
-    if service is None or not confirmed:
-        return ()
-    winner = next((c for c in confirmed if c.config == best_config), confirmed[0])
-    workers = service.worker_count(best_config)
-    if not workers:
-        return (
-            f"tf.data service: {winner.median:,.0f} examples/s; pass the address's worker "
-            "count (with_service(..., workers=N)) for a per-worker rate",
-        )
-    per_worker = winner.median / workers
-    text = (
-        f"tf.data service: {winner.median:,.0f} examples/s from {workers} worker(s), "
-        f"{per_worker:,.0f} per worker"
-    )
-    if target_rate:
-        need = workers_needed(winner.median, workers, target_rate)
-        text += (
-            f"; {target_rate:,.0f} examples/s needs about {need} worker(s) like these "
-            "(linear per worker: more where the dispatcher or network binds)"
-        )
-    return (text,)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tuners._result import TuneOutputError, TuneResult, write_whole
-from tuners._storage import summarize_trials
+from tuners._trials import summarize_trials
 
 NO_PLOTLY = "charts need plotly, not installed: pip install 'tfinput[plots]'"
 

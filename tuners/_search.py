@@ -9,39 +9,30 @@ import dataclasses
 import datetime
 import gc
 import logging
-import os
 import random
-import time
-import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tfinput._src.measurement.target import Target
 from tfinput._src.measurement.windows import WindowPlan
 from tfinput.config import PipelineConfig
-from tfinput.errors import ConfigError, DataError, TfinputError
+from tfinput.errors import DataError, TfinputError
 from tfinput.steps import Step
+from tuners._budget import Budget, stopped_by_timeout
 from tuners._confirm import (
     Progress,
     Remeasure,
 )
-from tuners._objective import Budget, measure, stopped_by_timeout
+from tuners._objective import Measurement, measure_target
 from tuners._result import (
     TrialsFailedError,
-    describe_step,
 )
-from tuners._space import SearchSpace, nearest_unmeasured, pipeline_key
-from tuners._storage import (
-    explain_failure,
-    host_lock,
+from tuners._space import SearchSpace, nearest_unmeasured, pipeline_key, space_for_target
+from tuners._storage import explain_failure, host_lock, is_interrupt, is_locked
+from tuners._trials import (
     is_counted,
     is_duplicate,
-    is_interrupt,
-    is_locked,
-    make_storage,
     measured_twin,
-    open_study,
-    requeue_dead_workers,
     state_name,
     summarize_trials,
     tag_worker,
@@ -58,7 +49,7 @@ log = logging.getLogger("tfinput.tuners")
 
 class DuplicateTrial(Exception):
     """Ends a trial whose config the study measured already, or is measuring: Optuna
-    records it failed (`tuners._storage.is_duplicate` tells it apart; it does not count
+    records it failed (`tuners._trials.is_duplicate` tells it apart; it does not count
     towards ``n_trials``, and samplers leave failed trials out)."""
 
 
@@ -76,7 +67,7 @@ class StorageLocked(BaseException):
 def _row(
     trial: optuna.Trial, state: str, value: float | None, attrs: Mapping[str, Any]
 ) -> dict[str, object]:
-    """A `tuners._storage.summarize_trials` row of a trial this call measured."""
+    """A `tuners._trials.summarize_trials` row of a trial this call measured."""
     return {
         "number": trial.number,
         "state": state,
@@ -152,7 +143,7 @@ class Tuning:
     clocks: Mapping[str, Callable[[], float]]
     lock_path: str | None
     progress: Progress | None
-    #: The run's time (`tuners._objective.Budget`): the trials count into it, and stop
+    #: The run's time (`tuners._budget.Budget`): the trials count into it, and stop
     #: after the window that passes the search's share.
     budget: Budget
     #: Set by a trial that found the data smaller than one batch: the search stops.
@@ -161,7 +152,7 @@ class Tuning:
     #: measured (or being measured): the search stops.
     exhausted: list[str] = dataclasses.field(default_factory=list)
     #: The trials this call measured, and the study's trials as last read after a
-    #: trial (`tuners._storage.summarize_trials` rows): what a study whose database is
+    #: trial (`tuners._trials.summarize_trials` rows): what a study whose database is
     #: locked reports (it cannot be read back then).
     measured: dict[int, dict[str, object]] = dataclasses.field(default_factory=dict)
     seen: list[dict[str, object]] = dataclasses.field(default_factory=list)
@@ -194,7 +185,7 @@ class Tuning:
         cores = cpu_count or available_cpus()
         base = base or current or PipelineConfig()
         if space is None:
-            space = SearchSpace.for_pipeline(target, cpu_count=cores, step=step)
+            space = space_for_target(target, cpu_count=cores, step=step)
         baselines = baseline_configs(base, cpu_count=cores, current=current, step=step)
         return cls(
             target=target,
@@ -252,21 +243,7 @@ class Tuning:
                 key = self._key(config.to_dict())
                 twin = measured_twin(trial.study, trial, key, self._recorded_key)
                 if twin is None:
-                    trial.set_user_attr("measuring", True)
-                    self.budget.mark()
-                    m = measure(
-                        self.target, config, self.step, plan=self.plan, report=report, **self.clocks
-                    )
-                    if m.stopped_early:  # its last window was reported: its end follows
-                        self.budget.measurement_done()
-                    else:  # the last window is not reported: it counts with its end
-                        self.budget.window_done()
-                    self.budget.record(m)
-                    attrs = m.to_attrs()
-                    if cut:
-                        attrs["windows_cut_by_timeout"] = f"{cut[0]} of {self.plan.windows}"
-                    for attr, value in attrs.items():
-                        trial.set_user_attr(attr, value)
+                    m, attrs = self._measure(trial, config, report, cut)
         except KeyboardInterrupt as interrupt:
             self._interrupted(trial, interrupt)
             raise
@@ -297,6 +274,32 @@ class Tuning:
         if m.stopped_early and not cut:
             raise optuna.TrialPruned(f"window rates {m.rates} pruned: a clear loser")
         return m.median
+
+    def _measure(
+        self,
+        trial: optuna.Trial,
+        config: PipelineConfig,
+        report: Callable[[int, float], bool],
+        cut: list[int],
+    ) -> tuple[Measurement, dict[str, object]]:
+        """``config`` measured for ``trial`` (its windows counted in the budget): the
+        measurement and the attributes recorded on the trial."""
+        trial.set_user_attr("measuring", True)
+        self.budget.mark()
+        m = measure_target(
+            self.target, config, self.step, plan=self.plan, report=report, **self.clocks
+        )
+        if m.stopped_early:  # its last window was reported: its end follows
+            self.budget.measurement_done()
+        else:  # the last window is not reported: it counts with its end
+            self.budget.window_done()
+        self.budget.record(m)
+        attrs = m.to_attrs()
+        if cut:
+            attrs["windows_cut_by_timeout"] = f"{cut[0]} of {self.plan.windows}"
+        for attr, value in attrs.items():
+            trial.set_user_attr(attr, value)
+        return m, attrs
 
     def _duplicate(self, trial: optuna.Trial, twin: optuna.trial.FrozenTrial) -> NoReturn:
         """End ``trial`` unmeasured: ``twin`` measured its config, or is measuring it.
@@ -427,68 +430,6 @@ class Tuning:
         self.seen[:] = summarize_trials(study)
 
 
-def open_storage(storage: Any, *, heartbeat_interval: int, grace_period: int) -> Any:
-    """`make_storage`, Optuna quiet (warnings and up; its heartbeats are "experimental"
-    since Optuna 2.8)."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return make_storage(
-            storage, heartbeat_interval=heartbeat_interval, grace_period=grace_period
-        )
-
-
-def study_name_for(study_name: str | None, storage: Any) -> str:
-    """The given name, or a fresh one for an in-memory study."""
-    if study_name is not None:
-        return study_name
-    if storage is not None:
-        raise ConfigError("a study stored in a file or database needs a study_name")
-    return f"tfinput-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def process_seed() -> int:
-    """A seed for this process's sampler, drawn from the operating system: workers that
-    share a study, and a study resumed after Ctrl-C, each propose their own configs
-    (with one seed they would propose the same ones, in the same order)."""
-    return int.from_bytes(os.urandom(4), "little") >> 1
-
-
-def default_sampler(seed: int | None) -> Any:
-    """Seeded multivariate TPE with the constant liar (parallel workers)."""
-    import optuna
-
-    return optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, constant_liar=True, n_startup_trials=8
-    )
-
-
-def default_pruner() -> Any:
-    """`tuners._objective.NoiseAwarePruner`: bottom quarter beyond the measured noise."""
-    from tuners._objective import NoiseAwarePruner
-
-    return NoiseAwarePruner(quantile=0.25, n_startup_trials=4, n_warmup_steps=1)
-
-
-def open_tuning_study(run: Tuning, storage: Any, **study: Any) -> Any:
-    """Open the study (`tuners._storage.open_study` with ``study``'s arguments), requeue
-    the trials of dead workers of this host, record the space and the step, and enqueue
-    the baselines once. All under the host lock, which keeps two workers on one host
-    from enqueueing the baselines twice."""
-    with host_lock(run.lock_path):
-        opened = open_study(storage, **study)
-        requeue_dead_workers(opened)
-        opened.set_user_attr("space", run.space.to_dict())
-        opened.set_user_attr("step", describe_step(run.step))
-        for name, config in run.baselines.items():
-            opened.enqueue_trial(
-                run.space.params(config), user_attrs={"baseline": name}, skip_if_exists=True
-            )
-    return opened
-
-
 #: Proposals in a row of configs already measured after which the search stops (each
 #: enqueues the nearest config not measured, so this is reached only when none is
 #: found near the proposals of a large space).
@@ -496,9 +437,9 @@ MAX_DUPLICATES_IN_A_ROW = 20
 
 
 class _StopRule:
-    """Optuna callback: stop once ``n_trials`` trials count (`tuners._storage.is_counted`),
+    """Optuna callback: stop once ``n_trials`` trials count (`tuners._trials.is_counted`),
     when one more trial does not fit in the search's share of the timeout
-    (`tuners._objective.Budget.trial_fits`), or after ``max_consecutive_failures``
+    (`tuners._budget.Budget.trial_fits`), or after ``max_consecutive_failures``
     failed in a row since it was made (a resumed study whose step was fixed searches
     again); ``reason`` then says why."""
 
@@ -619,31 +560,6 @@ def search_trials(
             log.warning("%s", reason)
             notes.append(reason)
     return seconds, notes
-
-
-def requeue_interrupted(study: optuna.Study, run: Tuning) -> list[int]:
-    """Enqueue again the params of the trials of ``run`` that Ctrl-C stopped (once), so
-    that a study kept in a storage measures them when it resumes; the numbers
-    requeued."""
-    import optuna
-
-    requeued = []
-    try:
-        for number in run.interrupted:
-            t = study.get_trials(deepcopy=False)[number]
-            if t.state != optuna.trial.TrialState.FAIL:
-                continue
-            attrs = {k: t.user_attrs[k] for k in ("baseline",) if k in t.user_attrs}
-            params = {**t.system_attrs.get("fixed_params", {}), **t.params}
-            study.enqueue_trial(params, user_attrs={**attrs, "retried_from": t.number})
-            requeued.append(number)
-    except Exception as e:  # the storage failed mid-write (Ctrl-C landed inside it)
-        log.warning(
-            "the trials Ctrl-C stopped could not be enqueued again (%s); a resumed study "
-            "samples new ones instead",
-            e,
-        )
-    return requeued
 
 
 def _verbose() -> bool:

@@ -297,29 +297,14 @@ class SearchSpace:
         multi-hot format (``layout`` when ``dense``) and the step's feeding knobs, less the
         knobs its source ignores (`Source.ignored_knobs`: the interleave knobs of a
         wrapped dataset, the block length of pyarrow Parquet)."""
-        target = Target.of(pipeline, what="SearchSpace.for_pipeline")
-        source = target.source
-        files = source.files() if source is not None else []
-        local = [f for f in files if "://" not in f and os.path.exists(f)]
-        size = (
-            sum(os.path.getsize(f) for f in local) if local and len(local) == len(files) else None
-        )
-        space = cls.default(
+        return space_for_target(
+            Target.of(pipeline, what="SearchSpace.for_pipeline"),
             cpu_count=cpu_count,
-            files=len(files) or None,
             batch_size=batch_size,
             tune_batch_size=tune_batch_size,
             tune_cache=tune_cache,
-            data_bytes=size,
-            multi_hot_format=target.multi_hot_format,
             step=step,
-            service=target.service,
         )
-        ignored = [k for k in (source.ignored_knobs if source else ()) if k in space.choices]
-        if not ignored:
-            return space
-        # knobs that never change what the source does: searching them wastes trials
-        return cls(choices={k: v for k, v in space.choices.items() if k not in ignored})
 
     def fix(self, **values: Any) -> SearchSpace:
         """Pin knobs to one value each (they are then not searched)."""
@@ -391,6 +376,38 @@ class SearchSpace:
 
     def to_dict(self) -> dict[str, list[Any]]:
         return {k: [encode(v) for v in vs] for k, vs in self.choices.items()}
+
+
+def space_for_target(
+    target: Target,
+    *,
+    cpu_count: int | None = None,
+    batch_size: int | None = None,
+    tune_batch_size: bool = False,
+    tune_cache: bool = False,
+    step: Step | Callable[[Any], object] | None = None,
+) -> SearchSpace:
+    """`SearchSpace.for_pipeline` of a `Target` its entry settled (`tuners.tune`'s)."""
+    source = target.source
+    files = source.files() if source is not None else []
+    local = [f for f in files if "://" not in f and os.path.exists(f)]
+    size = sum(os.path.getsize(f) for f in local) if local and len(local) == len(files) else None
+    space = SearchSpace.default(
+        cpu_count=cpu_count,
+        files=len(files) or None,
+        batch_size=batch_size,
+        tune_batch_size=tune_batch_size,
+        tune_cache=tune_cache,
+        data_bytes=size,
+        multi_hot_format=target.multi_hot_format,
+        step=step,
+        service=target.service,
+    )
+    ignored = [k for k in (source.ignored_knobs if source else ()) if k in space.choices]
+    if not ignored:
+        return space
+    # knobs that never change what the source does: searching them wastes trials
+    return SearchSpace(choices={k: v for k, v in space.choices.items() if k not in ignored})
 
 
 def pipeline_key(config: Mapping[str, Any], *, layout: str) -> str:

@@ -24,7 +24,7 @@ What happens:
    through the storage.
 4. **Confirmation** (`tuners._confirm`). The top configs are measured again, interleaved
    window by window with ``autotune`` (and the current config) by
-   `tfinput.measure.compare.measure`, and the winner is the best *paired ratio* to
+   `tfinput.bench.measure`, and the winner is the best *paired ratio* to
    autotune: each round's examples/s over autotune's in that round, the median of the
    rounds (the median examples/s is reported beside it), so noise in the search does
    not inflate it. If the confirmation raises, it is run once more; if it fails again,
@@ -42,7 +42,7 @@ What happens:
    get a 2-file sample converted to columnar records and measured side by side, with the
    ``tfinput convert`` command (docs/tuning.md).
 
-The timeout bounds the whole run (`tuners._objective.Budget`): the search keeps the time
+The timeout bounds the whole run (`tuners._budget.Budget`): the search keeps the time
 the confirmation needs, and every step after it measures what fits.
 
 No config is measured twice: a trial whose config the study measured, or is measuring,
@@ -69,99 +69,50 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core.options import check_counts
-from tfinput._src.measurement.target import Measurable, MeasureOptions, Target
+from tfinput._src.measurement.target import Measurable, Target
 from tfinput._src.measurement.windows import TUNER_PLAN, WindowPlan
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError
 from tfinput.steps import Step
 from tuners._advice import KNOB_GROUPS
+from tuners._after_search import confirm_and_advise
+from tuners._budget import MIN_WINDOWS, Budget, fit_budget, least_trial_seconds
 from tuners._confirm import (
-    Remeasure,
-    advice_sentences,
-    confirm,
-    confirm_longer,
-    confirmation_configs,
-    feed_sentence,
-    gain_by_knob,
-    pick_winner,
-    revert_hurting_groups,
-    serial_sentence,
-    service_sizing,
-    verdicts,
-    winner_format_advice,
-    winner_roofline,
+    Confirmation,
 )
-from tuners._objective import (
-    MIN_WINDOWS,
-    Budget,
-    TrialProgress,
-    fit_budget,
-    least_trial_seconds,
-)
-from tuners._options import (
-    MAX_CONSECUTIVE_FAILURES,
-    ConfirmOptions,
-    SearchOptions,
-    StudyOptions,
-    TuneOptions,
-)
-from tuners._result import (
-    StudyLockedError,
-    TrialsFailedError,
-    TuneInterrupted,
-    TuneResult,
-    describe_method,
-    describe_step,
-    fingerprint,
-)
-from tuners._search import (
-    StorageLocked,
-    Tuning,
-    baseline_configs,
+from tuners._method import describe_method, describe_step, fingerprint
+from tuners._opening import (
     default_pruner,
     default_sampler,
     open_storage,
     open_tuning_study,
     process_seed,
     requeue_interrupted,
-    search_trials,
     study_name_for,
 )
-from tuners._space import SearchSpace, pipeline_key
+from tuners._options import (
+    ConfirmOptions,
+    SearchOptions,
+    StudyOptions,
+    TuneOptions,
+)
+from tuners._progress import TrialProgress
+from tuners._result import StudyLockedError, TuneInterrupted, TuneResult
+from tuners._search import StorageLocked, Tuning, search_trials
+from tuners._space import SearchSpace
 from tuners._storage import (
-    host_lock,
     is_interrupt,
     is_locked,
-    make_storage,
     sqlite_busy_timeout,
     sqlite_path,
-    state_counts,
     stop_heartbeats,
     storage_label,
-    top_configs,
 )
-from tuners._storage import summarize_trials as summarize_trials  # importable from here
+from tuners._trials import state_counts
 
 if TYPE_CHECKING:
     import optuna
 
-
-# `tune`, and the names the CLI and the tests import from here with it (their homes are
-# the modules they are imported from above).
-__all__ = [
-    "tune",
-    "TuneOptions",
-    "SearchOptions",
-    "StudyOptions",
-    "MeasureOptions",
-    "ConfirmOptions",
-    "MAX_CONSECUTIVE_FAILURES",
-    "TuneResult",
-    "TrialsFailedError",
-    "make_storage",
-    "host_lock",
-    "baseline_configs",
-]
 
 log = logging.getLogger("tfinput.tuners")
 
@@ -196,10 +147,10 @@ def tune(
         warm-up (``window_batches`` steps a window when the windows are not timed).
       timeout: Seconds the whole run may take, the confirmation and the gain by knob
         included (None: no limit): it ends within the timeout plus one window
-        (`tuners._objective.Budget`; ``TuneResult.budget`` accounts for it). The search
+        (`tuners._budget.Budget`; ``TuneResult.budget`` accounts for it). The search
         keeps the confirmation's time; when ``n_trials`` timed trials do not fit in the
         rest, each measures fewer windows (at least 3), and the result notes it
-        (`tuners._objective.fit_budget`); a confirmation that does not fit is left out
+        (`tuners._budget.fit_budget`); a confirmation that does not fit is left out
         (no verdict), with a note.
       options: A `tuners.TuneOptions` (default: every default): the search (seed,
         sampler, pruner), the study (storage, name, heartbeats), the measurement
@@ -210,7 +161,7 @@ def tune(
         ``roofline``, ...).
       verbose: Log a line per trial (its config, rate, state, the best so far and,
         from the first trial on, the time left), the stages after the search, and a
-        note while a first trial runs past `tuners._objective.SLOW_FIRST_TRIAL_S`
+        note while a first trial runs past `tuners._progress.SLOW_FIRST_TRIAL_S`
         seconds, on the ``tfinput.tuners`` logger (INFO; the note WARNING). When
         logging is not configured, a stderr handler shows them for the call; a level
         set on the logger (or on ``tfinput``) silences them, as ``verbose=False`` does.
@@ -232,7 +183,39 @@ def tune(
         with it).
     """
     opts = options or TuneOptions()
-    measured, search, kept = opts.measurement, opts.search, opts.study
+    run, reporter, notes = _settle(
+        pipeline,
+        opts,
+        step=step,
+        space=space,
+        base=base,
+        current=current,
+        n_trials=n_trials,
+        timeout=timeout,
+        progress=progress,
+        verbose=verbose,
+    )
+    with reporter:
+        return _search_and_confirm(run, opts, notes, n_trials=n_trials)
+
+
+def _settle(
+    pipeline: Measurable,
+    opts: TuneOptions,
+    *,
+    step: Step | Callable[[Any], object] | None,
+    space: SearchSpace | None,
+    base: PipelineConfig | None,
+    current: PipelineConfig | None,
+    n_trials: int,
+    timeout: float | None,
+    progress: Callable[[str, dict[str, object]], None] | None,
+    verbose: bool,
+) -> tuple[Tuning, TrialProgress, list[str]]:
+    """`tune`'s entry: the counts checked, the target and the trial plan settled once,
+    the budget and the progress made, and the trials fitted to the timeout: the run,
+    its progress and the notes so far."""
+    measured, kept = opts.measurement, opts.study
     check_counts(
         n_trials=n_trials, windows=measured.windows, window_batches=measured.window_batches
     )
@@ -260,43 +243,58 @@ def tune(
         budget=budget,
     )
     run, notes = _fit_to_budget(run, reporter, opts.confirmation, n_trials=n_trials)
-    with reporter:
-        run.refuse_data_smaller_than_a_batch()
-        try:
-            study, in_memory, seed = _open_study(run, search, kept)
-        except Exception as e:
-            if is_locked(e):
-                raise _locked(kept, stage="open", run=run) from None
+    return run, reporter, notes
+
+
+def _search_and_confirm(
+    run: Tuning, opts: TuneOptions, notes: list[str], *, n_trials: int
+) -> TuneResult:
+    """The study opened, the search run, the winner confirmed: the `TuneResult`; a
+    locked storage or Ctrl-C raised as `tune` says."""
+    search, kept = opts.search, opts.study
+    run.refuse_data_smaller_than_a_batch()
+    try:
+        study, in_memory, seed = _open_study(run, search, kept)
+    except Exception as e:
+        if is_locked(e):
+            raise _locked(kept, stage="open", run=run) from None
+        raise
+    stage = "search"
+    try:
+        search_seconds, said = search_trials(
+            study,
+            run,
+            n_trials=n_trials,
+            max_consecutive_failures=search.max_consecutive_failures,
+        )
+        notes += said
+        stage = "confirmation"
+        outcome = confirm_and_advise(study, run, opts.confirmation, notes=notes)
+        return _result(
+            study,
+            run,
+            opts.confirmation,
+            notes,
+            outcome,
+            seed=seed,
+            search_seconds=search_seconds,
+            storage=storage_label(opts.study.storage),
+        )
+    except (KeyboardInterrupt, Exception, StorageLocked) as e:
+        if isinstance(e, StorageLocked) or (not is_interrupt(e) and is_locked(e)):
+            stop_heartbeats()  # its thread would wait on the lock, and hold the exit
+            raise _locked(kept, stage=stage, run=run, study=study) from None
+        # Ctrl-C: what was done goes with the exception (a second Ctrl-C while the
+        # interrupted trials are enqueued again stops at once). An error after
+        # Ctrl-C stopped a trial is the interrupt's too: the storage failing while
+        # Optuna records the stopped trial (Ctrl-C landed inside a write).
+        if not is_interrupt(e) and not run.interrupted:
             raise
-        stage = "search"
-        try:
-            search_seconds, said = search_trials(
-                study,
-                run,
-                n_trials=n_trials,
-                max_consecutive_failures=search.max_consecutive_failures,
-            )
-            notes += said
-            stage = "confirmation"
-            outcome = _confirm_and_advise(study, run, opts.confirmation, notes=notes)
-            outcome["seconds"] = {"search": round(search_seconds, 1), **outcome["seconds"]}
-            outcome["storage"] = storage_label(opts.study.storage)
-            return _result(study, run, opts.confirmation, notes, outcome, seed=seed)
-        except (KeyboardInterrupt, Exception, StorageLocked) as e:
-            if isinstance(e, StorageLocked) or (not is_interrupt(e) and is_locked(e)):
-                stop_heartbeats()  # its thread would wait on the lock, and hold the exit
-                raise _locked(kept, stage=stage, run=run, study=study) from None
-            # Ctrl-C: what was done goes with the exception (a second Ctrl-C while the
-            # interrupted trials are enqueued again stops at once). An error after
-            # Ctrl-C stopped a trial is the interrupt's too: the storage failing while
-            # Optuna records the stopped trial (Ctrl-C landed inside a write).
-            if not is_interrupt(e) and not run.interrupted:
-                raise
-            stop_heartbeats()  # one Ctrl-C left running would keep the process alive
-            requeued = () if in_memory else requeue_interrupted(study, run)
-            raise TuneInterrupted(
-                study, stage=stage, storage=kept.storage, requeued=tuple(requeued)
-            ) from e
+        stop_heartbeats()  # one Ctrl-C left running would keep the process alive
+        requeued = () if in_memory else requeue_interrupted(study, run)
+        raise TuneInterrupted(
+            study, stage=stage, storage=kept.storage, requeued=tuple(requeued)
+        ) from e
 
 
 def check_timeout(timeout: float | None) -> None:
@@ -310,7 +308,7 @@ def check_timeout(timeout: float | None) -> None:
 
 def check_windows_fit(plan: WindowPlan, timeout: float | None) -> None:
     """Raise `ConfigError` when a trial of ``plan`` cannot fit in ``timeout``: even cut
-    to its least windows (`tuners._objective.least_trial_seconds`), they last longer."""
+    to its least windows (`tuners._budget.least_trial_seconds`), they last longer."""
     if timeout is None or not plan.timed:
         return
     least = least_trial_seconds(plan)
@@ -327,7 +325,7 @@ def _fit_to_budget(
     run: Tuning, reporter: TrialProgress, confirming: ConfirmOptions, *, n_trials: int
 ) -> tuple[Tuning, list[str]]:
     """Settle what the search keeps of the timeout for the steps after it, and fit the
-    trials' windows in the rest (`tuners._objective.fit_budget`): the run's plan, and
+    trials' windows in the rest (`tuners._budget.fit_budget`): the run's plan, and
     the notes that say what was changed."""
     budget, notes = run.budget, []
     searched = set(run.space.searched)
@@ -395,9 +393,11 @@ def _result(
     run: Tuning,
     confirming: ConfirmOptions,
     notes: list[str],
-    outcome: dict[str, object],
+    outcome: Confirmation,
     *,
     seed: int | None,
+    search_seconds: float,
+    storage: str | None,
 ) -> TuneResult:
     """The `TuneResult` of a finished search and its confirmation (``outcome``)."""
     return TuneResult(
@@ -414,10 +414,24 @@ def _result(
         step=describe_step(run.step),
         space=run.space.to_dict(),
         warnings=tuple(notes),
-        packed_layout=_packed_layout(run.target, outcome["best_config"]),
+        packed_layout=_packed_layout(run.target, outcome.best_config),
         study=study,
         budget=run.budget.to_dict(),
-        **outcome,
+        storage=storage,
+        seconds={"search": round(search_seconds, 1), **outcome.seconds},
+        best_config=outcome.best_config,
+        best_name=outcome.best_name,
+        confirmed=outcome.confirmed,
+        advice=outcome.advice,
+        confirmation_error=outcome.confirmation_error,
+        beats_autotune=outcome.beats_autotune,
+        input_wait=outcome.input_wait,
+        input_wait_source=outcome.input_wait_source,
+        input_bound=outcome.input_bound,
+        step_bound=outcome.step_bound,
+        verdicts=outcome.verdicts,
+        breakdown=outcome.breakdown,
+        format_advice=outcome.format_advice,
     )
 
 
@@ -425,130 +439,3 @@ def _packed_layout(target: Target, config: PipelineConfig) -> dict[str, object] 
     """The JSON layout description when ``config`` builds packed batches."""
     layout = target.packed_layout(config)
     return layout.to_dict() if layout is not None else None
-
-
-# --------------------------------------------------------------- the steps
-def _format_advice(
-    run: Tuning,
-    how: Remeasure,
-    best_config: PipelineConfig,
-    *,
-    advise: bool,
-    schema_path: str | None,
-    notes: list[str],
-) -> tuple[Any, str | None]:
-    """``(format advice, serial-stage sentence)`` for tf.Example TFRecord data (a short
-    roofline of the winner, then the columnar sample measured side by side); ``(None,
-    None)`` for other data or when not asked."""
-    source = run.target.source
-    if not advise or source is None or source.kind != "tfrecord":
-        return None, None
-    roofline = winner_roofline(how, best_config, notes=notes, progress=run.progress)
-    advice = winner_format_advice(
-        how,
-        best_config,
-        schema_path=schema_path,
-        progress=run.progress,
-        notes=notes,
-        roofline=roofline,
-    )
-    return advice, serial_sentence(roofline)
-
-
-def _confirm_and_advise(
-    study: optuna.Study, run: Tuning, options: ConfirmOptions, *, notes: list[str]
-) -> dict[str, object]:
-    """Confirm the search's top configs, then the verdicts, the gain by knob and the
-    format advice (`tuners._confirm`), within what is left of the timeout: the
-    `TuneResult` fields they give, ``seconds`` (without the search's) included."""
-    how = run.remeasure(options.confirm_windows)
-    progress, autotune = run.progress, run.baselines["autotune"]
-    elapsed = run.budget.elapsed
-    t1 = elapsed()
-
-    # The search's best (autotune included: the result when nothing is confirmed), and
-    # the candidates confirmed against autotune: the best configs building another
-    # pipeline than autotune's and the current config's.
-    def key(config: PipelineConfig) -> str:
-        return pipeline_key(config.to_dict(), layout=run.target.layout)
-
-    best_trial = top_configs(study, 1, key=key)
-    others = [c for c in (autotune, run.current) if c is not None]
-    candidates = top_configs(study, options.confirm_top, key=key, exclude=others)
-    configs = confirmation_configs(autotune, run.current, candidates)
-    if len(configs) > 1:
-        confirmed, confirmation_error = confirm(how, configs, progress=progress, notes=notes)
-        confirmed = confirm_longer(how, confirmed, progress=progress, notes=notes)
-    else:  # nothing but autotune completed: there is nothing to compare it with
-        confirmed, confirmation_error = (
-            [],
-            (
-                "autotune is the only config the search completed, so there is nothing to "
-                "compare it with"
-            ),
-        )
-        _note(notes, f"the confirmation did not run: {confirmation_error}")
-    confirm_seconds = elapsed() - t1
-    best_name, best_config = pick_winner(confirmed, best_trial, autotune)
-    t2 = elapsed()
-    contributions: tuple[Any, ...] = ()
-    if options.breakdown and confirmed and best_name != "autotune":
-        contributions = gain_by_knob(how, best_config, autotune, progress=progress, notes=notes)
-        # A group measured slower in every round is reverted, and the reverted config
-        # confirmed against the winner: the one measured best is the winner.
-        best_name, best_config, confirmed, contributions = revert_hurting_groups(
-            how,
-            (best_name, best_config),
-            autotune,
-            confirmed,
-            contributions,
-            progress=progress,
-            notes=notes,
-        )
-    t3 = elapsed()
-    verdict = verdicts(how, confirmed, best_config, notes=notes, unconfirmed=confirmation_error)
-    if verdict["beats_autotune"] is False:
-        # "Keep autotune": the saved config is the verdict; the config measured best
-        # stays first in ``confirmed`` with its ratio and range.
-        best_name, best_config = "autotune", autotune
-    t_verdicts = elapsed()
-    format_result, serial = _format_advice(
-        run,
-        how,
-        best_config,
-        advise=options.advise_format,
-        schema_path=options.schema_path,
-        notes=notes,
-    )
-    t4 = elapsed()
-    return {
-        "best_config": best_config,
-        "best_name": best_name,
-        "confirmed": tuple(confirmed),
-        "seconds": {
-            "confirm": round(confirm_seconds, 1),
-            "verdicts": round(t_verdicts - t3, 1),
-            "breakdown": round(t3 - t2, 1),
-            "format_advice": round(t4 - t_verdicts, 1),
-        },
-        "advice": (
-            *advice_sentences(
-                format_result,
-                input_bound=verdict["input_bound"],
-                best_config=best_config,
-                base=run.base,
-                serial=serial,
-            ),
-            *service_sizing(run.target, best_config, confirmed, options.target_rate),
-            *filter(None, [feed_sentence(run.step, best_config, confirmed)]),
-        ),
-        "confirmation_error": confirmation_error,
-        "breakdown": contributions,
-        "format_advice": format_result,
-        **verdict,
-    }
-
-
-def _note(notes: list[str], text: str) -> None:
-    log.warning("%s", text)
-    notes.append(text)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from profiles._jax_trace import JAX_TRACE_DIR, NEXT_SPAN, device_time_of, jax_device_time
 from profiles._results import DEVICE_BUSY_THRESHOLD
-from profiles._trace_events import JAX_TRACE_DIR, NEXT_SPAN, device_time_of, jax_device_time
 from profiles._xplane import xspace_class
 
 US = 1_000_000  # picoseconds per microsecond

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from profiles import compare, format_text, render, render_comparison, to_html, to_json, write_html
-from profiles._report import svg_stage_times, svg_step_breakdown
+from profiles._html import svg_stage_times, svg_step_breakdown
 from profiles._results import StepTime
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -16,8 +16,8 @@ import tfinput
 from tfinput.config import PipelineConfig
 from tuners._options import TuneOptions
 from tuners._space import SearchSpace
-from tuners._storage import is_duplicate
 from tuners._study import tune
+from tuners._trials import is_duplicate
 
 # The format advice (a roofline, a conversion, a side-by-side measurement) and the gain
 # by knob have their own tests; the other tune() tests leave them out. One confirmation

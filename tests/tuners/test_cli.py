@@ -24,7 +24,8 @@ from tuners import _storage as tuners_storage
 from tuners._cli import _resume_line, add_subcommands
 from tuners._result import resume_record
 from tuners._search import baseline_configs
-from tuners._storage import is_counted, make_storage
+from tuners._storage import make_storage
+from tuners._trials import is_counted
 
 
 @pytest.mark.parametrize(

@@ -21,17 +21,11 @@ from tfinput._src.measurement import roofline
 from tfinput._src.measurement.target import MeasureOptions, Target
 from tfinput._src.measurement.windows import WindowPlan, measure_window
 from tfinput.config import PipelineConfig
-from tuners._confirm import (
-    Remeasure,
-    advice_sentences,
-    confirmation_configs,
-    pick_winner,
-    serial_sentence,
-    winner_roofline,
-)
+from tuners._confirm import Remeasure, confirmation_configs, pick_winner
 from tuners._report import write_outputs
 from tuners._space import SearchSpace
 from tuners._study import tune
+from tuners._winner_advice import advice_sentences, serial_sentence, winner_roofline
 
 AUTO = PipelineConfig.autotune(batch_size=50)
 

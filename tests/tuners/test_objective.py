@@ -19,7 +19,7 @@ from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError
 from tuners._objective import Measurement, NoiseAwarePruner, measure
 from tuners._space import SearchSpace
-from tuners._storage import is_duplicate
+from tuners._trials import is_duplicate
 
 
 def test_measure_windows_and_early_stop(pipeline, base):

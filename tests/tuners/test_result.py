@@ -15,15 +15,9 @@ from tests.tuners.conftest import BEST, tune_result
 from tfinput import steps
 from tfinput._src.measurement.windows import WindowPlan
 from tfinput.config import PipelineConfig
+from tuners._method import describe_method, describe_pruner, describe_step, fingerprint
 from tuners._objective import NoiseAwarePruner
-from tuners._result import (
-    TrialsFailedError,
-    describe_method,
-    describe_pruner,
-    describe_step,
-    fingerprint,
-    resume_record,
-)
+from tuners._result import TrialsFailedError, resume_record
 
 
 def test_fingerprint_records_the_keras_backend_and_jax():

@@ -32,8 +32,8 @@ from tuners._report import write_outputs
 from tuners._result import StudyLockedError, TrialsFailedError, TuneInterrupted
 from tuners._search import baseline_configs
 from tuners._space import SearchSpace
-from tuners._storage import is_counted, is_duplicate, summarize_trials
 from tuners._study import tune
+from tuners._trials import is_counted, is_duplicate, summarize_trials
 
 
 # ---------------------------------------------------------------- baselines
@@ -301,7 +301,7 @@ def test_ctrl_c_in_the_confirmation_claims_no_verdict(tmp_path, error):
 
 
 def test_a_study_interrupted_in_a_storage_resumes_and_measures_the_stopped_trial(tmp_path):
-    from tuners._storage import is_counted
+    from tuners._trials import is_counted
 
     work = FakeWorkload(rate_by_parallelism)
     work.fail = _ctrl_c(work, at_step=IN_THE_THIRD_TRIAL)

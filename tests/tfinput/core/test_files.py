@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tfinput._src.core import files
+from tfinput._src.core import _input_files, files
 from tfinput._src.core.files import (
     INCOMPLETE,
     StagedDir,
@@ -153,19 +153,21 @@ def test_a_staging_folder_and_its_files_are_refused(tmp_path):
 def test_a_file_that_changed_since_its_version_is_named(tmp_path):
     path = tmp_path / "data.bin"
     path.write_bytes(b"x" * 2000)
-    version = files.file_version(str(path))
-    files.check_unchanged(str(path), version)  # the same version: nothing to say
+    version = _input_files.file_version(str(path))
+    _input_files.check_unchanged(str(path), version)  # the same version: nothing to say
     path.write_bytes(b"x" * 1000)
     with pytest.raises(DataError) as e:
-        files.check_unchanged(str(path), version)
+        _input_files.check_unchanged(str(path), version)
     assert str(e.value).startswith(
         f"{path}: the file changed while it was read: 2,000 bytes when the pipeline was "
         "built, 1,000 bytes now (rewritten, cut or appended to during the epoch;"
     )
     path.unlink()
     with pytest.raises(DataError, match=r"2,000 bytes when the pipeline was built, it cannot"):
-        files.check_unchanged(str(path), version)
-    files.check_unchanged("gs://bucket/data.bin", files.file_version("gs://bucket/data.bin"))
+        _input_files.check_unchanged(str(path), version)
+    _input_files.check_unchanged(
+        "gs://bucket/data.bin", _input_files.file_version("gs://bucket/data.bin")
+    )
 
 
 def test_a_killed_run_s_staging_is_removed_by_the_next_run(tmp_path):
@@ -325,7 +327,7 @@ def test_resolve_an_empty_list():
 
 def test_empty_files_are_skipped_and_logged(tree, caplog):
     listed = files.resolve_paths(tree)
-    kept, empty = files.drop_empty_files(listed, "skip")
+    kept, empty = _input_files.drop_empty_files(listed, "skip")
     assert kept == [str(tree / "a.rec"), str(tree / "b.rec")]
     assert empty == [str(tree / "empty.rec")]
     assert f"skipped 1 empty file(s) (0 bytes or 0 rows): {tree / 'empty.rec'}" in caplog.text
@@ -334,7 +336,7 @@ def test_empty_files_are_skipped_and_logged(tree, caplog):
 def test_empty_files_refused_by_policy_or_when_nothing_is_left(tree):
     listed = files.resolve_paths(tree)
     with pytest.raises(SourceError) as e:
-        files.drop_empty_files(listed, "error")
+        _input_files.drop_empty_files(listed, "error")
     assert str(e.value).startswith(
         f"1 empty file(s) (0 bytes or 0 rows), first {str(tree / 'empty.rec')!r}; "
     )
@@ -343,11 +345,11 @@ def test_empty_files_refused_by_policy_or_when_nothing_is_left(tree):
         SourceError,
         match=r"all 1 input file\(s\) are empty \(0 bytes or 0 rows\), first '.*empty.rec'",
     ):
-        files.drop_empty_files([str(tree / "empty.rec")], "skip")
+        _input_files.drop_empty_files([str(tree / "empty.rec")], "skip")
 
 
 def test_empty_files_policy():
-    files.check_empty_files_policy("skip")
-    files.check_empty_files_policy("error")
+    _input_files.check_empty_files_policy("skip")
+    _input_files.check_empty_files_policy("error")
     with pytest.raises(SourceError, match="empty_files: expected 'skip' or 'error', got 'ignore'"):
-        files.check_empty_files_policy("ignore")
+        _input_files.check_empty_files_policy("ignore")

@@ -15,7 +15,7 @@ import tensorflow as tf
 import tfinput
 from tests.helpers import collect
 from tfinput import testing
-from tfinput._src.core._pipeline_parts import check_files
+from tfinput._src.core._pipeline_check import check_files
 from tfinput.config import PipelineConfig
 from tfinput.errors import ConfigError, DataError, clean_error
 from tfinput.layout import is_packed

@@ -443,18 +443,7 @@ def export(
         lambda e: flatten_features(features.python_function(e)),
         examples_sig,
     )
-    summary = {
-        "path": path,
-        "signatures": {
-            "serving_default": {"examples": "string [B]"},
-            "serve_raw": {
-                name: f"{s.dtype.name} {list(s.shape)}"
-                for name, s in raw_signature(spec.schema).items()
-            },
-            "transform": {"examples": "string [B]"},
-        },
-        **options,
-    }
+    summary = _summary(path, spec, options)
     # Written whole or not at all: into a hidden staging folder beside ``path``, put in
     # place by one rename once every file (assets included) is written and flushed; a
     # killed export leaves only the staging folder, which the next export removes.
@@ -467,3 +456,20 @@ def export(
             json.dump({**summary, **spec.to_dict()}, f, indent=2)
         stage.commit()
     return summary
+
+
+def _summary(path: str, spec: ServingSpec, options: dict[str, object]) -> dict[str, object]:
+    """`export`'s JSON-ready summary: the path, the signatures and their inputs, the
+    format and layout."""
+    return {
+        "path": path,
+        "signatures": {
+            "serving_default": {"examples": "string [B]"},
+            "serve_raw": {
+                name: f"{s.dtype.name} {list(s.shape)}"
+                for name, s in raw_signature(spec.schema).items()
+            },
+            "transform": {"examples": "string [B]"},
+        },
+        **options,
+    }

@@ -181,9 +181,18 @@ def keras_rs_configs(
         )
         for t in schema.tables
     }
-    g = per_replica_batch_size * replicas
-    features = {
-        f.name: layers.FeatureConfig(
+    return tables, _feature_configs(schema, tables, per_replica_batch_size * replicas)
+
+
+def _feature_configs(
+    schema: Schema, tables: Mapping[str, keras_rs.layers.TableConfig], g: int
+) -> dict[str, keras_rs.layers.FeatureConfig]:
+    """One keras-rs ``FeatureConfig`` per categorical feature at the per-host batch
+    ``g``: single ids ``(g,)``, multi-hot ``(g, max_len)``."""
+    import keras_rs
+
+    return {
+        f.name: keras_rs.layers.FeatureConfig(
             name=f.name,
             table=tables[f.table],
             input_shape=(g, f.max_len) if isinstance(f, MultiHot) else (g,),
@@ -191,7 +200,6 @@ def keras_rs_configs(
         )
         for f in schema.categorical
     }
-    return tables, features
 
 
 def _keras_rs_optimizers(

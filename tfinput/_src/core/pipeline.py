@@ -29,14 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
+from tfinput._src.core._input_files import epoch_rows
+from tfinput._src.core._pipeline_check import CheckReport, check_files, explain_failure
 from tfinput._src.core._pipeline_parts import (
-    CheckReport,
-    check_files,
     check_towers,
     checked_config,
-    explain_failure,
     file_versions,
     pipeline_options,
+    read_request,
+    records,
     split_towers,
     warn_large_padded_batches,
 )
@@ -44,7 +45,7 @@ from tfinput._src.core._python_calls import guard_exit
 from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput._src.core.config import LAYOUTS, PipelineConfig
 from tfinput._src.core.errors import ConfigError, DataError, ResumeError, without_locals
-from tfinput._src.core.files import PathsLike, as_paths, epoch_rows
+from tfinput._src.core.files import PathsLike, as_paths
 from tfinput._src.core.layout import PackedLayout
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.service import Fleet, ServiceRead
@@ -59,7 +60,6 @@ from tfinput._src.core.sources.protocol import (
     Source,
     deterministic_arg,
     parallel_calls,
-    plan_shards,
     read_parallelism,
     warn_unhonoured,
 )
@@ -261,7 +261,7 @@ class Pipeline:
         config = request.config  # data sharding fixes the read order (see _request)
         source = self.source
         warn_unhonoured(source, request)
-        ds, decode = source.batch(self._records(request), request)
+        ds, decode = source.batch(records(source, request), request)
         batches = None if repeat or self.service else source.batch_count(request)
         if batches is not None:
             # Keras's fit then knows its steps per epoch (no "ran out of data"), and a
@@ -299,20 +299,6 @@ class Pipeline:
         from tfinput._src.core._resume_identity import identified, pipeline_identity
 
         return identified(ds, pipeline_identity(self, asked, input_context))
-
-    def _records(self, request: ReadRequest) -> tf.data.Dataset:
-        """The source's records (or batches, for a source that batches itself) for
-        ``request``: files shuffled and interleaved, sharded by element when there are
-        fewer files than input pipelines, cached and shuffled as the config asks."""
-        config, source = request.config, self.source
-        ds = source.read(request)
-        if request.data_shard is not None:  # fewer files than input pipelines
-            ds = ds.shard(*request.data_shard)
-        if config.cache:
-            ds = ds.cache()
-        if config.shuffle_buffer and not source.batches_itself:
-            ds = source.shuffle_records(ds, request)
-        return ds
 
     def serial_probe(
         self, config: PipelineConfig | None = None
@@ -368,28 +354,13 @@ class Pipeline:
 
     def _request(self, config: PipelineConfig, input_context: Any) -> ReadRequest:
         """The source's files for this input pipeline (sharded, validated) and the
-        per-replica batch size."""
-        batch_size = config.batch_size
-        if input_context is not None:
-            batch_size = input_context.get_per_replica_batch_size(config.batch_size)
-        files, data_shard = plan_shards(self.source.files(), input_context, self.source.kind)
-        if data_shard is not None:
-            # Every pipeline must read the files in one order for `shard` to split them:
-            # a deterministic read, and the same file-shuffle seed on every host.
-            seed = config.shuffle_seed
-            if seed is None and self.shuffle_files:
-                seed = 0
-            config = dataclasses.replace(config, deterministic=True, shuffle_seed=seed)
-        schema = self._read_schema()
-        self.source.validate(files, schema)
-        return ReadRequest(
-            files=files,
-            schema=schema,
-            config=config,
-            batch_size=batch_size,
+        per-replica batch size (`read_request`)."""
+        return read_request(
+            self.source,
+            self._read_schema(),
+            config,
+            input_context,
             shuffle_files=self.shuffle_files,
-            input_context=input_context,
-            data_shard=data_shard,
         )
 
     def _read_schema(self) -> Schema:
@@ -459,7 +430,7 @@ class Pipeline:
     ) -> Iterator[Any]:
         """Iterate the built dataset, turning TensorFlow errors into `DataError`s that
         name the file (found by `check`) as well as the feature."""
-        versions = file_versions(self) if diagnose else ()
+        versions = file_versions(self.source) if diagnose else ()
         it = iter(self.build(config))
         while True:
             try:
@@ -522,7 +493,7 @@ class Pipeline:
 
         resume_dataset = None
         # The files' versions before any read: a failed read names a file that changed.
-        versions = file_versions(self)
+        versions = file_versions(self.source)
         first = dataclasses.replace(config, shuffle_seed=epoch_seed(seed, 0))
         request = self._request(first, input_context)
         restarts = self.source if isinstance(self.source, RestartsOrder) else None

@@ -977,7 +977,7 @@ def test_the_tuner_says_when_the_feed_bounds_its_winner(
     from tfinput import steps
     from tfinput._src.measurement.compare import measure
     from tfinput._src.measurement.target import MeasureOptions
-    from tuners._confirm import feed_sentence
+    from tuners._winner_advice import feed_sentence
 
     plan = _plan(small_schema, "none")
     step = sparsecore_step(plan, None if device_time_s is None else steps.simulated_step(0.1))

@@ -296,7 +296,7 @@ def test_a_build_knows_its_batch_count(tmp_path, small_schema, batch_size, drop_
 
 
 def test_check_size_accepts_the_manifest_size_and_names_a_missing_file(copy):
-    from tfinput._src.core.columnar.source import check_size
+    from tfinput._src.core.columnar._checks import check_size
 
     m = read_manifest(copy)
     path, entry = m.paths[0], m.files[0]

@@ -463,7 +463,7 @@ def test_the_idle_pool_runs_every_task_and_keeps_no_thread():
     import threading
     import time
 
-    from tfinput._src.core.sources._arrow import IdlePool
+    from tfinput._src.core.sources._idle_pool import IdlePool
 
     idle = threading.Event()
     pool = IdlePool(3, idle_s=0.2, name="test-pool", on_idle=idle.set)

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tests.helpers import SOURCE_KINDS
 from tfinput._src.core.columnar.source import ColumnarSource
-from tfinput._src.core.sources import protocol
+from tfinput._src.core.sources import _row_shuffle, protocol
 from tfinput._src.core.sources.dataset import DatasetSource
 from tfinput._src.core.sources.parquet import ParquetSource
 from tfinput._src.core.sources.protocol import FileChecks, RooflineStages, Source
@@ -218,7 +218,7 @@ def test_single_core_options():
     ("buffer", "batch", "window"), [(1, 32, 64), (64, 32, 64), (65, 32, 96), (1000, 256, 1024)]
 )
 def test_a_shuffle_window_is_the_buffer_in_whole_batches_two_at_least(buffer, batch, window):
-    assert protocol.shuffle_window(buffer, batch) == window
+    assert _row_shuffle.shuffle_window(buffer, batch) == window
 
 
 def _groups(sizes: list[int]) -> tf.data.Dataset:
@@ -241,7 +241,9 @@ def _groups(sizes: list[int]) -> tf.data.Dataset:
 def test_row_windows_permute_each_window_and_join_a_short_one_to_the_window_before():
     config = PipelineConfig(batch_size=10, shuffle_buffer=5, shuffle_seed=4)
     # windows of 20 rows; the groups of 7 (a file's tail) and of 5 (the end) are short
-    out = protocol.shuffle_row_windows(_groups([20, 7, 20, 20, 5]), window_rows=20, config=config)
+    out = _row_shuffle.shuffle_row_windows(
+        _groups([20, 7, 20, 20, 5]), window_rows=20, config=config
+    )
     windows = [{k: v.numpy() if k != "list" else v.to_list() for k, v in w.items()} for w in out]
     assert [sorted(w["id"].tolist()) for w in windows] == [
         list(range(0, 27)),  # 20 rows and the 7 after them
@@ -252,7 +254,9 @@ def test_row_windows_permute_each_window_and_join_a_short_one_to_the_window_befo
         assert w["id"].tolist() != sorted(w["id"].tolist())  # permuted
         assert (w["vector"] == w["id"][:, None]).all()  # every column moves with its row
         assert w["list"] == [[i] * (i % 3) for i in w["id"].tolist()]
-    again = protocol.shuffle_row_windows(_groups([20, 7, 20, 20, 5]), window_rows=20, config=config)
+    again = _row_shuffle.shuffle_row_windows(
+        _groups([20, 7, 20, 20, 5]), window_rows=20, config=config
+    )
     assert [w["id"].numpy().tolist() for w in again] == [w["id"].tolist() for w in windows]
 
 
@@ -262,4 +266,4 @@ def test_row_windows_refuse_what_they_cannot_permute():
     with pytest.raises(
         ConfigError, match=r"shuffle_buffer=4: the batches' ids is SparseTensorSpec"
     ):
-        protocol.shuffle_row_windows(sparse, window_rows=4, config=config)
+        _row_shuffle.shuffle_row_windows(sparse, window_rows=4, config=config)

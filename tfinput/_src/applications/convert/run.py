@@ -73,9 +73,8 @@ def convert(
       inputs: Files or glob patterns, read in order (``.gz``, ``.bz2``, ``.zz`` too).
       out_dir: Output directory, empty unless ``overwrite``. The files are staged beside it
         and put in place together once all are on disk: a stopped run leaves nothing.
-      to: ``parquet`` (for `tfinput.parquet`), ``tfrecord`` (``tf.train.Example``, for
-        `tfinput.tfrecord`) or ``columnar`` (pre-batched records plus ``manifest.json``,
-        for `tfinput.columnar`: the fastest to read, and native).
+      to: ``parquet`` (`tfinput.parquet`), ``tfrecord`` (``tf.train.Example``, `tfinput.tfrecord`)
+        or ``columnar`` (pre-batched records, ``manifest.json``: `tfinput.columnar`, the fastest).
       schema: The schema to write (its columns must be in the input), not inferred.
       preset: ``criteo`` or ``movielens`` (see the `tfinput.convert` docstring).
       input_format: ``auto`` (by extension: Parquet, TFRecord, else CSV/TSV), ``csv``,
@@ -106,8 +105,7 @@ def convert(
       SchemaError: the schema's columns are not in the input.
       DataError: a bad row with ``on_bad_rows="error"``, or no valid row at all.
       ConfigError: an invalid argument, or ``out_dir`` cannot be written.
-      OutputError: the disk filled up (nothing is left at ``out_dir``; with
-        ``overwrite``, the previous output is unchanged).
+      OutputError: the disk filled up (``out_dir`` is left as it was, empty or the previous output).
     """
     read = ReadOptions(
         input_format=input_format,

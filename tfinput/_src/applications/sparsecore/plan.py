@@ -1,49 +1,32 @@
 """`SparseCorePlan`: what a SparseCore feed computes per batch (the stacks, their
-buffer sizes and limits), made from a schema. `tfinput.sparsecore` is the public API."""
+buffer sizes and limits), made from a schema or a keras-rs layer, checked, and given
+limits learnt from the data. Its per-batch work is `_batches.BatchPreprocessor`'s, the
+limits from statistics `_limits`'. `tfinput.sparsecore` is the public API."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import logging
 import math
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-
+from tfinput._src.applications.sparsecore._batches import BatchPreprocessor
+from tfinput._src.applications.sparsecore._limits import (
+    apply_buffer_sizes,
+    check_sizes_fit,
+    grown_specs,
+)
 from tfinput._src.applications.sparsecore.results import SparseCoreStats
-from tfinput._src.applications.sparsecore.stacks import ALIGNMENT, embedding_module, round_up
+from tfinput._src.applications.sparsecore.stacks import embedding_module
 from tfinput._src.applications.tpu import checked_limits
-from tfinput._src.core.errors import ConfigError, DataError
-from tfinput._src.core.layout import is_packed
+from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.schema import MultiHot, Schema
-
-__all__ = ["LimitsExceeded", "SparseCorePlan"]
 
 #: `SparseCorePlan.output`'s forms.
 _OUTPUTS = ("jax_tpu_embedding", "keras_rs")
-
-
-class LimitsExceeded(DataError):
-    """A batch needs more than a stack's SparseCore limits, and the plan does not drop ids.
-
-    Attributes:
-      batch_number: The batch's number in the stream.
-      stats: jax-tpu-embedding's ``SparseDenseMatmulInputStats`` of the batch: what it
-        needs (for `SparseCorePlan.with_limits`; a feed with an FDO client publishes
-        them).
-    """
-
-    def __init__(self, message: str, *, batch_number: int = -1, stats: Any = None) -> None:
-        super().__init__(message)
-        self.batch_number = batch_number
-        self.stats = stats
-
-    def __reduce__(self) -> tuple[Any, ...]:  # from a worker process, with its stats
-        return (type(self), (str(self),), {"batch_number": self.batch_number, "stats": self.stats})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -248,8 +231,8 @@ class SparseCorePlan:
             minibatching=minibatching,
         ).prepared()
         if measured:
-            _apply_buffer_sizes(plan, limits)
-        _check_sizes_fit(plan, "SparseCorePlan.from_schema")
+            apply_buffer_sizes(plan, limits)
+        check_sizes_fit(plan, "SparseCorePlan.from_schema")
         return plan
 
     def prepared(self) -> SparseCorePlan:
@@ -296,7 +279,7 @@ class SparseCorePlan:
             not a finite number >= 0, or ``shrink`` not a bool. The message names the
             stack, its tables and the field.
         """
-        embedding = embedding_module()
+        embedding_module()  # a missing library is a ConfigError first
         where = "SparseCorePlan.with_limits"
         if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
             raise ConfigError(f"{where}: margin must be a number >= 0, got {margin!r}")
@@ -307,54 +290,9 @@ class SparseCorePlan:
             )
         if not isinstance(shrink, bool):
             raise ConfigError(f"{where}: shrink must be True or False, got {shrink!r}")
-        specs = copy.deepcopy(dict(self.feature_specs))  # shared table specs stay shared
-        stacked = {}
-        for f in specs.values():
-            stacked[f.table_spec.stacked_table_spec.stack_name] = f.table_spec.stacked_table_spec
-        maxima = _stat_maxima(stats, specs, where)
-        n_sc = self.num_sc_per_device
-
-        def grown(name: str, field: str, value: int, current: int | None) -> int:
-            scaled = value * (1 + margin)
-            need = (
-                max(ALIGNMENT, round_up(math.ceil(scaled), ALIGNMENT))
-                if scaled <= _INT32_MAX  # also false for an infinite product
-                else _INT32_MAX + 1
-            )
-            if need > _INT32_MAX:
-                raise ConfigError(
-                    f"{where}: {_stack_label(specs, name)}: {field} {value:,} times 1 + "
-                    f"margin ({1 + margin:.4g}) is {scaled:.4g}, beyond jax-tpu-embedding's "
-                    f"int32 sizes ({_INT32_MAX:,}); use a smaller margin"
-                )
-            return need if shrink else max(need, current or 0)
-
-        limits: dict[str, dict[str, np.ndarray]] = {f: {} for f in _LIMIT_FIELDS}
-        buffers = {}
-        for name, (ids, unique, buffer) in maxima.items():
-            spec = stacked[name]
-            for field, value in zip(_LIMIT_FIELDS, (ids, unique), strict=True):
-                limits[field][name] = np.array(grown(name, field, value, getattr(spec, field)))
-            if buffer is None:
-                continue
-            current = spec.suggested_coo_buffer_size_per_device
-            field = "required_buffer_size_per_sc"
-            per_sc = grown(name, field, buffer, None if current is None else -(-current // n_sc))
-            # No more than the limits allow (jax-tpu-embedding aborts on a larger one).
-            most = embedding.compute_theoretical_max_coo_buffer_size(
-                int(limits["max_ids_per_partition"][name]),
-                self.global_device_count,
-                n_sc,
-                enable_minibatching=self.minibatching,
-            )
-            buffers[name] = np.full(n_sc, min(per_sc, most // n_sc), np.int64)
-        embedding.update_preprocessing_parameters(
-            specs,
-            embedding.SparseDenseMatmulInputStats(**limits, required_buffer_size_per_sc=buffers),
-            num_sc_per_device=self.num_sc_per_device,
-        )
+        specs = grown_specs(self, stats, margin=margin, shrink=shrink, where=where)
         plan = dataclasses.replace(self, feature_specs=specs)
-        _check_sizes_fit(plan, where)
+        check_sizes_fit(plan, where)
         return plan
 
     def inputs(
@@ -377,48 +315,7 @@ class SparseCorePlan:
             weights of another shape than the ids; names the batch (``batch_number``),
             the feature, the table and what was expected.
         """
-        if is_packed(features):
-            raise ConfigError(
-                "SparseCore preprocessing needs per_feature batches; this one is packed "
-                "(features['ids'] holds every feature's ids in one array). Build the "
-                "pipeline with layout='per_feature' (PipelineConfig or "
-                "Pipeline.with_layout), or unpack each batch first (tfinput.layout.unpack)"
-            )
-        try:
-            all_ids, all_weights = features["ids"], features.get("weights", {})
-            if not isinstance(all_ids, Mapping) or not isinstance(all_weights, Mapping):
-                raise TypeError
-        except (KeyError, TypeError, AttributeError):
-            raise ConfigError(
-                "SparseCore preprocessing needs tfinput's per_feature batches with "
-                '{"dense", "ids", "weights"} features (layout="per_feature", '
-                'multi_hot_format="dense"); got features of type '
-                f"{type(features).__name__}"
-            ) from None
-        ids, weights = {}, {}
-        for name, spec in self.feature_specs.items():
-            if name not in all_ids:
-                raise ConfigError(
-                    f"SparseCore feature {name!r} is not in the batch's ids {sorted(all_ids)}"
-                )
-            x = _checked_ids(name, spec, np.asarray(all_ids[name]), batch_number)
-            if x.ndim == 1:
-                ids[name] = x[:, None]
-                weights[name] = np.ones(ids[name].shape, np.float32)
-                continue
-            ids[name] = x
-            w = all_weights.get(name)
-            if w is None:
-                weights[name] = np.ones(x.shape, np.float32)
-                continue
-            w = np.asarray(w)
-            if w.shape != x.shape:
-                raise DataError(
-                    f"SparseCore batch {batch_number}: feature {name!r}: weights of shape "
-                    f"{w.shape} for ids of shape {x.shape}; expected one weight per id"
-                )
-            weights[name] = w.astype(np.float32, copy=False)
-        return ids, weights
+        return BatchPreprocessor(self).inputs(features, batch_number=batch_number)
 
     def preprocess(
         self,
@@ -460,181 +357,16 @@ class SparseCorePlan:
             names the batch, the table, the count and the limits, and carries the
             batch's statistics.
         """
-        embedding = embedding_module()
-        ids, weights = self.inputs(features, batch_number=batch_number)
-        out, stats = _preprocess_fed(
-            embedding,
-            ids,
-            weights,
-            dict(self.feature_specs),
-            local_device_count=self.local_device_count,
-            global_device_count=self.global_device_count,
-            num_sc_per_device=self.num_sc_per_device,
-            sharding_strategy=self.sharding_strategy,
-            has_leading_dimension=self.has_leading_dimension,
-            allow_id_dropping=True,
-            batch_number=batch_number if sync_number is None else sync_number,
-            enable_minibatching=self.minibatching,
-            all_reduce_interface=all_reduce,
+        return BatchPreprocessor(self).preprocess(
+            features, batch_number, all_reduce=all_reduce, sync_number=sync_number
         )
-        dropped = {t: int(n) for t, n in stats.id_drop_counters.items() if n}
-        if dropped and not self.allow_id_dropping:
-            table, count = sorted(dropped.items())[0]
-            spec = self._stack_spec(table)
-            others = f"; other tables too: {sorted(dropped)[1:]}" if len(dropped) > 1 else ""
-            raise LimitsExceeded(
-                f"SparseCore batch {batch_number}: table {table!r} has {count} id(s) beyond "
-                f"max_ids_per_partition {spec.max_ids_per_partition} / "
-                f"max_unique_ids_per_partition {spec.max_unique_ids_per_partition} (the "
-                f"batch needed {int(np.max(stats.max_ids_per_partition[table]))} / "
-                f"{int(np.max(stats.max_unique_ids_per_partition[table]))} in one "
-                f"partition{others}). Raise the limits (tfinput schema sparsecore measures "
-                "them from the data; SparseCorePlan.from_schema(limits=stats)), or "
-                "allow_id_dropping=True to drop and count them (or let the run learn "
-                "them: SparseCorePlan.with_limits, docs/sparsecore.md)",
-                batch_number=batch_number,
-                stats=stats,
-            )
-        return out, stats
 
     def formatted(self, preprocessed: Any) -> Any:
         """``preprocessed`` (`preprocess`'s ``PreprocessedInput``) in the plan's
         ``output`` form: itself, or keras-rs's ``preprocess`` structure around the same
         arrays (keras-rs's ``stack_and_shard_samples``: each stack's buffers as a
         ``ShardedCooMatrix``, its shard starts each partition's start)."""
-        if self.output == "jax_tpu_embedding":
-            return preprocessed
-        try:
-            from keras_rs.src.layers.embedding.jax.embedding_utils import ShardedCooMatrix
-        except ImportError as e:
-            raise ConfigError(
-                "SparseCorePlan(output='keras_rs') needs keras-rs 0.4 with its JAX "
-                "embedding (pip install 'tfinput[keras-rs]')"
-            ) from e
-        matrices = {}
-        for stack, ends in preprocessed.lhs_row_pointers.items():
-            # As keras-rs 0.4 (embedding_utils.stack_and_shard_samples): a partition
-            # starts at the previous one's end rounded up to a multiple of 8.
-            starts = np.concatenate([np.asarray([0]), ((ends[:-1] + 7) // 8) * 8])
-            matrices[stack] = ShardedCooMatrix(
-                shard_starts=starts,
-                shard_ends=ends,
-                col_ids=preprocessed.lhs_embedding_ids[stack],
-                row_ids=preprocessed.lhs_sample_ids[stack],
-                values=preprocessed.lhs_gains[stack],
-            )
-        return {"preprocessed_inputs_per_placement": {"sparsecore": {"inputs": matrices}}}
-
-    def _stack_spec(self, stack: str) -> Any:
-        """The stacked table spec of stack ``stack``."""
-        for f in self.feature_specs.values():
-            stacked = f.table_spec.stacked_table_spec
-            if stacked is not None and stacked.stack_name == stack:
-                return stacked
-        raise KeyError(stack)
-
-
-def _preprocess_fed(
-    embedding: Any,
-    ids: dict[str, np.ndarray],
-    weights: dict[str, np.ndarray],
-    specs: dict[str, Any],
-    **options: Any,
-) -> tuple[Any, Any]:
-    """jax-tpu-embedding's preprocessing of the entries of ``ids`` (2-D, checked) whose
-    weight is not 0, in the cheapest form that holds them: the dense arrays as they are
-    when no entry has weight 0; sparse COO (uniform weights of 1) when every other
-    weight is 1; ragged rows otherwise (dense arrays for the features without such
-    entries)."""
-    fed = {name: w != 0 for name, w in weights.items()}
-    if all(f.all() for f in fed.values()):
-        return embedding.preprocess_sparse_dense_matmul_input(ids, weights, specs, **options)
-    if all((w[fed[name]] == 1).all() for name, w in weights.items()):
-        indices, values, shapes = {}, {}, {}
-        for name, x in ids.items():
-            keep = fed[name]
-            full = keep.all()
-            # Row-major (rows, then columns, ascending), as jax-tpu-embedding needs them.
-            indices[name] = _all_indices(x.shape) if full else np.argwhere(keep)
-            values[name] = x.ravel() if full else x[keep]
-            shapes[name] = np.asarray(x.shape, np.int64)
-        return embedding.preprocess_sparse_dense_matmul_input_from_sparse_tensor(
-            indices, values, shapes, specs, **options
-        )
-    ragged_ids, ragged_weights = dict(ids), dict(weights)
-    for name, keep in fed.items():
-        if not keep.all():
-            ragged_ids[name], ragged_weights[name] = _ragged(ids[name], weights[name], keep)
-    return embedding.preprocess_sparse_dense_matmul_input(
-        ragged_ids, ragged_weights, specs, **options
-    )
-
-
-@functools.lru_cache(maxsize=64)
-def _all_indices(shape: tuple[int, int]) -> np.ndarray:
-    """``[rows * cols, 2]`` int64 COO indices of every entry of a ``shape`` array, in
-    row-major order (read-only: shared by every batch of that shape)."""
-    out = np.argwhere(np.ones(shape, bool))
-    out.flags.writeable = False
-    return out
-
-
-def _ragged(
-    ids: np.ndarray, weights: np.ndarray, keep: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``[B, max_len]`` ids and weights with only their ``keep`` entries, in
-    jax-tpu-embedding's ragged form: object arrays of ``B`` rows, each a contiguous
-    int32 (float32) array (a view of one new array per feature; weights all 1 share
-    one array of ones per row length)."""
-    counts = np.count_nonzero(keep, axis=1)
-    ends = np.cumsum(counts)
-    bounds = list(map(slice, (ends - counts).tolist(), ends.tolist()))
-    values, gains = ids[keep], weights[keep]  # new contiguous arrays, rows in order
-    rows = np.fromiter(map(values.__getitem__, bounds), object, len(bounds))
-    if (gains == 1).all():
-        return rows, _ones_by_length(ids.shape[1])[counts]
-    return rows, np.fromiter(map(gains.__getitem__, bounds), object, len(bounds))
-
-
-@functools.lru_cache(maxsize=64)
-def _ones_by_length(max_len: int) -> np.ndarray:
-    """``[max_len + 1]`` object array: at ``k``, a read-only float32 array of ``k``
-    ones."""
-    ones = np.ones(max_len, np.float32)
-    ones.flags.writeable = False
-    return np.fromiter((ones[:k] for k in range(max_len + 1)), object, max_len + 1)
-
-
-def _checked_ids(name: str, spec: Any, x: np.ndarray, batch_number: int) -> np.ndarray:
-    """Feature ``name``'s ids as int32, after the checks a tfinput pipeline makes: dense
-    integer ids ``[B]`` or ``[B, max_len]``, ``B`` the rows of its feature spec, every id
-    in its table."""
-    where = f"SparseCore batch {batch_number}: feature {name!r}"
-    if not np.issubdtype(x.dtype, np.integer) or x.ndim not in (1, 2):
-        raise ConfigError(
-            f"SparseCore feature {name!r}: expected dense int ids [B] or [B, max_len] "
-            f"(multi_hot_format='dense'), got {x.dtype} of shape {x.shape}"
-        )
-    rows = spec.input_shape[0] if spec.input_shape else None
-    if rows is not None and x.shape[0] != rows:
-        raise DataError(
-            f"{where} has {x.shape[0]} rows; the plan expects {rows} (its input_shape "
-            f"{tuple(spec.input_shape)}): SparseCore shapes are static, every batch needs "
-            "the same rows (drop_remainder=True, the batch size the plan was made for)"
-        )
-    table = spec.table_spec
-    if x.size:
-        lo, hi = int(x.min()), int(x.max())
-        bounds = f"expected ids in [0, {table.vocabulary_size}) (table {table.name!r})"
-        if lo < 0:
-            raise DataError(f"{where}: negative id; {bounds}. Smallest id found: {lo}")
-        if hi >= table.vocabulary_size:
-            raise DataError(
-                f"{where}: id out of range; {bounds}, or fold the ids into the table "
-                f"first (a tfinput pipeline does with out_of_range='modulo'). Largest id "
-                f"found: {hi}"
-            )
-    return x.astype(np.int32, copy=False)
+        return BatchPreprocessor(self).formatted(preprocessed)
 
 
 def _check_measured_stacks(
@@ -650,172 +382,6 @@ def _check_measured_stacks(
             + ("'auto'" if stacking == "auto" else "'none'")
             + "))"
         )
-
-
-#: jax-tpu-embedding keeps the limits and buffer sizes in C++ ints.
-_INT32_MAX = 2**31 - 1
-#: The limits of a stack, in `SparseDenseMatmulInputStats`'s field names.
-_LIMIT_FIELDS = ("max_ids_per_partition", "max_unique_ids_per_partition")
-#: What `SparseCorePlan.with_limits` takes.
-_STATS_FORMS = (
-    "jax-tpu-embedding's SparseDenseMatmulInputStats (an FDO client's load(), "
-    "LimitsExceeded.stats) or tfinput.sparsecore_stats's result"
-)
-
-
-def _stack_tables(specs: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Each stack's tables, by stack name."""
-    out: dict[str, list[str]] = {}
-    for f in specs.values():
-        tables = out.setdefault(f.table_spec.stacked_table_spec.stack_name, [])
-        if f.table_spec.name not in tables:
-            tables.append(f.table_spec.name)
-    return out
-
-
-def _stack_label(specs: Mapping[str, Any], stack: str) -> str:
-    """``stack 'a_b' (tables a, b)``."""
-    return f"stack {stack!r} (tables {', '.join(_stack_tables(specs).get(stack, []))})"
-
-
-def _stat_maxima(
-    stats: Any, specs: Mapping[str, Any], where: str
-) -> dict[str, tuple[int, int, int | None]]:
-    """``stack -> (max ids, max unique ids, max buffer per SparseCore or None)`` of
-    ``stats``, checked: a known form naming stacks of ``specs``, both limits of each,
-    whole counts from 0 to int32, unique ids at most the ids, a buffer holding the ids,
-    and an id in some stack."""
-    if isinstance(stats, SparseCoreStats):
-        stats = stats.input_stats()
-    stacks = _stack_tables(specs)
-    ids_, unique_, buffer_ = (
-        getattr(stats, f, None) for f in (*_LIMIT_FIELDS, "required_buffer_size_per_sc")
-    )
-    if not (
-        isinstance(ids_, Mapping)
-        and isinstance(unique_, Mapping)
-        and isinstance(buffer_ or {}, Mapping)
-    ):
-        hint = ""
-        if isinstance(stats, Mapping):
-            hint = (
-                "; limits per table go to SparseCorePlan.from_schema(limits={table: "
-                "(max_ids, max_unique)}). This plan's stacks and their tables: "
-                + "; ".join(f"{s}: {', '.join(t)}" for s, t in sorted(stacks.items()))
-            )
-        raise ConfigError(f"{where}: expected {_STATS_FORMS}, got {type(stats).__name__}{hint}")
-    buffer_ = buffer_ or {}
-    named = {*ids_, *unique_, *buffer_}
-    if not named:
-        raise ConfigError(
-            f"{where}: the statistics are empty (they name no stack); expected the counts "
-            f"of the plan's stacks {sorted(stacks)}"
-        )
-    if unknown := sorted(named - set(stacks), key=str):
-        raise ConfigError(
-            f"{where}: the statistics name stack(s) {unknown} the plan does not have (its "
-            f"stacks: {sorted(stacks)}); they were taken with another stacking"
-        )
-    out = {}
-    for name in sorted(named):
-        label = _stack_label(specs, name)
-        for field, given in zip(_LIMIT_FIELDS, (ids_, unique_), strict=True):
-            if name not in given:
-                raise ConfigError(
-                    f"{where}: {label} has no {field} in the statistics; a stack needs "
-                    "both max_ids_per_partition and max_unique_ids_per_partition"
-                )
-        ids = _stat_max(ids_[name], label, "max_ids_per_partition", where)
-        unique = _stat_max(unique_[name], label, "max_unique_ids_per_partition", where)
-        buffer = (
-            _stat_max(buffer_[name], label, "required_buffer_size_per_sc", where)
-            if name in buffer_
-            else None
-        )
-        if unique > ids:
-            raise ConfigError(
-                f"{where}: {label}: max_unique_ids_per_partition {unique:,} is above "
-                f"max_ids_per_partition {ids:,}; the distinct ids of a partition are "
-                "among its ids"
-            )
-        if buffer is not None and buffer < ids:
-            raise ConfigError(
-                f"{where}: {label}: required_buffer_size_per_sc {buffer:,} cannot hold "
-                f"the {ids:,} ids of one partition (max_ids_per_partition); a "
-                "SparseCore's buffer holds the ids of all its partitions"
-            )
-        out[name] = (ids, unique, buffer)
-    if not any(ids for ids, _, _ in out.values()):
-        raise ConfigError(
-            f"{where}: the statistics count no id in any stack ({', '.join(sorted(out))}): "
-            "statistics of batches with no ids (or all zeros) say nothing about the limits"
-        )
-    return out
-
-
-def _stat_max(value: Any, label: str, field: str, where: str) -> int:
-    """The largest of one stack's counts (per partition or per SparseCore), checked."""
-    what = f"{where}: {label}: {field}"
-    try:
-        a = np.asarray(value)
-    except (TypeError, ValueError):  # ragged nesting, say
-        raise ConfigError(f"{what}: expected whole numbers, got {value!r:.80}") from None
-    if a.size == 0:
-        raise ConfigError(f"{what} is empty; expected a count per partition (or one count)")
-    if a.dtype.kind not in "iuf":
-        raise ConfigError(f"{what}: expected whole numbers, got {a.dtype} ({value!r:.80})")
-    if a.dtype.kind == "f" and not np.isfinite(a).all():
-        raise ConfigError(f"{what}: expected whole numbers, got NaN or infinity ({value!r:.80})")
-    low, top = a.min(), a.max()
-    if low < 0:
-        raise ConfigError(f"{what}: expected counts >= 0, got {low}")
-    if a.dtype.kind == "f" and not np.array_equal(a, np.floor(a)):
-        raise ConfigError(f"{what}: expected whole numbers, got fractions ({value!r:.80})")
-    if top > _INT32_MAX:
-        raise ConfigError(
-            f"{what}: {int(top):,} is beyond jax-tpu-embedding's int32 sizes ({_INT32_MAX:,})"
-        )
-    return int(top)
-
-
-def _check_sizes_fit(plan: SparseCorePlan, where: str) -> None:
-    """Raise `ConfigError` for a stack whose limits or COO buffer size jax-tpu-embedding
-    would abort the process on at the first batch: limits below 1 or beyond int32, or a
-    buffer per device (the one given, or else the largest the limits can fill) of int32
-    entries or more."""
-    embedding = embedding_module()
-    seen = set()
-    for f in plan.feature_specs.values():
-        spec = f.table_spec.stacked_table_spec
-        if spec is None or spec.stack_name in seen:
-            continue
-        seen.add(spec.stack_name)
-        label = _stack_label(plan.feature_specs, spec.stack_name)
-        for field in _LIMIT_FIELDS:
-            value = getattr(spec, field)
-            if not 1 <= value <= _INT32_MAX:
-                raise ConfigError(
-                    f"{where}: {label}: {field} {value:,}; jax-tpu-embedding takes 1 to "
-                    f"{_INT32_MAX:,}"
-                )
-        most = embedding.compute_theoretical_max_coo_buffer_size(
-            spec.max_ids_per_partition,
-            plan.global_device_count,
-            plan.num_sc_per_device,
-            enable_minibatching=plan.minibatching,
-        )
-        given = spec.suggested_coo_buffer_size_per_device
-        if (given if given is not None else most) >= _INT32_MAX:
-            raise ConfigError(
-                f"{where}: {label}: max_ids_per_partition {spec.max_ids_per_partition:,} "
-                f"makes a COO buffer of {most:,} entries per device (the limit rounded up "
-                f"to 8, x {plan.num_sc_per_device} SparseCores per device x "
-                f"{plan.num_sc_per_device * plan.global_device_count} SparseCores"
-                + (" x 64 minibatches" if plan.minibatching else "")
-                + f"), beyond jax-tpu-embedding's int32 sizes ({_INT32_MAX:,}): it would "
-                "abort the process. Lower the limit, or size the buffer from the data "
-                "(SparseCorePlan.from_schema(limits=tfinput.sparsecore_stats(...)))"
-            )
 
 
 def _auto_stack(
@@ -889,46 +455,6 @@ def _feature_specs(
             output_shape=(batch_size, tables[f.table].embedding_dim),
         )
     return specs
-
-
-def _apply_buffer_sizes(plan: SparseCorePlan, stats: SparseCoreStats) -> None:
-    """Each stack's COO buffer sized from the data: the measured limits and the
-    ``required_buffer_size_per_sc`` `tfinput.sparsecore_stats` observed (plus its
-    margin) times the SparseCores per device, through jax-tpu-embedding's
-    ``update_preprocessing_parameters`` (without it the buffer is sized for the worst
-    case of the limits in every partition at once), at most what the limits can fill
-    (jax-tpu-embedding aborts the process on a larger buffer: the one-entry-per-SparseCore
-    rule and the margin can pass it where the limits are small)."""
-    embedding = embedding_module()
-    by_tables = {frozenset(s.stack.tables): s.limits(stats.margin) for s in stats.stacks}
-    ids, unique, buffer = {}, {}, {}
-    for f in plan.feature_specs.values():
-        stacked = f.table_spec.stacked_table_spec
-        tables = frozenset(
-            g.table_spec.name
-            for g in plan.feature_specs.values()
-            if g.table_spec.stacked_table_spec.stack_name == stacked.stack_name
-        )
-        lim = by_tables[tables]
-        ids[stacked.stack_name] = np.array(lim.max_ids_per_partition)
-        unique[stacked.stack_name] = np.array(lim.max_unique_ids_per_partition)
-        most = embedding.compute_theoretical_max_coo_buffer_size(
-            int(lim.max_ids_per_partition),
-            plan.global_device_count,
-            plan.num_sc_per_device,
-            enable_minibatching=plan.minibatching,
-        )
-        per_sc = min(lim.required_buffer_size_per_sc, most // plan.num_sc_per_device)
-        buffer[stacked.stack_name] = np.full(plan.num_sc_per_device, per_sc, dtype=np.int64)
-    embedding.update_preprocessing_parameters(
-        dict(plan.feature_specs),
-        embedding.SparseDenseMatmulInputStats(
-            max_ids_per_partition=ids,
-            max_unique_ids_per_partition=unique,
-            required_buffer_size_per_sc=buffer,
-        ),
-        num_sc_per_device=plan.num_sc_per_device,
-    )
 
 
 def _stack_members(

@@ -32,12 +32,12 @@ from tfinput._src.core.columnar._decode import Raw
 from tfinput._src.core.columnar.format import FileEntry, Manifest
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.formats import tfrecord
+from tfinput._src.core.sources._row_shuffle import shuffle_row_windows
 from tfinput._src.core.sources.protocol import (
     deterministic_arg,
     file_order,
     interleave_files,
     parallel_calls,
-    shuffle_row_windows,
     traced,
     unchanged_at_end,
 )

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tfinput._src.core.columnar._checks import check_size
 from tfinput._src.core.columnar.format import (
     CHECK_KEY,
     DEFAULT_CHUNK_ROWS,
@@ -33,7 +34,7 @@ from tfinput._src.core.columnar.format import (
     payload_keys,
     storage_columns,
 )
-from tfinput._src.core.columnar.source import ColumnarSource, check_size
+from tfinput._src.core.columnar.source import ColumnarSource
 from tfinput._src.core.errors import ConfigError, DataError, SchemaError
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Categorical, Dense, Schema

@@ -281,15 +281,7 @@ def guarded_dataset(
     # nested in flat_map kept its job alive past the end, and the worker's stop waited).
     data = dataset.map(beat).concatenate(marker(passes.end, 1, "svc_end"))
     watchdog = tf.data.Dataset.range(1).repeat().map(watch).take_while(lambda k, _: k != 3)
-    streams = tf.data.Dataset.from_tensors(data).concatenate(tf.data.Dataset.from_tensors(watchdog))
-    raced = streams.interleave(
-        lambda stream: stream,
-        cycle_length=2,
-        block_length=1,
-        num_parallel_calls=2,
-        deterministic=False,
-    )
-    passes_ds = marker(passes.start, 1, "svc_start").concatenate(raced)
+    passes_ds = marker(passes.start, 1, "svc_start").concatenate(_race(data, watchdog))
 
     def unpack(kind: tf.Tensor, flat: tuple[tf.Tensor, ...]) -> object:
         # The placeholders have the batches' static shapes (0 where unknown), so the
@@ -300,6 +292,21 @@ def guarded_dataset(
     out = passes_ds.filter(lambda k, _: k == 0).map(unpack)
     out._tfinput_unguarded = dataset  # for `unguarded`
     return out
+
+
+def _race(data: tf.data.Dataset, watchdog: tf.data.Dataset) -> tf.data.Dataset:
+    """The elements of ``data`` and ``watchdog`` as each comes, the two pulled in
+    parallel (an ``interleave`` of the two streams, not deterministic)."""
+    import tensorflow as tf
+
+    streams = tf.data.Dataset.from_tensors(data).concatenate(tf.data.Dataset.from_tensors(watchdog))
+    return streams.interleave(
+        lambda stream: stream,
+        cycle_length=2,
+        block_length=1,
+        num_parallel_calls=2,
+        deterministic=False,
+    )
 
 
 def _placeholder(flat_specs: list[tf.TypeSpec]) -> tuple[tf.Tensor, ...]:

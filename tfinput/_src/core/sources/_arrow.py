@@ -21,21 +21,21 @@ import dataclasses
 import functools
 import hashlib
 import os
-import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
+from tfinput._src.core._input_files import check_unchanged, file_version
 from tfinput._src.core._python_calls import EXITING, exiting
 from tfinput._src.core.config import AUTOTUNE, PipelineConfig
 from tfinput._src.core.errors import DataError, first_line
-from tfinput._src.core.files import check_unchanged, file_version
 from tfinput._src.core.formats import parquet
 from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema
-from tfinput._src.core.sources.protocol import shuffle_window
+from tfinput._src.core.sources._idle_pool import IdlePool
+from tfinput._src.core.sources._row_shuffle import shuffle_window
 
 #: Key suffix of a list column's flat values in a `ParquetBatches` batch.
 LIST_VALUES = "/values"
@@ -550,69 +550,3 @@ def _columns(table: Any, schema: Schema) -> dict[str, np.ndarray]:
     for lab in schema.labels:
         out[lab.source] = numeric(table.column(lab.source), pa.float32())
     return out
-
-
-# ------------------------------------------------------ threads that exit when idle
-class IdlePool:
-    """Runs submitted callables on up to ``threads`` threads, started on demand.
-
-    Args:
-      threads: The most threads at once.
-      idle_s: A thread with no task for this long exits.
-      name: The threads' name prefix.
-      on_idle: Called (on the exiting thread) when the last thread has exited.
-    """
-
-    def __init__(
-        self,
-        threads: int,
-        *,
-        idle_s: float,
-        name: str,
-        on_idle: Callable[[], None] | None = None,
-    ) -> None:
-        self.max_threads = max(int(threads), 1)
-        self.idle_s = idle_s
-        self.name = name
-        self._on_idle = on_idle
-        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._live = 0  # threads started and not exited
-        self._waiting = 0  # of those, waiting for a task
-
-    @property
-    def threads(self) -> int:
-        """Threads alive now."""
-        with self._lock:
-            return self._live
-
-    def submit(self, task: Callable[[], None]) -> None:
-        """Run ``task()`` on a pool thread (exceptions are the task's to handle)."""
-        with self._lock:
-            self._tasks.put(task)
-            if self._tasks.qsize() > self._waiting and self._live < self.max_threads:
-                self._live += 1
-                threading.Thread(
-                    target=self._work, name=f"{self.name}-{self._live}", daemon=True
-                ).start()
-
-    def _work(self) -> None:
-        while True:
-            with self._lock:
-                self._waiting += 1
-            try:
-                task = self._tasks.get(timeout=self.idle_s)
-            except queue.Empty:
-                with self._lock:
-                    self._waiting -= 1
-                    if not self._tasks.empty():
-                        continue  # a task came in as the wait ended: run it
-                    self._live -= 1
-                    last = self._live == 0
-                if last and self._on_idle is not None:
-                    self._on_idle()
-                return
-            with self._lock:
-                self._waiting -= 1
-            task()
-            del task

@@ -10,14 +10,13 @@ import tensorflow as tf
 
 from tfinput._src.core.errors import ConfigError, SchemaError, SourceError, did_you_mean
 from tfinput._src.core.schema import MultiHot, Schema
+from tfinput._src.core.sources._row_shuffle import shuffle_row_windows, shuffle_window
 from tfinput._src.core.sources.protocol import (
     Decode,
     ReadRequest,
     Resume,
     Source,
     knob_is_set,
-    shuffle_row_windows,
-    shuffle_window,
     traced,
 )
 from tfinput._src.core.transforms import guard

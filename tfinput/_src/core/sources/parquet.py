@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 import tensorflow as tf
 
+from tfinput._src.core._input_files import drop_empty_files
 from tfinput._src.core._python_calls import EXITING, python_call
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import (
@@ -20,7 +21,7 @@ from tfinput._src.core.errors import (
     did_you_mean,
     first_line,
 )
-from tfinput._src.core.files import drop_empty_files, resolve_paths
+from tfinput._src.core.files import resolve_paths
 from tfinput._src.core.formats import parquet
 from tfinput._src.core.schema import Categorical, Dense, Schema
 from tfinput._src.core.sources._arrow import (
@@ -381,13 +382,9 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
     keys, dtypes = list(signature), [spec.dtype for spec in signature.values()]
     fingerprint = reader.fingerprint()
     batches = reader.num_batches
-    if reader.shuffles:
-        draws = tf.data.Dataset.random(
-            seed=request.config.shuffle_seed, rerandomize_each_iteration=True
-        )
-    else:
-        draws = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
-    positions = _positions(draws, fingerprint, batches)
+    positions = _positions(
+        _seeds(reader.shuffles, request.config.shuffle_seed), fingerprint, batches
+    )
 
     def numpy_batch(seed: Any, saved: Any, k: Any) -> list[Any]:
         if int(saved) != fingerprint:
@@ -440,6 +437,14 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
     # steps (no "ran out of data" warning) and a different count is an error.
     batches_read = positions.map(traced(read), name="parquet_read")
     return batches_read.apply(tf.data.experimental.assert_cardinality(batches))
+
+
+def _seeds(shuffles: bool, shuffle_seed: int | None) -> tf.data.Dataset:
+    """Each pass's seed: drawn natively per iteration when the reader shuffles
+    (seeded by ``shuffle_seed``), else 0."""
+    if shuffles:
+        return tf.data.Dataset.random(seed=shuffle_seed, rerandomize_each_iteration=True)
+    return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
 
 
 def _empty_array(spec: tf.TensorSpec) -> np.ndarray:

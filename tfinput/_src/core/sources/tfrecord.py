@@ -24,13 +24,10 @@ from typing import Any, ClassVar
 import numpy as np
 import tensorflow as tf
 
+from tfinput._src.core._input_files import check_empty_files_policy, drop_empty_files
 from tfinput._src.core.config import PipelineConfig
 from tfinput._src.core.errors import SourceError, TfinputError
-from tfinput._src.core.files import (
-    check_empty_files_policy,
-    drop_empty_files,
-    resolve_paths,
-)
+from tfinput._src.core.files import resolve_paths
 from tfinput._src.core.formats import tfrecord
 from tfinput._src.core.schema import Schema
 from tfinput._src.core.sources._tfrecord_checks import (
