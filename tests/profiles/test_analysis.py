@@ -11,15 +11,22 @@ import shutil
 import pytest
 
 from profiles import ProfileError, XprofLayoutError, analyze, capture, compare
-from profiles import _analysis as an
 from profiles._testing import cached_capture, fast_pipeline
-from profiles._xplane import xspace_class
-from profiles._xprof import table_rows
+from profiles._xplane import find_trace, xspace_class
+from profiles._xprof import (
+    TESTED_XPROF,
+    check_layout,
+    find_table,
+    table_rows,
+    version_in_range,
+    xprof_tables,
+    xprof_version,
+)
 
 
 @pytest.fixture(scope="module")
 def tables(trace_file):
-    return an.xprof_tables(
+    return xprof_tables(
         [trace_file], ("input_pipeline_analyzer", "overview_page", "framework_op_stats")
     )
 
@@ -57,14 +64,14 @@ def test_stages_and_bottleneck_are_included(slow_map):
 
 
 def test_records_the_xprof_version_and_capture(slow_map):
-    assert slow_map.xprof_version == an.xprof_version()
+    assert slow_map.xprof_version == xprof_version()
     assert slow_map.capture["config"]["steps"] == 8
     assert slow_map.diagnostics == ()
 
 
 def test_json_form(slow_map):
     data = json.loads(json.dumps(slow_map.to_dict()))
-    assert data["tested_xprof"] == an.TESTED_XPROF
+    assert data["tested_xprof"] == TESTED_XPROF
     assert data["input_wait"]["average"] == pytest.approx(slow_map.input_wait.average)
     assert data["bottleneck"]["knobs"] == ["map_parallelism"]
     assert len(data["steps"]) == len(slow_map.steps)
@@ -83,7 +90,7 @@ def test_logdir_is_not_written_to(slow_map_logdir):
 )
 def test_accepts_logdir_run_dir_or_file(slow_map_logdir, trace_file, where):
     path = {"logdir": slow_map_logdir, "run_dir": trace_file.parent, "file": trace_file}[where]
-    trace = an.find_trace(path)
+    trace = find_trace(path)
     assert trace.paths == (trace_file,)
     assert trace.hosts == (trace_file.name.removesuffix(".xplane.pb"),)
 
@@ -93,7 +100,7 @@ def test_accepts_logdir_run_dir_or_file(slow_map_logdir, trace_file, where):
 
 def test_tables_are_found_by_column_id_not_position(tables):
     shuffled = list(reversed(tables["input_pipeline_analyzer"]))
-    table = an.find_table(shuffled, "input_pipeline_analyzer", "step breakdown")
+    table = find_table(shuffled, "input_pipeline_analyzer", "step breakdown")
     assert "stepTimeMs" in {c["id"] for c in table["cols"]}
     moved = copy.deepcopy(table)
     moved["cols"].reverse()
@@ -105,11 +112,11 @@ def test_tables_are_found_by_column_id_not_position(tables):
 def test_xprof_layout_is_the_tested_one(tables):
     """Fails loudly when an xprof release changes the tables profiles reads."""
     try:
-        an.check_layout(tables)
+        check_layout(tables)
     except XprofLayoutError as e:
         pytest.fail(
-            f"xprof {an.xprof_version()} changed its table layout (profiles is tested with "
-            f"xprof{an.TESTED_XPROF}): {e}"
+            f"xprof {xprof_version()} changed its table layout (profiles is tested with "
+            f"xprof{TESTED_XPROF}): {e}"
         )
 
 
@@ -130,11 +137,11 @@ def test_renamed_column_is_reported_with_versions(tables, tool, column):
             if col.get("id") == column:
                 col["id"] = column + "_v2"
     with pytest.raises(XprofLayoutError) as err:
-        an.check_layout(changed)
+        check_layout(changed)
     message = str(err.value)
     assert column in message
-    assert f"xprof {an.xprof_version()}" in message
-    assert an.TESTED_XPROF in message
+    assert f"xprof {xprof_version()}" in message
+    assert TESTED_XPROF in message
 
 
 def test_missing_property_is_reported(tables):
@@ -142,7 +149,7 @@ def test_missing_property_is_reported(tables):
     for table in changed["input_pipeline_analyzer"]:
         (table.get("p") or {}).pop("input_conclusion", None)
     with pytest.raises(XprofLayoutError, match="input_conclusion"):
-        an.check_layout(changed)
+        check_layout(changed)
 
 
 @pytest.mark.parametrize(
@@ -158,14 +165,14 @@ def test_missing_property_is_reported(tables):
     ids=["tested", "first-patch", "next-minor", "older", "pre-release", "excluded"],
 )
 def test_version_range(version, spec, inside):
-    assert an.version_in_range(version, spec) is inside
+    assert version_in_range(version, spec) is inside
 
 
 def test_installed_xprof_is_a_tested_one():
-    version = an.xprof_version()
+    version = xprof_version()
     assert version is not None, "xprof is not installed"
-    assert an.version_in_range(version, an.TESTED_XPROF), (
-        f"xprof {version} is installed but profiles is tested with xprof{an.TESTED_XPROF}: "
+    assert version_in_range(version, TESTED_XPROF), (
+        f"xprof {version} is installed but profiles is tested with xprof{TESTED_XPROF}: "
         "run this test module and widen TESTED_XPROF if the layout test passes"
     )
 
@@ -271,7 +278,7 @@ def two_hosts(tmp_path, trace_file):
     run = tmp_path / "plugins" / "profile" / "2026_01_01_00_00_00"
     run.mkdir(parents=True)
     shutil.copy(trace_file, run / "worker-0.xplane.pb")
-    interleave = an.find_trace(cached_capture("small_interleave")).paths[0]
+    interleave = find_trace(cached_capture("small_interleave")).paths[0]
     shutil.copy(interleave, run / "worker-1.xplane.pb")
     return tmp_path
 
