@@ -408,37 +408,52 @@ def unchanged_at_end(
     record or per file's branch: a ``FixedLengthRecordDataset`` of 1-byte records, the
     last ``size - 1`` bytes taken for a footer, holds one record exactly when the file
     has ``size`` bytes (none when fewer, two or more when more): one open and a read of
-    at most 2 bytes per file, the files probed in parallel. A file rewritten in place to
-    its former size is not seen; a file changed after its records were read, while
-    others still are, fails the pass too.
-
-    Args:
-      records: The read (its elements are kept as they are).
-      files: The files it reads.
-      sizes: Their sizes at build, bytes (below 1: not checked).
-      what: The records' name in the message (``records``, ``chunks``).
+    at most 2 bytes per file. The probes run in one parallel interleave and their
+    records are counted per file at once (a map per file, each running a dataset of its
+    own, cost 7 ms a file: 70 s at 10,000 files). A file rewritten in place to its
+    former size is not seen; a file changed after its records were read, while others
+    still are, fails the pass too.
     """
     import tensorflow as tf
 
     checked = [(f, int(n)) for f, n in zip(files, sizes) if n > 0]
     if not checked:
         return records
+    n = len(checked)
     paths = tf.constant([f for f, _ in checked])
-    expected = tf.constant([n for _, n in checked], tf.int64)
+    expected = tf.constant([size for _, size in checked], tf.int64)
 
-    def check(path: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
-        probe = tf.data.FixedLengthRecordDataset(path, 1, footer_bytes=size - 1, buffer_size=2)
-        found = probe.take(2).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+    def probe(i: tf.Tensor) -> tf.data.Dataset:  # file i's index, once per 1-byte record found
+        path, size = tf.gather(paths, i), tf.gather(expected, i)
+        found = tf.data.FixedLengthRecordDataset(path, 1, footer_bytes=size - 1, buffer_size=2)
+        return found.take(2).map(lambda _: i)
+
+    def check(_: tf.Tensor) -> tf.Tensor:
+        hits = tf.data.Dataset.range(n).interleave(
+            probe,
+            cycle_length=min(n, 16),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=False,
+            name="file_unchanged",
+        )
+        found = hits.batch(4096).reduce(
+            tf.zeros([n], tf.int64),
+            lambda count, i: count + tf.math.bincount(i, minlength=n, maxlength=n, dtype=tf.int64),
+        )
+        wrong = tf.cast(tf.argmax(tf.cast(tf.not_equal(found, 1), tf.int32)), tf.int32)
+        path, size = tf.gather(paths, wrong), tf.gather(expected, wrong)
         message = tf.strings.join(
             ["tfinput DataError: ", path, ": the file changed while it was read: ",
              tf.strings.as_string(size), " bytes when the pipeline was built, ",
-             tf.where(found < 1, "fewer", "more"), f" when its {what} ended (cut, "
-             "rewritten or appended to during the epoch: its rows are not the "
+             tf.where(tf.gather(found, wrong) < 1, "fewer", "more"), f" when its {what} "
+             "ended (cut, rewritten or appended to during the epoch: its rows are not the "
              "file's); write files under another name and rename them into place, "
              "then build the pipeline again"]
         )  # fmt: skip
         # The raw op: tf.debugging.Assert guards string data with a cond.
-        ok = tf.raw_ops.Assert(condition=tf.equal(found, 1), data=[message], summarize=1)
+        ok = tf.raw_ops.Assert(
+            condition=tf.reduce_all(tf.equal(found, 1)), data=[message], summarize=1
+        )
         with tf.control_dependencies([ok]):
             return tf.identity(path)
 
@@ -448,8 +463,7 @@ def unchanged_at_end(
             records.element_spec,
         )
 
-    checks = tf.data.Dataset.from_tensor_slices((paths, expected))
-    checks = checks.map(traced(check), num_parallel_calls=tf.data.AUTOTUNE, name="file_unchanged")
+    checks = tf.data.Dataset.from_tensors(0).map(traced(check), name="files_unchanged")
     return records.concatenate(checks.filter(lambda _: False).map(traced(nothing)))
 
 
