@@ -20,8 +20,8 @@ to the trace files, so the conversion runs on links to them in a temporary direc
 
 This module holds `analyze` and `compare`; the pieces they use live in private
 modules by job: finding the run (`profiles._xplane`), the result types
-(`profiles._results`) and xprof's converters and table layout (`profiles._xprof`).
-Their public names are importable from here.
+(`profiles._results`) and xprof's converters and table layout (`profiles._xprof`),
+each imported from the module that defines it (`import profiles` for the public names).
 """
 
 from __future__ import annotations
