@@ -53,6 +53,7 @@ SMOKE = {
         "tensorflow",
     ),
     "benchmarks/serial_stage.py": (["--smoke", "--write"], "tensorflow"),
+    "benchmarks/shuffle_cost.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/service.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/service_guard.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/sparsecore.py": (["--smoke", "--write"], "tensorflow"),

@@ -232,8 +232,14 @@ def test_read_batch_hands_mini_batches_from_the_file_branches(small_tfrecord, sm
     top, inner = _ops(pipeline.build(config))
     assert "RebatchDatasetV2" in top and "BatchDatasetV2" in inner
     assert "BatchDatasetV2" not in top
-    # Their records are shuffled a window at a time, not the mini-batches one by one.
-    assert "ScanDataset" in top and not any(op.startswith("ShuffleDataset") for op in top)
+    # Their records are permuted a window at a time and shuffled in groups of
+    # group_size(100) = 2, not the mini-batches one by one.
+    graph = tf.compat.v1.GraphDef.FromString(pipeline.build(config)._as_serialized_graph().numpy())
+    shuffles = [n for n in graph.node if n.op.startswith("ShuffleDataset")]
+    assert len(shuffles) == 1
+    (upstream,) = (n for n in graph.node if n.name == shuffles[0].input[0].split(":")[0])
+    assert upstream.op == "RebatchDatasetV2"  # the groups, cut from permuted windows
+    assert [d.size for d in upstream.attr["output_shapes"].list.shape[0].dim] == [-1]
     top, inner = _ops(pipeline.build(config.replace(read_batch=0)))  # today's plan
     assert "BatchDatasetV2" in top and "RebatchDatasetV2" not in top
 
@@ -314,7 +320,7 @@ def test_the_default_read_batch_shuffles_records_not_runs(small_tfrecord, small_
 def test_the_shuffle_says_once_how_it_differs_from_single_records(
     small_tfrecord, small_schema, caplog
 ):
-    """The build logs once (per process and sizes) what the windowed shuffle holds and
+    """The build logs once (per process and sizes) what the grouped shuffle holds and
     the setting that gives tf.data's own record shuffle; ``read_batch=0`` logs nothing."""
     import logging
 
@@ -346,13 +352,15 @@ def test_a_tiny_shuffle_buffer_is_not_a_no_op(small_tfrecord, small_schema, buff
 def test_derived_sizes_come_from_config_knobs_alone():
     """Mini-batches shrink for small shuffle buffers (the pool of buffer and window
     holds at least 32 of them); windows are half the buffer, at least 256 records."""
-    from tfinput._src.core.sources.tfrecord import mini_batch, window_size
+    from tfinput._src.core.sources.tfrecord import group_size, mini_batch, window_size
 
     sizes = {s: mini_batch(PipelineConfig(shuffle_buffer=s)) for s in (0, 100, 1000, 10_000)}
     assert sizes == {0: 64, 100: 11, 1000: 46, 10_000: 64}
     assert mini_batch(PipelineConfig(read_batch=1024, shuffle_buffer=10_000)) == 468
     assert mini_batch(PipelineConfig(read_batch=0, shuffle_buffer=100)) == 0
     assert [window_size(s) for s in (1, 100, 1000, 10_000)] == [256, 256, 500, 5000]
+    # A batch draws on at least 256 groups of at most 16 records (at least 2).
+    assert [group_size(b) for b in (1, 32, 512, 1024, 4096, 65_536)] == [2, 2, 2, 4, 16, 16]
 
 
 @pytest.mark.parametrize("drop_remainder", [True, False])

@@ -1,22 +1,24 @@
 """`TFRecordSource`: TFRecord files of serialized ``tf.train.Example``, and the record
-shuffle of TFRecord input read in mini-batches (``read_batch``): a shuffle buffer of
-single records, run a window of records at a time.
+shuffle of TFRecord input read in mini-batches (``read_batch``).
 
 tf.data's ``shuffle`` takes and gives one element at a time. With ``read_batch`` the
 elements are mini-batches of consecutive records of one file, and shuffling them leaves
-each run of consecutive records whole in the batches. `window_shuffle` shuffles the
-records themselves, with vectorized ops: a buffer of ``hold`` records takes a window of
-new records, and a random ``len(window)`` of the pool leave (the same draw as tf.data's
-shuffle, a window at a time), so no single record crosses the consumer side. The buffer
-is the state of a ``scan``: tf.data saves it with the iterator, and the draws are
-stateless, keyed by a ``Dataset.random`` stream, so a restored iterator continues
-exactly.
+each run of consecutive records whole in the batches; shuffling single records pays
+tf.data's per-element cost for every record. `grouped_shuffle` shuffles the records
+in small groups instead: each window of records is permuted (one vectorized gather, in
+parallel), cut into groups of a few records, and tf.data's shuffle mixes the groups
+through a buffer holding as many records as the shuffle buffer and one window. A group
+holds records drawn at random from a window of many files, so no run of consecutive
+records stays whole, and a batch draws on many groups. tf.data saves the shuffle's
+buffer with the iterator, and the permutations are stateless, keyed by a
+``Dataset.random`` stream, so a restored iterator continues exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
@@ -267,22 +269,27 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
 
     def shuffle_records(self, records: tf.data.Dataset, request: ReadRequest) -> tf.data.Dataset:
         """Single records: tf.data's shuffle of `shuffle_buffer` records. Mini-batches
-        (``read_batch``): their records shuffled one by one by `window_shuffle`, a
-        buffer of `shuffle_buffer` records taking windows of ``max(shuffle_buffer // 2,
-        256)``, so that a batch mixes as with single records (and holds up to one
-        window more)."""
+        (``read_batch``): their records shuffled in groups by `grouped_shuffle`, windows
+        of ``max(shuffle_buffer // 2, 256)`` records permuted and cut into groups of
+        `group_size` records, and tf.data's shuffle of the groups through a buffer of
+        `shuffle_buffer` records and one window, so that a batch mixes as with single
+        records (and up to one window more is held)."""
         config = request.config
         hold = self.shuffle_buffer(records, request)
         if not read_batch(config):
             return record_shuffle(self, records, hold, request)
         window = window_size(hold)
+        group = group_size(request.batch_size)
         log_difference_once(
             shuffle_buffer=hold,
             read_batch=config.read_batch,
             mini=read_batch(config),
             window=window,
+            group=group,
         )
-        return window_shuffle(records, hold=hold, window=window, seed=config.shuffle_seed)
+        return grouped_shuffle(
+            records, hold=hold, window=window, group=group, seed=config.shuffle_seed
+        )
 
     def batch(self, records: tf.data.Dataset, request: ReadRequest) -> tuple[Any, Decode]:
         """``batch(B)`` of serialized records; decoding is one ``parse_example``."""
@@ -336,7 +343,7 @@ def _local_size(path: str) -> int:
 
 # ---------------------------------------------------- the mini-batch record shuffle
 log = logging.getLogger("tfinput")
-_LOGGED: set[tuple[int, int, int]] = set()
+_LOGGED: set[tuple[int, int, int, int]] = set()
 
 #: Fewest records a window brings into the pool (a smaller shuffle buffer would pay the
 #: per-window cost every few records).
@@ -344,11 +351,21 @@ MIN_WINDOW = 256
 #: Fewest mini-batches the pool holds: mini-batches shrink for small shuffle buffers,
 #: so that a batch still draws from many runs and files.
 POOL_MINI_BATCHES = 32
+#: Fewest groups a batch draws on (a batch of 512 records or fewer: groups of 2).
+BATCH_GROUPS = 256
+#: Most records in a group: tf.data's per-element cost is then paid once per 16 records.
+MAX_GROUP = 16
 
 
 def window_size(shuffle_buffer: int) -> int:
     """Records per window for a buffer of ``shuffle_buffer`` records."""
     return max(shuffle_buffer // 2, MIN_WINDOW)
+
+
+def group_size(batch_size: int) -> int:
+    """Records per shuffled group for batches of ``batch_size``: a batch draws on at
+    least `BATCH_GROUPS` groups (or ``batch_size // 2``), 2 to `MAX_GROUP` records each."""
+    return max(2, min(batch_size // BATCH_GROUPS, MAX_GROUP))
 
 
 def mini_batch(config: PipelineConfig) -> int:
@@ -364,46 +381,52 @@ def mini_batch(config: PipelineConfig) -> int:
     return min(config.read_batch, max(1, pool // POOL_MINI_BATCHES))
 
 
-def log_difference_once(*, shuffle_buffer: int, read_batch: int, mini: int, window: int) -> None:
+def log_difference_once(
+    *, shuffle_buffer: int, read_batch: int, mini: int, window: int, group: int
+) -> None:
     """Log, once per process and sizes, how the shuffle differs from ``read_batch=0``'s:
-    up to one window more records held, mini-batches of ``mini`` records, and the
-    setting that restores tf.data's own record shuffle (docs/bench.md)."""
-    key = (shuffle_buffer, read_batch, window)
+    up to one window more records held, records moved in groups drawn from windows,
+    mini-batches of ``mini`` records, and the setting that restores tf.data's own
+    record shuffle (docs/bench.md)."""
+    key = (shuffle_buffer, read_batch, window, group)
     if key in _LOGGED:
         return
     _LOGGED.add(key)
     log.info(
-        "tfinput: shuffle_buffer=%d with read_batch=%d shuffles single records a window "
-        "of %d at a time (file branches hand over mini-batches of %d): it holds up to %d "
-        "records, not %d; read_batch=0 gives tf.data's record shuffle of exactly "
-        "shuffle_buffer records, at the per-record cost (docs/bench.md, 'read_batch')",
-        shuffle_buffer, read_batch, window, mini, shuffle_buffer + window, shuffle_buffer,
+        "tfinput: shuffle_buffer=%d with read_batch=%d shuffles groups of %d records, each "
+        "drawn at random from a window of %d (file branches hand over mini-batches of %d): "
+        "it holds up to %d records, not %d; read_batch=0 gives tf.data's record shuffle "
+        "of exactly shuffle_buffer records, at the per-record cost (docs/bench.md, "
+        "'read_batch')",
+        shuffle_buffer, read_batch, group, window, mini, shuffle_buffer + window,
+        shuffle_buffer,
     )  # fmt: skip
 
 
-def window_shuffle(
-    records: tf.data.Dataset, *, hold: int, window: int, seed: int | None
+def grouped_shuffle(
+    records: tf.data.Dataset, *, hold: int, window: int, group: int, seed: int | None
 ) -> tf.data.Dataset:
-    """Shuffle the records of ``records`` (batches of records of any size): windows of
-    ``window`` records enter a buffer of ``hold`` records, and each step hands out as
-    many as came in, drawn uniformly from buffer and window; the end of the input hands
-    out the rest. Elements are the records each step hands out (none while the buffer
-    fills). A new order every iteration (``seed`` fixes the sequence of orders)."""
+    """Shuffle the records of ``records`` (batches of records of any size): each window
+    of ``window`` records is permuted (in parallel, keyed by a ``Dataset.random``
+    stream) and cut into groups of ``group`` records, and tf.data's shuffle mixes the
+    groups through a buffer of ``hold + window`` records. Elements are the groups (the
+    last one of the input may be smaller). A new order every iteration (``seed`` fixes
+    the sequence of orders).
+
+    The records of a group leave the buffer together, drawn at random from a window of
+    many files; the groups leave as tf.data's shuffle lets single elements leave. The
+    records are copied twice (the permutation, the cut into groups), not per step of
+    the buffer: tf.data's shuffle moves the groups without copying them.
+    """
     keys = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-    steps = tf.data.Dataset.zip((records.rebatch(window), keys))
-    steps = steps.map(lambda x, key: (x, key, tf.constant(False)))
-    last = (tf.zeros([0], records.element_spec.dtype), tf.constant(0, tf.int64), tf.constant(True))
-    steps = steps.concatenate(tf.data.Dataset.from_tensors(last))
+    windows = tf.data.Dataset.zip((records.rebatch(window), keys))
 
-    def step(buffer: tf.Tensor, step_input: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tf.Tensor]:
-        new, key, end = step_input
-        pool = tf.concat([buffer, new], 0)
-        size = tf.size(pool)
-        out = tf.where(end, size, tf.maximum(size - hold, 0))
+    def permute(batch: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
         order = tf.random.experimental.stateless_shuffle(
-            tf.range(size), seed=tf.stack([key, tf.constant(0, tf.int64)])
+            tf.range(tf.size(batch)), seed=tf.stack([key, tf.constant(0, tf.int64)])
         )
-        return tf.gather(pool, order[out:]), tf.gather(pool, order[:out])
+        return tf.gather(batch, order)
 
-    empty = tf.zeros([0], records.element_spec.dtype)
-    return steps.scan(empty, step).filter(lambda x: tf.size(x) > 0)
+    groups = windows.map(permute, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    buffer = math.ceil((hold + window) / group)
+    return groups.rebatch(group).shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
