@@ -238,7 +238,7 @@ def test_read_batch_hands_mini_batches_from_the_file_branches(small_tfrecord, sm
     shuffles = [n for n in graph.node if n.op.startswith("ShuffleDataset")]
     assert len(shuffles) == 1
     (upstream,) = (n for n in graph.node if n.name == shuffles[0].input[0].split(":")[0])
-    assert upstream.op == "RebatchDatasetV2"  # the groups, cut from permuted windows
+    assert upstream.op == "UnbatchDataset"  # the groups: rows of the permuted windows
     assert [d.size for d in upstream.attr["output_shapes"].list.shape[0].dim] == [-1]
     top, inner = _ops(pipeline.build(config.replace(read_batch=0)))  # today's plan
     assert "BatchDatasetV2" in top and "RebatchDatasetV2" not in top
@@ -392,3 +392,19 @@ def test_a_restore_mid_epoch_gives_exactly_the_rest(
     fresh = iter(tfinput.tfrecord(small_tfrecord, small_schema).build(config))
     tf.train.Checkpoint(iterator=fresh).read(prefix).assert_consumed()
     assert [f["dense"]["row_id"].numpy().tolist() for f, _ in fresh] == want
+
+
+@pytest.mark.parametrize(("records", "group"), [(1_003, 16), (1_024, 16), (5, 2), (0, 4)])
+def test_the_grouped_shuffle_hands_every_record_once_in_groups(records, group):
+    """Windows of whole groups are cut into groups of ``group`` records; the input's
+    last window, when it is not a whole number of groups, goes out record by record."""
+    from tfinput._src.core.sources.tfrecord import grouped_shuffle
+
+    ids = tf.data.Dataset.range(records).map(tf.strings.as_string).batch(7)
+    groups = list(grouped_shuffle(ids, hold=100, window=256, group=group, seed=3))
+    got = [int(x) for g in groups for x in g.numpy()]
+    assert sorted(got) == list(range(records))
+    assert {len(g) for g in groups} <= {group, 1}
+    assert sum(len(g) == group for g in groups) == records // 256 * 256 // group + (
+        records % 256 // group if records % 256 % group == 0 else 0
+    )

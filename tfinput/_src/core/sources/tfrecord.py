@@ -269,17 +269,18 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
 
     def shuffle_records(self, records: tf.data.Dataset, request: ReadRequest) -> tf.data.Dataset:
         """Single records: tf.data's shuffle of `shuffle_buffer` records. Mini-batches
-        (``read_batch``): their records shuffled in groups by `grouped_shuffle`, windows
-        of ``max(shuffle_buffer // 2, 256)`` records permuted and cut into groups of
-        `group_size` records, and tf.data's shuffle of the groups through a buffer of
-        `shuffle_buffer` records and one window, so that a batch mixes as with single
-        records (and up to one window more is held)."""
+        (``read_batch``): their records shuffled in groups by `grouped_shuffle`:
+        windows of ``max(shuffle_buffer // 2, 256)`` records (rounded up to whole
+        groups) permuted and cut into groups of `group_size` records, and tf.data's
+        shuffle of the groups through a buffer of `shuffle_buffer` records and one
+        window, so that a batch mixes as with single records (and up to one window
+        more is held)."""
         config = request.config
         hold = self.shuffle_buffer(records, request)
         if not read_batch(config):
             return record_shuffle(self, records, hold, request)
-        window = window_size(hold)
         group = group_size(request.batch_size)
+        window = -(-window_size(hold) // group) * group  # whole groups
         log_difference_once(
             shuffle_buffer=hold,
             read_batch=config.read_batch,
@@ -407,26 +408,30 @@ def grouped_shuffle(
     records: tf.data.Dataset, *, hold: int, window: int, group: int, seed: int | None
 ) -> tf.data.Dataset:
     """Shuffle the records of ``records`` (batches of records of any size): each window
-    of ``window`` records is permuted (in parallel, keyed by a ``Dataset.random``
-    stream) and cut into groups of ``group`` records, and tf.data's shuffle mixes the
-    groups through a buffer of ``hold + window`` records. Elements are the groups (the
-    last one of the input may be smaller). A new order every iteration (``seed`` fixes
-    the sequence of orders).
+    of ``window`` records (a whole number of groups) is permuted, in parallel, keyed by
+    a ``Dataset.random`` stream, and cut into groups of ``group`` records, and tf.data's
+    shuffle mixes the groups through a buffer of ``hold + window`` records. Elements are
+    the groups: ``group`` records, or single records for the input's last window when
+    it is not a whole number of groups. A new order every iteration (``seed`` fixes the
+    sequence of orders).
 
     The records of a group leave the buffer together, drawn at random from a window of
-    many files; the groups leave as tf.data's shuffle lets single elements leave. The
-    records are copied twice (the permutation, the cut into groups), not per step of
-    the buffer: tf.data's shuffle moves the groups without copying them.
+    many files; the groups leave as tf.data's shuffle lets single elements leave. A
+    record is copied once here, by the permutation: the groups are the rows of its
+    output, which ``unbatch`` hands on without copying them, and tf.data's shuffle moves
+    groups without copying them.
     """
     keys = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
     windows = tf.data.Dataset.zip((records.rebatch(window), keys))
 
     def permute(batch: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
+        size = tf.size(batch)
         order = tf.random.experimental.stateless_shuffle(
-            tf.range(tf.size(batch)), seed=tf.stack([key, tf.constant(0, tf.int64)])
+            tf.range(size), seed=tf.stack([key, tf.constant(0, tf.int64)])
         )
-        return tf.gather(batch, order)
+        width = tf.where(size % group == 0, group, 1)
+        return tf.reshape(tf.gather(batch, order), [-1, width])
 
     groups = windows.map(permute, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     buffer = math.ceil((hold + window) / group)
-    return groups.rebatch(group).shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    return groups.unbatch().shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
