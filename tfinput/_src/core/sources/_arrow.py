@@ -17,6 +17,7 @@ one set per abandoned iterator, every tuner trial. Here a thread exits after
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -179,10 +180,15 @@ class _Epoch:
         self.groups: dict[tuple[int, int], Future] = {}
         self.windows: dict[int, Future] = {}
         self.batches: dict[int, Future] = {}
+        self.tail: set[int] = set()  # the last batches read (`read_to_end`)
 
-    def once(self, cache: dict, key: Any, compute: Any) -> Any:
-        """``compute()``, run once per key while cached (concurrent askers wait)."""
+    def once(self, cache: dict, key: Any, compute: Any, *, unless_idle: bool = False) -> Any:
+        """``compute()``, run once per key while cached (concurrent askers wait).
+        ``unless_idle``: compute nothing (None) where no batch is read ahead or cached
+        (the epoch's rows were dropped since this was asked for)."""
         with self.lock:
+            if unless_idle and not self.batches:
+                return None
             future = cache.get(key)
             owner = future is None
             if owner:
@@ -194,9 +200,14 @@ class _Epoch:
                 future.set_exception(e)
         return future.result()
 
-    def group(self, piece: _Piece) -> Any:
+    def group(self, piece: _Piece, *, ahead: bool = False) -> Any:
+        """The row group, read once while cached. ``ahead``: a read ahead of the
+        batches, made only while the epoch is being read (see `once`)."""
         return self.once(
-            self.groups, (piece.file, piece.group), lambda: self.owner.read_group(piece)
+            self.groups,
+            (piece.file, piece.group),
+            lambda: self.owner.read_group(piece),
+            unless_idle=ahead,
         )
 
     def window(self, j: int) -> Any:
@@ -229,11 +240,29 @@ class _Epoch:
         offset = k * owner.batch_size - j * owner.window
         return _columns(self.window(j).slice(offset, owner.batch_size), owner.schema)
 
+    def read_to_end(self, k: int, last: int) -> bool:
+        """Record that batch ``k`` was read; True once each of the epoch's ``last``
+        batches has been (then the record starts again, for another pass over the
+        epoch)."""
+        n = self.owner.num_batches
+        if k < n - last:
+            return False
+        with self.lock:
+            self.tail.add(k)
+            done = len(self.tail) >= min(last, n)
+            if done:
+                self.tail.clear()
+            return done
+
     def drop_before(self, k: int) -> None:
         """Forget what only batches before ``k`` need."""
+        if k <= 0:
+            return
         owner = self.owner
         j = owner.window_of(k)
         row = j * owner.window
+        if k >= owner.num_batches:  # the whole epoch (window_of stops at the last window)
+            j, row = owner.windows, owner.total_rows
         with self.lock:
             for key in [key for key in self.batches if key < k]:
                 del self.batches[key]
@@ -373,7 +402,10 @@ class ParquetBatches:
         if not 0 <= k < self.num_batches:
             raise IndexError(f"batch {k} of an epoch of {self.num_batches} batches")
         plan = self.epoch(seed)
-        plan.drop_before(k)
+        # tf.data runs this stateless read in parallel, so the batches are asked for
+        # slightly out of order: what the `readahead` batches before k need is kept (a
+        # batch asked for after its row group was dropped would read the group again).
+        plan.drop_before(k - self.readahead)
         started = []
         with plan.lock:
             future = plan.batches.get(k)
@@ -383,13 +415,37 @@ class ParquetBatches:
                     started.append((i, plan.batches[i]))
         for i, ahead in started:
             self._submit(plan, i, ahead)
+        self._decode_next_group(plan, k)
         if future is None:  # not read ahead: the first batch, or one after a restore
             batch = plan.once(plan.batches, k, lambda: plan.batch(k))
         else:
             batch = future.result()
-        if k == self.num_batches - 1:
+        if plan.read_to_end(k, self.readahead + 1):
             plan.drop_before(self.num_batches)  # the epoch is read: free its rows now
         return batch
+
+    def _decode_next_group(self, plan: _Epoch, k: int) -> None:
+        """Start decoding the row group after the one batch ``k`` ends in, unless it
+        is decoded or being decoded: a group is decoded while the one before it is
+        being cut into batches, not when the read-ahead reaches it (the consumer would
+        wait for the decode at each group boundary)."""
+        last = min((k + 1) * self.batch_size, self.total_rows) - 1
+        i = int(np.searchsorted(plan.starts, last, side="right"))
+        if i >= len(plan.pieces):
+            return
+        piece = plan.pieces[i]
+        with plan.lock:
+            if (piece.file, piece.group) in plan.groups:
+                return
+
+        def run() -> None:
+            if exiting():  # the interpreter exits: read nothing more
+                return
+            # an error is kept with the group: the batch that needs it raises it
+            with contextlib.suppress(BaseException):
+                plan.group(piece, ahead=True)
+
+        self._pool.submit(run)
 
     def _submit(self, plan: _Epoch, k: int, future: Future) -> None:
         """Compute batch ``k`` on the pool into ``future`` (cached for it)."""
