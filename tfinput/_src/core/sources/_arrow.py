@@ -288,9 +288,14 @@ class ParquetBatches:
     Reading is random access (`batch`), but a sequential reader is served ahead: each
     call starts the next ``readahead`` batches (row groups read, nulls filled, windows
     shuffled, columns converted) on ``threads`` background threads, pyarrow releasing
-    the GIL while it decodes. After `READER_IDLE_S` without work the threads exit and
-    what was read ahead is dropped: TensorFlow keeps a dataset's Python functions, and so
-    this reader, after the dataset and its iterators are gone.
+    the GIL while it decodes, and the row group after the one being read is decoded as
+    soon as reading reaches that one (a group holds many batches: decoded only when the
+    read-ahead reached it, the consumer would wait for it at every group boundary).
+    Batches asked for slightly out of order (tf.data runs the read in parallel) are
+    served from what is kept for the ``readahead`` batches before the latest one, so no
+    row group is read twice in an epoch. After `READER_IDLE_S` without work the threads
+    exit and what was read ahead is dropped: TensorFlow keeps a dataset's Python
+    functions, and so this reader, after the dataset and its iterators are gone.
 
     Args:
       files: The files, in order.
