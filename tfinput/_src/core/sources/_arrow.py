@@ -183,9 +183,8 @@ class _Epoch:
         self.tail: set[int] = set()  # the last batches read (`read_to_end`)
 
     def once(self, cache: dict, key: Any, compute: Any, *, unless_idle: bool = False) -> Any:
-        """``compute()``, run once per key while cached (concurrent askers wait).
-        ``unless_idle``: compute nothing (None) where no batch is read ahead or cached
-        (the epoch's rows were dropped since this was asked for)."""
+        """``compute()``, run once per key while cached (concurrent askers wait);
+        ``unless_idle``: nothing (None) once no batch is cached (the epoch was read)."""
         with self.lock:
             if unless_idle and not self.batches:
                 return None
@@ -201,8 +200,7 @@ class _Epoch:
         return future.result()
 
     def group(self, piece: _Piece, *, ahead: bool = False) -> Any:
-        """The row group, read once while cached. ``ahead``: a read ahead of the
-        batches, made only while the epoch is being read (see `once`)."""
+        """The row group, read once while cached (``ahead``: see `once`)."""
         return self.once(
             self.groups,
             (piece.file, piece.group),
@@ -242,27 +240,22 @@ class _Epoch:
 
     def read_to_end(self, k: int, last: int) -> bool:
         """Record that batch ``k`` was read; True once each of the epoch's ``last``
-        batches has been (then the record starts again, for another pass over the
-        epoch)."""
-        n = self.owner.num_batches
-        if k < n - last:
+        batches has been (then the record starts again, for another pass)."""
+        if k < self.owner.num_batches - last:
             return False
         with self.lock:
             self.tail.add(k)
-            done = len(self.tail) >= min(last, n)
+            done = len(self.tail) >= min(last, self.owner.num_batches)
             if done:
                 self.tail.clear()
             return done
 
     def drop_before(self, k: int) -> None:
         """Forget what only batches before ``k`` need."""
-        if k <= 0:
-            return
         owner = self.owner
-        j = owner.window_of(k)
-        row = j * owner.window
-        if k >= owner.num_batches:  # the whole epoch (window_of stops at the last window)
-            j, row = owner.windows, owner.total_rows
+        end = k >= owner.num_batches  # the whole epoch (window_of stops at the last window)
+        j = owner.windows if end else owner.window_of(k)
+        row = owner.total_rows if end else j * owner.window
         with self.lock:
             for key in [key for key in self.batches if key < k]:
                 del self.batches[key]
@@ -288,12 +281,11 @@ class ParquetBatches:
     Reading is random access (`batch`), but a sequential reader is served ahead: each
     call starts the next ``readahead`` batches (row groups read, nulls filled, windows
     shuffled, columns converted) on ``threads`` background threads, pyarrow releasing
-    the GIL while it decodes, and the row group after the one being read is decoded as
-    soon as reading reaches that one (a group holds many batches: decoded only when the
-    read-ahead reached it, the consumer would wait for it at every group boundary).
-    Batches asked for slightly out of order (tf.data runs the read in parallel) are
-    served from what is kept for the ``readahead`` batches before the latest one, so no
-    row group is read twice in an epoch. After `READER_IDLE_S` without work the threads
+    the GIL while it decodes; the next row group is decoded as soon as reading reaches
+    the one before it (not when the read-ahead does: the consumer would wait for it at
+    every group boundary). What the ``readahead`` batches before the latest one need is
+    kept: tf.data runs the read in parallel, slightly out of order, and no row group is
+    read twice in an epoch. After `READER_IDLE_S` without work the threads
     exit and what was read ahead is dropped: TensorFlow keeps a dataset's Python
     functions, and so this reader, after the dataset and its iterators are gone.
 
@@ -407,9 +399,8 @@ class ParquetBatches:
         if not 0 <= k < self.num_batches:
             raise IndexError(f"batch {k} of an epoch of {self.num_batches} batches")
         plan = self.epoch(seed)
-        # tf.data runs this stateless read in parallel, so the batches are asked for
-        # slightly out of order: what the `readahead` batches before k need is kept (a
-        # batch asked for after its row group was dropped would read the group again).
+        # tf.data runs the read in parallel, slightly out of order: keep what the batches
+        # just before k need (a batch asked for after its group was dropped reads it again)
         plan.drop_before(k - self.readahead)
         started = []
         with plan.lock:
@@ -430,18 +421,13 @@ class ParquetBatches:
         return batch
 
     def _decode_next_group(self, plan: _Epoch, k: int) -> None:
-        """Start decoding the row group after the one batch ``k`` ends in, unless it
-        is decoded or being decoded: a group is decoded while the one before it is
-        being cut into batches, not when the read-ahead reaches it (the consumer would
-        wait for the decode at each group boundary)."""
+        """Start decoding the row group after the one batch ``k`` ends in (unless it
+        is decoded or being decoded)."""
         last = min((k + 1) * self.batch_size, self.total_rows) - 1
         i = int(np.searchsorted(plan.starts, last, side="right"))
-        if i >= len(plan.pieces):
-            return
-        piece = plan.pieces[i]
-        with plan.lock:
-            if (piece.file, piece.group) in plan.groups:
-                return
+        piece = plan.pieces[i] if i < len(plan.pieces) else None
+        if piece is None or (piece.file, piece.group) in plan.groups:
+            return  # no next group, or it is read (`once` settles a race)
 
         def run() -> None:
             if exiting():  # the interpreter exits: read nothing more
