@@ -215,6 +215,7 @@ class _Epoch:
         """Rows ``[j * W, (j + 1) * W)`` of the stream (the last window: to the end),
         shuffled when shuffling rows."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         owner = self.owner
         a = j * owner.window
@@ -229,7 +230,7 @@ class _Epoch:
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         if self.owner.config.shuffle_buffer:
             rng = np.random.default_rng([self.seed, 1, j])
-            table = table.take(rng.permutation(table.num_rows))
+            table = pc.take(table, rng.permutation(table.num_rows), memory_pool=parquet.read_pool())
         return table
 
     def batch(self, k: int) -> dict[str, np.ndarray]:
@@ -430,11 +431,9 @@ class ParquetBatches:
             return  # no next group, or it is read (`once` settles a race)
 
         def run() -> None:
-            if exiting():  # the interpreter exits: read nothing more
-                return
-            # an error is kept with the group: the batch that needs it raises it
-            with contextlib.suppress(BaseException):
-                plan.group(piece, ahead=True)
+            with contextlib.suppress(BaseException):  # kept with the group: its batch raises it
+                if not exiting():  # the interpreter exits: read nothing more
+                    plan.group(piece, ahead=True)
 
         self._pool.submit(run)
 
@@ -476,7 +475,9 @@ class ParquetBatches:
         path = self.files[piece.file]
         check_unchanged(path, self._versions[piece.file])
         try:
-            pf = parquet.open_file(path, metadata=self._footers[piece.file])
+            pf = parquet.open_file(
+                path, metadata=self._footers[piece.file], memory_pool=parquet.read_pool()
+            )
             # the columns decode in parallel on pyarrow's threads, the GIL released
             table = pf.read_row_group(piece.group, columns=self.columns, use_threads=True)
             table = table.select(self.columns)
