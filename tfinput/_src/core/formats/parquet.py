@@ -74,8 +74,7 @@ def read_pool() -> pa.MemoryPool:
     has it and ``ARROW_DEFAULT_MEMORY_POOL`` does not choose one, else the default.
     pyarrow's default mimalloc pool hands the megabytes of each decoded row group back
     to the system and takes them again for the next one (page faults, zeroed pages on
-    every read); jemalloc keeps them for a while (reads cost a fifth less CPU here:
-    benchmarks/RESULTS.md)."""
+    every read); jemalloc keeps them for a while (docs/bench.md, "What Parquet costs")."""
     import pyarrow as pa
 
     if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
