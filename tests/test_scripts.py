@@ -43,6 +43,7 @@ SMOKE = {
     "benchmarks/iterator_delete.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/mixing.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/tune.py": (["--smoke", "--write"], "tensorflow"),
+    "benchmarks/parquet_grain.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/profile.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/read_batch.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/resume_state.py": (["--smoke"], "tensorflow"),

@@ -62,3 +62,40 @@ def test_a_file_that_is_not_parquet_is_a_data_error_naming_it(tmp_path):
             read(str(path))
     with pytest.raises(DataError, match=r"missing\.parquet"):
         parquet.open_file(str(tmp_path / "missing.parquet"))
+
+
+def test_a_file_opened_with_a_pool_reads_into_it_what_the_default_read_gives(tmp_path):
+    """The Parquet source decodes row groups into `parquet.read_pool` (jemalloc where
+    pyarrow has it): the same table as a plain open, its bytes allocated from that pool."""
+    path = str(tmp_path / "a.parquet")
+    parquet.write_table(_table(20_000), path, row_group_size=5_000)
+    pool = parquet.read_pool()
+    before = pool.bytes_allocated()
+    table = parquet.open_file(path, memory_pool=pool).read_row_group(2)
+    assert pool.bytes_allocated() - before >= table.nbytes // 2 > 0
+    assert table.equals(parquet.open_file(path).read_row_group(2))
+
+
+@pytest.mark.parametrize("chosen", [None, "system"])
+def test_the_read_pool_is_jemalloc_unless_the_environment_chooses_one(chosen):
+    """``ARROW_DEFAULT_MEMORY_POOL`` set: the user's choice, pyarrow's default pool."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if chosen:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    code = (
+        "import pyarrow as pa; from tfinput._src.core.formats import parquet; "
+        "print(parquet.read_pool().backend_name, pa.default_memory_pool().backend_name)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    try:
+        jemalloc = pa.jemalloc_memory_pool().backend_name
+    except NotImplementedError:  # a build without jemalloc: the default pool
+        jemalloc = out[1]
+    assert out[0] == (out[1] if chosen else jemalloc)
+    if chosen:
+        assert out[1] == chosen

@@ -392,6 +392,50 @@ def test_reading_is_random_access_and_matches_the_sequential_read(small_parquet,
     assert sorted(ids.tolist()) == list(range(1000))
 
 
+@pytest.mark.parametrize("shuffle_buffer", [0, 120], ids=["in-order", "shuffled"])
+def test_batches_asked_out_of_order_read_each_row_group_once(
+    small_parquet, small_schema, shuffle_buffer
+):
+    """tf.data runs the reader's stateless read in parallel, so batches are asked for
+    slightly out of order (here: every pair swapped, a batch of the next row group
+    before the last one of the group before it): each row group is still read once
+    per epoch, the batches are those of the sequential read, and once the epoch is
+    read the reader holds none of its rows."""
+    from tfinput._src.core.sources._arrow import ParquetBatches
+
+    config = PipelineConfig(
+        batch_size=50, shuffle_buffer=shuffle_buffer, interleave_cycle_length=2
+    )  # reads 4 batches ahead
+
+    def reader() -> ParquetBatches:
+        return ParquetBatches(
+            files=small_parquet, schema=small_schema, config=config, batch_size=50,
+            shuffle_files=False,
+        )  # fmt: skip
+
+    sequential = list(reader()(seed=5))
+    swapped = reader()
+    reads: dict[tuple[int, int], int] = {}
+    read_group = swapped.read_group
+
+    def counted(piece):
+        reads[piece.file, piece.group] = reads.get((piece.file, piece.group), 0) + 1
+        return read_group(piece)
+
+    swapped.read_group = counted
+    order = list(range(swapped.num_batches))
+    for i in range(1, len(order) - 1, 2):
+        order[i], order[i + 1] = order[i + 1], order[i]  # 0, 2, 1, 4, 3, ...
+    got = {k: swapped.batch(5, k) for k in order}
+    groups = {(f, g) for f in range(4) for g in range(3)}  # 250 rows per file, groups of 100
+    assert reads == dict.fromkeys(groups, 1)
+    for k, batch in enumerate(sequential):
+        for key, value in batch.items():
+            np.testing.assert_array_equal(got[k][key], value, err_msg=f"{k} {key}")
+    plan = swapped._epochs[5]
+    assert not plan.groups and not plan.windows and not plan.batches
+
+
 @pytest.mark.parametrize(
     ("shuffle_buffer", "batch", "windows"),
     [

@@ -34,9 +34,12 @@ def _unreadable(path: str, e: BaseException) -> DataError:
     return DataError(f"{path}: not a readable Parquet file ({line})")
 
 
-def open_file(path: str, *, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+def open_file(
+    path: str, *, metadata: pq.FileMetaData | None = None, memory_pool: pa.MemoryPool | None = None
+) -> pq.ParquetFile:
     """A ``pyarrow.parquet.ParquetFile`` for a local path or a URI (``s3://...``);
-    ``metadata``, a footer already read, is not read again.
+    ``metadata``, a footer already read, is not read again; ``memory_pool``: where its
+    reads allocate (default: pyarrow's default pool).
 
     Raises:
       DataError: the file cannot be opened or is not Parquet.
@@ -44,16 +47,42 @@ def open_file(path: str, *, metadata: pq.FileMetaData | None = None) -> pq.Parqu
     import pyarrow.parquet as pq
 
     try:
+        source: str | pa.NativeFile = path
         if "://" in path:
             import pyarrow.fs as pafs
 
             fs, inner = pafs.FileSystem.from_uri(path)
-            return pq.ParquetFile(fs.open_input_file(inner), metadata=metadata)
-        return pq.ParquetFile(path, metadata=metadata)
+            source = fs.open_input_file(inner)
+        pf = pq.ParquetFile(source, metadata=metadata)
+        if memory_pool is not None:
+            # ParquetFile takes no pool; its reader does (opened as ParquetFile opens it)
+            from pyarrow._parquet import ParquetReader
+
+            reader = ParquetReader(memory_pool=memory_pool)
+            reader.open(source, metadata=metadata or pf.metadata, pre_buffer=False)
+            pf.reader = reader
+        return pf
     except DataError:
         raise
     except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
         raise _unreadable(path, e) from e
+
+
+@functools.cache
+def read_pool() -> pa.MemoryPool:
+    """The pool the Parquet source decodes row groups into: jemalloc's where pyarrow
+    has it and ``ARROW_DEFAULT_MEMORY_POOL`` does not choose one, else the default.
+    pyarrow's default mimalloc pool hands the megabytes of each decoded row group back
+    to the system and takes them again for the next one (page faults, zeroed pages on
+    every read); jemalloc keeps them for a while (docs/bench.md, "What Parquet costs")."""
+    import pyarrow as pa
+
+    if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
+        return pa.default_memory_pool()
+    try:
+        return pa.jemalloc_memory_pool()
+    except NotImplementedError:  # a build without jemalloc (Windows)
+        return pa.default_memory_pool()
 
 
 def _version(path: str) -> tuple[int | None, int | None]:

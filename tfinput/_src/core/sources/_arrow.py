@@ -17,6 +17,7 @@ one set per abandoned iterator, every tuner trial. Here a thread exits after
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -179,10 +180,14 @@ class _Epoch:
         self.groups: dict[tuple[int, int], Future] = {}
         self.windows: dict[int, Future] = {}
         self.batches: dict[int, Future] = {}
+        self.tail: set[int] = set()  # the last batches read (`read_to_end`)
 
-    def once(self, cache: dict, key: Any, compute: Any) -> Any:
-        """``compute()``, run once per key while cached (concurrent askers wait)."""
+    def once(self, cache: dict, key: Any, compute: Any, *, unless_idle: bool = False) -> Any:
+        """``compute()``, run once per key while cached (concurrent askers wait);
+        ``unless_idle``: nothing (None) once no batch is cached (the epoch was read)."""
         with self.lock:
+            if unless_idle and not self.batches:
+                return None
             future = cache.get(key)
             owner = future is None
             if owner:
@@ -194,9 +199,13 @@ class _Epoch:
                 future.set_exception(e)
         return future.result()
 
-    def group(self, piece: _Piece) -> Any:
+    def group(self, piece: _Piece, *, ahead: bool = False) -> Any:
+        """The row group, read once while cached (``ahead``: see `once`)."""
         return self.once(
-            self.groups, (piece.file, piece.group), lambda: self.owner.read_group(piece)
+            self.groups,
+            (piece.file, piece.group),
+            lambda: self.owner.read_group(piece),
+            unless_idle=ahead,
         )
 
     def window(self, j: int) -> Any:
@@ -206,6 +215,7 @@ class _Epoch:
         """Rows ``[j * W, (j + 1) * W)`` of the stream (the last window: to the end),
         shuffled when shuffling rows."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         owner = self.owner
         a = j * owner.window
@@ -220,7 +230,7 @@ class _Epoch:
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         if self.owner.config.shuffle_buffer:
             rng = np.random.default_rng([self.seed, 1, j])
-            table = table.take(rng.permutation(table.num_rows))
+            table = pc.take(table, rng.permutation(table.num_rows), memory_pool=parquet.read_pool())
         return table
 
     def batch(self, k: int) -> dict[str, np.ndarray]:
@@ -229,11 +239,24 @@ class _Epoch:
         offset = k * owner.batch_size - j * owner.window
         return _columns(self.window(j).slice(offset, owner.batch_size), owner.schema)
 
+    def read_to_end(self, k: int, last: int) -> bool:
+        """Record that batch ``k`` was read; True once each of the epoch's ``last``
+        batches has been (then the record starts again, for another pass)."""
+        if k < self.owner.num_batches - last:
+            return False
+        with self.lock:
+            self.tail.add(k)
+            done = len(self.tail) >= min(last, self.owner.num_batches)
+            if done:
+                self.tail.clear()
+            return done
+
     def drop_before(self, k: int) -> None:
         """Forget what only batches before ``k`` need."""
         owner = self.owner
-        j = owner.window_of(k)
-        row = j * owner.window
+        end = k >= owner.num_batches  # the whole epoch (window_of stops at the last window)
+        j = owner.windows if end else owner.window_of(k)
+        row = owner.total_rows if end else j * owner.window
         with self.lock:
             for key in [key for key in self.batches if key < k]:
                 del self.batches[key]
@@ -259,9 +282,13 @@ class ParquetBatches:
     Reading is random access (`batch`), but a sequential reader is served ahead: each
     call starts the next ``readahead`` batches (row groups read, nulls filled, windows
     shuffled, columns converted) on ``threads`` background threads, pyarrow releasing
-    the GIL while it decodes. After `READER_IDLE_S` without work the threads exit and
-    what was read ahead is dropped: TensorFlow keeps a dataset's Python functions, and so
-    this reader, after the dataset and its iterators are gone.
+    the GIL while it decodes; the next row group is decoded as soon as reading reaches
+    the one before it (not when the read-ahead does: the consumer would wait for it at
+    every group boundary). What the ``readahead`` batches before the latest one need is
+    kept: tf.data runs the read in parallel, slightly out of order, and no row group is
+    read twice in an epoch. After `READER_IDLE_S` without work the threads
+    exit and what was read ahead is dropped: TensorFlow keeps a dataset's Python
+    functions, and so this reader, after the dataset and its iterators are gone.
 
     Args:
       files: The files, in order.
@@ -373,7 +400,9 @@ class ParquetBatches:
         if not 0 <= k < self.num_batches:
             raise IndexError(f"batch {k} of an epoch of {self.num_batches} batches")
         plan = self.epoch(seed)
-        plan.drop_before(k)
+        # tf.data runs the read in parallel, slightly out of order: keep what the batches
+        # just before k need (a batch asked for after its group was dropped reads it again)
+        plan.drop_before(k - self.readahead)
         started = []
         with plan.lock:
             future = plan.batches.get(k)
@@ -383,13 +412,30 @@ class ParquetBatches:
                     started.append((i, plan.batches[i]))
         for i, ahead in started:
             self._submit(plan, i, ahead)
+        self._decode_next_group(plan, k)
         if future is None:  # not read ahead: the first batch, or one after a restore
             batch = plan.once(plan.batches, k, lambda: plan.batch(k))
         else:
             batch = future.result()
-        if k == self.num_batches - 1:
+        if plan.read_to_end(k, self.readahead + 1):
             plan.drop_before(self.num_batches)  # the epoch is read: free its rows now
         return batch
+
+    def _decode_next_group(self, plan: _Epoch, k: int) -> None:
+        """Start decoding the row group after the one batch ``k`` ends in (unless it
+        is decoded or being decoded)."""
+        last = min((k + 1) * self.batch_size, self.total_rows) - 1
+        i = int(np.searchsorted(plan.starts, last, side="right"))
+        piece = plan.pieces[i] if i < len(plan.pieces) else None
+        if piece is None or (piece.file, piece.group) in plan.groups:
+            return  # no next group, or it is read (`once` settles a race)
+
+        def run() -> None:
+            with contextlib.suppress(BaseException):  # kept with the group: its batch raises it
+                if not exiting():  # the interpreter exits: read nothing more
+                    plan.group(piece, ahead=True)
+
+        self._pool.submit(run)
 
     def _submit(self, plan: _Epoch, k: int, future: Future) -> None:
         """Compute batch ``k`` on the pool into ``future`` (cached for it)."""
@@ -429,7 +475,9 @@ class ParquetBatches:
         path = self.files[piece.file]
         check_unchanged(path, self._versions[piece.file])
         try:
-            pf = parquet.open_file(path, metadata=self._footers[piece.file])
+            pf = parquet.open_file(
+                path, metadata=self._footers[piece.file], memory_pool=parquet.read_pool()
+            )
             # the columns decode in parallel on pyarrow's threads, the GIL released
             table = pf.read_row_group(piece.group, columns=self.columns, use_threads=True)
             table = table.select(self.columns)
