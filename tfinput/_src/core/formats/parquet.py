@@ -10,9 +10,10 @@ pipeline many times.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tfinput._src.core.errors import DataError
 
@@ -55,17 +56,39 @@ def open_file(
             source = fs.open_input_file(inner)
         pf = pq.ParquetFile(source, metadata=metadata)
         if memory_pool is not None:
-            # ParquetFile takes no pool; its reader does (opened as ParquetFile opens it)
-            from pyarrow._parquet import ParquetReader
-
-            reader = ParquetReader(memory_pool=memory_pool)
-            reader.open(source, metadata=metadata or pf.metadata, pre_buffer=False)
-            pf.reader = reader
+            _read_into(pf, source, memory_pool)
         return pf
     except DataError:
         raise
     except Exception as e:  # pyarrow raises ArrowInvalid/OSError variants
         raise _unreadable(path, e) from e
+
+
+def _read_into(pf: pq.ParquetFile, source: Any, memory_pool: pa.MemoryPool) -> None:
+    """Point ``pf``'s reads at ``memory_pool``: ``ParquetFile`` takes no pool, but its
+    reader (pyarrow's private ``ParquetReader``) does; opened as ``ParquetFile`` opens
+    it. Where that reader is not as expected (another pyarrow), ``pf`` keeps reading
+    into the default pool: the same data, logged once."""
+    try:
+        from pyarrow._parquet import ParquetReader
+
+        reader = ParquetReader(memory_pool=memory_pool)
+        reader.open(source, metadata=pf.metadata, pre_buffer=False)
+    except (ImportError, TypeError, AttributeError) as e:
+        _log_default_pool_once(e)
+        return
+    pf.reader = reader
+
+
+def _log_default_pool_once(error: BaseException) -> None:
+    if not _POOL_LOGGED:
+        _POOL_LOGGED.append(True)
+        logging.getLogger("tfinput").info(
+            "tfinput: Parquet row groups decode into pyarrow's default memory pool (%s)", error
+        )
+
+
+_POOL_LOGGED: list[bool] = []
 
 
 @functools.cache
