@@ -76,6 +76,30 @@ def test_a_file_opened_with_a_pool_reads_into_it_what_the_default_read_gives(tmp
     assert table.equals(parquet.open_file(path).read_row_group(2))
 
 
+def test_a_pyarrow_whose_private_reader_differs_reads_into_the_default_pool(
+    tmp_path, monkeypatch, caplog
+):
+    """The pool goes through pyarrow's private ``ParquetReader``; where that reader is
+    not as expected (another pyarrow: here its constructor refuses the pool), the file
+    still opens and reads the same table, and a line is logged."""
+    import logging
+
+    import pyarrow._parquet
+
+    def refuses(*args, **kwargs):
+        raise TypeError("__init__() got an unexpected keyword argument 'memory_pool'")
+
+    path = str(tmp_path / "a.parquet")
+    parquet.write_table(_table(20_000), path, row_group_size=5_000)
+    want = parquet.open_file(path).read_row_group(1)
+    monkeypatch.setattr(pyarrow._parquet, "ParquetReader", refuses)
+    monkeypatch.setattr(parquet, "_POOL_LOGGED", [])
+    with caplog.at_level(logging.INFO, logger="tfinput"):
+        got = parquet.open_file(path, memory_pool=parquet.read_pool()).read_row_group(1)
+    assert got.equals(want)
+    assert "decode into pyarrow's default memory pool" in caplog.text
+
+
 @pytest.mark.parametrize("chosen", [None, "system"])
 def test_the_read_pool_is_jemalloc_unless_the_environment_chooses_one(chosen):
     """``ARROW_DEFAULT_MEMORY_POOL`` set: the user's choice, pyarrow's default pool."""
