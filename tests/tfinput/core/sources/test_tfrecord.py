@@ -359,8 +359,10 @@ def test_derived_sizes_come_from_config_knobs_alone():
     assert mini_batch(PipelineConfig(read_batch=1024, shuffle_buffer=10_000)) == 468
     assert mini_batch(PipelineConfig(read_batch=0, shuffle_buffer=100)) == 0
     assert [window_size(s) for s in (1, 100, 1000, 10_000)] == [256, 256, 500, 5000]
-    # A batch draws on at least 256 groups of at most 16 records (at least 2).
-    assert [group_size(b) for b in (1, 32, 512, 1024, 4096, 65_536)] == [2, 2, 2, 4, 16, 16]
+    # A batch draws on, and the buffer holds, at least 256 groups of 2 to 16 records.
+    groups = [group_size(b, 10_000) for b in (1, 32, 512, 1024, 4096, 65_536)]
+    assert groups == [2, 2, 2, 4, 16, 16]
+    assert [group_size(4096, s) for s in (1, 100, 1000, 3000, 100_000)] == [2, 2, 5, 16, 16]
 
 
 @pytest.mark.parametrize("drop_remainder", [True, False])

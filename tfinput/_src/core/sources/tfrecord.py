@@ -279,7 +279,7 @@ class TFRecordSource(Source, FileChecks, RooflineStages):
         hold = self.shuffle_buffer(records, request)
         if not read_batch(config):
             return record_shuffle(self, records, hold, request)
-        group = group_size(request.batch_size)
+        group = group_size(request.batch_size, hold)
         window = -(-window_size(hold) // group) * group  # whole groups
         log_difference_once(
             shuffle_buffer=hold,
@@ -352,7 +352,8 @@ MIN_WINDOW = 256
 #: Fewest mini-batches the pool holds: mini-batches shrink for small shuffle buffers,
 #: so that a batch still draws from many runs and files.
 POOL_MINI_BATCHES = 32
-#: Fewest groups a batch draws on (a batch of 512 records or fewer: groups of 2).
+#: Fewest groups a batch draws on and the buffer holds (a batch of 512 records or
+#: fewer, a buffer of 341 or fewer: groups of 2).
 BATCH_GROUPS = 256
 #: Most records in a group: tf.data's per-element cost is then paid once per 16 records.
 MAX_GROUP = 16
@@ -363,10 +364,12 @@ def window_size(shuffle_buffer: int) -> int:
     return max(shuffle_buffer // 2, MIN_WINDOW)
 
 
-def group_size(batch_size: int) -> int:
-    """Records per shuffled group for batches of ``batch_size``: a batch draws on at
-    least `BATCH_GROUPS` groups (or ``batch_size // 2``), 2 to `MAX_GROUP` records each."""
-    return max(2, min(batch_size // BATCH_GROUPS, MAX_GROUP))
+def group_size(batch_size: int, shuffle_buffer: int) -> int:
+    """Records per shuffled group for batches of ``batch_size`` and a buffer of
+    ``shuffle_buffer`` records: a batch draws on at least `BATCH_GROUPS` groups, and the
+    buffer (with its window) holds at least as many; 2 to `MAX_GROUP` records each."""
+    pool = shuffle_buffer + window_size(shuffle_buffer)
+    return max(2, min(batch_size // BATCH_GROUPS, pool // BATCH_GROUPS, MAX_GROUP))
 
 
 def mini_batch(config: PipelineConfig) -> int:
