@@ -183,10 +183,11 @@ def rebatch_codec(
             out[f"{PACKED}{dtype}"] = tf.stack([raw[n] for n in names], axis=1)
         for dtype, names in lists.items():
             ragged = [raw[n] for n in names]
+            lengths = tf.stack([r.row_lengths() for r in ragged], axis=1)  # [rows, n]
+            out[f"{PACKED}lengths/{dtype}"] = lengths
             out[f"{PACKED}list/{dtype}"] = (
-                tf.concat(ragged, axis=1) if len(ragged) > 1 else ragged[0]
+                _join_lists([r.values for r in ragged], lengths) if len(ragged) > 1 else ragged[0]
             )
-            out[f"{PACKED}lengths/{dtype}"] = tf.stack([r.row_lengths() for r in ragged], axis=1)
         return out
 
     def unpack(cut: Raw) -> Raw:
@@ -202,6 +203,22 @@ def rebatch_codec(
         return {c.name: raw[c.name] for c in columns}
 
     return pack, unpack
+
+
+def _join_lists(values: Sequence[tf.Tensor], lengths: tf.Tensor) -> tf.RaggedTensor:
+    """List columns (each one's flat values, and their ``[rows, n]`` row lengths) as
+    one ragged tensor whose row ``r`` holds row ``r`` of every column, column after
+    column: one gather (``tf.concat(axis=1)`` of ragged tensors costs ops per column)."""
+    import tensorflow as tf
+
+    flat = tf.concat(values, 0)  # column after column
+    columns = tf.reduce_sum(lengths, axis=0)
+    starts = tf.cumsum(columns, exclusive=True)[None, :] + tf.cumsum(lengths, exclusive=True)
+    first = tf.reshape(starts, [-1])  # row after row, each row column after column
+    order = tf.ragged.range(first, first + tf.reshape(lengths, [-1])).flat_values
+    return tf.RaggedTensor.from_row_lengths(
+        tf.gather(flat, order), tf.reduce_sum(lengths, axis=1), validate=False
+    )
 
 
 def _split_lists(values: tf.Tensor, lengths: tf.Tensor, names: Sequence[str]) -> Raw:
