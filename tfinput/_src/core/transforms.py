@@ -104,9 +104,13 @@ def _s(x: tf.Tensor) -> tf.Tensor:
 ListGroup = tuple[list[MultiHot], tf.Tensor, tf.Tensor]
 
 
-def _list_group(feats: list[MultiHot], values: list[tf.Tensor]) -> ListGroup:
-    """The flat values of ``feats`` as one `ListGroup` (one concatenation)."""
-    sizes = tf.stack([tf.size(v, out_type=tf.int64) for v in values])
+def _list_group(
+    feats: list[MultiHot], values: list[tf.Tensor], sizes: tf.Tensor | None = None
+) -> ListGroup:
+    """The flat values of ``feats`` as one `ListGroup` (one concatenation); ``sizes``:
+    the values of each, if known."""
+    if sizes is None:
+        sizes = tf.stack([tf.size(v, out_type=tf.int64) for v in values])
     segments = tf.repeat(tf.range(len(feats), dtype=tf.int64), sizes)
     return feats, tf.concat(values, 0) if len(values) > 1 else values[0], segments
 
@@ -424,9 +428,13 @@ def _pad_lists(
         by_width.setdefault(f.max_len, []).append(f)
     for width, feats in by_width.items():
         lists = [raw[f.source] for f in feats]
+        # Every list of a batch has B rows: their row splits stack into one [k, B + 1].
+        splits = tf.stack([tf.cast(v.row_splits, tf.int64) for v in lists])
+        lengths_kb = splits[:, 1:] - splits[:, :-1]
         ints = [(f, v.values) for f, v in zip(feats, lists) if f.dtype == "int64"]
         if ints:
-            checks.append(_list_group([f for f, _ in ints], [v for _, v in ints]))
+            sizes = splits[:, -1] if len(ints) == len(feats) else None
+            checks.append(_list_group([f for f, _ in ints], [v for _, v in ints], sizes))
         if len(ints) == len(feats) and all(f.out_of_range == "error" for f in feats):
             flat = tf.cast(checks[-1][1], tf.int32)  # checked ids: the cast is exact
         else:
@@ -434,7 +442,7 @@ def _pad_lists(
             flat = tf.concat([_to_ids(v.values, f, n) for f, v, n in zip(feats, lists, vocab)], 0)
         k = len(feats)
         rows = lists[0].nrows() if batch_size is None else batch_size
-        lengths = tf.concat([v.row_lengths() for v in lists], 0)  # [k * B]
+        lengths = tf.reshape(lengths_kb, [-1])  # [k * B]
         padded = tf.RaggedTensor.from_row_lengths(flat, lengths, validate=False).to_tensor(
             0, shape=[None if batch_size is None else k * batch_size, width]
         )
@@ -444,7 +452,7 @@ def _pad_lists(
         masked = [i for i, f in enumerate(feats) if not f.weights]
         mask_block = None
         if masked:
-            mask_block = tf.sequence_mask(tf.reshape(lengths, [k, -1]), width, dtype=tf.float32)
+            mask_block = tf.sequence_mask(lengths_kb, width, dtype=tf.float32)
         id_rows, mask_rows = (
             tf.unstack(id_block),
             (tf.unstack(mask_block) if mask_block is not None else []),
