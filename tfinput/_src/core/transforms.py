@@ -100,7 +100,7 @@ def _s(x: tf.Tensor) -> tf.Tensor:
 
 
 #: Multi-hot features whose ids are range-checked together: ``(features, their flat
-#: int64 values concatenated, feature by feature, the segment of each value)``.
+#: int64 values concatenated, feature by feature, the number of values of each)``.
 ListGroup = tuple[list[MultiHot], tf.Tensor, tf.Tensor]
 
 
@@ -111,8 +111,44 @@ def _list_group(
     the values of each, if known."""
     if sizes is None:
         sizes = tf.stack([tf.size(v, out_type=tf.int64) for v in values])
+    return feats, tf.concat(values, 0) if len(values) > 1 else values[0], sizes
+
+
+def _by_feature(group: ListGroup, reduce: Callable) -> tf.Tensor:
+    """``reduce`` (a segment reduction) of a group's values, feature by feature."""
+    feats, values, sizes = group
     segments = tf.repeat(tf.range(len(feats), dtype=tf.int64), sizes)
-    return feats, tf.concat(values, 0) if len(values) > 1 else values[0], segments
+    return reduce(values, segments, len(feats))
+
+
+def _out_of_range(top: tf.Tensor, feats: list, tables: dict) -> tf.Tensor:
+    """Which of ``feats`` have an id out of their table, from their largest ids as
+    uint64 (a negative id is a value >= 2**63)."""
+    bad = top >= tf.constant([tables[f.table].vocabulary_size for f in feats], tf.uint64)
+    if any(f.out_of_range == "modulo" for f in feats):
+        # modulo folds every id into the table, negative ones too (-1 -> vocab - 1).
+        bad = tf.logical_and(bad, tf.constant([f.out_of_range == "error" for f in feats]))
+    return bad
+
+
+def _group_ok(group: ListGroup, tables: dict) -> tf.Tensor | None:
+    """Whether every id of a group is in its table (None: nothing to check). Features
+    of one table size, all strict, take one reduction over all their values; others
+    one segment reduction per feature."""
+    feats, values, _ = group
+    if all(f.out_of_range == "modulo" for f in feats):
+        return None
+    vocab = {tables[f.table].vocabulary_size for f in feats}
+    if len(vocab) == 1 and all(f.out_of_range == "error" for f in feats):
+        # On an empty tensor reduce_max gives 0, which passes.
+        return tf.reduce_max(tf.bitcast(values, tf.uint64)) < tf.constant(vocab.pop(), tf.uint64)
+    top = _by_feature((feats, tf.bitcast(values, tf.uint64), group[2]), _segment_max)
+    return tf.logical_not(tf.reduce_any(_out_of_range(top, feats, tables)))
+
+
+def _segment_max(values: tf.Tensor, segments: tf.Tensor, n: int) -> tf.Tensor:
+    # An empty segment's max is the type's smallest value: 0 for uint64, which passes.
+    return tf.math.unsorted_segment_max(values, segments, n)
 
 
 def _check_ids(
@@ -126,25 +162,17 @@ def _check_ids(
     Ids are reinterpreted as uint64, so a negative id becomes a value >= 2**63 and one
     max-reduction finds both negative and too-large ids. Single ids come stacked as one
     ``[k, B]`` matrix (one reduction for all of them); each group of multi-hot features
-    adds one segment max over their concatenated values. The exact values are computed
-    only to explain a failure.
+    adds one reduction over their concatenated values (`_group_ok`). Which feature
+    failed, and its exact values, are computed only to explain a failure.
     """
-    if stacked is None and not lists:
-        return []
-    maxima, order = [], []
+    order = list(singles) + [f for feats, _, _ in lists for f in feats]
+    oks = []
     if stacked is not None:
-        maxima.append(tf.reduce_max(tf.bitcast(stacked, tf.uint64), axis=1))
-        order += singles
-    for feats, v, segments in lists:
-        # An empty segment's max is the smallest uint64, 0, which passes.
-        maxima.append(tf.math.unsorted_segment_max(tf.bitcast(v, tf.uint64), segments, len(feats)))
-        order += feats
-    top = tf.concat(maxima, 0) if len(maxima) > 1 else maxima[0]
-    limit = tf.constant([tables[f.table].vocabulary_size for f in order], tf.uint64)
-    bad = top >= limit
-    if any(f.out_of_range == "modulo" for f in order):
-        # modulo folds every id into the table, negative ones too (-1 -> vocab - 1).
-        bad = tf.logical_and(bad, tf.constant([f.out_of_range == "error" for f in order]))
+        top = tf.reduce_max(tf.bitcast(stacked, tf.uint64), axis=1)
+        oks.append(tf.logical_not(tf.reduce_any(_out_of_range(top, singles, tables))))
+    oks += [ok for ok in (_group_ok(g, tables) for g in lists) if ok is not None]
+    if not oks:
+        return []
     names = tf.constant([f.name for f in order])
     table_names = tf.constant([f.table for f in order])
     vocab = tf.constant([tables[f.table].vocabulary_size for f in order], tf.int64)
@@ -154,11 +182,15 @@ def _check_ids(
         if stacked is not None:
             los.append(tf.reduce_min(stacked, axis=1))
             his.append(tf.reduce_max(stacked, axis=1))
-        for feats, v, segments in lists:
-            los.append(tf.math.unsorted_segment_min(v, segments, len(feats)))
-            his.append(tf.math.unsorted_segment_max(v, segments, len(feats)))
+        for group in lists:
+            los.append(_by_feature(group, tf.math.unsorted_segment_min))
+            his.append(_by_feature(group, tf.math.unsorted_segment_max))
+        lo, hi = tf.concat(los, 0), tf.concat(his, 0)
+        # An empty list's min is the largest int64 and its max the smallest: no failure.
+        top = tf.where(lo < 0, tf.constant(-1, tf.int64), tf.maximum(hi, 0))
+        bad = _out_of_range(tf.bitcast(top, tf.uint64), order, tables)
         i = tf.argmax(tf.cast(bad, tf.int32))
-        lo, hi = tf.concat(los, 0)[i], tf.concat(his, 0)[i]
+        lo, hi = lo[i], hi[i]
         prefix = ["feature '", names[i], "': "]
         bounds = ["expected ids in [0, ", _s(vocab[i]), ") (table '", table_names[i], "')"]
         neg = tf.strings.join([*prefix, "negative id; ", *bounds, ". Smallest id found: ", _s(lo)])
@@ -173,7 +205,7 @@ def _check_ids(
         )
         return tf.where(lo < 0, neg, big)
 
-    return [(tf.logical_not(tf.reduce_any(bad)), explain)]
+    return [(tf.reduce_all(tf.stack(oks)), explain)]
 
 
 def _stack(values: list[tf.Tensor]) -> tf.Tensor:
