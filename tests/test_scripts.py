@@ -62,6 +62,7 @@ SMOKE = {
     "benchmarks/sparsecore_loaders.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/tune_power.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/versions.py": (["--smoke", "--write"], "tensorflow"),
+    "benchmarks/wide.py": (["--smoke", "--write"], "tensorflow"),
     "benchmarks/window_length.py": (["--smoke", "--write"], "tensorflow"),
     "examples/sparsecore_feed.py": ([], "tensorflow"),
     "benchmarks/feed.py": (["--smoke", "--write"], "jax"),

@@ -75,6 +75,37 @@ def test_criteo_like_preset_shape(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("preset", "counts"),
+    [("wide", (100, 700, 200, 100)), ("wide-3000", (300, 2100, 600, 300))],
+    ids=["wide", "wide-3000"],
+)
+def test_wide_presets_have_the_production_mix(preset, counts):
+    schema = datagen.preset_schema(preset)
+    singles = [f for f in schema.categorical if f not in schema.multi_hot]
+    got = (len(schema.dense), len(singles), len(schema.multi_hot), len(schema.tables))
+    assert got == counts
+    assert {f.max_len for f in schema.multi_hot} == {10}  # lists of 0-9 ids
+    used = {f.table for f in schema.categorical}
+    assert used == {t.name for t in schema.tables}  # every table read, each by several
+
+
+def test_wide_preset_writes_every_feature(tmp_path):
+    result = datagen.generate_files(tmp_path, preset="wide", rows=40, files=2, format="parquet")
+    rows = _all_rows(result)
+    assert len(rows) == 1_001  # 1,000 features and the label
+    assert max(len(v) for k, v in rows.items() if k.startswith("M")) <= 40 * 9
+    assert all(v.min() >= 0 and v.max() < 100_000 for k, v in rows.items() if k[0] in "CM")
+
+
+@pytest.mark.parametrize("features", [0, 15, True], ids=["zero", "not-a-multiple-of-10", "bool"])
+def test_wide_schema_rejects_bad_widths(features):
+    from tfinput._src.applications.datagen import wide_schema
+
+    with pytest.raises(ConfigError, match="wide schema"):
+        wide_schema(features)
+
+
+@pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         (dict(preset="nope", rows=10), "unknown preset"),

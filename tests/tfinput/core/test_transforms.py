@@ -385,3 +385,59 @@ def test_packed_layout_needs_the_dense_multi_hot_format(small_schema):
     layout = PackedLayout.from_schema(raw_schema)
     with pytest.raises(ConfigError, match=r'packed layout needs "dense", got .sparse.'):
         transform_batch({}, raw_schema, batch_size=4, multi_hot_format="sparse", layout=layout)
+
+
+LISTS = Schema(
+    features=(
+        MultiHot(name="a", table="small", max_len=3),
+        MultiHot(name="b", table="big", max_len=3),
+        MultiHot(name="c", table="small", max_len=3, out_of_range="modulo"),
+        MultiHot(name="d", table="small", max_len=2),
+    ),
+    tables=(
+        Table(name="small", vocabulary_size=10, dim=2),
+        Table(name="big", vocabulary_size=100, dim=2),
+    ),
+)
+
+
+def _lists(**changes):
+    raw = {
+        "a": tf.ragged.constant([[1], [2, 3], []], dtype=tf.int64),
+        "b": tf.ragged.constant([[50], [], [99, 1, 7, 8]], dtype=tf.int64),
+        "c": tf.ragged.constant([[12, -1], [], [5]], dtype=tf.int64),
+        "d": tf.ragged.constant([[], [9], [4, 4, 4]], dtype=tf.int64),
+    }
+    return raw | {k: tf.ragged.constant(v, dtype=tf.int64) for k, v in changes.items()}
+
+
+def test_lists_sharing_max_len_are_padded_folded_and_checked_each_against_its_table():
+    """Lists of one ``max_len`` are padded as one block; each keeps its own table and
+    ``out_of_range`` (a list of another ``max_len`` is a block of its own)."""
+    features, _ = transform_batch(_lists(), LISTS, batch_size=3)
+    ids, weights = features["ids"], features["weights"]
+    np.testing.assert_array_equal(ids["a"], [[1, 0, 0], [2, 3, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(ids["b"], [[50, 0, 0], [0, 0, 0], [99, 1, 7]])
+    np.testing.assert_array_equal(ids["c"], [[2, 9, 0], [0, 0, 0], [5, 0, 0]])
+    np.testing.assert_array_equal(ids["d"], [[0, 0], [9, 0], [4, 4]])
+    np.testing.assert_array_equal(weights["b"], [[1, 0, 0], [0, 0, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(weights["d"], [[0, 0], [1, 0], [1, 1]])
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"a": [[1], [50], []]}, "feature 'a': id out of range; expected ids in [0, 10) "
+         "(table 'small'), or set out_of_range='modulo'. Largest id found: 50"),
+        ({"b": [[1], [], [100]]}, "feature 'b': id out of range; expected ids in [0, 100) "
+         "(table 'big'), or set out_of_range='modulo'. Largest id found: 100"),
+        ({"b": [[1], [-4], []]}, "feature 'b': negative id; expected ids in [0, 100) "
+         "(table 'big'). Smallest id found: -4"),
+        ({"d": [[], [9], [4, 4, 10]]}, "feature 'd': id out of range; expected ids in [0, 10)"),
+    ],
+    ids=["small-table", "big-table", "negative", "alone-past-max-len"],
+)  # fmt: skip
+def test_an_id_out_of_its_table_in_a_block_of_lists_names_its_feature(changes, message):
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        transform_batch(_lists(**changes), LISTS, batch_size=3)
+    assert message in clean_error(error.value)

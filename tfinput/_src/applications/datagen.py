@@ -28,7 +28,7 @@ import numpy as np
 from tfinput._src.core.errors import ConfigError
 from tfinput._src.core.files import StagedDir, check_writable
 from tfinput._src.core.formats import parquet, tfrecord
-from tfinput._src.core.schema import Schema
+from tfinput._src.core.schema import Categorical, Dense, Label, MultiHot, Schema, Table
 
 #: Rows generated (and encoded) at a time; also the Parquet row-group size.
 CHUNK_ROWS = 65_536
@@ -54,13 +54,50 @@ def _small() -> Schema:
     return testing.small_schema()
 
 
+def wide_schema(features: int = 1_000) -> Schema:
+    """A wide ad-ranking schema of ``features`` features: a tenth dense (``I1``...:
+    non-negative counts, clipped at 0 and log1p), seven tenths single Zipf ids
+    (``C1``...), a fifth multi-hot lists of 0-9 ids (``max_len`` 10, ``M1``...), over a
+    tenth as many tables of 100,000 rows (dim 16), each shared by about nine features: the
+    first fifth of the tables by the lists (combiner ``sum``), the rest by the single ids,
+    round robin. ``wide_schema(1_000)`` is 100 dense, 700 single ids, 200 lists, 100 tables.
+
+    Raises:
+      ConfigError: fewer than 10 features, or not a multiple of 10.
+    """
+    if isinstance(features, bool) or not isinstance(features, int) or features < 10:
+        raise ConfigError(f"datagen: a wide schema needs features >= 10, got {features!r}")
+    if features % 10:
+        raise ConfigError(f"datagen: wide schema features must be a multiple of 10, got {features}")
+    n_dense, n_single, n_lists = features // 10, features * 7 // 10, features // 5
+    n_tables = features // 10
+    list_tables = [f"L{i + 1}" for i in range(max(1, n_tables // 5))]
+    single_tables = [f"T{i + 1}" for i in range(n_tables - len(list_tables))]
+    tables = [Table(name=t, vocabulary_size=100_000, dim=16) for t in single_tables]
+    tables += [Table(name=t, vocabulary_size=100_000, dim=16, combiner="sum") for t in list_tables]
+    out: list[Any] = [Dense(name=f"I{i + 1}", clip=(0.0, None), log1p=True) for i in range(n_dense)]
+    out += [
+        Categorical(name=f"C{i + 1}", table=single_tables[i % len(single_tables)])
+        for i in range(n_single)
+    ]
+    out += [
+        MultiHot(name=f"M{i + 1}", table=list_tables[i % len(list_tables)], max_len=10)
+        for i in range(n_lists)
+    ]
+    return Schema(features=tuple(out), tables=tuple(tables), labels=(Label(name="label"),))
+
+
 #: Named schemas: ``criteo-like`` (13 dense, 26 single Zipf ids, 4 multi-hot lists of
-#: 0-19 ids), ``criteo-like-weighted`` (the same with per-id weights on the lists) and
-#: ``small`` (every feature kind, for tests).
+#: 0-19 ids), ``criteo-like-weighted`` (the same with per-id weights on the lists),
+#: ``small`` (every feature kind, for tests), ``wide`` (1,000 features: 100 dense, 700
+#: single ids, 200 multi-hot lists of 0-9 ids, 100 tables; `wide_schema`) and
+#: ``wide-3000`` (3,000 features in the same proportions, 300 tables).
 PRESETS: dict[str, Callable[[], Schema]] = {
     "criteo-like": _criteo_like,
     "criteo-like-weighted": _criteo_like_weighted,
     "small": _small,
+    "wide": wide_schema,
+    "wide-3000": lambda: wide_schema(3_000),
 }
 
 

@@ -99,35 +99,80 @@ def _s(x: tf.Tensor) -> tf.Tensor:
     return tf.strings.as_string(x)
 
 
+#: Multi-hot features whose ids are range-checked together: ``(features, their flat
+#: int64 values concatenated, feature by feature, the number of values of each)``.
+ListGroup = tuple[list[MultiHot], tf.Tensor, tf.Tensor]
+
+
+def _list_group(
+    feats: list[MultiHot], values: list[tf.Tensor], sizes: tf.Tensor | None = None
+) -> ListGroup:
+    """The flat values of ``feats`` as one `ListGroup` (one concatenation); ``sizes``:
+    the values of each, if known."""
+    if sizes is None:
+        sizes = tf.stack([tf.size(v, out_type=tf.int64) for v in values])
+    return feats, tf.concat(values, 0) if len(values) > 1 else values[0], sizes
+
+
+def _by_feature(group: ListGroup, reduce: Callable) -> tf.Tensor:
+    """``reduce`` (a segment reduction) of a group's values, feature by feature."""
+    feats, values, sizes = group
+    segments = tf.repeat(tf.range(len(feats), dtype=tf.int64), sizes)
+    return reduce(values, segments, len(feats))
+
+
+def _out_of_range(top: tf.Tensor, feats: list, tables: dict) -> tf.Tensor:
+    """Which of ``feats`` have an id out of their table, from their largest ids as
+    uint64 (a negative id is a value >= 2**63)."""
+    bad = top >= tf.constant([tables[f.table].vocabulary_size for f in feats], tf.uint64)
+    if any(f.out_of_range == "modulo" for f in feats):
+        # modulo folds every id into the table, negative ones too (-1 -> vocab - 1).
+        bad = tf.logical_and(bad, tf.constant([f.out_of_range == "error" for f in feats]))
+    return bad
+
+
+def _group_ok(group: ListGroup, tables: dict) -> tf.Tensor | None:
+    """Whether every id of a group is in its table (None: nothing to check). Features
+    of one table size, all strict, take one reduction over all their values; others
+    one segment reduction per feature."""
+    feats, values, _ = group
+    if all(f.out_of_range == "modulo" for f in feats):
+        return None
+    vocab = {tables[f.table].vocabulary_size for f in feats}
+    if len(vocab) == 1 and all(f.out_of_range == "error" for f in feats):
+        # On an empty tensor reduce_max gives 0, which passes.
+        return tf.reduce_max(tf.bitcast(values, tf.uint64)) < tf.constant(vocab.pop(), tf.uint64)
+    top = _by_feature((feats, tf.bitcast(values, tf.uint64), group[2]), _segment_max)
+    return tf.logical_not(tf.reduce_any(_out_of_range(top, feats, tables)))
+
+
+def _segment_max(values: tf.Tensor, segments: tf.Tensor, n: int) -> tf.Tensor:
+    # An empty segment's max is the type's smallest value: 0 for uint64, which passes.
+    return tf.math.unsorted_segment_max(values, segments, n)
+
+
 def _check_ids(
     stacked: tf.Tensor | None,
     singles: list[Categorical],
-    lists: list[tuple[MultiHot, tf.Tensor]],
+    lists: list[ListGroup],
     tables: dict,
 ) -> list[Check]:
     """One vectorized range check over every int64 id feature.
 
     Ids are reinterpreted as uint64, so a negative id becomes a value >= 2**63 and one
     max-reduction finds both negative and too-large ids. Single ids come stacked as one
-    ``[k, B]`` matrix (one reduction for all of them); each multi-hot feature adds the
-    max of its flat values. The exact values are computed only to explain a failure.
+    ``[k, B]`` matrix (one reduction for all of them); each group of multi-hot features
+    adds one reduction over their concatenated values (`_group_ok`). Which feature
+    failed, and its exact values, are computed only to explain a failure.
     """
-    if stacked is None and not lists:
-        return []
-    maxima, order = [], []
+    order = list(singles) + [f for feats, _, _ in lists for f in feats]
+    oks = []
     if stacked is not None:
-        maxima.append(tf.reduce_max(tf.bitcast(stacked, tf.uint64), axis=1))
-        order += singles
-    for f, v in lists:
-        # On an empty tensor reduce_max gives 0, which passes.
-        maxima.append(tf.reshape(tf.reduce_max(tf.bitcast(v, tf.uint64)), [1]))
-        order.append(f)
-    top = tf.concat(maxima, 0) if len(maxima) > 1 else maxima[0]
-    limit = tf.constant([tables[f.table].vocabulary_size for f in order], tf.uint64)
-    bad = top >= limit
-    if any(f.out_of_range == "modulo" for f in order):
-        # modulo folds every id into the table, negative ones too (-1 -> vocab - 1).
-        bad = tf.logical_and(bad, tf.constant([f.out_of_range == "error" for f in order]))
+        top = tf.reduce_max(tf.bitcast(stacked, tf.uint64), axis=1)
+        oks.append(tf.logical_not(tf.reduce_any(_out_of_range(top, singles, tables))))
+    oks += [ok for ok in (_group_ok(g, tables) for g in lists) if ok is not None]
+    if not oks:
+        return []
     names = tf.constant([f.name for f in order])
     table_names = tf.constant([f.table for f in order])
     vocab = tf.constant([tables[f.table].vocabulary_size for f in order], tf.int64)
@@ -137,11 +182,15 @@ def _check_ids(
         if stacked is not None:
             los.append(tf.reduce_min(stacked, axis=1))
             his.append(tf.reduce_max(stacked, axis=1))
-        for _, v in lists:
-            los.append(tf.reshape(tf.reduce_min(v), [1]))
-            his.append(tf.reshape(tf.reduce_max(v), [1]))
+        for group in lists:
+            los.append(_by_feature(group, tf.math.unsorted_segment_min))
+            his.append(_by_feature(group, tf.math.unsorted_segment_max))
+        lo, hi = tf.concat(los, 0), tf.concat(his, 0)
+        # An empty list's min is the largest int64 and its max the smallest: no failure.
+        top = tf.where(lo < 0, tf.constant(-1, tf.int64), tf.maximum(hi, 0))
+        bad = _out_of_range(tf.bitcast(top, tf.uint64), order, tables)
         i = tf.argmax(tf.cast(bad, tf.int32))
-        lo, hi = tf.concat(los, 0)[i], tf.concat(his, 0)[i]
+        lo, hi = lo[i], hi[i]
         prefix = ["feature '", names[i], "': "]
         bounds = ["expected ids in [0, ", _s(vocab[i]), ") (table '", table_names[i], "')"]
         neg = tf.strings.join([*prefix, "negative id; ", *bounds, ". Smallest id found: ", _s(lo)])
@@ -156,7 +205,7 @@ def _check_ids(
         )
         return tf.where(lo < 0, neg, big)
 
-    return [(tf.logical_not(tf.reduce_any(bad)), explain)]
+    return [(tf.reduce_all(tf.stack(oks)), explain)]
 
 
 def _stack(values: list[tf.Tensor]) -> tf.Tensor:
@@ -382,17 +431,6 @@ def _weight_guards(f: MultiHot, value: tf.RaggedTensor, w: tf.RaggedTensor) -> l
     return [finite, same]
 
 
-def _runs(feats: list[MultiHot]) -> list[list[MultiHot]]:
-    """Consecutive multi-hot features sharing ``max_len``: each run masks as one block."""
-    runs: list[list[MultiHot]] = []
-    for f in feats:
-        if runs and runs[-1][0].max_len == f.max_len:
-            runs[-1].append(f)
-        else:
-            runs.append([f])
-    return runs
-
-
 def _pad_lists(
     raw: dict[str, Any],
     schema: Schema,
@@ -400,39 +438,70 @@ def _pad_lists(
     batch_size: int | None,
     out: tuple[dict, dict],
     blocks: dict | None,
-) -> None:
-    """Multi-hot ids and weights padded to ``[B, max_len]`` (the ``dense`` format).
+) -> list[ListGroup]:
+    """Multi-hot ids and weights padded to ``[B, max_len]`` (the ``dense`` format), the
+    features sharing ``max_len`` together.
 
-    ``to_tensor(shape=...)`` pads and truncates in one op: longer lists keep their first
-    ``max_len`` ids. (Slicing the ragged tensor first costs more than everything else in
-    the transform.) With ``blocks`` (the packed layout), the weights of a run of
-    unweighted features sharing ``max_len`` are one ``[B, k, max_len]`` mask, recorded
-    for packing, so no per-feature mask is concatenated again. (The ids are padded one
-    feature at a time: ``tf.ragged.stack(axis=1)`` or a gather into one block cost more
-    than the concatenation they would save.)
+    The lists of ``k`` features sharing ``max_len`` are one ragged tensor of ``k * B``
+    rows, feature after feature: one ``to_tensor(shape=...)`` pads and truncates them all
+    (longer lists keep their first ``max_len`` ids), one cast turns their int64 ids into
+    int32, one ``sequence_mask`` gives the weights of those without a weights column;
+    the ``[k, B, max_len]`` results are then split by feature. With ``blocks`` (the
+    packed layout) the blocks are recorded for packing, so no per-feature tensor is
+    concatenated again.
+
+    Returns:
+      The int64 ids of each group, for the range check (`_check_ids`).
     """
     ids, weights = out
+    checks: list[ListGroup] = []
+    by_width: dict[int, list[MultiHot]] = {}
     for f in schema.multi_hot:
-        shape = [batch_size, f.max_len]
-        value = raw[f.source]
-        vocab = tables[f.table].vocabulary_size
-        ids[f.name] = value.with_values(_to_ids(value.values, f, vocab)).to_tensor(0, shape=shape)
-        if f.weights:
-            weights[f.name] = raw[f.weights].to_tensor(0.0, shape=shape)
-    masked = [f for f in schema.multi_hot if not f.weights]
-    runs = _runs(masked) if blocks is not None else [[f] for f in masked]
-    for run in runs:
-        lengths = [raw[f.source].row_lengths() for f in run]
-        width = run[0].max_len
-        if len(run) == 1:
-            mask = tf.sequence_mask(lengths[0], width, dtype=tf.float32)
-            shape = [batch_size, width]
-            weights[run[0].name] = mask if batch_size is None else tf.ensure_shape(mask, shape)
-            continue
-        block = tf.sequence_mask(tf.stack(lengths, axis=1), width, dtype=tf.float32)
-        for i, f in enumerate(run):
-            weights[f.name] = block[:, i]
-            blocks[("weights", f.name)] = Block(block, i, 1)
+        by_width.setdefault(f.max_len, []).append(f)
+    for width, feats in by_width.items():
+        lists = [raw[f.source] for f in feats]
+        # Every list of a batch has B rows: their row splits stack into one [k, B + 1].
+        splits = tf.stack([tf.cast(v.row_splits, tf.int64) for v in lists])
+        lengths_kb = splits[:, 1:] - splits[:, :-1]
+        ints = [(f, v.values) for f, v in zip(feats, lists) if f.dtype == "int64"]
+        if ints:
+            sizes = splits[:, -1] if len(ints) == len(feats) else None
+            checks.append(_list_group([f for f, _ in ints], [v for _, v in ints], sizes))
+        if len(ints) == len(feats) and all(f.out_of_range == "error" for f in feats):
+            flat = tf.cast(checks[-1][1], tf.int32)  # checked ids: the cast is exact
+        else:
+            vocab = [tables[f.table].vocabulary_size for f in feats]
+            flat = tf.concat([_to_ids(v.values, f, n) for f, v, n in zip(feats, lists, vocab)], 0)
+        k = len(feats)
+        rows = lists[0].nrows() if batch_size is None else batch_size
+        lengths = tf.reshape(lengths_kb, [-1])  # [k * B]
+        padded = tf.RaggedTensor.from_row_lengths(flat, lengths, validate=False).to_tensor(
+            0, shape=[None if batch_size is None else k * batch_size, width]
+        )
+        id_block = tf.reshape(padded, tf.stack([k, tf.cast(rows, tf.int32), width]))
+        if batch_size is not None:
+            id_block = tf.ensure_shape(id_block, [k, batch_size, width])
+        masked = [i for i, f in enumerate(feats) if not f.weights]
+        mask_block = None
+        if masked:
+            mask_block = tf.sequence_mask(lengths_kb, width, dtype=tf.float32)
+        id_rows, mask_rows = (
+            tf.unstack(id_block),
+            (tf.unstack(mask_block) if mask_block is not None else []),
+        )
+        for i, f in enumerate(feats):
+            ids[f.name] = id_rows[i]
+            if f.weights:
+                weights[f.name] = raw[f.weights].to_tensor(0.0, shape=[batch_size, width])
+            else:
+                weights[f.name] = mask_rows[i]
+        if blocks is not None:
+            slabs = tf.transpose(id_block, [1, 0, 2])  # [B, k, width]: a slab per feature
+            blocks.update({("ids", f.name): Block(slabs, i, 1) for i, f in enumerate(feats)})
+            if mask_block is not None:
+                mask_slabs = tf.transpose(mask_block, [1, 0, 2])
+                blocks.update({("weights", feats[i].name): Block(mask_slabs, i, 1) for i in masked})
+    return checks
 
 
 def _stamp_batch_size(groups: Sequence[dict[str, Any]], batch_size: int) -> None:
@@ -479,25 +548,25 @@ def transform_batch(
             dense[f.name] = _dense_vector(tf.cast(raw[f.source], tf.float32), f, guards)
     singles = [(f, raw[f.source]) for f in schema.features if isinstance(f, Categorical)]
     ids, stacked, int_singles = _single_ids(singles, tables, blocks)
-    list_checks: list[tuple[MultiHot, tf.Tensor]] = []
+    list_checks: list[ListGroup] = []
     for f in schema.multi_hot:
         value = raw[f.source]
         w = raw[f.weights] if f.weights else None
         if w is not None:
             guards += _weight_guards(f, value, w)
         if multi_hot_format == "dense":  # padded below; every id is range-checked
-            if f.dtype == "int64":
-                list_checks.append((f, value.values))
             continue
         if w is not None:
             w = w[:, : f.max_len]
         value = value[:, : f.max_len]  # longer lists keep their first max_len ids
         if f.dtype == "int64":
-            list_checks.append((f, value.values))
+            list_checks.append(_list_group([f], [value.values]))
         vocab = tables[f.table].vocabulary_size
         ids[f.name], weights[f.name] = _multi_hot(value, w, f, vocab, batch_size, multi_hot_format)
     if multi_hot_format == "dense":
-        _pad_lists(raw, schema, tables, batch_size, (ids, weights), blocks if layout else None)
+        list_checks += _pad_lists(
+            raw, schema, tables, batch_size, (ids, weights), blocks if layout else None
+        )
     guards += _check_ids(stacked, int_singles, list_checks, tables)
     # Outputs in schema order, whatever order the stacked groups produced them in.
     dense = {f.name: dense[f.name] for f in schema.dense}

@@ -348,3 +348,33 @@ def test_truncated_file_in_global_mode_names_the_file_and_chunk(copy):
     message = str(e.value)
     assert message.startswith(f"{target}: truncated: ")
     assert "chunk 2 (rows 200-299" in message and "missing or incomplete" in message
+
+
+@pytest.mark.parametrize("batch", [48, 100], ids=["under-a-chunk", "one-to-two-chunks"])
+def test_batches_cut_from_chunks_hold_every_list_as_written(tmp_path, batch):
+    """Batches that are not whole chunks are cut from decoded chunks with the columns
+    packed (`rebatch_codec`: lists of several columns joined row by row, then split
+    again): each batch holds the same values as TFRecord's of the same rows, lists
+    (empty ones too), their weights and a partial last chunk included."""
+    schema = testing.criteo_like_schema(
+        n_dense=2, n_categorical=2, n_multi_hot=3, max_len=4, weights=True, row_id=True
+    )
+    cols = testing.generate(schema, 300, seed=3)
+    tfr = testing.write_tfrecord(tmp_path / "t", schema, rows=300, columns=cols)
+    col = testing.write_columnar(tmp_path / "c", schema, rows=300, columns=cols, chunk_rows=64)
+    config = PipelineConfig(batch_size=batch)  # 300 rows: 4 chunks of 64 and one of 44
+    got = list(tfinput.columnar(col, schema).with_multi_hot_format("ragged").build(config))
+    want = list(tfinput.tfrecord(tfr, schema).with_multi_hot_format("ragged").build(config))
+    assert len(got) == len(want) == 300 // batch
+    empty = 0
+    for (features, labels), (expected, expected_labels) in zip(got, want):
+        np.testing.assert_array_equal(labels, expected_labels)
+        for group, values in expected.items():
+            for name, value in values.items():
+                a, b = features[group][name], value
+                if isinstance(b, tf.RaggedTensor):
+                    empty += int(tf.reduce_sum(tf.cast(b.row_lengths() == 0, tf.int32)))
+                    np.testing.assert_array_equal(a.row_lengths(), b.row_lengths(), name)
+                    a, b = a.flat_values, b.flat_values
+                np.testing.assert_array_equal(a, b, err_msg=f"{group}/{name}")
+    assert empty > 0  # empty lists were cut and joined too

@@ -143,6 +143,104 @@ def _decode_columns(
     return raw
 
 
+# ----------------------------------------------------------------- rebatch
+#: Key prefix of the packed tensors `rebatch_codec` hands to ``rebatch``.
+PACKED = "@packed/"
+
+
+def rebatch_codec(
+    wanted: Sequence[Column], stored: Sequence[Column]
+) -> tuple[Callable[[Raw], Raw], Callable[[Raw], Raw]]:
+    """``(pack, unpack)``: a decoded batch as a few tensors for ``rebatch`` to cut, and
+    the cut batches back as one tensor per column.
+
+    ``rebatch`` costs per tensor of its elements (a ragged tensor's rows even one
+    variant each), so a batch of a thousand columns is cut as: the scalar numeric
+    columns of a dtype stacked ``[rows, n]``, and the list columns of a dtype as one
+    ragged tensor (row ``r`` holds row ``r`` of every list, column after column) with
+    their ``[rows, n]`` row lengths. ``unpack`` restores each column's values exactly
+    (one gather puts the lists' values back column by column). Other columns (strings,
+    fixed vectors) pass as they are.
+    """
+    import tensorflow as tf
+
+    stored_by_name = {c.name: c for c in stored}
+    columns = [stored_by_name[w.name] for w in wanted]
+    scalars: dict[str, list[str]] = {}
+    lists: dict[str, list[str]] = {}
+    for c in columns:
+        if c.dtype == "string":
+            continue
+        if c.layout == "fixed" and c.width is None:
+            scalars.setdefault(c.dtype, []).append(c.name)
+        elif c.layout == "list":
+            lists.setdefault(c.dtype, []).append(c.name)
+    packed = {n for names in (*scalars.values(), *lists.values()) for n in names}
+
+    def pack(raw: Raw) -> Raw:
+        out = {k: v for k, v in raw.items() if k not in packed}
+        for dtype, names in scalars.items():
+            out[f"{PACKED}{dtype}"] = tf.stack([raw[n] for n in names], axis=1)
+        for dtype, names in lists.items():
+            ragged = [raw[n] for n in names]
+            lengths = tf.stack([r.row_lengths() for r in ragged], axis=1)  # [rows, n]
+            out[f"{PACKED}lengths/{dtype}"] = lengths
+            out[f"{PACKED}list/{dtype}"] = (
+                _join_lists([r.values for r in ragged], lengths) if len(ragged) > 1 else ragged[0]
+            )
+        return out
+
+    def unpack(cut: Raw) -> Raw:
+        raw = {k: v for k, v in cut.items() if not k.startswith(PACKED)}
+        for dtype, names in scalars.items():
+            raw.update(zip(names, tf.unstack(cut[f"{PACKED}{dtype}"], num=len(names), axis=1)))
+        for dtype, names in lists.items():
+            combined = cut[f"{PACKED}list/{dtype}"]
+            if len(names) == 1:
+                raw[names[0]] = combined
+                continue
+            raw.update(_split_lists(combined.flat_values, cut[f"{PACKED}lengths/{dtype}"], names))
+        return {c.name: raw[c.name] for c in columns}
+
+    return pack, unpack
+
+
+def _join_lists(values: Sequence[tf.Tensor], lengths: tf.Tensor) -> tf.RaggedTensor:
+    """List columns (each one's flat values, and their ``[rows, n]`` row lengths) as
+    one ragged tensor whose row ``r`` holds row ``r`` of every column, column after
+    column: one gather (``tf.concat(axis=1)`` of ragged tensors costs ops per column)."""
+    import tensorflow as tf
+
+    flat = tf.concat(values, 0)  # column after column
+    columns = tf.reduce_sum(lengths, axis=0)
+    starts = tf.cumsum(columns, exclusive=True)[None, :] + tf.cumsum(lengths, exclusive=True)
+    first = tf.reshape(starts, [-1])  # row after row, each row column after column
+    order = tf.ragged.range(first, first + tf.reshape(lengths, [-1])).flat_values
+    return tf.RaggedTensor.from_row_lengths(
+        tf.gather(flat, order), tf.reduce_sum(lengths, axis=1), validate=False
+    )
+
+
+def _split_lists(values: tf.Tensor, lengths: tf.Tensor, names: Sequence[str]) -> Raw:
+    """The list columns of `rebatch_codec`'s combined ragged tensor: ``values`` (row
+    after row, each row column after column) and ``lengths`` ``[rows, n]``."""
+    import tensorflow as tf
+
+    k = len(names)
+    starts = tf.reshape(tf.cumsum(tf.reshape(lengths, [-1]), exclusive=True), [-1, k])
+    by_column = tf.transpose(lengths)  # [n, rows]
+    first = tf.reshape(tf.transpose(starts), [-1])
+    ordered = tf.gather(
+        values, tf.ragged.range(first, first + tf.reshape(by_column, [-1])).flat_values
+    )
+    pieces = tf.split(ordered, tf.reduce_sum(by_column, axis=1), num=k)
+    rows = tf.unstack(by_column, num=k)
+    return {
+        n: tf.RaggedTensor.from_row_lengths(p, r, validate=False)
+        for n, p, r in zip(names, pieces, rows)
+    }
+
+
 # ------------------------------------------------------------------ verify
 def _chunk_checker(
     columns: Sequence[Column], stored: Sequence[Column]

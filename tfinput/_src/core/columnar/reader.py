@@ -396,6 +396,7 @@ def batch_chunks(
     batch_size: int,
     chunk_rows: int,
     window: int = 0,
+    codec: tuple[Callable[[Raw], Raw], Callable[[Raw], Raw]] | None = None,
 ) -> tuple[tf.data.Dataset, Callable[[dict[str, tf.Tensor]], Raw]]:
     """Chunks -> batches of ``batch_size`` rows, and the decode function to apply.
 
@@ -405,21 +406,24 @@ def batch_chunks(
     identity. With ``window`` (chunks, `row_window`), groups of that many chunks are
     decoded and their rows permuted (`shuffle_row_windows`, seeded by
     ``shuffle_seed``) before exact batches are cut, so that rows of a chunk spread over
-    many batches and every batch draws rows from several chunks.
+    many batches and every batch draws rows from several chunks. With ``codec``
+    (`rebatch_codec`'s ``(pack, unpack)``) the decoded groups are packed into a few
+    tensors before they are permuted and cut, and the decode step unpacks them.
     """
     if batch_size % chunk_rows == 0 and not window:
         ds = ds.batch(batch_size // chunk_rows, drop_remainder=config.drop_remainder)
         return ds, assemble
+    pack, unpack = codec or (_identity, _identity)
     parallel_map = parallel_calls(config.map_parallelism)
     ds = ds.batch(window or max(1, batch_size // chunk_rows)).map(
-        traced(assemble),
+        traced(lambda chunks: pack(assemble(chunks))),
         num_parallel_calls=parallel_map,
         deterministic=deterministic_arg(config) if parallel_map else None,
     )
     if window:
         ds = shuffle_row_windows(ds, window_rows=window * chunk_rows, config=config)
     ds = ds.rebatch(batch_size, drop_remainder=config.drop_remainder)
-    return ds, _identity
+    return ds, unpack
 
 
 def _identity(raw: Raw) -> Raw:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import tfinput._src.core.columnar.reader as reader
 from tfinput._src.core.columnar._checks import check_schema, check_size, listed_entry
-from tfinput._src.core.columnar._decode import assembler
+from tfinput._src.core.columnar._decode import assembler, rebatch_codec
 from tfinput._src.core.columnar.format import (
     FileEntry,
     Manifest,
@@ -432,17 +432,10 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
         of whole chunks from a buffer of less than two batches are said once
         (`_say_whole_chunks`)."""
         chosen, chunk, skip_partial, _ = self._plan(request)
-        assemble = assembler(
-            storage_columns(request.schema),
-            chosen[0][1].columns,
-            verify=self.verify,
-            uniform=skip_partial,
-        )
         config = request.config
+        wanted, stored = storage_columns(request.schema), chosen[0][1].columns
         window = 0
-        if self.shuffle == "global":  # rows mixed per decoded group (before any rebatch)
-            assemble = reader.shuffle_rows_by_position(assemble)
-        else:
+        if self.shuffle != "global":
             window = reader.row_window(
                 config.shuffle_buffer,
                 batch_size=request.batch_size,
@@ -451,6 +444,14 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
             )
             if config.shuffle_buffer and not window:
                 _say_whole_chunks(config.shuffle_buffer, request.batch_size, chunk)
+        # Groups of one chunk (batches under two chunks, not shuffled in windows) decode
+        # each column straight from its one string, whatever the chunk's rows.
+        single = not window and request.batch_size % chunk and request.batch_size < 2 * chunk
+        assemble = assembler(
+            wanted, stored, verify=self.verify, uniform=skip_partial or bool(single)
+        )
+        if self.shuffle == "global":  # rows mixed per decoded group (before any rebatch)
+            assemble = reader.shuffle_rows_by_position(assemble)
         ds, finish = reader.batch_chunks(
             records,
             assemble,
@@ -458,6 +459,7 @@ class ColumnarSource(Source, FileChecks, RooflineStages):
             batch_size=request.batch_size,
             chunk_rows=chunk,
             window=window,
+            codec=rebatch_codec(wanted, stored),
         )
         if self.shuffle_rows and self.shuffle != "global" and not window:
             ds, finish = reader.shuffle_rows_in_batches(

@@ -44,3 +44,11 @@ def test_cli_datagen_text_summary(tmp_path, capsys):
     assert code == 0
     assert "wrote 40 rows" in stdout and "to 2 tfrecord file(s)" in stdout
     assert str(tmp_path / "schema.json") in stdout
+
+
+def test_cli_datagen_wide_preset(tmp_path, capsys):
+    argv = ["--preset", "wide", "--rows", "20", "--files", "1", "--json"]
+    code, stdout, _ = run_cli(capsys, "datagen", tmp_path, *argv)
+    assert code == 0
+    schema = Schema.from_json(json.loads(stdout)["schema_path"])
+    assert len(schema.features) == 1_000 and len(schema.tables) == 100
