@@ -411,7 +411,20 @@ def _lists(**changes):
     return raw | {k: tf.ragged.constant(v, dtype=tf.int64) for k, v in changes.items()}
 
 
-def test_lists_sharing_max_len_are_padded_folded_and_checked_each_against_its_table():
+@pytest.fixture(params=["blocks", "one by one"])
+def list_blocks(request, monkeypatch):
+    """Lists sharing ``max_len`` padded as one block (as from `MIN_LIST_BLOCK` of them)
+    and one by one (fewer): the same batches, the same errors."""
+    from tfinput._src.core import transforms
+
+    if request.param == "blocks":
+        monkeypatch.setattr(transforms, "MIN_LIST_BLOCK", 1)
+    return request.param
+
+
+def test_lists_sharing_max_len_are_padded_folded_and_checked_each_against_its_table(
+    list_blocks,
+):
     """Lists of one ``max_len`` are padded as one block; each keeps its own table and
     ``out_of_range`` (a list of another ``max_len`` is a block of its own)."""
     features, _ = transform_batch(_lists(), LISTS, batch_size=3)
@@ -437,7 +450,9 @@ def test_lists_sharing_max_len_are_padded_folded_and_checked_each_against_its_ta
     ],
     ids=["small-table", "big-table", "negative", "alone-past-max-len"],
 )  # fmt: skip
-def test_an_id_out_of_its_table_in_a_block_of_lists_names_its_feature(changes, message):
+def test_an_id_out_of_its_table_in_a_block_of_lists_names_its_feature(
+    changes, message, list_blocks
+):
     with pytest.raises(tf.errors.InvalidArgumentError) as error:
         transform_batch(_lists(**changes), LISTS, batch_size=3)
     assert message in clean_error(error.value)

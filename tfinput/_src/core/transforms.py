@@ -431,6 +431,11 @@ def _weight_guards(f: MultiHot, value: tf.RaggedTensor, w: tf.RaggedTensor) -> l
     return [finite, same]
 
 
+#: Fewest multi-hot features sharing ``max_len`` padded as one block (fewer: one by one,
+#: as the block's concatenation costs more than it saves; docs/bench.md, wide schemas).
+MIN_LIST_BLOCK = 8
+
+
 def _pad_lists(
     raw: dict[str, Any],
     schema: Schema,
@@ -439,16 +444,14 @@ def _pad_lists(
     out: tuple[dict, dict],
     blocks: dict | None,
 ) -> list[ListGroup]:
-    """Multi-hot ids and weights padded to ``[B, max_len]`` (the ``dense`` format), the
-    features sharing ``max_len`` together.
-
-    The lists of ``k`` features sharing ``max_len`` are one ragged tensor of ``k * B``
-    rows, feature after feature: one ``to_tensor(shape=...)`` pads and truncates them all
-    (longer lists keep their first ``max_len`` ids), one cast turns their int64 ids into
-    int32, one ``sequence_mask`` gives the weights of those without a weights column;
-    the ``[k, B, max_len]`` results are then split by feature. With ``blocks`` (the
-    packed layout) the blocks are recorded for packing, so no per-feature tensor is
-    concatenated again.
+    """Multi-hot ids and weights padded to ``[B, max_len]`` (the ``dense`` format): the
+    ``k`` features sharing ``max_len`` (at least `MIN_LIST_BLOCK`) are one ragged tensor
+    of ``k * B`` rows, feature after feature: one ``to_tensor(shape=...)`` pads and
+    truncates them all (longer lists keep their first ``max_len`` ids), one cast turns
+    their int64 ids into int32, one ``sequence_mask`` gives the weights of those without
+    a weights column; the ``[k, B, max_len]`` results are then split by feature. With
+    ``blocks`` (the packed layout) the blocks are recorded for packing, so no
+    per-feature tensor is concatenated again.
 
     Returns:
       The int64 ids of each group, for the range check (`_check_ids`).
@@ -458,7 +461,8 @@ def _pad_lists(
     by_width: dict[int, list[MultiHot]] = {}
     for f in schema.multi_hot:
         by_width.setdefault(f.max_len, []).append(f)
-    for width, feats in by_width.items():
+    blocks_of = lambda fs: [fs] if len(fs) >= MIN_LIST_BLOCK else [[f] for f in fs]  # noqa: E731
+    for width, feats in [(w, part) for w, fs in by_width.items() for part in blocks_of(fs)]:
         lists = [raw[f.source] for f in feats]
         # Every list of a batch has B rows: their row splits stack into one [k, B + 1].
         splits = tf.stack([tf.cast(v.row_splits, tf.int64) for v in lists])
