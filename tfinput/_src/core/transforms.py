@@ -436,6 +436,10 @@ def _weight_guards(f: MultiHot, value: tf.RaggedTensor, w: tf.RaggedTensor) -> l
 MIN_LIST_BLOCK = 8
 
 
+def _blocks(feats: list[MultiHot]) -> list[list[MultiHot]]:
+    return [feats] if len(feats) >= MIN_LIST_BLOCK else [[f] for f in feats]
+
+
 def _pad_lists(
     raw: dict[str, Any],
     schema: Schema,
@@ -461,8 +465,7 @@ def _pad_lists(
     by_width: dict[int, list[MultiHot]] = {}
     for f in schema.multi_hot:
         by_width.setdefault(f.max_len, []).append(f)
-    blocks_of = lambda fs: [fs] if len(fs) >= MIN_LIST_BLOCK else [[f] for f in fs]  # noqa: E731
-    for width, feats in [(w, part) for w, fs in by_width.items() for part in blocks_of(fs)]:
+    for width, feats in [(w, part) for w, fs in by_width.items() for part in _blocks(fs)]:
         lists = [raw[f.source] for f in feats]
         # Every list of a batch has B rows: their row splits stack into one [k, B + 1].
         splits = tf.stack([tf.cast(v.row_splits, tf.int64) for v in lists])
