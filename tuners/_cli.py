@@ -39,7 +39,7 @@ from tfinput._src.applications.cli.args import (
     pipeline_from_args,
 )
 from tfinput._src.applications.cli.console import console, progress
-from tfinput._src.applications.cli.registry import Command
+from tfinput._src.applications.cli.registry import Command, forgive_interrupted_teardown
 from tfinput._src.measurement.target import MeasureOptions, Target
 from tfinput.errors import ConfigError
 from tuners._cli_checks import check_arguments, check_free_space
@@ -437,6 +437,7 @@ def _search(
     except StudyLockedError as e:
         raise _locked(e, out) from None
     except TuneInterrupted as e:
+        forgive_interrupted_teardown()
         _write_interrupted(e, args, out)
         return None
 

@@ -278,3 +278,33 @@ def test_a_command_is_one_line_in_commands(monkeypatch, capsys):
     assert (
         err == "tfinput probe: error: data.parquet: feature 'price': expected float, found string\n"
     )
+
+
+def test_after_ctrl_c_a_tensorflow_teardown_error_does_not_follow_the_last_line():
+    """A process that was interrupted: a TensorFlow object left half-built (its
+    ``__del__`` raising ``AttributeError`` at collection, as an ``AtomicFunction`` cut
+    short by Ctrl-C does) prints nothing after tfinput's line; the same error from
+    other code is still reported."""
+    code = """
+import gc, sys
+from tfinput._src.applications.cli.registry import forgive_interrupted_teardown
+
+def make(module):
+    def __del__(self):
+        return self._generated_graph  # never set: construction was cut short
+    __del__.__module__ = module
+    return type("Half", (), {"__del__": __del__})
+
+forgive_interrupted_teardown()
+print("tfinput: interrupted", file=sys.stderr)
+make("tensorflow.python.eager.polymorphic_function.atomic_function")()
+gc.collect()
+print("--- other code", file=sys.stderr)
+make("mine")()
+gc.collect()
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    ).stderr.splitlines()
+    assert out[:2] == ["tfinput: interrupted", "--- other code"], out
+    assert "AttributeError" in out[-1] and "_generated_graph" in out[-1]

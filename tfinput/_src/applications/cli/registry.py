@@ -171,8 +171,30 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
         print(f"{where}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        forgive_interrupted_teardown()
         print("tfinput: interrupted", file=sys.stderr)
         return 130
+
+
+def forgive_interrupted_teardown() -> None:
+    """After Ctrl-C, keep tfinput's message the last line: a TensorFlow object whose
+    construction the interrupt cut short (a traced function's ``AtomicFunction``) can
+    fail in its ``__del__`` when collected at exit (``AttributeError``), and Python
+    would print that traceback after it. Such errors from TensorFlow's ``__del__``
+    methods are dropped from then on; every other unraisable exception is reported."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        where = unraisable.object
+        if (
+            isinstance(unraisable.exc_value, AttributeError)
+            and getattr(where, "__name__", "") == "__del__"
+            and getattr(where, "__module__", "").startswith("tensorflow")
+        ):
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def _stdout_closed() -> bool:
