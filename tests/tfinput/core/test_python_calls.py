@@ -4,6 +4,7 @@ of every such source alive)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -21,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_a_call_of_tf_data_into_python_is_seen_until_it_returns():
     """A ``tf.numpy_function`` running on one of tf.data's threads is what the exit hook
     waits for: seen, named, while it runs; gone once it has returned."""
+    # Iterators an earlier test of this process dropped may still be collected, and
+    # their tf.data threads still be calling Python: let them end first.
+    gc.collect()
+    _wait_until_no_call_in_flight()
     entered, release = threading.Event(), threading.Event()
 
     def held(x):
@@ -40,10 +45,14 @@ def test_a_call_of_tf_data_into_python_is_seen_until_it_returns():
     assert [call.split(" ")[0] for call in running] == ["held"], running
     assert running[0].endswith(f"test_python_calls.py:{held.__code__.co_firstlineno + 2})")
     assert got == [0]
-    deadline = time.monotonic() + 60
+    _wait_until_no_call_in_flight()
+    assert _python_calls._calls_in_flight() == []
+
+
+def _wait_until_no_call_in_flight(seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
     while _python_calls._calls_in_flight() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert _python_calls._calls_in_flight() == []
 
 
 _REFUSED = """
