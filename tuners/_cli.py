@@ -38,7 +38,7 @@ from tfinput._src.applications.cli.args import (
     find_schema,
     pipeline_from_args,
 )
-from tfinput._src.applications.cli.console import console, progress
+from tfinput._src.applications.cli.console import console, progress, say
 from tfinput._src.applications.cli.registry import Command, forgive_interrupted_teardown
 from tfinput._src.measurement.target import MeasureOptions, Target
 from tfinput.errors import ConfigError
@@ -272,7 +272,7 @@ class _Display:
             )
             if not self.bar.disable:
                 return
-            print(trial_line(info, self.total), file=sys.stderr)
+            say(trial_line(info, self.total))
             return
         if event == "confirm":
             self.confirm_task = self.bar.add_task(
@@ -287,7 +287,7 @@ class _Display:
         if event == "slow_trial" and not self.bar.disable:
             self.bar.console.print(line, markup=False)
         elif self.bar.disable:
-            print(line, file=sys.stderr)
+            say(line)
 
 
 def _finish(result: TuneResult, args: argparse.Namespace, out: str) -> int:
@@ -353,7 +353,7 @@ def _write_failed(error: Any, out: str) -> None:
         "trials_detail": summarize_trials(error.study),
     }
     path = write_whole(Path(out) / "result.json", json.dumps(data, indent=2, default=str) + "\n")
-    print(f"tfinput tune: trials written to {path}", file=sys.stderr)
+    say(f"tfinput tune: trials written to {path}")
 
 
 def _locked(error: Any, out: str) -> ConfigError:
@@ -378,7 +378,7 @@ def _write_interrupted(interrupt: TuneInterrupted, args: argparse.Namespace, out
     second Ctrl-C meanwhile stops at once (``tfinput: interrupted``)."""
     # Plain lines, never wrapped: the last one is what the user reads after Ctrl-C.
     try:
-        print(f"tfinput tune: {interrupt.describe()}", file=sys.stderr, flush=True)
+        say(f"tfinput tune: {interrupt.describe()}")
         where = f"the trials are in {interrupt.write(out)}"
     except OSError as e:
         where = f"the trials could not be written to {out} ({e.strerror or e})"
@@ -395,7 +395,7 @@ def _write_interrupted(interrupt: TuneInterrupted, args: argparse.Namespace, out
             f"to keep trials and resume after an interrupt, run with --storage {out}/study.db "
             "--study-name NAME (the same command then resumes the study)"
         )
-    print(f"tfinput tune: {where}; {keep}", file=sys.stderr, flush=True)
+    say(f"tfinput tune: {where}; {keep}")
 
 
 def _search(

@@ -4,6 +4,7 @@ and one-line errors (usage, ConfigError, DataError, interrupts)."""
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import shutil
 import subprocess
@@ -299,6 +300,12 @@ forgive_interrupted_teardown()
 print("tfinput: interrupted", file=sys.stderr)
 make("tensorflow.python.eager.polymorphic_function.atomic_function")()
 gc.collect()
+class Counted:  # an AtomicFunction's reference count already gone: KeyError
+    def __del__(self):
+        raise KeyError((1, b"__inference_Dataset_map_lambda_1025"))
+Counted.__del__.__module__ = "tensorflow.python.eager.polymorphic_function.atomic_function"
+Counted()
+gc.collect()
 print("--- other code", file=sys.stderr)
 make("mine")()
 gc.collect()
@@ -308,3 +315,55 @@ gc.collect()
     ).stderr.splitlines()
     assert out[:2] == ["tfinput: interrupted", "--- other code"], out
     assert "AttributeError" in out[-1] and "_generated_graph" in out[-1]
+
+
+def test_a_ctrl_c_that_lands_in_a_garbage_collector_callback_still_stops_the_command():
+    """Ctrl-C raised inside a garbage-collector callback (JAX's, which Keras loads)
+    cannot propagate there: Python would print ``Exception ignored`` with a traceback
+    and go on. The ``tfinput`` process delivers it to the main thread again, which
+    stops as on any Ctrl-C, and prints no traceback."""
+    code = """
+import gc, sys, time
+from tfinput._src.applications.cli.registry import keep_interrupts
+
+keep_interrupts()
+pressed = [True]
+
+def callback(phase, info):  # Ctrl-C landing while the collector runs this
+    if pressed and phase == "start":
+        pressed.clear()
+        raise KeyboardInterrupt
+
+gc.callbacks.append(callback)
+try:
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("--- the interrupt was lost", file=sys.stderr)
+except KeyboardInterrupt:
+    print("tfinput: interrupted", file=sys.stderr)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.stderr.splitlines() == ["tfinput: interrupted"], result.stderr
+
+
+def test_a_line_said_is_one_write_with_its_newline(monkeypatch):
+    """Python checks for Ctrl-C after each write that reaches the descriptor: a line
+    written in two parts (``print``: the text, then the newline) can be left without
+    its end, and the next line glued to it. `say` writes both at once."""
+    from tfinput._src.applications.cli.console import say
+
+    writes = []
+
+    class Stream(io.StringIO):
+        def write(self, s):
+            writes.append(s)
+            return super().write(s)
+
+    monkeypatch.setattr(sys, "stderr", Stream())
+    say("trial 0 [autotune] complete")
+    say("tfinput: interrupted")
+    assert writes == ["trial 0 [autotune] complete\n", "tfinput: interrupted\n"]

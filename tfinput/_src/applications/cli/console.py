@@ -263,6 +263,17 @@ def _stop_filter(proc: subprocess.Popen[bytes], saved: int) -> None:
         proc.wait(timeout=5)
 
 
+def say(line: str) -> None:
+    """``line`` on stderr, with its newline, in one write, flushed.
+
+    ``print(line)`` writes the text and the newline apart, and Python checks for Ctrl-C
+    after each write that reaches the descriptor: an interrupt there leaves the line
+    without its end, and the next line (``tfinput: interrupted``) is glued to it. Lines a
+    command prints while it may be interrupted go through here."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+
+
 #: Columns of a console whose stream is not a terminal (piped or captured output).
 PIPED_WIDTH = 160
 
@@ -361,11 +372,7 @@ class ProgressLines:
             return
         self.last = now
         self.ended = done >= total
-        print(
-            f"{self.description}: {done:,} of {total:,} {self.unit} ({now - self.start:.0f} s)",
-            file=sys.stderr,
-            flush=True,
-        )
+        say(f"{self.description}: {done:,} of {total:,} {self.unit} ({now - self.start:.0f} s)")
 
 
 @contextlib.contextmanager

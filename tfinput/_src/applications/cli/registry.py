@@ -24,10 +24,16 @@ import logging
 import os
 import select
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tfinput._src.applications.cli.console import filter_stderr, quiet_tensorflow, wants_verbose
+from tfinput._src.applications.cli.console import (
+    filter_stderr,
+    quiet_tensorflow,
+    say,
+    wants_verbose,
+)
 from tfinput._src.core.errors import TfinputError
 
 #: Exit code when stdout's reader closed it early: 128 + SIGPIPE, as a shell reports a
@@ -172,25 +178,58 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         forgive_interrupted_teardown()
-        print("tfinput: interrupted", file=sys.stderr)
+        say("tfinput: interrupted")
         return 130
 
 
 def forgive_interrupted_teardown() -> None:
     """After Ctrl-C, keep tfinput's message the last line: a TensorFlow object whose
     construction the interrupt cut short (a traced function's ``AtomicFunction``) can
-    fail in its ``__del__`` when collected at exit (``AttributeError``), and Python
-    would print that traceback after it. Such errors from TensorFlow's ``__del__``
-    methods are dropped from then on; every other unraisable exception is reported."""
+    fail in its ``__del__`` when collected at exit (``AttributeError``, or ``KeyError``
+    from its reference count), and Python would print that traceback after it. Such
+    errors from TensorFlow's ``__del__`` methods are dropped from then on; every other
+    unraisable exception is reported."""
     previous = sys.unraisablehook
 
     def hook(unraisable: Any) -> None:
         where = unraisable.object
         if (
-            isinstance(unraisable.exc_value, AttributeError)
+            isinstance(unraisable.exc_value, Exception)
             and getattr(where, "__name__", "") == "__del__"
             and getattr(where, "__module__", "").startswith("tensorflow")
         ):
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
+def keep_interrupts() -> None:
+    """Make a Ctrl-C that lands where Python cannot raise it count.
+
+    Python raises ``KeyboardInterrupt`` at the next instruction of the main thread. When
+    that instruction belongs to a garbage-collector callback (JAX registers one, and
+    Keras loads JAX) or a ``__del__``, the exception cannot propagate: Python prints
+    ``Exception ignored in ...`` with a traceback and goes on as if no key was pressed.
+    This hook delivers such an interrupt to the main thread again (`_thread.interrupt_main`),
+    where it stops the command as Ctrl-C should, and prints nothing. Other unraisable
+    exceptions are reported as before. For the ``tfinput`` process only (`main` with no
+    ``argv``): a library does not change its caller's hooks."""
+    import _thread
+    import threading
+
+    previous = sys.unraisablehook
+
+    def again() -> None:
+        # From another thread, once the hook has returned: raised in the hook itself,
+        # the interrupt would be lost the same way. One that lands in a callback again
+        # comes back here.
+        time.sleep(0.05)
+        _thread.interrupt_main()
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            threading.Thread(target=again, name="tfinput-ctrl-c", daemon=True).start()
             return
         previous(unraisable)
 
@@ -219,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = wants_verbose(tokens)
     if quiet_tensorflow(verbose=verbose) and argv is None:
         filter_stderr()  # the ``tfinput`` process itself: TF's C++ lines at any time
+    if argv is None:
+        keep_interrupts()
     if verbose:  # e.g. the tuner logs every failed trial's traceback, not only the first
         logging.getLogger("tfinput").setLevel(logging.DEBUG)
     args = build_parser().parse_args(argv)
