@@ -33,7 +33,6 @@ from tfinput._src.core.sources._arrow import (
     parquet_columns,
     reads_as,
 )
-from tfinput._src.core.sources._packing import Packing
 from tfinput._src.core.sources.protocol import (
     Decode,
     FileChecks,
@@ -379,8 +378,8 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
         batch_size=request.batch_size,
         shuffle_files=request.shuffle_files,
     )
-    # The batch crosses into TensorFlow as a few arrays, not one per column (`Packing`).
-    packing = Packing(_signature(request.schema))
+    signature = _signature(request.schema)
+    keys, dtypes = list(signature), [spec.dtype for spec in signature.values()]
     fingerprint = reader.fingerprint()
     batches = reader.num_batches
     positions = _positions(
@@ -395,12 +394,13 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
                 f"batch size {request.batch_size} here): restore it into a pipeline built "
                 "from the same files with the same config"
             )
-        return packing.pack(reader.batch(int(seed) & (2**63 - 1), int(k)))
+        batch = reader.batch(int(seed) & (2**63 - 1), int(k))
+        return [batch[key] for key in keys]
 
     # An error of the reader (a null without default, a file changed since the build)
     # is handed over as a message and raised by an assert: an exception raised inside
     # the callback is logged by TensorFlow with its traceback, once per parallel call.
-    empty = packing.empty()
+    empty = [_empty_array(signature[key]) for key in keys]
 
     def numpy_batch_or_error(seed: Any, saved: Any, k: Any) -> list[Any]:
         try:
@@ -419,14 +419,18 @@ def _pyarrow_read(request: ReadRequest) -> tf.data.Dataset:
         *arrays, error = tf.numpy_function(
             call,
             [seed, saved, k],
-            [*packing.dtypes, tf.string],
+            [*dtypes, tf.string],
             stateful=False,
             name="parquet_batch",
         )
         error = tf.reshape(error, [])
         with tf.control_dependencies([tf.debugging.Assert(tf.equal(error, ""), [error])]):
             arrays = [tf.identity(a) for a in arrays]
-        return packing.unpack(arrays)
+        out = {}
+        for key, array in zip(keys, arrays):
+            array.set_shape(signature[key].shape)
+            out[key] = array
+        return out
 
     # Named for profiler traces: the reader's time shows up as this map. The epoch's
     # batch count is known from the footers: said to tf.data, Keras's fit knows its
@@ -441,6 +445,12 @@ def _seeds(shuffles: bool, shuffle_seed: int | None) -> tf.data.Dataset:
     if shuffles:
         return tf.data.Dataset.random(seed=shuffle_seed, rerandomize_each_iteration=True)
     return tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+
+
+def _empty_array(spec: tf.TensorSpec) -> np.ndarray:
+    """A 0-row array of ``spec``'s dtype and inner shape (the batch of a failed read)."""
+    shape = [0, *spec.shape[1:]]
+    return np.zeros(shape, object if spec.dtype == tf.string else spec.dtype.as_numpy_dtype)
 
 
 def _tfio_read(request: ReadRequest) -> tf.data.Dataset:
