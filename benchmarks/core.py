@@ -60,6 +60,24 @@ def data(root: Path, rows: int) -> tuple[Any, list[str], list[str]]:
     return schema, sorted(map(str, tf_dir.iterdir())), sorted(map(str, pq_dir.iterdir()))
 
 
+def every_format(schema: Any, out: Path, rows: int) -> dict[str, list[str]]:
+    """``rows`` rows of ``schema`` as TFRecord, Parquet and columnar records under
+    ``out`` (the same rows, `FILES` files each; written once, then reused): the files
+    of each format."""
+    from tfinput import testing
+
+    if not (out / "done").exists():
+        cols = testing.generate(schema, rows, seed=0)
+        testing.write_tfrecord(out / "tfrecord", schema, rows=rows, files=FILES, columns=cols)
+        testing.write_parquet(out / "parquet", schema, rows=rows, files=FILES, columns=cols)
+        testing.write_columnar(out / "columnar", schema, rows=rows, files=FILES, columns=cols)
+        (out / "done").touch()
+    return {
+        fmt: sorted(str(p) for p in (out / fmt).iterdir() if p.suffix != ".json")
+        for fmt in ("tfrecord", "parquet")
+    } | {"columnar": sorted(map(str, (out / "columnar").glob("*.tfcol")))}
+
+
 def _handwritten_parse(schema: Any, config: Any) -> Any:
     """The map function a careful user writes by hand for the same output."""
     import tensorflow as tf

@@ -152,21 +152,9 @@ WIDE = dict(n_dense=100, n_categorical=700, n_multi_hot=200, max_len=10, vocabul
 
 def wide_data(root: Path, rows: int) -> dict[str, list[str]]:
     """``--wide``'s rows as TFRecord, Parquet and columnar records (written once)."""
-    from benchmarks.core import FILES, criteo_schema
-    from tfinput import testing
+    from benchmarks.core import criteo_schema, every_format
 
-    schema = criteo_schema(**WIDE)
-    out = root / f"wide-{rows}"
-    if not (out / "done").exists():
-        cols = testing.generate(schema, rows, seed=0)
-        testing.write_tfrecord(out / "tfrecord", schema, rows=rows, files=FILES, columns=cols)
-        testing.write_parquet(out / "parquet", schema, rows=rows, files=FILES, columns=cols)
-        testing.write_columnar(out / "columnar", schema, rows=rows, files=FILES, columns=cols)
-        (out / "done").touch()
-    return {
-        fmt: sorted(str(p) for p in (out / fmt).iterdir() if p.suffix != ".json")
-        for fmt in ("tfrecord", "parquet")
-    } | {"columnar": sorted(map(str, (out / "columnar").glob("*.tfcol")))}
+    return every_format(criteo_schema(**WIDE), root / f"wide-{rows}", rows)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from benchmarks._results import parse_args, write_section  # noqa: E402
-from benchmarks.core import FILES, machine  # noqa: E402
+from benchmarks.core import FILES, every_format, machine  # noqa: E402
 
 FORMATS = ("tfrecord", "parquet", "columnar")
 BATCHES = (512, 4096)
@@ -48,23 +48,10 @@ ROWS = 20_000
 
 def wide_data(root: Path, features: int, rows: int) -> tuple[Any, dict[str, list[str]]]:
     """The ``wide_schema(features)`` rows in every format (written once under ``root``)."""
-    from tfinput import testing
     from tfinput._src.applications.datagen import wide_schema
 
     schema = wide_schema(features)
-    out = root / f"wide-{features}-{rows}"
-    if not (out / "done").exists():
-        cols = testing.generate(schema, rows, seed=0)
-        testing.write_tfrecord(out / "tfrecord", schema, rows=rows, files=FILES, columns=cols)
-        testing.write_parquet(out / "parquet", schema, rows=rows, files=FILES, columns=cols)
-        testing.write_columnar(out / "columnar", schema, rows=rows, files=FILES, columns=cols)
-        (out / "done").touch()
-    files = {
-        fmt: sorted(str(p) for p in (out / fmt).iterdir() if p.suffix != ".json")
-        for fmt in ("tfrecord", "parquet")
-    }
-    files["columnar"] = sorted(map(str, (out / "columnar").glob("*.tfcol")))
-    return schema, files
+    return schema, every_format(schema, root / f"wide-{features}-{rows}", rows)
 
 
 def measure(pipeline: Any, batch: int, warmup: int, timed_rows: int) -> dict[str, float]:
