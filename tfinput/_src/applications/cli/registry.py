@@ -17,6 +17,7 @@ Argument errors are argparse's own (exit code 2, usage on stderr).
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import dataclasses
 import importlib
@@ -24,6 +25,7 @@ import logging
 import os
 import select
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -215,9 +217,6 @@ def keep_interrupts() -> None:
     where it stops the command as Ctrl-C should, and prints nothing. Other unraisable
     exceptions are reported as before. For the ``tfinput`` process only (`main` with no
     ``argv``): a library does not change its caller's hooks."""
-    import _thread
-    import threading
-
     previous = sys.unraisablehook
 
     def again() -> None:
