@@ -9,13 +9,25 @@ at a per-host batch (512) and a large one (4,096), side by side.
 Workload: `wide_schema` of tfinput's datagen (the ``wide`` and ``wide-3000`` presets: a tenth
 dense, seven tenths single ids, a fifth multi-hot lists of 0-9 ids, a tenth as many
 tables), ``--rows`` rows in 8 files of each format (the same rows), every knob AUTOTUNE
-(`PipelineConfig.autotune`), input only, per-feature layout.
+(`PipelineConfig.autotune`), input only, per-feature layout. Two more rows per width:
+*columnar, small chunks* (the same rows as columnar records of as many rows per chunk as
+the smaller batch, ``convert --chunk-rows``), and *from memory* (the columnar pipeline's
+first batch repeated by ``tf.data.Dataset.from_tensors(batch).repeat()``: no read, no
+decode; what the consumer alone allows for this output, the ceiling of every format).
+
+Consumers: every batch is taken two ways from the same iterator, in alternating order:
+*eager* (``next(it)`` in Python: every tensor of the batch becomes a Python object, as in
+a JAX training loop or a hand-written loop) and *in-graph* (``next(it)`` inside a
+``tf.function`` that keeps the batch in the graph, as Keras ``fit`` on the TensorFlow
+backend does). At 1,000 features a batch is about 1,200 tensors, and the eager
+consumer's cost per tensor bounds every format at batch 512.
 
 Method: ``--rounds`` rounds; each round measures every (format, batch size) once, the
 formats' order rotated each round. Each measurement builds the pipeline, takes its first
-batch (timed together: *build + first batch*), skips ``--warmup`` batches more, then times
-enough batches for ``--timed-rows`` rows (at least 4). Figures: median rows/s over rounds
-with min-max; a ratio to TFRecord is the median of the per-round ratios.
+batch (timed together: *build + first batch*), then per consumer (the first one
+alternating by round) skips ``--warmup`` batches more and times enough batches for
+``--timed-rows`` rows (at least 4). Figures: median rows/s over rounds with min-max; a
+ratio to TFRecord is the median of the per-round ratios.
 
 *Per-batch cost that does not grow with rows*: each round's time per batch at two batch
 sizes, t(512) and t(4,096), fitted to t(B) = fixed + B * per_row (two points, two
@@ -42,35 +54,70 @@ from benchmarks._results import parse_args, write_section  # noqa: E402
 from benchmarks.core import FILES, every_format, machine  # noqa: E402
 
 FORMATS = ("tfrecord", "parquet", "columnar")
+#: Every measured variant: the formats, columnar in chunks of the smaller batch, and the
+#: first batch repeated from memory.
+VARIANTS = (*FORMATS, "columnar-small", "memory")
+CONSUMERS = ("eager", "graph")
 BATCHES = (512, 4096)
 ROWS = 20_000
 
 
-def wide_data(root: Path, features: int, rows: int) -> tuple[Any, dict[str, list[str]]]:
-    """The ``wide_schema(features)`` rows in every format (written once under ``root``)."""
+def wide_data(
+    root: Path, features: int, rows: int, small_chunk: int
+) -> tuple[Any, dict[str, list[str]]]:
+    """The ``wide_schema(features)`` rows in every format, and as columnar records of
+    ``small_chunk`` rows per chunk (written once under ``root``)."""
+    from tfinput import testing
     from tfinput._src.applications.datagen import wide_schema
 
     schema = wide_schema(features)
-    return schema, every_format(schema, root / f"wide-{features}-{rows}", rows)
+    out = root / f"wide-{features}-{rows}"
+    files = every_format(schema, out, rows)
+    small = out / f"columnar-{small_chunk}"
+    if not (small / "done").exists():
+        cols = testing.generate(schema, rows, seed=0)  # every_format's rows
+        testing.write_columnar(
+            small, schema, rows=rows, files=FILES, columns=cols, chunk_rows=small_chunk
+        )
+        (small / "done").touch()
+    return schema, files | {"columnar-small": sorted(map(str, small.glob("*.tfcol")))}
 
 
-def measure(pipeline: Any, batch: int, warmup: int, timed_rows: int) -> dict[str, float]:
-    """One measurement: build + first batch seconds, and rows/s over the timed batches."""
-    from tfinput.config import PipelineConfig
+def _takers(it: Any) -> dict[str, Any]:
+    """Per consumer, a function taking one batch from ``it``."""
+    import tensorflow as tf
 
+    @tf.function
+    def in_graph(iterator: Any) -> tf.Tensor:
+        next(iterator)  # the batch stays in the graph, as in Keras fit's train function
+        return tf.constant(0)
+
+    return {"eager": lambda: next(it), "graph": lambda: in_graph(it)}
+
+
+def measure(
+    dataset: Any, batch: int, warmup: int, timed_rows: int, consumers: tuple[str, ...]
+) -> dict[str, float]:
+    """One measurement of a built dataset: build + first batch seconds (``dataset`` a
+    function building it), and per consumer rows/s and seconds per batch."""
     start = time.perf_counter()
-    it = iter(pipeline.build(PipelineConfig.autotune(batch_size=batch), repeat=True))
+    it = iter(dataset())
     next(it)
-    first = time.perf_counter() - start
-    for _ in range(warmup):
-        next(it)
+    out = {"first_s": time.perf_counter() - start}
+    takers = _takers(it)
     n = max(4, math.ceil(timed_rows / batch))
-    start = time.perf_counter()
-    for _ in range(n):
-        next(it)
-    seconds = time.perf_counter() - start
-    del it
-    return {"first_s": first, "rate": n * batch / seconds, "batch_s": seconds / n}
+    for consumer in consumers:
+        take = takers[consumer]
+        for _ in range(max(1, warmup)):  # the first in-graph call traces
+            take()
+        start = time.perf_counter()
+        for _ in range(n):
+            take()
+        seconds = time.perf_counter() - start
+        out[f"rate/{consumer}"] = n * batch / seconds
+        out[f"batch_s/{consumer}"] = seconds / n
+    del it, takers
+    return out
 
 
 def fit(t_small: float, t_large: float, small: int, large: int) -> tuple[float, float]:
@@ -79,32 +126,59 @@ def fit(t_small: float, t_large: float, small: int, large: int) -> tuple[float, 
     return t_small - small * per_row, per_row
 
 
+def _builders(pipelines: dict[str, Any]) -> Any:
+    """``builder(variant, batch)``: a function building that variant's dataset."""
+    import tensorflow as tf
+
+    from tfinput.config import PipelineConfig
+
+    first: dict[int, Any] = {}
+
+    def builder(variant: str, b: int) -> Any:
+        if variant != "memory":
+            return lambda: pipelines[variant].build(
+                PipelineConfig.autotune(batch_size=b), repeat=True
+            )
+        if b not in first:  # the batch every format yields, held in memory
+            config = PipelineConfig.autotune(batch_size=b)
+            first[b] = next(iter(pipelines["columnar"].build(config)))
+        return lambda: tf.data.Dataset.from_tensors(first[b]).repeat().prefetch(2)
+
+    return builder
+
+
 def run(args: argparse.Namespace) -> dict[int, dict[str, Any]]:
-    """Per width: per (format, batch) the rounds' measurements."""
+    """Per width: per (variant, batch) the rounds' measurements."""
     import tfinput
 
+    small_chunk = min(args.batch)
     results: dict[int, dict[str, Any]] = {}
     for features in args.features:
-        schema, files = wide_data(Path(args.data_dir), features, args.rows)
+        schema, files = wide_data(Path(args.data_dir), features, args.rows, small_chunk)
         pipelines = {
             "tfrecord": tfinput.tfrecord(files["tfrecord"], schema),
             "parquet": tfinput.parquet(files["parquet"], schema),
             "columnar": tfinput.columnar(files["columnar"], schema),
+            "columnar-small": tfinput.columnar(files["columnar-small"], schema),
         }
+        builder = _builders(pipelines)
         runs: dict[tuple[str, int], list[dict[str, float]]] = {
-            (f, b): [] for f in FORMATS for b in args.batch
+            (v, b): [] for v in VARIANTS for b in args.batch
         }
         for r in range(args.rounds):
-            order = FORMATS[r % 3 :] + FORMATS[: r % 3]
-            for fmt in order:
+            order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+            consumers = CONSUMERS if r % 2 == 0 else CONSUMERS[::-1]
+            for variant in order:
                 for b in args.batch:
-                    runs[fmt, b].append(measure(pipelines[fmt], b, args.warmup, args.timed_rows))
+                    runs[variant, b].append(
+                        measure(builder(variant, b), b, args.warmup, args.timed_rows, consumers)
+                    )
             print(
                 f"{features} features, round {r + 1}/{args.rounds}: "
                 + ", ".join(
-                    f"{f}@{b} {runs[f, b][-1]['rate']:,.0f}/s "
-                    f"(first {runs[f, b][-1]['first_s']:.1f} s)"
-                    for f in FORMATS
+                    f"{v}@{b} {runs[v, b][-1]['rate/eager']:,.0f}/s eager, "
+                    f"{runs[v, b][-1]['rate/graph']:,.0f}/s in-graph"
+                    for v in VARIANTS
                     for b in args.batch
                 ),
                 file=sys.stderr,
@@ -118,89 +192,125 @@ def _spread(xs: list[float], fmt: str = ",.0f") -> str:
     return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
 
 
-def _fits(runs: dict, fmt: str, small: int, large: int) -> list[tuple[float, float, float]]:
-    """Each round's ``(fixed s, per_row s, fixed / t(large))``."""
+def _fits(
+    runs: dict, variant: str, consumer: str, small: int, large: int
+) -> list[tuple[float, float, float]]:
+    """Each round's ``(fixed s, per_row s, fixed / t(large))`` for one consumer."""
     out = []
-    for a, b in zip(runs[fmt, small], runs[fmt, large]):
-        fixed, per_row = fit(a["batch_s"], b["batch_s"], small, large)
-        out.append((fixed, per_row, fixed / b["batch_s"]))
+    key = f"batch_s/{consumer}"
+    for a, b in zip(runs[variant, small], runs[variant, large]):
+        fixed, per_row = fit(a[key], b[key], small, large)
+        out.append((fixed, per_row, fixed / b[key]))
     return out
 
 
+def _label(variant: str, small: int) -> str:
+    return {
+        "columnar-small": f"columnar, {small}-row chunks",
+        "memory": "from memory (ceiling)",
+    }.get(variant, variant)
+
+
 def markdown(results: dict[int, dict[str, Any]], args: argparse.Namespace, total_s: float) -> str:
+    small, large = min(args.batch), max(args.batch)
     lines = [
         "<!-- wide:begin (generated by benchmarks/wide.py) -->",
         "## Wide schemas: 1,000 and 3,000 features",
         "",
         f"Machine: {machine()}. Method: `python benchmarks/wide.py` (see its docstring): "
-        f"`datagen.wide_schema` rows ({args.rows:,} in {FILES} files per format), "
-        f"`PipelineConfig.autotune`, input only; {args.rounds} rounds, every (format, batch) "
-        f"once per round, formats in rotating order; each a fresh build, {args.warmup} "
-        f"warm-up batches after the first, then at least {args.timed_rows:,} timed rows. "
-        f"Median over rounds (min-max). Total time {total_s:.0f} s"
+        f"`datagen.wide_schema` rows ({args.rows:,} in {FILES} files per format; columnar "
+        f"in chunks of 1,024 rows, the default, and of {small} rows), "
+        f"`PipelineConfig.autotune`, input only; {args.rounds} rounds, every (variant, "
+        f"batch) once per round, variants in rotating order; each a fresh build, then per "
+        f"consumer (eager `next` in Python; `next` inside a `tf.function`, as Keras `fit` "
+        f"on TensorFlow takes batches; alternating which goes first) {args.warmup} warm-up "
+        f"batches and at least {args.timed_rows:,} timed rows. *From memory*: the first "
+        f"columnar batch repeated from memory, the consumer's own ceiling. Median over "
+        f"rounds (min-max). Total time {total_s:.0f} s"
         + (" (--quick: a smoke run, not a result)." if args.quick else "."),
         "",
-        "| features | format | batch | rows/s | x TFRecord | build + first batch s |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| features | variant | batch | rows/s, eager | x TFRecord | rows/s, in-graph "
+        "| x TFRecord | build + first batch s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for features, runs in results.items():
-        for fmt in FORMATS:
+        for variant in VARIANTS:
             for b in args.batch:
-                rates = [m["rate"] for m in runs[fmt, b]]
-                base = [m["rate"] for m in runs["tfrecord", b]]
-                ratio = (
-                    "1"
-                    if fmt == "tfrecord"
-                    else _spread([x / y for x, y in zip(rates, base)], ".2f")
+                cells = []
+                for consumer in CONSUMERS:
+                    rates = [m[f"rate/{consumer}"] for m in runs[variant, b]]
+                    base = [m[f"rate/{consumer}"] for m in runs["tfrecord", b]]
+                    ratio = (
+                        "1"
+                        if variant == "tfrecord"
+                        else _spread([x / y for x, y in zip(rates, base)], ".2f")
+                    )
+                    cells += [_spread(rates), ratio]
+                first = (
+                    "-"
+                    if variant == "memory"
+                    else _spread([m["first_s"] for m in runs[variant, b]], ".1f")
                 )
-                first = _spread([m["first_s"] for m in runs[fmt, b]], ".1f")
                 lines.append(
-                    f"| {features:,} | {fmt} | {b:,} | {_spread(rates)} | {ratio} | {first} |"
+                    f"| {features:,} | {_label(variant, small)} | {b:,} | "
+                    + " | ".join(cells)
+                    + f" | {first} |"
                 )
-    if len(args.batch) < 2:
-        lines.append("<!-- wide:end -->")
-        return "\n".join(lines)
-    small, large = min(args.batch), max(args.batch)
-    lines += [
+    if len(args.batch) >= 2:
+        lines += _fixed_tables(results, small, large)
+    lines.append("<!-- wide:end -->")
+    return "\n".join(lines)
+
+
+def _fixed_tables(results: dict[int, dict[str, Any]], small: int, large: int) -> list[str]:
+    """The per-batch cost that does not grow with rows, and the cost per feature."""
+    lines = [
         "",
         f"Per-batch cost that does not grow with rows: each round's time per batch at "
         f"{small} and {large:,} fitted to t(B) = fixed + B * per_row (two points, two "
         f"unknowns); share = fixed / t({large:,}). Median over rounds (min-max).",
         "",
-        f"| features | format | fixed ms per batch | per row us | share of a {large:,} batch |",
-        "|---:|---|---:|---:|---:|",
+        f"| features | variant | consumer | fixed ms per batch | per row us "
+        f"| share of a {large:,} batch |",
+        "|---:|---|---|---:|---:|---:|",
     ]
-    per: dict[int, dict[str, tuple[float, float]]] = {}
+    per: dict[tuple[int, str], dict[str, tuple[float, float]]] = {}
     for features, runs in results.items():
-        for fmt in FORMATS:
-            rounds = _fits(runs, fmt, small, large)
-            fixed = [x[0] * 1e3 for x in rounds]
-            per_row = [x[1] * 1e6 for x in rounds]
-            share = [x[2] * 100 for x in rounds]
-            per.setdefault(features, {})[fmt] = (
-                statistics.median(fixed),
-                statistics.median(per_row),
-            )
-            lines.append(
-                f"| {features:,} | {fmt} | {_spread(fixed, '.1f')} | {_spread(per_row, '.2f')} "
-                f"| {_spread(share, '.1f')}% |"
-            )
-    if len(per) >= 2:
-        lo, hi = min(per), max(per)
+        for variant in VARIANTS:
+            for consumer in CONSUMERS:
+                rounds = _fits(runs, variant, consumer, small, large)
+                fixed = [x[0] * 1e3 for x in rounds]
+                per_row = [x[1] * 1e6 for x in rounds]
+                share = [x[2] * 100 for x in rounds]
+                per.setdefault((features, consumer), {})[variant] = (
+                    statistics.median(fixed),
+                    statistics.median(per_row),
+                )
+                lines.append(
+                    f"| {features:,} | {_label(variant, small)} | {consumer} "
+                    f"| {_spread(fixed, '.1f')} | {_spread(per_row, '.2f')} "
+                    f"| {_spread(share, '.1f')}% |"
+                )
+    widths = sorted(results)
+    if len(widths) >= 2:
+        lo, hi = widths[0], widths[-1]
         lines += [
             "",
             f"Per feature (the medians above at {lo:,} and {hi:,} features, differenced, "
             f"over the {hi - lo:,} features between them):",
             "",
-            "| format | fixed us per feature per batch | ns per feature per row |",
-            "|---|---:|---:|",
+            "| variant | consumer | fixed us per feature per batch | ns per feature per row |",
+            "|---|---|---:|---:|",
         ]
-        for fmt in FORMATS:
-            d_fixed = (per[hi][fmt][0] - per[lo][fmt][0]) / (hi - lo) * 1e3
-            d_row = (per[hi][fmt][1] - per[lo][fmt][1]) / (hi - lo) * 1e3
-            lines.append(f"| {fmt} | {d_fixed:.1f} | {d_row:.2f} |")
-    lines.append("<!-- wide:end -->")
-    return "\n".join(lines)
+        for variant in VARIANTS:
+            for consumer in CONSUMERS:
+                a, b = per[lo, consumer][variant], per[hi, consumer][variant]
+                d_fixed = (b[0] - a[0]) / (hi - lo) * 1e3
+                d_row = (b[1] - a[1]) / (hi - lo) * 1e3
+                lines.append(
+                    f"| {_label(variant, small)} | {consumer} | {d_fixed:.1f} | {d_row:.2f} |"
+                )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
