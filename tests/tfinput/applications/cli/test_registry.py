@@ -323,9 +323,13 @@ def test_a_ctrl_c_that_lands_in_a_garbage_collector_callback_still_stops_the_com
     and go on. The ``tfinput`` process delivers it to the main thread again, which
     stops as on any Ctrl-C, and prints no traceback."""
     code = """
-import gc, sys, time
+import gc, signal, sys, time
 from tfinput._src.applications.cli.registry import keep_interrupts
 
+# Python's Ctrl-C handler, as a command started from a terminal has it: a suite run in
+# the background of a non-interactive shell ignores SIGINT, and its children inherit
+# that (interrupt_main then does nothing, as a real Ctrl-C would not reach them either).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 keep_interrupts()
 pressed = [True]
 
