@@ -21,11 +21,12 @@ Consumers: every batch is taken two ways from the same iterator, in alternating 
 *eager* (``next(it)`` in Python: every tensor of the batch becomes a Python object, as in
 a JAX training loop or a hand-written loop) and *in-graph* (``next(it)`` inside a
 ``tf.function`` that keeps the batch in the graph, as Keras ``fit`` on the TensorFlow
-backend does). At 1,000 features a batch is about 1,200 tensors, and the eager
-consumer's cost per tensor bounds every format at batch 512.
+backend does). At 1,000 features a batch is about 1,200 tensors: the eager consumer
+turns them into Python objects on one of the host's cores, which the pipeline then
+does not have.
 
-Method: ``--rounds`` rounds; each round measures every (format, batch size) once, the
-formats' order rotated each round. Each measurement builds the pipeline, takes its first
+Method: ``--rounds`` rounds; each round measures every (variant, batch size) once, the
+variants' order rotated each round. Each measurement builds the pipeline, takes its first
 batch (timed together: *build + first batch*), then per consumer (the first one
 alternating by round) skips ``--warmup`` batches more and times enough batches for
 ``--timed-rows`` rows (at least 4). Figures: median rows/s over rounds with min-max; a
